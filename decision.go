@@ -1,0 +1,122 @@
+package floodgate
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Decision is the limiter's answer to a check. A denial is a Decision with
+// Allowed false, not an error.
+//
+// For a check of several hits, the top-level fields describe the worst of
+// them (for a denial, the longest RetryAfter; when allowed, the fewest
+// Remaining) and Each holds every hit's own decision, in the order given.
+//
+// For example, with a rule of 10 per minute and 7 requests in the last
+// minute, the next Allow returns Allowed true, Limit 10, Remaining 2.
+type Decision struct {
+	// Allowed reports whether the request may proceed. When false, nothing
+	// was recorded for any hit.
+	Allowed bool
+	// Policy is the name of the rule that this decision describes.
+	Policy string
+	// Limit is that rule's limit per window.
+	Limit int64
+	// Window is that rule's window.
+	Window time.Duration
+	// Remaining is how many more requests the key could make now.
+	Remaining int64
+	// ResetAfter is the time until the key's quota is fully available.
+	ResetAfter time.Duration
+	// RetryAfter is zero when Allowed; otherwise the exact time until the
+	// request would be allowed.
+	RetryAfter time.Duration
+	// Each holds one decision per hit of a multi-hit check, in order; it is
+	// nil for single-hit checks. Each element may be passed to
+	// [Limiter.Refund] to undo only that hit.
+	Each []Decision
+
+	// ticket is what Refund needs: the take's id and the hits it recorded.
+	// It is empty unless Allowed.
+	ticket ticket
+}
+
+type ticket struct {
+	id   string
+	hits []Hit
+}
+
+// LogValue reports the decision's public fields, never its keys.
+func (d Decision) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Bool("allowed", d.Allowed),
+		slog.String("policy", d.Policy),
+		slog.Int64("limit", d.Limit),
+		slog.Int64("remaining", d.Remaining),
+		slog.Duration("retry_after", d.RetryAfter),
+	)
+}
+
+// decide builds the decision for hits from the store's results: the worst
+// result on top, every hit's own decision in Each.
+func decide(id string, hits []Hit, results []Result) Decision {
+	each := make([]Decision, len(hits))
+	allowed := true
+	for i, r := range results {
+		each[i] = Decision{
+			Allowed:    r.Allowed,
+			Policy:     hits[i].Rule.Name,
+			Limit:      hits[i].Rule.Limit,
+			Window:     hits[i].Rule.Window,
+			Remaining:  r.Remaining,
+			ResetAfter: r.ResetAfter,
+			RetryAfter: r.RetryAfter,
+		}
+		allowed = allowed && r.Allowed
+	}
+	worst := 0
+	for i := 1; i < len(each); i++ {
+		if worse(each[i], each[worst]) {
+			worst = i
+		}
+	}
+	if allowed && id != "" {
+		for i := range each {
+			each[i].ticket = ticket{id: id, hits: hits[i : i+1]}
+		}
+	}
+	if len(each) == 1 {
+		return each[0]
+	}
+	d := each[worst]
+	d.Allowed = allowed
+	if allowed && id != "" {
+		d.ticket = ticket{id: id, hits: hits}
+	} else {
+		d.ticket = ticket{}
+	}
+	if !allowed {
+		// A hit that was within its limit was not recorded either.
+		for i := range each {
+			each[i].ticket = ticket{}
+		}
+	}
+	d.Each = each
+	return d
+}
+
+// worse reports whether a is a worse outcome than b: denied beats allowed,
+// then the longer RetryAfter, then the fewer Remaining, then the longer
+// ResetAfter.
+func worse(a, b Decision) bool {
+	switch {
+	case a.Allowed != b.Allowed:
+		return !a.Allowed
+	case a.RetryAfter != b.RetryAfter:
+		return a.RetryAfter > b.RetryAfter
+	case a.Remaining != b.Remaining:
+		return a.Remaining < b.Remaining
+	default:
+		return a.ResetAfter > b.ResetAfter
+	}
+}

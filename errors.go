@@ -1,0 +1,21 @@
+package floodgate
+
+import "errors"
+
+// Errors that callers branch on. Every error the package returns wraps one
+// of them (check with [errors.Is]); store errors are also wrapped, so
+// errors.Is(err, context.DeadlineExceeded) works too.
+var (
+	// ErrInvalidRule reports a rule that cannot be used: empty name, limit
+	// or window below the minimum, unknown algorithm.
+	ErrInvalidRule = errors.New("floodgate: invalid rule")
+	// ErrInvalidHit reports a hit that cannot be checked: empty or too long
+	// key, negative cost, or a cost above the rule's capacity.
+	ErrInvalidHit = errors.New("floodgate: invalid hit")
+	// ErrStoreUnavailable reports that the store did not answer in time or
+	// failed. The request was not decided; what to do is the caller's
+	// failure policy (deny, allow, or decide locally).
+	ErrStoreUnavailable = errors.New("floodgate: store unavailable")
+	// ErrClosed reports a call to a store after Close.
+	ErrClosed = errors.New("floodgate: store closed")
+)

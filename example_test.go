@@ -1,0 +1,73 @@
+package floodgate_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+// Ten PIX transfers a minute per account: the eleventh is denied and told
+// when to come back.
+func Example() {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	limiter, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		panic(err)
+	}
+	pix, err := floodgate.PerMinute("pix", 10)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for i := 1; i <= 11; i++ {
+		d, err := limiter.Allow(ctx, pix, "account-42")
+		if err != nil {
+			panic(err) // the store failed: apply the route's failure policy
+		}
+		if i >= 10 {
+			fmt.Printf("transfer %d: allowed=%v remaining=%d retry in ~%v\n", i, d.Allowed, d.Remaining, d.RetryAfter.Round(time.Minute))
+		}
+	}
+	// Output:
+	// transfer 10: allowed=true remaining=0 retry in ~0s
+	// transfer 11: allowed=false remaining=0 retry in ~1m0s
+}
+
+// Login is checked by client IP and by account together: both count the
+// attempt, or neither does, and the worst of the two is reported.
+func ExampleLimiter_Check() {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	byIP, _ := floodgate.NewRule("login-ip", 10, 10*time.Minute, floodgate.SlidingWindow)
+	byAccount, _ := floodgate.NewRule("login-account", 5, 10*time.Minute, floodgate.SlidingWindow)
+	ctx := context.Background()
+	var d floodgate.Decision
+	for i := range 6 {
+		ip := fmt.Sprintf("192.0.2.%d", i+1) // a botnet: a new IP each time
+		d, _ = limiter.Check(ctx,
+			floodgate.Hit{Rule: byIP, Key: ip},
+			floodgate.Hit{Rule: byAccount, Key: "12345678909"})
+	}
+	fmt.Println(d.Allowed, d.Policy)
+	// Output: false login-account
+}
+
+// After a successful login, refund the account's attempt so that the owner
+// never locks themselves out.
+func ExampleLimiter_Refund() {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	rule, _ := floodgate.NewRule("login-account", 1, time.Minute, floodgate.SlidingWindow)
+	ctx := context.Background()
+	d, _ := limiter.Allow(ctx, rule, "acct")
+	_ = limiter.Refund(ctx, d) // the password was right
+	d, _ = limiter.Allow(ctx, rule, "acct")
+	fmt.Println(d.Allowed)
+	// Output: true
+}

@@ -1,0 +1,177 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+func newLimiter(t *testing.T) *floodgate.Limiter {
+	t.Helper()
+	s := memstore.New(memstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	l, err := floodgate.New(s, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustRule(t *testing.T, name string, limit int64, window time.Duration) floodgate.Rule {
+	t.Helper()
+	r, err := floodgate.NewRule(name, limit, window, floodgate.SlidingWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestCheckRejectsBadHits(t *testing.T) {
+	l := newLimiter(t)
+	r := mustRule(t, "r", 3, time.Minute)
+	for _, tc := range []struct {
+		name   string
+		hits   []floodgate.Hit
+		want   error
+		wantIn string
+	}{
+		{"no hits", nil, floodgate.ErrInvalidHit, "no hits"},
+		{"empty key", []floodgate.Hit{{Rule: r}}, floodgate.ErrInvalidHit, "key is empty"},
+		{"key over 1 MiB", []floodgate.Hit{{Rule: r, Key: strings.Repeat("k", floodgate.MaxKeyLen+1)}}, floodgate.ErrInvalidHit, "at most 1048576"},
+		{"negative cost", []floodgate.Hit{{Rule: r, Key: "k", Cost: -1}}, floodgate.ErrInvalidHit, "cost -1 is below 1"},
+		{"cost over capacity", []floodgate.Hit{{Rule: r, Key: "k", Cost: 4}}, floodgate.ErrInvalidHit, "could never be allowed"},
+		{"same key twice", []floodgate.Hit{{Rule: r, Key: "k"}, {Rule: r, Key: "k"}}, floodgate.ErrInvalidHit, "both name key"},
+		{"invalid rule", []floodgate.Hit{{Rule: floodgate.Rule{Name: "x"}, Key: "k"}}, floodgate.ErrInvalidRule, "limit is 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := l.Check(context.Background(), tc.hits...)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.wantIn) {
+				t.Fatalf("Check = %v; want %v mentioning %q", err, tc.want, tc.wantIn)
+			}
+		})
+	}
+}
+
+func TestCheckReportsTheWorst(t *testing.T) {
+	l := newLimiter(t)
+	ctx := context.Background()
+	ip := floodgate.Hit{Rule: mustRule(t, "ip", 5, time.Minute), Key: "192.0.2.1"}
+	account := floodgate.Hit{Rule: mustRule(t, "account", 3, 10*time.Minute), Key: "acct"}
+	d, err := l.Check(ctx, ip, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed || d.Policy != "account" || d.Remaining != 2 || len(d.Each) != 2 || d.Each[0].Remaining != 4 {
+		t.Fatalf("got %+v; want allowed, reporting account (2 remaining) as the worst", d)
+	}
+	for range 2 {
+		if _, err := l.Check(ctx, ip, account); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Check(ctx, ip); err != nil { // ip now at 4 of 5
+		t.Fatal(err)
+	}
+	d, _ = l.Check(ctx, ip, account)
+	if d.Allowed || d.Policy != "account" || d.RetryAfter <= 9*time.Minute {
+		t.Fatalf("got %+v; want denied by account, whose retry-after (~10m) is the longest", d)
+	}
+}
+
+// stallStore never answers before its context ends.
+type stallStore struct{ floodgate.Store }
+
+func (stallStore) Take(ctx context.Context, _ string, _ []floodgate.Hit) ([]floodgate.Result, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// shortStore answers with too few results.
+type shortStore struct{ floodgate.Store }
+
+func (shortStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+	return nil, nil
+}
+
+func TestStoreFailures(t *testing.T) {
+	r := mustRule(t, "r", 1, time.Minute)
+	for _, tc := range []struct {
+		name  string
+		store floodgate.Store
+		also  error
+	}{
+		{"store past the budget", stallStore{}, context.DeadlineExceeded},
+		{"store with a short reply", shortStore{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := floodgate.New(tc.store, floodgate.Options{Timeout: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := l.Allow(context.Background(), r, "k")
+			if !errors.Is(err, floodgate.ErrStoreUnavailable) || tc.also != nil && !errors.Is(err, tc.also) || d.Allowed {
+				t.Fatalf("Allow = %+v, %v; want a denial-free error wrapping ErrStoreUnavailable (and %v)", d, err, tc.also)
+			}
+		})
+	}
+	if _, err := floodgate.New(nil, floodgate.Options{}); err == nil {
+		t.Fatal("New(nil) succeeded")
+	}
+}
+
+func TestRefundOfDenialIsNoop(t *testing.T) {
+	l := newLimiter(t)
+	r := mustRule(t, "r", 1, time.Minute)
+	ctx := context.Background()
+	l.Allow(ctx, r, "k")
+	denied, _ := l.Allow(ctx, r, "k")
+	if err := l.Refund(ctx, denied); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refund(ctx, floodgate.Decision{Allowed: true}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Peek(ctx, floodgate.Hit{Rule: r, Key: "k"}); d.Allowed {
+		t.Fatalf("refunding a denial freed quota: %+v", d)
+	}
+}
+
+func TestWait(t *testing.T) {
+	l := newLimiter(t)
+	r := mustRule(t, "wait", 1, 50*time.Millisecond)
+	hit := floodgate.Hit{Rule: r, Key: "k"}
+	ctx := context.Background()
+	if d, err := l.Wait(ctx, time.Second, hit); err != nil || !d.Allowed {
+		t.Fatalf("first Wait = %+v, %v; want allowed at once", d, err)
+	}
+	if d, err := l.Wait(ctx, time.Millisecond, hit); err != nil || d.Allowed || d.RetryAfter <= time.Millisecond {
+		t.Fatalf("Wait with a 1ms budget = %+v, %v; want an immediate denial", d, err)
+	}
+	if d, err := l.Wait(ctx, time.Second, hit); err != nil || !d.Allowed {
+		t.Fatalf("Wait with a 1s budget = %+v, %v; want allowed after the window slides", d, err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Wait(cctx, time.Second, hit); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait with a cancelled context = %v; want context.Canceled", err)
+	}
+}
+
+// The core must not depend on any store, HTTP or metrics package.
+func TestCoreDependsOnStandardLibraryOnly(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep != "github.com/floodgate-rl/floodgate" {
+			t.Errorf("core package imports %s; it must import only the standard library", dep)
+		}
+	}
+}

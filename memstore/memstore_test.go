@@ -1,0 +1,85 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.RunFakeClock(t, func(t *testing.T, clock *storetest.FakeClock) floodgate.Store {
+		s := memstore.New(memstore.Options{Now: clock.Now})
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+func TestConformanceRealClock(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) floodgate.Store {
+		s := memstore.New(memstore.Options{})
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestExpiredEntriesAreCollected(t *testing.T) {
+	clock := storetest.NewFakeClock()
+	s := memstore.New(memstore.Options{Now: clock.Now, SweepInterval: time.Millisecond})
+	defer s.Close()
+	l, _ := floodgate.New(s, floodgate.Options{})
+	r, _ := floodgate.NewRule("sweep", 5, time.Second, floodgate.SlidingWindow)
+	for i := range 100 {
+		if _, err := l.Allow(context.Background(), r, strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 100 {
+		t.Fatalf("Len = %d after 100 keys, want 100", n)
+	}
+	clock.Advance(time.Second)
+	for deadline := time.Now().Add(5 * time.Second); s.Len() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("Len = %d a window after the last request; the janitor must collect expired keys", s.Len())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestDeniedProbesDoNotGrowTheMap(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	l, _ := floodgate.New(s, floodgate.Options{})
+	r, _ := floodgate.NewRule("probe", 1, time.Minute, floodgate.SlidingWindow)
+	for i := range 100 {
+		if _, err := l.Peek(context.Background(), floodgate.Hit{Rule: r, Key: strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len = %d after only peeks, want 0", n)
+	}
+}
+
+func TestClosedStoreFails(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	l, _ := floodgate.New(s, floodgate.Options{})
+	r, _ := floodgate.PerMinute("closed", 1)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close() // twice is fine
+	_, err := l.Allow(context.Background(), r, "k")
+	if !errors.Is(err, floodgate.ErrClosed) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("Allow after Close: %v; want ErrClosed and ErrStoreUnavailable", err)
+	}
+}

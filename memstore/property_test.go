@@ -1,0 +1,93 @@
+package memstore_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/storetest"
+)
+
+// TestSlidingWindowMatchesModel replays random traces of requests against
+// the store and against a direct model of the sliding-window log: a
+// request of cost c at t is admitted iff the costs admitted in (t-W, t]
+// plus c are at most L.
+func TestSlidingWindowMatchesModel(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limit   int64
+		window  time.Duration
+		maxCost int64
+		maxGap  time.Duration
+	}{
+		{"10 per minute, cost 1", 10, time.Minute, 1, 15 * time.Second},
+		{"7 per second, costs 1..3", 7, time.Second, 3, 300 * time.Millisecond},
+		{"100 per 10ms, costs 1..5", 100, 10 * time.Millisecond, 5, 200 * time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(1, uint64(tc.limit)))
+			clock := storetest.NewFakeClock()
+			s := memstore.New(memstore.Options{Now: clock.Now})
+			defer s.Close()
+			l, err := floodgate.New(s, floodgate.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rule, err := floodgate.NewRule("model", tc.limit, tc.window, floodgate.SlidingWindow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type admit struct {
+				at   time.Time
+				cost int64
+			}
+			var admitted []admit
+			const requests = 10_000
+			for i := range requests {
+				// Bursts: often several requests at one instant.
+				if rng.IntN(3) == 0 {
+					clock.Advance(time.Duration(rng.Int64N(int64(tc.maxGap))))
+				}
+				now := clock.Now()
+				cost := 1 + rng.Int64N(tc.maxCost)
+				var inWindow int64
+				for _, a := range admitted {
+					if a.at.After(now.Add(-tc.window)) {
+						inWindow += a.cost
+					}
+				}
+				want := inWindow+cost <= tc.limit
+				d, err := l.AllowN(context.Background(), rule, "k", cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed != want {
+					t.Fatalf("request %d (cost %d, %d in window): store allowed=%v, model allowed=%v", i, cost, inWindow, d.Allowed, want)
+				}
+				if d.Allowed {
+					admitted = append(admitted, admit{now, cost})
+				}
+			}
+			// No window of length W, anywhere in the trace, admits more than L.
+			for i, a := range admitted {
+				var sum int64
+				for _, b := range admitted[i:] {
+					if b.at.Sub(a.at) >= tc.window {
+						break
+					}
+					sum += b.cost
+				}
+				if sum > tc.limit {
+					t.Fatalf("window starting at request %d admitted %d, limit %d", i, sum, tc.limit)
+				}
+			}
+			if len(admitted) < requests/20 {
+				t.Fatalf("only %d of %d requests admitted: the trace does not exercise the limit", len(admitted), requests)
+			}
+		})
+	}
+}

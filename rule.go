@@ -1,0 +1,189 @@
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Algorithm selects how a [Rule] counts requests.
+type Algorithm uint8
+
+const (
+	// SlidingWindow is an exact sliding-window log: a request is admitted when
+	// fewer than Limit requests were admitted in the last Window. It stores one
+	// entry per admitted request (about 43 bytes each in Redis), so its memory
+	// grows with Limit. It is the zero value and the default.
+	SlidingWindow Algorithm = iota
+	// TokenBucket is a token bucket of capacity Burst refilled at Limit tokens
+	// per Window, computed as GCRA: O(1) state (one timestamp per key) and
+	// bursts up to Burst.
+	TokenBucket
+	// FixedWindow counts requests in consecutive windows aligned to the Unix
+	// epoch. It is the cheapest, but a client can make up to 2*Limit requests
+	// around a window boundary.
+	FixedWindow
+)
+
+var algorithmNames = [...]string{
+	SlidingWindow: "sliding-window",
+	TokenBucket:   "token-bucket",
+	FixedWindow:   "fixed-window",
+}
+
+// String returns the algorithm's name as accepted by [ParseAlgorithm].
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAlgorithm returns the algorithm named s ("sliding-window",
+// "token-bucket" or "fixed-window").
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if s == name {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want sliding-window, token-bucket or fixed-window)", ErrInvalidRule, s)
+}
+
+func (a Algorithm) valid() bool { return int(a) < len(algorithmNames) }
+
+// MaxNameLen is the longest policy name a [Rule] accepts.
+const MaxNameLen = 64
+
+// Rule is a rate-limit policy: at most Limit requests per Window, counted by
+// Algorithm. It is a comparable value; build it with [NewRule] (or the
+// [PerSecond], [PerMinute] and [PerHour] shorthands), which validates it.
+// A Rule that did not come from a constructor is checked by [Rule.Validate]
+// on every use.
+type Rule struct {
+	// Name names the policy in decisions, headers and metrics ("pix"). It
+	// also separates the state of two rules on the same key, so two rules
+	// with the same name and key share their count. 1 to 64 bytes of
+	// [A-Za-z0-9_.-].
+	Name string
+	// Limit is the number of requests allowed per Window; at least 1.
+	Limit int64
+	// Window is the period the limit applies to; at least one millisecond
+	// and a whole number of microseconds.
+	Window time.Duration
+	// Algorithm counts the requests; the zero value is SlidingWindow.
+	Algorithm Algorithm
+	// Burst is the bucket capacity of a TokenBucket rule: how many requests
+	// may come at once after a quiet period. Zero means Limit. Other
+	// algorithms require zero.
+	Burst int64
+}
+
+// NewRule returns a validated rule named name that allows limit requests
+// per window with the given algorithm.
+func NewRule(name string, limit int64, window time.Duration, alg Algorithm) (Rule, error) {
+	r := Rule{Name: name, Limit: limit, Window: window, Algorithm: alg}
+	return r, r.Validate()
+}
+
+// PerSecond returns a sliding-window rule of limit requests per second.
+func PerSecond(name string, limit int64) (Rule, error) {
+	return NewRule(name, limit, time.Second, SlidingWindow)
+}
+
+// PerMinute returns a sliding-window rule of limit requests per minute.
+func PerMinute(name string, limit int64) (Rule, error) {
+	return NewRule(name, limit, time.Minute, SlidingWindow)
+}
+
+// PerHour returns a sliding-window rule of limit requests per hour.
+func PerHour(name string, limit int64) (Rule, error) {
+	return NewRule(name, limit, time.Hour, SlidingWindow)
+}
+
+// WithBurst returns a copy of a TokenBucket rule with the given bucket
+// capacity, validated.
+func (r Rule) WithBurst(burst int64) (Rule, error) {
+	r.Burst = burst
+	return r, r.Validate()
+}
+
+// Capacity is the most requests the rule can admit at once: Burst for a
+// token bucket that sets it, Limit otherwise.
+func (r Rule) Capacity() int64 {
+	if r.Algorithm == TokenBucket && r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+// Validate reports every problem with r, each wrapping [ErrInvalidRule].
+func (r Rule) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: rule %q: "+format, append([]any{ErrInvalidRule, r.Name}, args...)...))
+	}
+	if r.Name == "" {
+		bad("name is empty")
+	} else if len(r.Name) > MaxNameLen {
+		bad("name is %d bytes long, at most %d allowed", len(r.Name), MaxNameLen)
+	} else if i := strings.IndexFunc(r.Name, func(c rune) bool { return !isNameByte(c) }); i >= 0 {
+		bad("name has %q at byte %d; use only A-Z a-z 0-9 _ . -", r.Name[i], i)
+	}
+	if r.Limit < 1 {
+		bad("limit is %d, must be at least 1", r.Limit)
+	}
+	if r.Window < time.Millisecond {
+		bad("window is %v, must be at least 1ms", r.Window)
+	} else if r.Window%time.Microsecond != 0 {
+		bad("window %v is not a whole number of microseconds", r.Window)
+	}
+	if !r.Algorithm.valid() {
+		bad("unknown algorithm %v", r.Algorithm)
+	}
+	switch {
+	case r.Burst < 0:
+		bad("burst is %d, must not be negative", r.Burst)
+	case r.Burst > 0 && r.Algorithm != TokenBucket:
+		bad("burst is only meaningful for token-bucket, not %v", r.Algorithm)
+	}
+	return errors.Join(errs...)
+}
+
+func isNameByte(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
+// String formats r as "name: 10/1m0s sliding-window" (with ", burst N" for a
+// token bucket that sets Burst).
+func (r Rule) String() string {
+	s := fmt.Sprintf("%s: %d/%v %v", r.Name, r.Limit, r.Window, r.Algorithm)
+	if r.Burst > 0 {
+		s += fmt.Sprintf(", burst %d", r.Burst)
+	}
+	return s
+}
+
+// ParseLimit parses a limit spec such as "10/1m", "30/60s", "5/10m" or
+// "100/1h" (a positive count, a slash and a Go duration; a bare unit such as
+// "10/m" means one of it) into a rule with the given name and algorithm.
+func ParseLimit(name, spec string, alg Algorithm) (Rule, error) {
+	count, per, ok := strings.Cut(strings.TrimSpace(spec), "/")
+	if !ok {
+		return Rule{}, fmt.Errorf("%w: limit %q: want COUNT/WINDOW such as 10/1m", ErrInvalidRule, spec)
+	}
+	limit, err := strconv.ParseInt(count, 10, 64)
+	if err != nil {
+		return Rule{}, fmt.Errorf("%w: limit %q: count %q is not a whole number", ErrInvalidRule, spec, count)
+	}
+	if per != "" && (per[0] >= 'a' && per[0] <= 'z' || per[0] >= 'A' && per[0] <= 'Z') {
+		per = "1" + per
+	}
+	window, err := time.ParseDuration(per)
+	if err != nil {
+		return Rule{}, fmt.Errorf("%w: limit %q: window %q is not a duration such as 1m or 10s", ErrInvalidRule, spec, per)
+	}
+	return NewRule(name, limit, window, alg)
+}

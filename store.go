@@ -1,0 +1,72 @@
+package floodgate
+
+import (
+	"context"
+	"time"
+)
+
+// Hit is one key checked against one rule: "this account, under the pix
+// rule, costs 1".
+type Hit struct {
+	// Rule is the policy that applies; it must be valid.
+	Rule Rule
+	// Key identifies who is limited (an account, an IP, a route). Any bytes
+	// of length 1 to MaxKeyLen are accepted; stores encode keys so that no
+	// value can change where or how their state is kept.
+	Key string
+	// Cost is how many requests this hit counts for; zero means 1. It may
+	// not exceed the rule's Capacity.
+	Cost int64
+}
+
+// MaxKeyLen is the longest key a [Hit] accepts: 1 MiB. Stores keep keys
+// longer than a few dozen bytes as a fixed-size digest.
+const MaxKeyLen = 1 << 20
+
+func (h Hit) cost() int64 {
+	if h.Cost == 0 {
+		return 1
+	}
+	return h.Cost
+}
+
+// Store keeps the state of the limits. Implementations must be safe for
+// concurrent use, and must pass the storetest conformance suite.
+//
+// Every method receives hits that the Limiter has validated: valid rules,
+// keys of 1 to MaxKeyLen bytes and costs of 1 to the rule's capacity.
+//
+// A store returns one [Result] per hit, in order. The time a store uses is
+// its own (the Redis server's clock, or an injected clock): the callers'
+// clocks are never trusted.
+type Store interface {
+	// Take checks every hit and, only if every hit is within its limit,
+	// records all of them under the identifier id; otherwise it records
+	// nothing. It is atomic: no concurrent Take on any of the keys may make
+	// a key admit more than its limit.
+	Take(ctx context.Context, id string, hits []Hit) ([]Result, error)
+	// Peek reports what Take would answer now, recording nothing.
+	Peek(ctx context.Context, hits []Hit) ([]Result, error)
+	// Refund undoes the hits recorded by the Take with identifier id. It is
+	// idempotent: a second Refund of the same id and hit changes nothing. A
+	// refund of an id that Take never recorded must not change any count of
+	// a sliding window; other algorithms may credit it.
+	Refund(ctx context.Context, id string, hits []Hit) error
+	// Reset forgets all state of key under rule, as if it had never been
+	// seen.
+	Reset(ctx context.Context, rule Rule, key string) error
+}
+
+// Result is what a store answers for one hit.
+type Result struct {
+	// Allowed reports whether the hit is within its limit.
+	Allowed bool
+	// Remaining is how many more requests of cost 1 the key could make
+	// right now (after this hit, if recorded).
+	Remaining int64
+	// ResetAfter is the time until the key's quota is fully available again.
+	ResetAfter time.Duration
+	// RetryAfter is zero when Allowed; otherwise the time until this hit
+	// would be allowed.
+	RetryAfter time.Duration
+}
