@@ -1,0 +1,153 @@
+package bank
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// FailureMode is what a route does when the shared store is unavailable.
+type FailureMode string
+
+// The failure modes a route may take.
+const (
+	FailClosed FailureMode = "closed" // deny with 429
+	FailOpen   FailureMode = "open"   // allow, unlimited
+	FailLocal  FailureMode = "local"  // per-replica in-memory limits
+)
+
+// Config is the bank service's configuration. Every field maps one-to-one
+// to an environment variable, named in its comment.
+type Config struct {
+	ListenAddr      string        // LISTEN_ADDR, default ":8080"
+	RedisURL        string        // REDIS_URL; empty: in-memory limits, per process
+	TrustedProxies  []string      // TRUSTED_PROXIES, comma-separated CIDRs or addresses
+	TokenSecret     string        // TOKEN_SECRET, at least 32 bytes; required with REDIS_URL
+	UsersFile       string        // USERS_FILE; empty: the built-in demo directory
+	DecisionTimeout time.Duration // DECISION_TIMEOUT, default 50ms
+	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error; default info
+	LogFormat       string        // LOG_FORMAT: text or json; default text
+
+	PIX          floodgate.Rule // LIMIT_PIX, default 10/1m, per account
+	Statement    floodgate.Rule // LIMIT_STATEMENT, default 30/1m, per account
+	LoginIP      floodgate.Rule // LIMIT_LOGIN_IP, default 10/10m, per client IP
+	LoginAccount floodgate.Rule // LIMIT_LOGIN_ACCOUNT, default 5/10m, per account or known device
+	GlobalIP     floodgate.Rule // LIMIT_GLOBAL_IP, default 3000/1m, per client IP on every route
+
+	FailurePIX       FailureMode // FAILURE_PIX, default closed
+	FailureStatement FailureMode // FAILURE_STATEMENT, default open
+	FailureLogin     FailureMode // FAILURE_LOGIN, default closed
+}
+
+// minSecret is the shortest TOKEN_SECRET accepted.
+const minSecret = 32
+
+// ConfigFromEnv reads the configuration through getenv (os.Getenv in
+// main) and validates it, listing every problem at once, each naming its
+// variable.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{ListenAddr: ":8080", DecisionTimeout: 50 * time.Millisecond, LogFormat: "text"}
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+	}
+	str := func(name string, dst *string) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			*dst = v
+		}
+	}
+	str("LISTEN_ADDR", &c.ListenAddr)
+	str("REDIS_URL", &c.RedisURL)
+	str("TOKEN_SECRET", &c.TokenSecret)
+	str("USERS_FILE", &c.UsersFile)
+	str("LOG_FORMAT", &c.LogFormat)
+	if v := getenv("TRUSTED_PROXIES"); strings.TrimSpace(v) != "" {
+		for p := range strings.SplitSeq(v, ",") {
+			p = strings.TrimSpace(p)
+			if _, err := netip.ParsePrefix(p); err != nil {
+				if _, err := netip.ParseAddr(p); err != nil {
+					bad("TRUSTED_PROXIES", "%q is neither a CIDR nor an IP address", p)
+					continue
+				}
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p)
+		}
+	}
+	if v := getenv("DECISION_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > 10*time.Second {
+			bad("DECISION_TIMEOUT", "%q is not a duration between 0 and 10s, such as 50ms", v)
+		}
+		c.DecisionTimeout = d
+	}
+	if v := getenv("LOG_LEVEL"); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", v)
+		}
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("LOG_FORMAT", "%q is not text or json", c.LogFormat)
+	}
+	limit := func(name, policy, def string, dst *floodgate.Rule) {
+		spec := def
+		if v := getenv(name); v != "" {
+			spec = v
+		}
+		r, err := floodgate.ParseLimit(policy, spec, floodgate.SlidingWindow)
+		if err != nil {
+			bad(name, "%v", err)
+		}
+		*dst = r
+	}
+	limit("LIMIT_PIX", "pix", "10/1m", &c.PIX)
+	limit("LIMIT_STATEMENT", "statement", "30/1m", &c.Statement)
+	limit("LIMIT_LOGIN_IP", "login-ip", "10/10m", &c.LoginIP)
+	limit("LIMIT_LOGIN_ACCOUNT", "login-account", "5/10m", &c.LoginAccount)
+	limit("LIMIT_GLOBAL_IP", "global-ip", "3000/1m", &c.GlobalIP)
+	mode := func(name string, def FailureMode, dst *FailureMode) {
+		*dst = def
+		switch v := FailureMode(getenv(name)); v {
+		case "":
+		case FailClosed, FailOpen, FailLocal:
+			*dst = v
+		default:
+			bad(name, "%q is not closed, open or local", v)
+		}
+	}
+	mode("FAILURE_PIX", FailClosed, &c.FailurePIX)
+	mode("FAILURE_STATEMENT", FailOpen, &c.FailureStatement)
+	mode("FAILURE_LOGIN", FailClosed, &c.FailureLogin)
+	switch {
+	case c.RedisURL != "" && c.TokenSecret == "":
+		bad("TOKEN_SECRET", "required when REDIS_URL is set: replicas must share it")
+	case c.TokenSecret != "" && len(c.TokenSecret) < minSecret:
+		bad("TOKEN_SECRET", "%d bytes is too short; use at least %d random bytes", len(c.TokenSecret), minSecret)
+	}
+	return c, errors.Join(errs...)
+}
+
+// LogValue prints the configuration with its secret redacted.
+func (c Config) LogValue() slog.Value {
+	redis := "in-memory (limits per process)"
+	if c.RedisURL != "" {
+		redis = "set"
+	}
+	return slog.GroupValue(
+		slog.String("listen_addr", c.ListenAddr),
+		slog.String("redis", redis),
+		slog.Any("trusted_proxies", c.TrustedProxies),
+		slog.Bool("token_secret_set", c.TokenSecret != ""),
+		slog.String("users_file", c.UsersFile),
+		slog.Duration("decision_timeout", c.DecisionTimeout),
+		slog.String("pix", c.PIX.String()+" fail-"+string(c.FailurePIX)),
+		slog.String("statement", c.Statement.String()+" fail-"+string(c.FailureStatement)),
+		slog.String("login_ip", c.LoginIP.String()+" fail-"+string(c.FailureLogin)),
+		slog.String("login_account", c.LoginAccount.String()),
+		slog.String("global_ip", c.GlobalIP.String()),
+	)
+}
