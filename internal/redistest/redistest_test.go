@@ -1,0 +1,138 @@
+package redistest
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+func TestAddrIsShared(t *testing.T) {
+	a := Addr(t)
+	if err := ping(a); err != nil {
+		t.Fatalf("PING %s: %v", a, err)
+	}
+	if b := Addr(t); b != a {
+		t.Fatalf("second Addr %s, first %s; the server must be shared", b, a)
+	}
+}
+
+func TestAddrFromEnv(t *testing.T) {
+	t.Setenv(EnvAddr, "192.0.2.1:6379")
+	if got := Addr(t); got != "192.0.2.1:6379" {
+		t.Fatalf("Addr = %q, want the address from %s", got, EnvAddr)
+	}
+}
+
+func TestServerLifecycle(t *testing.T) {
+	s := Start(t)
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("PING after Start: %v", err)
+	}
+	if !strings.HasPrefix(s.URL(), "redis://127.0.0.1:") {
+		t.Fatalf("URL %q", s.URL())
+	}
+	s.Kill()
+	s.Kill() // killing a killed server is fine
+	if err := ping(s.Addr()); err == nil {
+		t.Fatal("PING answered after Kill")
+	}
+	if err := s.Stop(); err == nil {
+		t.Fatal("Stop of a killed server succeeded")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := ping(s.Addr()); err == nil {
+		t.Fatal("PING answered while stopped")
+	}
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Fatalf("a stopped server failed PING after %v; it should hang until the deadline", d)
+	}
+	if err := s.Cont(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("PING after Cont: %v", err)
+	}
+	if err := s.Restart(); err != nil { // restart a running server
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("PING after a second Restart: %v", err)
+	}
+}
+
+func TestStartCluster(t *testing.T) {
+	s := StartCluster(t)
+	if slot, err := command(s.Addr(), "CLUSTER", "KEYSLOT", "somekey"); err != nil || slot != "11058" {
+		t.Fatalf("CLUSTER KEYSLOT: %q, %v", slot, err)
+	}
+	if reply, err := command(s.Addr(), "SET", "{a}x", "1"); err != nil || reply != "OK" {
+		t.Fatalf("SET on the cluster: %q, %v", reply, err)
+	}
+	if _, err := command(s.Addr(), "MSET", "{a}x", "1", "{b}x", "2"); err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Fatalf("cross-slot MSET: %v; want CROSSSLOT", err)
+	}
+}
+
+// fakeTB records Skip and Fatal and ends the goroutine, as testing.T does.
+type fakeTB struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (f *fakeTB) Helper() {}
+
+func (f *fakeTB) Skip(args ...any) {
+	f.skipped = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func (f *fakeTB) Fatal(args ...any) {
+	f.failed = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func inGoroutine(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// TestWithoutRedis checks what happens on a machine without redis-server:
+// a visible skip, except under CI=true where it is a failure.
+func TestWithoutRedis(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv(EnvAddr, "")
+	for _, ci := range []string{"", "true"} {
+		t.Setenv("CI", ci)
+		for name, f := range map[string]func(testing.TB){
+			"Addr":  func(tb testing.TB) { Addr(tb) },
+			"Start": func(tb testing.TB) { Start(tb) },
+		} {
+			fake := &fakeTB{TB: t}
+			inGoroutine(func() { f(fake) })
+			if ci == "true" {
+				if fake.failed == "" || !strings.Contains(fake.failed, "redis-server") {
+					t.Errorf("%s with CI=true: failed %q, skipped %q; want a failure", name, fake.failed, fake.skipped)
+				}
+			} else if fake.skipped == "" || !strings.Contains(fake.skipped, "redis-server is not on PATH") {
+				t.Errorf("%s without CI: failed %q, skipped %q; want a skip with the reason", name, fake.failed, fake.skipped)
+			}
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// benchKeys is the number of distinct keys the benchmarks spread over.
+const benchKeys = 10_000
+
+func benchmarkTake(b *testing.B, parallel bool) {
+	for _, alg := range algorithms {
+		b.Run(alg.String(), func(b *testing.B) {
+			s := newStore(b)
+			r := mustRule(b, "bench", 100, time.Minute, alg)
+			keys := make([]string, benchKeys)
+			for i := range keys {
+				keys[i] = "user-" + strconv.Itoa(i)
+			}
+			if len(keys) != benchKeys {
+				b.Fatalf("%d keys, want %d", len(keys), benchKeys)
+			}
+			var seq atomic.Uint64
+			take := func(ctx context.Context) {
+				n := seq.Add(1)
+				hit := []floodgate.Hit{{Rule: r, Key: keys[n%benchKeys]}}
+				if _, err := s.Take(ctx, "b"+strconv.FormatUint(n, 36), hit); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// A deadline, as a floodgate.Limiter always sets one.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			b.ReportAllocs()
+			b.ResetTimer()
+			if parallel {
+				// Many requests in flight per core, as in a busy server.
+				b.SetParallelism(16)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						take(ctx)
+					}
+				})
+			} else {
+				for b.Loop() {
+					take(ctx)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
+// BenchmarkTake measures one Take at a time: the round trip bounds it.
+func BenchmarkTake(b *testing.B) { benchmarkTake(b, false) }
+
+// BenchmarkTakeParallel measures 16 concurrent Takes per core, which
+// rueidis pipelines over its connections.
+func BenchmarkTakeParallel(b *testing.B) { benchmarkTake(b, true) }

@@ -1,0 +1,107 @@
+// Package redisstore is a [floodgate.Store] that keeps the limits in Redis,
+// so that every replica of a service that shares the Redis enforces them
+// together.
+//
+//	store, err := redisstore.New(ctx, redisstore.Options{URL: "redis://127.0.0.1:6379/0"})
+//	if err != nil { ... }             // only bad options fail
+//	defer store.Close()
+//	limiter, err := floodgate.New(store, floodgate.Options{})
+//
+// # Scripts and time
+//
+// Each Take, Peek and Refund is one call of a Lua script (take.lua,
+// refund.lua, embedded in the package; each opens with its KEYS, ARGV and
+// reply), sent as EVALSHA with a fallback to EVAL when the server answers
+// NOSCRIPT. A script is atomic on the server, so no interleaving of
+// replicas can make a key admit more than its limit, and a check of
+// several hits records all of them or none. One take script call can
+// carry several independent checks.
+//
+// Time is the Redis server's: the scripts call TIME and count in integer
+// microseconds, so replicas whose clocks disagree still agree on every
+// limit. A script that takes or refunds is never retried by the store: a
+// call that timed out on the client may still have run on the server.
+// Peek writes nothing and may be retried. Refund is idempotent, so a
+// caller may retry it.
+//
+// # Key layout
+//
+// Every key of one rule and one client key shares the hash tag
+// {<rule>:<key>}, so all of them live in one Redis Cluster slot:
+//
+//	<prefix>{<rule>:<key>}:s         sliding window: ZSET of admitted requests,
+//	                                 score = server time in µs, member = the
+//	                                 take's id (id.1, id.2, ... for a cost above 1)
+//	<prefix>{<rule>:<key>}:t         token bucket: string, the theoretical
+//	                                 arrival time (GCRA) in µs
+//	<prefix>{<rule>:<key>}:f         fixed window: string "<window index>:<count>"
+//	<prefix>{<rule>:<key>}:r:t:<id>  refund tombstones of a token bucket or
+//	<prefix>{<rule>:<key>}:r:f:<id>  fixed window: "1", so a refund credits once
+//
+// The prefix defaults to "fg:". The client's key goes through the same
+// encoding as every store's: kept as it is when it is at most 48 bytes of
+// [A-Za-z0-9_.@+=:/-], otherwise replaced by "~" and 24 characters of its
+// SHA-256. So no key, whatever its bytes (braces, newlines, invalid UTF-8,
+// a megabyte), can add a hash tag, move a key to another slot or make a
+// large key. Keys are kept in plain text: hash personal data such as tax
+// ids before using them as keys if Redis must not see them.
+//
+// Every key expires: a sliding window one window after its newest entry,
+// a token bucket when it is full again, a fixed window at the end of its
+// window, a tombstone after one window (token bucket: the longer of the
+// window and Burst times the emission interval).
+//
+// # Memory
+//
+// Measured with MEMORY USAGE on Redis 7.0 (64-bit, jemalloc), with the
+// default prefix, a rule named "login", 12-byte keys and the ids of a
+// floodgate.Limiter (about 14 bytes), each key full (key names
+// included):
+//
+//	sliding window, limit 10        392 bytes
+//	sliding window, limit 100     3,144 bytes   (about 31 bytes per entry)
+//	sliding window, limit 1000  101,936 bytes   (about 102 bytes per entry)
+//	token bucket                     72 bytes   (any limit)
+//	fixed window                     88 bytes   (any limit)
+//	refund tombstone                 88 bytes   (per refunded take, until it expires)
+//
+// A sorted set stays compact (a listpack) up to zset-max-listpack-entries
+// entries (128 by default) of up to 64 bytes; past that each entry costs
+// about three times as much. So a sliding window costs memory in
+// proportion to its limit: a million active keys at a limit of 10 take
+// about 400 MB, at a limit of 1000 about 100 GB, while a token bucket
+// takes about 72 MB for any limit. Prefer the sliding window for small
+// limits that must be exact (login, PIX transfers), the token bucket for
+// large limits (API quotas).
+//
+// # Redis modes
+//
+// [Options.URL] is parsed by rueidis.ParseURL:
+//
+//	redis://user:password@host:6379/0              standalone
+//	rediss://host:6380                             standalone over TLS
+//	unix:///run/redis/redis.sock?db=0              standalone on a Unix socket
+//	redis://s1:26379?addr=s2:26379&master_set=main Sentinel (the addresses are sentinels)
+//	redis://n1:6379?addr=n2:6379&addr=n3:6379      Cluster (detected by itself)
+//
+// or pass an existing rueidis client in [Options.Client]. Client-side
+// caching is off in clients the store builds; commands go to the primary.
+// On a Cluster, every hit of one check must live in one slot: a check of
+// two identities (an IP and an account) hashes to two slots and fails with
+// [ErrCrossSlot] for now. The scripts need Redis 5.0 or later; the tests
+// run against Redis 7.0.
+//
+// # Failures
+//
+// A store built from a URL connects in the background, so a service can
+// start while Redis is down: until Redis answers, calls fail at once with
+// an error wrapping floodgate.ErrStoreUnavailable, and a connection is
+// attempted at most every [Options.RedialInterval]. Once connected, rueidis
+// reconnects by itself. Every call returns when its context is done, even
+// when Redis hangs; the floodgate.Limiter gives each call its budget. Every
+// error the store returns starts with "redisstore: " and wraps
+// floodgate.ErrStoreUnavailable (and the cause, such as
+// context.DeadlineExceeded), floodgate.ErrClosed after Close, or
+// floodgate.ErrInvalidHit / floodgate.ErrInvalidRule for a hit the scripts
+// cannot compute exactly (windows longer than 2^51 µs, about 71 years).
+package redisstore

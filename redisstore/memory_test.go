@@ -1,0 +1,69 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestMemoryUsage measures MEMORY USAGE of full keys, with the Limiter's
+// own ids, the default prefix, a rule named "login" and 12-byte keys, for
+// the numbers in the package documentation (run with -v to see them). The
+// bounds are loose: they catch a layout that blows up, not allocator noise.
+func TestMemoryUsage(t *testing.T) {
+	s, err := New(ctx(t), Options{URL: "redis://" + redistest.Addr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := rawClient(t)
+	l, err := floodgate.New(s, floodgate.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := func(key string) int64 {
+		n, err := c.Do(ctx(t), c.B().MemoryUsage().Key(key).Samples(0).Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("MEMORY USAGE %s: %v", key, err)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		alg   floodgate.Algorithm
+		limit int64
+		max   int64
+	}{
+		{floodgate.SlidingWindow, 10, 1_000},
+		{floodgate.SlidingWindow, 100, 8_000},
+		{floodgate.SlidingWindow, 1000, 150_000},
+		{floodgate.TokenBucket, 100, 200},
+		{floodgate.FixedWindow, 100, 200},
+	} {
+		r := mustRule(t, "login", tc.limit, time.Hour, tc.alg)
+		key := randomPrefix()[7:19] // 12 random hex digits
+		var d floodgate.Decision
+		for range tc.limit {
+			if d, err = l.Allow(context.Background(), r, key); err != nil || !d.Allowed {
+				t.Fatalf("%v: %+v, %v", tc.alg, d, err)
+			}
+		}
+		n := usage(s.tag(r.Name, key) + p(t, tc.alg).suffix)
+		t.Logf("%v, limit %d, full: MEMORY USAGE %d bytes", tc.alg, tc.limit, n)
+		if n > tc.max {
+			t.Errorf("%v, limit %d: %d bytes, want at most %d", tc.alg, tc.limit, n, tc.max)
+		}
+		if tc.alg != floodgate.SlidingWindow {
+			if err := l.Refund(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			keys, err := c.Do(ctx(t), c.B().Keys().Pattern(s.tag(r.Name, key)+"r:*").Build()).AsStrSlice()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("tombstones: %q, %v", keys, err)
+			}
+			t.Logf("%v refund tombstone %q: MEMORY USAGE %d bytes", tc.alg, keys[0], usage(keys[0]))
+		}
+	}
+}

@@ -1,0 +1,534 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/storetest"
+	"github.com/redis/rueidis"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// randomPrefix returns a fresh key prefix, so that tests never share state
+// on a shared server and never need a FLUSHDB.
+func randomPrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "fgtest:" + hex.EncodeToString(b[:]) + ":"
+}
+
+// newStore returns a store on the shared test Redis, with a random prefix,
+// closed when t ends.
+func newStore(t testing.TB) *Store {
+	t.Helper()
+	return newStoreOn(t, redistest.Addr(t))
+}
+
+func newStoreOn(t testing.TB, addr string) *Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := New(ctx, Options{URL: "redis://" + addr, Prefix: randomPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// rawClient returns a plain client on the shared test Redis, to look at
+// what the store wrote.
+func rawClient(t testing.TB) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Addr(t)}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func mustRule(t testing.TB, name string, limit int64, window time.Duration, alg floodgate.Algorithm) floodgate.Rule {
+	t.Helper()
+	r, err := floodgate.NewRule(name, limit, window, alg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+var algorithms = []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) floodgate.Store { return newStore(t) })
+}
+
+func TestKeyLayout(t *testing.T) {
+	s := &Store{prefix: "fg:"}
+	for _, tc := range []struct {
+		name, key string
+		alg       floodgate.Algorithm
+		want      string
+	}{
+		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:s"},
+		{"pix", "acct-42", floodgate.TokenBucket, "fg:{pix:acct-42}:t"},
+		{"api", "192.0.2.1", floodgate.FixedWindow, "fg:{api:192.0.2.1}:f"},
+		{"login", "{evil}", floodgate.SlidingWindow, "fg:{login:~"},
+	} {
+		p, err := params(floodgate.Hit{Rule: mustRule(t, tc.name, 10, time.Minute, tc.alg), Key: tc.key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.tag(tc.name, tc.key) + p.suffix
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("key of %s/%q: got %q, want %q", tc.name, tc.key, got, tc.want)
+		}
+	}
+}
+
+// TestHostileKeysHaveOneHashTag checks that no client-supplied key can
+// add, move or break the hash tag that pins a key to a Cluster slot, nor
+// bring megabytes into Redis.
+func TestHostileKeysHaveOneHashTag(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	r := mustRule(t, "hostile", 5, time.Minute, floodgate.SlidingWindow)
+	for _, k := range []string{
+		"{a}", "a}{b", "}{", "{{}}", "line\nbreak", "\r\n", "nul\x00", "\xff\xfe", strings.Repeat("m", floodgate.MaxKeyLen), "ok-key",
+	} {
+		key := s.tag(r.Name, k) + "s"
+		if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || strings.Index(key, "{") > strings.Index(key, "}") {
+			t.Errorf("key %.20q: store key %q must have exactly one hash tag", k, key)
+		}
+		if len(key) > 100 {
+			t.Errorf("key of %d bytes: store key is %d bytes; long keys must be digested", len(k), len(key))
+		}
+		if _, err := s.Take(ctx(t), "id1", []floodgate.Hit{{Rule: r, Key: k}}); err != nil {
+			t.Fatalf("key %.20q: %v", k, err)
+		}
+		if n, err := c.Do(ctx(t), c.B().Zcard().Key(key).Build()).AsInt64(); err != nil || n != 1 {
+			t.Errorf("key %.20q: ZCARD %s = %d, %v; want 1", k, key, n, err)
+		}
+	}
+}
+
+// TestEveryKeyHasTTL checks that every key a take or refund writes expires
+// within the rule's window.
+func TestEveryKeyHasTTL(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	for _, alg := range algorithms {
+		r := mustRule(t, "ttl", 10, time.Minute, alg)
+		hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}
+		if _, err := s.Take(ctx(t), "take-1", hits); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Take(ctx(t), "take-2", hits); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Refund(ctx(t), "take-1", hits); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := c.Do(ctx(t), c.B().Keys().Pattern(s.prefix+"*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := s.tag("ttl", "k")
+	want := []string{tag + "s", tag + "t", tag + "f", tag + "r:t:take-1", tag + "r:f:take-1"}
+	slices.Sort(keys)
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Fatalf("keys %q, want %q", keys, want)
+	}
+	for _, k := range keys {
+		ttl, err := c.Do(ctx(t), c.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= 0 || ttl > time.Minute.Milliseconds() {
+			t.Errorf("PTTL %s = %d; every key must expire within the window", k, ttl)
+		}
+	}
+}
+
+func p(t testing.TB, alg floodgate.Algorithm) hitParams {
+	hp, err := params(floodgate.Hit{Rule: mustRule(t, "x", 10, time.Minute, alg), Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hp
+}
+
+// TestMembersAreUniqueInOneInstant records two takes in one script call,
+// where TIME is frozen: both must count.
+func TestMembersAreUniqueInOneInstant(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	r := mustRule(t, "same", 10, time.Minute, floodgate.SlidingWindow)
+	hit := []floodgate.Hit{{Rule: r, Key: "k"}}
+	res, err := s.run(ctx(t), "take", true, []group{{"a", hit}, {"b", hit}, {"c", []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 3 || res[0][0].Remaining != 9 || res[1][0].Remaining != 8 || res[2][0].Remaining != 5 {
+		t.Fatalf("got %+v; each group must see what the groups before it recorded", res)
+	}
+	members, err := c.Do(ctx(t), c.B().Zrange().Key(s.tag("same", "k")+"s").Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 5 {
+		t.Fatalf("members %v; want 5, one per unit of cost", members)
+	}
+	for _, m := range members[1:] {
+		if m.Score != members[0].Score {
+			t.Fatalf("members %v; one script call must see one instant", members)
+		}
+	}
+}
+
+// TestGroupsAreIndependent checks that a denied group of a batched call
+// records nothing and does not stop the others.
+func TestGroupsAreIndependent(t *testing.T) {
+	s := newStore(t)
+	for _, alg := range algorithms {
+		ip := mustRule(t, "ip", 5, time.Minute, alg)
+		acct := mustRule(t, "acct", 1, time.Minute, alg)
+		a := floodgate.Hit{Rule: ip, Key: "1"}
+		b := floodgate.Hit{Rule: acct, Key: "x"}
+		res, err := s.run(ctx(t), "take", true, []group{
+			{"g1", []floodgate.Hit{a, b}}, // allowed
+			{"g2", []floodgate.Hit{a, b}}, // denied by acct: records nothing
+			{"g3", []floodgate.Hit{a}},    // allowed
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res[0][0].Allowed || !res[0][1].Allowed || res[1][1].Allowed || !res[1][0].Allowed || !res[2][0].Allowed {
+			t.Fatalf("%v: got %+v", alg, res)
+		}
+		if res[2][0].Remaining != 3 {
+			t.Fatalf("%v: ip remaining after g1 and g3: %d, want 3; a denied group must record nothing", alg, res[2][0].Remaining)
+		}
+	}
+}
+
+// TestReusedIDStillCounts checks that a caller reusing a take id cannot
+// make a sliding window under-count.
+func TestReusedIDStillCounts(t *testing.T) {
+	s := newStore(t)
+	r := mustRule(t, "reuse", 3, time.Minute, floodgate.SlidingWindow)
+	hits := []floodgate.Hit{{Rule: r, Key: "k"}}
+	for i := range 4 {
+		res, err := s.Take(ctx(t), "same-id", hits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Allowed != (i < 3) {
+			t.Fatalf("take %d with a reused id: %+v", i+1, res[0])
+		}
+	}
+}
+
+func TestRefundIsIdempotent(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	for _, alg := range algorithms {
+		r := mustRule(t, "refund", 4, time.Minute, alg)
+		hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 2}}
+		for _, id := range []string{"t1", "t2"} {
+			if _, err := s.Take(ctx(t), id, hits); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 3 {
+			if err := s.Refund(ctx(t), "t1", hits); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "k"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res[0].Remaining != 1 {
+				t.Fatalf("%v: refund %d of the same take: Remaining %d after a peek of 1, want 1; Refund must credit once", alg, i+1, res[0].Remaining)
+			}
+		}
+		if alg == floodgate.SlidingWindow {
+			continue
+		}
+		tomb := s.tag("refund", "k") + "r:" + p(t, alg).suffix + ":t1"
+		if ttl, err := c.Do(ctx(t), c.B().Pttl().Key(tomb).Build()).AsInt64(); err != nil || ttl <= 0 {
+			t.Fatalf("%v: tombstone %s PTTL %d, %v; want a positive TTL", alg, tomb, ttl, err)
+		}
+	}
+}
+
+func TestRefundScriptReportsChanges(t *testing.T) {
+	s := newStore(t)
+	c, err := s.conn(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustRule(t, "rs", 4, time.Minute, floodgate.TokenBucket)
+	if _, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{s.tag("rs", "k") + "t", s.tag("rs", "k") + "r:t:id"}
+	args := []string{"id", "t", "1", "15000000", "60000"}
+	for i, want := range []int64{1, 0, 0} {
+		n, err := refundScript.Exec(ctx(t), c, keys, args).AsInt64()
+		if err != nil || n != want {
+			t.Fatalf("refund %d: changed %d, %v; want %d", i+1, n, err, want)
+		}
+	}
+}
+
+func TestNoscriptFallback(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	r := mustRule(t, "noscript", 10, time.Minute, floodgate.SlidingWindow)
+	hits := []floodgate.Hit{{Rule: r, Key: "k"}}
+	for i := range 3 {
+		if err := c.Do(ctx(t), c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Take(ctx(t), "id"+string(rune('a'+i)), hits)
+		if err != nil {
+			t.Fatalf("take after SCRIPT FLUSH: %v", err)
+		}
+		if res[0].Remaining != int64(9-i) {
+			t.Fatalf("take %d after SCRIPT FLUSH: %+v; the fallback must run the script exactly once", i+1, res[0])
+		}
+		if err := c.Do(ctx(t), c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Peek(ctx(t), hits); err != nil {
+			t.Fatalf("peek after SCRIPT FLUSH: %v", err)
+		}
+		if err := c.Do(ctx(t), c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Refund(ctx(t), "nothing", hits); err != nil {
+			t.Fatalf("refund after SCRIPT FLUSH: %v", err)
+		}
+	}
+}
+
+// recorder is a client that records whether each script command may be
+// retried by rueidis.
+type recorder struct {
+	rueidis.Client
+	retryable map[string][]bool // by first word of the command
+}
+
+func (r *recorder) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	name := cmd.Commands()[0]
+	r.retryable[name] = append(r.retryable[name], cmd.IsRetryable())
+	return r.Client.Do(ctx, cmd)
+}
+
+// TestTakeIsNeverRetried checks the commands the scripts send: rueidis
+// may retry a command marked retryable after a network error, which would
+// record a take twice.
+func TestTakeIsNeverRetried(t *testing.T) {
+	rec := &recorder{Client: rawClient(t), retryable: map[string][]bool{}}
+	s, err := New(ctx(t), Options{Client: rec, Prefix: randomPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	hits := []floodgate.Hit{{Rule: mustRule(t, "retry", 10, time.Minute, floodgate.TokenBucket), Key: "k"}}
+	if _, err := s.Take(ctx(t), "id", hits); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Refund(ctx(t), "id", hits); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Client.Do(ctx(t), rec.Client.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Take(ctx(t), "id2", hits); err != nil { // EVALSHA, NOSCRIPT, EVAL
+		t.Fatal(err)
+	}
+	for _, name := range []string{"EVALSHA", "EVAL"} {
+		if len(rec.retryable[name]) == 0 {
+			t.Fatalf("no %s sent: %v", name, rec.retryable)
+		}
+		for _, r := range rec.retryable[name] {
+			if r {
+				t.Fatalf("%s sent as retryable: %v; a write script must never be retried blindly", name, rec.retryable)
+			}
+		}
+	}
+	rec.retryable = map[string][]bool{}
+	if _, err := s.Peek(ctx(t), hits); err != nil {
+		t.Fatal(err)
+	}
+	if r := rec.retryable["EVALSHA"]; len(r) != 1 || !r[0] {
+		t.Fatalf("peek: %v; the read-only peek may be retried", rec.retryable)
+	}
+}
+
+// TestBadStateIsAnError checks that state the store did not write (or a
+// key of another type) yields an error, never a panic or a decision.
+func TestBadStateIsAnError(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	for _, alg := range algorithms {
+		r := mustRule(t, "bad", 10, time.Minute, alg)
+		key := s.tag("bad", "k") + p(t, alg).suffix
+		var cmd rueidis.Completed
+		if alg == floodgate.SlidingWindow {
+			cmd = c.B().Set().Key(key).Value("not a zset").Build()
+		} else {
+			cmd = c.B().Set().Key(key).Value("garbage").Build()
+		}
+		if err := c.Do(ctx(t), cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k"}})
+		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "redisstore: take: ") {
+			t.Errorf("%v: take on a corrupt key: %v; want an error wrapping ErrStoreUnavailable", alg, err)
+		}
+	}
+}
+
+func TestInvalidHits(t *testing.T) {
+	s := newStore(t)
+	r := mustRule(t, "inv", 3, time.Minute, floodgate.SlidingWindow)
+	for _, tc := range []struct {
+		name string
+		hits []floodgate.Hit
+		want error
+	}{
+		{"no hits", nil, floodgate.ErrInvalidHit},
+		{"cost above capacity", []floodgate.Hit{{Rule: r, Key: "k", Cost: 4}}, floodgate.ErrInvalidHit},
+		{"negative cost", []floodgate.Hit{{Rule: r, Key: "k", Cost: -1}}, floodgate.ErrInvalidHit},
+		{"same key twice", []floodgate.Hit{{Rule: r, Key: "k"}, {Rule: r, Key: "k"}}, floodgate.ErrInvalidHit},
+		{"window too long", []floodgate.Hit{{Rule: mustRule(t, "long", 1, 100*365*24*time.Hour, floodgate.SlidingWindow), Key: "k"}}, floodgate.ErrInvalidRule},
+		{"unknown algorithm", []floodgate.Hit{{Rule: floodgate.Rule{Name: "x", Limit: 1, Window: time.Second, Algorithm: 9}, Key: "k"}}, floodgate.ErrInvalidRule},
+	} {
+		if _, err := s.Take(ctx(t), "id", tc.hits); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestClose(t *testing.T) {
+	s := newStore(t)
+	hits := []floodgate.Hit{{Rule: mustRule(t, "close", 3, time.Minute, floodgate.SlidingWindow), Key: "k"}}
+	if _, err := s.Take(ctx(t), "id", hits); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	_, err1 := s.Take(ctx(t), "id", hits)
+	_, err2 := s.Peek(ctx(t), hits)
+	err3 := s.Refund(ctx(t), "id", hits)
+	err4 := s.Reset(ctx(t), hits[0].Rule, "k")
+	err5 := s.Ping(ctx(t))
+	for i, err := range []error{err1, err2, err3, err4, err5} {
+		if !errors.Is(err, floodgate.ErrClosed) {
+			t.Errorf("call %d after Close: %v; want ErrClosed", i+1, err)
+		}
+	}
+}
+
+func TestCloseLeavesAGivenClientOpen(t *testing.T) {
+	c := rawClient(t)
+	s, err := New(ctx(t), Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := c.Do(ctx(t), c.B().Ping().Build()).Error(); err != nil {
+		t.Fatalf("the caller's client after Close: %v; the store must not close a client it did not build", err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	c := rawClient(t)
+	for _, tc := range []struct {
+		name string
+		opts Options
+		ok   bool
+	}{
+		{"url", Options{URL: "redis://127.0.0.1:6379/0"}, true},
+		{"tls url", Options{URL: "rediss://user:pw@redis.example:6380"}, true},
+		{"unix url", Options{URL: "unix:///run/redis.sock"}, true},
+		{"sentinel url", Options{URL: "redis://192.0.2.1:26379?master_set=main&addr=192.0.2.2:26379"}, true},
+		{"client", Options{Client: c, Prefix: "app:rl:"}, true},
+		{"nothing", Options{}, false},
+		{"both", Options{URL: "redis://127.0.0.1", Client: c}, false},
+		{"bad scheme", Options{URL: "http://127.0.0.1"}, false},
+		{"bad db", Options{URL: "redis://127.0.0.1/x"}, false},
+		{"brace in prefix", Options{URL: "redis://127.0.0.1", Prefix: "a{b"}, false},
+		{"long prefix", Options{URL: "redis://127.0.0.1", Prefix: strings.Repeat("p", MaxPrefixLen+1)}, false},
+		{"negative timeouts", Options{URL: "redis://127.0.0.1", DialTimeout: -1, RedialInterval: -1}, false},
+	} {
+		err := tc.opts.Validate()
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidOptions)) {
+			t.Errorf("%s: Validate() = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if _, err := New(ctx(t), tc.opts); !tc.ok && !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%s: New = %v, want ErrInvalidOptions", tc.name, err)
+		}
+	}
+}
+
+func TestPing(t *testing.T) {
+	if err := newStore(t).Ping(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTimeIsTheServers checks the scores against the server's TIME.
+func TestTimeIsTheServers(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	r := mustRule(t, "clock", 10, time.Minute, floodgate.SlidingWindow)
+	before := serverTime(t, c)
+	if _, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	after := serverTime(t, c)
+	z, err := c.Do(ctx(t), c.B().Zscore().Key(s.tag("clock", "k")+"s").Member("id").Build()).AsFloat64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(z) < before || int64(z) > after {
+		t.Fatalf("score %d not within the server's TIME %d..%d (µs)", int64(z), before, after)
+	}
+}
+
+func serverTime(t testing.TB, c rueidis.Client) int64 {
+	t.Helper()
+	v, err := c.Do(ctx(t), c.B().Time().Build()).AsIntSlice()
+	if err != nil || len(v) != 2 {
+		t.Fatalf("TIME: %v %v", v, err)
+	}
+	return v[0]*1e6 + v[1]
+}

@@ -1,0 +1,106 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/redis/rueidis"
+)
+
+func TestResultChecksInvariants(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    [4]int64
+		want floodgate.Result
+		ok   bool
+	}{
+		{"allowed", [4]int64{1, 3, 60_000_000, 0}, floodgate.Result{Allowed: true, Remaining: 3, ResetAfter: time.Minute}, true},
+		{"denied", [4]int64{0, 0, 1_500, 250}, floodgate.Result{ResetAfter: 1500 * time.Microsecond, RetryAfter: 250 * time.Microsecond}, true},
+		{"allowed is 2", [4]int64{2, 0, 0, 0}, floodgate.Result{}, false},
+		{"allowed is -1", [4]int64{-1, 0, 0, 1}, floodgate.Result{}, false},
+		{"negative remaining", [4]int64{1, -1, 0, 0}, floodgate.Result{}, false},
+		{"negative reset", [4]int64{1, 0, -5, 0}, floodgate.Result{}, false},
+		{"negative retry", [4]int64{0, 0, 5, -5}, floodgate.Result{}, false},
+		{"reset overflows", [4]int64{1, 0, 1 << 62, 0}, floodgate.Result{}, false},
+		{"retry overflows", [4]int64{0, 0, 0, 1 << 62}, floodgate.Result{}, false},
+		{"allowed with retry", [4]int64{1, 0, 5, 5}, floodgate.Result{}, false},
+		{"denied without retry", [4]int64{0, 0, 5, 0}, floodgate.Result{}, false},
+	} {
+		got, err := result(tc.v)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("%s: result(%v) = %+v, %v; want %+v, ok=%v", tc.name, tc.v, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestParseResultsRejectsMalformedReplies feeds the parser real replies of
+// the wrong shape, produced by Redis itself.
+func TestParseResultsRejectsMalformedReplies(t *testing.T) {
+	c := rawClient(t)
+	for _, src := range []string{
+		"return {1, 2, 3}",
+		"return {1, 2, 3, 4, 5}",
+		"return {1, 'two', 3, 0}",
+		"return {1, {2}, 3, 0}",
+		"return {1, 2, 3, 0, 1, 2, 3, 0}",
+		"return {2, 0, 0, 0}",
+		"return {}",
+		"return 'OK'",
+		"return 7",
+		"return nil",
+		"return redis.error_reply('boom')",
+		"return {1, 2, 3, 1}",
+	} {
+		msgs, err := c.Do(ctx(t), c.B().Eval().Script(src).Numkeys(0).Build()).ToArray()
+		if err != nil {
+			continue // not an array: run reports it as an error
+		}
+		if res, err := parseResults(msgs, []int{1}); err == nil || !errors.Is(err, errMalformed) {
+			t.Errorf("%s: parsed as %+v, %v; want an error", src, res, err)
+		}
+	}
+	// And the good shape, for two groups.
+	msgs, err := c.Do(ctx(t), c.B().Eval().Script("return {1, 9, 60000000, 0, 0, 0, 10, 5}").Numkeys(0).Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := parseResults(msgs, []int{1, 1})
+	if err != nil || len(res) != 2 || !res[0][0].Allowed || res[1][0].RetryAfter != 5*time.Microsecond {
+		t.Fatalf("good reply: %+v, %v", res, err)
+	}
+}
+
+// bogus is a client whose script calls run src instead: a server that
+// answers nonsense.
+type bogus struct {
+	rueidis.Client
+	src string
+}
+
+func (b *bogus) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if name := cmd.Commands()[0]; name == "EVALSHA" || name == "EVAL" {
+		return b.Client.Do(ctx, b.Client.B().Eval().Script(b.src).Numkeys(0).Build())
+	}
+	return b.Client.Do(ctx, cmd)
+}
+
+func TestMalformedReplyIsAnError(t *testing.T) {
+	hits := []floodgate.Hit{{Rule: mustRule(t, "bogus", 10, time.Minute, floodgate.SlidingWindow), Key: "k"}}
+	for _, src := range []string{"return 'OK'", "return {1, 2}", "return {1, 'x', 3, 0}", "return nil", "return redis.error_reply('ERR boom')"} {
+		s, err := New(ctx(t), Options{Client: &bogus{Client: rawClient(t), src: src}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Take(ctx(t), "id", hits)
+		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "redisstore: take: ") {
+			t.Errorf("%s: Take = %v; want an error wrapping ErrStoreUnavailable", src, err)
+		}
+		if _, err := s.Peek(ctx(t), hits); err == nil {
+			t.Errorf("%s: Peek succeeded on a malformed reply", src)
+		}
+	}
+}
