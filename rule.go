@@ -57,6 +57,10 @@ func (a Algorithm) valid() bool { return int(a) < len(algorithmNames) }
 // MaxNameLen is the longest policy name a [Rule] accepts.
 const MaxNameLen = 64
 
+// MaxWindow is the longest window a [Rule] accepts: ten years. It keeps
+// every store's arithmetic in microseconds exact (below 2^51).
+const MaxWindow = 10 * 365 * 24 * time.Hour
+
 // Rule is a rate-limit policy: at most Limit requests per Window, counted by
 // Algorithm. It is a comparable value; build it with [NewRule] (or the
 // [PerSecond], [PerMinute] and [PerHour] shorthands), which validates it.
@@ -137,6 +141,8 @@ func (r Rule) Validate() error {
 	}
 	if r.Window < time.Millisecond {
 		bad("window is %v, must be at least 1ms", r.Window)
+	} else if r.Window > MaxWindow {
+		bad("window is %v, at most %v (ten years) allowed", r.Window, MaxWindow)
 	} else if r.Window%time.Microsecond != 0 {
 		bad("window %v is not a whole number of microseconds", r.Window)
 	}
@@ -148,6 +154,8 @@ func (r Rule) Validate() error {
 		bad("burst is %d, must not be negative", r.Burst)
 	case r.Burst > 0 && r.Algorithm != TokenBucket:
 		bad("burst is only meaningful for token-bucket, not %v", r.Algorithm)
+	case r.Burst > 0 && r.Limit > 0 && r.Window > 0 && r.Burst/r.Limit > int64(MaxWindow/r.Window):
+		bad("burst %d takes longer than %v to refill", r.Burst, MaxWindow)
 	}
 	return errors.Join(errs...)
 }
