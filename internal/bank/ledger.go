@@ -1,8 +1,6 @@
 package bank
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
 	"time"
 )
@@ -32,9 +30,7 @@ func NewLedger() *Ledger { return &Ledger{transfers: make(map[string][]Transfer)
 
 // Add records a transfer out of account and returns it.
 func (l *Ledger) Add(account, key string, cents int64, now time.Time) Transfer {
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	t := Transfer{ID: hex.EncodeToString(id[:]), Key: key, AmountCents: cents, CreatedAt: now.UTC()}
+	t := Transfer{ID: randomID(), Key: key, AmountCents: cents, CreatedAt: now.UTC()}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ts := append(l.transfers[account], t)
@@ -51,3 +47,4 @@ func (l *Ledger) Statement(account string) []Transfer {
 	defer l.mu.Unlock()
 	return append([]Transfer(nil), l.transfers[account]...)
 }
+

@@ -1,0 +1,89 @@
+// Command bankapi serves floodgate's reference bank: PIX transfers, the
+// statement and login, rate limited as the seed describes. It is
+// configured from the environment (see the README); a bad configuration
+// lists every problem and exits with status 2.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/bank"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }() // a second signal ends the process at once
+	err := run(ctx, os.Getenv, os.Stderr, nil)
+	var cfgErr configError
+	switch {
+	case errors.As(err, &cfgErr):
+		fmt.Fprintf(os.Stderr, "bankapi: invalid configuration:\n%v\n", cfgErr.err)
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "bankapi:", err)
+		os.Exit(1)
+	}
+}
+
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+
+// run serves until ctx is done, then shuts down gracefully. If ready is
+// not nil, it receives the listening address once the server accepts
+// connections.
+func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready chan<- string) error {
+	cfg, err := bank.ConfigFromEnv(getenv)
+	if err != nil {
+		return configError{err}
+	}
+	var h slog.Handler = slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel})
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel})
+	}
+	logger := slog.New(h)
+	logger.Info("starting bankapi", "config", cfg)
+	app, err := bank.NewApp(ctx, cfg, logger, nil)
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           app.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String())
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}

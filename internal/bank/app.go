@@ -1,0 +1,118 @@
+package bank
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/redisstore"
+)
+
+// App is a bank service built from a [Config]: its store, limiter and
+// server.
+type App struct {
+	*Server
+	closers []func() error
+}
+
+// breakerCooldown is how long the breaker keeps a failed store open before
+// it probes again.
+const breakerCooldown = 2 * time.Second
+
+// NewApp builds the service that cfg describes: a Redis store behind a
+// circuit breaker when REDIS_URL is set (it starts even while Redis is
+// down), the in-memory store otherwise. ledger may be shared by replicas in
+// one process; nil means a new one.
+func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, ledger *Ledger) (*App, error) {
+	a := &App{}
+	if ledger == nil {
+		ledger = NewLedger()
+	}
+	users, err := loadUsers(cfg.UsersFile)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TokenSecret == "" {
+		logger.Warn("TOKEN_SECRET is not set: tokens and device cookies are signed with a random secret of this process only")
+		cfg.TokenSecret = randomID() + randomID()
+	}
+	var store floodgate.Store
+	ready := func(context.Context) error { return nil }
+	if cfg.RedisURL == "" {
+		logger.Warn("REDIS_URL is not set: limits are kept in this process's memory and are not shared between replicas")
+		ms := memstore.New(memstore.Options{})
+		a.closers = append(a.closers, ms.Close)
+		store = ms
+	} else {
+		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL})
+		if err != nil {
+			return nil, fmt.Errorf("bank: REDIS_URL: %w", err)
+		}
+		a.closers = append(a.closers, rs.Close)
+		br, err := breakerstore.New(rs, breakerstore.Options{
+			Name:     "redis",
+			Cooldown: breakerCooldown,
+			OnStateChange: func(name string, from, to breakerstore.State) {
+				logger.Warn("store circuit breaker", "store", name, "from", from.String(), "to", to.String())
+			},
+		})
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("bank: %w", err)
+		}
+		store, ready = br, rs.Ping
+	}
+	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Ready: ready, Users: users, Ledger: ledger, Logger: logger})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.Server = srv
+	a.closers = append([]func() error{srv.Close}, a.closers...)
+	return a, nil
+}
+
+// Close releases the server, then the store.
+func (a *App) Close() error {
+	var errs []error
+	for _, c := range a.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+func loadUsers(path string) (*Directory, error) {
+	if path == "" {
+		return DemoDirectory()
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("USERS_FILE: %w", err)
+	}
+	defer f.Close()
+	d, err := ReadUsers(f)
+	if err != nil {
+		return nil, fmt.Errorf("USERS_FILE %s: %w", path, err)
+	}
+	return d, nil
+}
+
+// randomID returns 16 random bytes in hex.
+func randomID() string {
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	return hex.EncodeToString(id[:])
+}

@@ -1,0 +1,293 @@
+// Package bank is floodgate's reference service: a digital bank whose PIX
+// transfers, statement and login are rate limited as the seed describes.
+// It uses only floodgate's public API, like any user would.
+package bank
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/httplimit"
+)
+
+// Deps is what a [Server] is built from.
+type Deps struct {
+	Config Config
+	// Limiter decides against the shared store (Redis, or memory).
+	Limiter *floodgate.Limiter
+	// Ready reports whether the shared store is reachable, for /readyz.
+	Ready func(ctx context.Context) error
+	// Users is the account directory.
+	Users *Directory
+	// Ledger holds the transfers; replicas in one process may share it.
+	Ledger *Ledger
+	// Logger receives the service's logs. Nil discards them.
+	Logger *slog.Logger
+	// Registry receives the metrics served on /metrics. Nil means a new one.
+	Registry *prometheus.Registry
+	// Now is the clock of tokens and transfers. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the bank's HTTP service.
+type Server struct {
+	deps    Deps
+	keys    Keys
+	limits  *httplimit.Limiter
+	handler http.Handler
+}
+
+// Token and device cookie lifetimes, and the device cookie's name.
+const (
+	tokenTTL     = 15 * time.Minute
+	deviceTTL    = 90 * 24 * time.Hour
+	DeviceCookie = "fg_device"
+	maxBody      = 4 << 10
+)
+
+// NewServer builds the service and its routes.
+func NewServer(d Deps) (*Server, error) {
+	if d.Limiter == nil || d.Users == nil || d.Ledger == nil {
+		return nil, errors.New("bank: NewServer needs a Limiter, Users and a Ledger")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Registry == nil {
+		d.Registry = prometheus.NewRegistry()
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Ready == nil {
+		d.Ready = func(context.Context) error { return nil }
+	}
+	c := d.Config
+	resolver, err := clientip.New(clientip.Options{TrustedProxies: c.TrustedProxies})
+	if err != nil {
+		return nil, fmt.Errorf("bank: %w", err)
+	}
+	limits, err := httplimit.New(httplimit.Options{Limiter: d.Limiter, Registerer: d.Registry, Logger: d.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("bank: %w", err)
+	}
+	s := &Server{deps: d, keys: NewKeys([]byte(c.TokenSecret)), limits: limits}
+	byIP := httplimit.ClientIP(resolver)
+	global := httplimit.Limit{Rule: c.GlobalIP, Key: byIP}
+	routes := []struct {
+		pattern string
+		route   httplimit.Route
+		handler http.Handler
+		wrap    func(http.Handler) http.Handler
+	}{
+		{"POST /login", httplimit.Route{
+			Name: "login", Opaque: true, Failure: failure(c.FailureLogin),
+			Limits: []httplimit.Limit{global, {Rule: c.LoginIP, Key: byIP}, {Rule: c.LoginAccount, Key: loginKey}},
+		}, http.HandlerFunc(s.login), s.parseLogin},
+		{"POST /pix", httplimit.Route{
+			Name: "pix", Failure: failure(c.FailurePIX),
+			Limits: []httplimit.Limit{global, {Rule: c.PIX, Key: httplimit.Principal}},
+		}, http.HandlerFunc(s.pix), s.authenticate},
+		{"GET /statement", httplimit.Route{
+			Name: "statement", Failure: failure(c.FailureStatement),
+			Limits: []httplimit.Limit{global, {Rule: c.Statement, Key: httplimit.Principal}},
+		}, http.HandlerFunc(s.statement), s.authenticate},
+	}
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		limit, err := limits.Middleware(rt.route)
+		if err != nil {
+			limits.Close()
+			return nil, fmt.Errorf("bank: route %s: %w", rt.pattern, err)
+		}
+		mux.Handle(rt.pattern, rt.wrap(limit(rt.handler)))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
+	})
+	mux.HandleFunc("GET /readyz", s.ready)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{}))
+	s.handler = mux
+	return s, nil
+}
+
+// Handler returns the service's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Close releases the rate-limit middleware's resources.
+func (s *Server) Close() error { return s.limits.Close() }
+
+func failure(m FailureMode) httplimit.FailureMode {
+	switch m {
+	case FailOpen:
+		return httplimit.FailOpen
+	case FailLocal:
+		return httplimit.FailLocal
+	default:
+		return httplimit.FailClosed
+	}
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.deps.Ready(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// loginAttempt is a parsed login body, with the key its account is
+// limited by.
+type loginAttempt struct {
+	doc      Document
+	password string
+	account  string // AccountID of doc
+	key      string // "device:<id>" with a valid device cookie, else "account:<id>"
+}
+
+type loginKeyCtx struct{}
+
+// loginKey keys the login-account limit: a client with a valid device
+// cookie for the account is limited on its own device key, so a botnet
+// hammering the account cannot lock the owner out of a known device.
+func loginKey(r *http.Request) string {
+	a, _ := r.Context().Value(loginKeyCtx{}).(loginAttempt)
+	return a.key
+}
+
+// parseLogin decodes the login body before the limiter runs, so that the
+// account key is known; a malformed body is a 400 that costs nothing.
+func (s *Server) parseLogin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Document string `json:"document"`
+			Password string `json:"password"`
+		}
+		if !decode(w, r, &body) {
+			return
+		}
+		doc, err := ParseDocument(body.Document)
+		if err != nil || body.Password == "" || len(body.Password) > 72 {
+			writeError(w, http.StatusBadRequest, "document must be a valid CPF or CNPJ and password 1 to 72 bytes")
+			return
+		}
+		a := loginAttempt{doc: doc, password: body.Password, account: s.keys.AccountID(doc)}
+		a.key = "account:" + a.account
+		if c, err := r.Cookie(DeviceCookie); err == nil {
+			if device, err := s.keys.VerifyDeviceCookie(c.Value, a.account, s.deps.Now()); err == nil {
+				a.key = "device:" + device
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), loginKeyCtx{}, a)))
+	})
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	a, _ := r.Context().Value(loginKeyCtx{}).(loginAttempt)
+	if _, ok := s.deps.Users.Authenticate(a.doc, a.password); !ok {
+		s.deps.Logger.InfoContext(r.Context(), "login failed", "account", a.account)
+		writeError(w, http.StatusUnauthorized, "invalid credentials")
+		return
+	}
+	// The owner proved who they are: give the account (or device) its
+	// attempt back, and remember this device.
+	if res, ok := httplimit.FromContext(r.Context()); ok {
+		if err := res.Refund(r.Context(), s.deps.Config.LoginAccount.Name); err != nil {
+			s.deps.Logger.WarnContext(r.Context(), "login refund failed", "err", err)
+		}
+	}
+	now := s.deps.Now()
+	device := randomID()
+	if c, err := r.Cookie(DeviceCookie); err == nil {
+		if d, err := s.keys.VerifyDeviceCookie(c.Value, a.account, now); err == nil {
+			device = d
+		}
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: DeviceCookie, Value: s.keys.DeviceCookie(a.account, device, now.Add(deviceTTL)),
+		Path: "/login", MaxAge: int(deviceTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil,
+	})
+	s.deps.Logger.InfoContext(r.Context(), "login", "account", a.account)
+	writeJSON(w, http.StatusOK, map[string]string{"token": s.keys.Token(a.account, now.Add(tokenTTL))})
+}
+
+// authenticate turns a valid bearer token into the request's principal;
+// without one, 401.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		const prefix = "Bearer "
+		h := r.Header.Get("Authorization")
+		if len(h) <= len(prefix) || h[:len(prefix)] != prefix {
+			writeError(w, http.StatusUnauthorized, "missing bearer token")
+			return
+		}
+		account, err := s.keys.VerifyToken(h[len(prefix):], s.deps.Now())
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, "invalid or expired token")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(httplimit.WithPrincipal(r.Context(), account)))
+	})
+}
+
+// maxAmount is the largest transfer accepted: one billion reais.
+const maxAmount = 100_000_000_000
+
+func (s *Server) pix(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Key         string `json:"key"`
+		AmountCents int64  `json:"amount_cents"`
+	}
+	if !decode(w, r, &body) {
+		return
+	}
+	if body.Key == "" || len(body.Key) > 77 || body.AmountCents <= 0 || body.AmountCents > maxAmount {
+		writeError(w, http.StatusBadRequest, "key must be 1 to 77 bytes and amount_cents a positive integer up to 100000000000")
+		return
+	}
+	t := s.deps.Ledger.Add(httplimit.Principal(r), body.Key, body.AmountCents, s.deps.Now())
+	writeJSON(w, http.StatusCreated, t)
+}
+
+func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"transfers": s.deps.Ledger.Statement(httplimit.Principal(r))})
+}
+
+// decode reads a JSON body of at most maxBody bytes into v, answering 400
+// itself when it cannot.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed JSON body")
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: trailing data")
+		return false
+	}
+	return true
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
