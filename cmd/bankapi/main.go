@@ -53,7 +53,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 	logger := slog.New(h)
 	logger.Info("starting bankapi", "config", cfg)
-	app, err := bank.NewApp(ctx, cfg, logger, nil)
+	app, err := bank.NewApp(ctx, cfg, logger, bank.AppOptions{})
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -42,12 +41,12 @@ func boundary(ctx context.Context, out *report) error {
 			}
 		}
 		store.Close()
-		out.row(alg.String(), fmt.Sprint(admitted), "10")
+		out.row(alg, admitted, 10)
 		want := 10
 		if alg == floodgate.FixedWindow {
 			want = 20 // the weakness the sliding window exists to avoid
 		}
-		out.expect(admitted == want, "%v admitted %d around the boundary, want %d", alg, admitted, want)
+		out.expect(admitted == want, "%v: %d admitted within 0.2s around the boundary (expected %d)", alg, admitted, want)
 	}
 	return nil
 }

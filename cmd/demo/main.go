@@ -1,14 +1,24 @@
-// Command demo plays the bank scenario of floodgate's seed end to end and
-// checks every outcome: it exits 1 if any differs from what the scenario
-// promises, so it doubles as an end-to-end test.
+// Command demo plays the bank scenario of floodgate's seed end to end: a
+// Redis, three bankapi replicas behind a forwarding proxy, and the
+// scenarios of the seed, each printed as a table and checked. It exits 1
+// if any outcome differs from what the scenario promises, so it doubles as
+// an end-to-end test.
+//
+// With REDIS_URL set it uses that Redis (and skips the outage scenario,
+// which needs to stop Redis); otherwise it runs an in-process Redis-protocol
+// server, so no installation is needed.
 package main
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/bank"
 )
 
 func main() {
@@ -21,7 +31,23 @@ func main() {
 }
 
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	f, err := startFleet(ctx, getenv("REDIS_URL"))
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	fmt.Fprintf(stdout, "Redis %s; replicas 1-3 behind the proxy at %s (their only trusted proxy)\n", f.redisURL, f.proxyURL)
 	out := newReport(stdout)
+	s := &scenarios{f: f, c: &client{base: f.proxyURL, http: &http.Client{Timeout: 10 * time.Second}}, out: out, docs: bank.DemoDocuments(bank.DemoUsers)}
+	steps := []func() error{s.pixBurst, s.office, s.oneIPManyAccounts, s.botnet}
+	if f.mini != nil {
+		steps = append(steps, s.outage)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
 	if err := boundary(ctx, out); err != nil {
 		return err
 	}

@@ -7,11 +7,12 @@ import (
 	"text/tabwriter"
 )
 
-// report prints one table per scenario and collects the outcomes that
-// differ from what the scenario promises.
+// report prints one table per scenario, then the scenario's checks, and
+// collects the outcomes that differ from what the scenario promises.
 type report struct {
 	w        io.Writer
 	tw       *tabwriter.Writer
+	checks   []string
 	failures []string
 }
 
@@ -23,19 +24,30 @@ func (r *report) title(s string) {
 	r.tw = tabwriter.NewWriter(r.w, 0, 0, 2, ' ', 0)
 }
 
-func (r *report) row(cells ...string) {
-	fmt.Fprintln(r.tw, strings.Join(cells, "\t"))
+func (r *report) row(cells ...any) {
+	for i, c := range cells {
+		if i > 0 {
+			fmt.Fprint(r.tw, "\t")
+		}
+		fmt.Fprint(r.tw, c)
+	}
+	fmt.Fprintln(r.tw)
 }
 
-// expect records a failure unless ok, and prints the check either way.
+// note prints a line after the table.
+func (r *report) note(format string, args ...any) {
+	r.checks = append(r.checks, "  "+fmt.Sprintf(format, args...))
+}
+
+// expect records a failure unless ok; the check is printed after the
+// table either way.
 func (r *report) expect(ok bool, format string, args ...any) {
-	r.flush()
 	msg := fmt.Sprintf(format, args...)
 	if ok {
-		fmt.Fprintf(r.w, "  ok: %s\n", msg)
+		r.checks = append(r.checks, "  ok   "+msg)
 		return
 	}
-	fmt.Fprintf(r.w, "  FAIL: %s\n", msg)
+	r.checks = append(r.checks, "  FAIL "+msg)
 	r.failures = append(r.failures, msg)
 }
 
@@ -43,4 +55,8 @@ func (r *report) flush() {
 	if r.tw != nil {
 		r.tw.Flush()
 	}
+	for _, c := range r.checks {
+		fmt.Fprintln(r.w, c)
+	}
+	r.checks = nil
 }

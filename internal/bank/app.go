@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/memstore"
@@ -27,12 +29,21 @@ type App struct {
 // it probes again.
 const breakerCooldown = 2 * time.Second
 
+// AppOptions holds what an App may be given instead of building it.
+type AppOptions struct {
+	// Ledger may be shared by replicas in one process; nil means a new one.
+	Ledger *Ledger
+	// RedisClient, if set, is the client of the Redis store instead of one
+	// built from REDIS_URL; the App does not close it.
+	RedisClient rueidis.Client
+}
+
 // NewApp builds the service that cfg describes: a Redis store behind a
-// circuit breaker when REDIS_URL is set (it starts even while Redis is
-// down), the in-memory store otherwise. ledger may be shared by replicas in
-// one process; nil means a new one.
-func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, ledger *Ledger) (*App, error) {
+// circuit breaker when REDIS_URL (or opts.RedisClient) is set (it starts
+// even while Redis is down), the in-memory store otherwise.
+func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOptions) (*App, error) {
 	a := &App{}
+	ledger := opts.Ledger
 	if ledger == nil {
 		ledger = NewLedger()
 	}
@@ -46,13 +57,13 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, ledger *Ledger
 	}
 	var store floodgate.Store
 	ready := func(context.Context) error { return nil }
-	if cfg.RedisURL == "" {
+	if cfg.RedisURL == "" && opts.RedisClient == nil {
 		logger.Warn("REDIS_URL is not set: limits are kept in this process's memory and are not shared between replicas")
 		ms := memstore.New(memstore.Options{})
 		a.closers = append(a.closers, ms.Close)
 		store = ms
 	} else {
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL})
+		rs, err := redisstore.New(ctx, redisOptions(cfg, opts))
 		if err != nil {
 			return nil, fmt.Errorf("bank: REDIS_URL: %w", err)
 		}
@@ -115,4 +126,11 @@ func randomID() string {
 	var id [16]byte
 	_, _ = rand.Read(id[:])
 	return hex.EncodeToString(id[:])
+}
+
+func redisOptions(cfg Config, opts AppOptions) redisstore.Options {
+	if opts.RedisClient != nil {
+		return redisstore.Options{Client: opts.RedisClient}
+	}
+	return redisstore.Options{URL: cfg.RedisURL}
 }

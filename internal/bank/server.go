@@ -201,10 +201,13 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "invalid credentials")
 		return
 	}
-	// The owner proved who they are: give the account (or device) its
-	// attempt back, and remember this device.
+	// The owner proved who they are: the login limits count failed
+	// attempts only, so give the IP and the account (or device) their
+	// attempt back, and remember this device. An office behind one IP can
+	// thus log in all day, while guessing still runs into both limits.
 	if res, ok := httplimit.FromContext(r.Context()); ok {
-		if err := res.Refund(r.Context(), s.deps.Config.LoginAccount.Name); err != nil {
+		c := s.deps.Config
+		if err := res.Refund(r.Context(), c.LoginIP.Name, c.LoginAccount.Name); err != nil {
 			s.deps.Logger.WarnContext(r.Context(), "login refund failed", "err", err)
 		}
 	}
