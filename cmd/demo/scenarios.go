@@ -20,7 +20,6 @@ const (
 
 func botIP(i int) string { return fmt.Sprintf("192.0.2.%d", i+1) }
 
-
 // scenarios plays scenarios 1 to 6 against the fleet.
 type scenarios struct {
 	f        *fleet

@@ -47,4 +47,3 @@ func (l *Ledger) Statement(account string) []Transfer {
 	defer l.mu.Unlock()
 	return append([]Transfer(nil), l.transfers[account]...)
 }
-
