@@ -7,18 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate/internal/bank"
+	"github.com/floodgate-rl/floodgate/internal/scenario"
 )
 
 // fleet is the system under demonstration: a Redis (a real one from
@@ -36,10 +34,6 @@ type fleet struct {
 	logs     *syncBuffer // the replicas' logs
 }
 
-// edgeHeader carries the simulated client address from the demo's client
-// to the proxy, which plays the internet edge: it writes X-Forwarded-For
-// from it and drops whatever the client sent.
-const edgeHeader = "X-Demo-Client-IP"
 
 func startFleet(ctx context.Context, redisURL string) (*fleet, error) {
 	f := &fleet{redisURL: redisURL, logs: &syncBuffer{}}
@@ -88,21 +82,7 @@ func startFleet(ctx context.Context, redisURL string) (*fleet, error) {
 		f.servers = append(f.servers, srv)
 		backends = append(backends, &url.URL{Scheme: "http", Host: addr})
 	}
-	var next atomic.Uint64
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			i := int(next.Add(1)-1) % len(backends)
-			r.SetURL(backends[i])
-			r.Out.Header.Del("X-Forwarded-For")
-			r.Out.Header.Set("X-Forwarded-For", r.In.Header.Get(edgeHeader))
-			r.Out.Header.Del(edgeHeader)
-			r.Out.Header.Set("X-Demo-Replica", strconv.Itoa(i+1))
-		},
-		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Set("X-Demo-Replica", resp.Request.Header.Get("X-Demo-Replica"))
-			return nil
-		},
-	}
+	proxy := scenario.Proxy(backends)
 	addr, srv, err := serve(proxy)
 	if err != nil {
 		f.close()
@@ -123,17 +103,24 @@ func serve(h http.Handler) (string, *http.Server, error) {
 	return ln.Addr().String(), srv, nil
 }
 
-// stopRedis takes the store away; restartRedis brings it back, empty, at
-// the same address.
-func (f *fleet) stopRedis() error {
-	if f.mini == nil {
-		return fmt.Errorf("the Redis outage scenario needs the demo's own Redis; unset REDIS_URL")
-	}
+// URL implements scenario.Fleet.
+func (f *fleet) URL() string { return f.proxyURL }
+
+// CanStopRedis implements scenario.Fleet: the demo can stop only its own
+// Redis.
+func (f *fleet) CanStopRedis() bool { return f.mini != nil }
+
+// StopRedis implements scenario.Fleet.
+func (f *fleet) StopRedis() error {
 	f.mini.Close()
 	return nil
 }
 
-func (f *fleet) restartRedis() error { return f.mini.Restart() }
+// RestartRedis implements scenario.Fleet; the Redis comes back empty.
+func (f *fleet) RestartRedis() error { return f.mini.Restart() }
+
+// Logs implements scenario.Fleet.
+func (f *fleet) Logs() string { return f.logs.take() }
 
 func (f *fleet) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -13,12 +13,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
-	"time"
 
-	"github.com/floodgate-rl/floodgate/internal/bank"
+	"github.com/floodgate-rl/floodgate/internal/scenario"
 )
 
 func main() {
@@ -37,24 +35,5 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer f.close()
 	fmt.Fprintf(stdout, "Redis %s; replicas 1-3 behind the proxy at %s (their only trusted proxy)\n", f.redisURL, f.proxyURL)
-	out := newReport(stdout)
-	s := &scenarios{f: f, c: &client{base: f.proxyURL, http: &http.Client{Timeout: 10 * time.Second}}, out: out, docs: bank.DemoDocuments(bank.DemoUsers)}
-	steps := []func() error{s.pixBurst, s.office, s.oneIPManyAccounts, s.botnet}
-	if f.mini != nil {
-		steps = append(steps, s.outage)
-	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	if err := boundary(ctx, out); err != nil {
-		return err
-	}
-	out.flush()
-	if len(out.failures) > 0 {
-		return fmt.Errorf("%d outcomes differ from the scenario", len(out.failures))
-	}
-	fmt.Fprintln(stdout, "\nall scenarios behaved as promised")
-	return nil
+	return scenario.Run(ctx, f, stdout)
 }

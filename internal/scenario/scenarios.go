@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ func botIP(i int) string { return fmt.Sprintf("192.0.2.%d", i+1) }
 
 // scenarios plays scenarios 1 to 6 against the fleet.
 type scenarios struct {
-	f        *fleet
+	f        Fleet
 	c        *client
 	out      *report
 	docs     []bank.Document
@@ -39,7 +39,7 @@ func (s *scenarios) mustLogin(doc string) (string, error) {
 		return "", err
 	}
 	if token == "" {
-		return "", fmt.Errorf("login answered %d: %s\n%s", r.status, r.body, s.f.logs.take())
+		return "", fmt.Errorf("login answered %d: %s\n%s", r.status, r.body, s.f.Logs())
 	}
 	return token, nil
 }
@@ -196,8 +196,8 @@ func (s *scenarios) outage() error {
 	if err != nil {
 		return err
 	}
-	s.f.logs.take()
-	if err := s.f.stopRedis(); err != nil {
+	s.f.Logs()
+	if err := s.f.StopRedis(); err != nil {
 		return err
 	}
 	s.out.row("route", "replica", "status", "latency")
@@ -232,13 +232,13 @@ func (s *scenarios) outage() error {
 	}
 	s.out.expect(all("login", 429) && all("pix", 429) && all("statement", 200), "login and PIX answered 429, the statement 200, on every replica")
 	s.out.expect(worst < time.Second, "slowest answer during the outage: %s (the decision budget is 100ms)", ms(worst))
-	logs := s.f.logs.take()
+	logs := s.f.Logs()
 	s.out.expect(strings.Contains(logs, "failed_closed") || strings.Contains(logs, "fail"), "the replicas logged the degraded decisions:")
 	for line := range strings.Lines(logs) {
 		s.out.note("   log: %s", strings.TrimSpace(line))
 	}
 
-	if err := s.f.restartRedis(); err != nil {
+	if err := s.f.RestartRedis(); err != nil {
 		return err
 	}
 	start := time.Now()

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func (c *client) do(method, path, ip, token, device string, body any) (response,
 	if err != nil {
 		return response{}, err
 	}
-	req.Header.Set(edgeHeader, ip)
+	req.Header.Set(EdgeHeader, ip)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
