@@ -23,7 +23,6 @@ import (
 // X-Forwarded-For from it and drops whatever the client sent.
 const EdgeHeader = "X-Demo-Client-IP"
 
-
 // Fleet is the system the scenarios run against: bank replicas with the
 // default limits and failure modes, built-in demo users, one shared Redis,
 // and a proxy in front that is their only trusted proxy.
