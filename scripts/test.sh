@@ -59,3 +59,7 @@ go vet ./...
 
 log "go test -race"
 go test -race -count=1 -shuffle=on -timeout 15m ./...
+
+log "demo (end to end, in-process Redis)"
+go run ./cmd/demo >"$workdir/demo.out" 2>&1 || { cat "$workdir/demo.out"; exit 1; }
+tail -n 1 "$workdir/demo.out"
