@@ -1,0 +1,96 @@
+// Package httplimit is net/http middleware that rate-limits requests with
+// a [floodgate.Limiter], answers with the standard rate-limit fields, and
+// keeps serving by a per-route policy when the store fails.
+//
+// Build one [Limiter] per service with [New], then one middleware per
+// route with [Limiter.Middleware]. A middleware is a plain
+// func(http.Handler) http.Handler, so it wraps handlers of the standard
+// ServeMux (Go 1.22 patterns such as "POST /pix/{id}") and of chi, gorilla
+// or any other router:
+//
+//	hl, err := httplimit.New(httplimit.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger})
+//	...
+//	pix, err := hl.Middleware(httplimit.Route{
+//		Limits:  []httplimit.Limit{{Rule: perIP, Key: httplimit.ClientIP(resolver)}, {Rule: pixRule, Key: httplimit.Principal}},
+//		Failure: httplimit.FailClosed,
+//	})
+//	...
+//	mux.Handle("POST /pix", auth(pix(pixHandler)))
+//
+// # Keys
+//
+// Each [Limit] of a route pairs a rule with a [KeyFunc]: [ClientIP] (the
+// client's address behind trusted proxies, from package clientip),
+// [Header], [Principal] (set by an authentication middleware with
+// [WithPrincipal]), or combinations with [Join] and [First]. A KeyFunc
+// returns "" when the request has no such key; the limit's [Missing] says
+// whether the limit then skips the request ([Skip], the default: an
+// anonymous request is not limited per principal, but still per IP) or
+// counts it under one key shared by all keyless requests ([Share]). The
+// limits of a route are checked together, all-or-nothing, and the worst
+// is reported (see [floodgate.Limiter.Check]).
+//
+// # Response fields
+//
+// Every response decided by a limiter carries, per
+// draft-ietf-httpapi-ratelimit-headers-11 (Structured Field Lists, RFC
+// 9651, serialized with github.com/dunglas/httpsfv), one list member per
+// limit checked, in the route's order:
+//
+//	RateLimit-Policy: "ip";q=100;w=60, "pix";q=10;w=60
+//	RateLimit: "ip";r=93;t=60, "pix";r=7;t=42
+//
+// q is the rule's limit and w its window in seconds (rounded up); r is the
+// requests left now and t the seconds (rounded up) until the quota is
+// whole again. By default the legacy X-RateLimit-Limit,
+// X-RateLimit-Remaining and X-RateLimit-Reset (delta seconds) describe the
+// worst limit; [Options.NoLegacyHeaders] turns them off.
+//
+// A denial answers 429 (or [Route.Status]) with Retry-After in whole
+// seconds, rounded up and at least 1 (1.2s gives 2, 0.3s gives 1),
+// Cache-Control: no-store, and an RFC 9457 application/problem+json body
+// ([Problem]) of type [QuotaExceeded] naming the violated policies.
+// [Route.Deny] replaces the body. Retry-After is never sent on other
+// statuses.
+//
+// An opaque route ([Route.Opaque]) answers every denial with the same
+// bytes, whichever limit refused it, and sends no per-limit fields at all:
+// see Route.Opaque for the exact answer and why.
+//
+// # Failures of the store
+//
+// Every decision has the time budget of the floodgate.Limiter
+// (Options.Timeout, 50ms by default). A store that fails or does not
+// answer in time is handled by the route's [FailureMode]: [FailLocal] (the
+// default) decides with per-replica in-memory limits, [FailClosed] denies,
+// [FailOpen] allows. Put a breakerstore in front of the store so that a
+// dead store costs nothing once its breaker is open; it is probed and
+// taken back by itself. Each degraded decision is counted in the metrics,
+// and logged at most once per route per [Options.LogInterval] (5s), each
+// line saying how many more it stands for; never one line per request.
+//
+// # Throttling
+//
+// A route with [Route.MaxDelay] slows down before it rejects: a request
+// denied with a Retry-After within MaxDelay waits, and is decided again,
+// for at most MaxDelay in all. At most [Route.MaxWaiters] requests of the
+// route wait at once; more are denied at once. A client that goes away
+// ends its wait immediately.
+//
+// # The handler
+//
+// The handler of an allowed request finds the [Result] with
+// [FromContext], and may undo its hits with [Result.Refund] (the account's
+// login attempt once the password proved right).
+//
+// # Metrics
+//
+// With [Options.Registerer] set, the Limiter registers:
+//
+//	floodgate_http_decisions_total{route,policy,outcome}  outcome: allowed, denied, failed_open, failed_closed, local, skipped
+//	floodgate_store_duration_seconds{route}                histogram of the store's decision time
+//	floodgate_store_errors_total{route,reason}             reason: timeout, breaker_open, error
+//	floodgate_http_throttled_total{route,result}           result: allowed, denied, rejected, canceled
+//	floodgate_http_throttle_waiting{route}                 requests waiting now
+//	floodgate_breaker_state                                0 closed, 1 half-open, 2 open (with Options.Breaker)
+package httplimit

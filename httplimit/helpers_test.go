@@ -1,0 +1,167 @@
+package httplimit_test
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is a Limiter on a fake-clock memstore behind a fault injector.
+type env struct {
+	lim   *floodgate.Limiter
+	clock *storetest.FakeClock
+	fault *faultstore.Store
+	hl    *httplimit.Limiter
+	reg   *prometheus.Registry
+	logs  *syncBuffer
+}
+
+type envOptions struct {
+	opts    httplimit.Options // Limiter, Registerer and Logger are filled in
+	timeout time.Duration     // the decision budget; zero means 20ms
+	store   floodgate.Store   // zero means the fake-clock memstore
+	bare    bool              // no fault injector: the limiter sees the store itself
+}
+
+func newEnv(t testing.TB, eo envOptions) *env {
+	t.Helper()
+	e := &env{clock: storetest.NewFakeClock(), reg: prometheus.NewRegistry(), logs: new(syncBuffer)}
+	store := eo.store
+	if store == nil {
+		ms := memstore.New(memstore.Options{Now: e.clock.Now})
+		t.Cleanup(func() { ms.Close() })
+		store = ms
+	}
+	e.fault = faultstore.New(store)
+	if !eo.bare {
+		store = e.fault
+	}
+	if eo.timeout == 0 {
+		eo.timeout = 20 * time.Millisecond
+	}
+	lim, err := floodgate.New(store, floodgate.Options{Timeout: eo.timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lim = lim
+	o := eo.opts
+	o.Limiter, o.Registerer = lim, e.reg
+	o.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	if e.hl, err = httplimit.New(o); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.hl.Close() })
+	return e
+}
+
+// handler wraps ok in the middleware of route rt.
+func (e *env) handler(t testing.TB, rt httplimit.Route) http.Handler {
+	t.Helper()
+	mw, err := e.hl.Middleware(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw(ok)
+}
+
+// ok answers 200 "ok".
+var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+
+// do sends a GET from remote ("192.0.2.1:1234") with header pairs.
+func do(h http.Handler, remote string, header ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = remote
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func rule(t testing.TB, name string, limit int64, window time.Duration) floodgate.Rule {
+	t.Helper()
+	r, err := floodgate.NewRule(name, limit, window, floodgate.SlidingWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// metric returns the sum of the values of the metrics called name whose
+// labels include labels (counters, gauges, histogram sample counts).
+func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			sum += value(m)
+		}
+	}
+	return sum
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return 0
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,414 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of [Options] and [Route].
+const (
+	// DefaultLogInterval is the least time between two log lines about one
+	// route's degraded decisions.
+	DefaultLogInterval = 5 * time.Second
+	// DefaultMaxWaiters bounds the requests of one route that wait for
+	// quota at once.
+	DefaultMaxWaiters = 100
+)
+
+// ErrInvalidOptions is wrapped by the errors of [New] and
+// [Limiter.Middleware] about bad options or routes.
+var ErrInvalidOptions = errors.New("httplimit: invalid options")
+
+// Options configures a [Limiter]. Only Limiter is required.
+type Options struct {
+	// Limiter decides against the shared store. Its Options.Timeout is the
+	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
+	// set); put a breakerstore in front of the store so that a dead store
+	// fails fast. Required.
+	Limiter *floodgate.Limiter
+	// Local decides for FailLocal routes while the store fails. Nil means a
+	// limiter on a memstore that the Limiter owns and Close releases.
+	Local *floodgate.Limiter
+	// Breaker, if set, is exported as the floodgate_breaker_state gauge.
+	Breaker *breakerstore.Store
+	// Registerer receives the metrics (see the package doc). Nil means no
+	// metrics are registered.
+	Registerer prometheus.Registerer
+	// Logger receives the degraded-decision lines. Nil means no logging.
+	Logger *slog.Logger
+	// LogInterval is the least time between two log lines about one
+	// route's degraded decisions; the decisions in between are counted in
+	// the next line. Zero means DefaultLogInterval (5s).
+	LogInterval time.Duration
+	// NoLegacyHeaders turns off X-RateLimit-Limit, X-RateLimit-Remaining
+	// and X-RateLimit-Reset, which are sent by default.
+	NoLegacyHeaders bool
+}
+
+// Limiter builds rate-limit middleware for the routes of one service. It
+// holds what the routes share: the limiters, the metrics and the logger.
+// It is safe for concurrent use. Build one with [New] and Close it on
+// shutdown.
+type Limiter struct {
+	limiter, local *floodgate.Limiter
+	ownLocal       *memstore.Store // nil unless New built Local
+	logger         *slog.Logger
+	logEvery       time.Duration
+	legacy         bool
+	metrics        *metrics
+
+	mu     sync.Mutex
+	routes []*route // guarded by mu; their log summaries are flushed by Close
+}
+
+// New returns a Limiter for opts. It fails if opts.Limiter is nil or the
+// metrics cannot be registered (for example twice on one registerer).
+func New(opts Options) (*Limiter, error) {
+	if opts.Limiter == nil {
+		return nil, fmt.Errorf("%w: Options.Limiter is nil", ErrInvalidOptions)
+	}
+	if opts.LogInterval < 0 {
+		return nil, fmt.Errorf("%w: LogInterval %v is negative", ErrInvalidOptions, opts.LogInterval)
+	}
+	m, err := newMetrics(opts.Registerer, opts.Breaker)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: registering metrics: %w", err)
+	}
+	l := &Limiter{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
+		legacy: !opts.NoLegacyHeaders, metrics: m}
+	if l.logger == nil {
+		l.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if l.logEvery == 0 {
+		l.logEvery = DefaultLogInterval
+	}
+	if l.local == nil {
+		l.ownLocal = memstore.New(memstore.Options{})
+		l.local, _ = floodgate.New(l.ownLocal, floodgate.Options{Timeout: -1})
+	}
+	return l, nil
+}
+
+// Close writes the degraded-decision counts not yet logged and releases
+// the local store that New built. The middleware keeps working after
+// Close, but FailLocal routes then fail closed.
+func (l *Limiter) Close() error {
+	l.mu.Lock()
+	routes := l.routes
+	l.mu.Unlock()
+	for _, rt := range routes {
+		rt.log.stop()
+	}
+	if l.ownLocal != nil {
+		return l.ownLocal.Close()
+	}
+	return nil
+}
+
+// Limit is one rule applied to one key of a request.
+type Limit struct {
+	// Rule is the policy; its name appears in the headers and metrics.
+	// Limits on the same rule name and key share their count, across
+	// routes too: give one global per-IP rule to every route.
+	Rule floodgate.Rule
+	// Key returns the key the rule counts; required.
+	Key KeyFunc
+	// Missing is what happens when Key returns "": Skip (the zero value)
+	// or Share.
+	Missing Missing
+}
+
+// Route configures the middleware of one route.
+type Route struct {
+	// Name names the route in metrics and logs, and is the policy name that
+	// an opaque route reports. Zero means the names of its rules joined by
+	// "+". 1 to 128 bytes of A-Z a-z 0-9 _ . - +.
+	Name string
+	// Limits are checked together, all-or-nothing: either each records the
+	// request or none does, and the answer reports the worst (multi-level
+	// limits: a global per-IP rule and a strict per-principal one). At
+	// least one; no two on the same rule name.
+	Limits []Limit
+	// Failure is what to do when the store fails; the zero value is
+	// FailLocal.
+	Failure FailureMode
+	// Opaque makes a denial say nothing about which limit refused it: for
+	// login, where "the account is blocked" tells an attacker the account
+	// exists and is under attack. The route sends no RateLimit-Policy,
+	// RateLimit or X-RateLimit-* fields on any response; its denials are
+	// byte-identical, with the route's Name as the only violated policy
+	// and a Retry-After of its longest window (a bound on every limit's
+	// wait); a fail-closed denial is the same answer with FailStatus. It
+	// cannot be combined with MaxDelay, whose wait would tell the time
+	// each key has left.
+	Opaque bool
+	// MaxDelay slows down before it rejects: a request denied with a
+	// RetryAfter of at most MaxDelay waits that long and is decided again,
+	// for at most MaxDelay in all. Zero means no waiting.
+	MaxDelay time.Duration
+	// MaxWaiters bounds the requests of this route waiting at once; a
+	// request over the bound is denied at once. Zero means
+	// DefaultMaxWaiters (100).
+	MaxWaiters int
+	// Status is the status of a denial. Zero means 429. Retry-After is
+	// sent only with 429.
+	Status int
+	// FailStatus is the status of a fail-closed denial. Zero means 429.
+	FailStatus int
+	// Deny writes a denial, after the middleware has set Cache-Control,
+	// Retry-After and the rate-limit fields. Nil means p.ServeHTTP: an
+	// application/problem+json body.
+	Deny func(w http.ResponseWriter, r *http.Request, p Problem)
+}
+
+// route is a built Route.
+type route struct {
+	Route
+	l           *Limiter
+	legacy      bool
+	status      int
+	failStatus  int
+	maxWaiters  int64
+	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
+	policies    map[string]string // serialized RateLimit-Policy member by rule name
+	allPolicies string            // the RateLimit-Policy of a request that every limit checks
+	opaqueRetry string            // Retry-After of an opaque denial
+	m           *routeMetrics
+	log         sometimes
+	waiting     atomic.Int64
+}
+
+// Middleware returns the middleware of route rt, or an error listing
+// everything wrong with rt, each wrapping [ErrInvalidOptions].
+//
+// The middleware evaluates the keys, checks every limit with one
+// all-or-nothing decision within the limiter's time budget, applies the
+// route's failure mode if the store fails, waits if the route throttles,
+// and then either calls next with the [Result] in the request's context
+// and the rate-limit fields set, or answers the denial.
+func (l *Limiter) Middleware(rt Route) (func(http.Handler) http.Handler, error) {
+	r, err := l.build(rt)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serve(w, req, next) })
+	}, nil
+}
+
+func (l *Limiter) build(rt Route) (*route, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
+	}
+	r := &route{Route: rt, l: l, legacy: l.legacy, status: rt.Status, failStatus: rt.FailStatus,
+		maxWaiters: int64(rt.MaxWaiters), denyFunc: rt.Deny, policies: make(map[string]string)}
+	r.Limits = append([]Limit(nil), rt.Limits...)
+	var names []string
+	var longest time.Duration
+	for i, lim := range r.Limits {
+		if err := lim.Rule.Validate(); err != nil {
+			bad("limit %d: %w", i, err)
+			continue
+		}
+		if _, dup := r.policies[lim.Rule.Name]; dup {
+			bad("limit %d: rule %s appears twice", i, lim.Rule.Name)
+		}
+		if lim.Key == nil {
+			bad("limit %d (%s): Key is nil", i, lim.Rule.Name)
+		}
+		if lim.Missing > Share {
+			bad("limit %d (%s): unknown Missing %d", i, lim.Rule.Name, lim.Missing)
+		}
+		member, err := policyMember(lim.Rule)
+		if err != nil {
+			bad("limit %d (%s): %w", i, lim.Rule.Name, err)
+		}
+		r.policies[lim.Rule.Name] = member
+		if i > 0 {
+			r.allPolicies += ", "
+		}
+		r.allPolicies += member
+		names = append(names, lim.Rule.Name)
+		longest = max(longest, lim.Rule.Window)
+	}
+	if len(r.Limits) == 0 {
+		bad("no limits")
+	}
+	if r.Name == "" {
+		r.Name = strings.Join(names, "+")
+	}
+	if len(r.Name) > 128 || strings.Trim(r.Name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+") != "" {
+		bad("name must be 1 to 128 bytes of A-Z a-z 0-9 _ . - +")
+	}
+	if r.Failure > FailOpen {
+		bad("unknown failure mode %d", r.Failure)
+	}
+	switch {
+	case r.MaxDelay < 0:
+		bad("MaxDelay %v is negative", r.MaxDelay)
+	case r.MaxDelay > 0 && r.Opaque:
+		bad("an opaque route cannot throttle: the wait would tell which key is limited")
+	}
+	if r.maxWaiters < 0 {
+		bad("MaxWaiters %d is negative", r.maxWaiters)
+	} else if r.maxWaiters == 0 {
+		r.maxWaiters = DefaultMaxWaiters
+	}
+	for _, s := range []*int{&r.status, &r.failStatus} {
+		if *s == 0 {
+			*s = http.StatusTooManyRequests
+		} else if *s < 400 || *s > 599 {
+			bad("status %d is not an error status (400-599)", *s)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if r.denyFunc == nil {
+		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
+	}
+	r.opaqueRetry = retryAfter(longest)
+	r.log.interval = l.logEvery
+	r.m = l.metrics.route(r.Name, names)
+	l.mu.Lock()
+	l.routes = append(l.routes, r)
+	l.mu.Unlock()
+	return r, nil
+}
+
+// hits returns the hits of req: one per limit that has a key.
+func (rt *route) hits(req *http.Request) []floodgate.Hit {
+	hits := make([]floodgate.Hit, 0, len(rt.Limits))
+	for _, lim := range rt.Limits {
+		k := lim.Key(req)
+		if k == "" {
+			if lim.Missing == Skip {
+				continue
+			}
+			k = missingKey
+		}
+		hits = append(hits, floodgate.Hit{Rule: lim.Rule, Key: fitKey(k)})
+	}
+	return hits
+}
+
+func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
+	ctx := req.Context()
+	res := Result{Outcome: Skipped}
+	if hits := rt.hits(req); len(hits) > 0 {
+		var err error
+		if res, err = rt.decide(ctx, hits); err == nil && rt.MaxDelay > 0 && rt.throttles(res) {
+			res, err = rt.throttle(ctx, hits, res)
+		}
+		if err != nil {
+			return // the client went away: nobody reads an answer
+		}
+	}
+	rt.m.decision(res)
+	if res.limiter != nil && !rt.Opaque {
+		rt.writeQuota(w.Header(), res.Decision)
+	}
+	if !res.allowed() {
+		rt.deny(w, req, res)
+		return
+	}
+	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
+}
+
+// decide checks hits against the store and, if the store fails, applies
+// the route's failure mode. It returns an error only when ctx is done.
+func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, error) {
+	start := time.Now()
+	d, err := check(ctx, rt.l.limiter, hits)
+	rt.m.latency.Observe(time.Since(start).Seconds())
+	if err == nil {
+		res := Result{Outcome: Allowed, Decision: d, limiter: rt.l.limiter}
+		if !d.Allowed {
+			res.Outcome = Denied
+		}
+		return res, nil
+	}
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	rt.m.storeError(err)
+	res := Result{Outcome: FailedClosed}
+	switch rt.Failure {
+	case FailOpen:
+		res.Outcome = FailedOpen
+	case FailLocal:
+		if d, lerr := check(ctx, rt.l.local, hits); lerr == nil {
+			res = Result{Outcome: Local, Decision: d, limiter: rt.l.local}
+		}
+	}
+	rt.log.do(start, func(held int) { // may run later, from a timer: no request context
+		rt.l.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: rate-limit store failed; decided by the route's failure mode",
+			slog.String("route", rt.Name), slog.String("failure_mode", rt.Failure.String()),
+			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
+	})
+	return res, nil
+}
+
+// check decides hits with l; one hit goes through Allow, which the core
+// serves faster.
+func check(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit) (floodgate.Decision, error) {
+	if len(hits) == 1 {
+		return l.Allow(ctx, hits[0].Rule, hits[0].Key)
+	}
+	return l.Check(ctx, hits...)
+}
+
+// throttles reports whether res is a denial worth waiting for.
+func (rt *route) throttles(res Result) bool {
+	return (res.Outcome == Denied || res.Outcome == Local && !res.Decision.Allowed) &&
+		res.Decision.RetryAfter <= rt.MaxDelay
+}
+
+// throttle waits for quota while the denial's RetryAfter fits in what is
+// left of MaxDelay, deciding again after each wait. It returns ctx's error
+// as soon as the client goes away.
+func (rt *route) throttle(ctx context.Context, hits []floodgate.Hit, res Result) (Result, error) {
+	if rt.waiting.Add(1) > rt.maxWaiters {
+		rt.waiting.Add(-1)
+		rt.m.throttled["rejected"].Inc()
+		return res, nil
+	}
+	rt.m.waiting.Inc()
+	defer func() { rt.waiting.Add(-1); rt.m.waiting.Dec() }()
+	deadline := time.Now().Add(rt.MaxDelay)
+	for rt.throttles(res) && res.Decision.RetryAfter <= time.Until(deadline) {
+		t := time.NewTimer(max(res.Decision.RetryAfter, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			rt.m.throttled["canceled"].Inc()
+			return res, ctx.Err()
+		case <-t.C:
+		}
+		var err error
+		if res, err = rt.decide(ctx, hits); err != nil {
+			rt.m.throttled["canceled"].Inc()
+			return res, err
+		}
+	}
+	if res.allowed() {
+		rt.m.throttled["allowed"].Inc()
+	} else {
+		rt.m.throttled["denied"].Inc()
+	}
+	return res, nil
+}

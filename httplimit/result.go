@@ -1,0 +1,96 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Outcome is how the middleware decided a request.
+type Outcome uint8
+
+const (
+	// Allowed: the store admitted the request.
+	Allowed Outcome = iota
+	// Denied: the store refused it; it got a 429.
+	Denied
+	// FailedOpen: the store failed and the route let the request through.
+	FailedOpen
+	// FailedClosed: the store failed and the route refused the request.
+	FailedClosed
+	// Local: the store failed and per-replica limits decided; see
+	// Result.Decision.Allowed.
+	Local
+	// Skipped: every limit of the route skipped the request (no key).
+	Skipped
+
+	outcomes = iota
+)
+
+var outcomeNames = [outcomes]string{"allowed", "denied", "failed_open", "failed_closed", "local", "skipped"}
+
+// String returns the outcome's metric label: "allowed", "denied",
+// "failed_open", "failed_closed", "local" or "skipped".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Result is the middleware's verdict on a request. The handler of an
+// allowed request finds it with [FromContext].
+type Result struct {
+	// Outcome says who decided.
+	Outcome Outcome
+	// Decision is the limiter's decision when Outcome is Allowed, Denied or
+	// Local, with one element of Decision.Each per limit checked; the zero
+	// Decision otherwise.
+	Decision floodgate.Decision
+
+	limiter *floodgate.Limiter // the limiter that decided; nil if none did
+}
+
+// allowed reports whether the request may proceed.
+func (r Result) allowed() bool {
+	switch r.Outcome {
+	case Denied, FailedClosed:
+		return false
+	case Local:
+		return r.Decision.Allowed
+	}
+	return true
+}
+
+type resultKey struct{}
+
+// FromContext returns the verdict of the rate-limit middleware on the
+// request whose context is ctx.
+func FromContext(ctx context.Context) (Result, bool) {
+	r, ok := ctx.Value(resultKey{}).(Result)
+	return r, ok
+}
+
+// Refund undoes the hits that the decision recorded, through the limiter
+// that recorded them (the store, or the local limits): all of them, or
+// only those of the named policies. A handler calls it when a request
+// turns out not to count, such as the account's attempt after a
+// successful login. It is idempotent, and does nothing for a request that
+// no limiter admitted (FailedOpen, Skipped).
+func (r Result) Refund(ctx context.Context, policies ...string) error {
+	if r.limiter == nil || !r.Decision.Allowed {
+		return nil
+	}
+	if len(policies) == 0 {
+		return r.limiter.Refund(ctx, r.Decision)
+	}
+	var errs []error
+	for _, d := range each(r.Decision) {
+		if slices.Contains(policies, d.Policy) {
+			errs = append(errs, r.limiter.Refund(ctx, d))
+		}
+	}
+	return errors.Join(errs...)
+}
