@@ -18,7 +18,7 @@ import (
 
 const testDoc = "529.982.247-25"
 
-func newTestServer(t *testing.T, ready func(context.Context) error) *Server {
+func newTestServer(t testing.TB, ready func(context.Context) error) *Server {
 	t.Helper()
 	cfg, err := ConfigFromEnv(func(string) string { return "" })
 	if err != nil {
@@ -51,7 +51,7 @@ func call(s *Server, method, path, body string, header ...string) *httptest.Resp
 	return rec
 }
 
-func loginToken(t *testing.T, s *Server) string {
+func loginToken(t testing.TB, s *Server) string {
 	t.Helper()
 	rec := call(s, "POST", "/login", `{"document":"`+testDoc+`","password":"right"}`)
 	var out struct{ Token string }
