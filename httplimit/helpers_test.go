@@ -1,11 +1,9 @@
 package httplimit_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
@@ -29,7 +28,7 @@ type env struct {
 	fault *faultstore.Store
 	hl    *httplimit.Limiter
 	reg   *prometheus.Registry
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 }
 
 type envOptions struct {
@@ -41,7 +40,7 @@ type envOptions struct {
 
 func newEnv(t testing.TB, eo envOptions) *env {
 	t.Helper()
-	e := &env{clock: storetest.NewFakeClock(), reg: prometheus.NewRegistry(), logs: new(syncBuffer)}
+	e := &env{clock: storetest.NewFakeClock(), reg: prometheus.NewRegistry(), logs: new(syncbuf.Buffer)}
 	store := eo.store
 	if store == nil {
 		ms := memstore.New(memstore.Options{Now: e.clock.Now})
@@ -147,21 +146,4 @@ func value(m *dto.Metric) float64 {
 		return float64(m.Histogram.GetSampleCount())
 	}
 	return 0
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -10,12 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/scenario"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 
 // processFleet is three bankapi processes on a real redis-server, behind
@@ -23,7 +23,7 @@ import (
 type processFleet struct {
 	redis *redistest.Server
 	proxy string
-	logs  *lockedBuffer
+	logs  *syncbuf.Buffer
 }
 
 func (f *processFleet) URL() string        { return f.proxy }
@@ -32,7 +32,7 @@ func (f *processFleet) StopRedis() error   { f.redis.Kill(); return nil }
 func (f *processFleet) RestartRedis() error {
 	return f.redis.Restart()
 }
-func (f *processFleet) Logs() string { return f.logs.take() }
+func (f *processFleet) Logs() string { return strings.TrimSpace(f.logs.Take()) }
 
 // TestScenarioOnProcesses plays the seed's scenarios against three real
 // bankapi processes sharing a real redis-server, which is killed
@@ -46,7 +46,7 @@ func TestScenarioOnProcesses(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	var backends []*url.URL
 	for i := range 3 {
 		addr := freeAddr(t)
@@ -115,24 +115,4 @@ func waitReady(t *testing.T, u string) {
 		}
 	}
 	t.Fatalf("%s never answered", u)
-}
-
-// lockedBuffer collects the replicas' output.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) take() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	b.buf.Reset()
-	return strings.TrimSpace(s)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/bank"
 	"github.com/floodgate-rl/floodgate/internal/scenario"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 
 // fleet is the system under demonstration: a Redis (a real one from
@@ -31,11 +30,11 @@ type fleet struct {
 	servers  []*http.Server
 	proxy    *http.Server
 	proxyURL string
-	logs     *syncBuffer // the replicas' logs
+	logs     *syncbuf.Buffer // the replicas' logs
 }
 
 func startFleet(ctx context.Context, redisURL string) (*fleet, error) {
-	f := &fleet{redisURL: redisURL, logs: &syncBuffer{}}
+	f := &fleet{redisURL: redisURL, logs: &syncbuf.Buffer{}}
 	if redisURL == "" {
 		m := miniredis.NewMiniRedis()
 		if err := m.Start(); err != nil {
@@ -119,7 +118,7 @@ func (f *fleet) StopRedis() error {
 func (f *fleet) RestartRedis() error { return f.mini.Restart() }
 
 // Logs implements scenario.Fleet.
-func (f *fleet) Logs() string { return f.logs.take() }
+func (f *fleet) Logs() string { return f.logs.Take() }
 
 func (f *fleet) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -139,25 +138,4 @@ func (f *fleet) close() {
 	if f.mini != nil {
 		f.mini.Close()
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// take returns what was written since the last take.
-func (b *syncBuffer) take() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	b.buf.Reset()
-	return s
 }
