@@ -41,8 +41,11 @@ type Decision struct {
 	ticket ticket
 }
 
+// ticket names what a take recorded: hits, or the single hit when hits is
+// nil (which spares a single-hit decision an allocation).
 type ticket struct {
 	id   string
+	hit  Hit
 	hits []Hit
 }
 
@@ -60,6 +63,9 @@ func (d Decision) LogValue() slog.Value {
 // decide builds the decision for hits from the store's results: the worst
 // result on top, every hit's own decision in Each.
 func decide(id string, hits []Hit, results []Result) Decision {
+	if len(hits) == 1 {
+		return decideOne(id, hits[0], results[0])
+	}
 	each := make([]Decision, len(hits))
 	allowed := true
 	for i, r := range results {
@@ -82,11 +88,8 @@ func decide(id string, hits []Hit, results []Result) Decision {
 	}
 	if allowed && id != "" {
 		for i := range each {
-			each[i].ticket = ticket{id: id, hits: hits[i : i+1]}
+			each[i].ticket = ticket{id: id, hit: hits[i]}
 		}
-	}
-	if len(each) == 1 {
-		return each[0]
 	}
 	d := each[worst]
 	d.Allowed = allowed
@@ -102,6 +105,24 @@ func decide(id string, hits []Hit, results []Result) Decision {
 		}
 	}
 	d.Each = each
+	return d
+}
+
+// decideOne builds the decision of a single-hit check. It allocates
+// nothing.
+func decideOne(id string, h Hit, r Result) Decision {
+	d := Decision{
+		Allowed:    r.Allowed,
+		Policy:     h.Rule.Name,
+		Limit:      h.Rule.Limit,
+		Window:     h.Rule.Window,
+		Remaining:  r.Remaining,
+		ResetAfter: r.ResetAfter,
+		RetryAfter: r.RetryAfter,
+	}
+	if r.Allowed && id != "" {
+		d.ticket = ticket{id: id, hit: h}
+	}
 	return d
 }
 

@@ -2,12 +2,8 @@ package floodgate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +18,29 @@ type Options struct {
 	// and context.DeadlineExceeded. Zero means DefaultTimeout; negative
 	// means no budget beyond the caller's context.
 	Timeout time.Duration
+	// DenialCacheSize is how many denials the Limiter remembers locally,
+	// so that a client hammering a blocked key costs no store call. Zero
+	// (the default) disables the cache; negative is invalid.
+	//
+	// With the cache on, once the store denies a check, the same check
+	// (the same hits, in the same order, with the same rules, keys and
+	// costs) is denied locally until the RetryAfter the store computed:
+	// the cached decision's RetryAfter and ResetAfter count down on the
+	// local monotonic clock from the moment the store call was sent, so
+	// they never exceed what the store would answer; Remaining is the
+	// store's figure at that moment. A Refund or Reset through this
+	// Limiter clears the cached denials of the keys it touches, including
+	// those of checks in flight. A Refund or Reset through another Limiter
+	// (another replica) is seen here only once the cached denial expires:
+	// at most its RetryAfter later. A Limiter whose store runs on an
+	// injected clock (tests) should keep the cache off, since the cache
+	// follows the real clock.
+	//
+	// The cache holds at most DenialCacheSize denials (about 300 bytes
+	// each, plus the keys). When it is full, a new denial replaces an
+	// expired one or, failing that, an arbitrary one: the newest denial is
+	// always cached, and memory stays bounded.
+	DenialCacheSize int
 }
 
 // Limiter checks hits against a [Store]. It is safe for concurrent use; one
@@ -32,9 +51,10 @@ type Options struct {
 // once (login by IP and by account), all-or-nothing.
 type Limiter struct {
 	store   Store
+	local   LocalStore // store, when it is local; nil otherwise
 	timeout time.Duration
-	idBase  string        // random per Limiter, so ids of replicas never collide
-	seq     atomic.Uint64 // makes every id of this Limiter unique
+	denials *denialCache // nil when Options.DenialCacheSize is 0
+	ids     ids
 }
 
 // New returns a limiter that keeps its state in store.
@@ -42,33 +62,91 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("floodgate: New: store is nil")
 	}
-	var seed [9]byte
-	_, _ = rand.Read(seed[:]) // crypto/rand.Read never fails (Go 1.24+)
-	l := &Limiter{store: store, timeout: opts.Timeout, idBase: base64.RawURLEncoding.EncodeToString(seed[:])}
+	if opts.DenialCacheSize < 0 {
+		return nil, fmt.Errorf("floodgate: New: denial cache size %d is negative", opts.DenialCacheSize)
+	}
+	l := &Limiter{store: store, timeout: opts.Timeout}
+	l.local, _ = store.(LocalStore)
 	if l.timeout == 0 {
 		l.timeout = DefaultTimeout
 	}
+	if opts.DenialCacheSize > 0 {
+		l.denials = newDenialCache(opts.DenialCacheSize)
+	}
+	l.ids.init()
 	return l, nil
 }
 
 // Allow checks one request of key under rule and records it if allowed.
 func (l *Limiter) Allow(ctx context.Context, rule Rule, key string) (Decision, error) {
-	return l.Check(ctx, Hit{Rule: rule, Key: key})
+	return l.one(ctx, Hit{Rule: rule, Key: key})
 }
 
 // AllowN is like Allow for a request that costs n.
 func (l *Limiter) AllowN(ctx context.Context, rule Rule, key string, n int64) (Decision, error) {
-	return l.Check(ctx, Hit{Rule: rule, Key: key, Cost: n})
+	return l.one(ctx, Hit{Rule: rule, Key: key, Cost: n})
+}
+
+// one is Check of a single hit. It takes the hit by value so that, with a
+// LocalStore, a decision allocates nothing.
+func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
+	if err := h.validate(0); err != nil {
+		return Decision{}, err
+	}
+	if l.local == nil {
+		// A cached denial, without allocating; otherwise the general path
+		// (which validates and probes again: a few nanoseconds next to a
+		// remote store's call).
+		if l.denials != nil {
+			hs := [1]Hit{h}
+			if d, ok := l.denials.get(l.denials.probe(hs[:]), hs[:]); ok {
+				return d, nil
+			}
+		}
+		return l.check(ctx, []Hit{h})
+	}
+	var p probe
+	if l.denials != nil {
+		hs := [1]Hit{h}
+		p = l.denials.probe(hs[:])
+		if d, ok := l.denials.get(p, hs[:]); ok {
+			return d, nil
+		}
+	}
+	sent := l.denials.clock()
+	id := l.ids.next()
+	r, err := l.local.TakeOne(ctx, id, h)
+	if err != nil {
+		return Decision{}, storeError("take", err)
+	}
+	d := decideOne(id, h, r)
+	if !d.Allowed && l.denials != nil {
+		hs := [1]Hit{h}
+		l.denials.add(p, hs[:], d, sent)
+	}
+	return d, nil
 }
 
 // Check checks every hit and records them all only if every one is within
 // its limit: all-or-nothing. The decision describes the worst hit and lists
 // each in Decision.Each.
 func (l *Limiter) Check(ctx context.Context, hits ...Hit) (Decision, error) {
+	return l.check(ctx, hits)
+}
+
+func (l *Limiter) check(ctx context.Context, hits []Hit) (Decision, error) {
 	if err := validate(hits); err != nil {
 		return Decision{}, err
 	}
-	id := l.idBase + strconv.FormatUint(l.seq.Add(1), 36)
+	var p probe
+	if l.denials != nil {
+		p = l.denials.probe(hits)
+		if d, ok := l.denials.get(p, hits); ok {
+			return d, nil
+		}
+	}
+	sent := l.denials.clock()
+	id := l.ids.next()
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
 	results, err := l.store.Take(ctx, id, hits)
@@ -78,7 +156,11 @@ func (l *Limiter) Check(ctx context.Context, hits ...Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("take", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	return decide(id, hits, results), nil
+	d := decide(id, hits, results)
+	if !d.Allowed && l.denials != nil {
+		l.denials.add(p, hits, d, sent)
+	}
+	return d, nil
 }
 
 // Peek reports what Check would decide now, recording nothing.
@@ -106,9 +188,18 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	if !d.Allowed || d.ticket.id == "" {
 		return nil
 	}
+	hits := d.ticket.hits
+	if hits == nil {
+		hits = []Hit{d.ticket.hit}
+	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	if err := l.store.Refund(ctx, d.ticket.id, d.ticket.hits); err != nil {
+	err := l.store.Refund(ctx, d.ticket.id, hits)
+	// Cleared even when the store failed: the refund may have been made.
+	for _, h := range hits {
+		l.denials.clear(h.Rule, h.Key)
+	}
+	if err != nil {
 		return storeError("refund", err)
 	}
 	return nil
@@ -122,7 +213,9 @@ func (l *Limiter) Reset(ctx context.Context, rule Rule, key string) error {
 	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	if err := l.store.Reset(ctx, rule, key); err != nil {
+	err := l.store.Reset(ctx, rule, key)
+	l.denials.clear(rule, key)
+	if err != nil {
 		return storeError("reset", err)
 	}
 	return nil
@@ -148,8 +241,10 @@ func (l *Limiter) Wait(ctx context.Context, maxDelay time.Duration, hits ...Hit)
 	}
 }
 
+// budget gives ctx the Limiter's time budget, except for a LocalStore,
+// which never waits on I/O.
 func (l *Limiter) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.timeout < 0 {
+	if l.timeout < 0 || l.local != nil {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, l.timeout)
@@ -168,27 +263,39 @@ func validate(hits []Hit) error {
 	}
 	var errs []error
 	for i, h := range hits {
-		if err := h.Rule.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("hit %d: %w", i, err))
-			continue
-		}
-		switch {
-		case h.Key == "":
-			errs = append(errs, fmt.Errorf("%w: hit %d (%s): key is empty", ErrInvalidHit, i, h.Rule.Name))
-		case len(h.Key) > MaxKeyLen:
-			errs = append(errs, fmt.Errorf("%w: hit %d (%s): key is %d bytes, at most %d allowed", ErrInvalidHit, i, h.Rule.Name, len(h.Key), MaxKeyLen))
+		if err := h.validate(i); err != nil {
+			errs = append(errs, err)
 		}
 		for j := range i {
 			if hits[j].Rule.Name == h.Rule.Name && hits[j].Key == h.Key {
 				errs = append(errs, fmt.Errorf("%w: hits %d and %d both name key %q under rule %s; use one hit with Cost", ErrInvalidHit, j, i, truncate(h.Key), h.Rule.Name))
 			}
 		}
-		switch c := h.cost(); {
-		case c < 1:
-			errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is below 1", ErrInvalidHit, i, h.Rule.Name, h.Cost))
-		case c > h.Rule.Capacity():
-			errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d exceeds the rule's capacity %d, so it could never be allowed", ErrInvalidHit, i, h.Rule.Name, c, h.Rule.Capacity()))
-		}
+	}
+	return errors.Join(errs...)
+}
+
+// validate checks hit number i on its own. The valid case allocates
+// nothing.
+func (h Hit) validate(i int) error {
+	if err := h.Rule.Validate(); err != nil {
+		return fmt.Errorf("hit %d: %w", i, err)
+	}
+	if h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.Rule.Capacity() {
+		return nil
+	}
+	var errs []error
+	switch {
+	case h.Key == "":
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): key is empty", ErrInvalidHit, i, h.Rule.Name))
+	case len(h.Key) > MaxKeyLen:
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): key is %d bytes, at most %d allowed", ErrInvalidHit, i, h.Rule.Name, len(h.Key), MaxKeyLen))
+	}
+	switch c := h.cost(); {
+	case c < 1:
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is below 1", ErrInvalidHit, i, h.Rule.Name, h.Cost))
+	case c > h.Rule.Capacity():
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d exceeds the rule's capacity %d, so it could never be allowed", ErrInvalidHit, i, h.Rule.Name, c, h.Rule.Capacity()))
 	}
 	return errors.Join(errs...)
 }

@@ -27,6 +27,7 @@ func TestNewRuleRejectsBadInput(t *testing.T) {
 		{"window over ten years", floodgate.Rule{Name: "r", Limit: 1, Window: floodgate.MaxWindow + time.Hour}, "at most"},
 		{"burst refilling for over ten years", floodgate.Rule{Name: "r", Limit: 1, Window: 24 * time.Hour, Algorithm: floodgate.TokenBucket, Burst: 10 * 366}, "to refill"},
 		{"unknown algorithm", floodgate.Rule{Name: "r", Limit: 1, Window: time.Second, Algorithm: 9}, "unknown algorithm"},
+		{"counter limit too high", floodgate.Rule{Name: "r", Limit: 3_000_000, Window: time.Hour, Algorithm: floodgate.SlidingWindowCounter}, "too high for a sliding-window counter"},
 		{"negative burst", floodgate.Rule{Name: "r", Limit: 1, Window: time.Second, Algorithm: floodgate.TokenBucket, Burst: -1}, "burst is -1"},
 		{"burst on sliding window", floodgate.Rule{Name: "r", Limit: 1, Window: time.Second, Burst: 2}, "only meaningful for token-bucket"},
 	} {
@@ -90,7 +91,7 @@ func TestParseLimit(t *testing.T) {
 }
 
 func TestAlgorithmNames(t *testing.T) {
-	for _, a := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow} {
+	for _, a := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
 		got, err := floodgate.ParseAlgorithm(a.String())
 		if err != nil || got != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", a.String(), got, err, a)

@@ -70,3 +70,15 @@ type Result struct {
 	// would be allowed.
 	RetryAfter time.Duration
 }
+
+// LocalStore is an optional interface of a [Store] that keeps its state in
+// the memory of the process and never waits on I/O, such as memstore's.
+// The Limiter calls TakeOne for checks of a single hit ([Limiter.Allow],
+// [Limiter.AllowN]), which spares the slices of Take so that a decision
+// can allocate nothing, and gives a LocalStore's calls no time budget
+// (Options.Timeout), since they answer in microseconds.
+type LocalStore interface {
+	Store
+	// TakeOne is Take of the single hit h.
+	TakeOne(ctx context.Context, id string, h Hit) (Result, error)
+}

@@ -13,14 +13,19 @@ type entry struct {
 	// first: one stamp per unit of cost.
 	log []stamp
 	// tat is a token bucket's theoretical arrival time; count and window
-	// are a fixed window's count and index.
-	tat, count, window int64
+	// are a fixed window's count and index, and prev, for a sliding-window
+	// counter, the count of the window before.
+	tat, count, window, prev int64
 	// refunded records, for token buckets and fixed windows, the take ids
 	// already refunded (until when to remember them), so that Refund is
 	// idempotent.
 	refunded map[string]int64
 	// expires is when the entry stops mattering and may be dropped.
 	expires int64
+	// k is the entry's key, and next the next entry whose key has the same
+	// hash (see shard).
+	k    entryKey
+	next *entry
 }
 
 type stamp struct {
@@ -56,6 +61,17 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 			return floodgate.Result{Allowed: true, Remaining: limit - e.count - cost, ResetAfter: dur(end - now)}
 		}
 		return floodgate.Result{Remaining: max(0, limit-e.count), ResetAfter: dur(end - now), RetryAfter: dur(end - now)}
+	case floodgate.SlidingWindowCounter:
+		idx := now / window
+		switch e.window {
+		case idx:
+		case idx - 1:
+			e.prev, e.count = e.count, 0
+		default:
+			e.prev, e.count = 0, 0
+		}
+		e.window = idx
+		return counter(now-idx*window, limit, window, cost, e.prev, e.count)
 	default:
 		e.trim(now - window)
 		n := int64(len(e.log))
@@ -84,6 +100,9 @@ func (e *entry) record(now int64, id string, h floodgate.Hit) {
 	case floodgate.FixedWindow:
 		e.count += cost
 		e.expires = max(e.expires, (e.window+1)*int64(r.Window))
+	case floodgate.SlidingWindowCounter:
+		e.count += cost
+		e.expires = max(e.expires, (e.window+2)*int64(r.Window)) // the next window still weighs it
 	default:
 		for range cost {
 			e.log = append(e.log, stamp{at: now, id: id})
@@ -110,6 +129,9 @@ func (e *entry) refund(now int64, id string, h floodgate.Hit) {
 		e.refunded = make(map[string]int64)
 	}
 	until := now + int64(r.Window)
+	if r.Algorithm == floodgate.SlidingWindowCounter {
+		until = now + 2*int64(r.Window)
+	}
 	e.refunded[id] = until
 	e.expires = max(e.expires, until)
 	for k, t := range e.refunded {
@@ -122,7 +144,51 @@ func (e *entry) refund(now int64, id string, h floodgate.Hit) {
 		return
 	}
 	e.check(now, h) // moves the count to the current window
+	if r.Algorithm == floodgate.SlidingWindowCounter {
+		// The take's window is unknown: credit the current one first.
+		fromCur := min(e.count, cost)
+		e.count -= fromCur
+		e.prev = max(0, e.prev-(cost-fromCur))
+		return
+	}
 	e.count = max(0, e.count-cost)
+}
+
+// counter decides a sliding-window counter: t into the current window of
+// length window, with prev and cur requests counted in the previous and
+// current windows, a request of cost is admitted iff
+// prev*(window-t)/window + cur + cost <= limit, computed exactly in
+// integers (see floodgate.SlidingWindowCounter). redisstore's take.lua
+// computes the same formulas in microseconds. The rule's validation keeps
+// every product below 2^63 (nanoseconds).
+func counter(t, limit, window, cost, prev, cur int64) floodgate.Result {
+	w := (prev*(window-t) + window - 1) / window // the previous window's weight, rounded up
+	if w+cur+cost <= limit {
+		// Full again when the window after this one starts (cur+cost > 0).
+		return floodgate.Result{Allowed: true, Remaining: limit - w - cur - cost, ResetAfter: dur(2*window - t)}
+	}
+	res := floodgate.Result{Remaining: max(0, limit-w-cur)}
+	switch {
+	case cur > 0:
+		res.ResetAfter = dur(2*window - t)
+	case prev > 0:
+		res.ResetAfter = dur(window - t)
+	}
+	if r := limit - cur - cost; r >= 0 {
+		// This window admits it once prev*(window-t)/window <= r.
+		if at := window - r*window/prev; at < window {
+			res.RetryAfter = dur(at - t)
+			return res
+		}
+	}
+	// The next window, where cur is the previous count, admits it once
+	// cur*(window-t)/window <= limit-cost.
+	var at int64
+	if cur > 0 {
+		at = max(0, window-(limit-cost)*window/cur)
+	}
+	res.RetryAfter = dur(window - t + at)
+	return res
 }
 
 // trim drops the log's stamps at or before cutoff.

@@ -23,8 +23,10 @@ import (
 
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {
-	// Now returns the current time. Nil means time.Now. Tests inject a fake
-	// clock here.
+	// Now returns the current time. Nil means the system clock (read as
+	// the wall time at New plus the monotonic time elapsed since, which is
+	// cheaper than time.Now and immune to wall-clock steps). Tests inject
+	// a fake clock here.
 	Now func() time.Time
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two. Zero means 64.
@@ -37,7 +39,9 @@ type Options struct {
 // Store is an in-memory [floodgate.Store]. It is safe for concurrent use.
 // Call Close to stop its janitor goroutine.
 type Store struct {
-	now    func() time.Time
+	now    func() time.Time // nil: base + monotonic time since
+	base   time.Time
+	baseNS int64
 	seed   maphash.Seed
 	shards []shard
 	mask   uint64
@@ -46,12 +50,57 @@ type Store struct {
 	done   chan struct{}
 }
 
-var _ floodgate.Store = (*Store)(nil)
+var _ floodgate.LocalStore = (*Store)(nil)
 
 type shard struct {
-	mu      sync.Mutex
-	entries map[entryKey]*entry // guarded by mu
-	_       [40]byte            // keeps two shards' locks off one cache line
+	mu sync.Mutex
+	// entries holds the entries by the hash that also picks the shard, so
+	// that a key is hashed once; entries whose hashes collide are chained
+	// through entry.next.
+	entries map[uint64]*entry // guarded by mu
+	n       int               // guarded by mu; entries, chained ones included
+	_       [32]byte          // keeps two shards' locks off one cache line
+}
+
+// get returns the entry of k, whose hash is h, or nil. sh.mu must be held.
+func (sh *shard) get(h uint64, k *entryKey) *entry {
+	e := sh.entries[h]
+	for e != nil && e.k != *k {
+		e = e.next
+	}
+	return e
+}
+
+// getOrCreate returns the entry of k, creating it if needed. sh.mu must be
+// held.
+func (sh *shard) getOrCreate(h uint64, k *entryKey) *entry {
+	if e := sh.get(h, k); e != nil {
+		return e
+	}
+	e := &entry{k: *k, next: sh.entries[h]}
+	sh.entries[h] = e
+	sh.n++
+	return e
+}
+
+// del removes the entry of k, if any. sh.mu must be held.
+func (sh *shard) del(h uint64, k *entryKey) {
+	var prev *entry
+	for e := sh.entries[h]; e != nil; prev, e = e, e.next {
+		if e.k != *k {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.next = e.next
+		case e.next != nil:
+			sh.entries[h] = e.next
+		default:
+			delete(sh.entries, h)
+		}
+		sh.n--
+		return
+	}
 }
 
 // entryKey separates the state of rules with different names or
@@ -79,11 +128,10 @@ func New(opts Options) *Store {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	if s.now == nil {
-		s.now = time.Now
-	}
+	s.base = time.Now()
+	s.baseNS = s.base.UnixNano()
 	for i := range s.shards {
-		s.shards[i].entries = make(map[entryKey]*entry)
+		s.shards[i].entries = make(map[uint64]*entry)
 	}
 	interval := opts.SweepInterval
 	if interval <= 0 {
@@ -109,7 +157,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.entries)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -117,6 +165,13 @@ func (s *Store) Len() int {
 
 // Take implements [floodgate.Store].
 func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	if len(hits) == 1 {
+		r, err := s.TakeOne(ctx, id, hits[0])
+		if err != nil {
+			return nil, err
+		}
+		return []floodgate.Result{r}, nil
+	}
 	return s.apply(ctx, hits, func(now int64, es []*entry) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		allowed := true
@@ -132,6 +187,30 @@ func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 		}
 		return results
 	})
+}
+
+// TakeOne implements [floodgate.LocalStore]: Take of one hit, which
+// allocates nothing once the key is known (a sliding window's log grows
+// by doubling, and reuses its room as entries leave the window).
+func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodgate.Result, error) {
+	if err := s.usable(ctx); err != nil {
+		return floodgate.Result{}, err
+	}
+	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, key: keyenc.Encode(h.Key)}
+	hash := s.hash(&k)
+	sh := s.shard(hash)
+	sh.mu.Lock()
+	now := s.nowNS()
+	e := sh.getOrCreate(hash, &k)
+	r := e.check(now, h)
+	if r.Allowed {
+		e.record(now, id, h)
+	}
+	if e.expires <= now {
+		sh.del(hash, &k)
+	}
+	sh.mu.Unlock()
+	return r, nil
 }
 
 // Peek implements [floodgate.Store].
@@ -162,11 +241,20 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 		return err
 	}
 	k := entryKey{rule: rule.Name, alg: rule.Algorithm, key: keyenc.Encode(key)}
-	sh := &s.shards[s.shardOf(k)]
+	h := s.hash(&k)
+	sh := s.shard(h)
 	sh.mu.Lock()
-	delete(sh.entries, k)
+	sh.del(h, &k)
 	sh.mu.Unlock()
 	return nil
+}
+
+// nowNS returns the store's time in Unix nanoseconds.
+func (s *Store) nowNS() int64 {
+	if s.now != nil {
+		return s.now().UnixNano()
+	}
+	return s.baseNS + int64(time.Since(s.base))
 }
 
 func (s *Store) usable(ctx context.Context) error {
@@ -187,10 +275,12 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, f func(now int6
 		return nil, err
 	}
 	keys := make([]entryKey, len(hits))
+	hashes := make([]uint64, len(hits))
 	idx := make([]uint64, len(hits))
 	for i, h := range hits {
 		keys[i] = entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, key: keyenc.Encode(h.Key)}
-		idx[i] = s.shardOf(keys[i])
+		hashes[i] = s.hash(&keys[i])
+		idx[i] = hashes[i] & s.mask
 	}
 	locked := slices.Clone(idx)
 	slices.Sort(locked)
@@ -203,36 +293,30 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, f func(now int6
 			s.shards[i].mu.Unlock()
 		}
 	}()
-	now := s.now().UnixNano()
+	now := s.nowNS()
 	es := make([]*entry, len(hits))
-	for i, k := range keys {
-		m := s.shards[idx[i]].entries
-		e := m[k]
-		if e == nil {
-			e = &entry{}
-			m[k] = e
-		}
-		es[i] = e
+	for i := range keys {
+		es[i] = s.shards[idx[i]].getOrCreate(hashes[i], &keys[i])
 	}
 	results := f(now, es)
 	// Drop entries that hold nothing, such as those of a denied or peeked
 	// first hit, so that probing keys does not grow the map.
-	for i, k := range keys {
+	for i := range keys {
 		if es[i].expires <= now {
-			delete(s.shards[idx[i]].entries, k)
+			s.shards[idx[i]].del(hashes[i], &keys[i])
 		}
 	}
 	return results, nil
 }
 
-func (s *Store) shardOf(k entryKey) uint64 {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(k.rule)
-	h.WriteByte(byte(k.alg))
-	h.WriteString(k.key)
-	return h.Sum64() & s.mask
+// hash hashes k once, for both its shard (the low bits) and the shard's
+// map.
+func (s *Store) hash(k *entryKey) uint64 {
+	h := maphash.String(s.seed, k.key) ^ (maphash.String(s.seed, k.rule)+uint64(k.alg))*0x9e3779b97f4a7c15
+	return h ^ h>>29
 }
+
+func (s *Store) shard(h uint64) *shard { return &s.shards[h&s.mask] }
 
 func (s *Store) janitor(interval time.Duration) {
 	defer close(s.done)
@@ -253,10 +337,12 @@ func (s *Store) sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		now := s.now().UnixNano()
-		for k, e := range sh.entries {
-			if e.expires <= now {
-				delete(sh.entries, k)
+		now := s.nowNS()
+		for h, e := range sh.entries {
+			for ; e != nil; e = e.next {
+				if e.expires <= now {
+					sh.del(h, &e.k)
+				}
 			}
 		}
 		sh.mu.Unlock()

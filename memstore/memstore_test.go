@@ -83,3 +83,36 @@ func TestClosedStoreFails(t *testing.T) {
 		t.Fatalf("Allow after Close: %v; want ErrClosed and ErrStoreUnavailable", err)
 	}
 }
+
+// TestAllowDoesNotAllocate: a decision on a known key allocates nothing
+// (ids come from chunks shared by about a hundred decisions).
+func TestAllowDoesNotAllocate(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	for _, cache := range []int{0, 100} {
+		l, err := floodgate.New(s, floodgate.Options{DenialCacheSize: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+			r, err := floodgate.NewRule("alloc", 1<<30, time.Millisecond, alg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hot, err := floodgate.NewRule("hot", 1, time.Hour, alg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, tc := range []struct {
+				name string
+				rule floodgate.Rule
+			}{{"allowed", r}, {"denied", hot}} {
+				l.Allow(ctx, tc.rule, "k")
+				if n := testing.AllocsPerRun(1000, func() { l.Allow(ctx, tc.rule, "k") }); n != 0 {
+					t.Errorf("%v, %s, denial cache %d: %v allocations per decision, want 0", alg, tc.name, cache, n)
+				}
+			}
+		}
+	}
+}

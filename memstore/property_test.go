@@ -91,3 +91,89 @@ func TestSlidingWindowMatchesModel(t *testing.T) {
 		})
 	}
 }
+
+// TestSlidingWindowCounterMatchesModel replays random traces against the
+// store's sliding-window counter and against a direct model of it: with p
+// and c the costs admitted in the previous and current epoch-aligned
+// windows, a request of cost n at t into the current window is admitted
+// iff p*(W-t) + (c+n)*W <= L*W. Each denial's RetryAfter is checked too:
+// one nanosecond earlier the request would still be denied, at RetryAfter
+// it is admitted.
+func TestSlidingWindowCounterMatchesModel(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limit   int64
+		window  time.Duration
+		maxCost int64
+		maxGap  time.Duration
+	}{
+		{"10 per minute, cost 1", 10, time.Minute, 1, 15 * time.Second},
+		{"7 per second, costs 1..3", 7, time.Second, 3, 300 * time.Millisecond},
+		{"1000 per 10ms, costs 1..50", 1000, 10 * time.Millisecond, 50, 200 * time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(2, uint64(tc.limit)))
+			clock := storetest.NewFakeClock()
+			s := memstore.New(memstore.Options{Now: clock.Now})
+			defer s.Close()
+			l, err := floodgate.New(s, floodgate.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rule, err := floodgate.NewRule("model", tc.limit, tc.window, floodgate.SlidingWindowCounter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := int64(tc.window)
+			admitted := map[int64]int64{} // window index -> cost admitted
+			model := func(now time.Time, cost int64) bool {
+				ns := now.UnixNano()
+				idx, into := ns/w, ns%w
+				return admitted[idx-1]*(w-into)+(admitted[idx]+cost)*w <= tc.limit*w
+			}
+			probe := floodgate.Hit{Rule: rule, Key: "k"}
+			retryChecked := 0
+			for i := range 5_000 {
+				if rng.IntN(3) == 0 {
+					clock.Advance(time.Duration(rng.Int64N(int64(tc.maxGap))))
+				}
+				now := clock.Now()
+				cost := 1 + rng.Int64N(tc.maxCost)
+				want := model(now, cost)
+				d, err := l.AllowN(context.Background(), rule, "k", cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed != want {
+					t.Fatalf("request %d (cost %d): store allowed=%v, model allowed=%v", i, cost, d.Allowed, want)
+				}
+				if d.Allowed {
+					admitted[now.UnixNano()/w] += cost
+					continue
+				}
+				if d.RetryAfter <= 0 {
+					t.Fatalf("request %d: denied with RetryAfter %v", i, d.RetryAfter)
+				}
+				if rng.IntN(10) == 0 { // sometimes: wait exactly RetryAfter
+					probe.Cost = cost
+					clock.Advance(d.RetryAfter - 1)
+					if model(clock.Now(), cost) {
+						t.Fatalf("request %d: RetryAfter %v is too long: the model admits it a nanosecond earlier", i, d.RetryAfter)
+					}
+					clock.Advance(1)
+					if !model(clock.Now(), cost) {
+						t.Fatalf("request %d: RetryAfter %v is too short: the model still denies it", i, d.RetryAfter)
+					}
+					if p, err := l.Peek(context.Background(), probe); err != nil || !p.Allowed {
+						t.Fatalf("request %d: peek after RetryAfter: %+v, %v", i, p, err)
+					}
+					retryChecked++
+				}
+			}
+			if retryChecked < 10 {
+				t.Fatalf("only %d RetryAfters checked: the trace does not exercise the limit", retryChecked)
+			}
+		})
+	}
+}

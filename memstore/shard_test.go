@@ -1,0 +1,37 @@
+package memstore
+
+import (
+	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// TestShardChainsCollidingHashes: entries whose hashes collide live in
+// one chain, and each stays reachable and deletable on its own.
+func TestShardChainsCollidingHashes(t *testing.T) {
+	sh := &shard{entries: map[uint64]*entry{}}
+	keys := []entryKey{{"a", floodgate.SlidingWindow, "k"}, {"b", floodgate.SlidingWindow, "k"}, {"a", floodgate.TokenBucket, "k"}}
+	const h = 42 // one hash for all: a forced collision
+	for i := range keys {
+		e := sh.getOrCreate(h, &keys[i])
+		e.count = int64(i + 1)
+	}
+	if sh.n != 3 || len(sh.entries) != 1 {
+		t.Fatalf("n = %d, map holds %d; want 3 entries in one chain", sh.n, len(sh.entries))
+	}
+	for i := range keys {
+		if e := sh.get(h, &keys[i]); e == nil || e.count != int64(i+1) {
+			t.Fatalf("get %v = %+v; want the entry with count %d", keys[i], e, i+1)
+		}
+	}
+	for _, del := range []int{1, 2, 0} { // middle, head, last
+		sh.del(h, &keys[del])
+		if sh.get(h, &keys[del]) != nil {
+			t.Fatalf("entry %v still there after del", keys[del])
+		}
+	}
+	if sh.n != 0 || len(sh.entries) != 0 {
+		t.Fatalf("n = %d, map holds %d after deleting everything", sh.n, len(sh.entries))
+	}
+	sh.del(h, &keys[0]) // deleting a missing key is a no-op
+}
