@@ -59,6 +59,6 @@ func benchmarkTake(b *testing.B, parallel bool) {
 // BenchmarkTake measures one Take at a time: the round trip bounds it.
 func BenchmarkTake(b *testing.B) { benchmarkTake(b, false) }
 
-// BenchmarkTakeParallel measures 16 concurrent Takes per core, which
-// rueidis pipelines over its connections.
+// BenchmarkTakeParallel measures 16 concurrent Takes per core, which the
+// group commit (batch.go) sends together, a few script calls in flight.
 func BenchmarkTakeParallel(b *testing.B) { benchmarkTake(b, true) }

@@ -10,17 +10,25 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // replicas returns n limiters, each on its own store and client with the
 // same prefix, as n replicas of a service sharing one Redis.
 func replicas(t *testing.T, n int) ([]*floodgate.Limiter, *Store) {
 	t.Helper()
+	return replicasOn(t, "redis://"+redistest.Addr(t), n)
+}
+
+// replicasOn is replicas on the Redis at url (standalone, Sentinel or
+// Cluster).
+func replicasOn(t *testing.T, url string, n int) ([]*floodgate.Limiter, *Store) {
+	t.Helper()
 	prefix := randomPrefix()
 	ls := make([]*floodgate.Limiter, n)
 	var first *Store
 	for i := range ls {
-		s, err := New(ctx(t), Options{URL: "redis://" + redistest.Addr(t), Prefix: prefix})
+		s, err := New(ctx(t), Options{URL: url, Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +74,11 @@ func hammer(t *testing.T, n int, f func(i int) error) {
 // round.
 func TestReplicasAdmitExactlyTheLimit(t *testing.T) {
 	ls, _ := replicas(t, 8)
+	testExactLimit(t, ls)
+}
+
+// testExactLimit is TestReplicasAdmitExactlyTheLimit on the limiters ls.
+func testExactLimit(t *testing.T, ls []*floodgate.Limiter) {
 	for _, alg := range algorithms {
 		window := time.Minute
 		if alg != floodgate.SlidingWindow {
@@ -102,7 +115,12 @@ func TestReplicasAdmitExactlyTheLimit(t *testing.T) {
 // account (5), 1,000 concurrent checks over 4 IPs and one account.
 func TestReplicasMultiKeyNeverExceedAnyLimit(t *testing.T) {
 	ls, store := replicas(t, 8)
-	c := rawClient(t)
+	testMultiKey(t, ls, store, rawClient(t))
+}
+
+// testMultiKey is TestReplicasMultiKeyNeverExceedAnyLimit on the limiters
+// ls, whose keys store names; c reads what Redis holds.
+func testMultiKey(t *testing.T, ls []*floodgate.Limiter, store *Store, c rueidis.Client) {
 	ipRule := mustRule(t, "ip", 10, time.Minute, floodgate.SlidingWindow)
 	acctRule := mustRule(t, "account", 5, time.Minute, floodgate.SlidingWindow)
 	for round := range 5 {

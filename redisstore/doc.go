@@ -17,6 +17,19 @@
 // several hits records all of them or none. One take script call can
 // carry several independent checks.
 //
+// # Group commit
+//
+// Concurrent Takes share script calls. While a take call is in flight
+// (at most two at once per store, or per slot on a Cluster), the Takes
+// that arrive queue, and the next call carries all of them (up to 128
+// hits), each still all-or-nothing and in arrival order. A Take that finds
+// nothing in flight is sent at once, alone, under its own context: there
+// is no timer and no linger, so light load pays nothing. A failed or
+// timed-out call fails every Take in it with an error wrapping
+// floodgate.ErrStoreUnavailable, and is never retried; each caller waits
+// no longer than its own context allows, and a Take whose context ends
+// before its call is sent is dropped from it, so it records nothing.
+//
 // Time is the Redis server's: the scripts call TIME and count in integer
 // microseconds, so replicas whose clocks disagree still agree on every
 // limit. A script that takes or refunds is never retried by the store: a
@@ -35,8 +48,11 @@
 //	<prefix>{<rule>:<key>}:t         token bucket: string, the theoretical
 //	                                 arrival time (GCRA) in µs
 //	<prefix>{<rule>:<key>}:f         fixed window: string "<window index>:<count>"
+//	<prefix>{<rule>:<key>}:c         sliding-window counter: string
+//	                                 "<window index>:<previous count>:<count>"
 //	<prefix>{<rule>:<key>}:r:t:<id>  refund tombstones of a token bucket or
-//	<prefix>{<rule>:<key>}:r:f:<id>  fixed window: "1", so a refund credits once
+//	<prefix>{<rule>:<key>}:r:f:<id>  fixed window (:r:c:<id> sliding-window counter):
+//	                                 "1", so a refund credits once
 //
 // The prefix defaults to "fg:". The client's key goes through the same
 // encoding as every store's: kept as it is when it is at most 48 bytes of
@@ -48,8 +64,10 @@
 //
 // Every key expires: a sliding window one window after its newest entry,
 // a token bucket when it is full again, a fixed window at the end of its
-// window, a tombstone after one window (token bucket: the longer of the
-// window and Burst times the emission interval).
+// window, a sliding-window counter at the end of the window after its
+// last take, a tombstone after one window (token bucket: the longer of the
+// window and Burst times the emission interval; sliding-window counter:
+// with its state).
 //
 // # Memory
 //
@@ -63,6 +81,7 @@
 //	sliding window, limit 1000  101,936 bytes   (about 102 bytes per entry)
 //	token bucket                     72 bytes   (any limit)
 //	fixed window                     88 bytes   (any limit)
+//	sliding-window counter      88-104 bytes   (any limit)
 //	refund tombstone                 88 bytes   (per refunded take, until it expires)
 //
 // A sorted set stays compact (a listpack) up to zset-max-listpack-entries
@@ -84,12 +103,57 @@
 //	redis://s1:26379?addr=s2:26379&master_set=main Sentinel (the addresses are sentinels)
 //	redis://n1:6379?addr=n2:6379&addr=n3:6379      Cluster (detected by itself)
 //
-// or pass an existing rueidis client in [Options.Client]. Client-side
-// caching is off in clients the store builds; commands go to the primary.
-// On a Cluster, every hit of one check must live in one slot: a check of
-// two identities (an IP and an account) hashes to two slots and fails with
-// [ErrCrossSlot] for now. The scripts need Redis 5.0 or later; the tests
-// run against Redis 7.0.
+// or pass an existing rueidis client in [Options.Client], or another
+// library's client in [Options.Conn]: package goredisadapter wraps a
+// go-redis v9 client (standalone, Sentinel or Cluster) and sends the
+// scripts that write without go-redis's retries. Client-side caching is
+// off in clients the store builds; commands go to the primary. The
+// scripts need Redis 5.0 or later; the tests run against Redis 7.0 on a
+// standalone server, a Cluster of 3 masters and 3 replicas, and a master
+// and a replica behind three sentinels, with both failovers under load.
+//
+// # Checks across Cluster slots
+//
+// The keys of one rule and one client key share a hash tag, so one hit
+// never spans slots, but a check of two identities (an IP and an account)
+// usually does, and one script cannot touch two slots. On a Cluster, such
+// a check is taken slot by slot in ascending slot order, with the take's
+// id: each slot's script takes that slot's hits all or nothing; once a
+// slot denies, the slots already taken are refunded with the same id (an
+// idempotent roll-back) and the later ones only peeked. The bound:
+//
+//   - No key ever admits more than its limit: every slot's script checks
+//     and records atomically, counting the reservations of checks in
+//     flight.
+//   - A denied check leaves nothing once Take returns, unless the roll-back
+//     failed; a check that fails (an error) rolls back what it can.
+//   - The price is over-denial, never over-admission: a reservation that
+//     is later rolled back holds one unit of its keys' quota for about one
+//     round trip, and may deny a concurrent check that an oracle would
+//     allow. A roll-back that fails (Redis unreachable) is retried in the
+//     background; if the process dies between the phases, the reservation
+//     expires with its window (sliding window, fixed window) or refills
+//     (token bucket, cost times the emission interval).
+//   - A slot whose take timed out may or may not have recorded: its
+//     sliding-window members are removed by name, but the state of any
+//     other algorithm there is left to expire rather than credited for a
+//     take that may never have happened.
+//
+// Such a check costs one round trip per slot, one after the other; a check
+// denied by its first slot writes nothing anywhere. Peek asks every slot
+// at once; Refund refunds every slot at once.
+//
+// # Failover
+//
+// rueidis follows a Cluster's new topology and Sentinel's new master by
+// itself: during a failover, calls fail (and take the route's failure
+// mode) and then succeed again, without a restart. Redis replicates
+// asynchronously, so a write acknowledged by a master that dies before its
+// replica received it is lost: each lost hit is a request that no longer
+// counts, and its key may admit that many more requests within the
+// window (twice that for a token bucket or fixed window whose cross-slot
+// roll-back was applied to the lost write). The docs/CLUSTER.md file of
+// the repository has the measured failover windows and a sizing table.
 //
 // # Failures
 //

@@ -37,8 +37,8 @@ const MaxPrefixLen = 64
 // [Options.Validate] and [New] wrap it.
 var ErrInvalidOptions = errors.New("redisstore: invalid options")
 
-// Options configures a [Store]. Exactly one of URL and Client must be set;
-// every other field has a default.
+// Options configures a [Store]. Exactly one of URL, Client and Conn must
+// be set; every other field has a default.
 type Options struct {
 	// URL locates Redis, as parsed by rueidis.ParseURL:
 	// "redis://[user:password@]host:port[/db]", "rediss://..." for TLS
@@ -54,6 +54,10 @@ type Options struct {
 	// caching, and keep rueidis's default retry policy (read-only commands
 	// only).
 	Client rueidis.Client
+	// Conn is an existing client of another library, such as a go-redis
+	// client wrapped by package goredisadapter. The store uses it as it is
+	// and does not close it.
+	Conn Conn
 	// Prefix starts every key: "<prefix>{<rule>:<key>}:s". Zero means
 	// DefaultPrefix ("fg:"). At most MaxPrefixLen bytes, without braces (a
 	// brace would move the Cluster hash tag).
@@ -80,11 +84,17 @@ func (o Options) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...))
 	}
+	set := 0
+	for _, ok := range []bool{o.URL != "", o.Client != nil, o.Conn != nil} {
+		if ok {
+			set++
+		}
+	}
 	switch {
-	case o.URL == "" && o.Client == nil:
-		bad("set URL or Client")
-	case o.URL != "" && o.Client != nil:
-		bad("set URL or Client, not both")
+	case set == 0:
+		bad("set URL, Client or Conn")
+	case set > 1:
+		bad("set only one of URL, Client and Conn")
 	case o.URL != "":
 		if _, err := rueidis.ParseURL(o.URL); err != nil {
 			bad("URL: %v", err)
@@ -111,8 +121,11 @@ func (o Options) Validate() error {
 // Store is a [floodgate.Store] that keeps the limits in Redis, so that
 // every replica that shares the Redis shares the limits. Each Take, Peek
 // and Refund is one atomic Lua script call that reads the time from the
-// Redis server. A Store is safe for concurrent use; build one per process
-// with [New] (the zero value is not usable) and Close it on shutdown.
+// Redis server; on a Cluster, a check whose keys live in several slots is
+// one call per slot, reserved and rolled back so that no key ever admits
+// more than its limit (see the package documentation). A Store is safe
+// for concurrent use; build one per process with [New] (the zero value is
+// not usable) and Close it on shutdown.
 type Store struct {
 	prefix string
 	owned  bool                 // the store built the client and closes it
@@ -122,6 +135,9 @@ type Store struct {
 
 	client atomic.Pointer[clientRef] // nil until connected
 	closed atomic.Bool
+	batch  batchers // group commit of concurrent Takes (batch.go)
+
+	x extra // the cross-slot path and Options.Conn (cluster.go, conn.go)
 
 	mu       sync.Mutex
 	dialing  chan struct{} // guarded by mu; closed when the dial in flight ends
@@ -160,6 +176,10 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		s.client.Store(&clientRef{opts.Client})
 		return s, nil
 	}
+	if opts.Conn != nil {
+		s.x.conn = opts.Conn
+		return s, nil
+	}
 	opt, err := rueidis.ParseURL(opts.URL)
 	if err != nil { // Validate parsed it already
 		return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
@@ -190,6 +210,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.dials.Wait()
+	s.x.shutdown()
 	if r := s.client.Load(); r != nil && s.owned {
 		r.c.Close()
 	}
@@ -198,6 +219,9 @@ func (s *Store) Close() error {
 
 // Ping checks that Redis answers, for a readiness probe.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.x.conn != nil { // conn.go
+		return s.pingOnConn(ctx)
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c, err := s.conn(ctx)

@@ -421,7 +421,7 @@ func TestInvalidHits(t *testing.T) {
 		{"cost above capacity", []floodgate.Hit{{Rule: r, Key: "k", Cost: 4}}, floodgate.ErrInvalidHit},
 		{"negative cost", []floodgate.Hit{{Rule: r, Key: "k", Cost: -1}}, floodgate.ErrInvalidHit},
 		{"same key twice", []floodgate.Hit{{Rule: r, Key: "k"}, {Rule: r, Key: "k"}}, floodgate.ErrInvalidHit},
-		{"window too long", []floodgate.Hit{{Rule: mustRule(t, "long", 1, 100*365*24*time.Hour, floodgate.SlidingWindow), Key: "k"}}, floodgate.ErrInvalidRule},
+		{"window too long", []floodgate.Hit{{Rule: floodgate.Rule{Name: "long", Limit: 1, Window: 100 * 365 * 24 * time.Hour}, Key: "k"}}, floodgate.ErrInvalidRule},
 		{"unknown algorithm", []floodgate.Hit{{Rule: floodgate.Rule{Name: "x", Limit: 1, Window: time.Second, Algorithm: 9}, Key: "k"}}, floodgate.ErrInvalidRule},
 	} {
 		if _, err := s.Take(ctx(t), "id", tc.hits); !errors.Is(err, tc.want) {

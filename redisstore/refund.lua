@@ -2,17 +2,18 @@
 -- hits, idempotently.
 --
 -- KEYS: two keys per hit, in the order of the hits:
---   the state key    <prefix>{<rule>:<key>}:s, :t or :f (see take.lua)
---   a tombstone key  <prefix>{<rule>:<key>}:r:<alg>:<id> (alg "t" or "f"),
+--   the state key    <prefix>{<rule>:<key>}:s, :t, :f or :c (see take.lua)
+--   a tombstone key  <prefix>{<rule>:<key>}:r:<alg>:<id> (alg "t", "f" or "c"),
 --                    a tiny string that marks the refund as done (passed
 --                    but unused for a sliding window)
 -- ARGV[1]  id, the take's identifier
 -- then for each hit, 4 values:
 --   alg     "s" sliding window, "t" token bucket, "f" fixed window
 --   cost    units the hit counted for
---   a       "s": unused; "t": the emission interval T in us; "f": the
+--   a       "s", "c": unused; "t": the emission interval T in us; "f": the
 --           window W in us
---   ttl     how long the tombstone lives, in ms (at least as long as the
+--   ttl     "c": unused (the state key's PTTL); otherwise how long the
+--           tombstone lives, in ms (at least as long as the
 --           take can still weigh on the state)
 -- Reply: an integer, the number of hits whose state the refund changed.
 -- Sliding window: ZREM the take's members (id, id.1, ...), naturally
@@ -100,6 +101,24 @@ while ki <= #KEYS do
           end
           changed = changed + 1
         end
+      end
+    end
+  elseif alg == 'c' then
+    -- Once per id, for as long as the state lives (its PTTL: the take
+    -- weighs on it no longer): lower the current count by cost, then the
+    -- previous one with what is left. Stale state (older windows) is
+    -- zeroed by the next take anyway.
+    local stored = redis.call('GET', key)
+    local pttl = redis.call('PTTL', key)
+    if stored and pttl > 0 and redis.call('SET', tomb, '1', 'NX', 'PX', pttl) then
+      local si, sp, sc = string.match(stored, '^(%d+):(%d+):(%d+)$')
+      if si ~= nil then
+        local cur, prev = tonumber(sc), tonumber(sp)
+        local fromCur = math.min(cur, cost)
+        cur = cur - fromCur
+        prev = math.max(0, prev - (cost - fromCur))
+        redis.call('SET', key, si .. ':' .. fmt(prev) .. ':' .. fmt(cur), 'PX', pttl)
+        changed = changed + 1
       end
     end
   else

@@ -41,9 +41,10 @@ const maxScriptValue = 1 << 51
 
 // Suffixes of the state keys, by algorithm.
 var suffixes = [...]string{
-	floodgate.SlidingWindow: "s",
-	floodgate.TokenBucket:   "t",
-	floodgate.FixedWindow:   "f",
+	floodgate.SlidingWindow:        "s",
+	floodgate.TokenBucket:          "t",
+	floodgate.FixedWindow:          "f",
+	floodgate.SlidingWindowCounter: "c",
 }
 
 // group is one Take: its id and hits, all-or-nothing.
@@ -52,18 +53,29 @@ type group struct {
 	hits []floodgate.Hit
 }
 
-// Take implements [floodgate.Store] with one script call.
+// Take implements [floodgate.Store] with one script call, which it may
+// share with concurrent Takes of the same slot (see batch.go). On a
+// Cluster, a check whose hits live in several slots takes one script call
+// per slot, reserving and rolling back (see cluster.go).
 func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	res, err := s.run(ctx, "take", true, []group{{id: id, hits: hits}})
-	if err != nil {
-		return nil, err
+	if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
+		return s.takeSlots(ctx, id, groups, len(hits))
 	}
-	return res[0], nil
+	if s.x.conn != nil { // conn.go
+		return s.takeOnConn(ctx, "take", true, id, hits)
+	}
+	return s.take(ctx, id, hits)
 }
 
 // Peek implements [floodgate.Store]: the take script in a mode that
-// writes nothing.
+// writes nothing (one call per slot on a Cluster).
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
+		return s.peekSlots(ctx, groups, len(hits))
+	}
+	if s.x.conn != nil { // conn.go
+		return s.takeOnConn(ctx, "peek", false, "", hits)
+	}
 	res, err := s.run(ctx, "peek", false, []group{{hits: hits}})
 	if err != nil {
 		return nil, err
@@ -71,7 +83,8 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 	return res[0], nil
 }
 
-// Refund implements [floodgate.Store] with one script call. A sliding
+// Refund implements [floodgate.Store] with one script call (one per slot
+// on a Cluster). A sliding
 // window removes the take's members; a token bucket or fixed window
 // credits the take once, remembered by a tombstone key that lives as long
 // as the take can weigh on the state.
@@ -79,24 +92,15 @@ func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit) err
 	if len(hits) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, 2*len(hits))
-	args := make([]string, 1, 1+4*len(hits))
-	args[0] = id
-	for i, h := range hits {
-		p, err := params(h)
-		if err != nil {
-			return fmt.Errorf("redisstore: refund: hit %d: %w", i, err)
-		}
-		tag := s.tag(h.Rule.Name, h.Key)
-		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+id)
-		var a, ttl int64
-		switch h.Rule.Algorithm {
-		case floodgate.TokenBucket:
-			a, ttl = p.b, ceilDiv(max(p.windowUS, p.a*p.b), 1000)
-		case floodgate.FixedWindow:
-			a, ttl = p.windowUS, ceilDiv(p.windowUS, 1000)
-		}
-		args = append(args, p.suffix, strconv.FormatInt(p.cost, 10), strconv.FormatInt(a, 10), strconv.FormatInt(ttl, 10))
+	if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
+		return s.refundSlots(ctx, id, groups)
+	}
+	if s.x.conn != nil { // conn.go
+		return s.refundOnConn(ctx, id, hits)
+	}
+	keys, args, err := s.refundCall(id, hits)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -118,6 +122,9 @@ func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit) err
 func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
 	if int(rule.Algorithm) >= len(suffixes) {
 		return fmt.Errorf("redisstore: reset: %w: unknown algorithm %v", floodgate.ErrInvalidRule, rule.Algorithm)
+	}
+	if s.x.conn != nil { // conn.go
+		return s.resetOnConn(ctx, s.tag(rule.Name, key)+suffixes[rule.Algorithm])
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -149,24 +156,9 @@ func (s *Store) run(ctx context.Context, op string, record bool, groups []group)
 	sizes := make([]int, len(groups))
 	for gi, g := range groups {
 		sizes[gi] = len(g.hits)
-		if len(g.hits) == 0 {
-			return nil, fmt.Errorf("redisstore: %s: %w: no hits to check", op, floodgate.ErrInvalidHit)
-		}
-		args = append(args, g.id, strconv.Itoa(len(g.hits)))
-		first := len(keys)
-		for i, h := range g.hits {
-			p, err := params(h)
-			if err != nil {
-				return nil, fmt.Errorf("redisstore: %s: hit %d: %w", op, i, err)
-			}
-			k := s.tag(h.Rule.Name, h.Key) + p.suffix
-			for j := first; j < len(keys); j++ {
-				if keys[j] == k {
-					return nil, fmt.Errorf("redisstore: %s: %w: hits %d and %d name the same key under rule %s", op, floodgate.ErrInvalidHit, j-first, i, h.Rule.Name)
-				}
-			}
-			keys = append(keys, k)
-			args = append(args, p.suffix, strconv.FormatInt(p.cost, 10), strconv.FormatInt(p.a, 10), strconv.FormatInt(p.b, 10))
+		var err error
+		if keys, args, err = s.appendGroup(keys, args, op, g); err != nil {
+			return nil, err
 		}
 	}
 	ctx, cancel := s.bound(ctx)
@@ -206,10 +198,11 @@ func exec(ctx context.Context, c rueidis.Client, script *rueidis.Lua, keys, args
 	return script.Exec(ctx, c, keys, args)
 }
 
-// ErrCrossSlot reports a call whose keys live in different Redis Cluster
-// slots, which one script cannot touch: on a Cluster, every hit of one
-// check must currently share a slot. It wraps floodgate.ErrStoreUnavailable,
-// since the store could not decide.
+// ErrCrossSlot reports a script call whose keys live in different Redis
+// Cluster slots, which one script cannot touch. The store splits every
+// check by slot before it calls a script (see cluster.go), so this error
+// means a bug. It wraps floodgate.ErrStoreUnavailable, since the store
+// could not decide.
 var ErrCrossSlot = fmt.Errorf("%w: keys in different Redis Cluster slots", floodgate.ErrStoreUnavailable)
 
 // sameSlot checks, on a Cluster client, that keys share one slot.
@@ -282,6 +275,9 @@ func params(h floodgate.Hit) (hitParams, error) {
 	capacity := r.Capacity()
 	if p.cost < 1 || p.cost > capacity {
 		return hitParams{}, fmt.Errorf("%w: rule %q: cost %d is not within 1 to the capacity %d", floodgate.ErrInvalidHit, r.Name, p.cost, capacity)
+	}
+	if r.Algorithm == floodgate.SlidingWindowCounter && r.Limit >= (1<<53)/w {
+		return hitParams{}, fmt.Errorf("%w: rule %q: limit %d per %v is outside what the Redis store computes exactly for a sliding-window counter ((limit+1) x window in µs below 2^53)", floodgate.ErrInvalidRule, r.Name, r.Limit, r.Window)
 	}
 	if r.Algorithm == floodgate.TokenBucket {
 		interval := ceilDiv(w, r.Limit) // rounded up: rounding never admits more

@@ -9,6 +9,8 @@
 --   token bucket    <prefix>{<rule>:<key>}:t  string, the theoretical
 --                   arrival time (TAT) in us
 --   fixed window    <prefix>{<rule>:<key>}:f  string "<window index>:<count>"
+--   sliding-window  <prefix>{<rule>:<key>}:c  string "<window index>:<previous
+--   counter                                   count>:<current count>"
 -- ARGV[1]  mode: "1" records the groups that are allowed (Take), "0"
 --          records nothing and writes nothing (Peek)
 -- ARGV[2]  number of groups G
@@ -17,10 +19,11 @@
 --           id.1, id.2, ... for a cost of 1, 2, 3, ...
 --   n       number of hits of the group
 --   then for each hit, 4 values:
---     alg     "s" sliding window, "t" token bucket, "f" fixed window
+--     alg     "s" sliding window, "t" token bucket, "f" fixed window, "c"
+--             sliding-window counter
 --     cost    units this hit counts for (1..capacity)
---     a       "s", "f": the limit L; "t": the capacity B
---     b       "s", "f": the window W in us; "t": the emission interval T in
+--     a       "s", "f", "c": the limit L; "t": the capacity B
+--     b       "s", "f", "c": the window W in us; "t": the emission interval T in
 --             us, ceil(W / L)
 -- Reply: a flat array of 4 integers per hit, in KEYS order:
 --   allowed (1 or 0), remaining, reset_after (us), retry_after (us; 0 when
@@ -33,6 +36,31 @@
 local record = ARGV[1] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- Fast path: a call of one group of one sliding-window hit of cost 1 that
+-- records, the common case at light load (a Take sent alone). It does what
+-- the general path below does for it, without building the general path's
+-- functions, which costs a few microseconds per call; a denial falls
+-- through to the general path, which reports its durations.
+if ARGV[1] == '1' and ARGV[2] == '1' and ARGV[4] == '1' and ARGV[5] == 's' and ARGV[6] == '1' then
+  local key, id = KEYS[1], ARGV[3]
+  local limit, window = tonumber(ARGV[7]), tonumber(ARGV[8])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
+  local n = redis.call('ZCARD', key)
+  if n < limit then
+    local score = string.format('%.0f', now)
+    if redis.call('ZADD', key, 'NX', score, id) == 0 then
+      local seq = 0 -- a reused id: see recordSliding
+      repeat
+        seq = seq + 1
+      until redis.call('ZADD', key, 'NX', score, id .. '#' .. score .. '.' .. seq) == 1
+    end
+    -- window / 1000 is correctly rounded and window < 2^53, so its ceiling
+    -- is exact.
+    redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(window / 1000)))
+    return {1, limit - n - 1, window, 0}
+  end
+end
 
 -- Integer arithmetic on doubles: every value stays below 2^53, where
 -- doubles are exact; divisions are corrected so that rounding never moves
@@ -58,44 +86,43 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- Each check returns allowed, remaining, reset_after, retry_after and, for
--- record, a function that records the hit.
+-- Strings computed once per call: the time, and the trim cutoff and TTL
+-- of the last window seen (one rule's window, usually).
+local nowstr = fmt(now)
+local cutWindow, cutStr, ttlWindow, ttlStr
+local function cutoff(window)
+  if window ~= cutWindow then
+    cutWindow, cutStr = window, fmt(now - window)
+  end
+  return cutStr
+end
+local function ttl(window)
+  if window ~= ttlWindow then
+    ttlWindow, ttlStr = window, fmt(ceildiv(window, 1000))
+  end
+  return ttlStr
+end
 
-local function sliding(key, id, cost, limit, window)
-  local after = '(' .. fmt(now - window) -- the window is (now-window, now]
+-- Each check returns allowed, remaining, reset_after, retry_after and,
+-- when allowed, the value that record needs (nil for a sliding window).
+-- Checks write nothing, except that a sliding window in record mode first
+-- trims the entries that left the window (which changes no count).
+
+local function sliding(key, cost, limit, window)
+  local n
   if record then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - window))
+    -- Trim, then count what is left, all in (now-window, now]: on a
+    -- compact (listpack) set this is cheaper than ZCOUNT, which walks the
+    -- entries in range.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff(window))
+    n = redis.call('ZCARD', key)
+  else
+    n = redis.call('ZCOUNT', key, '(' .. cutoff(window), '+inf')
   end
-  local n = redis.call('ZCOUNT', key, after, '+inf')
   if n + cost <= limit then
-    return true, limit - n - cost, window, 0, function()
-      local score = fmt(now)
-      local added = 0
-      local i = 0
-      while i < cost do -- in chunks, to stay clear of Lua's stack limit
-        local args = {'ZADD', key, 'NX'}
-        local last = math.min(cost, i + 100)
-        while i < last do
-          args[#args + 1] = score
-          if i == 0 then
-            args[#args + 1] = id
-          else
-            args[#args + 1] = id .. '.' .. i
-          end
-          i = i + 1
-        end
-        added = added + redis.call(unpack(args))
-      end
-      -- A caller that reuses an id must still be counted: add the members
-      -- that already existed under names of their own.
-      local seq = 0
-      while added < cost do
-        seq = seq + 1
-        added = added + redis.call('ZADD', key, 'NX', score, id .. '#' .. fmt(now) .. '.' .. seq)
-      end
-      redis.call('PEXPIRE', key, fmt(ceildiv(window, 1000)))
-    end
+    return true, limit - n - cost, window, 0
   end
+  local after = '(' .. cutoff(window)
   local k = n + cost - limit - 1 -- the entry whose expiry frees enough room
   local kth = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', fmt(k), '1')
   local newest = redis.call('ZREVRANGEBYSCORE', key, '+inf', after, 'WITHSCORES', 'LIMIT', '0', '1')
@@ -103,7 +130,39 @@ local function sliding(key, id, cost, limit, window)
     error('redisstore: sliding window ' .. key .. ': cost above the limit')
   end
   return false, math.max(0, limit - n), tonumber(newest[2]) + window - now,
-    tonumber(kth[2]) + window - now, nil
+    tonumber(kth[2]) + window - now
+end
+
+local function recordSliding(key, id, cost, window)
+  local added
+  if cost == 1 then
+    added = redis.call('ZADD', key, 'NX', nowstr, id)
+  else
+    added = 0
+    local i = 0
+    while i < cost do -- in chunks, to stay clear of Lua's stack limit
+      local args = {'ZADD', key, 'NX'}
+      local last = math.min(cost, i + 100)
+      while i < last do
+        args[#args + 1] = nowstr
+        if i == 0 then
+          args[#args + 1] = id
+        else
+          args[#args + 1] = id .. '.' .. i
+        end
+        i = i + 1
+      end
+      added = added + redis.call(unpack(args))
+    end
+  end
+  -- A caller that reuses an id must still be counted: add the members
+  -- that already existed under names of their own.
+  local seq = 0
+  while added < cost do
+    seq = seq + 1
+    added = added + redis.call('ZADD', key, 'NX', nowstr, id .. '#' .. nowstr .. '.' .. seq)
+  end
+  redis.call('PEXPIRE', key, ttl(window))
 end
 
 local function bucket(key, cost, capacity, interval)
@@ -121,9 +180,7 @@ local function bucket(key, cost, capacity, interval)
   local full = capacity * interval
   local new = tat + cost * interval
   if new - now <= full then
-    return true, floordiv(full - (new - now), interval), new - now, 0, function()
-      redis.call('SET', key, fmt(new), 'PX', fmt(ceildiv(new - now, 1000)))
-    end
+    return true, floordiv(full - (new - now), interval), new - now, 0, new
   end
   return false, math.max(0, floordiv(full - (tat - now), interval)), tat - now,
     new - now - full, nil
@@ -144,23 +201,89 @@ local function fixed(key, cost, limit, window)
   end
   local left = (idx + 1) * window - now -- until the window's end
   if count + cost <= limit then
-    return true, limit - count - cost, left, 0, function()
-      redis.call('SET', key, fmt(idx) .. ':' .. fmt(count + cost), 'PX', fmt(ceildiv(left, 1000)))
-    end
+    return true, limit - count - cost, left, 0, fmt(idx) .. ':' .. fmt(count + cost)
   end
   return false, math.max(0, limit - count), left, left, nil
 end
 
+-- write records an allowed hit: val and left are what its check returned.
+local function write(key, id, alg, cost, window, val, left)
+  if alg == 's' then
+    recordSliding(key, id, cost, window)
+  elseif alg == 't' then
+    redis.call('SET', key, fmt(val), 'PX', fmt(ceildiv(val - now, 1000)))
+  else
+    redis.call('SET', key, val, 'PX', fmt(ceildiv(left, 1000)))
+  end
+end
+
+-- A sliding-window counter: the string "<window index>:<previous
+-- count>:<current count>". With t into the current window, a request is
+-- admitted iff prev * (window - t) / window + cur + cost <= limit, all in
+-- exact integers ((limit+1) * window < 2^53). memstore computes the same
+-- formulas in nanoseconds.
+local function counter(key, cost, limit, window)
+  local idx = floordiv(now, window)
+  local t = now - idx * window
+  local prev, cur = 0, 0
+  local stored = redis.call('GET', key)
+  if stored then
+    local si, sp, sc = string.match(stored, '^(%d+):(%d+):(%d+)$')
+    if si == nil then
+      error('redisstore: sliding-window counter ' .. key .. ': malformed state')
+    end
+    si = tonumber(si)
+    if si == idx then
+      prev, cur = tonumber(sp), tonumber(sc)
+    elseif si == idx - 1 then
+      prev = tonumber(sc)
+    end
+  end
+  local w = ceildiv(prev * (window - t), window) -- the previous window's weight
+  if w + cur + cost <= limit then
+    -- Full again when the window after this one starts; the state lives
+    -- as long.
+    return true, limit - w - cur - cost, 2 * window - t, 0,
+      fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(cur + cost)
+  end
+  local reset = 0
+  if cur > 0 then
+    reset = 2 * window - t
+  elseif prev > 0 then
+    reset = window - t
+  end
+  local remaining = math.max(0, limit - w - cur)
+  local r = limit - cur - cost
+  if r >= 0 then
+    -- This window admits it once prev * (window - t) / window <= r.
+    local at = window - floordiv(r * window, prev)
+    if at < window then
+      return false, remaining, reset, at - t, nil
+    end
+  end
+  -- The next window, where cur is the previous count, admits it once
+  -- cur * (window - t) / window <= limit - cost.
+  local at = 0
+  if cur > 0 then
+    at = math.max(0, window - floordiv((limit - cost) * window, cur))
+  end
+  return false, remaining, reset, window - t + at, nil
+end
+
 local out = {}
+local o = 0 -- values in out
 local ki = 1 -- next key
 local ai = 3 -- next argument
+local algs, costs, bs, vals, lefts -- per hit of a group of several
 for _ = 1, tonumber(ARGV[2]) do
   local id = ARGV[ai]
   local n = tonumber(ARGV[ai + 1])
   ai = ai + 2
   local all = true
-  local writes = {}
-  local first = #out
+  local k0 = ki
+  if n > 1 and algs == nil then
+    algs, costs, bs, vals, lefts = {}, {}, {}, {}, {}
+  end
   for h = 1, n do
     local alg = ARGV[ai]
     local cost = tonumber(ARGV[ai + 1])
@@ -169,30 +292,36 @@ for _ = 1, tonumber(ARGV[2]) do
     local key = KEYS[ki]
     ai = ai + 4
     ki = ki + 1
-    local ok, remaining, reset, retry, write
+    local ok, remaining, reset, retry, val
     if alg == 's' then
-      ok, remaining, reset, retry, write = sliding(key, id, cost, a, b)
+      ok, remaining, reset, retry = sliding(key, cost, a, b)
     elseif alg == 't' then
-      ok, remaining, reset, retry, write = bucket(key, cost, a, b)
+      ok, remaining, reset, retry, val = bucket(key, cost, a, b)
     elseif alg == 'f' then
-      ok, remaining, reset, retry, write = fixed(key, cost, a, b)
+      ok, remaining, reset, retry, val = fixed(key, cost, a, b)
+    elseif alg == 'c' then
+      ok, remaining, reset, retry, val = counter(key, cost, a, b)
     else
       error('redisstore: unknown algorithm ' .. tostring(alg))
     end
-    all = all and ok
-    writes[h] = write
-    local allowed = 0
-    if ok then
-      allowed = 1
+    if n == 1 then
+      -- A group of one hit records at once.
+      if ok and record then
+        write(key, id, alg, cost, b, val, reset)
+      end
+    else
+      all = all and ok
+      algs[h], costs[h], bs[h], vals[h], lefts[h] = alg, cost, b, val, reset
     end
-    out[first + 4 * h - 3] = allowed
-    out[first + 4 * h - 2] = remaining
-    out[first + 4 * h - 1] = reset
-    out[first + 4 * h] = retry
+    out[o + 1] = ok and 1 or 0
+    out[o + 2] = remaining
+    out[o + 3] = reset
+    out[o + 4] = retry
+    o = o + 4
   end
-  if record and all then
+  if n > 1 and record and all then
     for h = 1, n do
-      writes[h]()
+      write(KEYS[k0 + h - 1], id, algs[h], costs[h], bs[h], vals[h], lefts[h])
     end
   end
 end

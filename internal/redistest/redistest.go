@@ -5,7 +5,11 @@
 // or else a redis-server that the package starts on a free loopback port
 // (without persistence) the first time it is asked. [Start] starts a
 // dedicated server that a test may kill, restart, stop and continue, to
-// play failures.
+// play failures. [StartCluster] starts a Redis Cluster (the tests use 3
+// masters and 3 replicas, built by redis-cli --cluster create) and
+// [StartSentinel] a master and replicas watched by three sentinels, both
+// tuned to fail over within seconds; [StartBinary] starts an optional
+// compatible server such as valkey-server.
 //
 // Without redis-server on PATH and without FLOODGATE_REDIS_ADDR, tests
 // that need Redis are skipped with the reason, except when the environment
@@ -30,7 +34,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -115,7 +118,9 @@ func requireBinary(t testing.TB) {
 type Server struct {
 	addr  string
 	dir   string
-	extra []string // more redis-server arguments
+	bin   string   // the server binary; "" means redis-server
+	conf  string   // a configuration file, passed first; "" for none
+	extra []string // more arguments
 
 	mu   sync.Mutex
 	proc *os.Process   // guarded by mu; nil while killed
@@ -137,49 +142,46 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-// StartCluster starts a dedicated one-node Redis Cluster for t, which
-// owns all 16384 slots: enough for a Cluster client, with its routing and
-// its CROSSSLOT checks. t's cleanup kills it. It needs Redis 7.0 or later.
-func StartCluster(t testing.TB) *Server {
+// StartBinary starts a dedicated server for t from another binary that
+// speaks the Redis protocol and takes redis-server's flags, such as
+// "valkey-server"; t's cleanup kills it. Such a binary is optional: when it
+// is not on PATH, t is skipped with the reason, even under CI=true.
+func StartBinary(t testing.TB, bin string) *Server {
 	t.Helper()
-	requireBinary(t)
-	dir := t.TempDir()
-	bus, err := freePort()
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
+	if _, err := exec.LookPath(bin); err != nil {
+		t.Skipf("redistest: %s is not on PATH; install it to run these tests (optional, also in CI)", bin)
 	}
-	s, err := start(dir, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-		"--cluster-port", strconv.Itoa(bus))
+	s, err := startServer(&Server{dir: t.TempDir(), bin: bin})
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
 	t.Cleanup(s.Kill)
-	if reply, err := command(s.addr, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil || reply != "OK" {
-		t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %q, %v", reply, err)
-	}
-	deadline := time.Now().Add(startTimeout)
-	for {
-		info, err := command(s.addr, "CLUSTER", "INFO")
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster on %s not ready after %v: %q, %v", s.addr, startTimeout, info, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return s
 }
 
 // start runs a server in dir on a free port, retrying with another port if
 // one is taken between choosing and binding it.
 func start(dir string, extra ...string) (*Server, error) {
+	return startServer(&Server{dir: dir, extra: extra})
+}
+
+// startServer launches proto (its addr unset) on a free port, retrying
+// with another port if one is taken between choosing and binding it. A
+// configuration file, if any, is written by the caller before each
+// attempt through setup.
+func startServer(proto *Server, setup ...func(s *Server) error) (*Server, error) {
 	var err error
 	for range 3 {
 		var port int
 		if port, err = freePort(); err != nil {
 			return nil, err
 		}
-		s := &Server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, extra: extra}
+		s := &Server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: proto.dir, bin: proto.bin, conf: proto.conf, extra: proto.extra}
+		for _, f := range setup {
+			if err = f(s); err != nil {
+				return nil, err
+			}
+		}
 		if err = s.launch(); err == nil {
 			return s, nil
 		}
@@ -248,12 +250,20 @@ func (s *Server) launch() error {
 		return fmt.Errorf("redistest: %s is already running", s.addr)
 	}
 	_, port, _ := net.SplitHostPort(s.addr)
-	args := []string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	args = append(args,
 		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--loglevel", "warning", "--logfile", "",
-	}
+	)
 	args = append(args, s.extra...)
+	bin := s.bin
+	if bin == "" {
+		bin = "redis-server"
+	}
 	out := &syncBuffer{}
 	started := make(chan error, 1)
 	done := make(chan struct{})
@@ -264,7 +274,7 @@ func (s *Server) launch() error {
 	// thread at any time.
 	go func() {
 		runtime.LockOSThread()
-		cmd := exec.Command("redis-server", args...)
+		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = out, out
 		// The kernel kills the server if the test binary dies first.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -279,7 +289,7 @@ func (s *Server) launch() error {
 		close(done)
 	}()
 	if err := <-started; err != nil {
-		return fmt.Errorf("redistest: starting redis-server: %w", err)
+		return fmt.Errorf("redistest: starting %s: %w", bin, err)
 	}
 	s.proc, s.done, s.out = proc, done, out
 	deadline := time.Now().Add(startTimeout)
@@ -291,14 +301,14 @@ func (s *Server) launch() error {
 		select {
 		case <-done:
 			s.proc, s.done = nil, nil
-			return fmt.Errorf("redistest: redis-server on %s exited: %s", s.addr, strings.TrimSpace(out.String()))
+			return fmt.Errorf("redistest: %s on %s exited: %s", bin, s.addr, strings.TrimSpace(out.String()))
 		default:
 		}
 		if time.Now().After(deadline) {
 			_ = proc.Kill()
 			<-done
 			s.proc, s.done = nil, nil
-			return fmt.Errorf("redistest: redis-server on %s did not answer within %v: %w; output: %s", s.addr, startTimeout, err, strings.TrimSpace(out.String()))
+			return fmt.Errorf("redistest: %s on %s did not answer within %v: %w; output: %s", bin, s.addr, startTimeout, err, strings.TrimSpace(out.String()))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -317,9 +327,24 @@ func ping(addr string) error {
 // reply: a simple string, bulk string or integer as text. An error reply
 // is an error.
 func command(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	v, err := do(addr, args...)
 	if err != nil {
 		return "", err
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("reply %v is not a string", v)
+	}
+	return s, nil
+}
+
+// do sends one command in RESP on a new connection and returns its reply:
+// a string for a simple string, bulk string or integer, nil for a null, a
+// []any for an array. An error reply is an error.
+func do(addr string, args ...string) (any, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
@@ -329,34 +354,56 @@ func command(addr string, args ...string) (string, error) {
 		fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
 	}
 	if _, err := io.WriteString(c, req.String()); err != nil {
-		return "", err
+		return nil, err
 	}
-	r := bufio.NewReader(c)
+	return readReply(bufio.NewReader(c))
+}
+
+// readReply reads one RESP2 reply.
+func readReply(r *bufio.Reader) (any, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	line = strings.TrimSuffix(line, "\r\n")
 	if line == "" {
-		return "", errors.New("empty reply")
+		return nil, errors.New("empty reply")
 	}
 	switch line[0] {
 	case '+', ':':
 		return line[1:], nil
 	case '-':
-		return "", errors.New(line[1:])
+		return nil, errors.New(line[1:])
 	case '$':
 		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", fmt.Errorf("bad bulk reply %q", line)
+		if err != nil || n < -1 {
+			return nil, fmt.Errorf("bad bulk reply %q", line)
+		}
+		if n == -1 {
+			return nil, nil
 		}
 		buf := make([]byte, n+2)
 		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
+			return nil, err
 		}
 		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < -1 || n > 1<<20 {
+			return nil, fmt.Errorf("bad array reply %q", line)
+		}
+		if n == -1 {
+			return nil, nil
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
 	}
-	return "", fmt.Errorf("unexpected reply %q", line)
+	return nil, fmt.Errorf("unexpected reply %q", line)
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

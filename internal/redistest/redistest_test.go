@@ -74,15 +74,58 @@ func TestServerLifecycle(t *testing.T) {
 }
 
 func TestStartCluster(t *testing.T) {
-	s := StartCluster(t)
-	if slot, err := command(s.Addr(), "CLUSTER", "KEYSLOT", "somekey"); err != nil || slot != "11058" {
-		t.Fatalf("CLUSTER KEYSLOT: %q, %v", slot, err)
+	t.Parallel()
+	for _, tc := range []struct{ masters, replicas int }{{1, 0}, {3, 1}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.masters, tc.replicas), func(t *testing.T) {
+			t.Parallel()
+			c := StartCluster(t, tc.masters, tc.replicas)
+			if n := len(c.Nodes()); n != tc.masters*(1+tc.replicas) {
+				t.Fatalf("%d nodes", n)
+			}
+			addr := c.Nodes()[0].Addr()
+			if slot, err := command(addr, "CLUSTER", "KEYSLOT", "somekey"); err != nil || slot != "11058" {
+				t.Fatalf("CLUSTER KEYSLOT: %q, %v", slot, err)
+			}
+			m, err := c.MasterOf(11058)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reply, err := command(m.Addr(), "SET", "somekey", "1"); err != nil || reply != "OK" {
+				t.Fatalf("SET on the master of the slot: %q, %v", reply, err)
+			}
+			if _, err := command(m.Addr(), "MSET", "{a}x", "1", "{b}x", "2"); err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+				t.Fatalf("cross-slot MSET: %v; want CROSSSLOT", err)
+			}
+			if !strings.HasPrefix(c.URL(), "redis://"+addr) || strings.Count(c.URL(), "addr=") != len(c.Nodes())-1 {
+				t.Fatalf("URL %q", c.URL())
+			}
+		})
 	}
-	if reply, err := command(s.Addr(), "SET", "{a}x", "1"); err != nil || reply != "OK" {
-		t.Fatalf("SET on the cluster: %q, %v", reply, err)
+}
+
+func TestStartSentinel(t *testing.T) {
+	t.Parallel()
+	s := StartSentinel(t, 1)
+	m, err := s.Master()
+	if err != nil || m != s.Servers()[0] {
+		t.Fatalf("Master: %v, %v; want the first server", m, err)
 	}
-	if _, err := command(s.Addr(), "MSET", "{a}x", "1", "{b}x", "2"); err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
-		t.Fatalf("cross-slot MSET: %v; want CROSSSLOT", err)
+	if !strings.Contains(s.URL(), "master_set="+SentinelMasterName) || strings.Count(s.URL(), "addr=") != 2 {
+		t.Fatalf("URL %q", s.URL())
+	}
+	if reply, err := command(s.Servers()[1].Addr(), "INFO", "replication"); err != nil || !strings.Contains(reply, "role:slave") {
+		t.Fatalf("replica: %v", err)
+	}
+}
+
+// TestStartBinaryIsOptional checks that a missing optional server (such
+// as valkey-server) skips, even under CI=true.
+func TestStartBinaryIsOptional(t *testing.T) {
+	t.Setenv("CI", "true")
+	fake := &fakeTB{TB: t}
+	inGoroutine(func() { StartBinary(fake, "floodgate-no-such-server") })
+	if fake.skipped == "" || fake.failed != "" {
+		t.Fatalf("skipped %q, failed %q; want a skip", fake.skipped, fake.failed)
 	}
 }
 
@@ -104,6 +147,10 @@ func (f *fakeTB) Fatal(args ...any) {
 	runtime.Goexit()
 }
 
+func (f *fakeTB) Skipf(format string, args ...any) { f.Skip(fmt.Sprintf(format, args...)) }
+
+func (f *fakeTB) Fatalf(format string, args ...any) { f.Fatal(fmt.Sprintf(format, args...)) }
+
 func inGoroutine(f func()) {
 	done := make(chan struct{})
 	go func() {
@@ -121,8 +168,10 @@ func TestWithoutRedis(t *testing.T) {
 	for _, ci := range []string{"", "true"} {
 		t.Setenv("CI", ci)
 		for name, f := range map[string]func(testing.TB){
-			"Addr":  func(tb testing.TB) { Addr(tb) },
-			"Start": func(tb testing.TB) { Start(tb) },
+			"Addr":          func(tb testing.TB) { Addr(tb) },
+			"Start":         func(tb testing.TB) { Start(tb) },
+			"StartCluster":  func(tb testing.TB) { StartCluster(tb, 3, 1) },
+			"StartSentinel": func(tb testing.TB) { StartSentinel(tb, 1) },
 		} {
 			fake := &fakeTB{TB: t}
 			inGoroutine(func() { f(fake) })

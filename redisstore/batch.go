@@ -1,0 +1,336 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/redis/rueidis"
+)
+
+// Group commit
+//
+// Concurrent Takes share script calls: take.lua checks several independent
+// groups in one call, each all-or-nothing, in order. A batcher queues the
+// Takes that arrive while a call is in flight and sends them together as
+// the next call, so the number of script calls per second stays bounded by
+// round trips, not by requests. There is no timer and no linger: a Take
+// that finds its batcher idle is sent at once, alone, by its own goroutine
+// and under its own context, so light load pays nothing for batching.
+//
+// On a Cluster there is one batcher per hash slot (one call can only touch
+// one slot); on a standalone or Sentinel deployment, one batcher per store.
+// A batch is at most maxBatchHits hits (and at least one Take, whatever its
+// size). A failed or timed-out call is reported to every Take in it as an
+// error wrapping floodgate.ErrStoreUnavailable, and is never retried: the
+// script may have run. Each caller waits at most until its own context is
+// done; a Take whose context ends before its batch is sent is dropped from
+// the batch and so never recorded.
+
+const (
+	// maxBatchHits bounds the hits of one batched script call: a bigger
+	// call keeps Redis busy longer (every other client waits for a
+	// script) and holds its callers longer.
+	maxBatchHits = 128
+	// maxInflight is how many script calls a batcher may have in flight at
+	// once: one being executed by Redis while the next is sent.
+	maxInflight = 2
+)
+
+// Call states: a pending call is either sent (by the batch that claims it)
+// or abandoned (by its caller, whose context ended first), never both.
+const (
+	callPending int32 = iota
+	callSent
+	callAbandoned
+)
+
+// call is one Take waiting in a batcher.
+type call struct {
+	keys     []string // the group's state keys
+	args     []string // id, number of hits, then 4 values per hit
+	hits     int
+	deadline time.Time // the caller's; every call has one (see Store.bound)
+	state    atomic.Int32
+	done     chan callResult // buffered: the batch never blocks on a caller that left
+}
+
+type callResult struct {
+	res []floodgate.Result
+	err error
+}
+
+// batcher queues the Takes of one slot.
+type batcher struct {
+	mu       sync.Mutex
+	pending  []*call // guarded by mu; in arrival order
+	inflight int     // guarded by mu; script calls in flight, at most maxInflight
+}
+
+// batchers holds a store's batchers: one for a standalone or Sentinel
+// client, one per slot (created on first use) for a Cluster.
+type batchers struct {
+	params  sync.Map     // hitStringsKey -> *hitStrings
+	nparams atomic.Int64 // entries stored in params, about
+	single  batcher
+	once    sync.Once
+	slots   []atomic.Pointer[batcher] // 16384 on a Cluster
+}
+
+// of returns the batcher for keys, which share a slot.
+func (bs *batchers) of(c rueidis.Client, keys []string) *batcher {
+	if c.Mode() != rueidis.ClientModeCluster {
+		return &bs.single
+	}
+	bs.once.Do(func() { bs.slots = make([]atomic.Pointer[batcher], 16384) })
+	p := &bs.slots[keySlot(keys[0])]
+	if b := p.Load(); b != nil {
+		return b
+	}
+	p.CompareAndSwap(nil, new(batcher))
+	return p.Load()
+}
+
+// take is Take through the group commit.
+func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	if len(hits) == 0 {
+		return nil, fmt.Errorf("redisstore: take: %w: no hits to check", floodgate.ErrInvalidHit)
+	}
+	// One backing array: the keys, then the script's arguments, which
+	// start with room for the mode and the number of groups, so that a
+	// Take sent alone needs no copy.
+	buf := make([]string, len(hits), len(hits)+4+4*len(hits))
+	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+2]
+	args[0], args[1] = "1", "1"
+	keys, args, err := s.appendGroup(keys, args, "take", group{id: id, hits: hits})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c, err := s.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if sameSlot(c, keys) != nil {
+		// Keys in several Cluster slots cannot share a script call with
+		// anything: the general path handles them.
+		res, err := s.run(ctx, "take", true, []group{{id: id, hits: hits}})
+		if err != nil {
+			return nil, err
+		}
+		return res[0], nil
+	}
+	b := s.batch.of(c, keys)
+
+	b.mu.Lock()
+	if b.inflight < maxInflight && len(b.pending) == 0 {
+		// Nothing waits: send this Take alone, now, under its own context.
+		b.inflight++
+		b.mu.Unlock()
+		res, err := s.sendOne(ctx, c, keys, args, len(hits))
+		s.next(c, b)
+		return res, err
+	}
+	cl := &call{keys: keys, args: args[2:], hits: len(hits), done: make(chan callResult, 1)}
+	cl.deadline, _ = ctx.Deadline()
+	b.pending = append(b.pending, cl)
+	if b.inflight < maxInflight {
+		b.inflight++
+		batch := b.claim()
+		b.mu.Unlock()
+		go s.drain(c, b, batch)
+	} else {
+		b.mu.Unlock()
+	}
+	select {
+	case r := <-cl.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		if cl.state.CompareAndSwap(callPending, callAbandoned) {
+			return nil, fmt.Errorf("redisstore: take: %w: %w (not sent)", floodgate.ErrStoreUnavailable, ctx.Err())
+		}
+		return nil, fmt.Errorf("redisstore: take: %w: %w", floodgate.ErrStoreUnavailable, ctx.Err())
+	}
+}
+
+// claim removes the next batch from b.pending: the calls still pending, in
+// order, up to maxBatchHits hits (and at least one call). b.mu must be
+// held.
+func (b *batcher) claim() []*call {
+	var batch []*call
+	hits, i := 0, 0
+	for ; i < len(b.pending); i++ {
+		cl := b.pending[i]
+		if len(batch) > 0 && hits+cl.hits > maxBatchHits {
+			break
+		}
+		if !cl.state.CompareAndSwap(callPending, callSent) {
+			continue // its caller left
+		}
+		batch = append(batch, cl)
+		hits += cl.hits
+	}
+	n := copy(b.pending, b.pending[i:])
+	clear(b.pending[n:])
+	b.pending = b.pending[:n]
+	return batch
+}
+
+// next hands the batcher on when a call of its own ends: it starts a
+// drainer for the calls that queued meanwhile, or gives back the slot.
+func (s *Store) next(c rueidis.Client, b *batcher) {
+	b.mu.Lock()
+	if len(b.pending) == 0 {
+		b.inflight--
+		b.mu.Unlock()
+		return
+	}
+	batch := b.claim()
+	b.mu.Unlock()
+	go s.drain(c, b, batch)
+}
+
+// drain sends batches until nothing is pending, then gives back its slot
+// of b.inflight.
+func (s *Store) drain(c rueidis.Client, b *batcher, batch []*call) {
+	for {
+		if len(batch) > 0 {
+			s.deliver(c, batch)
+		}
+		b.mu.Lock()
+		if len(b.pending) == 0 {
+			b.inflight--
+			b.mu.Unlock()
+			return
+		}
+		batch = b.claim()
+		b.mu.Unlock()
+	}
+}
+
+// deliver sends a batch under the latest deadline of its callers and
+// hands each caller its result or the batch's error.
+func (s *Store) deliver(c rueidis.Client, batch []*call) {
+	var dl time.Time
+	for _, cl := range batch {
+		if cl.deadline.After(dl) {
+			dl = cl.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), dl)
+	res, err := s.send(ctx, c, batch)
+	cancel()
+	for i, cl := range batch {
+		if err != nil {
+			cl.done <- callResult{err: err}
+		} else {
+			cl.done <- callResult{res: res[i]}
+		}
+	}
+}
+
+// sendOne runs a Take alone: args already start with the mode and the
+// number of groups.
+func (s *Store) sendOne(ctx context.Context, c rueidis.Client, keys, args []string, hits int) ([]floodgate.Result, error) {
+	msgs, err := exec(ctx, c, takeScript, keys, args).ToArray()
+	if err != nil {
+		return nil, s.fail("take", err)
+	}
+	res, err := parseResults(msgs, []int{hits})
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: take: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	return res[0], nil
+}
+
+// send runs the calls of a batch in one take script call.
+func (s *Store) send(ctx context.Context, c rueidis.Client, batch []*call) ([][]floodgate.Result, error) {
+	sizes := make([]int, len(batch))
+	n, m := 0, 2
+	for _, cl := range batch {
+		n += len(cl.keys)
+		m += len(cl.args)
+	}
+	keys := make([]string, 0, n)
+	args := make([]string, 2, m)
+	args[0], args[1] = "1", strconv.Itoa(len(batch))
+	for i, cl := range batch {
+		keys = append(keys, cl.keys...)
+		args = append(args, cl.args...)
+		sizes[i] = cl.hits
+	}
+	msgs, err := exec(ctx, c, takeScript, keys, args).ToArray()
+	if err != nil {
+		return nil, s.fail("take", err)
+	}
+	res, err := parseResults(msgs, sizes)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: take: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	return res, nil
+}
+
+// appendGroup appends the state keys of g's hits to keys and the script
+// arguments of g (id, number of hits, then 4 values per hit) to args. It
+// rejects a group that names one key twice or that the scripts cannot
+// compute exactly.
+func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, []string, error) {
+	if len(g.hits) == 0 {
+		return nil, nil, fmt.Errorf("redisstore: %s: %w: no hits to check", op, floodgate.ErrInvalidHit)
+	}
+	args = append(args, g.id, strconv.Itoa(len(g.hits)))
+	first := len(keys)
+	for i, h := range g.hits {
+		p, err := s.paramStrings(h)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redisstore: %s: hit %d: %w", op, i, err)
+		}
+		k := s.prefix + "{" + h.Rule.Name + ":" + keyenc.Encode(h.Key) + "}:" + p.suffix
+		for j := first; j < len(keys); j++ {
+			if keys[j] == k {
+				return nil, nil, fmt.Errorf("redisstore: %s: %w: hits %d and %d name the same key under rule %s", op, floodgate.ErrInvalidHit, j-first, i, h.Rule.Name)
+			}
+		}
+		keys = append(keys, k)
+		args = append(args, p.suffix, p.cost, p.a, p.b)
+	}
+	return keys, args, nil
+}
+
+// hitStrings are a hit's script arguments, formatted.
+type hitStrings struct {
+	suffix, cost, a, b string
+}
+
+type hitStringsKey struct {
+	rule floodgate.Rule
+	cost int64
+}
+
+// maxCachedParams bounds the cache of formatted arguments, in case rules
+// are made on the fly.
+const maxCachedParams = 1024
+
+// paramStrings returns the script arguments of h, formatted once per rule
+// and cost.
+func (s *Store) paramStrings(h floodgate.Hit) (*hitStrings, error) {
+	k := hitStringsKey{h.Rule, h.Cost}
+	if v, ok := s.batch.params.Load(k); ok {
+		return v.(*hitStrings), nil
+	}
+	p, err := params(h)
+	if err != nil {
+		return nil, err
+	}
+	hs := &hitStrings{suffix: p.suffix, cost: strconv.FormatInt(p.cost, 10), a: strconv.FormatInt(p.a, 10), b: strconv.FormatInt(p.b, 10)}
+	if s.batch.nparams.Add(1) <= maxCachedParams {
+		s.batch.params.Store(k, hs)
+	}
+	return hs, nil
+}

@@ -1,0 +1,280 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// gateClient holds every take script call at a gate until the test opens
+// it, and records how many keys each call carried, so that tests can line
+// up Takes behind calls in flight deterministically.
+type gateClient struct {
+	rueidis.Client
+	mu    sync.Mutex
+	calls []int         // guarded by mu; keys of each take script call, in order
+	held  int           // guarded by mu; calls waiting at the gate
+	gate  chan struct{} // closed to let calls through
+	fail  error         // guarded by mu; when set, calls fail with it instead of running
+}
+
+// newGateClient loads the take script first, so that no call takes the
+// NOSCRIPT detour (EVALSHA, then EVAL) that would count twice.
+func newGateClient(t *testing.T) *gateClient {
+	c := rawClient(t)
+	if err := c.Do(ctx(t), c.B().ScriptLoad().Script(takeLua).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	return &gateClient{Client: c, gate: make(chan struct{})}
+}
+
+func (g *gateClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	args := cmd.Commands()
+	if args[0] != "EVALSHA" && args[0] != "EVAL" {
+		return g.Client.Do(ctx, cmd)
+	}
+	n, _ := strconv.Atoi(args[2])
+	g.mu.Lock()
+	g.calls = append(g.calls, n)
+	g.held++
+	g.mu.Unlock()
+	<-g.gate
+	g.mu.Lock()
+	g.held--
+	fail := g.fail
+	g.mu.Unlock()
+	if fail != nil {
+		return rueidis.NewErrorResult(fail)
+	}
+	return g.Client.Do(ctx, cmd)
+}
+
+// waitFor polls cond until it holds. It bounds a wait for the goroutines
+// under test to reach a state; it asserts nothing about time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+func (g *gateClient) heldCalls() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held
+}
+
+func (b *batcher) pendingCalls() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
+}
+
+type takeResult struct {
+	key string
+	res []floodgate.Result
+	err error
+}
+
+// TestGroupCommit lines up Takes behind two calls in flight: the Takes
+// that queue meanwhile go out together in one script call, and each gets
+// its own result. A Take whose context ends while queued is dropped from
+// the batch (never recorded); one whose context ends while its batch is in
+// flight returns at once with an error.
+func TestGroupCommit(t *testing.T) {
+	g := newGateClient(t)
+	s, err := New(ctx(t), Options{Client: g, Prefix: randomPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := mustRule(t, "batch", 1, time.Minute, floodgate.SlidingWindow)
+	results := make(chan takeResult, 100)
+	take := func(ctx context.Context, key string) {
+		res, err := s.Take(ctx, "id-"+key, []floodgate.Hit{{Rule: r, Key: key}})
+		results <- takeResult{key, res, err}
+	}
+	// Two lone Takes: sent at once, each alone, and held at the gate.
+	go take(ctx(t), "lone-1")
+	waitFor(t, "the first lone call", func() bool { return g.heldCalls() == 1 })
+	go take(ctx(t), "lone-2")
+	waitFor(t, "the second lone call", func() bool { return g.heldCalls() == 2 })
+	// Forty more queue behind them; one of them gives up while queued.
+	b := &s.batch.single
+	for i := range 40 {
+		go take(ctx(t), "queued-"+strconv.Itoa(i))
+	}
+	quitter, quit := context.WithCancel(context.Background())
+	go take(quitter, "quitter")
+	waitFor(t, "41 queued Takes", func() bool { return b.pendingCalls() == 41 })
+	quit()
+	if tr := <-results; tr.key != "quitter" || !errors.Is(tr.err, floodgate.ErrStoreUnavailable) || !errors.Is(tr.err, context.Canceled) {
+		t.Fatalf("queued Take whose context ended: %+v; want its own error at once, wrapping ErrStoreUnavailable and context.Canceled", tr)
+	}
+	close(g.gate)
+	byKey := map[string]takeResult{}
+	for range 42 {
+		tr := <-results
+		byKey[tr.key] = tr
+	}
+	for key, tr := range byKey {
+		if tr.err != nil || len(tr.res) != 1 || !tr.res[0].Allowed || tr.res[0].Remaining != 0 {
+			t.Errorf("%s: %+v, %v; want allowed with Remaining 0", key, tr.res, tr.err)
+		}
+	}
+	g.mu.Lock()
+	calls := append([]int(nil), g.calls...)
+	g.mu.Unlock()
+	if len(calls) != 3 || calls[0] != 1 || calls[1] != 1 || calls[2] != 40 {
+		t.Fatalf("script calls carried %v keys; want [1 1 40]: two lone Takes, then one batch of the 40 that queued (less the one that left)", calls)
+	}
+	// The Take that left before its batch was sent recorded nothing.
+	c := rawClient(t)
+	if n, err := c.Do(ctx(t), c.B().Exists().Key(s.tag("batch", "quitter")+"s").Build()).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("EXISTS of the abandoned Take's key = %d, %v; a Take dropped from its batch must record nothing", n, err)
+	}
+	if n := b.pendingCalls(); n != 0 {
+		t.Fatalf("%d calls still pending", n)
+	}
+}
+
+// TestBatchFailureReachesEveryTake: a batch that fails fails each of its
+// Takes with ErrStoreUnavailable, and nothing is retried.
+func TestBatchFailureReachesEveryTake(t *testing.T) {
+	g := newGateClient(t)
+	s, err := New(ctx(t), Options{Client: g, Prefix: randomPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := mustRule(t, "fail", 5, time.Minute, floodgate.TokenBucket)
+	results := make(chan takeResult, 100)
+	take := func(key string) {
+		res, err := s.Take(ctx(t), "id-"+key, []floodgate.Hit{{Rule: r, Key: key}})
+		results <- takeResult{key, res, err}
+	}
+	go take("lone-1")
+	go take("lone-2")
+	waitFor(t, "two lone calls", func() bool { return g.heldCalls() == 2 })
+	for i := range 10 {
+		go take("queued-" + strconv.Itoa(i))
+	}
+	waitFor(t, "10 queued Takes", func() bool { return s.batch.single.pendingCalls() == 10 })
+	g.mu.Lock()
+	g.fail = errors.New("injected failure")
+	g.mu.Unlock()
+	close(g.gate)
+	for range 12 {
+		tr := <-results
+		if !errors.Is(tr.err, floodgate.ErrStoreUnavailable) || tr.res != nil {
+			t.Errorf("%s: %+v, %v; want an error wrapping ErrStoreUnavailable", tr.key, tr.res, tr.err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.calls) != 3 {
+		t.Fatalf("%d script calls; want 3 (two lone, one batch), none retried", len(g.calls))
+	}
+}
+
+// TestDeadlineWhileInFlight: a Take whose context ends while its batch is
+// in flight returns at once; the batch's late answer is dropped.
+func TestDeadlineWhileInFlight(t *testing.T) {
+	g := newGateClient(t)
+	s, err := New(ctx(t), Options{Client: g, Prefix: randomPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := mustRule(t, "late", 5, time.Minute, floodgate.FixedWindow)
+	results := make(chan takeResult, 10)
+	take := func(ctx context.Context, key string) {
+		res, err := s.Take(ctx, "id-"+key, []floodgate.Hit{{Rule: r, Key: key}})
+		results <- takeResult{key, res, err}
+	}
+	go take(ctx(t), "lone-1")
+	go take(ctx(t), "lone-2")
+	waitFor(t, "two lone calls", func() bool { return g.heldCalls() == 2 })
+	short, cancel := context.WithCancel(context.Background())
+	go take(short, "batched")
+	waitFor(t, "one queued Take", func() bool { return s.batch.single.pendingCalls() == 1 })
+	// Let one lone call through: it hands the queue to a drainer, whose
+	// batch is held at the gate in turn.
+	g.gate <- struct{}{}
+	waitFor(t, "the batch in flight", func() bool { return s.batch.single.pendingCalls() == 0 && g.heldCalls() == 2 })
+	cancel()
+	for range 2 {
+		tr := <-results
+		switch tr.key {
+		case "batched":
+			if !errors.Is(tr.err, floodgate.ErrStoreUnavailable) || !errors.Is(tr.err, context.Canceled) {
+				t.Fatalf("Take cancelled in flight: %v; want ErrStoreUnavailable and context.Canceled", tr.err)
+			}
+		default:
+			if tr.err != nil {
+				t.Fatalf("%s: %v", tr.key, tr.err)
+			}
+		}
+	}
+	close(g.gate)
+	if tr := <-results; tr.err != nil {
+		t.Fatalf("%s: %v", tr.key, tr.err)
+	}
+}
+
+// TestBatchersPerSlot: on a Cluster, Takes of one slot share a batcher and
+// Takes of different slots do not.
+func TestBatchersPerSlot(t *testing.T) {
+	srv := redistest.StartCluster(t, 1, 0)
+	s := newStoreOn(t, srv.Addrs()[0])
+	c, err := s.conn(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := s.tag("r", "a")+"s", s.tag("r", "b")+"s"
+	if keySlot(a) == keySlot(b) {
+		t.Fatal("test keys share a slot; pick others")
+	}
+	if s.batch.of(c, []string{a}) != s.batch.of(c, []string{s.tag("r", "a") + "t"}) {
+		t.Error("two keys of one slot got different batchers")
+	}
+	if s.batch.of(c, []string{a}) == s.batch.of(c, []string{b}) {
+		t.Error("keys of two slots share a batcher")
+	}
+	// And the batched path works there, many Takes at once.
+	r := mustRule(t, "slots", 3, time.Minute, floodgate.SlidingWindow)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := map[string]int{}
+	for i := range 60 {
+		wg.Go(func() {
+			key := fmt.Sprintf("k%d", i%4)
+			res, err := s.Take(ctx(t), fmt.Sprintf("id%d", i), []floodgate.Hit{{Rule: r, Key: key}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res[0].Allowed {
+				mu.Lock()
+				allowed[key]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 4 {
+		if n := allowed[fmt.Sprintf("k%d", i)]; n != 3 {
+			t.Errorf("key k%d: %d allowed, limit 3", i, n)
+		}
+	}
+}
