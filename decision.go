@@ -86,23 +86,22 @@ func decide(id string, hits []Hit, results []Result) Decision {
 			worst = i
 		}
 	}
-	if allowed && id != "" {
+	if !allowed {
+		// Nothing was recorded: a hit that was within its limit still has
+		// the quota it had before the check.
 		for i := range each {
-			each[i].ticket = ticket{id: id, hit: hits[i]}
+			if each[i].Allowed {
+				each[i].Remaining += hits[i].cost()
+			}
 		}
 	}
 	d := each[worst]
 	d.Allowed = allowed
 	if allowed && id != "" {
-		d.ticket = ticket{id: id, hits: hits}
-	} else {
-		d.ticket = ticket{}
-	}
-	if !allowed {
-		// A hit that was within its limit was not recorded either.
 		for i := range each {
-			each[i].ticket = ticket{}
+			each[i].ticket = ticket{id: id, hit: hits[i]}
 		}
+		d.ticket = ticket{id: id, hits: hits}
 	}
 	d.Each = each
 	return d

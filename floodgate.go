@@ -224,12 +224,17 @@ func (l *Limiter) Reset(ctx context.Context, rule Rule, key string) error {
 // Wait is Check that slows down before it rejects: while the hits are
 // denied with a RetryAfter of at most maxDelay, it waits that long and
 // checks again. It returns the first allowed decision, a denial whose
-// RetryAfter exceeds maxDelay, or ctx's error as soon as ctx is done.
+// RetryAfter exceeds maxDelay or ctx's deadline (at once: like
+// x/time/rate's WaitN, it does not wait for what it cannot get), or ctx's
+// error as soon as ctx is done.
 func (l *Limiter) Wait(ctx context.Context, maxDelay time.Duration, hits ...Hit) (Decision, error) {
 	for {
 		d, err := l.Check(ctx, hits...)
 		if err != nil || d.Allowed || d.RetryAfter > maxDelay {
 			return d, err
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d.RetryAfter {
+			return d, nil // waiting would outlast ctx: deny now
 		}
 		t := time.NewTimer(d.RetryAfter)
 		select {

@@ -84,6 +84,20 @@ func TestCheckReportsTheWorst(t *testing.T) {
 	}
 }
 
+// A denied check records nothing, so a hit that was within its limit
+// reports the quota it still has.
+func TestDeniedCheckReportsUnrecordedRemaining(t *testing.T) {
+	l := newLimiter(t)
+	ctx := context.Background()
+	ip := floodgate.Hit{Rule: mustRule(t, "ip", 5, time.Minute), Key: "192.0.2.1"}
+	account := floodgate.Hit{Rule: mustRule(t, "account", 1, time.Minute), Key: "acct"}
+	l.Check(ctx, ip, account)
+	d, err := l.Check(ctx, ip, account)
+	if err != nil || d.Allowed || d.Each[0].Remaining != 4 {
+		t.Fatalf("got %+v, %v; want denied by account with ip still at 4 remaining", d, err)
+	}
+}
+
 // stallStore never answers before its context ends.
 type stallStore struct{ floodgate.Store }
 
@@ -155,6 +169,11 @@ func TestWait(t *testing.T) {
 	}
 	if d, err := l.Wait(ctx, time.Second, hit); err != nil || !d.Allowed {
 		t.Fatalf("Wait with a 1s budget = %+v, %v; want allowed after the window slides", d, err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Millisecond)
+	defer cancelShort()
+	if d, err := l.Wait(short, time.Second, hit); err != nil || d.Allowed {
+		t.Fatalf("Wait with a deadline before the retry = %+v, %v; want an immediate denial", d, err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
