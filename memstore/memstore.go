@@ -10,6 +10,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -34,7 +35,22 @@ type Options struct {
 	// SweepInterval is how often expired entries are collected. Zero means
 	// one minute.
 	SweepInterval time.Duration
+	// MaxKeys bounds the keys held, so that a flood of unique keys cannot
+	// exhaust memory. At the bound, expired keys are collected at once;
+	// if none is, a check that needs a new key fails with ErrFull (and the
+	// caller's failure policy decides), while every key already held keeps
+	// its state: a limit in force is never reset to make room. Rejected
+	// counts these failures. Zero means 1,000,000 (a few hundred bytes
+	// each for small limits); negative means no bound.
+	MaxKeys int
 }
+
+// ErrFull reports that the store holds MaxKeys keys, none of them expired,
+// and cannot take a new one.
+var ErrFull = errors.New("memstore: full")
+
+// DefaultMaxKeys is the bound on keys when Options.MaxKeys is zero.
+const DefaultMaxKeys = 1_000_000
 
 // Store is an in-memory [floodgate.Store]. It is safe for concurrent use.
 // Call Close to stop its janitor goroutine.
@@ -46,8 +62,12 @@ type Store struct {
 	shards []shard
 	mask   uint64
 	closed atomic.Bool
-	stop   chan struct{}
-	done   chan struct{}
+	// perShard is the most entries one shard holds (MaxKeys spread over
+	// the shards); rejected counts the checks refused at the bound.
+	perShard int
+	rejected atomic.Uint64
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 var _ floodgate.LocalStore = (*Store)(nil)
@@ -59,7 +79,10 @@ type shard struct {
 	// through entry.next.
 	entries map[uint64]*entry // guarded by mu
 	n       int               // guarded by mu; entries, chained ones included
-	_       [32]byte          // keeps two shards' locks off one cache line
+	// nextFullSweep is when a full shard may next be swept for room, so
+	// that a flood of new keys cannot make every check scan the shard.
+	nextFullSweep int64    // guarded by mu
+	_             [24]byte // keeps two shards' locks off one cache line
 }
 
 // get returns the entry of k, whose hash is h, or nil. sh.mu must be held.
@@ -71,11 +94,22 @@ func (sh *shard) get(h uint64, k *entryKey) *entry {
 	return e
 }
 
-// getOrCreate returns the entry of k, creating it if needed. sh.mu must be
-// held.
-func (sh *shard) getOrCreate(h uint64, k *entryKey) *entry {
+// getOrCreate returns the entry of k, creating it if needed, or nil if the
+// shard is full (it holds limit entries and none has expired). sh.mu must
+// be held.
+func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry {
 	if e := sh.get(h, k); e != nil {
 		return e
+	}
+	if limit > 0 && sh.n >= limit {
+		if now < sh.nextFullSweep {
+			return nil
+		}
+		sh.sweep(now)
+		if sh.n >= limit {
+			sh.nextFullSweep = now + int64(time.Second)
+			return nil
+		}
 	}
 	e := &entry{k: *k, next: sh.entries[h]}
 	sh.entries[h] = e
@@ -127,6 +161,12 @@ func New(opts Options) *Store {
 		mask:   uint64(n - 1),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
+	}
+	switch {
+	case opts.MaxKeys == 0:
+		s.perShard = (DefaultMaxKeys + n - 1) / n
+	case opts.MaxKeys > 0:
+		s.perShard = (opts.MaxKeys + n - 1) / n
 	}
 	s.base = time.Now()
 	s.baseNS = s.base.UnixNano()
@@ -201,7 +241,11 @@ func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodg
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
-	e := sh.getOrCreate(hash, &k)
+	e := sh.getOrCreate(hash, &k, now, s.perShard)
+	if e == nil {
+		sh.mu.Unlock()
+		return floodgate.Result{}, s.full()
+	}
 	r := e.check(now, h)
 	if r.Allowed {
 		e.record(now, id, h)
@@ -296,7 +340,15 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, f func(now int6
 	now := s.nowNS()
 	es := make([]*entry, len(hits))
 	for i := range keys {
-		es[i] = s.shards[idx[i]].getOrCreate(hashes[i], &keys[i])
+		if es[i] = s.shards[idx[i]].getOrCreate(hashes[i], &keys[i], now, s.perShard); es[i] == nil {
+			// Leave no empty entry behind for the hits before this one.
+			for j := range i {
+				if es[j].expires <= now {
+					s.shards[idx[j]].del(hashes[j], &keys[j])
+				}
+			}
+			return nil, s.full()
+		}
 	}
 	results := f(now, es)
 	// Drop entries that hold nothing, such as those of a denied or peeked
@@ -337,14 +389,28 @@ func (s *Store) sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		now := s.nowNS()
-		for h, e := range sh.entries {
-			for ; e != nil; e = e.next {
-				if e.expires <= now {
-					sh.del(h, &e.k)
-				}
-			}
-		}
+		sh.sweep(s.nowNS())
 		sh.mu.Unlock()
 	}
 }
+
+// sweep deletes the shard's expired entries. sh.mu must be held.
+func (sh *shard) sweep(now int64) {
+	for h, e := range sh.entries {
+		for ; e != nil; e = e.next {
+			if e.expires <= now {
+				sh.del(h, &e.k)
+			}
+		}
+	}
+}
+
+// full counts a check refused at the bound and returns its error.
+func (s *Store) full() error {
+	s.rejected.Add(1)
+	return fmt.Errorf("memstore: %w: %d keys held, none expired", ErrFull, s.perShard*len(s.shards))
+}
+
+// Rejected returns how many checks failed with ErrFull: export it as a
+// metric.
+func (s *Store) Rejected() uint64 { return s.rejected.Load() }

@@ -116,3 +116,36 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// A flood of unique keys stops at MaxKeys: new keys fail with ErrFull,
+// keys already held keep their limits, and expired keys make room again.
+func TestMaxKeysBoundsMemory(t *testing.T) {
+	clock := storetest.NewFakeClock()
+	s := memstore.New(memstore.Options{Now: clock.Now, Shards: 4, MaxKeys: 100})
+	defer s.Close()
+	l, _ := floodgate.New(s, floodgate.Options{})
+	r, _ := floodgate.NewRule("flood", 1, time.Minute, floodgate.SlidingWindow)
+	ctx := context.Background()
+	if d, _ := l.Allow(ctx, r, "victim"); !d.Allowed {
+		t.Fatal("first request denied")
+	}
+	full := 0
+	for i := range 1000 {
+		if _, err := l.Allow(ctx, r, "bot-"+strconv.Itoa(i)); err != nil {
+			if !errors.Is(err, memstore.ErrFull) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
+				t.Fatalf("key %d: %v; want ErrFull wrapped in ErrStoreUnavailable", i, err)
+			}
+			full++
+		}
+	}
+	if n := s.Len(); n > 100 || full < 900 || s.Rejected() != uint64(full) {
+		t.Fatalf("Len %d, %d refused, Rejected %d; want at most 100 keys held and every refusal counted", n, full, s.Rejected())
+	}
+	if d, err := l.Allow(ctx, r, "victim"); err != nil || d.Allowed {
+		t.Fatalf("victim at the bound: %+v, %v; a limit in force must never be reset to make room", d, err)
+	}
+	clock.Advance(time.Minute + time.Second) // every key expires
+	if d, err := l.Allow(ctx, r, "newcomer"); err != nil || !d.Allowed {
+		t.Fatalf("after expiry: %+v, %v; expired keys must make room", d, err)
+	}
+}

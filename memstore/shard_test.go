@@ -13,7 +13,7 @@ func TestShardChainsCollidingHashes(t *testing.T) {
 	keys := []entryKey{{"a", floodgate.SlidingWindow, "k"}, {"b", floodgate.SlidingWindow, "k"}, {"a", floodgate.TokenBucket, "k"}}
 	const h = 42 // one hash for all: a forced collision
 	for i := range keys {
-		e := sh.getOrCreate(h, &keys[i])
+		e := sh.getOrCreate(h, &keys[i], 0, 0)
 		e.count = int64(i + 1)
 	}
 	if sh.n != 3 || len(sh.entries) != 1 {
