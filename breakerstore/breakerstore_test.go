@@ -122,7 +122,10 @@ func TestOpensAfterConsecutiveFailuresAndFailsFast(t *testing.T) {
 				if !errors.Is(err, breakerstore.ErrOpen) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
 					t.Fatalf("open breaker: err = %v, want ErrOpen and ErrStoreUnavailable", err)
 				}
-				if d := time.Since(start); d > 5*time.Millisecond {
+				// The proof of failing fast is that the store is never
+				// called (below); the time is a sanity bound only, far above
+				// a scheduler's hiccup on a busy machine.
+				if d := time.Since(start); d > time.Second {
 					t.Fatalf("open breaker took %v to answer; it must fail fast", d)
 				}
 			}

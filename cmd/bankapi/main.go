@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -23,7 +22,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() { <-ctx.Done(); stop() }() // a second signal ends the process at once
-	err := run(ctx, os.Getenv, os.Stderr, nil)
+	err := run(ctx, os.Getenv, os.Stderr, runOptions{})
 	var cfgErr configError
 	switch {
 	case errors.As(err, &cfgErr):
@@ -39,10 +38,17 @@ type configError struct{ err error }
 
 func (e configError) Error() string { return e.err.Error() }
 
-// run serves until ctx is done, then shuts down gracefully. If ready is
-// not nil, it receives the listening address once the server accepts
-// connections.
-func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready chan<- string) error {
+// runOptions are what tests may change in run.
+type runOptions struct {
+	// ready, if not nil, receives the listening address once the server
+	// accepts connections.
+	ready chan<- string
+	// timeouts are the server's; zero fields mean bank.DefaultTimeouts.
+	timeouts bank.Timeouts
+}
+
+// run serves until ctx is done, then shuts down gracefully.
+func run(ctx context.Context, getenv func(string) string, logw io.Writer, opts runOptions) error {
 	cfg, err := bank.ConfigFromEnv(getenv)
 	if err != nil {
 		return configError{err}
@@ -62,20 +68,12 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           app.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
-	}
+	srv := bank.NewHTTPServer(app.Handler(), opts.timeouts, slog.NewLogLogger(h, slog.LevelWarn))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("listening", "addr", ln.Addr().String())
-	if ready != nil {
-		ready <- ln.Addr().String()
+	if opts.ready != nil {
+		opts.ready <- ln.Addr().String()
 	}
 	select {
 	case err := <-errc:

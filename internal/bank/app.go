@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
@@ -86,7 +88,11 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 		a.Close()
 		return nil, err
 	}
-	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Ready: ready, Users: users, Ledger: ledger, Logger: logger})
+	// The process's own metrics (goroutines, heap, resident memory) sit
+	// beside the limiter's, so that a leak shows on /metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Ready: ready, Users: users, Ledger: ledger, Logger: logger, Registry: reg})
 	if err != nil {
 		a.Close()
 		return nil, err

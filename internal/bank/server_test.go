@@ -75,6 +75,7 @@ func TestRoutes(t *testing.T) {
 		{"login invalid CPF", "POST", "/login", `{"document":"123.456.789-00","password":"x"}`, nil, 400},
 		{"login empty password", "POST", "/login", `{"document":"` + testDoc + `","password":""}`, nil, 400},
 		{"login body over 4 KiB", "POST", "/login", `{"document":"` + testDoc + `","password":"` + strings.Repeat("x", 5000) + `"}`, nil, 400},
+		{"login body over 4 KiB of spaces", "POST", "/login", strings.Repeat(" ", 5000) + `{"document":"` + testDoc + `","password":"right"}`, nil, 400},
 		{"login wrong password", "POST", "/login", `{"document":"` + testDoc + `","password":"wrong"}`, nil, 401},
 		{"login unknown account", "POST", "/login", `{"document":"111.444.777-35","password":"right"}`, nil, 401},
 		{"pix without token", "POST", "/pix", `{"key":"k","amount_cents":1}`, nil, 401},
@@ -83,6 +84,9 @@ func TestRoutes(t *testing.T) {
 		{"pix fractional amount", "POST", "/pix", `{"key":"k","amount_cents":1.5}`, auth, 400},
 		{"pix empty key", "POST", "/pix", `{"key":"","amount_cents":100}`, auth, 400},
 		{"pix trailing data", "POST", "/pix", `{"key":"k","amount_cents":100} {}`, auth, 400},
+		// Valid bodies but for their size: only the 4 KiB limit refuses them.
+		{"pix body over 4 KiB of spaces", "POST", "/pix", strings.Repeat(" ", 5000) + `{"key":"k","amount_cents":100}`, auth, 400},
+		{"pix body of 4 KiB", "POST", "/pix", strings.Repeat(" ", 4096-30) + `{"key":"k","amount_cents":100}`, auth, 201},
 		{"pix ok", "POST", "/pix", `{"key":"k","amount_cents":100}`, auth, 201},
 		{"statement ok", "GET", "/statement", "", auth, 200},
 		{"statement without token", "GET", "/statement", "", nil, 401},

@@ -24,15 +24,23 @@ type User struct {
 	Document Document
 	Name     string
 	hash     []byte
+	cost     int // of hash
 }
 
 // Directory finds users by document and checks passwords. Its zero value is
 // empty; it is read-only after construction and safe for concurrent use.
 type Directory struct {
 	users map[Document]User
-	// dummy is a hash of the directory's highest cost, checked for unknown
-	// documents so that they cost as much time as known ones.
-	dummy []byte
+	// dummy is a hash of the directory's highest cost, maxCost, checked
+	// for unknown documents, and after the account's own hash for accounts
+	// of a lower cost, so that every login costs at least one comparison
+	// at maxCost: an answer's timing tells neither whether the document is
+	// an account nor whether its hash is an old, cheaper one.
+	dummy   []byte
+	maxCost int
+	// compare is bcrypt.CompareHashAndPassword (nil means it too); tests
+	// count its calls.
+	compare func(hash, password []byte) error
 }
 
 // maxUsersFile bounds what ReadUsers reads.
@@ -52,7 +60,7 @@ func ReadUsers(r io.Reader) (*Directory, error) {
 
 // NewDirectory builds a directory from records, listing every bad one.
 func NewDirectory(recs []UserRecord) (*Directory, error) {
-	d := &Directory{users: make(map[Document]User, len(recs))}
+	d := &Directory{users: make(map[Document]User, len(recs)), compare: bcrypt.CompareHashAndPassword}
 	var errs []error
 	maxCost := bcrypt.MinCost
 	for i, rec := range recs {
@@ -71,7 +79,7 @@ func NewDirectory(recs []UserRecord) (*Directory, error) {
 			continue
 		}
 		maxCost = max(maxCost, cost)
-		d.users[doc] = User{Document: doc, Name: rec.Name, hash: []byte(rec.PasswordBcrypt)}
+		d.users[doc] = User{Document: doc, Name: rec.Name, hash: []byte(rec.PasswordBcrypt), cost: cost}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -80,23 +88,33 @@ func NewDirectory(recs []UserRecord) (*Directory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("users: %w", err)
 	}
-	d.dummy = dummy
+	d.dummy, d.maxCost = dummy, maxCost
 	return d, nil
 }
 
 // Len returns the number of users.
 func (d *Directory) Len() int { return len(d.users) }
 
-// Authenticate returns the user whose document and password match. An
-// unknown document costs the same bcrypt comparison as a known one, so
-// timing does not tell whether an account exists.
+// Authenticate returns the user whose document and password match. Every
+// call costs at least one bcrypt comparison at the directory's highest
+// cost: an unknown document is compared with a dummy hash of that cost,
+// and an account whose hash has a lower cost is compared with the dummy
+// too, after its own, so timing tells neither whether an account exists
+// nor whether its hash is cheaper.
 func (d *Directory) Authenticate(doc Document, password string) (User, bool) {
 	u, known := d.users[doc]
 	hash := u.hash
 	if !known {
 		hash = d.dummy
 	}
-	ok := bcrypt.CompareHashAndPassword(hash, []byte(password)) == nil
+	compare := d.compare
+	if compare == nil {
+		compare = bcrypt.CompareHashAndPassword
+	}
+	ok := compare(hash, []byte(password)) == nil
+	if known && u.cost < d.maxCost {
+		_ = compare(d.dummy, []byte(password))
+	}
 	return u, ok && known
 }
 

@@ -1,6 +1,7 @@
 package bank
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +25,13 @@ func TestDirectory(t *testing.T) {
 	}
 }
 
+func TestZeroDirectoryRefusesEveryone(t *testing.T) {
+	var d Directory
+	if _, ok := d.Authenticate("52998224725", "anything"); ok {
+		t.Fatal("the zero Directory accepted a login")
+	}
+}
+
 func TestReadUsersListsEveryProblem(t *testing.T) {
 	_, err := ReadUsers(strings.NewReader(`[{"document":"123","name":"a","password_bcrypt":"x"},{"document":"529.982.247-25","name":"b","password_bcrypt":"nothash"}]`))
 	if err == nil || !strings.Contains(err.Error(), "user 0") || !strings.Contains(err.Error(), "user 1") {
@@ -43,5 +51,48 @@ func TestDemoDocumentsAreValid(t *testing.T) {
 		if _, err := ParseDocument(string(doc)); err != nil {
 			t.Fatalf("demo document %s: %v", doc, err)
 		}
+	}
+}
+
+// Every login costs a comparison at the directory's highest cost: for an
+// unknown document, for an account of that cost, and for an account whose
+// hash is cheaper (an old cost), which would otherwise answer faster than
+// an unknown document and so give itself away.
+func TestEveryLoginPaysTheHighestCost(t *testing.T) {
+	cheap, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
+	dear, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost+2)
+	docs := DemoDocuments(3)
+	d, err := NewDirectory([]UserRecord{
+		{Document: string(docs[0]), PasswordBcrypt: string(cheap)},
+		{Document: string(docs[1]), PasswordBcrypt: string(dear)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		doc      Document
+		password string
+		ok       bool
+	}{
+		{"cheap account, right password", docs[0], "right", true},
+		{"cheap account, wrong password", docs[0], "wrong", false},
+		{"account of the highest cost", docs[1], "wrong", false},
+		{"unknown document", docs[2], "right", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var costs []int
+			d.compare = func(hash, password []byte) error {
+				c, _ := bcrypt.Cost(hash)
+				costs = append(costs, c)
+				return bcrypt.CompareHashAndPassword(hash, password)
+			}
+			if _, ok := d.Authenticate(tc.doc, tc.password); ok != tc.ok {
+				t.Fatalf("Authenticate = %v, want %v", ok, tc.ok)
+			}
+			if !slices.Contains(costs, bcrypt.MinCost+2) {
+				t.Fatalf("comparisons at costs %v: none at the directory's highest, %d", costs, bcrypt.MinCost+2)
+			}
+		})
 	}
 }
