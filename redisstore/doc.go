@@ -168,4 +168,11 @@
 // context.DeadlineExceeded), floodgate.ErrClosed after Close, or
 // floodgate.ErrInvalidHit / floodgate.ErrInvalidRule for a hit the scripts
 // cannot compute exactly (windows longer than 2^51 µs, about 71 years).
+//
+// A Redis at maxmemory with the noeviction policy keeps taking the
+// limiter's writes: take.lua trims before it adds, and Redis refuses only
+// a script's first write when that write may grow memory. This is
+// deliberate: limits keep holding when Redis is full of other data, and
+// the limiter's entries are bounded by the limits and expire with their
+// windows. Leave room for them when sizing maxmemory.
 package redisstore
