@@ -117,14 +117,13 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 	if err != nil {
 		return nil, err
 	}
-	if sameSlot(c, keys) != nil {
-		// Keys in several Cluster slots cannot share a script call with
-		// anything: the general path handles them.
-		res, err := s.run(ctx, "take", true, []group{{id: id, hits: hits}})
-		if err != nil {
-			return nil, err
+	if err := sameSlot(c, keys); err != nil {
+		// Take found no connection to split the keys by slot and this
+		// call made one: take them slot by slot now.
+		if groups := s.slotGroups(ctx, hits); groups != nil {
+			return s.takeSlots(ctx, id, groups, len(hits))
 		}
-		return res[0], nil
+		return nil, err
 	}
 	b := s.batch.of(c, keys)
 

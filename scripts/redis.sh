@@ -1,14 +1,19 @@
 # Sourced by test.sh and bench.sh: installs redis-server from Debian's
-# packages if it is missing, and starts a throwaway one (no persistence) on
+# packages if it is missing (and a C compiler, which the race detector
+# needs), and starts a throwaway one (no persistence) on
 # a free loopback port in a temporary directory, which is removed, and the
 # server killed, when the calling script exits, even on failure.
 # After sourcing: $workdir, and $FLOODGATE_REDIS_ADDR exported.
 
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-	echo "== installing redis-server" >&2
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v cc >/dev/null || need+=(gcc libc6-dev) # go test -race needs cgo
+if [ ${#need[@]} -gt 0 ]; then
+	echo "== installing ${need[*]}" >&2
 	if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
 	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-tools >/dev/null
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
 workdir=$(mktemp -d)

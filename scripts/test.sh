@@ -56,13 +56,13 @@ log "bench module (go vet, short run)"
 		>"$workdir/bench.out" 2>&1) || { cat "$workdir/bench.out"; exit 1; }
 
 log "go test -race"
-go test -race -count=1 -shuffle=on -timeout 15m -skip '^TestChaos$' ./...
+go test -race -count=1 -shuffle=on -timeout 9m -skip '^TestChaos$' ./...
 
 # The chaos test runs alone: its three replicas under load would crowd the
-# timing-tolerant tests of other packages on a small machine. It rewrites
-# docs/reliability-results.md.
-log "chaos: three bankapi processes and redis-server under faults (about 90 s)"
-go test -race -count=1 -timeout 10m -run '^TestChaos$' ./internal/chaos
+# timing-tolerant tests of other packages on a small machine. Its figures
+# are printed here; docs/reliability-results.md holds a committed run.
+CHAOS_RESULTS="$workdir/reliability-results.md" go test -race -count=1 -timeout 4m -run '^TestChaos$' ./internal/chaos
+sed -n '/^## Limits held/,/^## Faults/p' "$workdir/reliability-results.md"
 
 # ---------------------------------------------------------------- fuzzing
 # Every fuzz target (go test -list finds them, so a new one joins by

@@ -15,5 +15,7 @@
 //     [Fault]);
 //   - no replica panicked, leaked goroutines or grew in memory.
 //
-// TestChaos runs it and writes the figures to docs/reliability-results.md.
+// TestChaos runs it and writes the figures to the log and, when
+// CHAOS_RESULTS names a file, to that file (docs/reliability-results.md
+// holds a committed run).
 package chaos
