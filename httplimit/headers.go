@@ -92,6 +92,28 @@ func policyMember(r floodgate.Rule) (string, error) {
 	return httpsfv.Marshal(httpsfv.List{it})
 }
 
+// rateLimitField serializes the RateLimit field of ds, one list member per
+// decision: "pix";r=7;t=42, joined by ", " (RFC 9651 §4.1.1). It is
+// written by hand because it runs on every request: a policy name is
+// 1-64 bytes of [A-Za-z0-9_.-] (floodgate.Rule.Validate), which an sf-string
+// carries as it is, and r and t are clamped to the sf-integer range; the
+// tests parse every field back with httpsfv.
+func rateLimitField(ds []floodgate.Decision) string {
+	b := make([]byte, 0, 32*len(ds))
+	for i, e := range ds {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '"')
+		b = append(b, e.Policy...)
+		b = append(b, `";r=`...)
+		b = strconv.AppendInt(b, sfInt(e.Remaining), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, sfInt(seconds(e.ResetAfter)), 10)
+	}
+	return string(b)
+}
+
 // each returns the per-policy decisions of d, in the order of its hits.
 func each(d floodgate.Decision) []floodgate.Decision {
 	if d.Each != nil {
@@ -130,14 +152,7 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		}
 		policy = b.String()
 	}
-	list := make(httpsfv.List, len(ds))
-	for i, e := range ds {
-		it := httpsfv.NewItem(e.Policy)
-		it.Params.Add("r", sfInt(e.Remaining))
-		it.Params.Add("t", seconds(e.ResetAfter))
-		list[i] = it
-	}
-	rateLimit, err := httpsfv.Marshal(list)
+	rateLimit := rateLimitField(ds)
 	// One backing array for the values; each field gets a full slice of
 	// it, so that a later Add to one field cannot overwrite another.
 	vals := [5]string{policy, rateLimit}
@@ -155,9 +170,7 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		h[key] = vs[i : i+1 : i+1]
 	}
 	set(canonPolicy, 0, true)
-	if err == nil {
-		set(canonRateLimit, 1, true)
-	}
+	set(canonRateLimit, 1, true)
 	if rt.legacy {
 		set(canonLimit, 2, false)
 		set(canonRemaining, 3, false)
