@@ -36,15 +36,18 @@ type Decision struct {
 	// [Limiter.Refund] to undo only that hit.
 	Each []Decision
 
-	// ticket is what Refund needs: the take's id and the hits it recorded.
-	// It is empty unless Allowed.
+	// ticket is what Refund needs: the take's id, when it was sent and the
+	// hits it recorded. It is empty unless Allowed.
 	ticket ticket
 }
 
 // ticket names what a take recorded: hits, or the single hit when hits is
-// nil (which spares a single-hit decision an allocation).
+// nil (which spares a single-hit decision an allocation). at is when the
+// take was sent to the store, on the Limiter's clock (Limiter.now), from
+// which Refund measures the age it passes to Store.Refund.
 type ticket struct {
 	id   string
+	at   time.Time
 	hit  Hit
 	hits []Hit
 }
@@ -62,9 +65,9 @@ func (d Decision) LogValue() slog.Value {
 
 // decide builds the decision for hits from the store's results: the worst
 // result on top, every hit's own decision in Each.
-func decide(id string, hits []Hit, results []Result) Decision {
+func decide(id string, at time.Time, hits []Hit, results []Result) Decision {
 	if len(hits) == 1 {
-		return decideOne(id, hits[0], results[0])
+		return decideOne(id, at, hits[0], results[0])
 	}
 	each := make([]Decision, len(hits))
 	allowed := true
@@ -99,9 +102,9 @@ func decide(id string, hits []Hit, results []Result) Decision {
 	d.Allowed = allowed
 	if allowed && id != "" {
 		for i := range each {
-			each[i].ticket = ticket{id: id, hit: hits[i]}
+			each[i].ticket = ticket{id: id, at: at, hit: hits[i]}
 		}
-		d.ticket = ticket{id: id, hits: hits}
+		d.ticket = ticket{id: id, at: at, hits: hits}
 	}
 	d.Each = each
 	return d
@@ -109,7 +112,7 @@ func decide(id string, hits []Hit, results []Result) Decision {
 
 // decideOne builds the decision of a single-hit check. It allocates
 // nothing.
-func decideOne(id string, h Hit, r Result) Decision {
+func decideOne(id string, at time.Time, h Hit, r Result) Decision {
 	d := Decision{
 		Allowed:    r.Allowed,
 		Policy:     h.Rule.Name,
@@ -120,7 +123,7 @@ func decideOne(id string, h Hit, r Result) Decision {
 		RetryAfter: r.RetryAfter,
 	}
 	if r.Allowed && id != "" {
-		d.ticket = ticket{id: id, hit: h}
+		d.ticket = ticket{id: id, at: at, hit: h}
 	}
 	return d
 }

@@ -51,7 +51,8 @@ type Options struct {
 // once (login by IP and by account), all-or-nothing.
 type Limiter struct {
 	store   Store
-	local   LocalStore // store, when it is local; nil otherwise
+	local   LocalStore       // store, when it is local; nil otherwise
+	now     func() time.Time // the store's Clock, or time.Now: ages of refunds
 	timeout time.Duration
 	denials *denialCache // nil when Options.DenialCacheSize is 0
 	ids     ids
@@ -67,6 +68,10 @@ func New(store Store, opts Options) (*Limiter, error) {
 	}
 	l := &Limiter{store: store, timeout: opts.Timeout}
 	l.local, _ = store.(LocalStore)
+	l.now = time.Now
+	if c, ok := store.(Clock); ok {
+		l.now = c.Now
+	}
 	if l.timeout == 0 {
 		l.timeout = DefaultTimeout
 	}
@@ -115,11 +120,12 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 	}
 	sent := l.denials.clock()
 	id := l.ids.next()
+	at := l.now()
 	r, err := l.local.TakeOne(ctx, id, h)
 	if err != nil {
 		return Decision{}, storeError("take", err)
 	}
-	d := decideOne(id, h, r)
+	d := decideOne(id, at, h, r)
 	if !d.Allowed && l.denials != nil {
 		hs := [1]Hit{h}
 		l.denials.add(p, hs[:], d, sent)
@@ -149,6 +155,7 @@ func (l *Limiter) check(ctx context.Context, hits []Hit) (Decision, error) {
 	id := l.ids.next()
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
+	at := l.now() // before the store sees the take: see Store.Refund
 	results, err := l.store.Take(ctx, id, hits)
 	if err != nil {
 		return Decision{}, storeError("take", err)
@@ -156,7 +163,7 @@ func (l *Limiter) check(ctx context.Context, hits []Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("take", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	d := decide(id, hits, results)
+	d := decide(id, at, hits, results)
 	if !d.Allowed && l.denials != nil {
 		l.denials.add(p, hits, d, sent)
 	}
@@ -177,13 +184,19 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("peek", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	return decide("", hits, results), nil
+	return decide("", time.Time{}, hits, results), nil
 }
 
 // Refund undoes what an allowed decision recorded, for example the
 // account's login attempt once the password proved right. Passing one
 // element of Decision.Each undoes only that hit. Refund is idempotent, and
 // a denied decision (which recorded nothing) is a no-op.
+//
+// A refund never lets a key admit more than its limit, so it credits only
+// what the decision still weighs on the key: a sliding window's requests
+// always; a fixed window's or sliding-window counter's only while the
+// window the decision was taken in lasts; a token bucket's cost less the
+// time since the decision (see [Store.Refund]). Refund promptly.
 func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	if !d.Allowed || d.ticket.id == "" {
 		return nil
@@ -194,7 +207,7 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	err := l.store.Refund(ctx, d.ticket.id, hits)
+	err := l.store.Refund(ctx, d.ticket.id, hits, max(0, l.now().Sub(d.ticket.at)))
 	// Cleared even when the store failed: the refund may have been made.
 	for _, h := range hits {
 		l.denials.clear(h.Rule, h.Key)
@@ -247,7 +260,9 @@ func (l *Limiter) Wait(ctx context.Context, maxDelay time.Duration, hits ...Hit)
 }
 
 // budget gives ctx the Limiter's time budget, except for a LocalStore,
-// which never waits on I/O.
+// which promises never to wait on I/O (see LocalStore): it would answer
+// within its budget anyway, and the budget's timer would cost the
+// single-hit path its zero allocations.
 func (l *Limiter) budget(ctx context.Context) (context.Context, context.CancelFunc) {
 	if l.timeout < 0 || l.local != nil {
 		return ctx, func() {}
@@ -286,7 +301,8 @@ func (h Hit) validate(i int) error {
 	if err := h.Rule.Validate(); err != nil {
 		return fmt.Errorf("hit %d: %w", i, err)
 	}
-	if h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.Rule.Capacity() {
+	if h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.Rule.Capacity() &&
+		(h.Rule.Algorithm != SlidingWindow || h.cost() <= MaxSlidingCost) {
 		return nil
 	}
 	var errs []error
@@ -301,6 +317,8 @@ func (h Hit) validate(i int) error {
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is below 1", ErrInvalidHit, i, h.Rule.Name, h.Cost))
 	case c > h.Rule.Capacity():
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d exceeds the rule's capacity %d, so it could never be allowed", ErrInvalidHit, i, h.Rule.Name, c, h.Rule.Capacity()))
+	case h.Rule.Algorithm == SlidingWindow && c > MaxSlidingCost:
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is above %d, the most a sliding-window log records in one hit; use token-bucket or sliding-window-counter for large costs", ErrInvalidHit, i, h.Rule.Name, c, MaxSlidingCost))
 	}
 	return errors.Join(errs...)
 }

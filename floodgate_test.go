@@ -46,6 +46,7 @@ func TestCheckRejectsBadHits(t *testing.T) {
 		{"key over 1 MiB", []floodgate.Hit{{Rule: r, Key: strings.Repeat("k", floodgate.MaxKeyLen+1)}}, floodgate.ErrInvalidHit, "at most 1048576"},
 		{"negative cost", []floodgate.Hit{{Rule: r, Key: "k", Cost: -1}}, floodgate.ErrInvalidHit, "cost -1 is below 1"},
 		{"cost over capacity", []floodgate.Hit{{Rule: r, Key: "k", Cost: 4}}, floodgate.ErrInvalidHit, "could never be allowed"},
+		{"sliding cost over its cap", []floodgate.Hit{{Rule: floodgate.Rule{Name: "bytes", Limit: 1 << 19, Window: time.Minute}, Key: "k", Cost: floodgate.MaxSlidingCost + 1}}, floodgate.ErrInvalidHit, "use token-bucket"},
 		{"same key twice", []floodgate.Hit{{Rule: r, Key: "k"}, {Rule: r, Key: "k"}}, floodgate.ErrInvalidHit, "both name key"},
 		{"invalid rule", []floodgate.Hit{{Rule: floodgate.Rule{Name: "x"}, Key: "k"}}, floodgate.ErrInvalidRule, "limit is 0"},
 	} {

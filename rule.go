@@ -14,8 +14,9 @@ type Algorithm uint8
 const (
 	// SlidingWindow is an exact sliding-window log: a request is admitted when
 	// fewer than Limit requests were admitted in the last Window. It stores one
-	// entry per admitted request (about 43 bytes each in Redis), so its memory
-	// grows with Limit. It is the zero value and the default.
+	// entry per admitted request (in Redis about 40 bytes each up to 128
+	// entries, about 100 beyond), so its memory grows with Limit, which is
+	// capped at MaxSlidingLimit. It is the zero value and the default.
 	SlidingWindow Algorithm = iota
 	// TokenBucket is a token bucket of capacity Burst refilled at Limit tokens
 	// per Window, computed as GCRA: O(1) state (one timestamp per key) and
@@ -80,6 +81,16 @@ func (a Algorithm) valid() bool { return int(a) < len(algorithmNames) }
 
 // MaxNameLen is the longest policy name a [Rule] accepts.
 const MaxNameLen = 64
+
+// MaxSlidingLimit is the highest Limit of a SlidingWindow rule, and
+// MaxSlidingCost the highest cost of one of its hits. The log keeps one
+// entry per unit of cost admitted, so a byte quota checked with AllowN,
+// say, would cost megabytes per key and stall Redis while one call writes
+// millions of entries: use TokenBucket or SlidingWindowCounter for those.
+const (
+	MaxSlidingLimit = 1_000_000
+	MaxSlidingCost  = 1_000
+)
 
 // MaxWindow is the longest window a [Rule] accepts: ten years. It keeps
 // every store's arithmetic in microseconds exact (below 2^51).
@@ -162,6 +173,8 @@ func (r Rule) Validate() error {
 	}
 	if r.Limit < 1 {
 		bad("limit is %d, must be at least 1", r.Limit)
+	} else if r.Algorithm == SlidingWindow && r.Limit > MaxSlidingLimit {
+		bad("limit %d is above %d, the most a sliding-window log keeps per key; use token-bucket or sliding-window-counter for high limits", r.Limit, MaxSlidingLimit)
 	}
 	if r.Window < time.Millisecond {
 		bad("window is %v, must be at least 1ms", r.Window)

@@ -24,6 +24,7 @@ func TestNewRuleRejectsBadInput(t *testing.T) {
 		{"negative window", floodgate.Rule{Name: "r", Limit: 1, Window: -time.Second}, "window is -1s"},
 		{"sub-millisecond window", floodgate.Rule{Name: "r", Limit: 1, Window: time.Microsecond}, "at least 1ms"},
 		{"fractional microseconds", floodgate.Rule{Name: "r", Limit: 1, Window: time.Millisecond + 1}, "whole number of microseconds"},
+		{"sliding log over its limit cap", floodgate.Rule{Name: "r", Limit: floodgate.MaxSlidingLimit + 1, Window: time.Minute}, "use token-bucket"},
 		{"window over ten years", floodgate.Rule{Name: "r", Limit: 1, Window: floodgate.MaxWindow + time.Hour}, "at most"},
 		{"burst refilling for over ten years", floodgate.Rule{Name: "r", Limit: 1, Window: 24 * time.Hour, Algorithm: floodgate.TokenBucket, Burst: 10 * 366}, "to refill"},
 		{"unknown algorithm", floodgate.Rule{Name: "r", Limit: 1, Window: time.Second, Algorithm: 9}, "unknown algorithm"},

@@ -47,11 +47,40 @@ type Store interface {
 	Take(ctx context.Context, id string, hits []Hit) ([]Result, error)
 	// Peek reports what Take would answer now, recording nothing.
 	Peek(ctx context.Context, hits []Hit) ([]Result, error)
-	// Refund undoes the hits recorded by the Take with identifier id. It is
-	// idempotent: a second Refund of the same id and hit changes nothing. A
-	// refund of an id that Take never recorded must not change any count of
-	// a sliding window; other algorithms may credit it.
-	Refund(ctx context.Context, id string, hits []Hit) error
+	// Refund undoes the hits recorded by the Take with identifier id, as
+	// far as they still weigh on the state. age is the time since that
+	// Take was sent to the store, measured by the caller (the Limiter) on
+	// its own monotonic clock, or on the store's [Clock] if it has one: the
+	// take was recorded after it was sent, so it happened within the last
+	// age of the store's time, and clock skew between the caller and the
+	// store does not matter.
+	//
+	// A refund must never let a key admit more than its limit: it credits
+	// only what provably remains of the take.
+	//   - SlidingWindow removes the take's own entries: exact.
+	//   - FixedWindow credits the take's cost only if now-age and now lie in
+	//     the same window (the take is then certainly counted in the
+	//     current one); otherwise nothing.
+	//   - SlidingWindowCounter likewise credits the current window's count
+	//     only if now-age and now share the window; otherwise nothing (the
+	//     take may lie in either window, so neither is credited).
+	//   - TokenBucket moves the theoretical arrival time (TAT) back by
+	//     max(0, cost*T - age) (T the emission interval), not before now.
+	//     The take's part of the debt is the cost*T that ends at the TAT it
+	//     left, at least t+cost*T for a take at t; later takes only push the
+	//     TAT on, and time pays the debt from its oldest part, so at t+age
+	//     at least cost*T - age of the take's part is outstanding. Crediting
+	//     no more leaves the bucket no fuller than had the take never
+	//     happened. (It may credit up to the take's latency less than an
+	//     exact undo would: the price of not knowing when it was recorded.)
+	//
+	// It is idempotent: a second Refund of the same id and hit changes
+	// nothing. Stores remember a refund done for as long as a later one
+	// could still credit anything (age only grows, so once the credit
+	// above is zero it stays zero). A refund of an id that Take never
+	// recorded must not change any count of a sliding window; other
+	// algorithms may credit it, within the rules above.
+	Refund(ctx context.Context, id string, hits []Hit, age time.Duration) error
 	// Reset forgets all state of key under rule, as if it had never been
 	// seen.
 	Reset(ctx context.Context, rule Rule, key string) error
@@ -72,13 +101,26 @@ type Result struct {
 }
 
 // LocalStore is an optional interface of a [Store] that keeps its state in
-// the memory of the process and never waits on I/O, such as memstore's.
-// The Limiter calls TakeOne for checks of a single hit ([Limiter.Allow],
-// [Limiter.AllowN]), which spares the slices of Take so that a decision
-// can allocate nothing, and gives a LocalStore's calls no time budget
-// (Options.Timeout), since they answer in microseconds.
+// the memory of the process, such as memstore's. The Limiter calls TakeOne
+// for checks of a single hit ([Limiter.Allow], [Limiter.AllowN]), which
+// spares the slices of Take so that a decision can allocate nothing.
+//
+// A store that implements LocalStore promises never to block on I/O or
+// wait on anything but its own short critical sections: the Limiter gives
+// its calls (all of them, not only TakeOne) no time budget
+// (Options.Timeout), only the caller's context.
 type LocalStore interface {
 	Store
 	// TakeOne is Take of the single hit h.
 	TakeOne(ctx context.Context, id string, h Hit) (Result, error)
+}
+
+// Clock is an optional interface of a [Store] whose time may not be the
+// system's, such as memstore with an injected clock. The Limiter measures
+// the age it passes to [Store.Refund] on the store's Now when the store
+// implements Clock, and on its own monotonic clock otherwise. Now must
+// never go backwards; wrappers of a store should forward it.
+type Clock interface {
+	// Now returns the store's current time.
+	Now() time.Time
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
@@ -20,8 +21,10 @@ func (deadStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Res
 func (deadStore) Peek(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, errRefused
 }
-func (deadStore) Refund(context.Context, string, []floodgate.Hit) error { return errRefused }
-func (deadStore) Reset(context.Context, floodgate.Rule, string) error   { return errRefused }
+func (deadStore) Refund(context.Context, string, []floodgate.Hit, time.Duration) error {
+	return errRefused
+}
+func (deadStore) Reset(context.Context, floodgate.Rule, string) error { return errRefused }
 
 // After three consecutive failures the breaker opens: later calls fail at
 // once, without reaching the store, until the cooldown lets a probe through.

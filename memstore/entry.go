@@ -111,8 +111,10 @@ func (e *entry) record(now int64, id string, h floodgate.Hit) {
 	}
 }
 
-// refund undoes what the take id recorded for h, once.
-func (e *entry) refund(now int64, id string, h floodgate.Hit) {
+// refund undoes, once, what the take id recorded for h, as far as it
+// provably still weighs on the entry (see floodgate.Store.Refund): the
+// take was recorded in [now-age, now].
+func (e *entry) refund(now, age int64, id string, h floodgate.Hit) {
 	r := h.Rule
 	cost := h.Cost
 	if cost == 0 {
@@ -122,36 +124,67 @@ func (e *entry) refund(now int64, id string, h floodgate.Hit) {
 		e.log = slicesDeleteID(e.log, id)
 		return
 	}
+	window := int64(r.Window)
+	var credit int64 // what is provably left of the take
+	switch r.Algorithm {
+	case floodgate.TokenBucket:
+		// The take at t moved the TAT to at least t + cost*T, and its part
+		// of the debt is the last cost*T before the TAT it left. Later
+		// takes only push the TAT on, and time pays the debt off from the
+		// oldest part: at t+age, at least cost*T - age of the take's part
+		// is outstanding. Crediting no more than that leaves the TAT at or
+		// after where it would be had the take never happened, so the
+		// bucket never admits more than it would have.
+		credit = max(0, cost*interval(r)-age)
+	case floodgate.FixedWindow, floodgate.SlidingWindowCounter:
+		// The take lies in the current window only if the whole of
+		// [now-age, now] does; otherwise it may lie in an earlier window,
+		// and crediting the current one could over-admit. A counter's
+		// previous window is never credited: the take may not be in it.
+		if floorDiv(now-age, window) == floorDiv(now, window) {
+			credit = cost
+		}
+	}
+	if credit == 0 {
+		// Nothing to undo, now or later: age only grows, so no later
+		// refund of id credits anything either.
+		return
+	}
 	if _, done := e.refunded[id]; done {
 		return
 	}
 	if e.refunded == nil {
 		e.refunded = make(map[string]int64)
 	}
-	until := now + int64(r.Window)
-	if r.Algorithm == floodgate.SlidingWindowCounter {
-		until = now + 2*int64(r.Window)
-	}
-	e.refunded[id] = until
-	e.expires = max(e.expires, until)
 	for k, t := range e.refunded {
 		if t <= now {
 			delete(e.refunded, k)
 		}
 	}
+	// Remembered for as long as a later refund could credit anything: to
+	// the end of the current window, or until a token bucket's credit has
+	// run out.
+	until := (floorDiv(now, window) + 1) * window
 	if r.Algorithm == floodgate.TokenBucket {
-		e.tat = max(now, e.tat-cost*interval(r))
+		until = now + credit
+	}
+	e.refunded[id] = until
+	e.expires = max(e.expires, until)
+	if r.Algorithm == floodgate.TokenBucket {
+		e.tat = max(now, e.tat-credit)
 		return
 	}
-	e.check(now, h) // moves the count to the current window
-	if r.Algorithm == floodgate.SlidingWindowCounter {
-		// The take's window is unknown: credit the current one first.
-		fromCur := min(e.count, cost)
-		e.count -= fromCur
-		e.prev = max(0, e.prev-(cost-fromCur))
-		return
+	e.check(now, h) // moves the counts to the current window
+	e.count = max(0, e.count-credit)
+}
+
+// floorDiv is a/b rounded down (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
 	}
-	e.count = max(0, e.count-cost)
+	return q
 }
 
 // counter decides a sliding-window counter: t into the current window of

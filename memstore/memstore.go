@@ -40,8 +40,14 @@ type Options struct {
 	// if none is, a check that needs a new key fails with ErrFull (and the
 	// caller's failure policy decides), while every key already held keeps
 	// its state: a limit in force is never reset to make room. Rejected
-	// counts these failures. Zero means 1,000,000 (a few hundred bytes
+	// counts these failures. Peek and Refund never create keys, so they
+	// never fail at the bound. Zero means 1,000,000 (a few hundred bytes
 	// each for small limits); negative means no bound.
+	//
+	// The bound is enforced per shard: each of the Shards shards holds at
+	// most MaxKeys/Shards keys (rounded up), so the store may refuse a new
+	// key while holding fewer than MaxKeys in all, when keys hash unevenly
+	// onto the shards, and may hold up to Shards-1 keys more than MaxKeys.
 	MaxKeys int
 }
 
@@ -70,7 +76,10 @@ type Store struct {
 	done     chan struct{}
 }
 
-var _ floodgate.LocalStore = (*Store)(nil)
+var (
+	_ floodgate.LocalStore = (*Store)(nil)
+	_ floodgate.Clock      = (*Store)(nil)
+)
 
 type shard struct {
 	mu sync.Mutex
@@ -212,7 +221,7 @@ func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 		}
 		return []floodgate.Result{r}, nil
 	}
-	return s.apply(ctx, hits, func(now int64, es []*entry) []floodgate.Result {
+	return s.apply(ctx, hits, true, func(now int64, es []*entry) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		allowed := true
 		for i, h := range hits {
@@ -257,9 +266,10 @@ func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodg
 	return r, nil
 }
 
-// Peek implements [floodgate.Store].
+// Peek implements [floodgate.Store]. A key the store does not hold is
+// peeked as fresh, and is not created.
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return s.apply(ctx, hits, func(now int64, es []*entry) []floodgate.Result {
+	return s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		for i, h := range hits {
 			results[i] = es[i].check(now, h)
@@ -268,11 +278,12 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 	})
 }
 
-// Refund implements [floodgate.Store].
-func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit) error {
-	_, err := s.apply(ctx, hits, func(now int64, es []*entry) []floodgate.Result {
+// Refund implements [floodgate.Store]. A key the store does not hold
+// has nothing to refund, and is not created.
+func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit, age time.Duration) error {
+	_, err := s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
 		for i, h := range hits {
-			es[i].refund(now, id, h)
+			es[i].refund(now, int64(max(0, age)), id, h)
 		}
 		return nil
 	})
@@ -291,6 +302,16 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 	sh.del(h, &k)
 	sh.mu.Unlock()
 	return nil
+}
+
+// Now implements [floodgate.Clock]: the store's time, from Options.Now or
+// the system's monotonic clock. The Limiter measures the ages of refunds
+// on it, so that a refund agrees with an injected clock.
+func (s *Store) Now() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return s.base.Add(time.Since(s.base))
 }
 
 // nowNS returns the store's time in Unix nanoseconds.
@@ -312,9 +333,11 @@ func (s *Store) usable(ctx context.Context) error {
 }
 
 // apply locks the shards of hits in index order (so that concurrent
-// multi-key calls cannot deadlock), finds or creates their entries, and
-// runs f on them at one instant.
-func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, f func(now int64, es []*entry) []floodgate.Result) ([]floodgate.Result, error) {
+// multi-key calls cannot deadlock), finds their entries, and runs f on them
+// at one instant. With create, it creates the entries it does not find (and
+// fails with ErrFull at the bound); without, f gets a fresh entry that the
+// store does not keep for each key it does not hold.
+func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f func(now int64, es []*entry) []floodgate.Result) ([]floodgate.Result, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -339,7 +362,18 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, f func(now int6
 	}()
 	now := s.nowNS()
 	es := make([]*entry, len(hits))
+	var held []bool // without create: whether es[i] is in the store
+	if !create {
+		held = make([]bool, len(hits))
+	}
 	for i := range keys {
+		if !create {
+			es[i] = s.shards[idx[i]].get(hashes[i], &keys[i])
+			if held[i] = es[i] != nil; !held[i] {
+				es[i] = &entry{}
+			}
+			continue
+		}
 		if es[i] = s.shards[idx[i]].getOrCreate(hashes[i], &keys[i], now, s.perShard); es[i] == nil {
 			// Leave no empty entry behind for the hits before this one.
 			for j := range i {
@@ -354,7 +388,7 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, f func(now int6
 	// Drop entries that hold nothing, such as those of a denied or peeked
 	// first hit, so that probing keys does not grow the map.
 	for i := range keys {
-		if es[i].expires <= now {
+		if es[i].expires <= now && (create || held[i]) {
 			s.shards[idx[i]].del(hashes[i], &keys[i])
 		}
 	}

@@ -95,7 +95,7 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
-			r, err := floodgate.NewRule("alloc", 1<<30, time.Millisecond, alg)
+			r, err := floodgate.NewRule("alloc", 1_000_000, time.Millisecond, alg) // the most a sliding window allows
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,5 +147,66 @@ func TestMaxKeysBoundsMemory(t *testing.T) {
 	clock.Advance(time.Minute + time.Second) // every key expires
 	if d, err := l.Allow(ctx, r, "newcomer"); err != nil || !d.Allowed {
 		t.Fatalf("after expiry: %+v, %v; expired keys must make room", d, err)
+	}
+}
+
+// Peek and Refund never create a key: at the MaxKeys bound they neither
+// fail nor count as rejected, and a key they name stays absent.
+func TestPeekAndRefundCreateNoKeys(t *testing.T) {
+	clock := storetest.NewFakeClock()
+	s := memstore.New(memstore.Options{Now: clock.Now, Shards: 1, MaxKeys: 1})
+	defer s.Close()
+	l, _ := floodgate.New(s, floodgate.Options{})
+	ctx := context.Background()
+	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+		r, _ := floodgate.NewRule("bound", 3, time.Minute, alg)
+		if err := s.Reset(ctx, r, "held"); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := l.Allow(ctx, r, "held"); err != nil || !d.Allowed {
+			t.Fatalf("%v: first key: %+v, %v", alg, d, err)
+		}
+		hits := []floodgate.Hit{{Rule: r, Key: "absent"}}
+		d, err := l.Peek(ctx, hits...)
+		if err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("%v: Peek of an absent key at the bound: %+v, %v; want a fresh key's answer (allowed, Remaining 2)", alg, d, err)
+		}
+		if err := s.Refund(ctx, "never-taken", hits, 0); err != nil {
+			t.Fatalf("%v: Refund of an absent key at the bound: %v; want a no-op", alg, err)
+		}
+		if n, rej := s.Len(), s.Rejected(); n != 1 || rej != 0 {
+			t.Fatalf("%v: Len %d, Rejected %d after a peek and a refund of an absent key; want 1 and 0", alg, n, rej)
+		}
+		if err := s.Reset(ctx, r, "held"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A token bucket's refund credits exactly what is left of the take's
+// cost: what a bucket that never saw the take would hold.
+func TestTokenBucketRefundCreditsWhatIsLeft(t *testing.T) {
+	clock := storetest.NewFakeClock()
+	s := memstore.New(memstore.Options{Now: clock.Now})
+	defer s.Close()
+	l, _ := floodgate.New(s, floodgate.Options{})
+	ctx := context.Background()
+	r, _ := floodgate.NewRule("left", 1, time.Second, floodgate.TokenBucket) // one token a second
+	r, _ = r.WithBurst(2)
+	a, _ := l.Allow(ctx, r, "k")
+	clock.Advance(400 * time.Millisecond)
+	if b, _ := l.Allow(ctx, r, "k"); !a.Allowed || !b.Allowed {
+		t.Fatalf("takes: %+v, %+v", a, b)
+	}
+	if err := l.Refund(ctx, a); err != nil { // 600ms of A's second is left
+		t.Fatal(err)
+	}
+	// Without A, B at 400ms leaves one token: the bucket admits one more
+	// now, and no second.
+	if d, _ := l.Allow(ctx, r, "k"); !d.Allowed {
+		t.Fatalf("after the refund: %+v; want allowed, as if A had never happened", d)
+	}
+	if d, _ := l.Allow(ctx, r, "k"); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("then: %+v; want denied for 1s, as if A had never happened", d)
 	}
 }

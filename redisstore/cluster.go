@@ -24,9 +24,11 @@ import (
 //     nothing. If it allows them, the next slot follows; if it denies,
 //     the slots after it are only peeked, for the decision's figures.
 //  2. roll back: once a slot denies (or fails), the slots already taken
-//     are refunded with the take's id. The refund script is idempotent
-//     (members removed by name; a tombstone per take id for the token
-//     bucket and fixed window), so a roll-back may be retried.
+//     are refunded with the take's id and the age of each slot's take.
+//     The refund script is idempotent (members removed by name; a
+//     tombstone per take id for the other algorithms), so a roll-back may
+//     be retried; and it credits only what provably remains of the take
+//     at that age, so a retry after a window boundary credits nothing.
 //
 // Each slot's script enforces its keys' limits atomically and counts the
 // reservations of checks in flight, so no key ever admits more than its
@@ -151,14 +153,16 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	out := make([]floodgate.Result, n)
+	sent := make([]time.Time, len(groups)) // when each slot's take was sent: ages of roll-backs
 	for i, g := range groups {
+		sent[i] = time.Now()
 		res, err := s.Take(ctx, id, g.hits) // one slot: one script
 		if err == nil && len(res) != len(g.hits) {
 			err = fmt.Errorf("redisstore: take: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
 		}
 		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
 			// Refused before any script ran on slot i.
-			s.rollback(ctx, id, groups[:i], nil)
+			s.rollback(ctx, id, groups[:i], sent, nil)
 			return nil, err
 		}
 		if err != nil {
@@ -168,7 +172,7 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 			// name never frees more than the take added, while any
 			// other algorithm would be credited for a take that may
 			// never have happened. Those wait for their expiry.
-			s.rollback(ctx, id, groups[:i], slidingHits(g.hits))
+			s.rollback(ctx, id, groups[:i], sent, slidingHits(g.hits))
 			return nil, err
 		}
 		for j, r := range res {
@@ -176,7 +180,7 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 		}
 		if !allAllowed(res) {
 			var wg sync.WaitGroup
-			wg.Go(func() { s.rollback(ctx, id, groups[:i], nil) })
+			wg.Go(func() { s.rollback(ctx, id, groups[:i], sent, nil) })
 			for _, rest := range groups[i+1:] {
 				wg.Go(func() { s.peekInto(ctx, rest, out) })
 			}
@@ -204,22 +208,23 @@ func (s *Store) peekInto(ctx context.Context, g slotGroup, out []floodgate.Resul
 
 // rollback refunds, concurrently, the groups that a check took before it
 // was denied or failed, and the hits of unsure (whose take may or may
-// not have run). A refund that fails is retried in the background.
-func (s *Store) rollback(ctx context.Context, id string, taken []slotGroup, unsure []floodgate.Hit) {
+// not have run), the group after taken. sent[i] is when the take of the
+// group i was sent. A refund that fails is retried in the background.
+func (s *Store) rollback(ctx context.Context, id string, taken []slotGroup, sent []time.Time, unsure []floodgate.Hit) {
 	var wg sync.WaitGroup
-	for _, g := range taken {
-		wg.Go(func() { s.undo(ctx, id, g.hits) })
+	for i, g := range taken {
+		wg.Go(func() { s.undo(ctx, id, g.hits, sent[i]) })
 	}
 	if len(unsure) > 0 {
-		wg.Go(func() { s.undo(ctx, id, unsure) })
+		wg.Go(func() { s.undo(ctx, id, unsure, sent[len(taken)]) })
 	}
 	wg.Wait()
 }
 
-// undo refunds the hits of one slot, and hands a failed refund to the
-// background.
-func (s *Store) undo(ctx context.Context, id string, hits []floodgate.Hit) {
-	err := s.Refund(ctx, id, hits)
+// undo refunds the hits of one slot, whose take was sent at sent, and
+// hands a failed refund to the background.
+func (s *Store) undo(ctx context.Context, id string, hits []floodgate.Hit, sent time.Time) {
+	err := s.Refund(ctx, id, hits, time.Since(sent))
 	if err == nil || errors.Is(err, floodgate.ErrClosed) {
 		return
 	}
@@ -229,17 +234,19 @@ func (s *Store) undo(ctx context.Context, id string, hits []floodgate.Hit) {
 	}
 	if !s.x.background(func(ctx context.Context) {
 		defer s.x.queued.Add(-1)
-		s.retryUndo(ctx, id, hits)
+		s.retryUndo(ctx, id, hits, sent)
 	}) {
 		s.x.queued.Add(-1)
 	}
 }
 
-// retryUndo retries a refund with a growing pause until it succeeds, the
-// store closes, the reservation has expired by itself anyway, or
-// maxRollbackRetry has passed.
-func (s *Store) retryUndo(ctx context.Context, id string, hits []floodgate.Hit) {
-	until := time.Now().Add(min(reservationLife(hits), maxRollbackRetry))
+// retryUndo retries a refund of the take sent at sent with a growing
+// pause until it succeeds, the store closes, the reservation has expired by
+// itself anyway, or maxRollbackRetry has passed. Each retry passes the
+// take's age as of that retry: a retry after a window boundary must not
+// credit the new window with a take of the old one.
+func (s *Store) retryUndo(ctx context.Context, id string, hits []floodgate.Hit, sent time.Time) {
+	until := sent.Add(min(reservationLife(hits), maxRollbackRetry))
 	pause := 50 * time.Millisecond
 	for time.Now().Before(until) {
 		t := time.NewTimer(pause)
@@ -250,7 +257,7 @@ func (s *Store) retryUndo(ctx context.Context, id string, hits []floodgate.Hit) 
 		case <-t.C:
 		}
 		call, cancel := context.WithTimeout(ctx, s.callTO)
-		err := s.Refund(call, id, hits)
+		err := s.Refund(call, id, hits, time.Since(sent))
 		cancel()
 		if err == nil || errors.Is(err, floodgate.ErrClosed) {
 			return
@@ -332,15 +339,17 @@ func (s *Store) peekSlots(ctx context.Context, groups []slotGroup, n int) ([]flo
 	return out, nil
 }
 
-// refundSlots refunds each slot's hits concurrently. A refund is
-// idempotent, so a caller may retry the whole call after an error.
-func (s *Store) refundSlots(ctx context.Context, id string, groups []slotGroup) error {
+// refundSlots refunds each slot's hits concurrently, of a take sent age
+// ago (before its first slot's take: every slot's take is at most that
+// old). A refund is idempotent, so a caller may retry the whole call after
+// an error.
+func (s *Store) refundSlots(ctx context.Context, id string, groups []slotGroup, age time.Duration) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for i, g := range groups {
-		wg.Go(func() { errs[i] = s.Refund(ctx, id, g.hits) })
+		wg.Go(func() { errs[i] = s.Refund(ctx, id, g.hits, age) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

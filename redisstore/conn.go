@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -96,11 +97,19 @@ func (s *Store) takeOnConn(ctx context.Context, op string, record bool, id strin
 }
 
 // refundCall returns the keys and arguments of the refund script for the
-// hits of the take id (see refund.lua).
-func (s *Store) refundCall(id string, hits []floodgate.Hit) (keys, args []string, err error) {
+// hits of the take id, sent age ago (see refund.lua).
+func (s *Store) refundCall(id string, hits []floodgate.Hit, age time.Duration) (keys, args []string, err error) {
 	keys = make([]string, 0, 2*len(hits))
-	args = make([]string, 1, 1+4*len(hits))
+	args = make([]string, 2, 2+4*len(hits))
 	args[0] = id
+	// In whole µs, rounded up (an older take is credited less), and capped
+	// where the script's arithmetic stays exact (any age that large
+	// credits nothing anyway).
+	ageUS := int64(max(0, age) / time.Microsecond)
+	if age%time.Microsecond > 0 {
+		ageUS++
+	}
+	args[1] = strconv.FormatInt(min(ageUS, maxScriptValue), 10)
 	for i, h := range hits {
 		p, err := params(h)
 		if err != nil {
@@ -111,9 +120,9 @@ func (s *Store) refundCall(id string, hits []floodgate.Hit) (keys, args []string
 		var a, ttl int64
 		switch h.Rule.Algorithm {
 		case floodgate.TokenBucket:
-			a, ttl = p.b, ceilDiv(max(p.windowUS, p.a*p.b), 1000)
-		case floodgate.FixedWindow:
-			a, ttl = p.windowUS, ceilDiv(p.windowUS, 1000)
+			a, ttl = p.b, ceilDiv(p.cost*p.b, 1000) // the most a refund credits
+		case floodgate.FixedWindow, floodgate.SlidingWindowCounter:
+			a = p.windowUS // the script times the tombstone to the window's end
 		}
 		args = append(args, p.suffix, strconv.FormatInt(p.cost, 10), strconv.FormatInt(a, 10), strconv.FormatInt(ttl, 10))
 	}
@@ -121,11 +130,11 @@ func (s *Store) refundCall(id string, hits []floodgate.Hit) (keys, args []string
 }
 
 // refundOnConn is Refund on a Conn, for hits of one slot.
-func (s *Store) refundOnConn(ctx context.Context, id string, hits []floodgate.Hit) error {
+func (s *Store) refundOnConn(ctx context.Context, id string, hits []floodgate.Hit, age time.Duration) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	keys, args, err := s.refundCall(id, hits)
+	keys, args, err := s.refundCall(id, hits, age)
 	if err != nil {
 		return err
 	}

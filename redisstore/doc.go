@@ -54,6 +54,13 @@
 //	<prefix>{<rule>:<key>}:r:f:<id>  fixed window (:r:c:<id> sliding-window counter):
 //	                                 "1", so a refund credits once
 //
+// A refund carries the take's age (floodgate.Store.Refund): a sliding
+// window removes exactly the take's members; a fixed window or counter
+// credits the take only while it is provably in the current window; a
+// token bucket credits what remains of the take's debt, max(0,
+// cost×interval − age). A late refund credits nothing, so it can never
+// let a key admit more than its limit.
+//
 // The prefix defaults to "fg:". The client's key goes through the same
 // encoding as every store's: kept as it is when it is at most 48 bytes of
 // [A-Za-z0-9_.@+=:/-], otherwise replaced by "~" and 24 characters of its
@@ -65,9 +72,9 @@
 // Every key expires: a sliding window one window after its newest entry,
 // a token bucket when it is full again, a fixed window at the end of its
 // window, a sliding-window counter at the end of the window after its
-// last take, a tombstone after one window (token bucket: the longer of the
-// window and Burst times the emission interval; sliding-window counter:
-// with its state).
+// last take, a tombstone as soon as a later refund of the same take could
+// no longer credit anything (the end of the take's window; for a token
+// bucket, cost times the emission interval).
 //
 // # Memory
 //

@@ -178,7 +178,7 @@ func TestNoCallWaitsForever(t *testing.T) {
 			"Ping":   func() error { return s.Ping(bg) },
 			"Peek":   func() error { _, err := s.Peek(bg, hits); return err },
 			"Take":   func() error { _, err := s.Take(bg, "id", hits); return err },
-			"Refund": func() error { return s.Refund(bg, "id", hits) },
+			"Refund": func() error { return s.Refund(bg, "id", hits, 0) },
 			"Reset":  func() error { return s.Reset(bg, r, "k") },
 		} {
 			start := time.Now()

@@ -141,7 +141,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		if _, err := s.Take(ctx(t), "take-2", hits); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Refund(ctx(t), "take-1", hits); err != nil {
+		if err := s.Refund(ctx(t), "take-1", hits, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -258,7 +258,7 @@ func TestRefundIsIdempotent(t *testing.T) {
 			}
 		}
 		for i := range 3 {
-			if err := s.Refund(ctx(t), "t1", hits); err != nil {
+			if err := s.Refund(ctx(t), "t1", hits, 0); err != nil {
 				t.Fatal(err)
 			}
 			res, err := s.Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "k"}})
@@ -290,7 +290,7 @@ func TestRefundScriptReportsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := []string{s.tag("rs", "k") + "t", s.tag("rs", "k") + "r:t:id"}
-	args := []string{"id", "t", "1", "15000000", "60000"}
+	args := []string{"id", "0", "t", "1", "15000000", "60000"} // id, age, then the hit
 	for i, want := range []int64{1, 0, 0} {
 		n, err := refundScript.Exec(ctx(t), c, keys, args).AsInt64()
 		if err != nil || n != want {
@@ -324,7 +324,7 @@ func TestNoscriptFallback(t *testing.T) {
 		if err := c.Do(ctx(t), c.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Refund(ctx(t), "nothing", hits); err != nil {
+		if err := s.Refund(ctx(t), "nothing", hits, 0); err != nil {
 			t.Fatalf("refund after SCRIPT FLUSH: %v", err)
 		}
 	}
@@ -357,7 +357,7 @@ func TestTakeIsNeverRetried(t *testing.T) {
 	if _, err := s.Take(ctx(t), "id", hits); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Refund(ctx(t), "id", hits); err != nil {
+	if err := s.Refund(ctx(t), "id", hits, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := rec.Client.Do(ctx(t), rec.Client.B().ScriptFlush().Build()).Error(); err != nil {
@@ -444,7 +444,7 @@ func TestClose(t *testing.T) {
 	}
 	_, err1 := s.Take(ctx(t), "id", hits)
 	_, err2 := s.Peek(ctx(t), hits)
-	err3 := s.Refund(ctx(t), "id", hits)
+	err3 := s.Refund(ctx(t), "id", hits, 0)
 	err4 := s.Reset(ctx(t), hits[0].Rule, "k")
 	err5 := s.Ping(ctx(t))
 	for i, err := range []error{err1, err2, err3, err4, err5} {

@@ -1,5 +1,6 @@
 -- refund.lua: undo what the take with identifier id recorded for some
--- hits, idempotently.
+-- hits, idempotently, crediting only what provably remains of the take, so
+-- that a refund never lets a key admit more than its limit.
 --
 -- KEYS: two keys per hit, in the order of the hits:
 --   the state key    <prefix>{<rule>:<key>}:s, :t, :f or :c (see take.lua)
@@ -7,20 +8,32 @@
 --                    a tiny string that marks the refund as done (passed
 --                    but unused for a sliding window)
 -- ARGV[1]  id, the take's identifier
+-- ARGV[2]  age: the time since the take was sent, in us, measured on the
+--          caller's monotonic clock. The take was recorded after it was
+--          sent, so it happened in [now - age, now] of the server's clock,
+--          whatever the skew between the clocks.
 -- then for each hit, 4 values:
---   alg     "s" sliding window, "t" token bucket, "f" fixed window
+--   alg     "s" sliding window, "t" token bucket, "f" fixed window, "c"
+--           sliding-window counter
 --   cost    units the hit counted for
---   a       "s", "c": unused; "t": the emission interval T in us; "f": the
+--   a       "s": unused; "t": the emission interval T in us; "f", "c": the
 --           window W in us
---   ttl     "c": unused (the state key's PTTL); otherwise how long the
---           tombstone lives, in ms (at least as long as the
---           take can still weigh on the state)
+--   ttl     "t": how long the tombstone may have to live, in ms (at least
+--           cost * T); otherwise unused
 -- Reply: an integer, the number of hits whose state the refund changed.
 -- Sliding window: ZREM the take's members (id, id.1, ...), naturally
 -- idempotent; an id that Take never recorded changes nothing.
--- Token bucket: once per id (SET tombstone NX PX ttl), move the TAT back by
--- cost * T, not before now. Fixed window: once per id, lower the current
--- window's count by cost, not below 0.
+-- Token bucket: the take's part of the debt is at least cost * T - age
+-- still (see memstore's entry.refund): once per id (SET tombstone NX),
+-- move the TAT back by max(0, cost * T - age), not before now.
+-- Fixed window and sliding-window counter: only if now - age and now lie in
+-- the same window (the take is then certainly in the current one), once
+-- per id, lower the current window's count by cost, not below 0; otherwise
+-- credit nothing (a counter's previous window is never credited: the take
+-- may not be in it).
+-- A tombstone lives as long as a later refund of id could still credit
+-- something: age only grows, so a token bucket's credit runs out within
+-- cost * T, and a window's once the window ends. No credit, no tombstone.
 -- Time: redis.call('TIME'), integer microseconds.
 -- Requires Redis 5.0 or later (see take.lua).
 
@@ -46,8 +59,9 @@ local function fmt(x)
 end
 
 local id = ARGV[1]
+local age = math.max(0, tonumber(ARGV[2]))
 local changed = 0
-local ai = 2
+local ai = 3
 local ki = 1
 while ki <= #KEYS do
   local key, tomb = KEYS[ki], KEYS[ki + 1]
@@ -74,51 +88,51 @@ while ki <= #KEYS do
         changed = changed + 1
       end
     end
-  elseif alg == 't' or alg == 'f' then
-    if redis.call('SET', tomb, '1', 'NX', 'PX', ttl) then
+  elseif alg == 't' then
+    local credit = cost * a - age
+    if credit > 0 and redis.call('SET', tomb, '1', 'NX', 'PX', ttl) then
       local stored = redis.call('GET', key)
-      if alg == 't' and stored then
-        local tat = tonumber(stored)
-        if tat ~= nil and tat > now then
-          tat = math.max(now, tat - cost * a)
-          if tat > now then
-            redis.call('SET', key, fmt(tat), 'PX', fmt(ceildiv(tat - now, 1000)))
-          else
-            redis.call('DEL', key)
-          end
-          changed = changed + 1
+      local tat = nil
+      if stored then
+        tat = tonumber(stored)
+      end
+      if tat ~= nil and tat > now then
+        tat = math.max(now, tat - credit)
+        if tat > now then
+          redis.call('SET', key, fmt(tat), 'PX', fmt(ceildiv(tat - now, 1000)))
+        else
+          redis.call('DEL', key)
         end
-      elseif alg == 'f' and stored then
+        changed = changed + 1
+      end
+    end
+  elseif alg == 'f' or alg == 'c' then
+    local idx = floordiv(now, a)
+    local left = (idx + 1) * a - now -- until the window's end
+    if floordiv(now - age, a) == idx and
+        redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(left, 1000))) then
+      local stored = redis.call('GET', key)
+      if alg == 'f' and stored then
         local si, sc = string.match(stored, '^(%d+):(%d+)$')
-        local idx = floordiv(now, a)
         if si ~= nil and tonumber(si) == idx and tonumber(sc) > 0 then
           local count = math.max(0, tonumber(sc) - cost)
           if count > 0 then
-            local left = (idx + 1) * a - now
             redis.call('SET', key, fmt(idx) .. ':' .. fmt(count), 'PX', fmt(ceildiv(left, 1000)))
           else
             redis.call('DEL', key)
           end
           changed = changed + 1
         end
-      end
-    end
-  elseif alg == 'c' then
-    -- Once per id, for as long as the state lives (its PTTL: the take
-    -- weighs on it no longer): lower the current count by cost, then the
-    -- previous one with what is left. Stale state (older windows) is
-    -- zeroed by the next take anyway.
-    local stored = redis.call('GET', key)
-    local pttl = redis.call('PTTL', key)
-    if stored and pttl > 0 and redis.call('SET', tomb, '1', 'NX', 'PX', pttl) then
-      local si, sp, sc = string.match(stored, '^(%d+):(%d+):(%d+)$')
-      if si ~= nil then
-        local cur, prev = tonumber(sc), tonumber(sp)
-        local fromCur = math.min(cur, cost)
-        cur = cur - fromCur
-        prev = math.max(0, prev - (cost - fromCur))
-        redis.call('SET', key, si .. ':' .. fmt(prev) .. ':' .. fmt(cur), 'PX', pttl)
-        changed = changed + 1
+      elseif alg == 'c' and stored then
+        -- Only a state of this window holds the take: a state of an
+        -- earlier one means the take is not recorded (a Reset since).
+        local si, sp, sc = string.match(stored, '^(%d+):(%d+):(%d+)$')
+        local pttl = redis.call('PTTL', key)
+        if si ~= nil and tonumber(si) == idx and tonumber(sc) > 0 and pttl > 0 then
+          local cur = math.max(0, tonumber(sc) - cost)
+          redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(cur), 'PX', pttl)
+          changed = changed + 1
+        end
       end
     end
   else

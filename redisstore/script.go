@@ -84,21 +84,27 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 }
 
 // Refund implements [floodgate.Store] with one script call (one per slot
-// on a Cluster). A sliding
-// window removes the take's members; a token bucket or fixed window
-// credits the take once, remembered by a tombstone key that lives as long
-// as the take can weigh on the state.
-func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit) error {
+// on a Cluster). A sliding window removes the take's members; a token
+// bucket, fixed window or sliding-window counter credits what provably
+// remains of the take, given its age (see refund.lua), once, remembered by
+// a tombstone key that lives as long as a later refund could credit
+// anything.
+//
+// The script reads the server's clock when it runs, and age is measured
+// when the refund is sent: a refund that waits in transit or in the
+// server's queue longer than its take did sees the take up to that much
+// younger than it is. Refund promptly, on a healthy connection.
+func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit, age time.Duration) error {
 	if len(hits) == 0 {
 		return nil
 	}
 	if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
-		return s.refundSlots(ctx, id, groups)
+		return s.refundSlots(ctx, id, groups, age)
 	}
 	if s.x.conn != nil { // conn.go
-		return s.refundOnConn(ctx, id, hits)
+		return s.refundOnConn(ctx, id, hits, age)
 	}
-	keys, args, err := s.refundCall(id, hits)
+	keys, args, err := s.refundCall(id, hits, age)
 	if err != nil {
 		return err
 	}

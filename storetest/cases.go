@@ -19,6 +19,7 @@ var cases = []testCase{
 		for _, alg := range algorithms {
 			r := rule(t, "exact", 5, hour, alg)
 			k := key(t)
+			align(t, e, l, floodgate.Hit{Rule: r, Key: k})
 			for i := range 5 {
 				d := check(t, l, floodgate.Hit{Rule: r, Key: k})
 				if !d.Allowed || d.Remaining != int64(4-i) || d.RetryAfter != 0 {
@@ -127,6 +128,7 @@ var cases = []testCase{
 		for _, alg := range algorithms {
 			r := rule(t, "cost", 5, hour, alg)
 			hit := floodgate.Hit{Rule: r, Key: key(t), Cost: 3}
+			align(t, e, l, hit)
 			if d := check(t, l, hit); !d.Allowed || d.Remaining != 2 {
 				t.Fatalf("%v: cost 3 of 5: got %+v, want allowed with Remaining 2", alg, d)
 			}
@@ -143,6 +145,7 @@ var cases = []testCase{
 		for _, alg := range algorithms {
 			a := floodgate.Hit{Rule: rule(t, "ip", 3, hour, alg), Key: key(t)}
 			b := floodgate.Hit{Rule: rule(t, "account", 1, hour, alg), Key: key(t)}
+			align(t, e, l, a) // every hour window has the same bounds
 			if d := check(t, l, a, b); !d.Allowed || d.Policy != "account" || d.Remaining != 0 || len(d.Each) != 2 {
 				t.Fatalf("%v: first check: got %+v; want allowed, reporting the worst hit (account, 0 remaining)", alg, d)
 			}
@@ -158,6 +161,7 @@ var cases = []testCase{
 	{"PeekRecordsNothing", func(t *testing.T, e env, l *floodgate.Limiter) {
 		for _, alg := range algorithms {
 			hit := floodgate.Hit{Rule: rule(t, "peek", 2, hour, alg), Key: key(t)}
+			align(t, e, l, hit)
 			for range 5 {
 				if d := peek(t, l, hit); !d.Allowed || d.Remaining != 1 {
 					t.Fatalf("%v: peek: got %+v, want what a take would answer (allowed, Remaining 1)", alg, d)
@@ -173,6 +177,7 @@ var cases = []testCase{
 	{"RefundUndoesOnce", func(t *testing.T, e env, l *floodgate.Limiter) {
 		for _, alg := range algorithms {
 			hit := floodgate.Hit{Rule: rule(t, "refund", 2, hour, alg), Key: key(t)}
+			align(t, e, l, hit)
 			first := check(t, l, hit)
 			check(t, l, hit)
 			denied := check(t, l, hit)
@@ -181,7 +186,15 @@ var cases = []testCase{
 				t.Fatalf("%v: refunding a denied decision freed quota: %+v", alg, d)
 			}
 			refund(t, l, first)
-			if d := check(t, l, hit); !d.Allowed {
+			d := check(t, l, hit)
+			if !d.Allowed && alg == floodgate.TokenBucket && d.RetryAfter <= e.tol {
+				// A token bucket's refund credits cost*T less the time
+				// since the take was sent, not recorded: it may keep the
+				// take's latency of debt.
+				e.sleep(d.RetryAfter)
+				d = check(t, l, hit)
+			}
+			if !d.Allowed {
 				t.Fatalf("%v: after a refund: got %+v; Refund must undo the allowed hit", alg, d)
 			}
 			refund(t, l, first)
@@ -194,9 +207,18 @@ var cases = []testCase{
 		for _, alg := range algorithms {
 			a := floodgate.Hit{Rule: rule(t, "ip", 2, hour, alg), Key: key(t)}
 			b := floodgate.Hit{Rule: rule(t, "account", 2, hour, alg), Key: key(t)}
+			align(t, e, l, a) // every hour window has the same bounds
 			d := check(t, l, a, b)
 			refund(t, l, d.Each[1])
-			if p := peek(t, l, a, b); p.Each[0].Remaining != 0 || p.Each[1].Remaining != 1 {
+			p := peek(t, l, a, b)
+			acct := p.Each[1].Remaining == 1
+			if alg == floodgate.TokenBucket && !acct {
+				// A token bucket's refund credits cost*T less the time
+				// since the take was sent, not recorded: it may keep the
+				// take's latency of debt, which Remaining rounds down.
+				acct = p.Each[1].ResetAfter <= b.Rule.Window/2+e.tol
+			}
+			if p.Each[0].Remaining != 0 || !acct {
 				t.Fatalf("%v: after refunding only the account hit: %+v; want ip still counted (Remaining 0 after a take), account refunded (Remaining 1)", alg, p.Each)
 			}
 		}
@@ -205,6 +227,7 @@ var cases = []testCase{
 		for _, alg := range algorithms {
 			r := rule(t, "reset", 2, hour, alg)
 			hit := floodgate.Hit{Rule: r, Key: key(t)}
+			align(t, e, l, hit)
 			check(t, l, hit)
 			check(t, l, hit)
 			if err := l.Reset(context.Background(), r, hit.Key); err != nil {
@@ -215,6 +238,69 @@ var cases = []testCase{
 					t.Fatalf("%v: after Reset: got %+v; Reset must forget the key", alg, d)
 				}
 			}
+		}
+	}},
+	{"RefundAfterTheWindowMovedOnNeverOverAdmits", func(t *testing.T, e env, l *floodgate.Limiter) {
+		// A take late in one window, refunded in the next: the refund must
+		// not credit the new window with it. Limit 4, window 4 units: take
+		// A (cost 2) one unit before the window ends, fill the next window
+		// past its middle (where a counter weighs A as 1), refund A, and
+		// count what the window admits in all.
+		for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+			r := rule(t, "moved", 4, 4*e.unit, alg)
+			hit := floodgate.Hit{Rule: r, Key: key(t)}
+			if left := windowLeft(peek(t, l, hit), r); left > e.unit {
+				e.sleep(left - e.unit)
+			}
+			a := check(t, l, floodgate.Hit{Rule: r, Key: hit.Key, Cost: 2})
+			if !a.Allowed {
+				t.Fatalf("%v: first take: %+v", alg, a)
+			}
+			e.sleep(windowLeft(a, r) + 2*e.unit + e.unit/4 + e.tol)
+			admitted, last := 0, r.Window
+			take := func() {
+				d := check(t, l, hit)
+				if left := windowLeft(d, r); left > last {
+					t.Skipf("%v: the next window ended before the case did (machine too slow)", alg)
+				} else {
+					last = left
+				}
+				if d.Allowed {
+					admitted++
+				}
+			}
+			for range 5 {
+				take()
+			}
+			refund(t, l, a)
+			for range 5 {
+				take()
+			}
+			if admitted > 4 {
+				t.Fatalf("%v: %d requests admitted in one window of limit 4 after refunding a take of the window before; a refund must never let a key admit more than its limit (credit only a take that provably lies in the current window)", alg, admitted)
+			}
+		}
+	}},
+	{"TokenBucketRefundOfAPaidTakeNeverOverAdmits", func(t *testing.T, e env, l *floodgate.Limiter) {
+		// Burst 2, one token every 2 units: take A, wait until the bucket
+		// is full again (A's debt is paid), take B and C (the whole
+		// burst), refund A. A's cost is no longer in the state: crediting
+		// it would pay B's or C's debt, and admit a third request at once.
+		r := rule(t, "paid", 2, 4*e.unit, floodgate.TokenBucket)
+		hit := floodgate.Hit{Rule: r, Key: key(t)}
+		a := check(t, l, hit)
+		if !a.Allowed {
+			t.Fatalf("first take: %+v", a)
+		}
+		e.sleep(a.ResetAfter + e.unit + e.tol)
+		for _, name := range []string{"B", "C"} {
+			if d := check(t, l, hit); !d.Allowed {
+				t.Fatalf("take %s with a full bucket: %+v", name, d)
+			}
+		}
+		refund(t, l, a)
+		if d := check(t, l, hit); d.Allowed {
+			t.Fatalf("a third request in a burst of 2 was admitted after refunding a take whose cost had already refilled: %+v; a refund must never let a key admit more than its limit (credit at most cost*T - age)", d)
 		}
 	}},
 	{"HostileKeysAreIndependent", func(t *testing.T, e env, l *floodgate.Limiter) {
@@ -250,6 +336,7 @@ var cases = []testCase{
 	{"ConcurrentTakesNeverExceedTheLimit", func(t *testing.T, e env, l *floodgate.Limiter) {
 		for _, alg := range algorithms {
 			hit := floodgate.Hit{Rule: rule(t, "race", 50, hour, alg), Key: key(t)}
+			align(t, e, l, hit)
 			var allowed atomic.Int64
 			parallel(t, 200, func(int) error {
 				d, err := l.Check(context.Background(), hit)
@@ -299,17 +386,30 @@ var cases = []testCase{
 	}},
 }
 
-// align waits, for a fixed-window hit on a real clock, until the current
-// window has at least half of its length left, so that a case is not cut
-// in two by a window boundary.
+// align waits, for a fixed-window or sliding-window-counter hit, until
+// the current (epoch-aligned) window has at least half of its length left,
+// or 10 seconds for a long window, so that a case is not cut in two by a
+// window boundary.
 func align(t *testing.T, e env, l *floodgate.Limiter, hit floodgate.Hit) {
 	t.Helper()
-	if hit.Rule.Algorithm != floodgate.FixedWindow {
+	if a := hit.Rule.Algorithm; a != floodgate.FixedWindow && a != floodgate.SlidingWindowCounter {
 		return
 	}
-	if d := peek(t, l, hit); d.ResetAfter < hit.Rule.Window/2 {
-		e.sleep(d.ResetAfter + e.tol)
+	if left := windowLeft(peek(t, l, hit), hit.Rule); left < min(hit.Rule.Window/2, 10*time.Second) {
+		e.sleep(left + e.tol)
 	}
+}
+
+// windowLeft returns the time left in the current window of a fixed-window
+// or sliding-window-counter rule r, from a decision on it: a fixed
+// window's ResetAfter; a counter's, less the window when it counts the
+// next window too (it does whenever the current window counts anything
+// or the decision is allowed).
+func windowLeft(d floodgate.Decision, r floodgate.Rule) time.Duration {
+	if r.Algorithm == floodgate.SlidingWindowCounter && d.ResetAfter > r.Window {
+		return d.ResetAfter - r.Window
+	}
+	return d.ResetAfter
 }
 
 func refund(t *testing.T, l *floodgate.Limiter, d floodgate.Decision) {
