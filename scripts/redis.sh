@@ -19,7 +19,10 @@ fi
 workdir=$(mktemp -d)
 redis_pid=
 cleanup() {
-	if [ -n "$redis_pid" ]; then kill -9 "$redis_pid" 2>/dev/null || true; fi
+	if [ -n "$redis_pid" ]; then
+		kill -9 "$redis_pid" 2>/dev/null || true
+		wait "$redis_pid" 2>/dev/null || true # quietly: no "Killed" line
+	fi
 	rm -rf "$workdir"
 }
 trap cleanup EXIT
