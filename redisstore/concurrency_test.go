@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/burst"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -45,28 +46,6 @@ func replicasOn(t *testing.T, url string, n int) ([]*floodgate.Limiter, *Store) 
 	return ls, first
 }
 
-// hammer runs f(0..n-1) concurrently, all released at once.
-func hammer(t *testing.T, n int, f func(i int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			if err := f(i); err != nil {
-				errs <- err
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
 // TestReplicasAdmitExactlyTheLimit: 8 replicas, 1,000 concurrent requests
 // on one key of limit 100 admit exactly 100, for every algorithm. The
 // sliding window is a minute long; the token bucket's and fixed window's
@@ -97,7 +76,7 @@ func testExactLimit(t *testing.T, ls []*floodgate.Limiter) {
 				}
 			}
 			var allowed atomic.Int64
-			hammer(t, 1000, func(i int) error {
+			burst.Run(t, 1000, func(i int) error {
 				d, err := ls[i%len(ls)].Allow(context.Background(), r, key)
 				if d.Allowed {
 					allowed.Add(1)
@@ -132,7 +111,7 @@ func testMultiKey(t *testing.T, ls []*floodgate.Limiter, store *Store, c rueidis
 		var mu sync.Mutex
 		perIP := map[string]int64{}
 		var perAcct int64
-		hammer(t, 1000, func(i int) error {
+		burst.Run(t, 1000, func(i int) error {
 			ip := ips[i%len(ips)]
 			d, err := ls[i%len(ls)].Check(context.Background(),
 				floodgate.Hit{Rule: ipRule, Key: ip}, floodgate.Hit{Rule: acctRule, Key: acct})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/burst"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -203,7 +204,7 @@ func TestConcurrentFirstUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	hammer(t, 50, func(int) error { return s.Ping(ctx(t)) })
+	burst.Run(t, 50, func(int) error { return s.Ping(ctx(t)) })
 }
 
 // TestCloseDuringDial closes a store while its first connection attempt

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/burst"
 )
 
 // hour is the window of cases that must not see time pass.
@@ -338,7 +339,7 @@ var cases = []testCase{
 			hit := floodgate.Hit{Rule: rule(t, "race", 50, hour, alg), Key: key(t)}
 			align(t, e, l, hit)
 			var allowed atomic.Int64
-			parallel(t, 200, func(int) error {
+			burst.Run(t, 200, func(int) error {
 				d, err := l.Check(context.Background(), hit)
 				if d.Allowed {
 					allowed.Add(1)
@@ -358,7 +359,7 @@ var cases = []testCase{
 		var mu sync.Mutex
 		perIP := map[string]int{}
 		perAccount := 0
-		parallel(t, 300, func(i int) error {
+		burst.Run(t, 300, func(i int) error {
 			d, err := l.Check(context.Background(), floodgate.Hit{Rule: ip, Key: ips[i%3]}, floodgate.Hit{Rule: account, Key: acct})
 			if d.Allowed {
 				mu.Lock()
@@ -416,28 +417,6 @@ func refund(t *testing.T, l *floodgate.Limiter, d floodgate.Decision) {
 	t.Helper()
 	if err := l.Refund(context.Background(), d); err != nil {
 		t.Fatalf("Refund: %v", err)
-	}
-}
-
-// parallel runs f(0..n-1) at once and fails the test on any error.
-func parallel(t *testing.T, n int, f func(i int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			if err := f(i); err != nil {
-				errs <- err
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
 	}
 }
 

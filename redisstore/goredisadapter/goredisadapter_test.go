@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/burst"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/redisstore/goredisadapter"
@@ -138,28 +139,6 @@ func replicas(t *testing.T, opts *redis.UniversalOptions, n int) []*floodgate.Li
 	return ls
 }
 
-// parallel runs f(0..n-1) at once.
-func parallel(t *testing.T, n int, f func(i int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			if err := f(i); err != nil {
-				errs <- err
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
 // testExactLimit: 1,000 concurrent requests on one key of limit 100 over
 // the limiters admit exactly 100, for every algorithm.
 func testExactLimit(t *testing.T, ls []*floodgate.Limiter) {
@@ -177,7 +156,7 @@ func testExactLimit(t *testing.T, ls []*floodgate.Limiter) {
 			}
 		}
 		var allowed atomic.Int64
-		parallel(t, 1000, func(i int) error {
+		burst.Run(t, 1000, func(i int) error {
 			d, err := ls[i%len(ls)].Allow(context.Background(), r, "k")
 			if d.Allowed {
 				allowed.Add(1)
@@ -200,7 +179,7 @@ func testMultiKey(t *testing.T, ls []*floodgate.Limiter) {
 	var mu sync.Mutex
 	perIP := map[string]int64{}
 	var perAcct int64
-	parallel(t, 1000, func(i int) error {
+	burst.Run(t, 1000, func(i int) error {
 		ip := ips[i%len(ips)]
 		d, err := ls[i%len(ls)].Check(context.Background(), floodgate.Hit{Rule: ipRule, Key: ip}, floodgate.Hit{Rule: acctRule, Key: "alice"})
 		if d.Allowed {
