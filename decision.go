@@ -36,20 +36,19 @@ type Decision struct {
 	// [Limiter.Refund] to undo only that hit.
 	Each []Decision
 
-	// ticket is what Refund needs: the take's id, when it was sent and the
-	// hits it recorded. It is empty unless Allowed.
+	// ticket is what Refund needs: the take's id and what it recorded.
+	// It is empty unless Allowed.
 	ticket ticket
 }
 
-// ticket names what a take recorded: hits, or the single hit when hits is
-// nil (which spares a single-hit decision an allocation). at is when the
-// take was sent to the store, on the Limiter's clock (Limiter.now), from
-// which Refund measures the age it passes to Store.Refund.
+// ticket names what a take recorded: receipts, or the single receipt one
+// when receipts is nil (which spares a single-hit decision an
+// allocation). The Decision owns them: they are copies of the caller's
+// hits.
 type ticket struct {
-	id   string
-	at   time.Time
-	hit  Hit
-	hits []Hit
+	id       string
+	one      Receipt
+	receipts []Receipt
 }
 
 // LogValue reports the decision's public fields, never its keys.
@@ -65,9 +64,9 @@ func (d Decision) LogValue() slog.Value {
 
 // decide builds the decision for hits from the store's results: the worst
 // result on top, every hit's own decision in Each.
-func decide(id string, at time.Time, hits []Hit, results []Result) Decision {
+func decide(id string, hits []Hit, results []Result) Decision {
 	if len(hits) == 1 {
-		return decideOne(id, at, hits[0], results[0])
+		return decideOne(id, hits[0], results[0])
 	}
 	each := make([]Decision, len(hits))
 	allowed := true
@@ -101,10 +100,12 @@ func decide(id string, at time.Time, hits []Hit, results []Result) Decision {
 	d := each[worst]
 	d.Allowed = allowed
 	if allowed && id != "" {
+		receipts := make([]Receipt, len(hits))
 		for i := range each {
-			each[i].ticket = ticket{id: id, at: at, hit: hits[i]}
+			receipts[i] = Receipt{Hit: hits[i], Stamp: results[i].Stamp}
+			each[i].ticket = ticket{id: id, one: receipts[i]}
 		}
-		d.ticket = ticket{id: id, at: at, hits: hits}
+		d.ticket = ticket{id: id, receipts: receipts}
 	}
 	d.Each = each
 	return d
@@ -112,7 +113,7 @@ func decide(id string, at time.Time, hits []Hit, results []Result) Decision {
 
 // decideOne builds the decision of a single-hit check. It allocates
 // nothing.
-func decideOne(id string, at time.Time, h Hit, r Result) Decision {
+func decideOne(id string, h Hit, r Result) Decision {
 	d := Decision{
 		Allowed:    r.Allowed,
 		Policy:     h.Rule.Name,
@@ -123,7 +124,7 @@ func decideOne(id string, at time.Time, h Hit, r Result) Decision {
 		RetryAfter: r.RetryAfter,
 	}
 	if r.Allowed && id != "" {
-		d.ticket = ticket{id: id, at: at, hit: h}
+		d.ticket = ticket{id: id, one: Receipt{Hit: h, Stamp: r.Stamp}}
 	}
 	return d
 }

@@ -10,9 +10,11 @@ import (
 // The denial cache (Options.DenialCacheSize)
 //
 // A denied check is remembered under a hash of its hits until the
-// RetryAfter that the store computed, counted from the moment the store
-// call was sent, so a cached denial ends no later than the store's own
-// would. Entries are verified against the hits they were made for, so a
+// shortest RetryAfter among its denied hits, counted from the moment the
+// store call was sent: a cached denial ends no later than the store's own
+// would, and while it lasts every hit it reports denied is still denied
+// (a hit whose own wait ran out would be reported allowed by the store,
+// so the cached decision ends with the first such wait). Entries are verified against the hits they were made for, so a
 // hash collision costs a store call, never a wrong decision.
 //
 // Refund and Reset must clear the denials of the keys they touch, even
@@ -52,7 +54,7 @@ type denial struct {
 	hits  []Hit
 	d     Decision
 	sent  int64  // when the store call was sent
-	until int64  // sent + d.RetryAfter
+	until int64  // sent + the shortest RetryAfter of a denied hit
 	gen   uint64 // the sum of the hits' generations before sending
 }
 
@@ -86,7 +88,7 @@ func (c *denialCache) clock() int64 {
 
 // identity hashes the key of a hit: what a store keeps one state for.
 func (c *denialCache) identity(r Rule, key string) uint64 {
-	return maphash.String(c.seed, key) ^ (maphash.String(c.seed, r.Name)+uint64(r.Algorithm))*0x9e3779b97f4a7c15
+	return maphash.String(c.seed, key) ^ (maphash.String(c.seed, r.Name)+uint64(r.Algorithm)+uint64(r.Window)<<8)*0x9e3779b97f4a7c15
 }
 
 // probe computes the map key and generation sum of a check.
@@ -162,10 +164,19 @@ func sameHits(a, b []Hit) bool {
 // add caches the denial d of hits, whose store call was sent at sent, when
 // the check was probed as p.
 func (c *denialCache) add(p probe, hits []Hit, d Decision, sent int64) {
-	if d.Allowed || d.RetryAfter <= 0 {
+	if d.Allowed {
 		return
 	}
-	e := &denial{hits: append([]Hit(nil), hits...), d: d, sent: sent, until: sent + int64(d.RetryAfter), gen: p.gen}
+	wait := d.RetryAfter
+	for _, h := range d.Each {
+		if !h.Allowed {
+			wait = min(wait, h.RetryAfter)
+		}
+	}
+	if wait <= 0 {
+		return
+	}
+	e := &denial{hits: append([]Hit(nil), hits...), d: d, sent: sent, until: sent + int64(wait), gen: p.gen}
 	if d.Each != nil {
 		e.d.Each = append([]Decision(nil), d.Each...)
 	}

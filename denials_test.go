@@ -27,9 +27,9 @@ func (s *countingStore) Take(_ context.Context, _ string, hits []Hit) ([]Result,
 	return s.answer(hits), nil
 }
 
-func (s *countingStore) Peek(context.Context, []Hit) ([]Result, error)              { return nil, nil }
-func (s *countingStore) Refund(context.Context, string, []Hit, time.Duration) error { return nil }
-func (s *countingStore) Reset(context.Context, Rule, string) error                  { return nil }
+func (s *countingStore) Peek(context.Context, []Hit) ([]Result, error)   { return nil, nil }
+func (s *countingStore) Refund(context.Context, string, []Receipt) error { return nil }
+func (s *countingStore) Reset(context.Context, Rule, string) error       { return nil }
 
 func (s *countingStore) count() int {
 	s.mu.Lock()

@@ -51,8 +51,7 @@ type Options struct {
 // once (login by IP and by account), all-or-nothing.
 type Limiter struct {
 	store   Store
-	local   LocalStore       // store, when it is local; nil otherwise
-	now     func() time.Time // the store's Clock, or time.Now: ages of refunds
+	local   LocalStore // store, when it is local; nil otherwise
 	timeout time.Duration
 	denials *denialCache // nil when Options.DenialCacheSize is 0
 	ids     ids
@@ -68,10 +67,6 @@ func New(store Store, opts Options) (*Limiter, error) {
 	}
 	l := &Limiter{store: store, timeout: opts.Timeout}
 	l.local, _ = store.(LocalStore)
-	l.now = time.Now
-	if c, ok := store.(Clock); ok {
-		l.now = c.Now
-	}
 	if l.timeout == 0 {
 		l.timeout = DefaultTimeout
 	}
@@ -98,6 +93,7 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 	if err := h.validate(0); err != nil {
 		return Decision{}, err
 	}
+	h.Cost = h.cost() // stores see costs of 1 to capacity
 	if l.local == nil {
 		// A cached denial, without allocating; otherwise the general path
 		// (which validates and probes again: a few nanoseconds next to a
@@ -108,7 +104,7 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 				return d, nil
 			}
 		}
-		return l.check(ctx, []Hit{h})
+		return l.take(ctx, []Hit{h})
 	}
 	var p probe
 	if l.denials != nil {
@@ -120,12 +116,11 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 	}
 	sent := l.denials.clock()
 	id := l.ids.next()
-	at := l.now()
 	r, err := l.local.TakeOne(ctx, id, h)
 	if err != nil {
 		return Decision{}, storeError("take", err)
 	}
-	d := decideOne(id, at, h, r)
+	d := decideOne(id, h, r)
 	if !d.Allowed && l.denials != nil {
 		hs := [1]Hit{h}
 		l.denials.add(p, hs[:], d, sent)
@@ -137,13 +132,15 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 // its limit: all-or-nothing. The decision describes the worst hit and lists
 // each in Decision.Each.
 func (l *Limiter) Check(ctx context.Context, hits ...Hit) (Decision, error) {
-	return l.check(ctx, hits)
-}
-
-func (l *Limiter) check(ctx context.Context, hits []Hit) (Decision, error) {
-	if err := validate(hits); err != nil {
+	hits, err := own(hits)
+	if err != nil {
 		return Decision{}, err
 	}
+	return l.take(ctx, hits)
+}
+
+// take checks hits, which are valid, normalized and the Limiter's own.
+func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 	var p probe
 	if l.denials != nil {
 		p = l.denials.probe(hits)
@@ -155,7 +152,6 @@ func (l *Limiter) check(ctx context.Context, hits []Hit) (Decision, error) {
 	id := l.ids.next()
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	at := l.now() // before the store sees the take: see Store.Refund
 	results, err := l.store.Take(ctx, id, hits)
 	if err != nil {
 		return Decision{}, storeError("take", err)
@@ -163,7 +159,7 @@ func (l *Limiter) check(ctx context.Context, hits []Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("take", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	d := decide(id, at, hits, results)
+	d := decide(id, hits, results)
 	if !d.Allowed && l.denials != nil {
 		l.denials.add(p, hits, d, sent)
 	}
@@ -172,7 +168,8 @@ func (l *Limiter) check(ctx context.Context, hits []Hit) (Decision, error) {
 
 // Peek reports what Check would decide now, recording nothing.
 func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
-	if err := validate(hits); err != nil {
+	hits, err := own(hits)
+	if err != nil {
 		return Decision{}, err
 	}
 	ctx, cancel := l.budget(ctx)
@@ -184,7 +181,7 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("peek", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	return decide("", time.Time{}, hits, results), nil
+	return decide("", hits, results), nil
 }
 
 // Refund undoes what an allowed decision recorded, for example the
@@ -196,21 +193,22 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 // what the decision still weighs on the key: a sliding window's requests
 // always; a fixed window's or sliding-window counter's only while the
 // window the decision was taken in lasts; a token bucket's cost less the
-// time since the decision (see [Store.Refund]). Refund promptly.
+// time since the decision; and nothing once the key was Reset since the
+// decision (see [Store.Refund]). Refund promptly.
 func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	if !d.Allowed || d.ticket.id == "" {
 		return nil
 	}
-	hits := d.ticket.hits
-	if hits == nil {
-		hits = []Hit{d.ticket.hit}
+	receipts := d.ticket.receipts
+	if receipts == nil {
+		receipts = []Receipt{d.ticket.one}
 	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	err := l.store.Refund(ctx, d.ticket.id, hits, max(0, l.now().Sub(d.ticket.at)))
+	err := l.store.Refund(ctx, d.ticket.id, receipts)
 	// Cleared even when the store failed: the refund may have been made.
-	for _, h := range hits {
-		l.denials.clear(h.Rule, h.Key)
+	for _, r := range receipts {
+		l.denials.clear(r.Hit.Rule, r.Hit.Key)
 	}
 	if err != nil {
 		return storeError("refund", err)
@@ -275,6 +273,21 @@ func storeError(op string, err error) error {
 		return fmt.Errorf("floodgate: %s: %w", op, err)
 	}
 	return fmt.Errorf("floodgate: %s: %w: %w", op, ErrStoreUnavailable, err)
+}
+
+// own validates hits and returns a copy of them with their costs
+// normalized (zero means 1), which the Limiter may keep: a caller may
+// reuse its slice.
+func own(hits []Hit) ([]Hit, error) {
+	if err := validate(hits); err != nil {
+		return nil, err
+	}
+	out := make([]Hit, len(hits))
+	for i, h := range hits {
+		h.Cost = h.cost()
+		out[i] = h
+	}
+	return out, nil
 }
 
 func validate(hits []Hit) error {

@@ -36,6 +36,12 @@ func (h Hit) cost() int64 {
 // Every method receives hits that the Limiter has validated: valid rules,
 // keys of 1 to MaxKeyLen bytes and costs of 1 to the rule's capacity.
 //
+// A key's state under a rule belongs to the rule's name, algorithm and
+// window: rules that differ only in limit or burst share it (a changed
+// limit applies at once to the count so far), and a rule with another
+// window or algorithm has a state of its own, starting fresh. Take, Peek,
+// Refund and Reset all follow that identity.
+//
 // A store returns one [Result] per hit, in order. The time a store uses is
 // its own (the Redis server's clock, or an injected clock): the callers'
 // clocks are never trusted.
@@ -47,40 +53,41 @@ type Store interface {
 	Take(ctx context.Context, id string, hits []Hit) ([]Result, error)
 	// Peek reports what Take would answer now, recording nothing.
 	Peek(ctx context.Context, hits []Hit) ([]Result, error)
-	// Refund undoes the hits recorded by the Take with identifier id, as
-	// far as they still weigh on the state. age is the time since that
-	// Take was sent to the store, measured by the caller (the Limiter) on
-	// its own monotonic clock, or on the store's [Clock] if it has one: the
-	// take was recorded after it was sent, so it happened within the last
-	// age of the store's time, and clock skew between the caller and the
-	// store does not matter.
+	// Refund undoes what the Take with identifier id recorded, as far as
+	// it still weighs on the state. Each [Receipt] names one hit of that
+	// Take and the [Stamp] the store gave it; the Limiter refunds every
+	// hit of an allowed decision, or one of them.
 	//
 	// A refund must never let a key admit more than its limit: it credits
-	// only what provably remains of the take.
+	// only what provably remains of the take. This is the one statement of
+	// the proof; stores link here. With the store's time now, and the
+	// take's store time At (both on the store's clock, so neither transit
+	// time nor clock skew matters):
+	//   - Nothing, unless the key's state is still the one the take was
+	//     recorded in (its Epoch): a Reset, or the state's expiry, ends a
+	//     state, and a later state never holds an earlier take.
 	//   - SlidingWindow removes the take's own entries: exact.
-	//   - FixedWindow credits the take's cost only if now-age and now lie in
-	//     the same window (the take is then certainly counted in the
-	//     current one); otherwise nothing.
+	//   - FixedWindow credits the take's cost if At and now lie in the same
+	//     window (the take is then counted in the current one); otherwise
+	//     nothing.
 	//   - SlidingWindowCounter likewise credits the current window's count
-	//     only if now-age and now share the window; otherwise nothing (the
-	//     take may lie in either window, so neither is credited).
+	//     only if At and now share the window; the previous window is never
+	//     credited.
 	//   - TokenBucket moves the theoretical arrival time (TAT) back by
-	//     max(0, cost*T - age) (T the emission interval), not before now.
-	//     The take's part of the debt is the cost*T that ends at the TAT it
-	//     left, at least t+cost*T for a take at t; later takes only push the
-	//     TAT on, and time pays the debt from its oldest part, so at t+age
-	//     at least cost*T - age of the take's part is outstanding. Crediting
-	//     no more leaves the bucket no fuller than had the take never
-	//     happened. (It may credit up to the take's latency less than an
-	//     exact undo would: the price of not knowing when it was recorded.)
+	//     max(0, cost*T - (now-At)) (T the emission interval), not before
+	//     now. The take at At left the TAT at least At+cost*T, and its part
+	//     of the debt is the cost*T that ends there; later takes only push
+	//     the TAT on, and time pays the debt from its oldest part, so at now
+	//     at least cost*T - (now-At) of the take's part is outstanding.
+	//     Crediting no more leaves the bucket no fuller than had the take
+	//     never happened.
 	//
 	// It is idempotent: a second Refund of the same id and hit changes
-	// nothing. Stores remember a refund done for as long as a later one
-	// could still credit anything (age only grows, so once the credit
-	// above is zero it stays zero). A refund of an id that Take never
-	// recorded must not change any count of a sliding window; other
-	// algorithms may credit it, within the rules above.
-	Refund(ctx context.Context, id string, hits []Hit, age time.Duration) error
+	// nothing, whatever happened to the key in between. Stores remember a
+	// refund done for as long as a later one could still credit anything
+	// (now only grows, so once the credit above is zero it stays zero). A
+	// receipt that Take never gave credits nothing.
+	Refund(ctx context.Context, id string, receipts []Receipt) error
 	// Reset forgets all state of key under rule, as if it had never been
 	// seen.
 	Reset(ctx context.Context, rule Rule, key string) error
@@ -98,6 +105,30 @@ type Result struct {
 	// RetryAfter is zero when Allowed; otherwise the time until this hit
 	// would be allowed.
 	RetryAfter time.Duration
+	// Stamp is what Refund needs to find the hit again: set by Take for
+	// a hit it recorded, zero otherwise.
+	Stamp Stamp
+}
+
+// Stamp is a store's mark on a hit it recorded: when, and in which state
+// of the key. The Limiter keeps it in the Decision and hands it back to
+// [Store.Refund].
+type Stamp struct {
+	// At is the store's time when it recorded the hit.
+	At time.Time
+	// Epoch names the state of the key that recorded the hit. A store
+	// gives every new state of a key (the first take after the key was
+	// empty, reset or expired) an epoch that no earlier state of that key
+	// had, and never zero. Zero means no state (sliding windows, whose
+	// entries name their take, need none).
+	Epoch uint64
+}
+
+// Receipt is one hit of a Take, with the stamp the store gave it: what
+// [Store.Refund] undoes.
+type Receipt struct {
+	Hit   Hit
+	Stamp Stamp
 }
 
 // LocalStore is an optional interface of a [Store] that keeps its state in
@@ -113,14 +144,4 @@ type LocalStore interface {
 	Store
 	// TakeOne is Take of the single hit h.
 	TakeOne(ctx context.Context, id string, h Hit) (Result, error)
-}
-
-// Clock is an optional interface of a [Store] whose time may not be the
-// system's, such as memstore with an injected clock. The Limiter measures
-// the age it passes to [Store.Refund] on the store's Now when the store
-// implements Clock, and on its own monotonic clock otherwise. Now must
-// never go backwards; wrappers of a store should forward it.
-type Clock interface {
-	// Now returns the store's current time.
-	Now() time.Time
 }

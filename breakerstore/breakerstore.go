@@ -165,19 +165,9 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 }
 
 // Refund implements [floodgate.Store].
-func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit, age time.Duration) error {
-	_, err := s.do(ctx, func() ([]floodgate.Result, error) { return nil, s.next.Refund(ctx, id, hits, age) })
+func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+	_, err := s.do(ctx, func() ([]floodgate.Result, error) { return nil, s.next.Refund(ctx, id, receipts) })
 	return err
-}
-
-// Now implements [floodgate.Clock]: the wrapped store's clock if it has
-// one, so that a Limiter measures the ages of refunds on it; otherwise the
-// system clock.
-func (s *Store) Now() time.Time {
-	if c, ok := s.next.(floodgate.Clock); ok {
-		return c.Now()
-	}
-	return time.Now()
 }
 
 // Reset implements [floodgate.Store].

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
@@ -21,7 +20,7 @@ func (deadStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Res
 func (deadStore) Peek(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, errRefused
 }
-func (deadStore) Refund(context.Context, string, []floodgate.Hit, time.Duration) error {
+func (deadStore) Refund(context.Context, string, []floodgate.Receipt) error {
 	return errRefused
 }
 func (deadStore) Reset(context.Context, floodgate.Rule, string) error { return errRefused }

@@ -20,6 +20,9 @@ type entry struct {
 	// already refunded (until when to remember them), so that Refund is
 	// idempotent.
 	refunded map[string]int64
+	// epoch names the entry's state (floodgate.Stamp.Epoch): every entry
+	// created, or reused once expired, gets a new one from its shard.
+	epoch uint64
 	// expires is when the entry stops mattering and may be dropped.
 	expires int64
 	// k is the entry's key, and next the next entry whose key has the same
@@ -38,9 +41,6 @@ type stamp struct {
 func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 	r := h.Rule
 	limit, window, cost := r.Limit, int64(r.Window), h.Cost
-	if cost == 0 {
-		cost = 1
-	}
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
 		t := interval(r)
@@ -87,12 +87,10 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 }
 
 // record adds h to the entry; check must have allowed it at the same now.
-func (e *entry) record(now int64, id string, h floodgate.Hit) {
+// It returns the hit's stamp.
+func (e *entry) record(now int64, id string, h floodgate.Hit) floodgate.Stamp {
 	r := h.Rule
 	cost := h.Cost
-	if cost == 0 {
-		cost = 1
-	}
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
 		e.tat = max(e.tat, now) + cost*interval(r)
@@ -109,38 +107,29 @@ func (e *entry) record(now int64, id string, h floodgate.Hit) {
 		}
 		e.expires = max(e.expires, now+int64(r.Window))
 	}
+	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch}
 }
 
-// refund undoes, once, what the take id recorded for h, as far as it
-// provably still weighs on the entry (see floodgate.Store.Refund): the
-// take was recorded in [now-age, now].
-func (e *entry) refund(now, age int64, id string, h floodgate.Hit) {
+// refund undoes, once, what the take id recorded for h with stamp st, as
+// far as it provably still weighs on the entry: the proof is
+// floodgate.Store.Refund's.
+func (e *entry) refund(now int64, id string, h floodgate.Hit, st floodgate.Stamp) {
 	r := h.Rule
 	cost := h.Cost
-	if cost == 0 {
-		cost = 1
-	}
 	if r.Algorithm == floodgate.SlidingWindow {
 		e.log = slicesDeleteID(e.log, id)
 		return
 	}
+	if st.Epoch == 0 || st.Epoch != e.epoch {
+		return // the take was recorded in a state that is gone
+	}
 	window := int64(r.Window)
+	age := max(0, now-st.At.UnixNano())
 	var credit int64 // what is provably left of the take
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		// The take at t moved the TAT to at least t + cost*T, and its part
-		// of the debt is the last cost*T before the TAT it left. Later
-		// takes only push the TAT on, and time pays the debt off from the
-		// oldest part: at t+age, at least cost*T - age of the take's part
-		// is outstanding. Crediting no more than that leaves the TAT at or
-		// after where it would be had the take never happened, so the
-		// bucket never admits more than it would have.
 		credit = max(0, cost*interval(r)-age)
 	case floodgate.FixedWindow, floodgate.SlidingWindowCounter:
-		// The take lies in the current window only if the whole of
-		// [now-age, now] does; otherwise it may lie in an earlier window,
-		// and crediting the current one could over-admit. A counter's
-		// previous window is never credited: the take may not be in it.
 		if floorDiv(now-age, window) == floorDiv(now, window) {
 			credit = cost
 		}

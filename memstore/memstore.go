@@ -78,7 +78,6 @@ type Store struct {
 
 var (
 	_ floodgate.LocalStore = (*Store)(nil)
-	_ floodgate.Clock      = (*Store)(nil)
 )
 
 type shard struct {
@@ -90,8 +89,11 @@ type shard struct {
 	n       int               // guarded by mu; entries, chained ones included
 	// nextFullSweep is when a full shard may next be swept for room, so
 	// that a flood of new keys cannot make every check scan the shard.
-	nextFullSweep int64    // guarded by mu
-	_             [24]byte // keeps two shards' locks off one cache line
+	nextFullSweep int64 // guarded by mu
+	// epochs is the last epoch given to an entry of this shard (a key
+	// always lives in one shard, so its epochs never repeat).
+	epochs uint64   // guarded by mu
+	_      [16]byte // keeps two shards' locks off one cache line
 }
 
 // get returns the entry of k, whose hash is h, or nil. sh.mu must be held.
@@ -104,10 +106,16 @@ func (sh *shard) get(h uint64, k *entryKey) *entry {
 }
 
 // getOrCreate returns the entry of k, creating it if needed, or nil if the
-// shard is full (it holds limit entries and none has expired). sh.mu must
-// be held.
+// shard is full (it holds limit entries and none has expired). An entry
+// that has expired (it holds nothing that matters any more) starts afresh,
+// with a new epoch. sh.mu must be held.
 func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry {
 	if e := sh.get(h, k); e != nil {
+		if e.expires <= now && e.epoch != 0 {
+			clear(e.log)
+			sh.epochs++
+			*e = entry{log: e.log[:0], epoch: sh.epochs, k: e.k, next: e.next}
+		}
 		return e
 	}
 	if limit > 0 && sh.n >= limit {
@@ -120,7 +128,8 @@ func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry
 			return nil
 		}
 	}
-	e := &entry{k: *k, next: sh.entries[h]}
+	sh.epochs++
+	e := &entry{epoch: sh.epochs, k: *k, next: sh.entries[h]}
 	sh.entries[h] = e
 	sh.n++
 	return e
@@ -146,12 +155,17 @@ func (sh *shard) del(h uint64, k *entryKey) {
 	}
 }
 
-// entryKey separates the state of rules with different names or
-// algorithms on the same key, as the Redis store's key layout does.
+// entryKey is a state's identity (floodgate.Store): the rule's name,
+// algorithm and window, and the key, as in the Redis store's key layout.
 type entryKey struct {
-	rule string
-	alg  floodgate.Algorithm
-	key  string
+	rule   string
+	alg    floodgate.Algorithm
+	window time.Duration
+	key    string
+}
+
+func keyOf(h floodgate.Hit) entryKey {
+	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: keyenc.Encode(h.Key)}
 }
 
 // New returns a store and starts its janitor.
@@ -232,7 +246,7 @@ func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 			return results
 		}
 		for i, h := range hits {
-			es[i].record(now, id, h)
+			results[i].Stamp = es[i].record(now, id, h)
 		}
 		return results
 	})
@@ -245,7 +259,7 @@ func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodg
 	if err := s.usable(ctx); err != nil {
 		return floodgate.Result{}, err
 	}
-	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, key: keyenc.Encode(h.Key)}
+	k := keyOf(h)
 	hash := s.hash(&k)
 	sh := s.shard(hash)
 	sh.mu.Lock()
@@ -257,7 +271,7 @@ func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodg
 	}
 	r := e.check(now, h)
 	if r.Allowed {
-		e.record(now, id, h)
+		r.Stamp = e.record(now, id, h)
 	}
 	if e.expires <= now {
 		sh.del(hash, &k)
@@ -280,10 +294,14 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 
 // Refund implements [floodgate.Store]. A key the store does not hold
 // has nothing to refund, and is not created.
-func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit, age time.Duration) error {
+func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+	hits := make([]floodgate.Hit, len(receipts))
+	for i, r := range receipts {
+		hits[i] = r.Hit
+	}
 	_, err := s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
-		for i, h := range hits {
-			es[i].refund(now, int64(max(0, age)), id, h)
+		for i, r := range receipts {
+			es[i].refund(now, id, r.Hit, r.Stamp)
 		}
 		return nil
 	})
@@ -295,23 +313,13 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	k := entryKey{rule: rule.Name, alg: rule.Algorithm, key: keyenc.Encode(key)}
+	k := keyOf(floodgate.Hit{Rule: rule, Key: key})
 	h := s.hash(&k)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	sh.del(h, &k)
 	sh.mu.Unlock()
 	return nil
-}
-
-// Now implements [floodgate.Clock]: the store's time, from Options.Now or
-// the system's monotonic clock. The Limiter measures the ages of refunds
-// on it, so that a refund agrees with an injected clock.
-func (s *Store) Now() time.Time {
-	if s.now != nil {
-		return s.now()
-	}
-	return s.base.Add(time.Since(s.base))
 }
 
 // nowNS returns the store's time in Unix nanoseconds.
@@ -345,7 +353,7 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 	hashes := make([]uint64, len(hits))
 	idx := make([]uint64, len(hits))
 	for i, h := range hits {
-		keys[i] = entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, key: keyenc.Encode(h.Key)}
+		keys[i] = keyOf(h)
 		hashes[i] = s.hash(&keys[i])
 		idx[i] = hashes[i] & s.mask
 	}
@@ -398,7 +406,7 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 // hash hashes k once, for both its shard (the low bits) and the shard's
 // map.
 func (s *Store) hash(k *entryKey) uint64 {
-	h := maphash.String(s.seed, k.key) ^ (maphash.String(s.seed, k.rule)+uint64(k.alg))*0x9e3779b97f4a7c15
+	h := maphash.String(s.seed, k.key) ^ (maphash.String(s.seed, k.rule)+uint64(k.alg)+uint64(k.window)<<8)*0x9e3779b97f4a7c15
 	return h ^ h>>29
 }
 

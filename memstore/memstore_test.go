@@ -171,7 +171,7 @@ func TestPeekAndRefundCreateNoKeys(t *testing.T) {
 		if err != nil || !d.Allowed || d.Remaining != 2 {
 			t.Fatalf("%v: Peek of an absent key at the bound: %+v, %v; want a fresh key's answer (allowed, Remaining 2)", alg, d, err)
 		}
-		if err := s.Refund(ctx, "never-taken", hits, 0); err != nil {
+		if err := s.Refund(ctx, "never-taken", receipts(hits)); err != nil {
 			t.Fatalf("%v: Refund of an absent key at the bound: %v; want a no-op", alg, err)
 		}
 		if n, rej := s.Len(), s.Rejected(); n != 1 || rej != 0 {
@@ -209,4 +209,13 @@ func TestTokenBucketRefundCreditsWhatIsLeft(t *testing.T) {
 	if d, _ := l.Allow(ctx, r, "k"); d.Allowed || d.RetryAfter != time.Second {
 		t.Fatalf("then: %+v; want denied for 1s, as if A had never happened", d)
 	}
+}
+
+// receipts names hits as Refund receives them, with stamps no Take gave.
+func receipts(hits []floodgate.Hit) []floodgate.Receipt {
+	out := make([]floodgate.Receipt, len(hits))
+	for i, h := range hits {
+		out[i] = floodgate.Receipt{Hit: h, Stamp: floodgate.Stamp{At: time.Now(), Epoch: 1}}
+	}
+	return out
 }

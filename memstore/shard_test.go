@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -10,7 +11,7 @@ import (
 // one chain, and each stays reachable and deletable on its own.
 func TestShardChainsCollidingHashes(t *testing.T) {
 	sh := &shard{entries: map[uint64]*entry{}}
-	keys := []entryKey{{"a", floodgate.SlidingWindow, "k"}, {"b", floodgate.SlidingWindow, "k"}, {"a", floodgate.TokenBucket, "k"}}
+	keys := []entryKey{{"a", floodgate.SlidingWindow, time.Minute, "k"}, {"b", floodgate.SlidingWindow, time.Minute, "k"}, {"a", floodgate.TokenBucket, time.Minute, "k"}}
 	const h = 42 // one hash for all: a forced collision
 	for i := range keys {
 		e := sh.getOrCreate(h, &keys[i], 0, 0)

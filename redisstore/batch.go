@@ -53,7 +53,7 @@ const (
 // call is one Take waiting in a batcher.
 type call struct {
 	keys     []string // the group's state keys
-	args     []string // id, number of hits, then 4 values per hit
+	args     []string // id, epoch, number of hits, then 4 values per hit
 	hits     int
 	deadline time.Time // the caller's; every call has one (see Store.bound)
 	state    atomic.Int32
@@ -104,7 +104,7 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 	// One backing array: the keys, then the script's arguments, which
 	// start with room for the mode and the number of groups, so that a
 	// Take sent alone needs no copy.
-	buf := make([]string, len(hits), len(hits)+4+4*len(hits))
+	buf := make([]string, len(hits), len(hits)+5+4*len(hits))
 	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+2]
 	args[0], args[1] = "1", "1"
 	keys, args, err := s.appendGroup(keys, args, "take", group{id: id, hits: hits})
@@ -241,7 +241,7 @@ func (s *Store) sendOne(ctx context.Context, c rueidis.Client, keys, args []stri
 	if err != nil {
 		return nil, s.fail("take", err)
 	}
-	res, err := parseResults(msgs, []int{hits})
+	res, err := parseResults(msgs, []int{hits}, true)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: take: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
@@ -268,7 +268,7 @@ func (s *Store) send(ctx context.Context, c rueidis.Client, batch []*call) ([][]
 	if err != nil {
 		return nil, s.fail("take", err)
 	}
-	res, err := parseResults(msgs, sizes)
+	res, err := parseResults(msgs, sizes, true)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: take: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
@@ -276,14 +276,19 @@ func (s *Store) send(ctx context.Context, c rueidis.Client, batch []*call) ([][]
 }
 
 // appendGroup appends the state keys of g's hits to keys and the script
-// arguments of g (id, number of hits, then 4 values per hit) to args. It
+// arguments of g (id, epoch, number of hits, then 4 values per hit) to
+// args. It
 // rejects a group that names one key twice or that the scripts cannot
 // compute exactly.
 func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, []string, error) {
 	if len(g.hits) == 0 {
 		return nil, nil, fmt.Errorf("redisstore: %s: %w: no hits to check", op, floodgate.ErrInvalidHit)
 	}
-	args = append(args, g.id, strconv.Itoa(len(g.hits)))
+	epoch := "0" // a Peek creates no state
+	if g.id != "" {
+		epoch = strconv.FormatUint(epochOf(g.id), 10)
+	}
+	args = append(args, g.id, epoch, strconv.Itoa(len(g.hits)))
 	first := len(keys)
 	for i, h := range g.hits {
 		p, err := s.paramStrings(h)
@@ -297,14 +302,15 @@ func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, 
 			}
 		}
 		keys = append(keys, k)
-		args = append(args, p.suffix, p.cost, p.a, p.b)
+		args = append(args, p.alg, p.cost, p.a, p.b)
 	}
 	return keys, args, nil
 }
 
-// hitStrings are a hit's script arguments, formatted.
+// hitStrings are a hit's script arguments, formatted, and its state key's
+// suffix.
 type hitStrings struct {
-	suffix, cost, a, b string
+	suffix, alg, cost, a, b string
 }
 
 type hitStringsKey struct {
@@ -327,7 +333,7 @@ func (s *Store) paramStrings(h floodgate.Hit) (*hitStrings, error) {
 	if err != nil {
 		return nil, err
 	}
-	hs := &hitStrings{suffix: p.suffix, cost: strconv.FormatInt(p.cost, 10), a: strconv.FormatInt(p.a, 10), b: strconv.FormatInt(p.b, 10)}
+	hs := &hitStrings{suffix: p.suffix, alg: p.alg, cost: strconv.FormatInt(p.cost, 10), a: strconv.FormatInt(p.a, 10), b: strconv.FormatInt(p.b, 10)}
 	if s.batch.nparams.Add(1) <= maxCachedParams {
 		s.batch.params.Store(k, hs)
 	}

@@ -101,7 +101,7 @@ func TestGroupCommit(t *testing.T) {
 	r := mustRule(t, "batch", 1, time.Minute, floodgate.SlidingWindow)
 	results := make(chan takeResult, 100)
 	take := func(ctx context.Context, key string) {
-		res, err := s.Take(ctx, "id-"+key, []floodgate.Hit{{Rule: r, Key: key}})
+		res, err := s.Take(ctx, "id-"+key, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 		results <- takeResult{key, res, err}
 	}
 	// Two lone Takes: sent at once, each alone, and held at the gate.
@@ -140,7 +140,7 @@ func TestGroupCommit(t *testing.T) {
 	}
 	// The Take that left before its batch was sent recorded nothing.
 	c := rawClient(t)
-	if n, err := c.Do(ctx(t), c.B().Exists().Key(s.tag("batch", "quitter")+"s").Build()).AsInt64(); err != nil || n != 0 {
+	if n, err := c.Do(ctx(t), c.B().Exists().Key(stateKey(s, r, "quitter")).Build()).AsInt64(); err != nil || n != 0 {
 		t.Fatalf("EXISTS of the abandoned Take's key = %d, %v; a Take dropped from its batch must record nothing", n, err)
 	}
 	if n := b.pendingCalls(); n != 0 {
@@ -160,7 +160,7 @@ func TestBatchFailureReachesEveryTake(t *testing.T) {
 	r := mustRule(t, "fail", 5, time.Minute, floodgate.TokenBucket)
 	results := make(chan takeResult, 100)
 	take := func(key string) {
-		res, err := s.Take(ctx(t), "id-"+key, []floodgate.Hit{{Rule: r, Key: key}})
+		res, err := s.Take(ctx(t), "id-"+key, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 		results <- takeResult{key, res, err}
 	}
 	go take("lone-1")
@@ -199,7 +199,7 @@ func TestDeadlineWhileInFlight(t *testing.T) {
 	r := mustRule(t, "late", 5, time.Minute, floodgate.FixedWindow)
 	results := make(chan takeResult, 10)
 	take := func(ctx context.Context, key string) {
-		res, err := s.Take(ctx, "id-"+key, []floodgate.Hit{{Rule: r, Key: key}})
+		res, err := s.Take(ctx, "id-"+key, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 		results <- takeResult{key, res, err}
 	}
 	go take(ctx(t), "lone-1")
@@ -241,7 +241,7 @@ func TestBatchersPerSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := s.tag("r", "a")+"s", s.tag("r", "b")+"s"
+	a, b := s.tag("r", "a")+"s:1m0s", s.tag("r", "b")+"s:1m0s"
 	if keySlot(a) == keySlot(b) {
 		t.Fatal("test keys share a slot; pick others")
 	}
@@ -259,7 +259,7 @@ func TestBatchersPerSlot(t *testing.T) {
 	for i := range 60 {
 		wg.Go(func() {
 			key := fmt.Sprintf("k%d", i%4)
-			res, err := s.Take(ctx(t), fmt.Sprintf("id%d", i), []floodgate.Hit{{Rule: r, Key: key}})
+			res, err := s.Take(ctx(t), fmt.Sprintf("id%d", i), []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 			if err != nil {
 				t.Error(err)
 				return

@@ -28,7 +28,7 @@ func benchmarkTake(b *testing.B, parallel bool) {
 			var seq atomic.Uint64
 			take := func(ctx context.Context) {
 				n := seq.Add(1)
-				hit := []floodgate.Hit{{Rule: r, Key: keys[n%benchKeys]}}
+				hit := []floodgate.Hit{{Rule: r, Key: keys[n%benchKeys], Cost: 1}}
 				if _, err := s.Take(ctx, "b"+strconv.FormatUint(n, 36), hit); err != nil {
 					b.Fatal(err)
 				}

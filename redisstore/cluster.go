@@ -24,11 +24,11 @@ import (
 //     nothing. If it allows them, the next slot follows; if it denies,
 //     the slots after it are only peeked, for the decision's figures.
 //  2. roll back: once a slot denies (or fails), the slots already taken
-//     are refunded with the take's id and the age of each slot's take.
-//     The refund script is idempotent (members removed by name; a
-//     tombstone per take id for the other algorithms), so a roll-back may
-//     be retried; and it credits only what provably remains of the take
-//     at that age, so a retry after a window boundary credits nothing.
+//     are refunded with the take's id and each hit's stamp. The refund
+//     script is idempotent (members removed by name; a tombstone per take
+//     id for the other algorithms), so a roll-back may be retried; and it
+//     credits only what provably remains of the take, so a retry after a
+//     window boundary credits nothing.
 //
 // Each slot's script enforces its keys' limits atomically and counts the
 // reservations of checks in flight, so no key ever admits more than its
@@ -153,16 +153,15 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	out := make([]floodgate.Result, n)
-	sent := make([]time.Time, len(groups)) // when each slot's take was sent: ages of roll-backs
+	var taken []floodgate.Receipt // what the slots before this one recorded
 	for i, g := range groups {
-		sent[i] = time.Now()
-		res, err := s.Take(ctx, id, g.hits) // one slot: one script
+		res, err := s.takeSlot(ctx, id, g.hits)
 		if err == nil && len(res) != len(g.hits) {
 			err = fmt.Errorf("redisstore: take: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
 		}
 		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
 			// Refused before any script ran on slot i.
-			s.rollback(ctx, id, groups[:i], sent, nil)
+			s.rollback(ctx, id, taken)
 			return nil, err
 		}
 		if err != nil {
@@ -172,7 +171,7 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 			// name never frees more than the take added, while any
 			// other algorithm would be credited for a take that may
 			// never have happened. Those wait for their expiry.
-			s.rollback(ctx, id, groups[:i], sent, slidingHits(g.hits))
+			s.rollback(ctx, id, append(taken, slidingReceipts(g.hits)...))
 			return nil, err
 		}
 		for j, r := range res {
@@ -180,15 +179,26 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 		}
 		if !allAllowed(res) {
 			var wg sync.WaitGroup
-			wg.Go(func() { s.rollback(ctx, id, groups[:i], sent, nil) })
+			wg.Go(func() { s.rollback(ctx, id, taken) })
 			for _, rest := range groups[i+1:] {
 				wg.Go(func() { s.peekInto(ctx, rest, out) })
 			}
 			wg.Wait()
 			return out, nil
 		}
+		for j, r := range res {
+			taken = append(taken, floodgate.Receipt{Hit: g.hits[j], Stamp: r.Stamp})
+		}
 	}
 	return out, nil
+}
+
+// takeSlot is the take of hits that live in one slot: one script call.
+func (s *Store) takeSlot(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	if s.x.conn != nil { // conn.go
+		return s.takeOnConn(ctx, "take", true, id, hits)
+	}
+	return s.take(ctx, id, hits)
 }
 
 // peekInto fills out with the results of g's hits for a check that
@@ -206,25 +216,14 @@ func (s *Store) peekInto(ctx context.Context, g slotGroup, out []floodgate.Resul
 	}
 }
 
-// rollback refunds, concurrently, the groups that a check took before it
-// was denied or failed, and the hits of unsure (whose take may or may
-// not have run), the group after taken. sent[i] is when the take of the
-// group i was sent. A refund that fails is retried in the background.
-func (s *Store) rollback(ctx context.Context, id string, taken []slotGroup, sent []time.Time, unsure []floodgate.Hit) {
-	var wg sync.WaitGroup
-	for i, g := range taken {
-		wg.Go(func() { s.undo(ctx, id, g.hits, sent[i]) })
+// rollback refunds what a check took before it was denied or failed
+// (Refund splits it by slot), and hands a failed refund to the
+// background.
+func (s *Store) rollback(ctx context.Context, id string, taken []floodgate.Receipt) {
+	if len(taken) == 0 {
+		return
 	}
-	if len(unsure) > 0 {
-		wg.Go(func() { s.undo(ctx, id, unsure, sent[len(taken)]) })
-	}
-	wg.Wait()
-}
-
-// undo refunds the hits of one slot, whose take was sent at sent, and
-// hands a failed refund to the background.
-func (s *Store) undo(ctx context.Context, id string, hits []floodgate.Hit, sent time.Time) {
-	err := s.Refund(ctx, id, hits, time.Since(sent))
+	err := s.Refund(ctx, id, taken)
 	if err == nil || errors.Is(err, floodgate.ErrClosed) {
 		return
 	}
@@ -234,19 +233,18 @@ func (s *Store) undo(ctx context.Context, id string, hits []floodgate.Hit, sent 
 	}
 	if !s.x.background(func(ctx context.Context) {
 		defer s.x.queued.Add(-1)
-		s.retryUndo(ctx, id, hits, sent)
+		s.retryRollback(ctx, id, taken)
 	}) {
 		s.x.queued.Add(-1)
 	}
 }
 
-// retryUndo retries a refund of the take sent at sent with a growing
-// pause until it succeeds, the store closes, the reservation has expired by
-// itself anyway, or maxRollbackRetry has passed. Each retry passes the
-// take's age as of that retry: a retry after a window boundary must not
-// credit the new window with a take of the old one.
-func (s *Store) retryUndo(ctx context.Context, id string, hits []floodgate.Hit, sent time.Time) {
-	until := sent.Add(min(reservationLife(hits), maxRollbackRetry))
+// retryRollback retries a refund with a growing pause until it succeeds,
+// the store closes, the reservation has expired by itself anyway, or
+// maxRollbackRetry has passed. The receipts carry the takes' server times,
+// so a retry after a window boundary credits nothing to the new window.
+func (s *Store) retryRollback(ctx context.Context, id string, taken []floodgate.Receipt) {
+	until := time.Now().Add(min(reservationLife(taken), maxRollbackRetry))
 	pause := 50 * time.Millisecond
 	for time.Now().Before(until) {
 		t := time.NewTimer(pause)
@@ -257,7 +255,7 @@ func (s *Store) retryUndo(ctx context.Context, id string, hits []floodgate.Hit, 
 		case <-t.C:
 		}
 		call, cancel := context.WithTimeout(ctx, s.callTO)
-		err := s.Refund(call, id, hits, time.Since(sent))
+		err := s.Refund(call, id, taken)
 		cancel()
 		if err == nil || errors.Is(err, floodgate.ErrClosed) {
 			return
@@ -266,33 +264,38 @@ func (s *Store) retryUndo(ctx context.Context, id string, hits []floodgate.Hit, 
 	}
 }
 
-// reservationLife is the longest time a take of hits can weigh on their
-// state: a window, the time a token bucket takes to refill the cost, or
-// two windows for an algorithm that weighs the previous window too.
-func reservationLife(hits []floodgate.Hit) time.Duration {
+// reservationLife is the longest time a take can weigh on the state of
+// the receipts' keys: a window, the time a token bucket takes to refill
+// the cost, or two windows for an algorithm that weighs the previous
+// window too.
+func reservationLife(taken []floodgate.Receipt) time.Duration {
 	var d time.Duration
-	for _, h := range hits {
+	for _, r := range taken {
+		rule := r.Hit.Rule
 		var life time.Duration
-		switch h.Rule.Algorithm {
+		switch rule.Algorithm {
 		case floodgate.SlidingWindow, floodgate.FixedWindow:
-			life = h.Rule.Window
+			life = rule.Window
 		case floodgate.TokenBucket:
-			cost := max(h.Cost, 1)
-			life = time.Duration(cost) * h.Rule.Window / time.Duration(h.Rule.Limit)
+			// cost/limit of the window, in floating point: the product
+			// of cost and window overflows for large rules, and this
+			// needs no exactness.
+			life = time.Duration(float64(rule.Window) * float64(r.Hit.Cost) / float64(rule.Limit))
 		default:
-			life = 2 * h.Rule.Window
+			life = 2 * rule.Window
 		}
 		d = max(d, life)
 	}
 	return d
 }
 
-// slidingHits returns the sliding-window hits of hits.
-func slidingHits(hits []floodgate.Hit) []floodgate.Hit {
-	var out []floodgate.Hit
+// slidingReceipts returns receipts for the sliding-window hits of hits,
+// which a refund removes by the take's id, stamp or none.
+func slidingReceipts(hits []floodgate.Hit) []floodgate.Receipt {
+	var out []floodgate.Receipt
 	for _, h := range hits {
 		if h.Rule.Algorithm == floodgate.SlidingWindow {
-			out = append(out, h)
+			out = append(out, floodgate.Receipt{Hit: h})
 		}
 	}
 	return out
@@ -339,17 +342,19 @@ func (s *Store) peekSlots(ctx context.Context, groups []slotGroup, n int) ([]flo
 	return out, nil
 }
 
-// refundSlots refunds each slot's hits concurrently, of a take sent age
-// ago (before its first slot's take: every slot's take is at most that
-// old). A refund is idempotent, so a caller may retry the whole call after
-// an error.
-func (s *Store) refundSlots(ctx context.Context, id string, groups []slotGroup, age time.Duration) error {
+// refundSlots refunds each slot's receipts concurrently. A refund is
+// idempotent, so a caller may retry the whole call after an error.
+func (s *Store) refundSlots(ctx context.Context, id string, receipts []floodgate.Receipt, groups []slotGroup) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for i, g := range groups {
-		wg.Go(func() { errs[i] = s.Refund(ctx, id, g.hits, age) })
+		rs := make([]floodgate.Receipt, len(g.idx))
+		for j, k := range g.idx {
+			rs[j] = receipts[k]
+		}
+		wg.Go(func() { errs[i] = s.Refund(ctx, id, rs) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

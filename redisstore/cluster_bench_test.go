@@ -32,10 +32,10 @@ func BenchmarkCluster(b *testing.B) {
 		slots int
 	}{
 		{"one-key", func(n uint64, _ *Store) []floodgate.Hit {
-			return []floodgate.Hit{{Rule: benchRule, Key: keys[n%benchKeys]}}
+			return []floodgate.Hit{{Rule: benchRule, Key: keys[n%benchKeys], Cost: 1}}
 		}, 1},
 		{"two-slots", func(n uint64, _ *Store) []floodgate.Hit {
-			return []floodgate.Hit{{Rule: benchRule, Key: keys[n%benchKeys]}, {Rule: benchRule2, Key: keys[(n+1)%benchKeys]}}
+			return []floodgate.Hit{{Rule: benchRule, Key: keys[n%benchKeys], Cost: 1}, {Rule: benchRule2, Key: keys[(n+1)%benchKeys], Cost: 1}}
 		}, 2},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

@@ -67,7 +67,7 @@ func testExactLimit(t *testing.T, ls []*floodgate.Limiter) {
 		for round := range 5 {
 			key := fmt.Sprintf("key-%v-%d", alg, round)
 			if alg == floodgate.FixedWindow { // keep clear of midnight UTC
-				d, err := ls[0].Peek(context.Background(), floodgate.Hit{Rule: r, Key: key})
+				d, err := ls[0].Peek(context.Background(), floodgate.Hit{Rule: r, Key: key, Cost: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -114,7 +114,7 @@ func testMultiKey(t *testing.T, ls []*floodgate.Limiter, store *Store, c rueidis
 		burst.Run(t, 1000, func(i int) error {
 			ip := ips[i%len(ips)]
 			d, err := ls[i%len(ls)].Check(context.Background(),
-				floodgate.Hit{Rule: ipRule, Key: ip}, floodgate.Hit{Rule: acctRule, Key: acct})
+				floodgate.Hit{Rule: ipRule, Key: ip, Cost: 1}, floodgate.Hit{Rule: acctRule, Key: acct, Cost: 1})
 			if d.Allowed {
 				mu.Lock()
 				perIP[ip]++
@@ -129,7 +129,7 @@ func testMultiKey(t *testing.T, ls []*floodgate.Limiter, store *Store, c rueidis
 		// Count what Redis holds: each key must hold exactly what was
 		// admitted through it, and no more than its limit.
 		zcard := func(rule floodgate.Rule, key string) int64 {
-			n, err := c.Do(ctx(t), c.B().Zcard().Key(store.tag(rule.Name, key)+"s").Build()).AsInt64()
+			n, err := c.Do(ctx(t), c.B().Zcard().Key(stateKey(store, rule, key)).Build()).AsInt64()
 			if err != nil {
 				t.Fatal(err)
 			}

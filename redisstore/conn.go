@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -82,59 +81,41 @@ func (s *Store) takeOnConn(ctx context.Context, op string, record bool, id strin
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
-	if len(v) != 4*len(hits) {
-		return nil, fmt.Errorf("redisstore: %s: %w: %w: %d values for %d hits, want %d", op, floodgate.ErrStoreUnavailable, errMalformed, len(v), len(hits), 4*len(hits))
+	res, err := parseValues(v, []int{len(hits)}, record)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %s: %w: %w", op, floodgate.ErrStoreUnavailable, err)
 	}
-	out := make([]floodgate.Result, len(hits))
-	for i := range out {
-		r, err := result([4]int64(v[4*i : 4*i+4]))
-		if err != nil {
-			return nil, fmt.Errorf("redisstore: %s: %w: %w: hit %d: %w", op, floodgate.ErrStoreUnavailable, errMalformed, i, err)
-		}
-		out[i] = r
-	}
-	return out, nil
+	return res[0], nil
 }
 
 // refundCall returns the keys and arguments of the refund script for the
-// hits of the take id, sent age ago (see refund.lua).
-func (s *Store) refundCall(id string, hits []floodgate.Hit, age time.Duration) (keys, args []string, err error) {
-	keys = make([]string, 0, 2*len(hits))
-	args = make([]string, 2, 2+4*len(hits))
+// receipts of the take id (see refund.lua).
+func (s *Store) refundCall(id string, receipts []floodgate.Receipt) (keys, args []string, err error) {
+	keys = make([]string, 0, 2*len(receipts))
+	args = make([]string, 1, 1+5*len(receipts))
 	args[0] = id
-	// In whole µs, rounded up (an older take is credited less), and capped
-	// where the script's arithmetic stays exact (any age that large
-	// credits nothing anyway).
-	ageUS := int64(max(0, age) / time.Microsecond)
-	if age%time.Microsecond > 0 {
-		ageUS++
-	}
-	args[1] = strconv.FormatInt(min(ageUS, maxScriptValue), 10)
-	for i, h := range hits {
-		p, err := params(h)
+	for i, r := range receipts {
+		p, err := params(r.Hit)
 		if err != nil {
 			return nil, nil, fmt.Errorf("redisstore: refund: hit %d: %w", i, err)
 		}
-		tag := s.tag(h.Rule.Name, h.Key)
+		tag := s.tag(r.Hit.Rule.Name, r.Hit.Key)
 		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+id)
-		var a, ttl int64
-		switch h.Rule.Algorithm {
-		case floodgate.TokenBucket:
-			a, ttl = p.b, ceilDiv(p.cost*p.b, 1000) // the most a refund credits
-		case floodgate.FixedWindow, floodgate.SlidingWindowCounter:
-			a = p.windowUS // the script times the tombstone to the window's end
-		}
-		args = append(args, p.suffix, strconv.FormatInt(p.cost, 10), strconv.FormatInt(a, 10), strconv.FormatInt(ttl, 10))
+		// A receipt no take gave (zero time) credits nothing: time 0 is
+		// older than any window.
+		at := max(0, min(r.Stamp.At.UnixMicro(), maxScriptValue))
+		args = append(args, p.alg, strconv.FormatInt(p.cost, 10), strconv.FormatInt(p.b, 10),
+			strconv.FormatInt(at, 10), strconv.FormatUint(r.Stamp.Epoch, 10))
 	}
 	return keys, args, nil
 }
 
-// refundOnConn is Refund on a Conn, for hits of one slot.
-func (s *Store) refundOnConn(ctx context.Context, id string, hits []floodgate.Hit, age time.Duration) error {
+// refundOnConn is Refund on a Conn, for receipts of one slot.
+func (s *Store) refundOnConn(ctx context.Context, id string, receipts []floodgate.Receipt) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	keys, args, err := s.refundCall(id, hits, age)
+	keys, args, err := s.refundCall(id, receipts)
 	if err != nil {
 		return err
 	}

@@ -111,8 +111,8 @@ func faultStore(t *testing.T) (*Store, *faultConn, rueidis.Client) {
 func twoSlots(t *testing.T, s *Store, ra, rb floodgate.Rule) (a, b floodgate.Hit) {
 	t.Helper()
 	for i := 0; ; i++ {
-		a = floodgate.Hit{Rule: ra, Key: "a-" + strconv.Itoa(i)}
-		b = floodgate.Hit{Rule: rb, Key: "b-" + strconv.Itoa(i)}
+		a = floodgate.Hit{Rule: ra, Key: "a-" + strconv.Itoa(i), Cost: 1}
+		b = floodgate.Hit{Rule: rb, Key: "b-" + strconv.Itoa(i), Cost: 1}
 		if keySlot(s.tag(ra.Name, a.Key)) < keySlot(s.tag(rb.Name, b.Key)) {
 			return a, b
 		}
@@ -174,7 +174,7 @@ func TestCrossSlotUnsureSlotIsRolledBackOnlyWhereExact(t *testing.T) {
 	// and a token bucket in b's slot too (the rule's name is part of the
 	// hash tag: search for a key that lands there).
 	bSlot := keySlot(s.tag(b.Rule.Name, b.Key))
-	bt := floodgate.Hit{Rule: mustRule(t, "acct-t", 5, time.Hour, floodgate.TokenBucket)}
+	bt := floodgate.Hit{Rule: mustRule(t, "acct-t", 5, time.Hour, floodgate.TokenBucket), Cost: 1}
 	for i := 0; keySlot(s.tag(bt.Rule.Name, bt.Key)) != bSlot; i++ {
 		bt.Key = "t-" + strconv.Itoa(i)
 	}
@@ -262,15 +262,15 @@ func TestReservationLife(t *testing.T) {
 		hits []floodgate.Hit
 		want time.Duration
 	}{
-		{[]floodgate.Hit{{Rule: mustRule(t, "s", 10, time.Minute, floodgate.SlidingWindow)}}, time.Minute},
-		{[]floodgate.Hit{{Rule: mustRule(t, "f", 10, time.Hour, floodgate.FixedWindow)}}, time.Hour},
+		{[]floodgate.Hit{{Rule: mustRule(t, "s", 10, time.Minute, floodgate.SlidingWindow), Cost: 1}}, time.Minute},
+		{[]floodgate.Hit{{Rule: mustRule(t, "f", 10, time.Hour, floodgate.FixedWindow), Cost: 1}}, time.Hour},
 		{[]floodgate.Hit{{Rule: mustRule(t, "t", 10, time.Minute, floodgate.TokenBucket), Cost: 3}}, 18 * time.Second},
 		{[]floodgate.Hit{
-			{Rule: mustRule(t, "t", 60, time.Minute, floodgate.TokenBucket)},
-			{Rule: mustRule(t, "s", 10, 2*time.Second, floodgate.SlidingWindow)},
+			{Rule: mustRule(t, "t", 60, time.Minute, floodgate.TokenBucket), Cost: 1},
+			{Rule: mustRule(t, "s", 10, 2*time.Second, floodgate.SlidingWindow), Cost: 1},
 		}, 2 * time.Second},
 	} {
-		if got := reservationLife(tc.hits); got != tc.want {
+		if got := reservationLife(receipts(tc.hits, nil)); got != tc.want {
 			t.Errorf("reservationLife(%v) = %v, want %v", tc.hits, got, tc.want)
 		}
 	}

@@ -89,7 +89,7 @@ func testFailover(t *testing.T, target failoverTarget) failoverResult {
 	stateKeys := make([]string, keysN)
 	for i := range keys {
 		keys[i] = "k-" + strconv.Itoa(i)
-		stateKeys[i] = store.tag(rule.Name, keys[i]) + "s"
+		stateKeys[i] = stateKey(store, rule, keys[i])
 	}
 	served, kill := target.victim(t, stateKeys)
 	if len(served) == 0 || len(served) == keysN && target.mode == "cluster" {

@@ -50,7 +50,7 @@ func TestMemoryUsage(t *testing.T) {
 				t.Fatalf("%v: %+v, %v", tc.alg, d, err)
 			}
 		}
-		n := usage(s.tag(r.Name, key) + p(t, tc.alg).suffix)
+		n := usage(stateKey(s, r, key))
 		t.Logf("%v, limit %d, full: MEMORY USAGE %d bytes", tc.alg, tc.limit, n)
 		if n > tc.max {
 			t.Errorf("%v, limit %d: %d bytes, want at most %d", tc.alg, tc.limit, n, tc.max)

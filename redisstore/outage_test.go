@@ -42,7 +42,7 @@ func TestStartDuringOutage(t *testing.T) {
 		t.Fatalf("New with Redis down: %v; a store must build during an outage", err)
 	}
 	defer s.Close()
-	hits := []floodgate.Hit{{Rule: mustRule(t, "outage", 10, time.Minute, floodgate.SlidingWindow), Key: "k"}}
+	hits := []floodgate.Hit{{Rule: mustRule(t, "outage", 10, time.Minute, floodgate.SlidingWindow), Key: "k", Cost: 1}}
 	for range 5 {
 		c, cancel := budget(50 * time.Millisecond)
 		_, err := s.Take(c, "id", hits)
@@ -95,7 +95,7 @@ func TestDialIsRateLimited(t *testing.T) {
 func TestKilledRedisRecovers(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStoreOn(t, srv.Addr())
-	hits := []floodgate.Hit{{Rule: mustRule(t, "killed", 10, time.Minute, floodgate.TokenBucket), Key: "k"}}
+	hits := []floodgate.Hit{{Rule: mustRule(t, "killed", 10, time.Minute, floodgate.TokenBucket), Key: "k", Cost: 1}}
 	if _, err := s.Take(ctx(t), "a", hits); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestNoCallWaitsForever(t *testing.T) {
 	}
 	defer s.Close()
 	r := mustRule(t, "forever", 10, time.Minute, floodgate.SlidingWindow)
-	hits := []floodgate.Hit{{Rule: r, Key: "k"}}
+	hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
 	if err := s.Ping(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestNoCallWaitsForever(t *testing.T) {
 			"Ping":   func() error { return s.Ping(bg) },
 			"Peek":   func() error { _, err := s.Peek(bg, hits); return err },
 			"Take":   func() error { _, err := s.Take(bg, "id", hits); return err },
-			"Refund": func() error { return s.Refund(bg, "id", hits, 0) },
+			"Refund": func() error { return s.Refund(bg, "id", receipts(hits, nil)) },
 			"Reset":  func() error { return s.Reset(bg, r, "k") },
 		} {
 			start := time.Now()

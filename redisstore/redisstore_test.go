@@ -72,7 +72,7 @@ func ctx(t testing.TB) context.Context {
 	return c
 }
 
-var algorithms = []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow}
+var algorithms = []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter}
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) floodgate.Store { return newStore(t) })
@@ -85,12 +85,13 @@ func TestKeyLayout(t *testing.T) {
 		alg       floodgate.Algorithm
 		want      string
 	}{
-		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:s"},
-		{"pix", "acct-42", floodgate.TokenBucket, "fg:{pix:acct-42}:t"},
-		{"api", "192.0.2.1", floodgate.FixedWindow, "fg:{api:192.0.2.1}:f"},
+		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:s:1m0s"},
+		{"pix", "acct-42", floodgate.TokenBucket, "fg:{pix:acct-42}:t:1m0s"},
+		{"api", "192.0.2.1", floodgate.FixedWindow, "fg:{api:192.0.2.1}:f:1m0s"},
+		{"api", "192.0.2.1", floodgate.SlidingWindowCounter, "fg:{api:192.0.2.1}:c:1m0s"},
 		{"login", "{evil}", floodgate.SlidingWindow, "fg:{login:~"},
 	} {
-		p, err := params(floodgate.Hit{Rule: mustRule(t, tc.name, 10, time.Minute, tc.alg), Key: tc.key})
+		p, err := params(floodgate.Hit{Rule: mustRule(t, tc.name, 10, time.Minute, tc.alg), Key: tc.key, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,14 +112,14 @@ func TestHostileKeysHaveOneHashTag(t *testing.T) {
 	for _, k := range []string{
 		"{a}", "a}{b", "}{", "{{}}", "line\nbreak", "\r\n", "nul\x00", "\xff\xfe", strings.Repeat("m", floodgate.MaxKeyLen), "ok-key",
 	} {
-		key := s.tag(r.Name, k) + "s"
+		key := stateKey(s, r, k)
 		if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || strings.Index(key, "{") > strings.Index(key, "}") {
 			t.Errorf("key %.20q: store key %q must have exactly one hash tag", k, key)
 		}
 		if len(key) > 100 {
 			t.Errorf("key of %d bytes: store key is %d bytes; long keys must be digested", len(k), len(key))
 		}
-		if _, err := s.Take(ctx(t), "id1", []floodgate.Hit{{Rule: r, Key: k}}); err != nil {
+		if _, err := s.Take(ctx(t), "id1", []floodgate.Hit{{Rule: r, Key: k, Cost: 1}}); err != nil {
 			t.Fatalf("key %.20q: %v", k, err)
 		}
 		if n, err := c.Do(ctx(t), c.B().Zcard().Key(key).Build()).AsInt64(); err != nil || n != 1 {
@@ -135,13 +136,14 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	for _, alg := range algorithms {
 		r := mustRule(t, "ttl", 10, time.Minute, alg)
 		hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}
-		if _, err := s.Take(ctx(t), "take-1", hits); err != nil {
+		res, err := s.Take(ctx(t), "take-1", hits)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Take(ctx(t), "take-2", hits); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Refund(ctx(t), "take-1", hits, 0); err != nil {
+		if err := s.Refund(ctx(t), "take-1", receipts(hits, res)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -150,7 +152,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := s.tag("ttl", "k")
-	want := []string{tag + "s", tag + "t", tag + "f", tag + "r:t:take-1", tag + "r:f:take-1"}
+	want := []string{tag + "s:1m0s", tag + "t:1m0s", tag + "f:1m0s", tag + "c:1m0s", tag + "r:t:1m0s:take-1", tag + "r:f:1m0s:take-1", tag + "r:c:1m0s:take-1"}
 	slices.Sort(keys)
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {
@@ -161,14 +163,18 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ttl <= 0 || ttl > time.Minute.Milliseconds() {
-			t.Errorf("PTTL %s = %d; every key must expire within the window", k, ttl)
+		life := time.Minute // a counter's state weighs on the next window too
+		if strings.Contains(k, ":c:") && !strings.Contains(k, ":r:") {
+			life = 2 * time.Minute
+		}
+		if ttl <= 0 || ttl > life.Milliseconds() {
+			t.Errorf("PTTL %s = %d; every key must expire within %v", k, ttl, life)
 		}
 	}
 }
 
 func p(t testing.TB, alg floodgate.Algorithm) hitParams {
-	hp, err := params(floodgate.Hit{Rule: mustRule(t, "x", 10, time.Minute, alg), Key: "k"})
+	hp, err := params(floodgate.Hit{Rule: mustRule(t, "x", 10, time.Minute, alg), Key: "k", Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +187,7 @@ func TestMembersAreUniqueInOneInstant(t *testing.T) {
 	s := newStore(t)
 	c := rawClient(t)
 	r := mustRule(t, "same", 10, time.Minute, floodgate.SlidingWindow)
-	hit := []floodgate.Hit{{Rule: r, Key: "k"}}
+	hit := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
 	res, err := s.run(ctx(t), "take", true, []group{{"a", hit}, {"b", hit}, {"c", []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +195,7 @@ func TestMembersAreUniqueInOneInstant(t *testing.T) {
 	if len(res) != 3 || res[0][0].Remaining != 9 || res[1][0].Remaining != 8 || res[2][0].Remaining != 5 {
 		t.Fatalf("got %+v; each group must see what the groups before it recorded", res)
 	}
-	members, err := c.Do(ctx(t), c.B().Zrange().Key(s.tag("same", "k")+"s").Min("0").Max("-1").Withscores().Build()).AsZScores()
+	members, err := c.Do(ctx(t), c.B().Zrange().Key(stateKey(s, r, "k")).Min("0").Max("-1").Withscores().Build()).AsZScores()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +216,8 @@ func TestGroupsAreIndependent(t *testing.T) {
 	for _, alg := range algorithms {
 		ip := mustRule(t, "ip", 5, time.Minute, alg)
 		acct := mustRule(t, "acct", 1, time.Minute, alg)
-		a := floodgate.Hit{Rule: ip, Key: "1"}
-		b := floodgate.Hit{Rule: acct, Key: "x"}
+		a := floodgate.Hit{Rule: ip, Key: "1", Cost: 1}
+		b := floodgate.Hit{Rule: acct, Key: "x", Cost: 1}
 		res, err := s.run(ctx(t), "take", true, []group{
 			{"g1", []floodgate.Hit{a, b}}, // allowed
 			{"g2", []floodgate.Hit{a, b}}, // denied by acct: records nothing
@@ -234,7 +240,7 @@ func TestGroupsAreIndependent(t *testing.T) {
 func TestReusedIDStillCounts(t *testing.T) {
 	s := newStore(t)
 	r := mustRule(t, "reuse", 3, time.Minute, floodgate.SlidingWindow)
-	hits := []floodgate.Hit{{Rule: r, Key: "k"}}
+	hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
 	for i := range 4 {
 		res, err := s.Take(ctx(t), "same-id", hits)
 		if err != nil {
@@ -252,16 +258,21 @@ func TestRefundIsIdempotent(t *testing.T) {
 	for _, alg := range algorithms {
 		r := mustRule(t, "refund", 4, time.Minute, alg)
 		hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 2}}
+		var first []floodgate.Result
 		for _, id := range []string{"t1", "t2"} {
-			if _, err := s.Take(ctx(t), id, hits); err != nil {
+			res, err := s.Take(ctx(t), id, hits)
+			if err != nil {
 				t.Fatal(err)
+			}
+			if first == nil {
+				first = res
 			}
 		}
 		for i := range 3 {
-			if err := s.Refund(ctx(t), "t1", hits, 0); err != nil {
+			if err := s.Refund(ctx(t), "t1", receipts(hits, first)); err != nil {
 				t.Fatal(err)
 			}
-			res, err := s.Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "k"}})
+			res, err := s.Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -286,11 +297,25 @@ func TestRefundScriptReportsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := mustRule(t, "rs", 4, time.Minute, floodgate.TokenBucket)
-	if _, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k"}}); err != nil {
+	hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
+	res, err := s.Take(ctx(t), "id", hits)
+	if err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{s.tag("rs", "k") + "t", s.tag("rs", "k") + "r:t:id"}
-	args := []string{"id", "0", "t", "1", "15000000", "60000"} // id, age, then the hit
+	// A stamp of another state of the key (another epoch) changes nothing.
+	other := receipts(hits, res)
+	other[0].Stamp.Epoch++
+	keys, args, err := s.refundCall("id", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := refundScript.Exec(ctx(t), c, keys, args).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("refund with another epoch: changed %d, %v; want 0", n, err)
+	}
+	keys, args, err = s.refundCall("id", receipts(hits, res))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, want := range []int64{1, 0, 0} {
 		n, err := refundScript.Exec(ctx(t), c, keys, args).AsInt64()
 		if err != nil || n != want {
@@ -303,7 +328,7 @@ func TestNoscriptFallback(t *testing.T) {
 	s := newStore(t)
 	c := rawClient(t)
 	r := mustRule(t, "noscript", 10, time.Minute, floodgate.SlidingWindow)
-	hits := []floodgate.Hit{{Rule: r, Key: "k"}}
+	hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
 	for i := range 3 {
 		if err := c.Do(ctx(t), c.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -324,7 +349,7 @@ func TestNoscriptFallback(t *testing.T) {
 		if err := c.Do(ctx(t), c.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Refund(ctx(t), "nothing", hits, 0); err != nil {
+		if err := s.Refund(ctx(t), "nothing", receipts(hits, nil)); err != nil {
 			t.Fatalf("refund after SCRIPT FLUSH: %v", err)
 		}
 	}
@@ -353,11 +378,12 @@ func TestTakeIsNeverRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	hits := []floodgate.Hit{{Rule: mustRule(t, "retry", 10, time.Minute, floodgate.TokenBucket), Key: "k"}}
-	if _, err := s.Take(ctx(t), "id", hits); err != nil {
+	hits := []floodgate.Hit{{Rule: mustRule(t, "retry", 10, time.Minute, floodgate.TokenBucket), Key: "k", Cost: 1}}
+	res, err := s.Take(ctx(t), "id", hits)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Refund(ctx(t), "id", hits, 0); err != nil {
+	if err := s.Refund(ctx(t), "id", receipts(hits, res)); err != nil {
 		t.Fatal(err)
 	}
 	if err := rec.Client.Do(ctx(t), rec.Client.B().ScriptFlush().Build()).Error(); err != nil {
@@ -392,7 +418,7 @@ func TestBadStateIsAnError(t *testing.T) {
 	c := rawClient(t)
 	for _, alg := range algorithms {
 		r := mustRule(t, "bad", 10, time.Minute, alg)
-		key := s.tag("bad", "k") + p(t, alg).suffix
+		key := stateKey(s, r, "k")
 		var cmd rueidis.Completed
 		if alg == floodgate.SlidingWindow {
 			cmd = c.B().Set().Key(key).Value("not a zset").Build()
@@ -402,7 +428,7 @@ func TestBadStateIsAnError(t *testing.T) {
 		if err := c.Do(ctx(t), cmd).Error(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k"}})
+		_, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
 		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "redisstore: take: ") {
 			t.Errorf("%v: take on a corrupt key: %v; want an error wrapping ErrStoreUnavailable", alg, err)
 		}
@@ -420,7 +446,7 @@ func TestInvalidHits(t *testing.T) {
 		{"no hits", nil, floodgate.ErrInvalidHit},
 		{"cost above capacity", []floodgate.Hit{{Rule: r, Key: "k", Cost: 4}}, floodgate.ErrInvalidHit},
 		{"negative cost", []floodgate.Hit{{Rule: r, Key: "k", Cost: -1}}, floodgate.ErrInvalidHit},
-		{"same key twice", []floodgate.Hit{{Rule: r, Key: "k"}, {Rule: r, Key: "k"}}, floodgate.ErrInvalidHit},
+		{"same key twice", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}, {Rule: r, Key: "k", Cost: 1}}, floodgate.ErrInvalidHit},
 		{"window too long", []floodgate.Hit{{Rule: floodgate.Rule{Name: "long", Limit: 1, Window: 100 * 365 * 24 * time.Hour}, Key: "k"}}, floodgate.ErrInvalidRule},
 		{"unknown algorithm", []floodgate.Hit{{Rule: floodgate.Rule{Name: "x", Limit: 1, Window: time.Second, Algorithm: 9}, Key: "k"}}, floodgate.ErrInvalidRule},
 	} {
@@ -432,7 +458,7 @@ func TestInvalidHits(t *testing.T) {
 
 func TestClose(t *testing.T) {
 	s := newStore(t)
-	hits := []floodgate.Hit{{Rule: mustRule(t, "close", 3, time.Minute, floodgate.SlidingWindow), Key: "k"}}
+	hits := []floodgate.Hit{{Rule: mustRule(t, "close", 3, time.Minute, floodgate.SlidingWindow), Key: "k", Cost: 1}}
 	if _, err := s.Take(ctx(t), "id", hits); err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +470,7 @@ func TestClose(t *testing.T) {
 	}
 	_, err1 := s.Take(ctx(t), "id", hits)
 	_, err2 := s.Peek(ctx(t), hits)
-	err3 := s.Refund(ctx(t), "id", hits, 0)
+	err3 := s.Refund(ctx(t), "id", receipts(hits, nil))
 	err4 := s.Reset(ctx(t), hits[0].Rule, "k")
 	err5 := s.Ping(ctx(t))
 	for i, err := range []error{err1, err2, err3, err4, err5} {
@@ -511,11 +537,11 @@ func TestTimeIsTheServers(t *testing.T) {
 	c := rawClient(t)
 	r := mustRule(t, "clock", 10, time.Minute, floodgate.SlidingWindow)
 	before := serverTime(t, c)
-	if _, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k"}}); err != nil {
+	if _, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	after := serverTime(t, c)
-	z, err := c.Do(ctx(t), c.B().Zscore().Key(s.tag("clock", "k")+"s").Member("id").Build()).AsFloat64()
+	z, err := c.Do(ctx(t), c.B().Zscore().Key(stateKey(s, r, "k")).Member("id").Build()).AsFloat64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,4 +557,22 @@ func serverTime(t testing.TB, c rueidis.Client) int64 {
 		t.Fatalf("TIME: %v %v", v, err)
 	}
 	return v[0]*1e6 + v[1]
+}
+
+// receipts pairs hits with the stamps of res, a Take's results, or with
+// no stamps when res is nil.
+func receipts(hits []floodgate.Hit, res []floodgate.Result) []floodgate.Receipt {
+	out := make([]floodgate.Receipt, len(hits))
+	for i, h := range hits {
+		out[i].Hit = h
+		if res != nil {
+			out[i].Stamp = res[i].Stamp
+		}
+	}
+	return out
+}
+
+// stateKey is the key of the state of key under r.
+func stateKey(s *Store, r floodgate.Rule, key string) string {
+	return s.tag(r.Name, key) + stateSuffix(r)
 }

@@ -1,39 +1,34 @@
 -- refund.lua: undo what the take with identifier id recorded for some
 -- hits, idempotently, crediting only what provably remains of the take, so
--- that a refund never lets a key admit more than its limit.
+-- that a refund never lets a key admit more than its limit. The proof is
+-- on floodgate.Store.Refund; this script follows it.
 --
 -- KEYS: two keys per hit, in the order of the hits:
---   the state key    <prefix>{<rule>:<key>}:s, :t, :f or :c (see take.lua)
---   a tombstone key  <prefix>{<rule>:<key>}:r:<alg>:<id> (alg "t", "f" or "c"),
---                    a tiny string that marks the refund as done (passed
---                    but unused for a sliding window)
+--   the state key    <prefix>{<rule>:<key>}:<alg>:<window> (see take.lua)
+--   a tombstone key  <prefix>{<rule>:<key>}:r:<alg>:<window>:<id>, a tiny
+--                    string that marks the refund as done (passed but
+--                    unused for a sliding window)
 -- ARGV[1]  id, the take's identifier
--- ARGV[2]  age: the time since the take was sent, in us, measured on the
---          caller's monotonic clock. The take was recorded after it was
---          sent, so it happened in [now - age, now] of the server's clock,
---          whatever the skew between the clocks.
--- then for each hit, 4 values:
+-- then for each hit, 5 values:
 --   alg     "s" sliding window, "t" token bucket, "f" fixed window, "c"
 --           sliding-window counter
 --   cost    units the hit counted for
---   a       "s": unused; "t": the emission interval T in us; "f", "c": the
+--   window  "s": unused; "t": the emission interval T in us; "f", "c": the
 --           window W in us
---   ttl     "t": how long the tombstone may have to live, in ms (at least
---           cost * T); otherwise unused
+--   at      the server time of the take, in us (take.lua's reply)
+--   epoch   the epoch of the state that recorded the hit (take.lua's
+--           reply); a state with another epoch does not hold the take
 -- Reply: an integer, the number of hits whose state the refund changed.
 -- Sliding window: ZREM the take's members (id, id.1, ...), naturally
 -- idempotent; an id that Take never recorded changes nothing.
--- Token bucket: the take's part of the debt is at least cost * T - age
--- still (see memstore's entry.refund): once per id (SET tombstone NX),
--- move the TAT back by max(0, cost * T - age), not before now.
--- Fixed window and sliding-window counter: only if now - age and now lie in
--- the same window (the take is then certainly in the current one), once
--- per id, lower the current window's count by cost, not below 0; otherwise
--- credit nothing (a counter's previous window is never credited: the take
--- may not be in it).
+-- Token bucket: once per id (SET tombstone NX), move the TAT back by
+-- max(0, cost * T - (now - at)), not before now.
+-- Fixed window and sliding-window counter: only if at and now lie in the
+-- same window, once per id, lower the current window's count by cost, not
+-- below 0; otherwise credit nothing.
 -- A tombstone lives as long as a later refund of id could still credit
--- something: age only grows, so a token bucket's credit runs out within
--- cost * T, and a window's once the window ends. No credit, no tombstone.
+-- something: a token bucket's credit runs out within cost * T - (now -
+-- at), and a window's once the window ends. No credit, no tombstone.
 -- Time: redis.call('TIME'), integer microseconds.
 -- Requires Redis 5.0 or later (see take.lua).
 
@@ -59,18 +54,18 @@ local function fmt(x)
 end
 
 local id = ARGV[1]
-local age = math.max(0, tonumber(ARGV[2]))
 local changed = 0
-local ai = 3
+local ai = 2
 local ki = 1
 while ki <= #KEYS do
   local key, tomb = KEYS[ki], KEYS[ki + 1]
   local alg = ARGV[ai]
   local cost = tonumber(ARGV[ai + 1])
-  local a = tonumber(ARGV[ai + 2])
-  local ttl = ARGV[ai + 3]
+  local window = tonumber(ARGV[ai + 2])
+  local age = math.max(0, now - tonumber(ARGV[ai + 3]))
+  local epoch = ARGV[ai + 4]
   ki = ki + 2
-  ai = ai + 4
+  ai = ai + 5
   if alg == 's' then
     local i = 0
     while i < cost do
@@ -89,48 +84,51 @@ while ki <= #KEYS do
       end
     end
   elseif alg == 't' then
-    local credit = cost * a - age
-    if credit > 0 and redis.call('SET', tomb, '1', 'NX', 'PX', ttl) then
-      local stored = redis.call('GET', key)
-      local tat = nil
-      if stored then
-        tat = tonumber(stored)
+    local credit = cost * window - age
+    local stored = redis.call('GET', key)
+    local tat, ep = nil, nil
+    if stored then
+      tat, ep = string.match(stored, '^(%d+):(%d+)$')
+      tat = tonumber(tat)
+    end
+    if credit > 0 and ep == epoch and tat ~= nil and tat > now and
+        redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(credit, 1000))) then
+      tat = math.max(now, tat - credit)
+      if tat > now then
+        redis.call('SET', key, fmt(tat) .. ':' .. ep, 'PX', fmt(ceildiv(tat - now, 1000)))
+      else
+        redis.call('DEL', key)
       end
-      if tat ~= nil and tat > now then
-        tat = math.max(now, tat - credit)
-        if tat > now then
-          redis.call('SET', key, fmt(tat), 'PX', fmt(ceildiv(tat - now, 1000)))
-        else
-          redis.call('DEL', key)
-        end
-        changed = changed + 1
-      end
+      changed = changed + 1
     end
   elseif alg == 'f' or alg == 'c' then
-    local idx = floordiv(now, a)
-    local left = (idx + 1) * a - now -- until the window's end
-    if floordiv(now - age, a) == idx and
-        redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(left, 1000))) then
-      local stored = redis.call('GET', key)
-      if alg == 'f' and stored then
-        local si, sc = string.match(stored, '^(%d+):(%d+)$')
-        if si ~= nil and tonumber(si) == idx and tonumber(sc) > 0 then
+    local idx = floordiv(now, window)
+    local left = (idx + 1) * window - now -- until the window's end
+    local stored = redis.call('GET', key)
+    if floordiv(now - age, window) == idx and stored then
+      if alg == 'f' then
+        local si, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+)$')
+        if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and
+            redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(left, 1000))) then
           local count = math.max(0, tonumber(sc) - cost)
           if count > 0 then
-            redis.call('SET', key, fmt(idx) .. ':' .. fmt(count), 'PX', fmt(ceildiv(left, 1000)))
+            redis.call('SET', key, si .. ':' .. fmt(count) .. ':' .. ep, 'PX', fmt(ceildiv(left, 1000)))
           else
             redis.call('DEL', key)
           end
           changed = changed + 1
         end
-      elseif alg == 'c' and stored then
-        -- Only a state of this window holds the take: a state of an
-        -- earlier one means the take is not recorded (a Reset since).
-        local si, sp, sc = string.match(stored, '^(%d+):(%d+):(%d+)$')
+      else
+        local si, sp, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+):(%d+)$')
         local pttl = redis.call('PTTL', key)
-        if si ~= nil and tonumber(si) == idx and tonumber(sc) > 0 and pttl > 0 then
+        if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and pttl > 0 and
+            redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(left, 1000))) then
           local cur = math.max(0, tonumber(sc) - cost)
-          redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(cur), 'PX', pttl)
+          if cur > 0 or tonumber(sp) > 0 then
+            redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(cur) .. ':' .. ep, 'PX', pttl)
+          else
+            redis.call('DEL', key) -- nothing left: as if never seen
+          end
           changed = changed + 1
         end
       end

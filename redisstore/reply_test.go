@@ -14,21 +14,23 @@ import (
 func TestResultChecksInvariants(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		v    [4]int64
+		v    [5]int64
 		want floodgate.Result
 		ok   bool
 	}{
-		{"allowed", [4]int64{1, 3, 60_000_000, 0}, floodgate.Result{Allowed: true, Remaining: 3, ResetAfter: time.Minute}, true},
-		{"denied", [4]int64{0, 0, 1_500, 250}, floodgate.Result{ResetAfter: 1500 * time.Microsecond, RetryAfter: 250 * time.Microsecond}, true},
-		{"allowed is 2", [4]int64{2, 0, 0, 0}, floodgate.Result{}, false},
-		{"allowed is -1", [4]int64{-1, 0, 0, 1}, floodgate.Result{}, false},
-		{"negative remaining", [4]int64{1, -1, 0, 0}, floodgate.Result{}, false},
-		{"negative reset", [4]int64{1, 0, -5, 0}, floodgate.Result{}, false},
-		{"negative retry", [4]int64{0, 0, 5, -5}, floodgate.Result{}, false},
-		{"reset overflows", [4]int64{1, 0, 1 << 62, 0}, floodgate.Result{}, false},
-		{"retry overflows", [4]int64{0, 0, 0, 1 << 62}, floodgate.Result{}, false},
-		{"allowed with retry", [4]int64{1, 0, 5, 5}, floodgate.Result{}, false},
-		{"denied without retry", [4]int64{0, 0, 5, 0}, floodgate.Result{}, false},
+		{"allowed", [5]int64{1, 3, 60_000_000, 0, 7}, floodgate.Result{Allowed: true, Remaining: 3, ResetAfter: time.Minute, Stamp: floodgate.Stamp{Epoch: 7}}, true},
+		{"denied", [5]int64{0, 0, 1_500, 250, 0}, floodgate.Result{ResetAfter: 1500 * time.Microsecond, RetryAfter: 250 * time.Microsecond}, true},
+		{"negative epoch", [5]int64{1, 0, 5, 0, -1}, floodgate.Result{}, false},
+		{"epoch beyond 2^52", [5]int64{1, 0, 5, 0, 1 << 52}, floodgate.Result{}, false},
+		{"allowed is 2", [5]int64{2, 0, 0, 0, 0}, floodgate.Result{}, false},
+		{"allowed is -1", [5]int64{-1, 0, 0, 1, 0}, floodgate.Result{}, false},
+		{"negative remaining", [5]int64{1, -1, 0, 0, 0}, floodgate.Result{}, false},
+		{"negative reset", [5]int64{1, 0, -5, 0, 0}, floodgate.Result{}, false},
+		{"negative retry", [5]int64{0, 0, 5, -5, 0}, floodgate.Result{}, false},
+		{"reset overflows", [5]int64{1, 0, 1 << 62, 0, 0}, floodgate.Result{}, false},
+		{"retry overflows", [5]int64{0, 0, 0, 1 << 62, 0}, floodgate.Result{}, false},
+		{"allowed with retry", [5]int64{1, 0, 5, 5, 0}, floodgate.Result{}, false},
+		{"denied without retry", [5]int64{0, 0, 5, 0, 0}, floodgate.Result{}, false},
 	} {
 		got, err := result(tc.v)
 		if (err == nil) != tc.ok || got != tc.want {
@@ -44,10 +46,12 @@ func TestParseResultsRejectsMalformedReplies(t *testing.T) {
 	for _, src := range []string{
 		"return {1, 2, 3}",
 		"return {1, 2, 3, 4, 5}",
-		"return {1, 'two', 3, 0}",
-		"return {1, {2}, 3, 0}",
-		"return {1, 2, 3, 0, 1, 2, 3, 0}",
-		"return {2, 0, 0, 0}",
+		"return {5, 1, 'two', 3, 0, 0}",
+		"return {5, 1, {2}, 3, 0, 0}",
+		"return {5, 1, 2, 3, 0, 0, 1, 2, 3, 0, 0}",
+		"return {5, 2, 0, 0, 0, 0}",
+		"return {0, 1, 2, 3, 0, 0}",
+		"return {-5, 1, 2, 3, 0, 0}",
 		"return {}",
 		"return 'OK'",
 		"return 7",
@@ -59,18 +63,22 @@ func TestParseResultsRejectsMalformedReplies(t *testing.T) {
 		if err != nil {
 			continue // not an array: run reports it as an error
 		}
-		if res, err := parseResults(msgs, []int{1}); err == nil || !errors.Is(err, errMalformed) {
+		if res, err := parseResults(msgs, []int{1}, true); err == nil || !errors.Is(err, errMalformed) {
 			t.Errorf("%s: parsed as %+v, %v; want an error", src, res, err)
 		}
 	}
 	// And the good shape, for two groups.
-	msgs, err := c.Do(ctx(t), c.B().Eval().Script("return {1, 9, 60000000, 0, 0, 0, 10, 5}").Numkeys(0).Build()).ToArray()
+	msgs, err := c.Do(ctx(t), c.B().Eval().Script("return {1700000000000000, 1, 9, 60000000, 0, 42, 0, 0, 10, 5, 0}").Numkeys(0).Build()).ToArray()
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := parseResults(msgs, []int{1, 1})
-	if err != nil || len(res) != 2 || !res[0][0].Allowed || res[1][0].RetryAfter != 5*time.Microsecond {
-		t.Fatalf("good reply: %+v, %v", res, err)
+	res, err := parseResults(msgs, []int{1, 1}, true)
+	want := [][]floodgate.Result{
+		{{Allowed: true, Remaining: 9, ResetAfter: time.Minute, Stamp: floodgate.Stamp{At: time.UnixMicro(1700000000000000), Epoch: 42}}},
+		{{ResetAfter: 10 * time.Microsecond, RetryAfter: 5 * time.Microsecond}},
+	}
+	if err != nil || len(res) != 2 || res[0][0] != want[0][0] || res[1][0] != want[1][0] {
+		t.Fatalf("good reply: %+v, %v; want %+v", res, err, want)
 	}
 }
 
@@ -89,8 +97,8 @@ func (b *bogus) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 }
 
 func TestMalformedReplyIsAnError(t *testing.T) {
-	hits := []floodgate.Hit{{Rule: mustRule(t, "bogus", 10, time.Minute, floodgate.SlidingWindow), Key: "k"}}
-	for _, src := range []string{"return 'OK'", "return {1, 2}", "return {1, 'x', 3, 0}", "return nil", "return redis.error_reply('ERR boom')"} {
+	hits := []floodgate.Hit{{Rule: mustRule(t, "bogus", 10, time.Minute, floodgate.SlidingWindow), Key: "k", Cost: 1}}
+	for _, src := range []string{"return 'OK'", "return {1, 2}", "return {5, 1, 'x', 3, 0, 0}", "return nil", "return redis.error_reply('ERR boom')"} {
 		s, err := New(ctx(t), Options{Client: &bogus{Client: rawClient(t), src: src}})
 		if err != nil {
 			t.Fatal(err)

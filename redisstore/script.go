@@ -86,25 +86,26 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 // Refund implements [floodgate.Store] with one script call (one per slot
 // on a Cluster). A sliding window removes the take's members; a token
 // bucket, fixed window or sliding-window counter credits what provably
-// remains of the take, given its age (see refund.lua), once, remembered by
-// a tombstone key that lives as long as a later refund could credit
-// anything.
-//
-// The script reads the server's clock when it runs, and age is measured
-// when the refund is sent: a refund that waits in transit or in the
-// server's queue longer than its take did sees the take up to that much
-// younger than it is. Refund promptly, on a healthy connection.
-func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit, age time.Duration) error {
-	if len(hits) == 0 {
+// remains of the take, from the take's server time and the state's epoch
+// (see refund.lua), once, remembered by a tombstone key that lives as long
+// as a later refund could credit anything.
+func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+	if len(receipts) == 0 {
 		return nil
 	}
-	if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
-		return s.refundSlots(ctx, id, groups, age)
+	if len(receipts) > 1 {
+		hits := make([]floodgate.Hit, len(receipts))
+		for i, r := range receipts {
+			hits[i] = r.Hit
+		}
+		if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
+			return s.refundSlots(ctx, id, receipts, groups)
+		}
 	}
 	if s.x.conn != nil { // conn.go
-		return s.refundOnConn(ctx, id, hits, age)
+		return s.refundOnConn(ctx, id, receipts)
 	}
-	keys, args, err := s.refundCall(id, hits, age)
+	keys, args, err := s.refundCall(id, receipts)
 	if err != nil {
 		return err
 	}
@@ -129,8 +130,9 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 	if int(rule.Algorithm) >= len(suffixes) {
 		return fmt.Errorf("redisstore: reset: %w: unknown algorithm %v", floodgate.ErrInvalidRule, rule.Algorithm)
 	}
+	k := s.tag(rule.Name, key) + stateSuffix(rule)
 	if s.x.conn != nil { // conn.go
-		return s.resetOnConn(ctx, s.tag(rule.Name, key)+suffixes[rule.Algorithm])
+		return s.resetOnConn(ctx, k)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -138,7 +140,6 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 	if err != nil {
 		return err
 	}
-	k := s.tag(rule.Name, key) + suffixes[rule.Algorithm]
 	if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
 		return s.fail("reset", err)
 	}
@@ -184,7 +185,7 @@ func (s *Store) run(ctx context.Context, op string, record bool, groups []group)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
-	res, err := parseResults(msgs, sizes)
+	res, err := parseResults(msgs, sizes, record)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %s: %w: %w", op, floodgate.ErrStoreUnavailable, err)
 	}
@@ -255,12 +256,20 @@ func (s *Store) tag(name, key string) string {
 	return s.prefix + "{" + name + ":" + keyenc.Encode(key) + "}:"
 }
 
+// stateSuffix is the end of a rule's state keys, after the tag: the
+// algorithm's letter and the window, "s:1m0s". The window is part of the
+// state's identity (floodgate.Store), so that a rule whose window changes
+// starts fresh instead of reading another window's state.
+func stateSuffix(r floodgate.Rule) string {
+	return suffixes[r.Algorithm] + ":" + r.Window.String()
+}
+
 // hitParams is what the scripts need of a hit.
 type hitParams struct {
-	suffix   string // "s", "t" or "f"
-	cost     int64
-	a, b     int64 // limit and window (µs); token bucket: capacity and interval (µs)
-	windowUS int64
+	alg    string // "s", "t", "f" or "c"
+	suffix string // stateSuffix
+	cost   int64
+	a, b   int64 // limit and window (µs); token bucket: capacity and interval (µs)
 }
 
 // params checks that h can be computed exactly by the scripts and returns
@@ -274,10 +283,7 @@ func params(h floodgate.Hit) (hitParams, error) {
 	if r.Limit < 1 || w < 1 || w > maxScriptValue || r.Limit > maxScriptValue {
 		return hitParams{}, fmt.Errorf("%w: rule %q: limit %d per %v is outside what the Redis store computes exactly (limit 1 to 2^51, window 1µs to 2^51µs)", floodgate.ErrInvalidRule, r.Name, r.Limit, r.Window)
 	}
-	p := hitParams{suffix: suffixes[r.Algorithm], cost: h.Cost, a: r.Limit, b: w, windowUS: w}
-	if p.cost == 0 {
-		p.cost = 1
-	}
+	p := hitParams{alg: suffixes[r.Algorithm], suffix: stateSuffix(r), cost: h.Cost, a: r.Limit, b: w}
 	capacity := r.Capacity()
 	if p.cost < 1 || p.cost > capacity {
 		return hitParams{}, fmt.Errorf("%w: rule %q: cost %d is not within 1 to the capacity %d", floodgate.ErrInvalidHit, r.Name, p.cost, capacity)
@@ -301,31 +307,46 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // shape.
 var errMalformed = errors.New("malformed script reply")
 
-// parseResults turns the take script's reply, 4 integers per hit, into
-// one result slice per group of sizes[i] hits. It checks the reply's shape
+// parseResults turns the take script's reply (the server time, then 5
+// integers per hit) into one result slice per group of sizes[i] hits; when
+// recorded, each allowed hit gets its stamp. It checks the reply's shape
 // and the results' invariants and never panics.
-func parseResults(msgs []rueidis.RedisMessage, sizes []int) ([][]floodgate.Result, error) {
+func parseResults(msgs []rueidis.RedisMessage, sizes []int, recorded bool) ([][]floodgate.Result, error) {
+	v := make([]int64, len(msgs))
+	for i, m := range msgs {
+		x, err := m.ToInt64()
+		if err != nil {
+			return nil, fmt.Errorf("%w: value %d: %w", errMalformed, i, err)
+		}
+		v[i] = x
+	}
+	return parseValues(v, sizes, recorded)
+}
+
+// parseValues is parseResults of the reply's integers.
+func parseValues(v []int64, sizes []int, recorded bool) ([][]floodgate.Result, error) {
 	n := 0
 	for _, size := range sizes {
 		n += size
 	}
-	if len(msgs) != 4*n {
-		return nil, fmt.Errorf("%w: %d values for %d hits, want %d", errMalformed, len(msgs), n, 4*n)
+	if len(v) != 1+5*n {
+		return nil, fmt.Errorf("%w: %d values for %d hits, want %d", errMalformed, len(v), n, 1+5*n)
 	}
+	if v[0] <= 0 || v[0] > maxScriptValue {
+		return nil, fmt.Errorf("%w: server time %dµs", errMalformed, v[0])
+	}
+	at := time.UnixMicro(v[0])
 	out := make([][]floodgate.Result, len(sizes))
 	all := make([]floodgate.Result, n)
 	for i := range all {
-		var v [4]int64
-		for j := range v {
-			x, err := msgs[4*i+j].ToInt64()
-			if err != nil {
-				return nil, fmt.Errorf("%w: value %d: %w", errMalformed, 4*i+j, err)
-			}
-			v[j] = x
-		}
-		r, err := result(v)
+		r, err := result([5]int64(v[1+5*i : 6+5*i]))
 		if err != nil {
 			return nil, fmt.Errorf("%w: hit %d: %w", errMalformed, i, err)
+		}
+		if recorded && r.Allowed {
+			r.Stamp.At = at
+		} else {
+			r.Stamp = floodgate.Stamp{}
 		}
 		all[i] = r
 	}
@@ -335,11 +356,11 @@ func parseResults(msgs []rueidis.RedisMessage, sizes []int) ([][]floodgate.Resul
 	return out, nil
 }
 
-// result checks one hit's four integers (allowed, remaining, reset_after
-// and retry_after in µs) and converts them.
-func result(v [4]int64) (floodgate.Result, error) {
+// result checks one hit's five integers (allowed, remaining, reset_after
+// and retry_after in µs, epoch) and converts them.
+func result(v [5]int64) (floodgate.Result, error) {
 	const maxUS = math.MaxInt64 / int64(time.Microsecond)
-	allowed, remaining, reset, retry := v[0], v[1], v[2], v[3]
+	allowed, remaining, reset, retry, epoch := v[0], v[1], v[2], v[3], v[4]
 	switch {
 	case allowed != 0 && allowed != 1:
 		return floodgate.Result{}, fmt.Errorf("allowed is %d, want 0 or 1", allowed)
@@ -353,11 +374,34 @@ func result(v [4]int64) (floodgate.Result, error) {
 		return floodgate.Result{}, fmt.Errorf("allowed with retry_after %dµs", retry)
 	case allowed == 0 && retry == 0:
 		return floodgate.Result{}, errors.New("denied with retry_after 0")
+	case epoch < 0 || epoch > maxEpoch:
+		return floodgate.Result{}, fmt.Errorf("epoch is %d", epoch)
 	}
 	return floodgate.Result{
 		Allowed:    allowed == 1,
 		Remaining:  remaining,
 		ResetAfter: time.Duration(reset) * time.Microsecond,
 		RetryAfter: time.Duration(retry) * time.Microsecond,
+		Stamp:      floodgate.Stamp{Epoch: uint64(epoch)},
 	}, nil
+}
+
+// maxEpoch bounds the epochs the scripts store: below 2^52, so that Lua's
+// doubles hold them exactly.
+const maxEpoch = 1<<52 - 1
+
+// epochOf returns the epoch of a state that the take id creates: 52 bits
+// of a hash of the id (FNV-1a), never zero. Ids are unique, so two states
+// of one key share an epoch with a chance of about 2^-52, and a refund is
+// then credited to a state that does not hold its take.
+func epochOf(id string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	if h &= maxEpoch; h == 0 {
+		h = 1
+	}
+	return h
 }

@@ -3,32 +3,40 @@
 -- groups (one group per floodgate Take); a group is all-or-nothing, and a
 -- later group sees what an earlier group of the same call recorded.
 --
--- KEYS: one state key per hit, in the order of the hits over all groups:
---   sliding window  <prefix>{<rule>:<key>}:s  ZSET, one member per unit of
---                   cost of an admitted request, score = server time in us
---   token bucket    <prefix>{<rule>:<key>}:t  string, the theoretical
---                   arrival time (TAT) in us
---   fixed window    <prefix>{<rule>:<key>}:f  string "<window index>:<count>"
---   sliding-window  <prefix>{<rule>:<key>}:c  string "<window index>:<previous
---   counter                                   count>:<current count>"
+-- KEYS: one state key per hit, in the order of the hits over all groups,
+-- <prefix>{<rule>:<key>}:<alg>:<window> (see the package documentation):
+--   s  sliding window  ZSET, one member per unit of cost of an admitted
+--                      request, score = server time in us
+--   t  token bucket    string "<TAT>:<epoch>", the theoretical arrival time
+--                      in us
+--   f  fixed window    string "<window index>:<count>:<epoch>"
+--   c  sliding-window  string "<window index>:<previous count>:<current
+--      counter         count>:<epoch>"
+-- The epoch names the state: the take that creates a state (the key is
+-- absent) writes its group's epoch, and later takes keep it. A refund
+-- credits only a state whose epoch is its take's (refund.lua).
 -- ARGV[1]  mode: "1" records the groups that are allowed (Take), "0"
 --          records nothing and writes nothing (Peek)
 -- ARGV[2]  number of groups G
 -- then for each group:
 --   id      the take's identifier; members of a sliding window are id,
 --           id.1, id.2, ... for a cost of 1, 2, 3, ...
+--   epoch   the epoch of a state this group creates: a positive integer
+--           below 2^52
 --   n       number of hits of the group
 --   then for each hit, 4 values:
 --     alg     "s" sliding window, "t" token bucket, "f" fixed window, "c"
 --             sliding-window counter
 --     cost    units this hit counts for (1..capacity)
---     a       "s", "f", "c": the limit L; "t": the capacity B
---     b       "s", "f", "c": the window W in us; "t": the emission interval T in
---             us, ceil(W / L)
--- Reply: a flat array of 4 integers per hit, in KEYS order:
---   allowed (1 or 0), remaining, reset_after (us), retry_after (us; 0 when
---   allowed). A hit of a denied group may report allowed 1: it was within
---   its own limit, but nothing of its group was recorded.
+--     limit   "s", "f", "c": the limit L; "t": the capacity B
+--     window  "s", "f", "c": the window W in us; "t": the emission interval
+--             T in us, ceil(W / L)
+-- Reply: a flat array of integers: the server time in us, then 5 per hit,
+-- in KEYS order: allowed (1 or 0), remaining, reset_after (us),
+-- retry_after (us; 0 when allowed), and the epoch of the state that
+-- recorded the hit (0 when nothing was recorded, and for a sliding
+-- window). A hit of a denied group may report allowed 1: it was within its
+-- own limit, but nothing of its group was recorded.
 -- Time: redis.call('TIME'), integer microseconds; never a client's clock.
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
 -- before writing; ZADD NX needs 3.0.2).
@@ -42,9 +50,9 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- the general path below does for it, without building the general path's
 -- functions, which costs a few microseconds per call; a denial falls
 -- through to the general path, which reports its durations.
-if ARGV[1] == '1' and ARGV[2] == '1' and ARGV[4] == '1' and ARGV[5] == 's' and ARGV[6] == '1' then
+if ARGV[1] == '1' and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' and ARGV[7] == '1' then
   local key, id = KEYS[1], ARGV[3]
-  local limit, window = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local limit, window = tonumber(ARGV[8]), tonumber(ARGV[9])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
   local n = redis.call('ZCARD', key)
   if n < limit then
@@ -58,7 +66,7 @@ if ARGV[1] == '1' and ARGV[2] == '1' and ARGV[4] == '1' and ARGV[5] == 's' and A
     -- window / 1000 is correctly rounded and window < 2^53, so its ceiling
     -- is exact.
     redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(window / 1000)))
-    return {1, limit - n - 1, window, 0}
+    return {now, 1, limit - n - 1, window, 0, 0}
   end
 end
 
@@ -103,8 +111,9 @@ local function ttl(window)
   return ttlStr
 end
 
--- Each check returns allowed, remaining, reset_after, retry_after and,
--- when allowed, the value that record needs (nil for a sliding window).
+-- Each check returns allowed, remaining, reset_after, retry_after, when
+-- allowed the value that record needs (nil for a sliding window), and the
+-- epoch of the state it found (nil if none).
 -- Checks write nothing, except that a sliding window in record mode first
 -- trims the entries that left the window (which changes no count).
 
@@ -167,12 +176,14 @@ end
 
 local function bucket(key, cost, capacity, interval)
   local tat = now
+  local ep = nil
   local stored = redis.call('GET', key)
   if stored then
-    local v = tonumber(stored)
+    local v, e = string.match(stored, '^(%d+):(%d+)$')
     if v == nil then
       error('redisstore: token bucket ' .. key .. ': malformed state')
     end
+    v, ep = tonumber(v), e
     if v > tat then
       tat = v
     end
@@ -180,45 +191,48 @@ local function bucket(key, cost, capacity, interval)
   local full = capacity * interval
   local new = tat + cost * interval
   if new - now <= full then
-    return true, floordiv(full - (new - now), interval), new - now, 0, new
+    return true, floordiv(full - (new - now), interval), new - now, 0, new, ep
   end
   return false, math.max(0, floordiv(full - (tat - now), interval)), tat - now,
-    new - now - full, nil
+    new - now - full, nil, ep
 end
 
 local function fixed(key, cost, limit, window)
   local idx = floordiv(now, window)
   local count = 0
+  local ep = nil
   local stored = redis.call('GET', key)
   if stored then
-    local si, sc = string.match(stored, '^(%d+):(%d+)$')
+    local si, sc, e = string.match(stored, '^(%d+):(%d+):(%d+)$')
     if si == nil then
       error('redisstore: fixed window ' .. key .. ': malformed state')
     end
+    ep = e
     if tonumber(si) == idx then
       count = tonumber(sc)
     end
   end
   local left = (idx + 1) * window - now -- until the window's end
   if count + cost <= limit then
-    return true, limit - count - cost, left, 0, fmt(idx) .. ':' .. fmt(count + cost)
+    return true, limit - count - cost, left, 0, fmt(idx) .. ':' .. fmt(count + cost), ep
   end
-  return false, math.max(0, limit - count), left, left, nil
+  return false, math.max(0, limit - count), left, left, nil, ep
 end
 
--- write records an allowed hit: val and left are what its check returned.
-local function write(key, id, alg, cost, window, val, left)
+-- write records an allowed hit: val and left are what its check returned,
+-- ep the epoch of its state.
+local function write(key, id, alg, cost, window, val, left, ep)
   if alg == 's' then
     recordSliding(key, id, cost, window)
   elseif alg == 't' then
-    redis.call('SET', key, fmt(val), 'PX', fmt(ceildiv(val - now, 1000)))
+    redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', fmt(ceildiv(val - now, 1000)))
   else
-    redis.call('SET', key, val, 'PX', fmt(ceildiv(left, 1000)))
+    redis.call('SET', key, val .. ':' .. ep, 'PX', fmt(ceildiv(left, 1000)))
   end
 end
 
 -- A sliding-window counter: the string "<window index>:<previous
--- count>:<current count>". With t into the current window, a request is
+-- count>:<current count>:<epoch>". With t into the current window, a request is
 -- admitted iff prev * (window - t) / window + cur + cost <= limit, all in
 -- exact integers ((limit+1) * window < 2^53). memstore computes the same
 -- formulas in nanoseconds.
@@ -226,12 +240,14 @@ local function counter(key, cost, limit, window)
   local idx = floordiv(now, window)
   local t = now - idx * window
   local prev, cur = 0, 0
+  local ep = nil
   local stored = redis.call('GET', key)
   if stored then
-    local si, sp, sc = string.match(stored, '^(%d+):(%d+):(%d+)$')
+    local si, sp, sc, e = string.match(stored, '^(%d+):(%d+):(%d+):(%d+)$')
     if si == nil then
       error('redisstore: sliding-window counter ' .. key .. ': malformed state')
     end
+    ep = e
     si = tonumber(si)
     if si == idx then
       prev, cur = tonumber(sp), tonumber(sc)
@@ -244,7 +260,7 @@ local function counter(key, cost, limit, window)
     -- Full again when the window after this one starts; the state lives
     -- as long.
     return true, limit - w - cur - cost, 2 * window - t, 0,
-      fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(cur + cost)
+      fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(cur + cost), ep
   end
   local reset = 0
   if cur > 0 then
@@ -258,7 +274,7 @@ local function counter(key, cost, limit, window)
     -- This window admits it once prev * (window - t) / window <= r.
     local at = window - floordiv(r * window, prev)
     if at < window then
-      return false, remaining, reset, at - t, nil
+      return false, remaining, reset, at - t, nil, ep
     end
   end
   -- The next window, where cur is the previous count, admits it once
@@ -267,22 +283,23 @@ local function counter(key, cost, limit, window)
   if cur > 0 then
     at = math.max(0, window - floordiv((limit - cost) * window, cur))
   end
-  return false, remaining, reset, window - t + at, nil
+  return false, remaining, reset, window - t + at, nil, ep
 end
 
-local out = {}
-local o = 0 -- values in out
+local out = {now}
+local o = 1 -- values in out
 local ki = 1 -- next key
 local ai = 3 -- next argument
-local algs, costs, bs, vals, lefts -- per hit of a group of several
+local algs, costs, bs, vals, lefts, eps -- per hit of a group of several
 for _ = 1, tonumber(ARGV[2]) do
   local id = ARGV[ai]
-  local n = tonumber(ARGV[ai + 1])
-  ai = ai + 2
+  local epoch = ARGV[ai + 1]
+  local n = tonumber(ARGV[ai + 2])
+  ai = ai + 3
   local all = true
-  local k0 = ki
+  local k0, o0 = ki, o
   if n > 1 and algs == nil then
-    algs, costs, bs, vals, lefts = {}, {}, {}, {}, {}
+    algs, costs, bs, vals, lefts, eps = {}, {}, {}, {}, {}, {}
   end
   for h = 1, n do
     local alg = ARGV[ai]
@@ -292,36 +309,44 @@ for _ = 1, tonumber(ARGV[2]) do
     local key = KEYS[ki]
     ai = ai + 4
     ki = ki + 1
-    local ok, remaining, reset, retry, val
+    local ok, remaining, reset, retry, val, ep
     if alg == 's' then
       ok, remaining, reset, retry = sliding(key, cost, a, b)
     elseif alg == 't' then
-      ok, remaining, reset, retry, val = bucket(key, cost, a, b)
+      ok, remaining, reset, retry, val, ep = bucket(key, cost, a, b)
     elseif alg == 'f' then
-      ok, remaining, reset, retry, val = fixed(key, cost, a, b)
+      ok, remaining, reset, retry, val, ep = fixed(key, cost, a, b)
     elseif alg == 'c' then
-      ok, remaining, reset, retry, val = counter(key, cost, a, b)
+      ok, remaining, reset, retry, val, ep = counter(key, cost, a, b)
     else
       error('redisstore: unknown algorithm ' .. tostring(alg))
     end
-    if n == 1 then
-      -- A group of one hit records at once.
-      if ok and record then
-        write(key, id, alg, cost, b, val, reset)
-      end
-    else
-      all = all and ok
-      algs[h], costs[h], bs[h], vals[h], lefts[h] = alg, cost, b, val, reset
-    end
+    ep = ep or epoch
     out[o + 1] = ok and 1 or 0
     out[o + 2] = remaining
     out[o + 3] = reset
     out[o + 4] = retry
-    o = o + 4
+    out[o + 5] = 0
+    if n == 1 then
+      -- A group of one hit records at once.
+      if ok and record then
+        write(key, id, alg, cost, b, val, reset, ep)
+        if alg ~= 's' then
+          out[o + 5] = tonumber(ep)
+        end
+      end
+    else
+      all = all and ok
+      algs[h], costs[h], bs[h], vals[h], lefts[h], eps[h] = alg, cost, b, val, reset, ep
+    end
+    o = o + 5
   end
   if n > 1 and record and all then
     for h = 1, n do
-      write(KEYS[k0 + h - 1], id, algs[h], costs[h], bs[h], vals[h], lefts[h])
+      write(KEYS[k0 + h - 1], id, algs[h], costs[h], bs[h], vals[h], lefts[h], eps[h])
+      if algs[h] ~= 's' then
+        out[o0 + 5 * h] = tonumber(eps[h])
+      end
     end
   end
 end

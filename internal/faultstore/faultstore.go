@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -76,20 +75,11 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 }
 
 // Refund implements [floodgate.Store].
-func (s *Store) Refund(ctx context.Context, id string, hits []floodgate.Hit, age time.Duration) error {
+func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
 	if err := s.fault(ctx); err != nil {
 		return err
 	}
-	return s.next.Refund(ctx, id, hits, age)
-}
-
-// Now implements [floodgate.Clock]: the wrapped store's clock if it has
-// one, otherwise the system clock.
-func (s *Store) Now() time.Time {
-	if c, ok := s.next.(floodgate.Clock); ok {
-		return c.Now()
-	}
-	return time.Now()
+	return s.next.Refund(ctx, id, receipts)
 }
 
 // Reset implements [floodgate.Store].

@@ -74,7 +74,7 @@ func newStore(t testing.TB, client redis.UniversalClient, prefix string) *rediss
 // than the suite's tolerance of a few milliseconds.
 func warm(t testing.TB, s *redisstore.Store) *redisstore.Store {
 	t.Helper()
-	hit := []floodgate.Hit{{Rule: mustRule(t, "warm", 1, time.Minute, floodgate.SlidingWindow), Key: "warm"}}
+	hit := []floodgate.Hit{{Rule: mustRule(t, "warm", 1, time.Minute, floodgate.SlidingWindow), Key: "warm", Cost: 1}}
 	if _, err := s.Peek(ctx(t), hit); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func testExactLimit(t *testing.T, ls []*floodgate.Limiter) {
 		}
 		r := mustRule(t, "race", 100, window, alg)
 		if alg == floodgate.FixedWindow { // keep clear of midnight UTC
-			if d, err := ls[0].Peek(ctx(t), floodgate.Hit{Rule: r, Key: "k"}); err != nil {
+			if d, err := ls[0].Peek(ctx(t), floodgate.Hit{Rule: r, Key: "k", Cost: 1}); err != nil {
 				t.Fatal(err)
 			} else if d.ResetAfter < 10*time.Second {
 				time.Sleep(d.ResetAfter + 10*time.Millisecond)
@@ -181,7 +181,7 @@ func testMultiKey(t *testing.T, ls []*floodgate.Limiter) {
 	var perAcct int64
 	burst.Run(t, 1000, func(i int) error {
 		ip := ips[i%len(ips)]
-		d, err := ls[i%len(ls)].Check(context.Background(), floodgate.Hit{Rule: ipRule, Key: ip}, floodgate.Hit{Rule: acctRule, Key: "alice"})
+		d, err := ls[i%len(ls)].Check(context.Background(), floodgate.Hit{Rule: ipRule, Key: ip, Cost: 1}, floodgate.Hit{Rule: acctRule, Key: "alice", Cost: 1})
 		if d.Allowed {
 			mu.Lock()
 			perIP[ip]++
@@ -194,7 +194,7 @@ func testMultiKey(t *testing.T, ls []*floodgate.Limiter) {
 		t.Fatalf("account admitted %d, limit 5", perAcct)
 	}
 	for _, ip := range ips {
-		d, err := ls[0].Peek(ctx(t), floodgate.Hit{Rule: ipRule, Key: ip})
+		d, err := ls[0].Peek(ctx(t), floodgate.Hit{Rule: ipRule, Key: ip, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,10 +317,10 @@ func TestScriptsAreNeverReplayed(t *testing.T) {
 	s := newStore(t, client, prefix)
 	r := mustRule(t, "replay", 10, time.Minute, floodgate.SlidingWindow)
 	// Load the script through a clean connection, so that EVALSHA runs.
-	if _, err := newStore(t, direct, prefix).Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "warm"}}); err != nil {
+	if _, err := newStore(t, direct, prefix).Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "warm", Cost: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Take(ctx(t), "once", []floodgate.Hit{{Rule: r, Key: "k"}}); err == nil {
+	if _, err := s.Take(ctx(t), "once", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}); err == nil {
 		t.Fatal("a take whose connection broke before the reply succeeded")
 	} else if !errors.Is(err, floodgate.ErrStoreUnavailable) {
 		t.Fatalf("take: %v; want ErrStoreUnavailable", err)
@@ -329,7 +329,7 @@ func TestScriptsAreNeverReplayed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := d.Peek(ctx(t), floodgate.Hit{Rule: r, Key: "k"})
+	p, err := d.Peek(ctx(t), floodgate.Hit{Rule: r, Key: "k", Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
