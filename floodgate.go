@@ -24,11 +24,13 @@ type Options struct {
 	//
 	// With the cache on, once the store denies a check, the same check
 	// (the same hits, in the same order, with the same rules, keys and
-	// costs) is denied locally until the RetryAfter the store computed:
-	// the cached decision's RetryAfter and ResetAfter count down on the
-	// local monotonic clock from the moment the store call was sent, so
-	// they never exceed what the store would answer; Remaining is the
-	// store's figure at that moment. A Refund or Reset through this
+	// costs) is denied locally until the shortest RetryAfter the store
+	// computed for its denied hits: so a cached decision never reports a
+	// hit denied whose own wait has run out (the store would report it
+	// allowed). The cached decision's RetryAfter and ResetAfter count down
+	// on the local monotonic clock from the moment the store call was
+	// sent, so they never exceed what the store would answer; Remaining is
+	// the store's figure at that moment. A Refund or Reset through this
 	// Limiter clears the cached denials of the keys it touches, including
 	// those of checks in flight. A Refund or Reset through another Limiter
 	// (another replica) is seen here only once the cached denial expires:

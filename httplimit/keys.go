@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,6 +68,7 @@ func Principal(r *http.Request) string {
 // the parts are length-prefixed, so no two different combinations share a
 // key. The key is "" if any part is.
 func Join(fs ...KeyFunc) KeyFunc {
+	fs = slices.Clone(fs) // the caller may reuse its slice
 	return func(r *http.Request) string {
 		var b strings.Builder
 		for _, f := range fs {
@@ -87,6 +89,7 @@ func Join(fs ...KeyFunc) KeyFunc {
 // answered, so that a principal named "203.0.113.9" never shares the
 // address's quota. It is "" when none has a key.
 func First(fs ...KeyFunc) KeyFunc {
+	fs = slices.Clone(fs) // the caller may reuse its slice
 	return func(r *http.Request) string {
 		for i, f := range fs {
 			if k := f(r); k != "" {

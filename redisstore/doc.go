@@ -40,27 +40,38 @@
 // # Key layout
 //
 // Every key of one rule and one client key shares the hash tag
-// {<rule>:<key>}, so all of them live in one Redis Cluster slot:
+// {<rule>:<key>}, so all of them live in one Redis Cluster slot. A state
+// belongs to the rule's name, algorithm and window (floodgate.Store), so
+// its key ends with the algorithm's letter and the window, as
+// time.Duration writes it:
 //
-//	<prefix>{<rule>:<key>}:s         sliding window: ZSET of admitted requests,
-//	                                 score = server time in µs, member = the
-//	                                 take's id (id.1, id.2, ... for a cost above 1)
-//	<prefix>{<rule>:<key>}:t         token bucket: string, the theoretical
-//	                                 arrival time (GCRA) in µs
-//	<prefix>{<rule>:<key>}:f         fixed window: string "<window index>:<count>"
-//	<prefix>{<rule>:<key>}:c         sliding-window counter: string
-//	                                 "<window index>:<previous count>:<count>"
-//	<prefix>{<rule>:<key>}:r:t:<id>  refund tombstones of a token bucket or
-//	<prefix>{<rule>:<key>}:r:f:<id>  fixed window (:r:c:<id> sliding-window counter):
-//	                                 "1", so a refund credits once
+//	<prefix>{<rule>:<key>}:s:<window>        sliding window: ZSET of admitted
+//	                                         requests, score = server time in µs,
+//	                                         member = the take's id (id.1, id.2,
+//	                                         ... for a cost above 1)
+//	<prefix>{<rule>:<key>}:t:<window>        token bucket: string "<TAT>:<epoch>",
+//	                                         the theoretical arrival time in µs
+//	<prefix>{<rule>:<key>}:f:<window>        fixed window: string
+//	                                         "<window index>:<count>:<epoch>"
+//	<prefix>{<rule>:<key>}:c:<window>        sliding-window counter: string
+//	                                         "<window index>:<previous count>:<count>:<epoch>"
+//	<prefix>{<rule>:<key>}:r:<alg>:<window>:<id>
+//	                                         refund tombstone of a token bucket,
+//	                                         fixed window or counter: "1", so a
+//	                                         refund credits once
 //
-// A refund carries the take's age (floodgate.Store.Refund): a sliding
-// window removes exactly the take's members; a fixed window or counter
-// credits the take only while it is provably in the current window; a
-// token bucket credits what remains of the take's debt, max(0,
-// cost×interval − age). A late refund credits nothing, so it can never
-// let a key admit more than its limit.
+// For example fg:{pix:acct-42}:s:1m0s. A rule whose window or algorithm
+// changes (a rolling deploy) starts from fresh keys, once; a changed limit
+// or burst keeps them.
 //
+// The epoch names a state: the take that creates it (the key is absent)
+// writes 52 bits of a hash of its id, and later takes keep it. Take
+// replies with each recorded hit's epoch and the server time, which the
+// Limiter hands back to Refund: a refund credits only the state its take
+// was recorded in (so nothing after a Reset or an expiry), and measures
+// the take's age on the server's clock. What it credits is stated once,
+// on floodgate.Store.Refund.
+
 // The prefix defaults to "fg:". The client's key goes through the same
 // encoding as every store's: kept as it is when it is at most 48 bytes of
 // [A-Za-z0-9_.@+=:/-], otherwise replaced by "~" and 24 characters of its
@@ -83,13 +94,17 @@
 // floodgate.Limiter (about 14 bytes), each key full (key names
 // included):
 //
-//	sliding window, limit 10        392 bytes
-//	sliding window, limit 100     3,144 bytes   (about 31 bytes per entry)
-//	sliding window, limit 1000  101,936 bytes   (about 102 bytes per entry)
-//	token bucket                     72 bytes   (any limit)
-//	fixed window                     88 bytes   (any limit)
-//	sliding-window counter      88-104 bytes   (any limit)
-//	refund tombstone                 88 bytes   (per refunded take, until it expires)
+//	sliding window, limit 10        408 bytes
+//	sliding window, limit 100     3,160 bytes   (about 31 bytes per entry)
+//	sliding window, limit 1000  102,400 bytes   (about 102 bytes per entry)
+//	token bucket                    136 bytes   (any limit)
+//	fixed window                    120 bytes   (any limit)
+//	sliding-window counter     120-136 bytes   (any limit)
+//	refund tombstone                104 bytes   (per refunded take, until it expires)
+//
+// The token bucket, fixed window and counter states carry their epoch:
+// before it (and the window in the key name) they took 72, 88 and 88-104
+// bytes.
 //
 // A sorted set stays compact (a listpack) up to zset-max-listpack-entries
 // entries (128 by default) of up to 64 bytes; past that each entry costs
