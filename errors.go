@@ -5,6 +5,11 @@ import "errors"
 // Errors that callers branch on. Every error the package returns wraps one
 // of them (check with [errors.Is]); store errors are also wrapped, so
 // errors.Is(err, context.DeadlineExceeded) works too.
+//
+// ErrStoreUnavailable and ErrClosed are wrapped by stores and then by the
+// Limiter, so their text names no package, as io.EOF's does not: a store
+// that times out reads "floodgate: take: redisstore: store unavailable:
+// context deadline exceeded", each layer once.
 var (
 	// ErrInvalidRule reports a rule that cannot be used: empty name, limit
 	// or window below the minimum, unknown algorithm.
@@ -15,7 +20,7 @@ var (
 	// ErrStoreUnavailable reports that the store did not answer in time or
 	// failed. The request was not decided; what to do is the caller's
 	// failure policy (deny, allow, or decide locally).
-	ErrStoreUnavailable = errors.New("floodgate: store unavailable")
+	ErrStoreUnavailable = errors.New("store unavailable")
 	// ErrClosed reports a call to a store after Close.
-	ErrClosed = errors.New("floodgate: store closed")
+	ErrClosed = errors.New("store closed")
 )

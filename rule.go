@@ -226,11 +226,13 @@ func ParseLimit(name, spec string, alg Algorithm) (Rule, error) {
 	if err != nil {
 		return Rule{}, fmt.Errorf("%w: limit %q: count %q is not a whole number", ErrInvalidRule, spec, count)
 	}
+	unit := per
 	if per != "" && (per[0] >= 'a' && per[0] <= 'z' || per[0] >= 'A' && per[0] <= 'Z') {
-		per = "1" + per
+		unit = "1" + per
 	}
-	window, err := time.ParseDuration(per)
+	window, err := time.ParseDuration(unit)
 	if err != nil {
+		// Quote what the user wrote, not the "1" added to a bare unit.
 		return Rule{}, fmt.Errorf("%w: limit %q: window %q is not a duration such as 1m or 10s", ErrInvalidRule, spec, per)
 	}
 	return NewRule(name, limit, window, alg)

@@ -152,9 +152,9 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 		return r.res, r.err
 	case <-ctx.Done():
 		if cl.state.CompareAndSwap(callPending, callAbandoned) {
-			return nil, fmt.Errorf("redisstore: take: %w: %w (not sent)", floodgate.ErrStoreUnavailable, ctx.Err())
+			return nil, fmt.Errorf("redisstore: %w: %w (not sent)", floodgate.ErrStoreUnavailable, ctx.Err())
 		}
-		return nil, fmt.Errorf("redisstore: take: %w: %w", floodgate.ErrStoreUnavailable, ctx.Err())
+		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, ctx.Err())
 	}
 }
 
@@ -239,11 +239,11 @@ func (s *Store) deliver(c rueidis.Client, batch []*call) {
 func (s *Store) sendOne(ctx context.Context, c rueidis.Client, keys, args []string, hits int) ([]floodgate.Result, error) {
 	msgs, err := exec(ctx, c, takeScript, keys, args).ToArray()
 	if err != nil {
-		return nil, s.fail("take", err)
+		return nil, s.fail(err)
 	}
 	res, err := parseResults(msgs, []int{hits}, true)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: take: %w: %w", floodgate.ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
 	return res[0], nil
 }
@@ -266,11 +266,11 @@ func (s *Store) send(ctx context.Context, c rueidis.Client, batch []*call) ([][]
 	}
 	msgs, err := exec(ctx, c, takeScript, keys, args).ToArray()
 	if err != nil {
-		return nil, s.fail("take", err)
+		return nil, s.fail(err)
 	}
 	res, err := parseResults(msgs, sizes, true)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: take: %w: %w", floodgate.ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
 	return res, nil
 }

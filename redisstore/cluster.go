@@ -157,7 +157,7 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 	for i, g := range groups {
 		res, err := s.takeSlot(ctx, id, g.hits)
 		if err == nil && len(res) != len(g.hits) {
-			err = fmt.Errorf("redisstore: take: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
+			err = fmt.Errorf("redisstore: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
 		}
 		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
 			// Refused before any script ran on slot i.
@@ -322,7 +322,7 @@ func (s *Store) peekSlots(ctx context.Context, groups []slotGroup, n int) ([]flo
 		wg.Go(func() {
 			res, err := s.Peek(ctx, g.hits)
 			if err == nil && len(res) != len(g.hits) {
-				err = fmt.Errorf("redisstore: peek: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
+				err = fmt.Errorf("redisstore: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
 			}
 			if err != nil {
 				errs[i] = err

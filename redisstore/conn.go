@@ -79,11 +79,11 @@ func (s *Store) takeOnConn(ctx context.Context, op string, record bool, id strin
 	defer cancel()
 	v, err := s.x.conn.Eval(ctx, script, keys, args)
 	if err != nil {
-		return nil, s.fail(op, err)
+		return nil, s.fail(err)
 	}
 	res, err := parseValues(v, []int{len(hits)}, record)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %s: %w: %w", op, floodgate.ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
 	return res[0], nil
 }
@@ -122,7 +122,7 @@ func (s *Store) refundOnConn(ctx context.Context, id string, receipts []floodgat
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if _, err := s.x.conn.Eval(ctx, connRefund, keys, args); err != nil {
-		return s.fail("refund", err)
+		return s.fail(err)
 	}
 	return nil
 }
@@ -135,7 +135,7 @@ func (s *Store) resetOnConn(ctx context.Context, key string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := s.x.conn.Del(ctx, key); err != nil {
-		return s.fail("reset", err)
+		return s.fail(err)
 	}
 	return nil
 }
@@ -148,7 +148,7 @@ func (s *Store) pingOnConn(ctx context.Context) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := s.x.conn.Ping(ctx); err != nil {
-		return s.fail("ping", err)
+		return s.fail(err)
 	}
 	return nil
 }

@@ -229,7 +229,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
-		return s.fail("ping", err)
+		return s.fail(err)
 	}
 	return nil
 }
@@ -312,13 +312,15 @@ func (s *Store) dial(done chan struct{}) {
 	close(done)
 }
 
-// fail wraps an error of operation op.
-func (s *Store) fail(op string, err error) error {
+// fail wraps an error of a call to Redis. It names no operation: the
+// caller's error does (a Limiter's reads "floodgate: take: redisstore:
+// store unavailable: ...").
+func (s *Store) fail(err error) error {
 	switch {
 	case errors.Is(err, floodgate.ErrClosed), errors.Is(err, floodgate.ErrStoreUnavailable):
 		return err
 	case s.closed.Load() && errors.Is(err, rueidis.ErrClosing):
 		return errClosed
 	}
-	return fmt.Errorf("redisstore: %s: %w: %w", op, floodgate.ErrStoreUnavailable, err)
+	return fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 }

@@ -429,7 +429,7 @@ func TestBadStateIsAnError(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
-		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "redisstore: take: ") {
+		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "redisstore: store unavailable: ") {
 			t.Errorf("%v: take on a corrupt key: %v; want an error wrapping ErrStoreUnavailable", alg, err)
 		}
 	}

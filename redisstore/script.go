@@ -119,7 +119,7 @@ func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Rece
 		return fmt.Errorf("redisstore: refund: %w", err)
 	}
 	if err := exec(ctx, c, refundScript, keys, args).Error(); err != nil {
-		return s.fail("refund", err)
+		return s.fail(err)
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 		return err
 	}
 	if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
-		return s.fail("reset", err)
+		return s.fail(err)
 	}
 	return nil
 }
@@ -183,11 +183,11 @@ func (s *Store) run(ctx context.Context, op string, record bool, groups []group)
 	}
 	msgs, err := exec(ctx, c, script, keys, args).ToArray()
 	if err != nil {
-		return nil, s.fail(op, err)
+		return nil, s.fail(err)
 	}
 	res, err := parseResults(msgs, sizes, record)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %s: %w: %w", op, floodgate.ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
 	return res, nil
 }
