@@ -10,7 +10,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
-	"github.com/redis/rueidis"
 )
 
 // Group commit
@@ -82,9 +81,10 @@ type batchers struct {
 	slots   []atomic.Pointer[batcher] // 16384 on a Cluster
 }
 
-// of returns the batcher for keys, which share a slot.
-func (bs *batchers) of(c rueidis.Client, keys []string) *batcher {
-	if c.Mode() != rueidis.ClientModeCluster {
+// of returns the batcher for keys, which share a slot, on a Cluster or
+// not.
+func (bs *batchers) of(cluster bool, keys []string) *batcher {
+	if !cluster {
 		return &bs.single
 	}
 	bs.once.Do(func() { bs.slots = make([]atomic.Pointer[batcher], 16384) })
@@ -96,7 +96,8 @@ func (bs *batchers) of(c rueidis.Client, keys []string) *batcher {
 	return p.Load()
 }
 
-// take is Take through the group commit.
+// take is the take of hits of one slot, through the group commit. ctx has
+// a deadline (Store.bound).
 func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("redisstore: take: %w: no hits to check", floodgate.ErrInvalidHit)
@@ -111,29 +112,24 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	c, err := s.conn(ctx)
-	if err != nil {
-		return nil, err
+	if s.closed.Load() {
+		return nil, errClosed
 	}
-	if err := sameSlot(c, keys); err != nil {
-		// Take found no connection to split the keys by slot and this
-		// call made one: take them slot by slot now.
-		if groups := s.slotGroups(ctx, hits); groups != nil {
-			return s.takeSlots(ctx, id, groups, len(hits))
+	cluster := s.conn.Cluster()
+	if cluster {
+		if err := sameSlot(keys); err != nil {
+			return nil, err
 		}
-		return nil, err
 	}
-	b := s.batch.of(c, keys)
+	b := s.batch.of(cluster, keys)
 
 	b.mu.Lock()
 	if b.inflight < maxInflight && len(b.pending) == 0 {
 		// Nothing waits: send this Take alone, now, under its own context.
 		b.inflight++
 		b.mu.Unlock()
-		res, err := s.sendOne(ctx, c, keys, args, len(hits))
-		s.next(c, b)
+		res, err := s.sendOne(ctx, keys, args, len(hits))
+		s.next(b)
 		return res, err
 	}
 	cl := &call{keys: keys, args: args[2:], hits: len(hits), done: make(chan callResult, 1)}
@@ -143,7 +139,7 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 		b.inflight++
 		batch := b.claim()
 		b.mu.Unlock()
-		go s.drain(c, b, batch)
+		go s.drain(b, batch)
 	} else {
 		b.mu.Unlock()
 	}
@@ -183,7 +179,7 @@ func (b *batcher) claim() []*call {
 
 // next hands the batcher on when a call of its own ends: it starts a
 // drainer for the calls that queued meanwhile, or gives back the slot.
-func (s *Store) next(c rueidis.Client, b *batcher) {
+func (s *Store) next(b *batcher) {
 	b.mu.Lock()
 	if len(b.pending) == 0 {
 		b.inflight--
@@ -192,15 +188,15 @@ func (s *Store) next(c rueidis.Client, b *batcher) {
 	}
 	batch := b.claim()
 	b.mu.Unlock()
-	go s.drain(c, b, batch)
+	go s.drain(b, batch)
 }
 
 // drain sends batches until nothing is pending, then gives back its slot
 // of b.inflight.
-func (s *Store) drain(c rueidis.Client, b *batcher, batch []*call) {
+func (s *Store) drain(b *batcher, batch []*call) {
 	for {
 		if len(batch) > 0 {
-			s.deliver(c, batch)
+			s.deliver(batch)
 		}
 		b.mu.Lock()
 		if len(b.pending) == 0 {
@@ -215,7 +211,7 @@ func (s *Store) drain(c rueidis.Client, b *batcher, batch []*call) {
 
 // deliver sends a batch under the latest deadline of its callers and
 // hands each caller its result or the batch's error.
-func (s *Store) deliver(c rueidis.Client, batch []*call) {
+func (s *Store) deliver(batch []*call) {
 	var dl time.Time
 	for _, cl := range batch {
 		if cl.deadline.After(dl) {
@@ -223,7 +219,7 @@ func (s *Store) deliver(c rueidis.Client, batch []*call) {
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), dl)
-	res, err := s.send(ctx, c, batch)
+	res, err := s.send(ctx, batch)
 	cancel()
 	for i, cl := range batch {
 		if err != nil {
@@ -236,12 +232,12 @@ func (s *Store) deliver(c rueidis.Client, batch []*call) {
 
 // sendOne runs a Take alone: args already start with the mode and the
 // number of groups.
-func (s *Store) sendOne(ctx context.Context, c rueidis.Client, keys, args []string, hits int) ([]floodgate.Result, error) {
-	msgs, err := exec(ctx, c, takeScript, keys, args).ToArray()
+func (s *Store) sendOne(ctx context.Context, keys, args []string, hits int) ([]floodgate.Result, error) {
+	v, err := s.eval(ctx, takeScript, keys, args)
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, err
 	}
-	res, err := parseResults(msgs, []int{hits}, true)
+	res, err := parseValues(v, []int{hits}, true)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
@@ -249,7 +245,7 @@ func (s *Store) sendOne(ctx context.Context, c rueidis.Client, keys, args []stri
 }
 
 // send runs the calls of a batch in one take script call.
-func (s *Store) send(ctx context.Context, c rueidis.Client, batch []*call) ([][]floodgate.Result, error) {
+func (s *Store) send(ctx context.Context, batch []*call) ([][]floodgate.Result, error) {
 	sizes := make([]int, len(batch))
 	n, m := 0, 2
 	for _, cl := range batch {
@@ -264,11 +260,11 @@ func (s *Store) send(ctx context.Context, c rueidis.Client, batch []*call) ([][]
 		args = append(args, cl.args...)
 		sizes[i] = cl.hits
 	}
-	msgs, err := exec(ctx, c, takeScript, keys, args).ToArray()
+	v, err := s.eval(ctx, takeScript, keys, args)
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, err
 	}
-	res, err := parseResults(msgs, sizes, true)
+	res, err := parseValues(v, sizes, true)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}

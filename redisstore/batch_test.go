@@ -237,18 +237,17 @@ func TestDeadlineWhileInFlight(t *testing.T) {
 func TestBatchersPerSlot(t *testing.T) {
 	srv := redistest.StartCluster(t, 1, 0)
 	s := newStoreOn(t, srv.Addrs()[0])
-	c, err := s.conn(ctx(t))
-	if err != nil {
-		t.Fatal(err)
+	if !s.conn.Cluster() {
+		t.Fatal("the store does not see a Cluster")
 	}
 	a, b := s.tag("r", "a")+"s:1m0s", s.tag("r", "b")+"s:1m0s"
 	if keySlot(a) == keySlot(b) {
 		t.Fatal("test keys share a slot; pick others")
 	}
-	if s.batch.of(c, []string{a}) != s.batch.of(c, []string{s.tag("r", "a") + "t"}) {
+	if s.batch.of(true, []string{a}) != s.batch.of(true, []string{s.tag("r", "a") + "t"}) {
 		t.Error("two keys of one slot got different batchers")
 	}
-	if s.batch.of(c, []string{a}) == s.batch.of(c, []string{b}) {
+	if s.batch.of(true, []string{a}) == s.batch.of(true, []string{b}) {
 		t.Error("keys of two slots share a batcher")
 	}
 	// And the batched path works there, many Takes at once.

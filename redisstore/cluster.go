@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/redis/rueidis"
 )
 
 // Checks across Redis Cluster slots.
@@ -60,10 +59,8 @@ const (
 	maxRollbackRetry       = 15 * time.Minute
 )
 
-// extra is the state of the cross-slot path and of stores on a [Conn].
-type extra struct {
-	conn Conn // the client, for a store built on Options.Conn
-
+// rollbacks runs the roll-backs retried in the background.
+type rollbacks struct {
 	mu      sync.Mutex
 	ctx     context.Context    // guarded by mu; canceled by shutdown, background roll-backs run under it
 	cancel  context.CancelFunc // guarded by mu
@@ -74,7 +71,7 @@ type extra struct {
 
 // background runs f in a goroutine under a context that shutdown cancels,
 // and reports false if the store is shutting down and f will not run.
-func (x *extra) background(f func(ctx context.Context)) bool {
+func (x *rollbacks) background(f func(ctx context.Context)) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.stopped {
@@ -89,7 +86,7 @@ func (x *extra) background(f func(ctx context.Context)) bool {
 }
 
 // shutdown stops the background roll-backs and waits for them.
-func (x *extra) shutdown() {
+func (x *rollbacks) shutdown() {
 	x.mu.Lock()
 	x.stopped = true
 	if x.cancel != nil {
@@ -109,8 +106,8 @@ type slotGroup struct {
 // slotGroups returns hits grouped by Cluster slot in ascending slot order
 // when the store runs on a Cluster and the hits span two slots or more;
 // otherwise nil, and the hits go to one script.
-func (s *Store) slotGroups(ctx context.Context, hits []floodgate.Hit) []slotGroup {
-	if len(hits) < 2 || !s.onCluster(ctx) {
+func (s *Store) slotGroups(hits []floodgate.Hit) []slotGroup {
+	if len(hits) < 2 || !s.conn.Cluster() {
 		return nil
 	}
 	var groups []slotGroup
@@ -131,31 +128,13 @@ func (s *Store) slotGroups(ctx context.Context, hits []floodgate.Hit) []slotGrou
 	return groups
 }
 
-// onCluster reports whether the store's Redis is a Cluster, connecting
-// first if needed. A store that cannot connect reports false: the
-// one-script path then reports the connection error.
-func (s *Store) onCluster(ctx context.Context) bool {
-	if s.x.conn != nil {
-		return s.x.conn.Cluster()
-	}
-	if r := s.client.Load(); r != nil {
-		return r.c.Mode() == rueidis.ClientModeCluster
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	c, err := s.conn(ctx)
-	return err == nil && c.Mode() == rueidis.ClientModeCluster
-}
-
 // takeSlots takes a check of n hits whose groups live in different slots:
 // reserve slot by slot, roll back on a denial or a failure.
 func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n int) ([]floodgate.Result, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	out := make([]floodgate.Result, n)
 	var taken []floodgate.Receipt // what the slots before this one recorded
 	for i, g := range groups {
-		res, err := s.takeSlot(ctx, id, g.hits)
+		res, err := s.take(ctx, id, g.hits) // one slot: one script
 		if err == nil && len(res) != len(g.hits) {
 			err = fmt.Errorf("redisstore: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
 		}
@@ -193,20 +172,12 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 	return out, nil
 }
 
-// takeSlot is the take of hits that live in one slot: one script call.
-func (s *Store) takeSlot(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	if s.x.conn != nil { // conn.go
-		return s.takeOnConn(ctx, "take", true, id, hits)
-	}
-	return s.take(ctx, id, hits)
-}
-
 // peekInto fills out with the results of g's hits for a check that
 // another slot denied. It cannot fail the decision, which is a denial
 // whatever g says: if Redis does not answer, g's hits are reported
 // allowed with nothing remaining.
 func (s *Store) peekInto(ctx context.Context, g slotGroup, out []floodgate.Result) {
-	res, err := s.Peek(ctx, g.hits)
+	res, err := s.peek(ctx, g.hits)
 	for j := range g.hits {
 		if err == nil && len(res) == len(g.hits) {
 			out[g.idx[j]] = res[j]
@@ -223,19 +194,19 @@ func (s *Store) rollback(ctx context.Context, id string, taken []floodgate.Recei
 	if len(taken) == 0 {
 		return
 	}
-	err := s.Refund(ctx, id, taken)
+	err := s.refundAll(ctx, id, taken)
 	if err == nil || errors.Is(err, floodgate.ErrClosed) {
 		return
 	}
-	if s.x.queued.Add(1) > maxBackgroundRollbacks {
-		s.x.queued.Add(-1)
+	if s.roll.queued.Add(1) > maxBackgroundRollbacks {
+		s.roll.queued.Add(-1)
 		return
 	}
-	if !s.x.background(func(ctx context.Context) {
-		defer s.x.queued.Add(-1)
+	if !s.roll.background(func(ctx context.Context) {
+		defer s.roll.queued.Add(-1)
 		s.retryRollback(ctx, id, taken)
 	}) {
-		s.x.queued.Add(-1)
+		s.roll.queued.Add(-1)
 	}
 }
 
@@ -255,7 +226,7 @@ func (s *Store) retryRollback(ctx context.Context, id string, taken []floodgate.
 		case <-t.C:
 		}
 		call, cancel := context.WithTimeout(ctx, s.callTO)
-		err := s.Refund(call, id, taken)
+		err := s.refundAll(call, id, taken)
 		cancel()
 		if err == nil || errors.Is(err, floodgate.ErrClosed) {
 			return
@@ -313,14 +284,12 @@ func allAllowed(res []floodgate.Result) bool {
 // peekSlots peeks at each slot's hits concurrently and combines the
 // results in the check's order.
 func (s *Store) peekSlots(ctx context.Context, groups []slotGroup, n int) ([]floodgate.Result, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	out := make([]floodgate.Result, n)
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for i, g := range groups {
 		wg.Go(func() {
-			res, err := s.Peek(ctx, g.hits)
+			res, err := s.peek(ctx, g.hits)
 			if err == nil && len(res) != len(g.hits) {
 				err = fmt.Errorf("redisstore: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
 			}
@@ -345,8 +314,6 @@ func (s *Store) peekSlots(ctx context.Context, groups []slotGroup, n int) ([]flo
 // refundSlots refunds each slot's receipts concurrently. A refund is
 // idempotent, so a caller may retry the whole call after an error.
 func (s *Store) refundSlots(ctx context.Context, id string, receipts []floodgate.Receipt, groups []slotGroup) error {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for i, g := range groups {
@@ -354,7 +321,7 @@ func (s *Store) refundSlots(ctx context.Context, id string, receipts []floodgate
 		for j, k := range g.idx {
 			rs[j] = receipts[k]
 		}
-		wg.Go(func() { errs[i] = s.Refund(ctx, id, rs) })
+		wg.Go(func() { errs[i] = s.refund(ctx, id, rs) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -64,12 +64,8 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Routing", func(t *testing.T) {
 		s := newStoreURL(t, cluster.URL())
-		c, err := s.conn(ctx(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Mode() != rueidis.ClientModeCluster {
-			t.Fatalf("client mode %v, want cluster", c.Mode())
+		if !s.conn.Cluster() {
+			t.Fatal("the store does not see a Cluster")
 		}
 		for _, key := range []string{"somekey", "foo{hash_tag}", s.tag("login", "{x}") + "s:1m0s", s.tag("ip", "192.0.2.1") + "s:1m0s"} {
 			got, err := cluster.KeySlot(key)

@@ -4,23 +4,21 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"fmt"
-	"strconv"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/redis/rueidis"
 )
 
-// Conn is a Redis client other than rueidis that a [Store] can run on,
-// set in [Options.Conn]. Package
+// Conn is the one seam between the store and a Redis client library: the
+// four calls the store makes. The store runs on rueidis by itself (from
+// [Options.URL] or [Options.Client]); package
 // github.com/floodgate-rl/floodgate/redisstore/goredisadapter implements
-// it for go-redis v9 clients (standalone, Sentinel and Cluster), so that a
-// service can share the client it already has; this package does not
-// depend on go-redis.
+// Conn for go-redis v9 clients (standalone, Sentinel and Cluster), so that
+// a service can share the client it already has, and this package does
+// not depend on go-redis. Every client gets the same store: the same
+// scripts and keys, group commit, and checks across Cluster slots.
 //
-// A Store on a Conn runs the same scripts with the same keys as a Store on
-// rueidis, so both can share one Redis, and a check across Cluster slots
-// takes the same reserve-and-roll-back path. Implementations must be safe
-// for concurrent use and must return when ctx is done.
+// Implementations must be safe for concurrent use and must return when
+// ctx is done.
 type Conn interface {
 	// Eval runs script with keys and args: EVALSHA, then EVAL only if
 	// the server answered NOSCRIPT (the script did not run). Unless
@@ -48,107 +46,19 @@ type Script struct {
 	// ReadOnly reports that this call writes nothing, so that sending it
 	// again after a failure is harmless.
 	ReadOnly bool
+
+	lua *rueidis.Lua // the same script for the rueidis driver
 }
 
 func newScript(src string, readOnly bool) Script {
 	sum := sha1.Sum([]byte(src))
-	return Script{Source: src, SHA1: hex.EncodeToString(sum[:]), ReadOnly: readOnly}
-}
-
-var (
-	connTake   = newScript(takeLua, false)
-	connPeek   = newScript(takeLua, true)
-	connRefund = newScript(refundLua, false)
-)
-
-// takeOnConn is Take (record) or Peek on a Conn, for hits of one slot:
-// the take script with the arguments of one group.
-func (s *Store) takeOnConn(ctx context.Context, op string, record bool, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	if s.closed.Load() {
-		return nil, errClosed
+	s := Script{Source: src, SHA1: hex.EncodeToString(sum[:]), ReadOnly: readOnly}
+	// rueidis retries only commands marked retryable, which
+	// NewLuaScript's are not.
+	if readOnly {
+		s.lua = rueidis.NewLuaScriptRetryable(src)
+	} else {
+		s.lua = rueidis.NewLuaScript(src)
 	}
-	mode, script := "0", connPeek
-	if record {
-		mode, script = "1", connTake
-	}
-	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), []string{mode, "1"}, op, group{id: id, hits: hits})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	v, err := s.x.conn.Eval(ctx, script, keys, args)
-	if err != nil {
-		return nil, s.fail(err)
-	}
-	res, err := parseValues(v, []int{len(hits)}, record)
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	return res[0], nil
-}
-
-// refundCall returns the keys and arguments of the refund script for the
-// receipts of the take id (see refund.lua).
-func (s *Store) refundCall(id string, receipts []floodgate.Receipt) (keys, args []string, err error) {
-	keys = make([]string, 0, 2*len(receipts))
-	args = make([]string, 1, 1+5*len(receipts))
-	args[0] = id
-	for i, r := range receipts {
-		p, err := params(r.Hit)
-		if err != nil {
-			return nil, nil, fmt.Errorf("redisstore: refund: hit %d: %w", i, err)
-		}
-		tag := s.tag(r.Hit.Rule.Name, r.Hit.Key)
-		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+id)
-		// A receipt no take gave (zero time) credits nothing: time 0 is
-		// older than any window.
-		at := max(0, min(r.Stamp.At.UnixMicro(), maxScriptValue))
-		args = append(args, p.alg, strconv.FormatInt(p.cost, 10), strconv.FormatInt(p.b, 10),
-			strconv.FormatInt(at, 10), strconv.FormatUint(r.Stamp.Epoch, 10))
-	}
-	return keys, args, nil
-}
-
-// refundOnConn is Refund on a Conn, for receipts of one slot.
-func (s *Store) refundOnConn(ctx context.Context, id string, receipts []floodgate.Receipt) error {
-	if s.closed.Load() {
-		return errClosed
-	}
-	keys, args, err := s.refundCall(id, receipts)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	if _, err := s.x.conn.Eval(ctx, connRefund, keys, args); err != nil {
-		return s.fail(err)
-	}
-	return nil
-}
-
-// resetOnConn is Reset on a Conn.
-func (s *Store) resetOnConn(ctx context.Context, key string) error {
-	if s.closed.Load() {
-		return errClosed
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	if err := s.x.conn.Del(ctx, key); err != nil {
-		return s.fail(err)
-	}
-	return nil
-}
-
-// pingOnConn is Ping on a Conn.
-func (s *Store) pingOnConn(ctx context.Context) error {
-	if s.closed.Load() {
-		return errClosed
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	if err := s.x.conn.Ping(ctx); err != nil {
-		return s.fail(err)
-	}
-	return nil
+	return s
 }

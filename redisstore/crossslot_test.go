@@ -120,7 +120,7 @@ func twoSlots(t *testing.T, s *Store, ra, rb floodgate.Rule) (a, b floodgate.Hit
 }
 
 // isRefund matches calls of the refund script.
-func isRefund(script Script) bool { return script.SHA1 == connRefund.SHA1 }
+func isRefund(script Script) bool { return script.SHA1 == refundScript.SHA1 }
 
 func TestCrossSlotFailedRollbackIsRetried(t *testing.T) {
 	s, f, raw := faultStore(t)
@@ -244,7 +244,7 @@ func TestCloseStopsBackgroundRollbacks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := s.x.queued.Load(); n != 5 {
+	if n := s.roll.queued.Load(); n != 5 {
 		t.Fatalf("%d roll-backs in the background, want 5", n)
 	}
 	start := time.Now()
@@ -252,7 +252,7 @@ func TestCloseStopsBackgroundRollbacks(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("Close took %v with roll-backs pending; it must stop them", d)
 	}
-	if n := s.x.queued.Load(); n != 0 {
+	if n := s.roll.queued.Load(); n != 0 {
 		t.Fatalf("%d roll-backs still running after Close", n)
 	}
 }

@@ -222,7 +222,7 @@ func TestCloseDuringDial(t *testing.T) {
 	if err := s.Ping(ctx(t)); !errors.Is(err, floodgate.ErrClosed) {
 		t.Fatalf("Ping after Close: %v; want ErrClosed", err)
 	}
-	if r := s.client.Load(); r != nil {
+	if r := s.dialed.client.Load(); r != nil {
 		if err := r.c.Do(ctx(t), r.c.B().Ping().Build()).Error(); err == nil {
 			t.Fatal("the client dialed during Close is still open")
 		}

@@ -1,11 +1,11 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -121,34 +121,20 @@ func (o Options) Validate() error {
 // Store is a [floodgate.Store] that keeps the limits in Redis, so that
 // every replica that shares the Redis shares the limits. Each Take, Peek
 // and Refund is one atomic Lua script call that reads the time from the
-// Redis server; on a Cluster, a check whose keys live in several slots is
-// one call per slot, reserved and rolled back so that no key ever admits
-// more than its limit (see the package documentation). A Store is safe
-// for concurrent use; build one per process with [New] (the zero value is
-// not usable) and Close it on shutdown.
+// Redis server; concurrent Takes share calls (batch.go), and on a Cluster
+// a check whose keys live in several slots is one call per slot, reserved
+// and rolled back so that no key ever admits more than its limit
+// (cluster.go). A Store is safe for concurrent use; build one per process
+// with [New] (the zero value is not usable) and Close it on shutdown.
 type Store struct {
 	prefix string
-	owned  bool                 // the store built the client and closes it
-	opt    rueidis.ClientOption // how to dial, when owned
-	redial time.Duration
 	callTO time.Duration
-
-	client atomic.Pointer[clientRef] // nil until connected
+	conn   Conn         // the driver: rueidis (rueidis.go) or another client's
+	dialed *rueidisConn // the driver the store dialed from Options.URL, which Close closes
 	closed atomic.Bool
-	batch  batchers // group commit of concurrent Takes (batch.go)
-
-	x extra // the cross-slot path and Options.Conn (cluster.go, conn.go)
-
-	mu       sync.Mutex
-	dialing  chan struct{} // guarded by mu; closed when the dial in flight ends
-	lastErr  error         // guarded by mu; why the last dial failed
-	lastFail time.Time     // guarded by mu; when it failed
-	dials    sync.WaitGroup
+	batch  batchers  // group commit of concurrent Takes (batch.go)
+	roll   rollbacks // roll-backs retried in the background (cluster.go)
 }
-
-// clientRef boxes the client: rueidis clients of different kinds have
-// different concrete types.
-type clientRef struct{ c rueidis.Client }
 
 var _ floodgate.Store = (*Store)(nil)
 
@@ -162,76 +148,159 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{prefix: opts.Prefix, redial: opts.RedialInterval, callTO: opts.CallTimeout}
-	if s.prefix == "" {
-		s.prefix = DefaultPrefix
+	s := &Store{prefix: cmp.Or(opts.Prefix, DefaultPrefix), callTO: cmp.Or(opts.CallTimeout, DefaultCallTimeout)}
+	switch {
+	case opts.Client != nil:
+		s.conn = onClient(opts.Client)
+	case opts.Conn != nil:
+		s.conn = opts.Conn
+	default:
+		opt, err := rueidis.ParseURL(opts.URL)
+		if err != nil { // Validate parsed it already
+			return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
+		}
+		opt.DisableCache = true
+		if opts.DialTimeout > 0 {
+			opt.Dialer.Timeout = opts.DialTimeout
+		} else if opt.Dialer.Timeout == 0 {
+			opt.Dialer.Timeout = DefaultDialTimeout
+		}
+		if opt.ConnWriteTimeout == 0 {
+			opt.ConnWriteTimeout = DefaultWriteTimeout
+		}
+		s.dialed = dialing(ctx, opt, cmp.Or(opts.RedialInterval, DefaultRedialInterval))
+		s.conn = s.dialed
 	}
-	if s.redial == 0 {
-		s.redial = DefaultRedialInterval
-	}
-	if s.callTO == 0 {
-		s.callTO = DefaultCallTimeout
-	}
-	if opts.Client != nil {
-		s.client.Store(&clientRef{opts.Client})
-		return s, nil
-	}
-	if opts.Conn != nil {
-		s.x.conn = opts.Conn
-		return s, nil
-	}
-	opt, err := rueidis.ParseURL(opts.URL)
-	if err != nil { // Validate parsed it already
-		return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
-	}
-	opt.DisableCache = true
-	if opts.DialTimeout > 0 {
-		opt.Dialer.Timeout = opts.DialTimeout
-	} else if opt.Dialer.Timeout == 0 {
-		opt.Dialer.Timeout = DefaultDialTimeout
-	}
-	if opt.ConnWriteTimeout == 0 {
-		opt.ConnWriteTimeout = DefaultWriteTimeout
-	}
-	s.opt, s.owned = opt, true
-	_, _ = s.conn(ctx) // a failure is remembered and reported by the next call
 	return s, nil
 }
 
 // Close releases the store. A store built from a URL closes its client
 // (waiting for a connection attempt in flight, at most DialTimeout); a
-// store built on Options.Client leaves that client open. Every later call
-// fails with floodgate.ErrClosed. Close is safe to call more than once.
+// store built on Options.Client or Options.Conn leaves that client open.
+// Every later call fails with floodgate.ErrClosed. Close is safe to call
+// more than once.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	already := s.closed.Swap(true)
-	s.mu.Unlock()
-	if already {
+	if s.closed.Swap(true) {
 		return nil
 	}
-	s.dials.Wait()
-	s.x.shutdown()
-	if r := s.client.Load(); r != nil && s.owned {
-		r.c.Close()
+	s.roll.shutdown()
+	if s.dialed != nil {
+		s.dialed.close()
 	}
 	return nil
 }
 
-// Ping checks that Redis answers, for a readiness probe.
-func (s *Store) Ping(ctx context.Context) error {
-	if s.x.conn != nil { // conn.go
-		return s.pingOnConn(ctx)
+// Take implements [floodgate.Store] with one script call, which it may
+// share with concurrent Takes of the same slot (batch.go). On a Cluster, a
+// check whose hits live in several slots takes one script call per slot,
+// reserving and rolling back (cluster.go).
+func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if groups := s.slotGroups(hits); groups != nil {
+		return s.takeSlots(ctx, id, groups, len(hits))
+	}
+	res, err := s.take(ctx, id, hits)
+	if errors.Is(err, ErrCrossSlot) {
+		// The driver learnt it talks to a Cluster only now (a rueidis
+		// client's first connection): nothing ran, take again by slot.
+		if groups := s.slotGroups(hits); groups != nil {
+			return s.takeSlots(ctx, id, groups, len(hits))
+		}
+		return s.take(ctx, id, hits)
+	}
+	return res, err
+}
+
+// Peek implements [floodgate.Store]: the take script in a mode that
+// writes nothing (one call per slot on a Cluster, concurrently).
+func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if groups := s.slotGroups(hits); groups != nil {
+		return s.peekSlots(ctx, groups, len(hits))
+	}
+	return s.peek(ctx, hits)
+}
+
+// Refund implements [floodgate.Store] with one script call (one per slot
+// on a Cluster, concurrently). A sliding window removes the take's
+// members; a token bucket, fixed window or sliding-window counter credits
+// what provably remains of the take, from the take's server time and the
+// state's epoch (see refund.lua), once, remembered by a tombstone key that
+// lives as long as a later refund could credit anything.
+func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+	if len(receipts) == 0 {
+		return nil
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	c, err := s.conn(ctx)
-	if err != nil {
+	return s.refundAll(ctx, id, receipts)
+}
+
+// refundAll is Refund under a deadline: one script per slot.
+func (s *Store) refundAll(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+	if len(receipts) > 1 {
+		hits := make([]floodgate.Hit, len(receipts))
+		for i, r := range receipts {
+			hits[i] = r.Hit
+		}
+		if groups := s.slotGroups(hits); groups != nil {
+			return s.refundSlots(ctx, id, receipts, groups)
+		}
+	}
+	return s.refund(ctx, id, receipts)
+}
+
+// Reset implements [floodgate.Store]: it deletes the key's state under
+// rule. Tombstones of earlier refunds are left to expire.
+func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
+	if int(rule.Algorithm) >= len(suffixes) {
+		return fmt.Errorf("redisstore: reset: %w: unknown algorithm %v", floodgate.ErrInvalidRule, rule.Algorithm)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.call(func() error { return s.conn.Del(ctx, s.tag(rule.Name, key)+stateSuffix(rule)) })
+}
+
+// Ping checks that Redis answers, for a readiness probe.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.call(func() error { return s.conn.Ping(ctx) })
+}
+
+// eval runs script on the driver: every script call of the store goes
+// through it.
+func (s *Store) eval(ctx context.Context, script Script, keys, args []string) ([]int64, error) {
+	if s.conn.Cluster() {
+		if err := sameSlot(keys); err != nil {
+			return nil, err
+		}
+	}
+	var v []int64
+	err := s.call(func() (err error) {
+		v, err = s.conn.Eval(ctx, script, keys, args)
 		return err
+	})
+	return v, err
+}
+
+// call runs one call of the driver on an open store, and wraps its error.
+func (s *Store) call(f func() error) error {
+	if s.closed.Load() {
+		return errClosed
 	}
-	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
-		return s.fail(err)
+	err := f()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, floodgate.ErrClosed), errors.Is(err, floodgate.ErrStoreUnavailable):
+		return err
+	case s.closed.Load() && isClosing(err):
+		return errClosed
 	}
-	return nil
+	return fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 }
 
 // bound gives ctx the CallTimeout when it has no deadline.
@@ -243,84 +312,3 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 }
 
 var errClosed = fmt.Errorf("redisstore: %w", floodgate.ErrClosed)
-
-// conn returns the client, connecting first if needed.
-func (s *Store) conn(ctx context.Context) (rueidis.Client, error) {
-	if s.closed.Load() {
-		return nil, errClosed
-	}
-	if r := s.client.Load(); r != nil {
-		return r.c, nil
-	}
-	s.mu.Lock()
-	if s.closed.Load() {
-		s.mu.Unlock()
-		return nil, errClosed
-	}
-	if r := s.client.Load(); r != nil {
-		s.mu.Unlock()
-		return r.c, nil
-	}
-	ch := s.dialing
-	if ch == nil {
-		if wait := s.redial - time.Since(s.lastFail); s.lastErr != nil && wait > 0 {
-			err := s.lastErr
-			s.mu.Unlock()
-			return nil, fmt.Errorf("redisstore: connect: %w (next attempt in %v): %w", floodgate.ErrStoreUnavailable, wait.Round(time.Millisecond), err)
-		}
-		ch = make(chan struct{})
-		s.dialing = ch
-		s.dials.Add(1)
-		go s.dial(ch)
-	}
-	s.mu.Unlock()
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("redisstore: connect: %w: %w", floodgate.ErrStoreUnavailable, ctx.Err())
-	}
-	if s.closed.Load() {
-		return nil, errClosed
-	}
-	if r := s.client.Load(); r != nil {
-		return r.c, nil
-	}
-	s.mu.Lock()
-	err := s.lastErr
-	s.mu.Unlock()
-	return nil, fmt.Errorf("redisstore: connect: %w: %w", floodgate.ErrStoreUnavailable, err)
-}
-
-// dial builds the client. It runs in its own goroutine because
-// rueidis.NewClient takes no context: callers wait for it only as long as
-// their context allows.
-func (s *Store) dial(done chan struct{}) {
-	defer s.dials.Done()
-	c, err := rueidis.NewClient(s.opt)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case err != nil:
-		s.lastErr, s.lastFail = err, time.Now()
-	case s.closed.Load():
-		c.Close()
-	default:
-		s.client.Store(&clientRef{c})
-		s.lastErr = nil
-	}
-	s.dialing = nil
-	close(done)
-}
-
-// fail wraps an error of a call to Redis. It names no operation: the
-// caller's error does (a Limiter's reads "floodgate: take: redisstore:
-// store unavailable: ...").
-func (s *Store) fail(err error) error {
-	switch {
-	case errors.Is(err, floodgate.ErrClosed), errors.Is(err, floodgate.ErrStoreUnavailable):
-		return err
-	case s.closed.Load() && errors.Is(err, rueidis.ErrClosing):
-		return errClosed
-	}
-	return fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
-}

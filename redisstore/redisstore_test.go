@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,7 +189,7 @@ func TestMembersAreUniqueInOneInstant(t *testing.T) {
 	c := rawClient(t)
 	r := mustRule(t, "same", 10, time.Minute, floodgate.SlidingWindow)
 	hit := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
-	res, err := s.run(ctx(t), "take", true, []group{{"a", hit}, {"b", hit}, {"c", []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}}})
+	res, err := runGroups(ctx(t), s, []group{{"a", hit}, {"b", hit}, {"c", []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func TestGroupsAreIndependent(t *testing.T) {
 		acct := mustRule(t, "acct", 1, time.Minute, alg)
 		a := floodgate.Hit{Rule: ip, Key: "1", Cost: 1}
 		b := floodgate.Hit{Rule: acct, Key: "x", Cost: 1}
-		res, err := s.run(ctx(t), "take", true, []group{
+		res, err := runGroups(ctx(t), s, []group{
 			{"g1", []floodgate.Hit{a, b}}, // allowed
 			{"g2", []floodgate.Hit{a, b}}, // denied by acct: records nothing
 			{"g3", []floodgate.Hit{a}},    // allowed
@@ -292,10 +293,6 @@ func TestRefundIsIdempotent(t *testing.T) {
 
 func TestRefundScriptReportsChanges(t *testing.T) {
 	s := newStore(t)
-	c, err := s.conn(ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := mustRule(t, "rs", 4, time.Minute, floodgate.TokenBucket)
 	hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
 	res, err := s.Take(ctx(t), "id", hits)
@@ -309,7 +306,7 @@ func TestRefundScriptReportsChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := refundScript.Exec(ctx(t), c, keys, args).AsInt64(); err != nil || n != 0 {
+	if n, err := s.eval(ctx(t), refundScript, keys, args); err != nil || len(n) != 1 || n[0] != 0 {
 		t.Fatalf("refund with another epoch: changed %d, %v; want 0", n, err)
 	}
 	keys, args, err = s.refundCall("id", receipts(hits, res))
@@ -317,8 +314,8 @@ func TestRefundScriptReportsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []int64{1, 0, 0} {
-		n, err := refundScript.Exec(ctx(t), c, keys, args).AsInt64()
-		if err != nil || n != want {
+		n, err := s.eval(ctx(t), refundScript, keys, args)
+		if err != nil || len(n) != 1 || n[0] != want {
 			t.Fatalf("refund %d: changed %d, %v; want %d", i+1, n, err, want)
 		}
 	}
@@ -575,4 +572,23 @@ func receipts(hits []floodgate.Hit, res []floodgate.Result) []floodgate.Receipt 
 // stateKey is the key of the state of key under r.
 func stateKey(s *Store, r floodgate.Rule, key string) string {
 	return s.tag(r.Name, key) + stateSuffix(r)
+}
+
+// runGroups checks groups in one take script call, recording each group
+// that is allowed, as a batch of the group commit does.
+func runGroups(ctx context.Context, s *Store, groups []group) ([][]floodgate.Result, error) {
+	keys, args := []string{}, []string{"1", strconv.Itoa(len(groups))}
+	sizes := make([]int, len(groups))
+	for i, g := range groups {
+		var err error
+		if keys, args, err = s.appendGroup(keys, args, "take", g); err != nil {
+			return nil, err
+		}
+		sizes[i] = len(g.hits)
+	}
+	v, err := s.eval(ctx, takeScript, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return parseValues(v, sizes, true)
 }

@@ -39,10 +39,10 @@ func TestResultChecksInvariants(t *testing.T) {
 	}
 }
 
-// TestParseResultsRejectsMalformedReplies feeds the parser real replies of
-// the wrong shape, produced by Redis itself.
+// TestParseResultsRejectsMalformedReplies feeds the rueidis driver and
+// the parser real replies of the wrong shape, produced by Redis itself.
 func TestParseResultsRejectsMalformedReplies(t *testing.T) {
-	c := rawClient(t)
+	rc := onClient(rawClient(t))
 	for _, src := range []string{
 		"return {1, 2, 3}",
 		"return {1, 2, 3, 4, 5}",
@@ -59,20 +59,21 @@ func TestParseResultsRejectsMalformedReplies(t *testing.T) {
 		"return redis.error_reply('boom')",
 		"return {1, 2, 3, 1}",
 	} {
-		msgs, err := c.Do(ctx(t), c.B().Eval().Script(src).Numkeys(0).Build()).ToArray()
-		if err != nil {
-			continue // not an array: run reports it as an error
+		v, err := rc.Eval(ctx(t), newScript(src, true), nil, nil)
+		var res [][]floodgate.Result
+		if err == nil {
+			res, err = parseValues(v, []int{1}, true)
 		}
-		if res, err := parseResults(msgs, []int{1}, true); err == nil || !errors.Is(err, errMalformed) {
-			t.Errorf("%s: parsed as %+v, %v; want an error", src, res, err)
+		if err == nil {
+			t.Errorf("%s: parsed as %+v; want an error", src, res)
 		}
 	}
 	// And the good shape, for two groups.
-	msgs, err := c.Do(ctx(t), c.B().Eval().Script("return {1700000000000000, 1, 9, 60000000, 0, 42, 0, 0, 10, 5, 0}").Numkeys(0).Build()).ToArray()
+	v, err := rc.Eval(ctx(t), newScript("return {1700000000000000, 1, 9, 60000000, 0, 42, 0, 0, 10, 5, 0}", true), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := parseResults(msgs, []int{1, 1}, true)
+	res, err := parseValues(v, []int{1, 1}, true)
 	want := [][]floodgate.Result{
 		{{Allowed: true, Remaining: 9, ResetAfter: time.Minute, Stamp: floodgate.Stamp{At: time.UnixMicro(1700000000000000), Epoch: 42}}},
 		{{ResetAfter: 10 * time.Microsecond, RetryAfter: 5 * time.Microsecond}},

@@ -12,7 +12,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
-	"github.com/redis/rueidis"
 )
 
 var (
@@ -22,15 +21,14 @@ var (
 	refundLua string
 
 	// takeScript records, so it must never be retried: EVALSHA, then EVAL
-	// only on NOSCRIPT (the script did not run). rueidis retries only
-	// commands marked retryable, which NewLuaScript's are not.
-	takeScript = rueidis.NewLuaScript(takeLua)
+	// only on NOSCRIPT (the script did not run).
+	takeScript = newScript(takeLua, false)
 	// peekScript is the same script in the mode that writes nothing, so a
 	// retry after a network error is harmless.
-	peekScript = rueidis.NewLuaScriptRetryable(takeLua)
+	peekScript = newScript(takeLua, true)
 	// refundScript is idempotent by its tombstones, but is not retried
 	// either: a caller may retry Refund, the store does not.
-	refundScript = rueidis.NewLuaScript(refundLua)
+	refundScript = newScript(refundLua, false)
 )
 
 // maxScriptValue bounds the numbers a script computes with (2^51): with
@@ -53,156 +51,32 @@ type group struct {
 	hits []floodgate.Hit
 }
 
-// Take implements [floodgate.Store] with one script call, which it may
-// share with concurrent Takes of the same slot (see batch.go). On a
-// Cluster, a check whose hits live in several slots takes one script call
-// per slot, reserving and rolling back (see cluster.go).
-func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
-		return s.takeSlots(ctx, id, groups, len(hits))
-	}
-	if s.x.conn != nil { // conn.go
-		return s.takeOnConn(ctx, "take", true, id, hits)
-	}
-	return s.take(ctx, id, hits)
-}
-
-// Peek implements [floodgate.Store]: the take script in a mode that
-// writes nothing (one call per slot on a Cluster).
-func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
-		return s.peekSlots(ctx, groups, len(hits))
-	}
-	if s.x.conn != nil { // conn.go
-		return s.takeOnConn(ctx, "peek", false, "", hits)
-	}
-	res, err := s.run(ctx, "peek", false, []group{{hits: hits}})
+// peek runs the take script in the mode that writes nothing, for hits of
+// one slot.
+func (s *Store) peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), []string{"0", "1"}, "peek", group{hits: hits})
 	if err != nil {
 		return nil, err
+	}
+	v, err := s.eval(ctx, peekScript, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	res, err := parseValues(v, []int{len(hits)}, false)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
 	return res[0], nil
 }
 
-// Refund implements [floodgate.Store] with one script call (one per slot
-// on a Cluster). A sliding window removes the take's members; a token
-// bucket, fixed window or sliding-window counter credits what provably
-// remains of the take, from the take's server time and the state's epoch
-// (see refund.lua), once, remembered by a tombstone key that lives as long
-// as a later refund could credit anything.
-func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
-	if len(receipts) == 0 {
-		return nil
-	}
-	if len(receipts) > 1 {
-		hits := make([]floodgate.Hit, len(receipts))
-		for i, r := range receipts {
-			hits[i] = r.Hit
-		}
-		if groups := s.slotGroups(ctx, hits); groups != nil { // cluster.go
-			return s.refundSlots(ctx, id, receipts, groups)
-		}
-	}
-	if s.x.conn != nil { // conn.go
-		return s.refundOnConn(ctx, id, receipts)
-	}
+// refund runs the refund script for receipts of one slot.
+func (s *Store) refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
 	keys, args, err := s.refundCall(id, receipts)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	c, err := s.conn(ctx)
-	if err != nil {
-		return err
-	}
-	if err := sameSlot(c, keys); err != nil {
-		return fmt.Errorf("redisstore: refund: %w", err)
-	}
-	if err := exec(ctx, c, refundScript, keys, args).Error(); err != nil {
-		return s.fail(err)
-	}
-	return nil
-}
-
-// Reset implements [floodgate.Store]: it deletes the key's state under
-// rule. Tombstones of earlier refunds are left to expire.
-func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
-	if int(rule.Algorithm) >= len(suffixes) {
-		return fmt.Errorf("redisstore: reset: %w: unknown algorithm %v", floodgate.ErrInvalidRule, rule.Algorithm)
-	}
-	k := s.tag(rule.Name, key) + stateSuffix(rule)
-	if s.x.conn != nil { // conn.go
-		return s.resetOnConn(ctx, k)
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	c, err := s.conn(ctx)
-	if err != nil {
-		return err
-	}
-	if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
-		return s.fail(err)
-	}
-	return nil
-}
-
-// run checks groups in one script call, recording each group that is
-// allowed when record is set, and returns one result slice per group.
-func (s *Store) run(ctx context.Context, op string, record bool, groups []group) ([][]floodgate.Result, error) {
-	n := 0
-	for _, g := range groups {
-		n += len(g.hits)
-	}
-	keys := make([]string, 0, n)
-	args := make([]string, 2, 2+2*len(groups)+4*n)
-	args[0] = "0"
-	if record {
-		args[0] = "1"
-	}
-	args[1] = strconv.Itoa(len(groups))
-	sizes := make([]int, len(groups))
-	for gi, g := range groups {
-		sizes[gi] = len(g.hits)
-		var err error
-		if keys, args, err = s.appendGroup(keys, args, op, g); err != nil {
-			return nil, err
-		}
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	c, err := s.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := sameSlot(c, keys); err != nil {
-		return nil, fmt.Errorf("redisstore: %s: %w", op, err)
-	}
-	script := takeScript
-	if !record {
-		script = peekScript
-	}
-	msgs, err := exec(ctx, c, script, keys, args).ToArray()
-	if err != nil {
-		return nil, s.fail(err)
-	}
-	res, err := parseResults(msgs, sizes, record)
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	return res, nil
-}
-
-// exec runs script. rueidis panics when a Cluster client builds a command
-// whose keys are in different slots; sameSlot rules that out first, and
-// exec turns any such panic into an error all the same: a bad call must
-// never crash the service.
-func exec(ctx context.Context, c rueidis.Client, script *rueidis.Lua, keys, args []string) (res rueidis.RedisResult) {
-	defer func() {
-		if p := recover(); p != nil {
-			res = rueidis.NewErrorResult(fmt.Errorf("rueidis panicked: %v", p))
-		}
-	}()
-	return script.Exec(ctx, c, keys, args)
+	_, err = s.eval(ctx, refundScript, keys, args)
+	return err
 }
 
 // ErrCrossSlot reports a script call whose keys live in different Redis
@@ -212,9 +86,9 @@ func exec(ctx context.Context, c rueidis.Client, script *rueidis.Lua, keys, args
 // could not decide.
 var ErrCrossSlot = fmt.Errorf("%w: keys in different Redis Cluster slots", floodgate.ErrStoreUnavailable)
 
-// sameSlot checks, on a Cluster client, that keys share one slot.
-func sameSlot(c rueidis.Client, keys []string) error {
-	if len(keys) < 2 || c.Mode() != rueidis.ClientModeCluster {
+// sameSlot checks that keys share one Cluster slot.
+func sameSlot(keys []string) error {
+	if len(keys) < 2 {
 		return nil
 	}
 	first := keySlot(keys[0])
@@ -307,23 +181,10 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // shape.
 var errMalformed = errors.New("malformed script reply")
 
-// parseResults turns the take script's reply (the server time, then 5
+// parseValues turns the take script's reply (the server time, then 5
 // integers per hit) into one result slice per group of sizes[i] hits; when
 // recorded, each allowed hit gets its stamp. It checks the reply's shape
 // and the results' invariants and never panics.
-func parseResults(msgs []rueidis.RedisMessage, sizes []int, recorded bool) ([][]floodgate.Result, error) {
-	v := make([]int64, len(msgs))
-	for i, m := range msgs {
-		x, err := m.ToInt64()
-		if err != nil {
-			return nil, fmt.Errorf("%w: value %d: %w", errMalformed, i, err)
-		}
-		v[i] = x
-	}
-	return parseValues(v, sizes, recorded)
-}
-
-// parseValues is parseResults of the reply's integers.
 func parseValues(v []int64, sizes []int, recorded bool) ([][]floodgate.Result, error) {
 	n := 0
 	for _, size := range sizes {
@@ -404,4 +265,26 @@ func epochOf(id string) uint64 {
 		h = 1
 	}
 	return h
+}
+
+// refundCall returns the keys and arguments of the refund script for the
+// receipts of the take id (see refund.lua).
+func (s *Store) refundCall(id string, receipts []floodgate.Receipt) (keys, args []string, err error) {
+	keys = make([]string, 0, 2*len(receipts))
+	args = make([]string, 1, 1+5*len(receipts))
+	args[0] = id
+	for i, r := range receipts {
+		p, err := params(r.Hit)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redisstore: refund: hit %d: %w", i, err)
+		}
+		tag := s.tag(r.Hit.Rule.Name, r.Hit.Key)
+		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+id)
+		// A receipt no take gave (zero time) credits nothing: time 0 is
+		// older than any window.
+		at := max(0, min(r.Stamp.At.UnixMicro(), maxScriptValue))
+		args = append(args, p.alg, strconv.FormatInt(p.cost, 10), strconv.FormatInt(p.b, 10),
+			strconv.FormatInt(at, 10), strconv.FormatUint(r.Stamp.Epoch, 10))
+	}
+	return keys, args, nil
 }

@@ -22,7 +22,7 @@ func TestSentinel(t *testing.T) {
 
 	t.Run("Mode", func(t *testing.T) {
 		s := newStoreURL(t, sentinel.URL())
-		c, err := s.conn(ctx(t))
+		c, err := s.dialed.get(ctx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
