@@ -71,7 +71,8 @@ func memoryTable(ctx context.Context, addr string, out io.Writer) error {
 				}
 			}
 			suffix := map[floodgate.Algorithm]string{floodgate.SlidingWindow: "s", floodgate.TokenBucket: "t", floodgate.FixedWindow: "f", floodgate.SlidingWindowCounter: "c"}[alg]
-			n, err := usage(redisstore.DefaultPrefix + "{login:" + key + "}:" + suffix)
+			// The key layout of redisstore's package documentation.
+			n, err := usage(redisstore.DefaultPrefix + "{login:" + key + "}:" + suffix + ":" + r.Window.String())
 			if err != nil {
 				return err
 			}

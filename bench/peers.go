@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/redisstore/goredisadapter"
 	"github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -38,6 +39,7 @@ const denialCacheSize = 10_000
 
 var peers = []peer{
 	{name: "floodgate", redis: true, ref: true, algorithm: "sliding log, exact", build: floodgateRedis(floodgate.SlidingWindow, denialCacheSize)},
+	{name: "floodgate via go-redis", redis: true, algorithm: "sliding log, exact", build: floodgateGoRedis(floodgate.SlidingWindow, denialCacheSize)},
 	{name: "floodgate, no denial cache", redis: true, algorithm: "sliding log, exact", build: floodgateRedis(floodgate.SlidingWindow, 0)},
 	{name: "floodgate token bucket", redis: true, algorithm: "GCRA", build: floodgateRedis(floodgate.TokenBucket, denialCacheSize)},
 	{name: "floodgate counter", redis: true, algorithm: "sliding counter", build: floodgateRedis(floodgate.SlidingWindowCounter, denialCacheSize)},
@@ -98,6 +100,30 @@ func floodgateRedis(alg floodgate.Algorithm, cache int) func(addr, prefix string
 		}
 		normal, hot := rules(alg)
 		return &fgLimiter{l: l, normal: normal, hot: hot, close: func() { s.Close() }}, nil
+	}
+}
+
+// floodgateGoRedis is floodgateRedis on a go-redis client, through
+// goredisadapter: the same store, on the other driver.
+func floodgateGoRedis(alg floodgate.Algorithm, cache int) func(addr, prefix string) (limiter, error) {
+	return func(addr, prefix string) (limiter, error) {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		conn, err := goredisadapter.New(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := redisstore.New(ctx, redisstore.Options{Conn: conn, Prefix: prefix})
+		if err != nil {
+			return nil, err
+		}
+		l, err := floodgate.New(s, floodgate.Options{Timeout: 2 * time.Second, DenialCacheSize: cache})
+		if err != nil {
+			return nil, err
+		}
+		normal, hot := rules(alg)
+		return &fgLimiter{l: l, normal: normal, hot: hot, close: func() { s.Close(); c.Close() }}, nil
 	}
 }
 
