@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/keyenc"
 )
 
 // The denial cache (Options.DenialCacheSize)
@@ -88,7 +90,7 @@ func (c *denialCache) clock() int64 {
 
 // identity hashes the key of a hit: what a store keeps one state for.
 func (c *denialCache) identity(r Rule, key string) uint64 {
-	return maphash.String(c.seed, key) ^ (maphash.String(c.seed, r.Name)+uint64(r.Algorithm)+uint64(r.Window)<<8)*0x9e3779b97f4a7c15
+	return keyenc.Identity(c.seed, r.Name, uint8(r.Algorithm), r.Window, key)
 }
 
 // probe computes the map key and generation sum of a check.

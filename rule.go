@@ -92,6 +92,10 @@ const (
 	MaxSlidingCost  = 1_000
 )
 
+// MaxLimit is the highest Limit, and Burst, of any [Rule]: 2^51, where
+// every store's arithmetic (Redis's Lua counts in doubles) stays exact.
+const MaxLimit = 1 << 51
+
 // MaxWindow is the longest window a [Rule] accepts: ten years. It keeps
 // every store's arithmetic in microseconds exact (below 2^51).
 const MaxWindow = 10 * 365 * 24 * time.Hour
@@ -173,6 +177,8 @@ func (r Rule) Validate() error {
 	}
 	if r.Limit < 1 {
 		bad("limit is %d, must be at least 1", r.Limit)
+	} else if r.Limit > MaxLimit {
+		bad("limit %d is above %d", r.Limit, MaxLimit)
 	} else if r.Algorithm == SlidingWindow && r.Limit > MaxSlidingLimit {
 		bad("limit %d is above %d, the most a sliding-window log keeps per key; use token-bucket or sliding-window-counter for high limits", r.Limit, MaxSlidingLimit)
 	}
@@ -192,6 +198,8 @@ func (r Rule) Validate() error {
 	switch {
 	case r.Burst < 0:
 		bad("burst is %d, must not be negative", r.Burst)
+	case r.Burst > MaxLimit:
+		bad("burst %d is above %d", r.Burst, MaxLimit)
 	case r.Burst > 0 && r.Algorithm != TokenBucket:
 		bad("burst is only meaningful for token-bucket, not %v", r.Algorithm)
 	case r.Burst > 0 && r.Limit > 0 && r.Window > 0 && r.Burst/r.Limit > int64(MaxWindow/r.Window):

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 )
 
 // entry is the state of one key under one rule. Times are Unix
@@ -237,11 +238,7 @@ func slicesDeleteID(log []stamp, id string) []stamp {
 	return out
 }
 
-// interval is a token bucket's emission interval in nanoseconds, rounded
-// up so that rounding never admits more than the rule allows.
-func interval(r floodgate.Rule) int64 {
-	w := int64(r.Window)
-	return (w + r.Limit - 1) / r.Limit
-}
+// interval is a token bucket's emission interval in nanoseconds.
+func interval(r floodgate.Rule) int64 { return int64(algo.Interval(r)) }
 
 func dur(ns int64) time.Duration { return time.Duration(ns) }

@@ -406,8 +406,7 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 // hash hashes k once, for both its shard (the low bits) and the shard's
 // map.
 func (s *Store) hash(k *entryKey) uint64 {
-	h := maphash.String(s.seed, k.key) ^ (maphash.String(s.seed, k.rule)+uint64(k.alg)+uint64(k.window)<<8)*0x9e3779b97f4a7c15
-	return h ^ h>>29
+	return keyenc.Identity(s.seed, k.rule, uint8(k.alg), k.window, k.key)
 }
 
 func (s *Store) shard(h uint64) *shard { return &s.shards[h&s.mask] }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 )
 
 // Checks across Redis Cluster slots.
@@ -236,26 +237,11 @@ func (s *Store) retryRollback(ctx context.Context, id string, taken []floodgate.
 }
 
 // reservationLife is the longest time a take can weigh on the state of
-// the receipts' keys: a window, the time a token bucket takes to refill
-// the cost, or two windows for an algorithm that weighs the previous
-// window too.
+// the receipts' keys.
 func reservationLife(taken []floodgate.Receipt) time.Duration {
 	var d time.Duration
 	for _, r := range taken {
-		rule := r.Hit.Rule
-		var life time.Duration
-		switch rule.Algorithm {
-		case floodgate.SlidingWindow, floodgate.FixedWindow:
-			life = rule.Window
-		case floodgate.TokenBucket:
-			// cost/limit of the window, in floating point: the product
-			// of cost and window overflows for large rules, and this
-			// needs no exactness.
-			life = time.Duration(float64(rule.Window) * float64(r.Hit.Cost) / float64(rule.Limit))
-		default:
-			life = 2 * rule.Window
-		}
-		d = max(d, life)
+		d = max(d, algo.Life(r.Hit.Rule, r.Hit.Cost))
 	}
 	return d
 }

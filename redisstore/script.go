@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
 )
 
@@ -146,36 +147,27 @@ type hitParams struct {
 	a, b   int64 // limit and window (µs); token bucket: capacity and interval (µs)
 }
 
-// params checks that h can be computed exactly by the scripts and returns
-// their arguments.
+// params returns the scripts' arguments of h. floodgate.Rule.Validate
+// keeps every figure within what the scripts compute exactly (below 2^51,
+// sums below 2^53). The Limiter has validated h (floodgate.Store); params
+// checks again, with the same Validate, for callers of the Store itself:
+// a hit outside the contract must be an error, never a panic or a silent
+// miscount. Take and Peek cache the result per rule and cost
+// (paramStrings), so the hot path pays nothing for it.
 func params(h floodgate.Hit) (hitParams, error) {
 	r := h.Rule
-	if int(r.Algorithm) >= len(suffixes) {
-		return hitParams{}, fmt.Errorf("%w: rule %q: unknown algorithm %v", floodgate.ErrInvalidRule, r.Name, r.Algorithm)
+	if err := r.Validate(); err != nil {
+		return hitParams{}, err
 	}
-	w := int64(r.Window / time.Microsecond)
-	if r.Limit < 1 || w < 1 || w > maxScriptValue || r.Limit > maxScriptValue {
-		return hitParams{}, fmt.Errorf("%w: rule %q: limit %d per %v is outside what the Redis store computes exactly (limit 1 to 2^51, window 1µs to 2^51µs)", floodgate.ErrInvalidRule, r.Name, r.Limit, r.Window)
+	if capacity := r.Capacity(); h.Cost < 1 || h.Cost > capacity {
+		return hitParams{}, fmt.Errorf("%w: rule %q: cost %d is not within 1 to the capacity %d", floodgate.ErrInvalidHit, r.Name, h.Cost, capacity)
 	}
-	p := hitParams{alg: suffixes[r.Algorithm], suffix: stateSuffix(r), cost: h.Cost, a: r.Limit, b: w}
-	capacity := r.Capacity()
-	if p.cost < 1 || p.cost > capacity {
-		return hitParams{}, fmt.Errorf("%w: rule %q: cost %d is not within 1 to the capacity %d", floodgate.ErrInvalidHit, r.Name, p.cost, capacity)
-	}
-	if r.Algorithm == floodgate.SlidingWindowCounter && r.Limit >= (1<<53)/w {
-		return hitParams{}, fmt.Errorf("%w: rule %q: limit %d per %v is outside what the Redis store computes exactly for a sliding-window counter ((limit+1) x window in µs below 2^53)", floodgate.ErrInvalidRule, r.Name, r.Limit, r.Window)
-	}
+	p := hitParams{alg: suffixes[r.Algorithm], suffix: stateSuffix(r), cost: h.Cost, a: r.Limit, b: int64(r.Window / time.Microsecond)}
 	if r.Algorithm == floodgate.TokenBucket {
-		interval := ceilDiv(w, r.Limit) // rounded up: rounding never admits more
-		if capacity > maxScriptValue/interval {
-			return hitParams{}, fmt.Errorf("%w: rule %q: burst %d times an interval of %dµs is outside what the Redis store computes exactly (2^51µs)", floodgate.ErrInvalidRule, r.Name, capacity, interval)
-		}
-		p.a, p.b = capacity, interval
+		p.a, p.b = r.Capacity(), int64(algo.Interval(r)/time.Microsecond)
 	}
 	return p, nil
 }
-
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // errMalformed reports a script reply that does not have the documented
 // shape.

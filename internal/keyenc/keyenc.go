@@ -5,6 +5,8 @@ package keyenc
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"hash/maphash"
+	"time"
 )
 
 // MaxPlain is the longest key kept as it is.
@@ -33,4 +35,12 @@ func plain(key string) bool {
 		}
 	}
 	return key != ""
+}
+
+// Identity hashes a state's identity (floodgate.Store): a rule's name,
+// algorithm and window, and a key. The denial cache and memstore both
+// index states by it.
+func Identity(seed maphash.Seed, name string, alg uint8, window time.Duration, key string) uint64 {
+	h := maphash.String(seed, key) ^ (maphash.String(seed, name)+uint64(alg)+uint64(window)<<8)*0x9e3779b97f4a7c15
+	return h ^ h>>29
 }

@@ -1,0 +1,60 @@
+package algo_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
+)
+
+func rule(t *testing.T, limit int64, window time.Duration, alg floodgate.Algorithm) floodgate.Rule {
+	t.Helper()
+	r, err := floodgate.NewRule("r", limit, window, alg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestInterval(t *testing.T) {
+	for _, tc := range []struct {
+		limit  int64
+		window time.Duration
+		want   time.Duration
+	}{
+		{5, time.Second, 200 * time.Millisecond},
+		{3, time.Second, 333334 * time.Microsecond}, // rounded up
+		{1, time.Millisecond, time.Millisecond},
+		{1000, time.Millisecond, time.Microsecond}, // never below 1µs
+		{floodgate.MaxLimit, time.Millisecond, time.Microsecond},
+		{10_000_000, time.Hour, 360 * time.Microsecond},
+	} {
+		if got := algo.Interval(rule(t, tc.limit, tc.window, floodgate.TokenBucket)); got != tc.want {
+			t.Errorf("Interval(%d per %v) = %v, want %v", tc.limit, tc.window, got, tc.want)
+		}
+	}
+}
+
+// Life at the extremes of every bound: the longest valid token bucket
+// take must not overflow (it once came out at -1m29s).
+func TestLifeAtTheBounds(t *testing.T) {
+	for _, tc := range []struct {
+		r    floodgate.Rule
+		cost int64
+		want time.Duration
+	}{
+		{rule(t, 10, time.Minute, floodgate.SlidingWindow), 3, time.Minute},
+		{rule(t, 10, time.Hour, floodgate.FixedWindow), 10, time.Hour},
+		{rule(t, 10, time.Hour, floodgate.SlidingWindowCounter), 1, 2 * time.Hour},
+		{rule(t, 10, time.Minute, floodgate.TokenBucket), 3, 18 * time.Second},
+		{rule(t, 10_000_000, time.Hour, floodgate.TokenBucket), 10_000_000, time.Hour},
+		{rule(t, floodgate.MaxLimit, time.Millisecond, floodgate.TokenBucket), floodgate.MaxLimit, floodgate.MaxLimit * time.Microsecond},
+		{rule(t, 1, floodgate.MaxWindow, floodgate.TokenBucket), 1, floodgate.MaxWindow},
+		{rule(t, 1, floodgate.MaxWindow, floodgate.SlidingWindowCounter), 1, 2 * floodgate.MaxWindow},
+	} {
+		if got := algo.Life(tc.r, tc.cost); got != tc.want || got <= 0 {
+			t.Errorf("Life(%v, cost %d) = %v, want %v", tc.r, tc.cost, got, tc.want)
+		}
+	}
+}
