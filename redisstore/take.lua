@@ -290,7 +290,7 @@ local out = {now}
 local o = 1 -- values in out
 local ki = 1 -- next key
 local ai = 3 -- next argument
-local algs, costs, bs, vals, lefts, eps -- per hit of a group of several
+local algs, costs, windows, vals, lefts, eps -- per hit of a group of several
 for _ = 1, tonumber(ARGV[2]) do
   local id = ARGV[ai]
   local epoch = ARGV[ai + 1]
@@ -299,25 +299,26 @@ for _ = 1, tonumber(ARGV[2]) do
   local all = true
   local k0, o0 = ki, o
   if n > 1 and algs == nil then
-    algs, costs, bs, vals, lefts, eps = {}, {}, {}, {}, {}, {}
+    algs, costs, windows, vals, lefts, eps = {}, {}, {}, {}, {}, {}
   end
   for h = 1, n do
     local alg = ARGV[ai]
     local cost = tonumber(ARGV[ai + 1])
-    local a = tonumber(ARGV[ai + 2])
-    local b = tonumber(ARGV[ai + 3])
+    -- "s", "f", "c": limit and window; "t": capacity and interval
+    local limit, window = tonumber(ARGV[ai + 2]), tonumber(ARGV[ai + 3])
     local key = KEYS[ki]
     ai = ai + 4
     ki = ki + 1
     local ok, remaining, reset, retry, val, ep
     if alg == 's' then
-      ok, remaining, reset, retry = sliding(key, cost, a, b)
+      ok, remaining, reset, retry = sliding(key, cost, limit, window)
     elseif alg == 't' then
-      ok, remaining, reset, retry, val, ep = bucket(key, cost, a, b)
+      local capacity, interval = limit, window
+      ok, remaining, reset, retry, val, ep = bucket(key, cost, capacity, interval)
     elseif alg == 'f' then
-      ok, remaining, reset, retry, val, ep = fixed(key, cost, a, b)
+      ok, remaining, reset, retry, val, ep = fixed(key, cost, limit, window)
     elseif alg == 'c' then
-      ok, remaining, reset, retry, val, ep = counter(key, cost, a, b)
+      ok, remaining, reset, retry, val, ep = counter(key, cost, limit, window)
     else
       error('redisstore: unknown algorithm ' .. tostring(alg))
     end
@@ -330,20 +331,20 @@ for _ = 1, tonumber(ARGV[2]) do
     if n == 1 then
       -- A group of one hit records at once.
       if ok and record then
-        write(key, id, alg, cost, b, val, reset, ep)
+        write(key, id, alg, cost, window, val, reset, ep)
         if alg ~= 's' then
           out[o + 5] = tonumber(ep)
         end
       end
     else
       all = all and ok
-      algs[h], costs[h], bs[h], vals[h], lefts[h], eps[h] = alg, cost, b, val, reset, ep
+      algs[h], costs[h], windows[h], vals[h], lefts[h], eps[h] = alg, cost, window, val, reset, ep
     end
     o = o + 5
   end
   if n > 1 and record and all then
     for h = 1, n do
-      write(KEYS[k0 + h - 1], id, algs[h], costs[h], bs[h], vals[h], lefts[h], eps[h])
+      write(KEYS[k0 + h - 1], id, algs[h], costs[h], windows[h], vals[h], lefts[h], eps[h])
       if algs[h] ~= 's' then
         out[o0 + 5 * h] = tonumber(eps[h])
       end

@@ -176,6 +176,48 @@ var sequences = []testCase{
 			}
 		}
 	}},
+	{"BoundsAtTheirExtremes", func(t *testing.T, e env, l *floodgate.Limiter) {
+		// Every algorithm at the edges of what a Rule accepts: the
+		// shortest and longest windows, the highest limits, a cost of the
+		// whole capacity. A store must take it, deny the next request with
+		// a positive wait no longer than the rule's period, and overflow
+		// nowhere.
+		counterMax := int64(1<<53)/int64(floodgate.MaxWindow/time.Microsecond) - 2
+		for _, tc := range []struct {
+			alg    floodgate.Algorithm
+			limit  int64
+			window time.Duration
+			cost   int64
+		}{
+			{floodgate.SlidingWindow, 1, time.Millisecond, 1},
+			{floodgate.SlidingWindow, floodgate.MaxSlidingCost, floodgate.MaxWindow, floodgate.MaxSlidingCost},
+			{floodgate.TokenBucket, 1, time.Millisecond, 1},
+			{floodgate.TokenBucket, floodgate.MaxLimit, time.Millisecond, floodgate.MaxLimit},
+			{floodgate.TokenBucket, floodgate.MaxLimit, floodgate.MaxWindow, floodgate.MaxLimit},
+			{floodgate.TokenBucket, 1, floodgate.MaxWindow, 1},
+			{floodgate.FixedWindow, floodgate.MaxLimit, floodgate.MaxWindow, floodgate.MaxLimit},
+			{floodgate.FixedWindow, 1, time.Millisecond, 1},
+			{floodgate.SlidingWindowCounter, counterMax, floodgate.MaxWindow, counterMax},
+			{floodgate.SlidingWindowCounter, 1, time.Millisecond, 1},
+		} {
+			r := rule(t, "edge", tc.limit, tc.window, tc.alg)
+			k := key(t)
+			first := allowN(t, l, r, k, tc.cost)
+			if !first.Allowed || first.Remaining != tc.limit-tc.cost || first.ResetAfter <= 0 {
+				t.Fatalf("%v: cost %d of limit %d per %v: %+v; want allowed with Remaining %d", tc.alg, tc.cost, tc.limit, tc.window, first, tc.limit-tc.cost)
+			}
+			// A token bucket whose interval is a microsecond refills a token
+			// every microsecond that passes between the calls, so only the
+			// buckets that refill slowly must deny the next request.
+			if tc.alg == floodgate.TokenBucket && tc.limit > 1 {
+				continue
+			}
+			next := allowN(t, l, r, k, 1)
+			if tc.window > time.Second && (next.Allowed || next.RetryAfter <= 0 || next.RetryAfter > 2*tc.window) {
+				t.Fatalf("%v: the request after the whole capacity of %d per %v: %+v; want denied, with a wait within the period", tc.alg, tc.limit, tc.window, next)
+			}
+		}
+	}},
 }
 
 func allowN(t *testing.T, l *floodgate.Limiter, r floodgate.Rule, k string, n int64) floodgate.Decision {
