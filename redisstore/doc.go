@@ -19,16 +19,11 @@
 //
 // # Group commit
 //
-// Concurrent Takes share script calls. While a take call is in flight
-// (at most two at once per store, or per slot on a Cluster), the Takes
-// that arrive queue, and the next call carries all of them (up to 128
-// hits), each still all-or-nothing and in arrival order. A Take that finds
-// nothing in flight is sent at once, alone, under its own context: there
-// is no timer and no linger, so light load pays nothing. A failed or
-// timed-out call fails every Take in it with an error wrapping
-// floodgate.ErrStoreUnavailable, and is never retried; each caller waits
-// no longer than its own context allows, and a Take whose context ends
-// before its call is sent is dropped from it, so it records nothing.
+// Concurrent Takes share script calls: while a call is in flight, the
+// Takes that arrive queue and the next call carries them all (up to 128
+// hits), each still all-or-nothing; a Take that finds nothing in flight is
+// sent at once, so light load pays nothing. Every client gets it, rueidis
+// or go-redis. batch.go holds the design.
 //
 // Time is the Redis server's: the scripts call TIME and count in integer
 // microseconds, so replicas whose clocks disagree still agree on every
@@ -71,7 +66,7 @@
 // was recorded in (so nothing after a Reset or an expiry), and measures
 // the take's age on the server's clock. What it credits is stated once,
 // on floodgate.Store.Refund.
-
+//
 // The prefix defaults to "fg:". The client's key goes through the same
 // encoding as every store's: kept as it is when it is at most 48 bytes of
 // [A-Za-z0-9_.@+=:/-], otherwise replaced by "~" and 24 characters of its
@@ -89,31 +84,13 @@
 //
 // # Memory
 //
-// Measured with MEMORY USAGE on Redis 7.0 (64-bit, jemalloc), with the
-// default prefix, a rule named "login", 12-byte keys and the ids of a
-// floodgate.Limiter (about 14 bytes), each key full (key names
-// included):
-//
-//	sliding window, limit 10        408 bytes
-//	sliding window, limit 100     3,160 bytes   (about 31 bytes per entry)
-//	sliding window, limit 1000  102,400 bytes   (about 102 bytes per entry)
-//	token bucket                    136 bytes   (any limit)
-//	fixed window                    120 bytes   (any limit)
-//	sliding-window counter     120-136 bytes   (any limit)
-//	refund tombstone                104 bytes   (per refunded take, until it expires)
-//
-// The token bucket, fixed window and counter states carry their epoch:
-// before it (and the window in the key name) they took 72, 88 and 88-104
-// bytes.
-//
-// A sorted set stays compact (a listpack) up to zset-max-listpack-entries
-// entries (128 by default) of up to 64 bytes; past that each entry costs
-// about three times as much. So a sliding window costs memory in
-// proportion to its limit: a million active keys at a limit of 10 take
-// about 400 MB, at a limit of 1000 about 100 GB, while a token bucket
-// takes about 72 MB for any limit. Prefer the sliding window for small
-// limits that must be exact (login, PIX transfers), the token bucket for
-// large limits (API quotas).
+// A token bucket, fixed window or counter takes about 120-136 bytes per
+// key whatever its limit; a sliding window about 40 bytes per admitted
+// request up to 128 of them and about 100 beyond (102 KB at a limit of
+// 1,000). Prefer the sliding window for small limits that must be exact
+// (login, PIX transfers), the token bucket for large ones (API quotas).
+// docs/CLUSTER.md in the repository has the measured table, on a
+// standalone server and on a Cluster node, and how to size a deployment.
 //
 // # Redis modes
 //
@@ -138,32 +115,11 @@
 //
 // The keys of one rule and one client key share a hash tag, so one hit
 // never spans slots, but a check of two identities (an IP and an account)
-// usually does, and one script cannot touch two slots. On a Cluster, such
-// a check is taken slot by slot in ascending slot order, with the take's
-// id: each slot's script takes that slot's hits all or nothing; once a
-// slot denies, the slots already taken are refunded with the same id (an
-// idempotent roll-back) and the later ones only peeked. The bound:
-//
-//   - No key ever admits more than its limit: every slot's script checks
-//     and records atomically, counting the reservations of checks in
-//     flight.
-//   - A denied check leaves nothing once Take returns, unless the roll-back
-//     failed; a check that fails (an error) rolls back what it can.
-//   - The price is over-denial, never over-admission: a reservation that
-//     is later rolled back holds one unit of its keys' quota for about one
-//     round trip, and may deny a concurrent check that an oracle would
-//     allow. A roll-back that fails (Redis unreachable) is retried in the
-//     background; if the process dies between the phases, the reservation
-//     expires with its window (sliding window, fixed window) or refills
-//     (token bucket, cost times the emission interval).
-//   - A slot whose take timed out may or may not have recorded: its
-//     sliding-window members are removed by name, but the state of any
-//     other algorithm there is left to expire rather than credited for a
-//     take that may never have happened.
-//
-// Such a check costs one round trip per slot, one after the other; a check
-// denied by its first slot writes nothing anywhere. Peek asks every slot
-// at once; Refund refunds every slot at once.
+// usually does. On a Cluster such a check is taken slot by slot in
+// ascending slot order, and rolled back with an idempotent refund when a
+// later slot denies: no key ever admits more than its limit, and the price
+// is a moment of over-denial, never over-admission. cluster.go holds the
+// design and its bounds; docs/CLUSTER.md the measurements.
 //
 // # Failover
 //
