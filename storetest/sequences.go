@@ -140,6 +140,7 @@ var sequences = []testCase{
 				t.Fatalf("%v: the same name with a 2h window admitted %d of 4; want 3 on a fresh state", alg, n)
 			}
 			shorter := rule(t, "deploy", 3, 2*e.unit, alg)
+			align(t, e, l, floodgate.Hit{Rule: shorter, Key: k})
 			if n := admitted(t, l, shorter, k, 4); n != 3 {
 				t.Fatalf("%v: the same name with a short window admitted %d of 4; want 3 on a fresh state", alg, n)
 			}
