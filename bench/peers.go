@@ -92,15 +92,22 @@ func floodgateRedis(alg floodgate.Algorithm, cache int) func(addr, prefix string
 		if err != nil {
 			return nil, err
 		}
-		// A budget that a busy 2-core machine never exceeds: the benchmark
-		// measures throughput, not the failure path.
-		l, err := floodgate.New(s, floodgate.Options{Timeout: 2 * time.Second, DenialCacheSize: cache})
-		if err != nil {
-			return nil, err
-		}
-		normal, hot := rules(alg)
-		return &fgLimiter{l: l, normal: normal, hot: hot, close: func() { s.Close() }}, nil
+		return fgOnRedis(s, alg, cache, func() { s.Close() })
 	}
+}
+
+// fgOnRedis is floodgate's limiter on a Redis store s, with alg and a
+// denial cache of cache entries; close releases what the row built.
+func fgOnRedis(s *redisstore.Store, alg floodgate.Algorithm, cache int, close func()) (limiter, error) {
+	// A budget that a busy 2-core machine never exceeds: the benchmark
+	// measures throughput, not the failure path.
+	l, err := floodgate.New(s, floodgate.Options{Timeout: 2 * time.Second, DenialCacheSize: cache})
+	if err != nil {
+		close()
+		return nil, err
+	}
+	normal, hot := rules(alg)
+	return &fgLimiter{l: l, normal: normal, hot: hot, close: close}, nil
 }
 
 // floodgateGoRedis is floodgateRedis on a go-redis client, through
@@ -116,14 +123,10 @@ func floodgateGoRedis(alg floodgate.Algorithm, cache int) func(addr, prefix stri
 		defer cancel()
 		s, err := redisstore.New(ctx, redisstore.Options{Conn: conn, Prefix: prefix})
 		if err != nil {
+			c.Close()
 			return nil, err
 		}
-		l, err := floodgate.New(s, floodgate.Options{Timeout: 2 * time.Second, DenialCacheSize: cache})
-		if err != nil {
-			return nil, err
-		}
-		normal, hot := rules(alg)
-		return &fgLimiter{l: l, normal: normal, hot: hot, close: func() { s.Close(); c.Close() }}, nil
+		return fgOnRedis(s, alg, cache, func() { s.Close(); c.Close() })
 	}
 }
 

@@ -30,17 +30,7 @@ func TestSlidingWindowMatchesModel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(1, uint64(tc.limit)))
-			clock := storetest.NewFakeClock()
-			s := memstore.New(memstore.Options{Now: clock.Now})
-			defer s.Close()
-			l, err := floodgate.New(s, floodgate.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rule, err := floodgate.NewRule("model", tc.limit, tc.window, floodgate.SlidingWindow)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, rule, clock := modelLimiter(t, floodgate.SlidingWindow, tc.limit, tc.window)
 			type admit struct {
 				at   time.Time
 				cost int64
@@ -114,17 +104,7 @@ func TestSlidingWindowCounterMatchesModel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(2, uint64(tc.limit)))
-			clock := storetest.NewFakeClock()
-			s := memstore.New(memstore.Options{Now: clock.Now})
-			defer s.Close()
-			l, err := floodgate.New(s, floodgate.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rule, err := floodgate.NewRule("model", tc.limit, tc.window, floodgate.SlidingWindowCounter)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, rule, clock := modelLimiter(t, floodgate.SlidingWindowCounter, tc.limit, tc.window)
 			w := int64(tc.window)
 			admitted := map[int64]int64{} // window index -> cost admitted
 			model := func(now time.Time, cost int64) bool {
@@ -176,4 +156,23 @@ func TestSlidingWindowCounterMatchesModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// modelLimiter returns a Limiter on a memstore with a fake clock, and a
+// rule "model" of limit per window under alg, for the model tests. The
+// store is closed when the test ends.
+func modelLimiter(t *testing.T, alg floodgate.Algorithm, limit int64, window time.Duration) (*floodgate.Limiter, floodgate.Rule, *storetest.FakeClock) {
+	t.Helper()
+	clock := storetest.NewFakeClock()
+	s := memstore.New(memstore.Options{Now: clock.Now})
+	t.Cleanup(func() { s.Close() })
+	l, err := floodgate.New(s, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := floodgate.NewRule("model", limit, window, alg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rule, clock
 }

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/memstore"
-	"github.com/floodgate-rl/floodgate/storetest"
 )
 
 // TestRefundAndResetMatchModel replays random mixes of single and
@@ -33,17 +31,7 @@ func TestRefundAndResetMatchModel(t *testing.T) {
 		t.Run(tc.alg.String(), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(3, uint64(tc.limit)))
-			clock := storetest.NewFakeClock()
-			s := memstore.New(memstore.Options{Now: clock.Now})
-			defer s.Close()
-			l, err := floodgate.New(s, floodgate.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rule, err := floodgate.NewRule("model", tc.limit, tc.window, tc.alg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, rule, clock := modelLimiter(t, tc.alg, tc.limit, tc.window)
 			m := newModel(tc.alg, tc.limit, tc.window)
 			type taken struct {
 				d    floodgate.Decision
