@@ -1,0 +1,159 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+// TestPolicyOfTheLimitsChecked: RateLimit-Policy and RateLimit list only
+// the limits that checked the request, in the route's order; a limit
+// skipped for a missing key is in neither.
+func TestPolicyOfTheLimitsChecked(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	h := e.handler(t, httplimit.Route{Name: "mixed", Limits: []httplimit.Limit{
+		{Rule: rule(t, "ip", 10, time.Minute), Key: httplimit.ClientIP(nil)},
+		{Rule: rule(t, "user", 5, time.Minute), Key: httplimit.Principal},
+		{Rule: rule(t, "tenant", 3, time.Hour), Key: httplimit.Header("X-Tenant")},
+	}})
+	send := func(user, tenant string) http.Header {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = "192.0.2.1:1"
+		if user != "" {
+			req = req.WithContext(httplimit.WithPrincipal(req.Context(), user))
+		}
+		if tenant != "" {
+			req.Header.Set("X-Tenant", tenant)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("got %d, want 200", rec.Code)
+		}
+		return rec.Header()
+	}
+	for _, tc := range []struct {
+		user, tenant      string
+		policy, rateLimit string
+	}{
+		{"u", "t", `"ip";q=10;w=60, "user";q=5;w=60, "tenant";q=3;w=3600`, `"ip";r=9;t=60, "user";r=4;t=60, "tenant";r=2;t=3600`},
+		{"", "t", `"ip";q=10;w=60, "tenant";q=3;w=3600`, `"ip";r=8;t=60, "tenant";r=1;t=3600`},
+		{"u", "", `"ip";q=10;w=60, "user";q=5;w=60`, `"ip";r=7;t=60, "user";r=3;t=60`},
+		{"", "", `"ip";q=10;w=60`, `"ip";r=6;t=60`},
+	} {
+		hd := send(tc.user, tc.tenant)
+		if got := hd.Get(httplimit.HeaderRateLimitPolicy); got != tc.policy {
+			t.Errorf("user %q tenant %q: RateLimit-Policy = %s; want %s", tc.user, tc.tenant, got, tc.policy)
+		}
+		if got := hd.Get(httplimit.HeaderRateLimit); got != tc.rateLimit {
+			t.Errorf("user %q tenant %q: RateLimit = %s; want %s", tc.user, tc.tenant, got, tc.rateLimit)
+		}
+	}
+}
+
+// TestHeaderKey: Header keys by the first line of the header, "" when it is
+// absent or empty, whatever the case of the name.
+func TestHeaderKey(t *testing.T) {
+	key := httplimit.Header("x-api-key")
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	if k := key(req); k != "" {
+		t.Fatalf("absent header: key %q, want none", k)
+	}
+	req.Header["X-Api-Key"] = []string{}
+	if k := key(req); k != "" {
+		t.Fatalf("header without lines: key %q, want none", k)
+	}
+	req.Header.Add("X-Api-Key", "")
+	if k := key(req); k != "" {
+		t.Fatalf("empty header: key %q, want none", k)
+	}
+	req.Header.Del("X-Api-Key")
+	req.Header.Add("X-API-KEY", "k1")
+	req.Header.Add("X-Api-Key", "k2")
+	if k := key(req); k != "k1" {
+		t.Fatalf("key %q, want the first line, k1", k)
+	}
+}
+
+// TestThrottleRecoversAfterRejecting: a request turned away because
+// MaxWaiters were already waiting leaves the count as it was, so the route
+// throttles again once the waiters are done.
+func TestThrottleRecoversAfterRejecting(t *testing.T) {
+	const window = 300 * time.Millisecond
+	e, h := throttled(t, window, 5*time.Second, 1)
+	if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
+		t.Fatal(rec.Code)
+	}
+	done := make(chan int)
+	go func() { done <- do(h, "192.0.2.1:1").Code }()
+	waitFor(t, "a waiting request", func() bool { return metric(t, e.reg, "floodgate_http_throttle_waiting", nil) == 1 })
+	for range 2 {
+		if rec := do(h, "192.0.2.1:1"); rec.Code != 429 {
+			t.Fatalf("over the waiter bound: %d, want 429", rec.Code)
+		}
+	}
+	if code := <-done; code != 200 {
+		t.Fatalf("the waiting request got %d, want 200", code)
+	}
+	if got := metric(t, e.reg, "floodgate_http_throttle_waiting", nil); got != 0 {
+		t.Fatalf("waiting = %v after the wait ended", got)
+	}
+	// The key is full again: the next request must wait, not be rejected.
+	start := time.Now()
+	if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
+		t.Fatalf("after the waiter left: %d, want 200 after a wait (the waiter count leaked)", rec.Code)
+	}
+	if took := time.Since(start); took < window/2 {
+		t.Errorf("the request took %v; it should have waited for the window", took)
+	}
+	for result, want := range map[string]float64{"rejected": 2, "allowed": 2} {
+		if got := metric(t, e.reg, "floodgate_http_throttled_total", map[string]string{"result": result}); got != want {
+			t.Errorf("throttled{result=%s} = %v, want %v", result, got, want)
+		}
+	}
+}
+
+// TestThrottleLocalDenials: while the store fails, a FailLocal route
+// throttles the local limits' denials as it would the store's.
+func TestThrottleLocalDenials(t *testing.T) {
+	const window = 200 * time.Millisecond
+	ms := memstore.New(memstore.Options{})
+	t.Cleanup(func() { ms.Close() })
+	e := newEnv(t, envOptions{store: ms})
+	h := e.handler(t, httplimit.Route{Name: "slow", MaxDelay: 5 * time.Second, Failure: httplimit.FailLocal,
+		Limits: []httplimit.Limit{{Rule: rule(t, "slow", 1, window), Key: httplimit.ClientIP(nil)}}})
+	e.fault.Set(faultstore.Fail)
+	if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
+		t.Fatalf("first request, decided locally: %d", rec.Code)
+	}
+	start := time.Now()
+	if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
+		t.Fatalf("second request: %d, want 200 after waiting for the local limit", rec.Code)
+	}
+	if took := time.Since(start); took < window/2 {
+		t.Errorf("the locally denied request took %v; it should have waited about %v", took, window)
+	}
+	if got := metric(t, e.reg, "floodgate_http_throttled_total", map[string]string{"result": "allowed"}); got != 1 {
+		t.Errorf("throttled{result=allowed} = %v, want 1", got)
+	}
+	if got := metric(t, e.reg, "floodgate_http_decisions_total", map[string]string{"outcome": "local"}); got != 2 {
+		t.Errorf("decisions{outcome=local} = %v, want 2", got)
+	}
+
+	// A failed-closed route has no decision to wait for.
+	closed := e.handler(t, httplimit.Route{Name: "closed", MaxDelay: 5 * time.Second, Failure: httplimit.FailClosed,
+		Limits: []httplimit.Limit{{Rule: rule(t, "closed", 1, window), Key: httplimit.ClientIP(nil)}}})
+	start = time.Now()
+	if rec := do(closed, "192.0.2.1:1"); rec.Code != 429 || time.Since(start) > slack {
+		t.Fatalf("fail-closed route: %d after %v, want an immediate 429", rec.Code, time.Since(start))
+	}
+	if got := metric(t, e.reg, "floodgate_http_throttled_total", nil); got != 1 {
+		t.Errorf("throttled = %v, want 1: the fail-closed denial must not wait", got)
+	}
+}
