@@ -197,3 +197,20 @@ func TestIDLength(t *testing.T) {
 		}
 	}
 }
+
+// TestIDChunksStaySmall: a chunk of ids is replaced, not grown, when it
+// cannot hold another id, so an id never keeps more than idChunkSize bytes
+// alive.
+func TestIDChunksStaySmall(t *testing.T) {
+	var g ids
+	g.init()
+	for range 10 * idChunkSize / maxIDLen {
+		g.next()
+		if c, _ := g.pool.Get().(*idChunk); c != nil {
+			if cap(c.buf) > idChunkSize || len(c.buf) > idChunkSize {
+				t.Fatalf("a chunk grew to %d bytes (capacity %d); want at most %d", len(c.buf), cap(c.buf), idChunkSize)
+			}
+			g.pool.Put(c)
+		}
+	}
+}

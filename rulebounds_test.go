@@ -215,3 +215,61 @@ func FuzzNewRule(f *testing.F) {
 		}
 	})
 }
+
+// TestHitErrorsNameEachProblemOnly: an invalid hit's error lists each of
+// its problems and nothing else, so a value at its bound is never blamed.
+func TestHitErrorsNameEachProblemOnly(t *testing.T) {
+	l := newLimiter(t)
+	tb, err := floodgate.NewRule("tb", 5, time.Minute, floodgate.TokenBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sliding := mustRule(t, "sw", 5000, time.Minute)
+	maxKey := strings.Repeat("k", floodgate.MaxKeyLen)
+	for _, tc := range []struct {
+		name string
+		hit  floodgate.Hit
+		want []string
+	}{
+		{"empty key, cost 1", floodgate.Hit{Rule: tb, Cost: 1}, []string{"key is empty"}},
+		{"empty key, cost at capacity", floodgate.Hit{Rule: tb, Cost: 5}, []string{"key is empty"}},
+		{"empty key, sliding cost at its cap", floodgate.Hit{Rule: sliding, Cost: floodgate.MaxSlidingCost}, []string{"key is empty"}},
+		{"key at its bound, cost -1", floodgate.Hit{Rule: tb, Key: maxKey, Cost: -1}, []string{"cost -1 is below 1"}},
+		{"key over its bound, cost over capacity", floodgate.Hit{Rule: tb, Key: maxKey + "k", Cost: 6},
+			[]string{"key is 1048577 bytes", "cost 6 exceeds the rule's capacity 5"}},
+		{"empty key, sliding cost over its cap", floodgate.Hit{Rule: sliding, Cost: floodgate.MaxSlidingCost + 1},
+			[]string{"key is empty", "cost 1001 is above 1000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := l.Check(context.Background(), tc.hit)
+			if !errors.Is(err, floodgate.ErrInvalidHit) {
+				t.Fatalf("Check = %v; want ErrInvalidHit", err)
+			}
+			msg := err.Error()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+			if n := strings.Count(msg, "floodgate: invalid hit"); n != len(tc.want) {
+				t.Errorf("error %q lists %d problems; want %d", msg, n, len(tc.want))
+			}
+		})
+	}
+}
+
+// TestDuplicateHitErrorShortensKeys: the error about a key given twice
+// quotes a key of up to 32 bytes whole and a longer one cut to 32 bytes.
+func TestDuplicateHitErrorShortensKeys(t *testing.T) {
+	l := newLimiter(t)
+	r := mustRule(t, "r", 5, time.Minute)
+	for _, tc := range []struct{ key, quoted string }{
+		{strings.Repeat("a", 32), `"` + strings.Repeat("a", 32) + `"`},
+		{strings.Repeat("b", 33), `"` + strings.Repeat("b", 32) + `..."`},
+	} {
+		_, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: tc.key}, floodgate.Hit{Rule: r, Key: tc.key})
+		if !errors.Is(err, floodgate.ErrInvalidHit) || !strings.Contains(err.Error(), "key "+tc.quoted+" under rule r") {
+			t.Errorf("Check of key %d bytes twice = %v; want it to quote the key as %s", len(tc.key), err, tc.quoted)
+		}
+	}
+}
