@@ -273,3 +273,27 @@ func TestDuplicateHitErrorShortensKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestParseLimitBareUnit: a window that starts with a letter is a bare
+// unit, one of it ("10/m" is 10 per minute); anything else is parsed as it
+// is. The bytes at the edges of the letter ranges show which is which in
+// the error.
+func TestParseLimitBareUnit(t *testing.T) {
+	for _, c := range "aAzZ" {
+		_, err := floodgate.ParseLimit("r", "10/"+string(c), floodgate.SlidingWindow)
+		if want := `window "1` + string(c) + `"`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseLimit(10/%c) = %v; want it read as a bare unit, %s", c, err, want)
+		}
+	}
+	for _, c := range "@[`{/:" {
+		_, err := floodgate.ParseLimit("r", "10/"+string(c), floodgate.SlidingWindow)
+		if want := `window "` + string(c) + `"`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseLimit(10/%c) = %v; want it read as is, %s", c, err, want)
+		}
+	}
+	for spec, want := range map[string]time.Duration{"10/h": time.Hour, "10/s": time.Second, "10/ms": time.Millisecond, "10/5m": 5 * time.Minute} {
+		if r, err := floodgate.ParseLimit("r", spec, floodgate.SlidingWindow); err != nil || r.Window != want || r.Limit != 10 {
+			t.Errorf("ParseLimit(%s) = %v, %v; want 10 per %v", spec, r, err, want)
+		}
+	}
+}

@@ -412,6 +412,9 @@ func (s blockingStore) Reset(ctx context.Context, _ floodgate.Rule, _ string) er
 // DefaultTimeout (50ms), no less and not unbounded; a negative Timeout
 // leaves only the caller's context.
 func TestDefaultBudget(t *testing.T) {
+	if floodgate.DefaultTimeout != 50*time.Millisecond {
+		t.Fatalf("DefaultTimeout is %v; the documented default is 50ms", floodgate.DefaultTimeout)
+	}
 	r := mustRule(t, "r", 1, time.Minute)
 	hit := floodgate.Hit{Rule: r, Key: "k"}
 	l, err := floodgate.New(blockingStore{}, floodgate.Options{})
