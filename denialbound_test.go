@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -212,5 +213,41 @@ func TestIDChunksStaySmall(t *testing.T) {
 			}
 			g.pool.Put(c)
 		}
+	}
+}
+
+// TestDenialCacheKeepsChecksApart: two checks that differ in one thing
+// (cost, limit, window, burst, algorithm, rule name or key) are cached
+// side by side: neither evicts the other, so each is served locally.
+func TestDenialCacheKeepsChecksApart(t *testing.T) {
+	base := testRule(t, "r")
+	with := func(f func(*Rule)) Rule { r := base; f(&r); return r }
+	tb := with(func(r *Rule) { r.Algorithm = TokenBucket })
+	for _, tc := range []struct {
+		name string
+		a, b Hit
+	}{
+		{"cost", Hit{Rule: base, Key: "k", Cost: 1}, Hit{Rule: base, Key: "k", Cost: 2}},
+		{"limit", Hit{Rule: base, Key: "k"}, Hit{Rule: with(func(r *Rule) { r.Limit = 6 }), Key: "k"}},
+		{"window", Hit{Rule: base, Key: "k"}, Hit{Rule: with(func(r *Rule) { r.Window = 2 * time.Minute }), Key: "k"}},
+		{"burst", Hit{Rule: tb, Key: "k"}, Hit{Rule: with(func(r *Rule) { r.Algorithm, r.Burst = TokenBucket, 7 }), Key: "k"}},
+		{"algorithm", Hit{Rule: base, Key: "k"}, Hit{Rule: with(func(r *Rule) { r.Algorithm = FixedWindow }), Key: "k"}},
+		{"rule name", Hit{Rule: base, Key: "k"}, Hit{Rule: with(func(r *Rule) { r.Name = "s" }), Key: "k"}},
+		{"key", Hit{Rule: base, Key: "k"}, Hit{Rule: base, Key: "k2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := &countingStore{answer: deny}
+			l, _ := cachedLimiter(t, cs, 1000)
+			for range 3 {
+				for _, h := range []Hit{tc.a, tc.b} {
+					if d, err := l.Check(context.Background(), h); err != nil || d.Allowed {
+						t.Fatalf("Check = %+v, %v; want the store's denial", d, err)
+					}
+				}
+			}
+			if n := cs.count(); n != 2 {
+				t.Fatalf("%d store calls for two checks denied three times each; want 2, the rest served by the cache", n)
+			}
+		})
 	}
 }
