@@ -12,6 +12,10 @@ import (
 
 const year = 365 * 24 * time.Hour
 
+// maxWindow is MaxWindow as a variable, so that arithmetic on it happens
+// at run time: a mutated MaxWindow fails a test instead of the build.
+var maxWindow = floodgate.MaxWindow
+
 // TestRuleBounds: each bound of Rule.Validate, on both sides: the exact
 // maximum or minimum is accepted and one step past it is refused.
 func TestRuleBounds(t *testing.T) {
@@ -52,7 +56,7 @@ func TestRuleBounds(t *testing.T) {
 		{"counter one past its most per minute", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = swc, maxPerMinute+1 }), "too high for a sliding-window counter"},
 		{"counter at its most per ten years", with(func(r *floodgate.Rule) {
 			r.Algorithm, r.Window = swc, floodgate.MaxWindow
-			r.Limit = int64(1<<53)/int64(floodgate.MaxWindow/time.Microsecond) - 1
+			r.Limit = int64(1<<53)/int64(maxWindow/time.Microsecond) - 1
 		}), ""},
 		{"burst refilled in exactly ten years", with(func(r *floodgate.Rule) { r.Algorithm, r.Window, r.Burst = tb, year, 10 }), ""},
 		{"burst refilled in eleven years", with(func(r *floodgate.Rule) { r.Algorithm, r.Window, r.Burst = tb, year, 11 }), "takes longer than 87600h0m0s to refill"},
