@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -155,5 +156,47 @@ func TestThrottleLocalDenials(t *testing.T) {
 	}
 	if got := metric(t, e.reg, "floodgate_http_throttled_total", nil); got != 1 {
 		t.Errorf("throttled = %v, want 1: the fail-closed denial must not wait", got)
+	}
+}
+
+// TestOpaqueFailClosedStatus: an opaque route answers a denial with Status
+// and a fail-closed request with FailStatus, each with Retry-After only
+// when it is 429, and the same body otherwise.
+func TestOpaqueFailClosedStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status, failStatus     int
+		wantDenied, wantFailed int
+	}{
+		{0, http.StatusServiceUnavailable, 429, 503},
+		{http.StatusForbidden, 0, 403, 429},
+	} {
+		e := newEnv(t, envOptions{})
+		h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Failure: httplimit.FailClosed,
+			Status: tc.status, FailStatus: tc.failStatus,
+			Limits: []httplimit.Limit{{Rule: rule(t, "ip", 1, 90*time.Second), Key: httplimit.ClientIP(nil)}}})
+		if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
+			t.Fatalf("first request: %d", rec.Code)
+		}
+		check := func(what string, rec *httptest.ResponseRecorder, want int) {
+			t.Helper()
+			if rec.Code != want {
+				t.Fatalf("%s: %d, want %d", what, rec.Code, want)
+			}
+			retry := ""
+			if want == 429 {
+				retry = "90"
+			}
+			if got := rec.Header().Get("Retry-After"); got != retry {
+				t.Errorf("%s: Retry-After %q, want %q", what, got, retry)
+			}
+			wantBody := `{"type":"` + httplimit.QuotaExceeded + `","title":"Request cannot be satisfied as assigned quota has been exceeded","status":` +
+				strconv.Itoa(want) + `,"detail":"Too many requests. Try again later.","violated-policies":["login"]}`
+			if got := rec.Body.String(); got != wantBody {
+				t.Errorf("%s: body %s, want %s", what, got, wantBody)
+			}
+		}
+		check("denied", do(h, "192.0.2.1:1"), tc.wantDenied)
+		e.fault.Set(faultstore.Fail)
+		check("failed closed", do(h, "192.0.2.1:1"), tc.wantFailed)
 	}
 }
