@@ -1,12 +1,17 @@
 package httplimit_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/memstore"
@@ -198,5 +203,82 @@ func TestOpaqueFailClosedStatus(t *testing.T) {
 		check("denied", do(h, "192.0.2.1:1"), tc.wantDenied)
 		e.fault.Set(faultstore.Fail)
 		check("failed closed", do(h, "192.0.2.1:1"), tc.wantFailed)
+	}
+}
+
+// TestRouteBounds: a route's name may be 128 bytes and its statuses any of
+// 400 to 599; one step past is refused.
+func TestRouteBounds(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	r := rule(t, "r", 1, time.Minute)
+	lims := []httplimit.Limit{{Rule: r, Key: httplimit.Principal}}
+	for _, tc := range []struct {
+		name  string
+		route httplimit.Route
+		valid bool
+	}{
+		{"name of 128 bytes", httplimit.Route{Name: strings.Repeat("n", 128), Limits: lims}, true},
+		{"name of 129 bytes", httplimit.Route{Name: strings.Repeat("n", 129), Limits: lims}, false},
+		{"status 400", httplimit.Route{Status: 400, Limits: lims}, true},
+		{"status 399", httplimit.Route{Status: 399, Limits: lims}, false},
+		{"status 599", httplimit.Route{Status: 599, Limits: lims}, true},
+		{"status 600", httplimit.Route{Status: 600, Limits: lims}, false},
+		{"fail status 400", httplimit.Route{FailStatus: 400, Limits: lims}, true},
+		{"fail status 399", httplimit.Route{FailStatus: 399, Limits: lims}, false},
+		{"fail status 599", httplimit.Route{FailStatus: 599, Limits: lims}, true},
+		{"fail status 600", httplimit.Route{FailStatus: 600, Limits: lims}, false},
+	} {
+		_, err := e.hl.Middleware(tc.route)
+		if tc.valid && err != nil {
+			t.Errorf("%s: %v; want valid", tc.name, err)
+		}
+		if !tc.valid && !errors.Is(err, httplimit.ErrInvalidOptions) {
+			t.Errorf("%s: err = %v; want ErrInvalidOptions", tc.name, err)
+		}
+	}
+}
+
+// denyOnce denies the first Take with RetryAfter retry and allows the
+// rest. It embeds the Store interface so that it declares only Take.
+type denyOnce struct {
+	floodgate.Store
+	retry time.Duration
+	takes atomic.Int64
+}
+
+func (s *denyOnce) Take(_ context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	rs := make([]floodgate.Result, len(hits))
+	for i := range rs {
+		if s.takes.Add(1) == 1 {
+			rs[i] = floodgate.Result{RetryAfter: s.retry, ResetAfter: s.retry}
+		} else {
+			rs[i] = floodgate.Result{Allowed: true, ResetAfter: time.Minute}
+		}
+	}
+	return rs, nil
+}
+
+// TestThrottleAtMaxDelay: a denial whose RetryAfter equals MaxDelay is
+// waited for (the bound is inclusive); one just past it is not.
+func TestThrottleAtMaxDelay(t *testing.T) {
+	const delay = 40 * time.Millisecond
+	for _, tc := range []struct {
+		maxDelay time.Duration
+		want     int
+	}{
+		{delay, 200},
+		{delay - time.Microsecond, 429},
+	} {
+		e := newEnv(t, envOptions{store: &denyOnce{retry: delay}, bare: true})
+		h := e.handler(t, httplimit.Route{Name: "slow", MaxDelay: tc.maxDelay,
+			Limits: []httplimit.Limit{{Rule: rule(t, "slow", 1, time.Minute), Key: httplimit.ClientIP(nil)}}})
+		start := time.Now()
+		rec := do(h, "192.0.2.1:1")
+		if rec.Code != tc.want {
+			t.Fatalf("MaxDelay %v, RetryAfter %v: %d, want %d", tc.maxDelay, delay, rec.Code, tc.want)
+		}
+		if took := time.Since(start); tc.want == 200 && took < delay {
+			t.Errorf("answered after %v; want a wait of %v", took, delay)
+		}
 	}
 }
