@@ -282,3 +282,52 @@ func TestThrottleAtMaxDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestDecisionMetricsNameThePolicy: a decision a limiter made is counted
+// under the policy it reports; one no limiter made, under policy "".
+func TestDecisionMetricsNameThePolicy(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	h := e.handler(t, httplimit.Route{Name: "api", Failure: httplimit.FailOpen,
+		Limits: []httplimit.Limit{{Rule: rule(t, "ip", 1, time.Minute), Key: httplimit.ClientIP(nil)}}})
+	do(h, "192.0.2.1:1")
+	do(h, "192.0.2.1:1")
+	e.fault.Set(faultstore.Fail)
+	do(h, "192.0.2.1:1")
+	for _, tc := range []struct {
+		policy, outcome string
+		want            float64
+	}{
+		{"ip", "allowed", 1}, {"ip", "denied", 1}, {"", "failed_open", 1},
+		{"", "allowed", 0}, {"", "denied", 0}, {"ip", "failed_open", 0},
+	} {
+		labels := map[string]string{"route": "api", "policy": tc.policy, "outcome": tc.outcome}
+		if got := metric(t, e.reg, "floodgate_http_decisions_total", labels); got != tc.want {
+			t.Errorf("decisions%v = %v, want %v", labels, got, tc.want)
+		}
+	}
+}
+
+// TestOutcomeString names the outcomes, and "unknown" past the last.
+func TestOutcomeString(t *testing.T) {
+	for o, want := range map[httplimit.Outcome]string{httplimit.Allowed: "allowed", httplimit.Skipped: "skipped", httplimit.Skipped + 1: "unknown", 255: "unknown"} {
+		if got := o.String(); got != want {
+			t.Errorf("Outcome(%d).String() = %q; want %q", uint8(o), got, want)
+		}
+	}
+}
+
+// TestKeyAtMaxKeyLen: a key of exactly floodgate.MaxKeyLen bytes is used
+// as it is; only a longer one is replaced by its digest.
+func TestKeyAtMaxKeyLen(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	r := rule(t, "key", 5, time.Minute)
+	h := e.handler(t, httplimit.Route{Limits: []httplimit.Limit{{Rule: r, Key: httplimit.Header("X-Key")}}})
+	key := strings.Repeat("k", floodgate.MaxKeyLen)
+	if rec := do(h, "192.0.2.1:1", "X-Key", key); rec.Code != 200 {
+		t.Fatal(rec.Code)
+	}
+	d, err := e.lim.Peek(context.Background(), floodgate.Hit{Rule: r, Key: key})
+	if err != nil || d.Remaining != 3 {
+		t.Fatalf("Peek of the raw key = %+v, %v; want the request counted under it (3 left after one more)", d, err)
+	}
+}
