@@ -389,8 +389,10 @@ func (rt *route) throttle(ctx context.Context, hits []floodgate.Hit, res Result)
 	}
 	rt.m.waiting.Inc()
 	defer func() { rt.waiting.Add(-1); rt.m.waiting.Dec() }()
+	// The first wait may take all of MaxDelay, as throttles allowed; each
+	// later one must fit in what is left of it.
 	deadline := time.Now().Add(rt.MaxDelay)
-	for rt.throttles(res) && res.Decision.RetryAfter <= time.Until(deadline) {
+	for left := rt.MaxDelay; rt.throttles(res) && res.Decision.RetryAfter <= left; left = time.Until(deadline) {
 		t := time.NewTimer(max(res.Decision.RetryAfter, time.Millisecond))
 		select {
 		case <-ctx.Done():
