@@ -280,16 +280,11 @@ func TestDuplicateHitErrorShortensKeys(t *testing.T) {
 
 // TestParseLimitBareUnit: a window that starts with a letter is a bare
 // unit, one of it ("10/m" is 10 per minute); anything else is parsed as it
-// is. The bytes at the edges of the letter ranges show which is which in
-// the error.
+// is. Errors quote the window as the user wrote it, never with the "1" a
+// bare unit is read with (so the letter edges are no longer visible in
+// them: docs/TESTING.md lists that mutant as equivalent).
 func TestParseLimitBareUnit(t *testing.T) {
-	for _, c := range "aAzZ" {
-		_, err := floodgate.ParseLimit("r", "10/"+string(c), floodgate.SlidingWindow)
-		if want := `window "1` + string(c) + `"`; err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseLimit(10/%c) = %v; want it read as a bare unit, %s", c, err, want)
-		}
-	}
-	for _, c := range "@[`{/:" {
+	for _, c := range "aAzZ@[`{/:" {
 		_, err := floodgate.ParseLimit("r", "10/"+string(c), floodgate.SlidingWindow)
 		if want := `window "` + string(c) + `"`; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseLimit(10/%c) = %v; want it read as is, %s", c, err, want)
