@@ -165,8 +165,8 @@ func tied(results []floodgate.Result, w int) bool {
 
 // TestCheckWithSeveralDeniedHitsOnMemstore: on a real store, with three
 // limits exhausted at different times, the check reports the hit that will
-// wait longest, and every figure of every hit matches what each key alone
-// would report.
+// wait longest (two tie here, and the later reset wins), and every figure
+// of every hit matches what each key alone would report.
 func TestCheckWithSeveralDeniedHitsOnMemstore(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	var mu sync.Mutex
