@@ -296,3 +296,18 @@ func TestParseLimitBareUnit(t *testing.T) {
 		}
 	}
 }
+
+func TestMustRule(t *testing.T) {
+	r := floodgate.MustRule(floodgate.PerMinute("pix", 10))
+	if r.Name != "pix" || r.Limit != 10 || r.Window != time.Minute {
+		t.Fatalf("MustRule(PerMinute(pix, 10)) = %v", r)
+	}
+	defer func() {
+		err, _ := recover().(error)
+		if !errors.Is(err, floodgate.ErrInvalidRule) {
+			t.Fatalf("MustRule of an invalid rule panicked with %v; want the rule's error", err)
+		}
+	}()
+	floodgate.MustRule(floodgate.PerMinute("pix", 0))
+	t.Fatal("MustRule of an invalid rule did not panic")
+}

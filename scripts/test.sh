@@ -58,6 +58,12 @@ log "bench module (go vet, short run)"
 log "go test -race"
 go test -race -count=1 -shuffle=on -timeout 9m -skip '^TestChaos$' ./...
 
+# Modules of their own (go.work at the root names them): the gin adapter,
+# kept out of the main module so that it never pulls gin.
+log "adapters (go vet, go test -race)"
+go vet ./adapters/ginlimit/...
+go test -race -count=1 ./adapters/ginlimit/...
+
 # The chaos test runs alone: its three replicas under load would crowd the
 # timing-tolerant tests of other packages on a small machine. Its figures
 # are printed here; docs/reliability-results.md holds a committed run.

@@ -1,0 +1,112 @@
+package ginlimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/adapters/ginlimit"
+	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// app is a gin engine with a fake authentication (the user in the X-User
+// header, set in gin's context), a per-user limit of 2 a minute on POST
+// /pix, and a handler that reports what gin's context holds.
+func app(t *testing.T) (*gin.Engine, *int) {
+	t.Helper()
+	gin.SetMode(gin.TestMode)
+	store := memstore.New(memstore.Options{})
+	t.Cleanup(func() { store.Close() })
+	l, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := httplimit.New(httplimit.Options{Limiter: l, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hl.Close() })
+	pix, err := hl.Middleware(httplimit.Route{
+		Name:   "pix",
+		Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.NewRule("pix", 2, time.Minute, floodgate.SlidingWindow)), Key: httplimit.Principal}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		if u := c.GetHeader("X-User"); u != "" {
+			c.Set("user", u)
+		}
+		c.Next()
+	}, ginlimit.Principal("user"))
+	ran := new(int)
+	r.POST("/pix", ginlimit.Middleware(pix), func(c *gin.Context) {
+		*ran++
+		res, ok := ginlimit.Result(c)
+		if !ok {
+			c.String(http.StatusInternalServerError, "no result in gin's context")
+			return
+		}
+		c.String(http.StatusOK, "created, %d left", res.Decision.Remaining)
+	})
+	return r, ran
+}
+
+func post(r http.Handler, user string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/pix", nil)
+	if user != "" {
+		req.Header.Set("X-User", user)
+	}
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestGinLimitsPerPrincipal(t *testing.T) {
+	r, _ := app(t)
+	for i, want := range []struct {
+		code int
+		body string
+	}{{200, "created, 1 left"}, {200, "created, 0 left"}, {429, ""}} {
+		rec := post(r, "alice")
+		if rec.Code != want.code {
+			t.Fatalf("alice's request %d: %d %q, want %d", i+1, rec.Code, rec.Body, want.code)
+		}
+		if want.body != "" && rec.Body.String() != want.body {
+			t.Fatalf("alice's request %d: body %q, want %q: the handler must see httplimit's Result in gin's context", i+1, rec.Body, want.body)
+		}
+		if got := rec.Header().Get("RateLimit-Policy"); got != `"pix";q=2;w=60` {
+			t.Fatalf("alice's request %d: RateLimit-Policy %q", i+1, got)
+		}
+	}
+	denied := post(r, "alice")
+	if denied.Code != 429 || denied.Header().Get("Retry-After") == "" || denied.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("denied request: %d, headers %v; want httplimit's 429", denied.Code, denied.Header())
+	}
+	// Another principal has a count of its own: the principal came from
+	// gin's context.
+	if rec := post(r, "bob"); rec.Code != 200 {
+		t.Fatalf("bob's first request: %d %q", rec.Code, rec.Body)
+	}
+}
+
+// A denied request stops gin's chain: the handler does not run.
+func TestGinDenialAbortsTheChain(t *testing.T) {
+	r, ran := app(t)
+	for range 2 {
+		post(r, "carol")
+	}
+	rec := post(r, "carol")
+	if rec.Code != 429 || rec.Body.Len() == 0 {
+		t.Fatalf("3rd request: %d %q; want httplimit's 429", rec.Code, rec.Body)
+	}
+	if *ran != 2 {
+		t.Fatalf("the handler ran %d times for 2 allowed requests and 1 denied", *ran)
+	}
+}
