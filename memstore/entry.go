@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -10,16 +12,20 @@ import (
 // entry is the state of one key under one rule. Times are Unix
 // nanoseconds of the store's clock.
 type entry struct {
-	// log holds the admitted requests of a sliding-window rule, oldest
-	// first: one stamp per unit of cost.
-	log []stamp
+	// ring holds a sliding-window rule's last admitted requests, one time
+	// per unit of cost, in admission order from index head (the oldest),
+	// wrapping once it holds Limit of them: the same ring as redisstore's
+	// (take.lua). A request of cost n is admitted exactly when the n-th
+	// oldest of the last Limit times has left the window, and admitting
+	// it overwrites the n oldest.
+	ring []int64
+	head int
 	// tat is a token bucket's theoretical arrival time; count and window
 	// are a fixed window's count and index, and prev, for a sliding-window
 	// counter, the count of the window before.
 	tat, count, window, prev int64
-	// refunded records, for token buckets and fixed windows, the take ids
-	// already refunded (until when to remember them), so that Refund is
-	// idempotent.
+	// refunded records the take ids already refunded (until when to
+	// remember them), so that Refund is idempotent.
 	refunded map[string]int64
 	// epoch names the entry's state (floodgate.Stamp.Epoch): every entry
 	// created, or reused once expired, gets a new one from its shard.
@@ -30,11 +36,6 @@ type entry struct {
 	// hash (see shard).
 	k    entryKey
 	next *entry
-}
-
-type stamp struct {
-	at int64
-	id string
 }
 
 // check returns what taking h now would answer, trimming expired state but
@@ -74,15 +75,15 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 		e.window = idx
 		return counter(now-idx*window, limit, window, cost, e.prev, e.count)
 	default:
-		e.trim(now - window)
-		n := int64(len(e.log))
-		if n+cost <= limit {
-			return floodgate.Result{Allowed: true, Remaining: limit - n - cost, ResetAfter: dur(window)}
+		n := int64(len(e.ring))
+		live := e.live(now - window)
+		if live+cost <= limit {
+			return floodgate.Result{Allowed: true, Remaining: limit - live - cost, ResetAfter: dur(window)}
 		}
 		return floodgate.Result{
-			Remaining:  max(0, limit-n),
-			ResetAfter: dur(e.log[n-1].at + window - now),
-			RetryAfter: dur(e.log[n+cost-limit-1].at + window - now),
+			Remaining:  max(0, limit-live),
+			ResetAfter: dur(e.at(n-1) + window - now),
+			RetryAfter: dur(e.at(n+cost-limit-1) + window - now), // live: see live
 		}
 	}
 }
@@ -103,12 +104,42 @@ func (e *entry) record(now int64, id string, h floodgate.Hit) floodgate.Stamp {
 		e.count += cost
 		e.expires = max(e.expires, (e.window+2)*int64(r.Window)) // the next window still weighs it
 	default:
-		for range cost {
-			e.log = append(e.log, stamp{at: now, id: id})
-		}
+		e.add(now, cost, r.Limit)
 		e.expires = max(e.expires, now+int64(r.Window))
 	}
 	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch}
+}
+
+// at returns the time of the ring's entry i, 0 the oldest.
+func (e *entry) at(i int64) int64 { return e.ring[(int64(e.head)+i)%int64(len(e.ring))] }
+
+// live returns how many of the ring's times are after cut: its newest.
+func (e *entry) live(cut int64) int64 {
+	n := len(e.ring)
+	return int64(n - sort.Search(n, func(i int) bool { return e.at(int64(i)) > cut }))
+}
+
+// add records cost requests at now in the ring of a rule of limit.
+func (e *entry) add(now, cost, limit int64) {
+	n := int64(len(e.ring))
+	if n > 0 {
+		now = max(now, e.at(n-1)) // keep the ring in order
+	}
+	if n > limit || e.head != 0 && n < limit {
+		// The limit changed: keep the newest times that matter, in order.
+		keep := make([]int64, 0, min(n, limit))
+		for i := max(0, n-limit); i < n; i++ {
+			keep = append(keep, e.at(i))
+		}
+		e.ring, e.head, n = keep, 0, int64(len(keep))
+	}
+	for ; cost > 0 && e.head == 0 && n < limit; cost, n = cost-1, n+1 {
+		e.ring = append(e.ring, now)
+	}
+	for ; cost > 0; cost-- { // full: overwrite the oldest, which check proved gone
+		e.ring[e.head] = now
+		e.head = (e.head + 1) % len(e.ring)
+	}
 }
 
 // refund undoes, once, what the take id recorded for h with stamp st, as
@@ -117,21 +148,23 @@ func (e *entry) record(now int64, id string, h floodgate.Hit) floodgate.Stamp {
 func (e *entry) refund(now int64, id string, h floodgate.Hit, st floodgate.Stamp) {
 	r := h.Rule
 	cost := h.Cost
-	if r.Algorithm == floodgate.SlidingWindow {
-		e.log = slicesDeleteID(e.log, id)
-		return
-	}
 	if st.Epoch == 0 || st.Epoch != e.epoch {
 		return // the take was recorded in a state that is gone
 	}
 	window := int64(r.Window)
-	age := max(0, now-st.At.UnixNano())
+	at := st.At.UnixNano()
 	var credit int64 // what is provably left of the take
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		credit = max(0, cost*interval(r)-age)
+		credit = max(0, cost*interval(r)-max(0, now-at))
 	case floodgate.FixedWindow, floodgate.SlidingWindowCounter:
-		if floorDiv(now-age, window) == floorDiv(now, window) {
+		// A take stamped after now (a clock that stepped back) may lie
+		// in a later window than now's: credit nothing.
+		if at <= now && floorDiv(at, window) == floorDiv(now, window) {
+			credit = cost
+		}
+	default:
+		if at > now-window {
 			credit = cost
 		}
 	}
@@ -152,20 +185,43 @@ func (e *entry) refund(now int64, id string, h floodgate.Hit, st floodgate.Stamp
 		}
 	}
 	// Remembered for as long as a later refund could credit anything: to
-	// the end of the current window, or until a token bucket's credit has
-	// run out.
+	// the end of the current window, until a token bucket's credit has
+	// run out, or until the take leaves a sliding window.
 	until := (floorDiv(now, window) + 1) * window
-	if r.Algorithm == floodgate.TokenBucket {
+	switch r.Algorithm {
+	case floodgate.TokenBucket:
 		until = now + credit
+	case floodgate.SlidingWindow:
+		until = at + window
 	}
 	e.refunded[id] = until
 	e.expires = max(e.expires, until)
-	if r.Algorithm == floodgate.TokenBucket {
+	switch r.Algorithm {
+	case floodgate.TokenBucket:
 		e.tat = max(now, e.tat-credit)
-		return
+	case floodgate.SlidingWindow:
+		e.remove(at, credit)
+	default:
+		e.check(now, h) // moves the counts to the current window
+		e.count = max(0, e.count-credit)
 	}
-	e.check(now, h) // moves the counts to the current window
-	e.count = max(0, e.count-credit)
+}
+
+// remove takes up to n times equal to at out of the ring, newest first
+// (times of one instant are alike, whichever take recorded them), and
+// leaves it in order from index 0.
+func (e *entry) remove(at, n int64) {
+	count := int64(len(e.ring))
+	kept := make([]int64, 0, count)
+	for i := count - 1; i >= 0; i-- {
+		if v := e.at(i); n > 0 && v == at {
+			n--
+		} else {
+			kept = append(kept, v)
+		}
+	}
+	slices.Reverse(kept)
+	e.ring, e.head = kept, 0
 }
 
 // floorDiv is a/b rounded down (b > 0).
@@ -212,30 +268,6 @@ func counter(t, limit, window, cost, prev, cur int64) floodgate.Result {
 	}
 	res.RetryAfter = dur(window - t + at)
 	return res
-}
-
-// trim drops the log's stamps at or before cutoff.
-func (e *entry) trim(cutoff int64) {
-	i := 0
-	for i < len(e.log) && e.log[i].at <= cutoff {
-		i++
-	}
-	if i > 0 {
-		n := copy(e.log, e.log[i:])
-		clear(e.log[n:])
-		e.log = e.log[:n]
-	}
-}
-
-func slicesDeleteID(log []stamp, id string) []stamp {
-	out := log[:0]
-	for _, s := range log {
-		if s.id != id {
-			out = append(out, s)
-		}
-	}
-	clear(log[len(out):])
-	return out
 }
 
 // interval is a token bucket's emission interval in nanoseconds.

@@ -112,9 +112,8 @@ func (sh *shard) get(h uint64, k *entryKey) *entry {
 func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry {
 	if e := sh.get(h, k); e != nil {
 		if e.expires <= now && e.epoch != 0 {
-			clear(e.log)
 			sh.epochs++
-			*e = entry{log: e.log[:0], epoch: sh.epochs, k: e.k, next: e.next}
+			*e = entry{ring: e.ring[:0], epoch: sh.epochs, k: e.k, next: e.next}
 		}
 		return e
 	}

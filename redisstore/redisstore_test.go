@@ -219,17 +219,23 @@ func ring(t testing.TB, c rueidis.Client, key string) (epoch uint64, head int, t
 	if err != nil {
 		t.Fatalf("GET %s: %v", key, err)
 	}
-	if len(v) < 16 || (len(v)-16)%8 != 0 {
+	le := func(b []byte) uint64 { // little-endian, any width
+		var x uint64
+		for i := len(b) - 1; i >= 0; i-- {
+			x = x<<8 | uint64(b[i])
+		}
+		return x
+	}
+	if len(v) < 12 || (len(v)-12)%8 != 0 {
 		t.Fatalf("ring %s: %d bytes", key, len(v))
 	}
-	epoch = binary.LittleEndian.Uint64(v)
-	head = int(binary.LittleEndian.Uint32(v[8:]))
-	count := int(binary.LittleEndian.Uint32(v[12:]))
-	if len(v) != 16+8*count {
+	epoch, head = le(v[:6]), int(le(v[6:9]))
+	count := int(le(v[9:12]))
+	if len(v) < 12+8*count {
 		t.Fatalf("ring %s: %d bytes for %d entries", key, len(v), count)
 	}
 	for i := range count {
-		off := 16 + 8*((head+i)%count)
+		off := 12 + 8*((head+i)%count)
 		times = append(times, int64(binary.LittleEndian.Uint64(v[off:])))
 	}
 	return epoch, head, times

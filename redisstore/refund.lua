@@ -56,7 +56,7 @@ end
 
 -- The sliding window's ring (take.lua): fixed-width little-endian
 -- integers, in plain Lua.
-local RHDR = 16
+local RHDR = 12
 
 local function enc(x, n)
   local b = {}
@@ -73,9 +73,13 @@ local function dec8(s, i)
   return ((((((b8 * 256 + b7) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
 end
 
-local function dec4(s, i)
-  local b1, b2, b3, b4 = string.byte(s, i, i + 3)
-  return ((b4 * 256 + b3) * 256 + b2) * 256 + b1
+-- dec returns the n-byte integer at s[i].
+local function dec(s, i, n)
+  local v = 0
+  for j = i + n - 1, i, -1 do
+    v = v * 256 + string.byte(s, j)
+  end
+  return v
 end
 
 local id = ARGV[1]
@@ -98,9 +102,9 @@ while ki <= #KEYS do
     -- recorded in, once; entries of one time are alike, whichever take
     -- of that instant recorded them.
     local stored = redis.call('GET', key)
-    if stored and #stored >= RHDR and dec8(stored, 1) == tonumber(epoch) and at > now - window and
+    if stored and #stored >= RHDR and dec(stored, 1, 6) == tonumber(epoch) and at > now - window and
         redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(at + window - now, 1000))) then
-      local ep, head, count = dec8(stored, 1), dec4(stored, 9), dec4(stored, 13)
+      local ep, head, count = dec(stored, 1, 6), dec(stored, 7, 3), dec(stored, 10, 3)
       local kept, removed = {}, 0
       for i = count - 1, 0, -1 do -- newest first
         local v = dec8(stored, RHDR + 8 * ((head + i) % count) + 1)
@@ -115,7 +119,7 @@ while ki <= #KEYS do
         if #kept == 0 or pttl <= 0 then
           redis.call('DEL', key)
         else
-          local parts = {enc(ep, 8) .. enc(0, 4) .. enc(#kept, 4)}
+          local parts = {enc(ep, 6) .. enc(0, 3) .. enc(#kept, 3)}
           for i = #kept, 1, -1 do -- back to oldest first
             parts[#parts + 1] = enc(kept[i], 8)
           end

@@ -21,7 +21,7 @@ func TestResultChecksInvariants(t *testing.T) {
 		{"allowed", [5]int64{1, 3, 60_000_000, 0, 7}, floodgate.Result{Allowed: true, Remaining: 3, ResetAfter: time.Minute, Stamp: floodgate.Stamp{Epoch: 7}}, true},
 		{"denied", [5]int64{0, 0, 1_500, 250, 0}, floodgate.Result{ResetAfter: 1500 * time.Microsecond, RetryAfter: 250 * time.Microsecond}, true},
 		{"negative epoch", [5]int64{1, 0, 5, 0, -1}, floodgate.Result{}, false},
-		{"epoch beyond 2^52", [5]int64{1, 0, 5, 0, 1 << 52}, floodgate.Result{}, false},
+		{"epoch beyond 2^48", [5]int64{1, 0, 5, 0, 1 << 48}, floodgate.Result{}, false},
 		{"allowed is 2", [5]int64{2, 0, 0, 0, 0}, floodgate.Result{}, false},
 		{"allowed is -1", [5]int64{-1, 0, 0, 1, 0}, floodgate.Result{}, false},
 		{"negative remaining", [5]int64{1, -1, 0, 0, 0}, floodgate.Result{}, false},

@@ -239,13 +239,13 @@ func result(v [5]int64) (floodgate.Result, error) {
 	}, nil
 }
 
-// maxEpoch bounds the epochs the scripts store: below 2^52, so that Lua's
-// doubles hold them exactly.
-const maxEpoch = 1<<52 - 1
+// maxEpoch bounds the epochs the scripts store: 48 bits, the sliding
+// window ring's header field (and exact in Lua's doubles).
+const maxEpoch = 1<<48 - 1
 
-// epochOf returns the epoch of a state that the take id creates: 52 bits
+// epochOf returns the epoch of a state that the take id creates: 48 bits
 // of a hash of the id (FNV-1a), never zero. Ids are unique, so two states
-// of one key share an epoch with a chance of about 2^-52, and a refund is
+// of one key share an epoch with a chance of about 2^-48, and a refund is
 // then credited to a state that does not hold its take.
 func epochOf(id string) uint64 {
 	h := uint64(14695981039346656037)

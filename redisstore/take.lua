@@ -84,15 +84,16 @@ end
 
 -- The sliding-window log is a ring of the admitted requests' times (see
 -- the package documentation): the string "<header><entries>", the header
--- 16 bytes (epoch, 8; head, 4; count, 4; little-endian), then count
+-- 12 bytes (epoch, 6; head, 3; count, 3; little-endian), then count
 -- entries of 8 bytes, each a time in µs, in admission order from the
--- entry at index head (the oldest), wrapping. A key never needs more than
+-- entry at index head (the oldest), wrapping once count is the limit
+-- (until then head is 0, and the string may have room for more). A key never needs more than
 -- its last limit admitted times: a request of cost n is admitted exactly
 -- when the n-th oldest of them has left the window (a ring not yet full
 -- counts its empty slots as long gone), and admitting it overwrites the n
 -- oldest. Times never decrease along the ring, so the entries still in
 -- the window are the newest ones, found by binary search.
-local RHDR = 16
+local RHDR = 12
 
 -- Fixed-width little-endian integers (0 to 2^53), in plain Lua: some
 -- servers that speak Redis (miniredis, which the demo embeds) have no
@@ -112,13 +113,17 @@ local function dec8(s, i)
   return ((((((b8 * 256 + b7) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
 end
 
-local function dec4(s, i)
-  local b1, b2, b3, b4 = string.byte(s, i, i + 3)
-  return ((b4 * 256 + b3) * 256 + b2) * 256 + b1
+-- dec returns the n-byte integer at s[i].
+local function dec(s, i, n)
+  local v = 0
+  for j = i + n - 1, i, -1 do
+    v = v * 256 + string.byte(s, j)
+  end
+  return v
 end
 
 local function header(epoch, head, count)
-  return enc(epoch, 8) .. enc(head, 4) .. enc(count, 4)
+  return enc(epoch, 6) .. enc(head, 3) .. enc(count, 3)
 end
 
 -- ringHeader returns a ring's epoch, head and count, or nil if key holds
@@ -131,7 +136,7 @@ local function ringHeader(key)
   if #h ~= RHDR then
     error('redisstore: sliding window ' .. key .. ': malformed state')
   end
-  return dec8(h, 1), dec4(h, 9), dec4(h, 13)
+  return dec(h, 1, 6), dec(h, 7, 3), dec(h, 10, 3)
 end
 
 -- ringAt returns the time of the entry i (0 the oldest) of a ring.
@@ -223,9 +228,19 @@ local function recordSliding(key, cost, limit, window, epoch)
   end
   local entry = enc(t, 8)
   if head == 0 and count < limit then
-    -- Not full: append, up to the limit.
+    -- Not full: append, up to the limit. The string has room for
+    -- (len - 16) / 8 times; it doubles when it must grow, up to the limit,
+    -- written whole so that Redis allocates it exactly (SETRANGE past the
+    -- end would let Redis double the allocation beyond the limit's room).
     local fill = math.min(cost, limit - count)
-    redis.call('SETRANGE', key, RHDR + 8 * count, string.rep(entry, fill))
+    local room = (redis.call('STRLEN', key) - RHDR) / 8
+    if count + fill <= room then
+      redis.call('SETRANGE', key, RHDR + 8 * count, string.rep(entry, fill))
+    else
+      local grown = math.min(limit, math.max(count + fill, 2 * room))
+      redis.call('SET', key, redis.call('GETRANGE', key, 0, RHDR + 8 * count - 1) ..
+        string.rep(entry, fill) .. string.rep('\0', 8 * (grown - count - fill)), 'PX', ttl(window))
+    end
     count, cost = count + fill, cost - fill
   end
   if cost > 0 then
@@ -237,7 +252,7 @@ local function recordSliding(key, cost, limit, window, epoch)
     end
     head = (head + cost) % count
   end
-  redis.call('SETRANGE', key, 8, enc(head, 4) .. enc(count, 4))
+  redis.call('SETRANGE', key, 6, enc(head, 3) .. enc(count, 3))
   redis.call('PEXPIRE', key, ttl(window))
   return ep
 end
