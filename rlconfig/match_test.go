@@ -277,11 +277,11 @@ descriptors:
 		entries []rlconfig.Entry
 		want    int64
 	}{
-		{e("k", "abc"), 4},         // exact value first
-		{e("k", "abd"), 2},         // then the first wildcard written
-		{e("k", "ax"), 3},          // the next wildcard
-		{e("k", "zzz"), 5},         // "*" before the bare key
-		{e("k", ""), 5},            // "*" matches the empty value
+		{e("k", "abc"), 4}, // exact value first
+		{e("k", "abd"), 2}, // then the first wildcard written
+		{e("k", "ax"), 3},  // the next wildcard
+		{e("k", "zzz"), 5}, // "*" before the bare key
+		{e("k", ""), 5},    // "*" matches the empty value
 		{e("nest", "x", "inner", "1"), 6},
 		{e("nest", "y", "inner", "1"), 7},
 		{e("nest", "x", "inner", "2"), -1}, // x matched: no fallback to the bare key one level up
