@@ -42,6 +42,7 @@ type Watcher struct {
 	opts     WatchOptions
 	cfg      atomic.Pointer[Config]
 	fsw      *fsnotify.Watcher
+	reload   sync.Mutex // serializes reading the directory and swapping cfg
 	done     chan struct{}
 	wg       sync.WaitGroup
 	closeErr error
@@ -89,12 +90,21 @@ func (w *Watcher) Config() *Config { return w.cfg.Load() }
 // returns nil, or returns the error and keeps the old one. It does not
 // call OnReload.
 func (w *Watcher) Reload() error {
+	_, err := w.load()
+	return err
+}
+
+// load reads the directory and swaps in what it holds when it is valid.
+// One load at a time, so an older read never replaces a newer one.
+func (w *Watcher) load() (*Config, error) {
+	w.reload.Lock()
+	defer w.reload.Unlock()
 	cfg, err := LoadDir(w.dir, w.opts.Options)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w.cfg.Store(cfg)
-	return nil
+	return cfg, nil
 }
 
 // Close stops watching and waits for the Watcher's goroutine to end, so
@@ -146,11 +156,7 @@ func (w *Watcher) loop() {
 			}
 			w.report(nil, fmt.Errorf("rlconfig: watch %s: %w", w.dir, err))
 		case <-timer.C:
-			cfg, err := LoadDir(w.dir, w.opts.Options)
-			if err == nil {
-				w.cfg.Store(cfg)
-			}
-			w.report(cfg, err)
+			w.report(w.load())
 		}
 	}
 }
