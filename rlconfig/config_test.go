@@ -405,3 +405,23 @@ func TestMergeDomains(t *testing.T) {
 		t.Errorf("a duplicate across merged files: %v", err)
 	}
 }
+
+// TestDocExample loads the extension example of the package doc.
+func TestDocExample(t *testing.T) {
+	cfg := load(t, map[string]string{"api.yaml": `
+domain: api
+algorithm: sliding_window     # the whole domain counts exactly
+failure_mode: open            # error (default), closed, open or local
+descriptors:
+  - key: user
+    rate_limits:              # several limits on one key, checked together
+      - {window: 1s, requests_per_unit: 10, algorithm: token_bucket, burst: 20}
+      - {window: 90s, requests_per_unit: 300}
+      - {unit: day, requests_per_unit: 10000, algorithm: sliding_window_counter,
+         shadow_mode: true}
+`})
+	m := cfg.Match("api", e("user", "ana"))
+	if m.Outcome != rlconfig.Limited || len(m.Limits) != 3 || m.FailureMode != rlconfig.FailOpen || !m.Limits[2].ShadowMode {
+		t.Errorf("doc example: %+v", m)
+	}
+}

@@ -79,6 +79,28 @@
 // [Match.Key] names the domain and the request's entries with their
 // values; [Match.Hits] pairs it with each counted limit's rule.
 //
+// # Differences from envoyproxy/ratelimit
+//
+// Every file that envoyproxy/ratelimit loads and that has no mistake in
+// it loads here with the same meaning. These are refused, where
+// envoyproxy/ratelimit silently reads something else:
+//
+//   - A field at a level where it means nothing (unit on a descriptor).
+//     envoyproxy/ratelimit checks names against one list for the whole
+//     file and ignores a known name in the wrong place.
+//   - A rate_limit without requests_per_unit. envoyproxy/ratelimit reads
+//     0 and denies every request; write 0 to mean that.
+//   - A file with several YAML documents; envoyproxy/ratelimit reads the
+//     first.
+//
+// Keys and values are matched as pairs. envoyproxy/ratelimit joins them
+// into one "key_value" string, so there key "a" with value "b_c" collides
+// with key "a_b" with value "c", and a wildcard can reach across the
+// underscore into the key. Files whose names start with a dot and
+// subdirectories are not read. quota_mode is carried on [Limit] and not
+// interpreted. The per-request limit override of the RLS API and loading
+// from an xDS server are not part of this package.
+//
 // # Reloading
 //
 // A [Watcher] holds the configuration of a directory and reloads it on

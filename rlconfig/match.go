@@ -126,6 +126,11 @@ func (c *Config) Match(domain string, entries []Entry) Match {
 	var hows []how
 	for i, e := range entries {
 		next, h := n.exact[e], byValue
+		if next == nil && strings.Contains(e.Value, "*") {
+			// A value written with its "*" is an exact match of that
+			// descriptor, as upstream looks it up before any pattern.
+			next = n.child(e.Key, e.Value)
+		}
 		if next == nil {
 			for _, w := range n.wild {
 				if w.key == e.Key && globMatch(w.glob, e.Value) {

@@ -256,6 +256,12 @@ descriptors:
   - key: k
     value: "*"
     rate_limit: {unit: second, requests_per_unit: 5}
+  - key: lit
+    value: "*"
+    rate_limit: {unit: second, requests_per_unit: 8}
+  - key: lit
+    value: "x*"
+    rate_limit: {unit: second, requests_per_unit: 9}
   - key: nest
     value: x
     descriptors:
@@ -277,11 +283,13 @@ descriptors:
 		entries []rlconfig.Entry
 		want    int64
 	}{
-		{e("k", "abc"), 4}, // exact value first
-		{e("k", "abd"), 2}, // then the first wildcard written
-		{e("k", "ax"), 3},  // the next wildcard
-		{e("k", "zzz"), 5}, // "*" before the bare key
-		{e("k", ""), 5},    // "*" matches the empty value
+		{e("k", "abc"), 4},  // exact value first
+		{e("k", "abd"), 2},  // then the first wildcard written
+		{e("k", "ax"), 3},   // the next wildcard
+		{e("k", "zzz"), 5},  // "*" before the bare key
+		{e("k", ""), 5},     // "*" matches the empty value
+		{e("lit", "xy"), 8}, // the first wildcard written wins
+		{e("lit", "x*"), 9}, // a value written with its "*" is exact
 		{e("nest", "x", "inner", "1"), 6},
 		{e("nest", "y", "inner", "1"), 7},
 		{e("nest", "x", "inner", "2"), -1}, // x matched: no fallback to the bare key one level up

@@ -17,7 +17,9 @@ type WatchOptions struct {
 	Options Options
 	// Debounce is how long the directory must stay quiet before it is
 	// read again, so that a burst of events (an editor's save, a
-	// ConfigMap's symlink swap) is one reload. Zero means 100ms.
+	// ConfigMap's symlink swap) is one reload; a directory that never
+	// goes quiet is read ten Debounces after its first change. Zero
+	// means 100ms.
 	Debounce time.Duration
 	// OnReload, when set, is called after each reload that an event
 	// started, from the Watcher's goroutine: with the new configuration
@@ -61,16 +63,15 @@ func Watch(dir string, opts WatchOptions) (*Watcher, error) {
 		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)
 	}
 	// The directory itself, and its parent to see the directory's own
-	// symbolic link swapped. Watch before the first read, so no change
-	// slips between the two.
+	// symbolic link swapped. Watch before the first read, so that no
+	// change slips between the two.
 	if err := fsw.Add(dir); err != nil {
 		fsw.Close()
 		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)
 	}
-	if err := fsw.Add(filepath.Dir(filepath.Clean(dir))); err != nil {
-		fsw.Close()
-		return nil, fmt.Errorf("rlconfig: watch %s: %w", filepath.Dir(dir), err)
-	}
+	// The parent is watched at best: where it cannot be, a swap of the
+	// directory's own link goes unseen, and every other change is seen.
+	_ = fsw.Add(filepath.Dir(filepath.Clean(dir)))
 	cfg, err := LoadDir(dir, opts.Options)
 	if err != nil {
 		fsw.Close()
@@ -124,6 +125,9 @@ func (w *Watcher) loop() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var pending bool    // an event waits for the timer
+	var since time.Time // when the first waiting event came
+	maxDelay := 10 * w.opts.Debounce
 	base := filepath.Base(filepath.Clean(w.dir))
 	parent := filepath.Dir(filepath.Clean(w.dir))
 	for {
@@ -144,18 +148,31 @@ func (w *Watcher) loop() {
 				_ = w.fsw.Remove(w.dir)
 				_ = w.fsw.Add(w.dir)
 			}
-			timer.Reset(w.opts.Debounce)
+			// Wait for quiet, but never more than maxDelay after the
+			// first event: a directory written without pause is still
+			// read.
+			now := time.Now()
+			if !pending {
+				pending, since = true, now
+			}
+			if now.Sub(since) < maxDelay {
+				timer.Reset(w.opts.Debounce)
+			}
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
 				return
 			}
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
 				// Events were lost: read the directory to catch up.
+				if !pending {
+					pending, since = true, time.Now()
+				}
 				timer.Reset(w.opts.Debounce)
 				continue
 			}
 			w.report(nil, fmt.Errorf("rlconfig: watch %s: %w", w.dir, err))
 		case <-timer.C:
+			pending = false
 			w.report(w.load())
 		}
 	}
