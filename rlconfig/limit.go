@@ -174,7 +174,8 @@ type Limit struct {
 // envoyproxy/ratelimit's way to deny a value outright).
 func (l *Limit) Blocked() bool { return !l.Unlimited && l.RequestsPerUnit == 0 }
 
-// String describes the limit: "messaging.to_number: 100/day fixed-window".
+// String describes the limit for people and logs:
+// "messaging.to_number: 100/day fixed-window".
 func (l *Limit) String() string {
 	var b strings.Builder
 	b.WriteString(l.Label)
@@ -196,6 +197,9 @@ func (l *Limit) String() string {
 			b.WriteString(", burst ")
 			b.WriteString(strconv.FormatInt(l.Rule.Burst, 10))
 		}
+	}
+	if l.Blocked() {
+		b.WriteString(", blocks every request")
 	}
 	if l.ShadowMode {
 		b.WriteString(", shadow")

@@ -256,6 +256,15 @@ descriptors:
   - key: k
     value: "*"
     rate_limit: {unit: second, requests_per_unit: 5}
+  - key: k
+    value: free                 # a value without a limit is allowed outright
+  - key: both
+    value: v
+    rate_limit: {unit: day, requests_per_unit: 10}
+    descriptors:
+      - key: sub
+        value: s
+        rate_limit: {unit: day, requests_per_unit: 11}
   - key: lit
     value: "*"
     rate_limit: {unit: second, requests_per_unit: 8}
@@ -283,11 +292,15 @@ descriptors:
 		entries []rlconfig.Entry
 		want    int64
 	}{
-		{e("k", "abc"), 4},  // exact value first
-		{e("k", "abd"), 2},  // then the first wildcard written
-		{e("k", "ax"), 3},   // the next wildcard
-		{e("k", "zzz"), 5},  // "*" before the bare key
-		{e("k", ""), 5},     // "*" matches the empty value
+		{e("k", "abc"), 4},   // exact value first
+		{e("k", "abd"), 2},   // then the first wildcard written
+		{e("k", "ax"), 3},    // the next wildcard
+		{e("k", "zzz"), 5},   // "*" before the bare key
+		{e("k", ""), 5},      // "*" matches the empty value
+		{e("k", "free"), -1}, // the value wins over the bare key, and has no limit
+		{e("both", "v"), 10}, // a limit on a level that also has children
+		{e("both", "v", "sub", "s"), 11},
+		{e("both", "v", "sub", "t"), -1},
 		{e("lit", "xy"), 8}, // the first wildcard written wins
 		{e("lit", "x*"), 9}, // a value written with its "*" is exact
 		{e("nest", "x", "inner", "1"), 6},
@@ -323,6 +336,29 @@ func TestHitKeys(t *testing.T) {
 	if a, b := key("example11", "files_no_share", "files_no_share/a"), key("example11", "files_no_share", "files_no_share/b"); a == b {
 		t.Errorf("isolated wildcard values share key %q", a)
 	}
+	// share_threshold on a wildcard level above the limit still shares.
+	nested := load(t, map[string]string{"n.yaml": `
+domain: n
+descriptors:
+  - key: route
+    value: "api/*"
+    share_threshold: true
+    detailed_metric: true
+    descriptors:
+      - key: method
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 60}
+`})
+	a := nested.Match("n", e("route", "api/v1", "method", "GET"))
+	b := nested.Match("n", e("route", "api/v2", "method", "GET"))
+	c := nested.Match("n", e("route", "api/v2", "method", "PUT"))
+	if a.Key != b.Key || a.Key == c.Key {
+		t.Errorf("nested share_threshold keys: %q %q %q", a.Key, b.Key, c.Key)
+	}
+	if a.MetricKey != "n.route_api/*.method_GET" {
+		t.Errorf("nested share_threshold metric key %q", a.MetricKey)
+	}
+
 	// Separators inside values cannot forge another descriptor's key.
 	cfg2 := load(t, map[string]string{"a.yaml": `
 domain: d

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +242,38 @@ func symlink(t *testing.T, target, link string) {
 	t.Helper()
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWatchConcurrentReaders matches from several goroutines while the
+// configuration is reloaded under them; run with -race.
+func TestWatchConcurrentReaders(t *testing.T) {
+	dir := writeDir(t, map[string]string{"a.yaml": limitFile("1")})
+	w, ch := watch(t, dir)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if n := limitOf(w.Config()); n < 1 || n > 5 {
+					t.Errorf("a reader saw limit %d", n)
+					return
+				}
+			}
+		}()
+	}
+	for n := int64(2); n <= 5; n++ {
+		write(t, filepath.Join(dir, "a.yaml"), limitFile(strconv.FormatInt(n, 10)))
+		waitFor(t, ch, "under readers", succeeded(n))
+	}
+	close(stop)
+	for range 4 {
+		<-done
 	}
 }
