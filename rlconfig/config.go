@@ -139,7 +139,8 @@ func (c *Config) String() string {
 // LoadDir reads every *.yaml and *.yml file in dir (not its
 // subdirectories, and not names starting with a dot, such as the
 // ..data entries of a Kubernetes ConfigMap volume; symbolic links are
-// followed) and parses them together with [Parse].
+// followed, and a dangling one is a removed file) and parses them
+// together with [Parse].
 func LoadDir(dir string, opts Options) (*Config, error) {
 	files, err := readDir(dir)
 	if err != nil {
@@ -161,6 +162,11 @@ func readDir(dir string) (map[string][]byte, error) {
 		}
 		p := filepath.Join(dir, name)
 		st, err := os.Stat(p) // follows a symbolic link
+		if errors.Is(err, os.ErrNotExist) {
+			// Removed since the listing, or a link left dangling for a
+			// moment by a ConfigMap update: the file is gone.
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rlconfig: %w", err)
 		}
@@ -168,6 +174,9 @@ func readDir(dir string) (map[string][]byte, error) {
 			continue
 		}
 		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rlconfig: %w", err)
 		}

@@ -368,6 +368,9 @@ func TestLoadDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "sub.yaml", "x.yaml"), []byte("domain: [broken\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Symlink(filepath.Join("..data", "gone.yaml"), filepath.Join(dir, "dangling.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := rlconfig.LoadDir(dir, rlconfig.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -136,7 +136,12 @@ func TestWatchConfigMap(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "..2026_11_30_10_00_00.1")); err != nil {
 		t.Fatal(err)
 	}
-	r := waitFor(t, ch, "after the ..data swap", succeeded(2))
+	r := waitFor(t, ch, "after the ..data swap", func(r reload) bool {
+		if r.err != nil {
+			t.Errorf("a valid swap was refused on the way: %v", r.err)
+		}
+		return succeeded(2)(r)
+	})
 	if d := r.cfg.Domains(); len(d) != 2 {
 		t.Errorf("domains after the swap: %v", d)
 	}
