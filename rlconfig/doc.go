@@ -1,0 +1,110 @@
+// Package rlconfig reads rate-limit policies written in the YAML format of
+// envoyproxy/ratelimit, unchanged, plus a few floodgate extensions. It
+// parses and validates them, matches a request's descriptors against
+// them, and reloads them when their directory changes. Each configured
+// limit becomes a validated [floodgate.Rule].
+//
+// # The format
+//
+// A directory holds one domain per file (*.yaml or *.yml):
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: message_type
+//	    value: marketing
+//	    descriptors:
+//	      - key: to_number          # no value: one limit per number
+//	        rate_limit:
+//	          unit: day             # second, minute, hour, day, week, month, year
+//	          requests_per_unit: 5
+//	  - key: to_number
+//	    rate_limit: {unit: day, requests_per_unit: 100}
+//
+// A descriptor has a key and an optional value. A value may hold "*"
+// wildcards, each matching any run of characters. A descriptor without a
+// value matches every value of its key, and each value is counted apart.
+// A rate_limit may be unlimited, may have a name, and may replace other
+// named limits (replaces). requests_per_unit: 0 denies every request. A
+// descriptor may set shadow_mode (counted and reported, never denied),
+// detailed_metric, value_to_metric, share_threshold (every value of a
+// wildcard shares one count), quota_mode and metadata, as in
+// envoyproxy/ratelimit. A key/value defined twice at one level, a domain
+// in two files (unless [Options].MergeDomains), an unknown field and an
+// unknown unit are refused.
+//
+// # Matching
+//
+// [Config.Match] walks a request descriptor's entries level by level: an
+// entry matches a descriptor with its key and value first, then one with
+// a matching wildcard value (in the order written), then one with its key
+// and no value. The limits are those of the descriptor that the last
+// entry reaches, so a request must have exactly as many entries as the
+// limit is deep. [Config.MatchAll] matches every descriptor of a request
+// and applies replaces.
+//
+// # Extensions
+//
+// Each is optional. algorithm, burst and failure_mode may be set on the
+// domain (the default for its descriptors), on a descriptor (the default
+// for it and the descriptors nested in it) or, for algorithm and burst,
+// on one limit:
+//
+//	domain: api
+//	algorithm: sliding_window     # the whole domain counts exactly
+//	failure_mode: open            # error (default), closed, open or local
+//	descriptors:
+//	  - key: user
+//	    rate_limits:              # several limits on one key, checked together
+//	      - {window: 1s, requests_per_unit: 10, algorithm: token_bucket, burst: 20}
+//	      - {window: 90s, requests_per_unit: 300}
+//	      - {unit: day, requests_per_unit: 10000, algorithm: sliding_window_counter,
+//	         shadow_mode: true}
+//
+// The extension fields:
+//
+//   - algorithm: fixed_window (the default, aligned to the epoch as
+//     envoyproxy/ratelimit counts), sliding_window (exact),
+//     sliding_window_counter or token_bucket (with an optional burst).
+//   - window: any Go duration ("90s") instead of unit.
+//   - rate_limits: a list of limits on one descriptor, all checked
+//     together; an item may set its own shadow_mode.
+//   - failure_mode: what the descriptor's limits do when the store cannot
+//     decide in time; see [FailureMode].
+//
+// # Rules and keys
+//
+// Each limit's [Limit.Rule] is named from the domain and descriptor path
+// plus a hash of them, so the same descriptor keeps its rule name (and
+// its counts) across reloads while two descriptors never share one.
+// [Match.Key] names the domain and the request's entries with their
+// values; [Match.Hits] pairs it with each counted limit's rule.
+//
+// # Differences from envoyproxy/ratelimit
+//
+// Every file that envoyproxy/ratelimit loads and that has no mistake in
+// it loads here with the same meaning. These are refused, where
+// envoyproxy/ratelimit silently reads something else:
+//
+//   - A field at a level where it means nothing (unit on a descriptor).
+//     envoyproxy/ratelimit checks names against one list for the whole
+//     file and ignores a known name in the wrong place.
+//   - A rate_limit without requests_per_unit. envoyproxy/ratelimit reads
+//     0 and denies every request; write 0 to mean that.
+//   - A file with several YAML documents; envoyproxy/ratelimit reads the
+//     first.
+//
+// Keys and values are matched as pairs. envoyproxy/ratelimit joins them
+// into one "key_value" string, so there key "a" with value "b_c" collides
+// with key "a_b" with value "c", and a wildcard can reach across the
+// underscore into the key. Files whose names start with a dot and
+// subdirectories are not read. quota_mode is carried on [Limit] and not
+// interpreted. The per-request limit override of the RLS API and loading
+// from an xDS server are not part of this package.
+//
+// # Reloading
+//
+// A [Watcher] holds the configuration of a directory and reloads it on
+// every change, including the ..data symbolic link swap of a Kubernetes
+// ConfigMap volume. An invalid configuration is refused with every
+// problem listed, and the old one stays in force.
+package rlconfig

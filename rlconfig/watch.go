@@ -1,0 +1,185 @@
+package rlconfig
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// WatchOptions tunes a [Watcher]. The zero value is ready to use.
+type WatchOptions struct {
+	// Options are the parse options of every load.
+	Options Options
+	// Debounce is how long the directory must stay quiet before it is
+	// read again, so that a burst of events (an editor's save, a
+	// ConfigMap's symlink swap) is one reload; a directory that never
+	// goes quiet is read ten Debounces after its first change. Zero
+	// means 100ms.
+	Debounce time.Duration
+	// OnReload, when set, is called after each reload that an event
+	// started, from the Watcher's goroutine: with the new configuration
+	// and a nil error when it is in force, or with a nil configuration
+	// and the error when it was refused (every problem listed, wrapping
+	// [ErrInvalidConfig]) or the directory could not be read or watched.
+	// The old configuration then stays in force. It is where a service
+	// logs and counts config_load_success and config_load_error.
+	OnReload func(cfg *Config, err error)
+}
+
+// Watcher holds the configuration read from a directory and reloads it
+// when the directory changes. It sees files written in place, added or
+// removed, and the atomic swap of the ..data symbolic link that
+// Kubernetes performs on a mounted ConfigMap, as well as a swap of the
+// directory itself when it is a symbolic link. A new configuration is
+// validated whole and replaces the old one atomically; an invalid one is
+// refused and the old one stays in force. Its methods are safe for
+// concurrent use. Close it when done.
+type Watcher struct {
+	dir      string
+	opts     WatchOptions
+	cfg      atomic.Pointer[Config]
+	fsw      *fsnotify.Watcher
+	reload   sync.Mutex // serializes reading the directory and swapping cfg
+	done     chan struct{}
+	wg       sync.WaitGroup
+	closeErr error
+	once     sync.Once
+}
+
+// Watch loads the configuration in dir with [LoadDir] and starts
+// watching it. It returns an error, and starts nothing, when the first
+// configuration is invalid or the directory cannot be watched.
+func Watch(dir string, opts WatchOptions) (*Watcher, error) {
+	if opts.Debounce <= 0 {
+		opts.Debounce = 100 * time.Millisecond
+	}
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)
+	}
+	// The directory itself, and its parent to see the directory's own
+	// symbolic link swapped. Watch before the first read, so that no
+	// change slips between the two.
+	if err := fsw.Add(dir); err != nil {
+		fsw.Close()
+		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)
+	}
+	// The parent is watched at best: where it cannot be, a swap of the
+	// directory's own link goes unseen, and every other change is seen.
+	_ = fsw.Add(filepath.Dir(filepath.Clean(dir)))
+	cfg, err := LoadDir(dir, opts.Options)
+	if err != nil {
+		fsw.Close()
+		return nil, err
+	}
+	w := &Watcher{dir: dir, opts: opts, fsw: fsw, done: make(chan struct{})}
+	w.cfg.Store(cfg)
+	w.wg.Add(1)
+	go w.loop()
+	return w, nil
+}
+
+// Config returns the configuration in force. It never returns nil.
+func (w *Watcher) Config() *Config { return w.cfg.Load() }
+
+// Reload reads the directory now. It swaps in the new configuration and
+// returns nil, or returns the error and keeps the old one. It does not
+// call OnReload.
+func (w *Watcher) Reload() error {
+	_, err := w.load()
+	return err
+}
+
+// load reads the directory and swaps in what it holds when it is valid.
+// One load at a time, so an older read never replaces a newer one.
+func (w *Watcher) load() (*Config, error) {
+	w.reload.Lock()
+	defer w.reload.Unlock()
+	cfg, err := LoadDir(w.dir, w.opts.Options)
+	if err != nil {
+		return nil, err
+	}
+	w.cfg.Store(cfg)
+	return cfg, nil
+}
+
+// Close stops watching and waits for the Watcher's goroutine to end, so
+// no OnReload call runs after it returns. The configuration stays
+// readable. Close is idempotent.
+func (w *Watcher) Close() error {
+	w.once.Do(func() {
+		close(w.done)
+		w.closeErr = w.fsw.Close()
+		w.wg.Wait()
+	})
+	return w.closeErr
+}
+
+func (w *Watcher) loop() {
+	defer w.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var pending bool    // an event waits for the timer
+	var since time.Time // when the first waiting event came
+	maxDelay := 10 * w.opts.Debounce
+	base := filepath.Base(filepath.Clean(w.dir))
+	parent := filepath.Dir(filepath.Clean(w.dir))
+	for {
+		select {
+		case <-w.done:
+			return
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return
+			}
+			if filepath.Dir(ev.Name) == parent && filepath.Base(ev.Name) != base {
+				continue // a sibling of the directory: not ours
+			}
+			if filepath.Dir(ev.Name) == parent {
+				// The directory (or its symbolic link) was replaced:
+				// watch what the name points at now. A failure shows
+				// in the reload that follows.
+				_ = w.fsw.Remove(w.dir)
+				_ = w.fsw.Add(w.dir)
+			}
+			// Wait for quiet, but never more than maxDelay after the
+			// first event: a directory written without pause is still
+			// read.
+			now := time.Now()
+			if !pending {
+				pending, since = true, now
+			}
+			if now.Sub(since) < maxDelay {
+				timer.Reset(w.opts.Debounce)
+			}
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				// Events were lost: read the directory to catch up.
+				if !pending {
+					pending, since = true, time.Now()
+				}
+				timer.Reset(w.opts.Debounce)
+				continue
+			}
+			w.report(nil, fmt.Errorf("rlconfig: watch %s: %w", w.dir, err))
+		case <-timer.C:
+			pending = false
+			w.report(w.load())
+		}
+	}
+}
+
+func (w *Watcher) report(cfg *Config, err error) {
+	if w.opts.OnReload != nil {
+		w.opts.OnReload(cfg, err)
+	}
+}

@@ -1,0 +1,104 @@
+package rlconfig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The raw* types mirror the YAML as written. Decoding is strict: a field
+// that is not listed here is an error, at the level where it was written.
+
+type rawFile struct {
+	Domain      string          `yaml:"domain"`
+	Descriptors []rawDescriptor `yaml:"descriptors"`
+
+	// Extensions: defaults for every descriptor of the domain.
+	Algorithm   string `yaml:"algorithm"`
+	Burst       int64  `yaml:"burst"`
+	FailureMode string `yaml:"failure_mode"`
+}
+
+type rawDescriptor struct {
+	Key            string          `yaml:"key"`
+	Value          string          `yaml:"value"`
+	RateLimit      *rawLimit       `yaml:"rate_limit"`
+	Descriptors    []rawDescriptor `yaml:"descriptors"`
+	ShadowMode     bool            `yaml:"shadow_mode"`
+	QuotaMode      bool            `yaml:"quota_mode"`
+	DetailedMetric bool            `yaml:"detailed_metric"`
+	ValueToMetric  bool            `yaml:"value_to_metric"`
+	ShareThreshold bool            `yaml:"share_threshold"`
+	Metadata       map[string]any  `yaml:"metadata"`
+
+	// Extensions.
+	RateLimits  []rawLimit `yaml:"rate_limits"`
+	Algorithm   string     `yaml:"algorithm"`
+	Burst       int64      `yaml:"burst"`
+	FailureMode string     `yaml:"failure_mode"`
+}
+
+type rawLimit struct {
+	Unit            string       `yaml:"unit"`
+	RequestsPerUnit *int64       `yaml:"requests_per_unit"`
+	Unlimited       bool         `yaml:"unlimited"`
+	Name            string       `yaml:"name"`
+	Replaces        []rawReplace `yaml:"replaces"`
+
+	// Extensions.
+	Window     string `yaml:"window"`
+	Algorithm  string `yaml:"algorithm"`
+	Burst      int64  `yaml:"burst"`
+	ShadowMode *bool  `yaml:"shadow_mode"`
+}
+
+type rawReplace struct {
+	Name string `yaml:"name"`
+}
+
+// yamlTypeNames turns the decoder's Go type names into the names a
+// configuration author knows.
+var yamlTypeNames = strings.NewReplacer(
+	"type rlconfig.rawFile", "the top level",
+	"type rlconfig.rawDescriptor", "a descriptor",
+	"type rlconfig.rawLimit", "a rate limit",
+	"type rlconfig.rawReplace", "a replaces entry",
+	"rlconfig.rawFile", "a file",
+	"rlconfig.rawDescriptor", "a descriptor",
+	"rlconfig.rawLimit", "a rate limit",
+	"rlconfig.rawReplace", "a replaces entry",
+)
+
+// decodeFile decodes one file strictly. It returns every decoding problem
+// as its own error (without the file name), and ok false when the file
+// could not be decoded at all or had problems.
+func decodeFile(data []byte) (rawFile, []error) {
+	var f rawFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(&f)
+	if errors.Is(err, io.EOF) {
+		// An empty file: report it as a file without a domain.
+		return f, nil
+	}
+	if err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			errs := make([]error, len(te.Errors))
+			for i, msg := range te.Errors {
+				errs[i] = errors.New(yamlTypeNames.Replace(msg))
+			}
+			return f, errs
+		}
+		return f, []error{fmt.Errorf("not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return f, []error{errors.New("holds more than one YAML document; put each domain in its own file")}
+	}
+	return f, nil
+}
