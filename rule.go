@@ -106,10 +106,10 @@ const MaxWindow = 10 * 365 * 24 * time.Hour
 // A Rule that did not come from a constructor is checked by [Rule.Validate]
 // on every use.
 type Rule struct {
-	// Name names the policy in decisions, headers and metrics ("pix"). It
-	// also separates the state of two rules on the same key, so two rules
-	// with the same name and key share their count. 1 to 64 bytes of
-	// [A-Za-z0-9_.-].
+	// Name names the policy in decisions, headers and metrics ("pix"). A
+	// key's state belongs to the rule's name, algorithm and window (see
+	// [Store]): rules that share those three and a key share their count,
+	// whatever their limits. 1 to 64 bytes of [A-Za-z0-9_.-].
 	Name string
 	// Limit is the number of requests allowed per Window; at least 1.
 	Limit int64

@@ -117,6 +117,7 @@ func floodgateGoRedis(alg floodgate.Algorithm, cache int) func(addr, prefix stri
 		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		conn, err := goredisadapter.New(c)
 		if err != nil {
+			c.Close()
 			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -215,7 +216,7 @@ func TestTokenBucketRefundCreditsWhatIsLeft(t *testing.T) {
 func receipts(hits []floodgate.Hit) []floodgate.Receipt {
 	out := make([]floodgate.Receipt, len(hits))
 	for i, h := range hits {
-		out[i] = floodgate.Receipt{Hit: h, Stamp: floodgate.Stamp{At: time.Now(), Epoch: 1}}
+		out[i] = floodgate.Receipt{Hit: h, Stamp: floodgate.Stamp{At: time.Now(), Epoch: math.MaxUint64}}
 	}
 	return out
 }

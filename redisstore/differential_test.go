@@ -79,7 +79,13 @@ func differential(t *testing.T, alg floodgate.Algorithm, ops int) {
 			}
 			stats["reset"]++
 		case op < 5 && len(past) > 0:
+			// Mostly a recent decision, whose refund still credits
+			// something (a token bucket's credit runs out with time),
+			// sometimes any.
 			p := past[rng.IntN(len(past))]
+			if rng.IntN(4) != 0 {
+				p = past[len(past)-1-rng.IntN(min(len(past), 4))]
+			}
 			j := -1
 			if len(p[0].Each) == 2 && rng.IntN(2) == 0 {
 				j = rng.IntN(2)

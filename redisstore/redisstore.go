@@ -58,9 +58,11 @@ type Options struct {
 	// client wrapped by package goredisadapter. The store uses it as it is
 	// and does not close it.
 	Conn Conn
-	// Prefix starts every key: "<prefix>{<rule>:<key>}:s". Zero means
-	// DefaultPrefix ("fg:"). At most MaxPrefixLen bytes, without braces (a
-	// brace would move the Cluster hash tag).
+	// Prefix starts every key: "<prefix>{<rule>:<key>}:s:1m0s" (see the
+	// package documentation). Zero means DefaultPrefix ("fg:"). At most
+	// MaxPrefixLen bytes, without braces (a brace would move the Cluster
+	// hash tag). Services that share one Redis and use the same rule
+	// names for different limits need distinct prefixes.
 	Prefix string
 	// DialTimeout bounds one connection attempt of a store built from URL.
 	// Zero means the URL's dial_timeout, or DefaultDialTimeout (1s).
@@ -220,7 +222,13 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 	if groups := s.slotGroups(hits); groups != nil {
 		return s.peekSlots(ctx, groups, len(hits))
 	}
-	return s.peek(ctx, hits)
+	res, err := s.peek(ctx, hits)
+	if errors.Is(err, ErrCrossSlot) { // see Take
+		if groups := s.slotGroups(hits); groups != nil {
+			return s.peekSlots(ctx, groups, len(hits))
+		}
+	}
+	return res, err
 }
 
 // Refund implements [floodgate.Store] with one script call (one per slot
@@ -240,16 +248,20 @@ func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Rece
 
 // refundAll is Refund under a deadline: one script per slot.
 func (s *Store) refundAll(ctx context.Context, id string, receipts []floodgate.Receipt) error {
-	if len(receipts) > 1 {
-		hits := make([]floodgate.Hit, len(receipts))
-		for i, r := range receipts {
-			hits[i] = r.Hit
-		}
+	hits := make([]floodgate.Hit, len(receipts))
+	for i, r := range receipts {
+		hits[i] = r.Hit
+	}
+	if groups := s.slotGroups(hits); groups != nil {
+		return s.refundSlots(ctx, id, receipts, groups)
+	}
+	err := s.refund(ctx, id, receipts)
+	if errors.Is(err, ErrCrossSlot) { // see Take
 		if groups := s.slotGroups(hits); groups != nil {
 			return s.refundSlots(ctx, id, receipts, groups)
 		}
 	}
-	return s.refund(ctx, id, receipts)
+	return err
 }
 
 // Reset implements [floodgate.Store]: it deletes the key's state under

@@ -150,7 +150,9 @@ while ki <= #KEYS do
     local idx = floordiv(now, window)
     local left = (idx + 1) * window - now -- until the window's end
     local stored = redis.call('GET', key)
-    if floordiv(now - age, window) == idx and stored then
+    -- A take stamped after now (a clock that stepped back) may lie in a
+    -- later window than now's: no credit.
+    if at <= now and floordiv(at, window) == idx and stored then
       if alg == 'f' then
         local si, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+)$')
         if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and

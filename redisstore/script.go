@@ -32,11 +32,11 @@ var (
 	refundScript = newScript(refundLua, false)
 )
 
-// maxScriptValue bounds the numbers a script computes with (2^51): with
-// the server's clock near 2^51 microseconds, sums stay below 2^53, where
-// Lua's doubles are exact. It caps windows and the token bucket's period
-// at about 71 years.
-const maxScriptValue = 1 << 51
+// maxServerTime bounds the server time the scripts compute with: 2^52µs
+// (the year 2112). floodgate.Rule.Validate keeps every period below
+// 2^52µs, so sums with the time stay below 2^53, where Lua's doubles are
+// exact.
+const maxServerTime = 1 << 52
 
 // Suffixes of the state keys, by algorithm.
 var suffixes = [...]string{
@@ -95,7 +95,7 @@ func sameSlot(keys []string) error {
 	first := keySlot(keys[0])
 	for _, k := range keys[1:] {
 		if keySlot(k) != first {
-			return fmt.Errorf("%w: %q and %q", ErrCrossSlot, keys[0], k)
+			return fmt.Errorf("redisstore: %w: %q and %q", ErrCrossSlot, keys[0], k)
 		}
 	}
 	return nil
@@ -185,7 +185,7 @@ func parseValues(v []int64, sizes []int, recorded bool) ([][]floodgate.Result, e
 	if len(v) != 1+5*n {
 		return nil, fmt.Errorf("%w: %d values for %d hits, want %d", errMalformed, len(v), n, 1+5*n)
 	}
-	if v[0] <= 0 || v[0] > maxScriptValue {
+	if v[0] <= 0 || v[0] > maxServerTime {
 		return nil, fmt.Errorf("%w: server time %dµs", errMalformed, v[0])
 	}
 	at := time.UnixMicro(v[0])
@@ -274,7 +274,7 @@ func (s *Store) refundCall(id string, receipts []floodgate.Receipt) (keys, args 
 		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+id)
 		// A receipt no take gave (zero time) credits nothing: time 0 is
 		// older than any window.
-		at := max(0, min(r.Stamp.At.UnixMicro(), maxScriptValue))
+		at := max(0, min(r.Stamp.At.UnixMicro(), maxServerTime))
 		args = append(args, p.alg, strconv.FormatInt(p.cost, 10), strconv.FormatInt(p.b, 10),
 			strconv.FormatInt(at, 10), strconv.FormatUint(r.Stamp.Epoch, 10))
 	}
