@@ -24,6 +24,7 @@ import (
 // server.
 type App struct {
 	*Server
+	breaker *breakerstore.Store // nil without Redis
 	closers []func() error
 }
 
@@ -81,7 +82,7 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 			a.Close()
 			return nil, fmt.Errorf("bank: %w", err)
 		}
-		store, ready = br, rs.Ping
+		store, ready, a.breaker = br, rs.Ping, br
 	}
 	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout})
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +35,16 @@ type Config struct {
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error; default info
 	LogFormat       string        // LOG_FORMAT: text or json; default text
 
+	// LoginConcurrency bounds the password checks (bcrypt) that run at
+	// once, so that a burst of logins cannot starve the rest of the
+	// process of CPU. LoginQueue bounds the logins that wait for a check;
+	// a login over both gets 503 with Retry-After.
+	// The default leaves one CPU to the rest of the process (the network,
+	// the limiter's store calls), whose goroutines would otherwise wait
+	// for bcrypt to be preempted.
+	LoginConcurrency int // LOGIN_CONCURRENCY, default GOMAXPROCS-1, at least 1
+	LoginQueue       int // LOGIN_QUEUE, default 32
+
 	PIX          floodgate.Rule // LIMIT_PIX, default 10/1m, per account
 	Statement    floodgate.Rule // LIMIT_STATEMENT, default 30/1m, per account
 	LoginIP      floodgate.Rule // LIMIT_LOGIN_IP, default 10/10m, per client IP
@@ -51,7 +63,8 @@ const minSecret = 32
 // main) and validates it, listing every problem at once, each naming its
 // variable.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{ListenAddr: ":8080", DecisionTimeout: 50 * time.Millisecond, LogFormat: "text"}
+	c := Config{ListenAddr: ":8080", DecisionTimeout: 50 * time.Millisecond, LogFormat: "text",
+		LoginConcurrency: max(1, runtime.GOMAXPROCS(0)-1), LoginQueue: 32}
 	var errs []error
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
@@ -85,6 +98,18 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.DecisionTimeout = d
 	}
+	count := func(name string, least int, dst *int) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < least || n > 1<<16 {
+				bad(name, "%q is not an integer from %d to 65536", v, least)
+				return
+			}
+			*dst = n
+		}
+	}
+	count("LOGIN_CONCURRENCY", 1, &c.LoginConcurrency)
+	count("LOGIN_QUEUE", 0, &c.LoginQueue)
 	if v := getenv("LOG_LEVEL"); v != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", v)
@@ -144,6 +169,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("token_secret_set", c.TokenSecret != ""),
 		slog.String("users_file", c.UsersFile),
 		slog.Duration("decision_timeout", c.DecisionTimeout),
+		slog.Int("login_concurrency", c.LoginConcurrency),
+		slog.Int("login_queue", c.LoginQueue),
 		slog.String("pix", c.PIX.String()+" fail-"+string(c.FailurePIX)),
 		slog.String("statement", c.Statement.String()+" fail-"+string(c.FailureStatement)),
 		slog.String("login_ip", c.LoginIP.String()+" fail-"+string(c.FailureLogin)),

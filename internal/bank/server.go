@@ -44,6 +44,7 @@ type Server struct {
 	deps    Deps
 	keys    Keys
 	limits  *httplimit.Limiter
+	checks  *gate // bounds the password checks running at once
 	handler http.Handler
 }
 
@@ -81,7 +82,8 @@ func NewServer(d Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bank: %w", err)
 	}
-	s := &Server{deps: d, keys: NewKeys([]byte(c.TokenSecret)), limits: limits}
+	s := &Server{deps: d, keys: NewKeys([]byte(c.TokenSecret)), limits: limits,
+		checks: newGate(c.LoginConcurrency, c.LoginQueue)}
 	byIP := httplimit.ClientIP(resolver)
 	global := httplimit.Limit{Rule: c.GlobalIP, Key: byIP}
 	routes := []struct {
@@ -194,9 +196,27 @@ func (s *Server) parseLogin(next http.Handler) http.Handler {
 	})
 }
 
+// busyRetry is the Retry-After of a login refused because the password
+// checks are all taken: the queue drains in about LoginQueue /
+// LoginConcurrency checks, well under a second at bcrypt's default cost.
+const busyRetry = "1"
+
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	a, _ := r.Context().Value(loginKeyCtx{}).(loginAttempt)
-	if _, ok := s.deps.Users.Authenticate(a.doc, a.password); !ok {
+	release, err := s.checks.enter(r.Context())
+	if err != nil {
+		// No password was checked: give the attempt back to the login
+		// limits, so that a busy server locks nobody out.
+		s.refundLogin(r)
+		if errors.Is(err, errBusy) {
+			w.Header().Set("Retry-After", busyRetry)
+			writeError(w, http.StatusServiceUnavailable, "too many logins in progress; try again shortly")
+		}
+		return // otherwise the client went away
+	}
+	_, ok := s.deps.Users.Authenticate(a.doc, a.password)
+	release()
+	if !ok {
 		s.deps.Logger.InfoContext(r.Context(), "login failed", "account", a.account)
 		writeError(w, http.StatusUnauthorized, "invalid credentials")
 		return
@@ -205,12 +225,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	// attempts only, so give the IP and the account (or device) their
 	// attempt back, and remember this device. An office behind one IP can
 	// thus log in all day, while guessing still runs into both limits.
-	if res, ok := httplimit.FromContext(r.Context()); ok {
-		c := s.deps.Config
-		if err := res.Refund(r.Context(), c.LoginIP.Name, c.LoginAccount.Name); err != nil {
-			s.deps.Logger.WarnContext(r.Context(), "login refund failed", "err", err)
-		}
-	}
+	s.refundLogin(r)
 	now := s.deps.Now()
 	device := randomID()
 	if c, err := r.Cookie(DeviceCookie); err == nil {
@@ -225,6 +240,19 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	})
 	s.deps.Logger.InfoContext(r.Context(), "login", "account", a.account)
 	writeJSON(w, http.StatusOK, map[string]string{"token": s.keys.Token(a.account, now.Add(tokenTTL))})
+}
+
+// refundLogin gives the request's attempt back to the login limits (not
+// to the global one, which counts every request).
+func (s *Server) refundLogin(r *http.Request) {
+	res, ok := httplimit.FromContext(r.Context())
+	if !ok {
+		return
+	}
+	c := s.deps.Config
+	if err := res.Refund(r.Context(), c.LoginIP.Name, c.LoginAccount.Name); err != nil {
+		s.deps.Logger.WarnContext(r.Context(), "login refund failed", "err", err)
+	}
 }
 
 // authenticate turns a valid bearer token into the request's principal;

@@ -18,13 +18,26 @@ import (
 
 const testDoc = "529.982.247-25"
 
+// testSecret is the TOKEN_SECRET of the test servers.
+const testSecret = "k3y-0f-th3-t3st-s3rv3rs-pl3as3-r0tat3"
+
 func newTestServer(t testing.TB, ready func(context.Context) error) *Server {
+	t.Helper()
+	return newTestServerWith(t, ready, nil)
+}
+
+// newTestServerWith is newTestServer with the configuration changed by
+// change, if not nil.
+func newTestServerWith(t testing.TB, ready func(context.Context) error, change func(*Config)) *Server {
 	t.Helper()
 	cfg, err := ConfigFromEnv(func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.TokenSecret = strings.Repeat("k", 32)
+	cfg.TokenSecret = testSecret
+	if change != nil {
+		change(&cfg)
+	}
 	hash, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
 	users, err := NewDirectory([]UserRecord{{Document: testDoc, Name: "Ana", PasswordBcrypt: string(hash)}})
 	if err != nil {
