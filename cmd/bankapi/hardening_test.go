@@ -23,7 +23,7 @@ import (
 func startInProcess(t *testing.T, env map[string]string, timeouts bank.Timeouts) (string, *syncbuf.Buffer) {
 	t.Helper()
 	getenv := func(k string) string {
-		if k == "LISTEN_ADDR" {
+		if k == "LISTEN_ADDR" || k == "METRICS_ADDR" && env[k] == "" {
 			return "127.0.0.1:0"
 		}
 		return env[k]
@@ -349,6 +349,58 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	for _, s := range leaks {
 		if s != "" && strings.Contains(log, s) {
 			t.Errorf("the log holds %q:\n%s", s, log)
+		}
+	}
+}
+
+// /metrics is served on METRICS_ADDR only, never on the public listener:
+// its policy label would tell which limit refused an opaque login.
+func TestMetricsListenApart(t *testing.T) {
+	getenv := func(k string) string {
+		return map[string]string{"LISTEN_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0"}[k]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, metricsReady := make(chan string, 1), make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, getenv, io.Discard, runOptions{ready: ready, metricsReady: metricsReady})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	var addr, maddr string
+	for addr == "" || maddr == "" {
+		select {
+		case addr = <-ready:
+		case maddr = <-metricsReady:
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("run ended before listening: %v", err)
+		}
+	}
+	for _, tc := range []struct {
+		addr, path string
+		want       int
+	}{
+		{addr, "/metrics", http.StatusNotFound},
+		{addr, "/healthz", http.StatusOK},
+		{maddr, "/metrics", http.StatusOK},
+		{maddr, "/login", http.StatusNotFound},
+	} {
+		resp, err := http.Get("http://" + tc.addr + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s on %s: %d, want %d", tc.path, tc.addr, resp.StatusCode, tc.want)
+		}
+		if tc.addr == maddr && tc.path == "/metrics" && !strings.Contains(string(body), "floodgate_http_decisions_total") {
+			t.Errorf("the metrics listener lacks floodgate's series:\n%s", body)
 		}
 	}
 }

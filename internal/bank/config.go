@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"runtime"
 	"strconv"
@@ -26,7 +27,11 @@ const (
 // Config is the bank service's configuration. Every field maps one-to-one
 // to an environment variable, named in its comment.
 type Config struct {
-	ListenAddr      string        // LISTEN_ADDR, default ":8080"
+	ListenAddr string // LISTEN_ADDR, default ":8080"
+	// MetricsAddr is where /metrics is served, apart from the API: the
+	// decision counter's policy label would tell an attacker which limit
+	// refused an opaque login, so it must not be public.
+	MetricsAddr     string        // METRICS_ADDR, default "127.0.0.1:9090" (loopback)
 	RedisURL        string        // REDIS_URL; empty: in-memory limits, per process
 	TrustedProxies  []string      // TRUSTED_PROXIES, comma-separated CIDRs or addresses
 	TokenSecret     string        // TOKEN_SECRET, at least 32 bytes; required with REDIS_URL
@@ -63,7 +68,7 @@ const minSecret = 32
 // main) and validates it, listing every problem at once, each naming its
 // variable.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{ListenAddr: ":8080", DecisionTimeout: 50 * time.Millisecond, LogFormat: "text",
+	c := Config{ListenAddr: ":8080", MetricsAddr: "127.0.0.1:9090", DecisionTimeout: 50 * time.Millisecond, LogFormat: "text",
 		LoginConcurrency: max(1, runtime.GOMAXPROCS(0)-1), LoginQueue: 32}
 	var errs []error
 	bad := func(name, format string, args ...any) {
@@ -75,6 +80,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	str("LISTEN_ADDR", &c.ListenAddr)
+	str("METRICS_ADDR", &c.MetricsAddr)
+	if _, port, _ := net.SplitHostPort(c.MetricsAddr); c.MetricsAddr == c.ListenAddr && port != "0" {
+		bad("METRICS_ADDR", "%q is LISTEN_ADDR: metrics must not be served on the public listener", c.MetricsAddr)
+	}
 	str("REDIS_URL", &c.RedisURL)
 	str("TOKEN_SECRET", &c.TokenSecret)
 	str("USERS_FILE", &c.UsersFile)
@@ -164,6 +173,7 @@ func (c Config) LogValue() slog.Value {
 	}
 	return slog.GroupValue(
 		slog.String("listen_addr", c.ListenAddr),
+		slog.String("metrics_addr", c.MetricsAddr),
 		slog.String("redis", redis),
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Bool("token_secret_set", c.TokenSecret != ""),

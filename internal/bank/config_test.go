@@ -15,7 +15,8 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.PIX.Limit != 10 || c.PIX.Window != time.Minute || c.Statement.Limit != 30 ||
 		c.LoginIP.Limit != 10 || c.LoginIP.Window != 10*time.Minute || c.LoginAccount.Limit != 5 ||
-		c.FailurePIX != FailClosed || c.FailureStatement != FailOpen || c.FailureLogin != FailClosed || c.ListenAddr != ":8080" {
+		c.FailurePIX != FailClosed || c.FailureStatement != FailOpen || c.FailureLogin != FailClosed || c.ListenAddr != ":8080" ||
+		c.MetricsAddr != "127.0.0.1:9090" {
 		t.Fatalf("defaults differ from the seed: %+v", c)
 	}
 }
@@ -29,11 +30,13 @@ func TestConfigListsEveryProblem(t *testing.T) {
 		"FAILURE_STATEMENT": "maybe",
 		"LOG_LEVEL":         "loud",
 		"DECISION_TIMEOUT":  "-1s",
+		"LISTEN_ADDR":       ":8080",
+		"METRICS_ADDR":      ":8080",
 	}))
 	if err == nil {
 		t.Fatal("accepted a bad configuration")
 	}
-	for _, name := range []string{"TOKEN_SECRET", "TRUSTED_PROXIES", "LIMIT_PIX", "LIMIT_STATEMENT", "FAILURE_STATEMENT", "LOG_LEVEL", "DECISION_TIMEOUT"} {
+	for _, name := range []string{"TOKEN_SECRET", "TRUSTED_PROXIES", "LIMIT_PIX", "LIMIT_STATEMENT", "FAILURE_STATEMENT", "LOG_LEVEL", "DECISION_TIMEOUT", "METRICS_ADDR"} {
 		if !strings.Contains(err.Error(), name+":") {
 			t.Errorf("error does not name %s:\n%v", name, err)
 		}

@@ -33,7 +33,8 @@ type Deps struct {
 	Ledger *Ledger
 	// Logger receives the service's logs. Nil discards them.
 	Logger *slog.Logger
-	// Registry receives the metrics served on /metrics. Nil means a new one.
+	// Registry receives the metrics that [Server.MetricsHandler] serves. Nil
+	// means a new one.
 	Registry *prometheus.Registry
 	// Now is the clock of tokens and transfers. Nil means time.Now.
 	Now func() time.Time
@@ -46,6 +47,7 @@ type Server struct {
 	limits  *httplimit.Limiter
 	checks  *gate // bounds the password checks running at once
 	handler http.Handler
+	metrics http.Handler
 }
 
 // Token and device cookie lifetimes, and the device cookie's name.
@@ -118,13 +120,22 @@ func NewServer(d Deps) (*Server, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 	})
 	mux.HandleFunc("GET /readyz", s.ready)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{}))
 	s.handler = mux
+	metrics := http.NewServeMux()
+	metrics.Handle("GET /metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{}))
+	s.metrics = metrics
 	return s, nil
 }
 
-// Handler returns the service's HTTP handler.
+// Handler returns the service's public HTTP handler: the API and the
+// health probes.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// MetricsHandler returns the handler of /metrics, and of any debug
+// endpoint, to be served on a listener of its own (METRICS_ADDR), never
+// on the public one: the metrics tell which limit refused an opaque login
+// and who failed on which account lately.
+func (s *Server) MetricsHandler() http.Handler { return s.metrics }
 
 // Close releases the rate-limit middleware's resources.
 func (s *Server) Close() error { return s.limits.Close() }

@@ -105,7 +105,7 @@ func TestRoutes(t *testing.T) {
 		{"statement without token", "GET", "/statement", "", nil, 401},
 		{"healthz", "GET", "/healthz", "", nil, 200},
 		{"readyz", "GET", "/readyz", "", nil, 200},
-		{"metrics", "GET", "/metrics", "", nil, 200},
+		{"metrics are not public", "GET", "/metrics", "", nil, 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if rec := call(s, tc.method, tc.path, tc.body, tc.header...); rec.Code != tc.want {
@@ -117,8 +117,10 @@ func TestRoutes(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), `"amount_cents":100`) {
 		t.Fatalf("statement does not list the transfer: %s", rec.Body)
 	}
-	if rec := call(s, "GET", "/metrics", ""); !strings.Contains(rec.Body.String(), "floodgate_") {
-		t.Fatalf("metrics lack floodgate's series:\n%s", rec.Body)
+	rec = httptest.NewRecorder()
+	s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "floodgate_") {
+		t.Fatalf("the metrics handler answered %d, without floodgate's series:\n%s", rec.Code, rec.Body)
 	}
 }
 
