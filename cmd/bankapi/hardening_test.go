@@ -151,7 +151,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // TestBodyLimitEndToEnd sends bodies over the 4 KiB limit through a real
-// connection: each is refused with 400 after at most a few KiB are read,
+// connection: each is refused with 413 (Content Too Large) after at most a few KiB are read,
 // and a huge one is not read to its end.
 func TestBodyLimitEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -186,13 +186,13 @@ func TestBodyLimitEndToEnd(t *testing.T) {
 				t.Fatalf("%s: %v (after sending %d bytes)", tc.name, err, sent())
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusBadRequest {
-				t.Fatalf("%s: status %d, want 400", tc.name, resp.StatusCode)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Fatalf("%s: status %d, want 413", tc.name, resp.StatusCode)
 			}
 			if n := sent(); tc.size == huge && n >= huge {
 				t.Fatalf("the server read all %d bytes of an over-limit body", n)
 			}
-			t.Logf("figure: %s refused with 400 after the client sent %d of %d bytes", tc.name, sent(), tc.size)
+			t.Logf("figure: %s refused with 413 after the client sent %d of %d bytes", tc.name, sent(), tc.size)
 		})
 	}
 }

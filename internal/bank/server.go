@@ -308,12 +308,17 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"transfers": s.deps.Ledger.Statement(httplimit.Principal(r))})
 }
 
-// decode reads a JSON body of at most maxBody bytes into v, answering 400
-// itself when it cannot.
+// decode reads a JSON body of at most maxBody bytes into v, answering
+// itself when it cannot: 413 for a body over maxBody (RFC 9110, Content
+// Too Large), 400 for a malformed one.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", maxBody))
+			return false
+		}
 		writeError(w, http.StatusBadRequest, "malformed JSON body")
 		return false
 	}
