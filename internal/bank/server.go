@@ -86,8 +86,21 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	s := &Server{deps: d, keys: NewKeys([]byte(c.TokenSecret)), limits: limits,
 		checks: newGate(c.LoginConcurrency, c.LoginQueue)}
+	// Every API route checks the global per-IP limit first, in the same
+	// all-or-nothing decision as its own limits: the body is parsed and
+	// the token checked before the decision (the login and PIX limits need
+	// their keys), but a request that fails them is answered only after
+	// it, so malformed logins and forged tokens count against the global
+	// limit too. Their own limits skip them (no key). Health probes and
+	// metrics are not limited.
 	byIP := httplimit.ClientIP(resolver)
 	global := httplimit.Limit{Rule: c.GlobalIP, Key: byIP}
+	loginIP := func(r *http.Request) string {
+		if loginKey(r) == "" {
+			return "" // not a well-formed login: only the global limit counts it
+		}
+		return byIP(r)
+	}
 	routes := []struct {
 		pattern string
 		route   httplimit.Route
@@ -96,7 +109,7 @@ func NewServer(d Deps) (*Server, error) {
 	}{
 		{"POST /login", httplimit.Route{
 			Name: "login", Opaque: true, Failure: failure(c.FailureLogin),
-			Limits: []httplimit.Limit{global, {Rule: c.LoginIP, Key: byIP}, {Rule: c.LoginAccount, Key: loginKey}},
+			Limits: []httplimit.Limit{global, {Rule: c.LoginIP, Key: loginIP}, {Rule: c.LoginAccount, Key: loginKey}},
 		}, http.HandlerFunc(s.login), s.parseLogin},
 		{"POST /pix", httplimit.Route{
 			Name: "pix", Failure: failure(c.FailurePIX),
@@ -114,7 +127,7 @@ func NewServer(d Deps) (*Server, error) {
 			limits.Close()
 			return nil, fmt.Errorf("bank: route %s: %w", rt.pattern, err)
 		}
-		mux.Handle(rt.pattern, rt.wrap(limit(rt.handler)))
+		mux.Handle(rt.pattern, rt.wrap(limit(answerRefusal(rt.handler))))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
@@ -180,20 +193,51 @@ func loginKey(r *http.Request) string {
 	return a.key
 }
 
+// refusal is the answer a request earned before the limiter ran: a
+// malformed login, a missing or bad token. It is given after the limiter
+// (see answerRefusal), so that the request counts against the global
+// limit.
+type refusal struct {
+	status int
+	msg    string
+}
+
+type refusalCtx struct{}
+
+// refuseAfterLimits returns r marked with the answer it will get once the
+// limiter has counted it.
+func refuseAfterLimits(r *http.Request, status int, msg string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), refusalCtx{}, refusal{status, msg}))
+}
+
+// answerRefusal runs after the limiter: a request marked by
+// refuseAfterLimits gets its answer instead of next.
+func answerRefusal(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f, ok := r.Context().Value(refusalCtx{}).(refusal); ok {
+			writeError(w, f.status, f.msg)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // parseLogin decodes the login body before the limiter runs, so that the
-// account key is known; a malformed body is a 400 that costs nothing.
+// account key is known. A malformed body is answered after the limiter,
+// and counts against the global limit only.
 func (s *Server) parseLogin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Document string `json:"document"`
 			Password string `json:"password"`
 		}
-		if !decode(w, r, &body) {
+		if status, msg := decodeJSON(w, r, &body); status != 0 {
+			next.ServeHTTP(w, refuseAfterLimits(r, status, msg))
 			return
 		}
 		doc, err := ParseDocument(body.Document)
 		if err != nil || body.Password == "" || len(body.Password) > 72 {
-			writeError(w, http.StatusBadRequest, "document must be a valid CPF or CNPJ and password 1 to 72 bytes")
+			next.ServeHTTP(w, refuseAfterLimits(r, http.StatusBadRequest, "document must be a valid CPF or CNPJ and password 1 to 72 bytes"))
 			return
 		}
 		a := loginAttempt{doc: doc, password: body.Password, account: s.keys.AccountID(doc)}
@@ -267,18 +311,19 @@ func (s *Server) refundLogin(r *http.Request) {
 }
 
 // authenticate turns a valid bearer token into the request's principal;
-// without one, 401.
+// without one, 401, answered after the limiter (which counts the request
+// against the global limit only).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		const prefix = "Bearer "
 		h := r.Header.Get("Authorization")
 		if len(h) <= len(prefix) || h[:len(prefix)] != prefix {
-			writeError(w, http.StatusUnauthorized, "missing bearer token")
+			next.ServeHTTP(w, refuseAfterLimits(r, http.StatusUnauthorized, "missing bearer token"))
 			return
 		}
 		account, err := s.keys.VerifyToken(h[len(prefix):], s.deps.Now())
 		if err != nil {
-			writeError(w, http.StatusUnauthorized, "invalid or expired token")
+			next.ServeHTTP(w, refuseAfterLimits(r, http.StatusUnauthorized, "invalid or expired token"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(httplimit.WithPrincipal(r.Context(), account)))
@@ -312,21 +357,28 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 // itself when it cannot: 413 for a body over maxBody (RFC 9110, Content
 // Too Large), 400 for a malformed one.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if status, msg := decodeJSON(w, r, v); status != 0 {
+		writeError(w, status, msg)
+		return false
+	}
+	return true
+}
+
+// decodeJSON is decode that returns the status and message of its answer
+// (zero when v was decoded) instead of writing it.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) (status int, msg string) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", maxBody))
-			return false
+			return http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", maxBody)
 		}
-		writeError(w, http.StatusBadRequest, "malformed JSON body")
-		return false
+		return http.StatusBadRequest, "malformed JSON body"
 	}
 	if dec.More() {
-		writeError(w, http.StatusBadRequest, "malformed JSON body: trailing data")
-		return false
+		return http.StatusBadRequest, "malformed JSON body: trailing data"
 	}
-	return true
+	return 0, ""
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
