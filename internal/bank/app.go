@@ -68,7 +68,8 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	} else {
 		rs, err := redisstore.New(ctx, redisOptions(cfg, opts))
 		if err != nil {
-			return nil, fmt.Errorf("bank: REDIS_URL: %w", err)
+			// The error may quote the URL, password and all.
+			return nil, fmt.Errorf("bank: REDIS_URL: %w", redactErr(err, cfg.RedisURL))
 		}
 		a.closers = append(a.closers, rs.Close)
 		br, err := breakerstore.New(rs, breakerstore.Options{
