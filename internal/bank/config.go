@@ -50,6 +50,11 @@ type Config struct {
 	LoginConcurrency int // LOGIN_CONCURRENCY, default GOMAXPROCS-1, at least 1
 	LoginQueue       int // LOGIN_QUEUE, default 32
 
+	// InsecureCookies drops the Secure attribute of the device cookie, for
+	// plain-HTTP development only. The service cannot tell HTTPS by itself
+	// behind a TLS-terminating proxy, so the cookie is Secure by default.
+	InsecureCookies bool // INSECURE_COOKIES=true, default false
+
 	PIX          floodgate.Rule // LIMIT_PIX, default 10/1m, per account
 	Statement    floodgate.Rule // LIMIT_STATEMENT, default 30/1m, per account
 	LoginIP      floodgate.Rule // LIMIT_LOGIN_IP, default 10/10m, per client IP
@@ -117,6 +122,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			*dst = n
 		}
 	}
+	switch v := getenv("INSECURE_COOKIES"); v {
+	case "", "false":
+	case "true":
+		c.InsecureCookies = true
+	default:
+		bad("INSECURE_COOKIES", "%q is not true or false", v)
+	}
 	count("LOGIN_CONCURRENCY", 1, &c.LoginConcurrency)
 	count("LOGIN_QUEUE", 0, &c.LoginQueue)
 	if v := getenv("LOG_LEVEL"); v != "" {
@@ -181,6 +193,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("decision_timeout", c.DecisionTimeout),
 		slog.Int("login_concurrency", c.LoginConcurrency),
 		slog.Int("login_queue", c.LoginQueue),
+		slog.Bool("insecure_cookies", c.InsecureCookies),
 		slog.String("pix", c.PIX.String()+" fail-"+string(c.FailurePIX)),
 		slog.String("statement", c.Statement.String()+" fail-"+string(c.FailureStatement)),
 		slog.String("login_ip", c.LoginIP.String()+" fail-"+string(c.FailureLogin)),

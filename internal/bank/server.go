@@ -243,7 +243,7 @@ func (s *Server) parseLogin(next http.Handler) http.Handler {
 		a := loginAttempt{doc: doc, password: body.Password, account: s.keys.AccountID(doc)}
 		a.key = "account:" + a.account
 		if c, err := r.Cookie(DeviceCookie); err == nil {
-			if device, err := s.keys.VerifyDeviceCookie(c.Value, a.account, s.deps.Now()); err == nil {
+			if device, err := s.keys.VerifyDeviceCookie(c.Value, a.account, s.deps.Users.Credential(doc), s.deps.Now()); err == nil {
 				a.key = "device:" + device
 			}
 		}
@@ -282,16 +282,19 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	// thus log in all day, while guessing still runs into both limits.
 	s.refundLogin(r)
 	now := s.deps.Now()
+	cred := s.deps.Users.Credential(a.doc)
 	device := randomID()
 	if c, err := r.Cookie(DeviceCookie); err == nil {
-		if d, err := s.keys.VerifyDeviceCookie(c.Value, a.account, now); err == nil {
+		if d, err := s.keys.VerifyDeviceCookie(c.Value, a.account, cred, now); err == nil {
 			device = d
 		}
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: DeviceCookie, Value: s.keys.DeviceCookie(a.account, device, now.Add(deviceTTL)),
+		Name: DeviceCookie, Value: s.keys.DeviceCookie(a.account, device, cred, now.Add(deviceTTL)),
 		Path: "/login", MaxAge: int(deviceTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil,
+		// Secure unless configured otherwise: behind a TLS-terminating
+		// proxy r.TLS is nil although the client speaks HTTPS.
+		Secure: !s.deps.Config.InsecureCookies,
 	})
 	s.deps.Logger.InfoContext(r.Context(), "login", "account", a.account)
 	writeJSON(w, http.StatusOK, map[string]string{"token": s.keys.Token(a.account, now.Add(tokenTTL))})

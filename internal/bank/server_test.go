@@ -172,8 +172,8 @@ func TestDeviceCookies(t *testing.T) {
 	}{
 		{"known device", cookie, 200},
 		{"forged", cookie + "x", 429},
-		{"another account's", s.keys.DeviceCookie(s.keys.AccountID("11144477735"), "d", time.Now().Add(time.Hour)), 429},
-		{"expired", s.keys.DeviceCookie(account, "d", time.Now().Add(-time.Second)), 429},
+		{"another account's", s.keys.DeviceCookie(s.keys.AccountID("11144477735"), "d", nil, time.Now().Add(time.Hour)), 429},
+		{"expired", s.keys.DeviceCookie(account, "d", s.deps.Users.Credential("52998224725"), time.Now().Add(-time.Second)), 429},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if rec := call(s, "POST", "/login", body, "Cookie", DeviceCookie+"="+tc.cookie); rec.Code != tc.want {

@@ -2,6 +2,7 @@ package bank
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,7 +27,8 @@ type User struct {
 	Document Document
 	Name     string
 	hash     []byte
-	cost     int // of hash
+	cost     int    // of hash
+	cred     []byte // see Directory.Credential; kept across rehashes
 }
 
 // Directory finds users by document and checks passwords. Its zero value is
@@ -98,7 +100,8 @@ func NewDirectory(recs []UserRecord) (*Directory, error) {
 			continue
 		}
 		minCost, maxCost = min(minCost, cost), max(maxCost, cost)
-		d.users[doc] = User{Document: doc, Name: rec.Name, hash: []byte(rec.PasswordBcrypt), cost: cost}
+		cred := sha256.Sum256([]byte(rec.PasswordBcrypt))
+		d.users[doc] = User{Document: doc, Name: rec.Name, hash: []byte(rec.PasswordBcrypt), cost: cost, cred: cred[:]}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -120,6 +123,17 @@ func (d *Directory) Len() int {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return len(d.users)
+}
+
+// Credential returns what the device cookies of doc's account are bound
+// to: a digest of its password hash as the users file gives it, so that a
+// new password voids every cookie. A rehash in memory (see Authenticate)
+// keeps it, so that the cookies survive the upgrade and every replica
+// agrees. An unknown document gets nil, which no cookie was signed for.
+func (d *Directory) Credential(doc Document) []byte {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.users[doc].cred
 }
 
 // Authenticate returns the user whose document and password match. Every
