@@ -179,6 +179,7 @@ func TestBodyLimitEndToEnd(t *testing.T) {
 				req.ContentLength = tc.size
 			}
 			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
 			client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
 			defer client.CloseIdleConnections()
 			resp, err := client.Do(req)
@@ -219,6 +220,7 @@ func post(t *testing.T, client *http.Client, addr, path, xff, body string) (*htt
 		defer client.CloseIdleConnections()
 	}
 	req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	if xff != "" {
 		req.Header.Set("X-Forwarded-For", xff)
 	}
@@ -257,6 +259,7 @@ func TestSpoofedForwardingFromUntrustedPeer(t *testing.T) {
 	attempt := func(client *http.Client, i int) int {
 		req, _ := http.NewRequest("POST", "http://"+addr+"/login",
 			strings.NewReader(fmt.Sprintf(`{"document":%q,"password":"wrong"}`, docs[i])))
+		req.Header.Set("Content-Type", "application/json")
 		spoof := fmt.Sprintf("198.51.100.%d", i+1)
 		req.Header.Set("X-Forwarded-For", spoof)
 		req.Header.Add("X-Forwarded-For", spoof+", "+spoof)

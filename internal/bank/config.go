@@ -66,8 +66,30 @@ type Config struct {
 	FailureLogin     FailureMode // FAILURE_LOGIN, default closed
 }
 
-// minSecret is the shortest TOKEN_SECRET accepted.
-const minSecret = 32
+// minSecret is the shortest TOKEN_SECRET accepted, and minDistinct the
+// fewest distinct bytes: a repeated character or a short repeated pattern
+// is not a secret. The review suggested 16 distinct bytes, but hex has
+// only 16 symbols: by simulation (200,000 draws), 16 would refuse 93% of
+// random 32-hex-digit secrets and 23% of 64-digit ones (openssl rand -hex
+// 32). 10 refuses 0.01% of the former and none of the latter, while still
+// refusing any value built from a handful of characters.
+const (
+	minSecret   = 32
+	minDistinct = 10
+)
+
+// distinctBytes counts the distinct bytes of s.
+func distinctBytes(s string) int {
+	var seen [256]bool
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if !seen[s[i]] {
+			seen[s[i]] = true
+			n++
+		}
+	}
+	return n
+}
 
 // ConfigFromEnv reads the configuration through getenv (os.Getenv in
 // main) and validates it, listing every problem at once, each naming its
@@ -173,6 +195,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		bad("TOKEN_SECRET", "required when REDIS_URL is set: replicas must share it")
 	case c.TokenSecret != "" && len(c.TokenSecret) < minSecret:
 		bad("TOKEN_SECRET", "%d bytes is too short; use at least %d random bytes", len(c.TokenSecret), minSecret)
+	case c.TokenSecret != "" && distinctBytes(c.TokenSecret) < minDistinct:
+		bad("TOKEN_SECRET", "has only %d distinct bytes, so it is not random; use at least %d random bytes, such as the output of openssl rand -hex 32", distinctBytes(c.TokenSecret), minSecret)
 	}
 	return c, errors.Join(errs...)
 }

@@ -22,6 +22,7 @@ func TestGlobalLimitCountsEveryAPIRequest(t *testing.T) {
 	send := func(method, path, body string, header ...string) int {
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
 		req.RemoteAddr = "203.0.113.9:1234"
+		req.Header.Set("Content-Type", "application/json")
 		for i := 0; i+1 < len(header); i += 2 {
 			req.Header.Set(header[i], header[i+1])
 		}

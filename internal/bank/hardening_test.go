@@ -85,6 +85,7 @@ func loginFrom(s *Server, ip, doc, password string) *httptest.ResponseRecorder {
 func loginRequest(ip, doc, password string) *http.Request {
 	req := httptest.NewRequest("POST", "/login", strings.NewReader(`{"document":"`+doc+`","password":"`+password+`"}`))
 	req.RemoteAddr = ip + ":1234"
+	req.Header.Set("Content-Type", "application/json")
 	return req
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"time"
 
@@ -227,6 +228,13 @@ func answerRefusal(next http.Handler) http.Handler {
 // and counts against the global limit only.
 func (s *Server) parseLogin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// JSON only: a cross-site HTML form cannot send it without a CORS
+		// preflight, so a page cannot make its visitors' browsers guess
+		// passwords.
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			next.ServeHTTP(w, refuseAfterLimits(r, http.StatusUnsupportedMediaType, "Content-Type must be application/json"))
+			return
+		}
 		var body struct {
 			Document string `json:"document"`
 			Password string `json:"password"`
@@ -297,6 +305,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		Secure: !s.deps.Config.InsecureCookies,
 	})
 	s.deps.Logger.InfoContext(r.Context(), "login", "account", a.account)
+	w.Header().Set("Cache-Control", "no-store") // a bearer token: no cache may keep it
 	writeJSON(w, http.StatusOK, map[string]string{"token": s.keys.Token(a.account, now.Add(tokenTTL))})
 }
 

@@ -101,7 +101,9 @@ func verify(key []byte, signed string, n int, now time.Time) ([]string, error) {
 		return nil, ErrBadToken
 	}
 	payload, mac := signed[:i], signed[i+1:]
-	got, err := base64.RawURLEncoding.DecodeString(mac)
+	// Strict: one token, one spelling. Without it the unused low bits of
+	// the last character make four spellings of every MAC.
+	got, err := base64.RawURLEncoding.Strict().DecodeString(mac)
 	if err != nil {
 		return nil, ErrBadToken
 	}
