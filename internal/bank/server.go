@@ -49,6 +49,11 @@ type Server struct {
 	checks  *gate // bounds the password checks running at once
 	handler http.Handler
 	metrics http.Handler
+	ip      *clientip.Resolver
+	// failed and denied log failed logins and 429s by client IP, in
+	// aggregate (never the document).
+	failed *ipTally
+	denied []*ipTally
 }
 
 // Token and device cookie lifetimes, and the device cookie's name.
@@ -86,7 +91,8 @@ func NewServer(d Deps) (*Server, error) {
 		return nil, fmt.Errorf("bank: %w", err)
 	}
 	s := &Server{deps: d, keys: NewKeys([]byte(c.TokenSecret)), limits: limits,
-		checks: newGate(c.LoginConcurrency, c.LoginQueue)}
+		checks: newGate(c.LoginConcurrency, c.LoginQueue), ip: resolver,
+		failed: newTally(d.Logger, "login failed")}
 	// Every API route checks the global per-IP limit first, in the same
 	// all-or-nothing decision as its own limits: the body is parsed and
 	// the token checked before the decision (the login and PIX limits need
@@ -123,6 +129,12 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	for _, rt := range routes {
+		denied := newTally(d.Logger, "rate limited", slog.String("route", rt.route.Name))
+		s.denied = append(s.denied, denied)
+		rt.route.Deny = func(w http.ResponseWriter, r *http.Request, p httplimit.Problem) {
+			denied.add(s.clientIP(r))
+			p.ServeHTTP(w, r)
+		}
 		limit, err := limits.Middleware(rt.route)
 		if err != nil {
 			limits.Close()
@@ -151,8 +163,22 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // and who failed on which account lately.
 func (s *Server) MetricsHandler() http.Handler { return s.metrics }
 
-// Close releases the rate-limit middleware's resources.
-func (s *Server) Close() error { return s.limits.Close() }
+// Close writes the failed logins and 429s not yet logged and releases the
+// rate-limit middleware's resources.
+func (s *Server) Close() error {
+	for _, t := range append(s.denied, s.failed) {
+		t.stop()
+	}
+	return s.limits.Close()
+}
+
+// clientIP returns the address of req's client, as the limits see it.
+func (s *Server) clientIP(req *http.Request) string {
+	if a := s.ip.ClientIP(req); a.IsValid() {
+		return a.String()
+	}
+	return ""
+}
 
 func failure(m FailureMode) httplimit.FailureMode {
 	switch m {
@@ -280,7 +306,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	_, ok := s.deps.Users.Authenticate(a.doc, a.password)
 	release()
 	if !ok {
-		s.deps.Logger.InfoContext(r.Context(), "login failed", "account", a.account)
+		s.failed.add(s.clientIP(r))
 		writeError(w, http.StatusUnauthorized, "invalid credentials")
 		return
 	}
