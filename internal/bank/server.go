@@ -266,6 +266,13 @@ func (s *Server) parseLogin(next http.Handler) http.Handler {
 			Password string `json:"password"`
 		}
 		if status, msg := decodeJSON(w, r, &body); status != 0 {
+			if r.Context().Err() != nil {
+				// The body's read failed (ReadTimeout: a client trickling
+				// it) and net/http cancelled the request: no decision can
+				// be made, so answer now.
+				writeError(w, status, msg)
+				return
+			}
 			next.ServeHTTP(w, refuseAfterLimits(r, status, msg))
 			return
 		}
