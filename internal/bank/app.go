@@ -85,7 +85,7 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 		}
 		store, ready, a.breaker = br, rs.Ping, br
 	}
-	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout})
+	limiter, err := newLimiter(store, cfg)
 	if err != nil {
 		a.Close()
 		return nil, err
@@ -102,6 +102,12 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	a.Server = srv
 	a.closers = append([]func() error{srv.Close}, a.closers...)
 	return a, nil
+}
+
+// newLimiter returns the limiter of the service on store: cfg's decision
+// budget and denial cache.
+func newLimiter(store floodgate.Store, cfg Config) (*floodgate.Limiter, error) {
+	return floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCacheSize})
 }
 
 // Close releases the server, then the store.

@@ -37,6 +37,10 @@ type Config struct {
 	TokenSecret     string        // TOKEN_SECRET, at least 32 bytes; required with REDIS_URL
 	UsersFile       string        // USERS_FILE; empty: the built-in demo directory
 	DecisionTimeout time.Duration // DECISION_TIMEOUT, default 50ms
+	// DenialCacheSize is how many denials each replica remembers, so that
+	// a client hammering a blocked key costs no Redis call until its
+	// Retry-After (floodgate.Options.DenialCacheSize); 0 turns it off.
+	DenialCacheSize int // DENIAL_CACHE_SIZE, default 10000 (about 3 MB)
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error; default info
 	LogFormat       string        // LOG_FORMAT: text or json; default text
 
@@ -96,6 +100,7 @@ func distinctBytes(s string) int {
 // variable.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{ListenAddr: ":8080", MetricsAddr: "127.0.0.1:9090", DecisionTimeout: 50 * time.Millisecond, LogFormat: "text",
+		DenialCacheSize: 10000,
 		LoginConcurrency: max(1, runtime.GOMAXPROCS(0)-1), LoginQueue: 32}
 	var errs []error
 	bad := func(name, format string, args ...any) {
@@ -134,11 +139,11 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.DecisionTimeout = d
 	}
-	count := func(name string, least int, dst *int) {
+	count := func(name string, least, most int, dst *int) {
 		if v := getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < least || n > 1<<16 {
-				bad(name, "%q is not an integer from %d to 65536", v, least)
+			if err != nil || n < least || n > most {
+				bad(name, "%q is not an integer from %d to %d", v, least, most)
 				return
 			}
 			*dst = n
@@ -151,8 +156,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	default:
 		bad("INSECURE_COOKIES", "%q is not true or false", v)
 	}
-	count("LOGIN_CONCURRENCY", 1, &c.LoginConcurrency)
-	count("LOGIN_QUEUE", 0, &c.LoginQueue)
+	count("LOGIN_CONCURRENCY", 1, 1<<16, &c.LoginConcurrency)
+	count("LOGIN_QUEUE", 0, 1<<16, &c.LoginQueue)
+	count("DENIAL_CACHE_SIZE", 0, 10_000_000, &c.DenialCacheSize)
 	if v := getenv("LOG_LEVEL"); v != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", v)
@@ -215,6 +221,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("token_secret_set", c.TokenSecret != ""),
 		slog.String("users_file", c.UsersFile),
 		slog.Duration("decision_timeout", c.DecisionTimeout),
+		slog.Int("denial_cache_size", c.DenialCacheSize),
 		slog.Int("login_concurrency", c.LoginConcurrency),
 		slog.Int("login_queue", c.LoginQueue),
 		slog.Bool("insecure_cookies", c.InsecureCookies),
