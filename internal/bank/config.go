@@ -40,9 +40,9 @@ type Config struct {
 	// DenialCacheSize is how many denials each replica remembers, so that
 	// a client hammering a blocked key costs no Redis call until its
 	// Retry-After (floodgate.Options.DenialCacheSize); 0 turns it off.
-	DenialCacheSize int // DENIAL_CACHE_SIZE, default 10000 (about 3 MB)
-	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error; default info
-	LogFormat       string        // LOG_FORMAT: text or json; default text
+	DenialCacheSize int        // DENIAL_CACHE_SIZE, default 10000 (about 3 MB)
+	LogLevel        slog.Level // LOG_LEVEL: debug, info, warn, error; default info
+	LogFormat       string     // LOG_FORMAT: text or json; default text
 
 	// LoginConcurrency bounds the password checks (bcrypt) that run at
 	// once, so that a burst of logins cannot starve the rest of the
@@ -100,7 +100,7 @@ func distinctBytes(s string) int {
 // variable.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{ListenAddr: ":8080", MetricsAddr: "127.0.0.1:9090", DecisionTimeout: 50 * time.Millisecond, LogFormat: "text",
-		DenialCacheSize: 10000,
+		DenialCacheSize:  10000,
 		LoginConcurrency: max(1, runtime.GOMAXPROCS(0)-1), LoginQueue: 32}
 	var errs []error
 	bad := func(name, format string, args ...any) {
