@@ -64,6 +64,13 @@ type Config struct {
 	LoginIP      floodgate.Rule // LIMIT_LOGIN_IP, default 10/10m, per client IP
 	LoginAccount floodgate.Rule // LIMIT_LOGIN_ACCOUNT, default 5/10m, per account or known device
 	GlobalIP     floodgate.Rule // LIMIT_GLOBAL_IP, default 3000/1m, per client IP on every route
+	// LoginNet bounds the logins of a whole IPv6 network: a client that
+	// holds a /48 holds 65,536 /64s, each with its own LoginIP budget.
+	LoginNet       floodgate.Rule // LIMIT_LOGIN_NET, default 100/10m, per IPv6 network of LoginNetPrefix bits
+	LoginNetPrefix int            // LOGIN_NET_PREFIX, default 48
+	// IPv6Prefix is how many leading bits of an IPv6 client make its key
+	// for the per-IP limits.
+	IPv6Prefix int // IPV6_PREFIX, default 64
 
 	FailurePIX       FailureMode // FAILURE_PIX, default closed
 	FailureStatement FailureMode // FAILURE_STATEMENT, default open
@@ -100,7 +107,7 @@ func distinctBytes(s string) int {
 // variable.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{ListenAddr: ":8080", MetricsAddr: "127.0.0.1:9090", DecisionTimeout: 50 * time.Millisecond, LogFormat: "text",
-		DenialCacheSize:  10000,
+		DenialCacheSize: 10000, LoginNetPrefix: 48, IPv6Prefix: 64,
 		LoginConcurrency: max(1, runtime.GOMAXPROCS(0)-1), LoginQueue: 32}
 	var errs []error
 	bad := func(name, format string, args ...any) {
@@ -183,6 +190,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	limit("LIMIT_LOGIN_IP", "login-ip", "10/10m", &c.LoginIP)
 	limit("LIMIT_LOGIN_ACCOUNT", "login-account", "5/10m", &c.LoginAccount)
 	limit("LIMIT_GLOBAL_IP", "global-ip", "3000/1m", &c.GlobalIP)
+	limit("LIMIT_LOGIN_NET", "login-net", "100/10m", &c.LoginNet)
+	count("LOGIN_NET_PREFIX", 1, 128, &c.LoginNetPrefix)
+	count("IPV6_PREFIX", 1, 128, &c.IPv6Prefix)
 	mode := func(name string, def FailureMode, dst *FailureMode) {
 		*dst = def
 		switch v := FailureMode(getenv(name)); v {
@@ -230,5 +240,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("login_ip", c.LoginIP.String()+" fail-"+string(c.FailureLogin)),
 		slog.String("login_account", c.LoginAccount.String()),
 		slog.String("global_ip", c.GlobalIP.String()),
+		slog.String("login_net", c.LoginNet.String()+fmt.Sprintf(" per IPv6 /%d", c.LoginNetPrefix)),
+		slog.Int("ipv6_prefix", c.IPv6Prefix),
 	)
 }

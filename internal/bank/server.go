@@ -82,7 +82,7 @@ func NewServer(d Deps) (*Server, error) {
 		d.Ready = func(context.Context) error { return nil }
 	}
 	c := d.Config
-	resolver, err := clientip.New(clientip.Options{TrustedProxies: c.TrustedProxies})
+	resolver, err := clientip.New(clientip.Options{TrustedProxies: c.TrustedProxies, IPv6Prefix: c.IPv6Prefix})
 	if err != nil {
 		return nil, fmt.Errorf("bank: %w", err)
 	}
@@ -108,6 +108,16 @@ func NewServer(d Deps) (*Server, error) {
 		}
 		return byIP(r)
 	}
+	// loginNet keys an IPv6 client's network (a /48 by default): IPv4
+	// clients skip it.
+	loginNet := func(r *http.Request) string {
+		a := resolver.ClientIP(r)
+		if loginKey(r) == "" || !a.Is6() {
+			return ""
+		}
+		p, _ := a.Prefix(c.LoginNetPrefix)
+		return p.String()
+	}
 	routes := []struct {
 		pattern string
 		route   httplimit.Route
@@ -116,7 +126,7 @@ func NewServer(d Deps) (*Server, error) {
 	}{
 		{"POST /login", httplimit.Route{
 			Name: "login", Opaque: true, Failure: failure(c.FailureLogin),
-			Limits: []httplimit.Limit{global, {Rule: c.LoginIP, Key: loginIP}, {Rule: c.LoginAccount, Key: loginKey}},
+			Limits: []httplimit.Limit{global, {Rule: c.LoginIP, Key: loginIP}, {Rule: c.LoginNet, Key: loginNet}, {Rule: c.LoginAccount, Key: loginKey}},
 		}, http.HandlerFunc(s.login), s.parseLogin},
 		{"POST /pix", httplimit.Route{
 			Name: "pix", Failure: failure(c.FailurePIX),
@@ -350,7 +360,7 @@ func (s *Server) refundLogin(r *http.Request) {
 		return
 	}
 	c := s.deps.Config
-	if err := res.Refund(r.Context(), c.LoginIP.Name, c.LoginAccount.Name); err != nil {
+	if err := res.Refund(r.Context(), c.LoginIP.Name, c.LoginNet.Name, c.LoginAccount.Name); err != nil {
 		s.deps.Logger.WarnContext(r.Context(), "login refund failed", "err", err)
 	}
 }
