@@ -80,7 +80,9 @@ type Limiter struct {
 }
 
 // New returns a Limiter for opts. It fails if opts.Limiter is nil or the
-// metrics cannot be registered (for example twice on one registerer).
+// metrics cannot be registered: a second Limiter on one registerer gets
+// one error that names the metric and wraps the
+// prometheus.AlreadyRegisteredError, and registers nothing.
 func New(opts Options) (*Limiter, error) {
 	if opts.Limiter == nil {
 		return nil, fmt.Errorf("%w: Options.Limiter is nil", ErrInvalidOptions)
@@ -90,7 +92,7 @@ func New(opts Options) (*Limiter, error) {
 	}
 	m, err := newMetrics(opts.Registerer, opts.Breaker)
 	if err != nil {
-		return nil, fmt.Errorf("httplimit: registering metrics: %w", err)
+		return nil, err
 	}
 	l := &Limiter{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
 		legacy: !opts.NoLegacyHeaders, metrics: m}
