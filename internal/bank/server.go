@@ -360,8 +360,11 @@ func (s *Server) refundLogin(r *http.Request) {
 		return
 	}
 	c := s.deps.Config
-	if err := res.Refund(r.Context(), c.LoginIP.Name, c.LoginNet.Name, c.LoginAccount.Name); err != nil {
-		s.deps.Logger.WarnContext(r.Context(), "login refund failed", "err", err)
+	// Even for a client that left while queued: its password was not
+	// checked. The limiter's budget still bounds the call.
+	ctx := context.WithoutCancel(r.Context())
+	if err := res.Refund(ctx, c.LoginIP.Name, c.LoginNet.Name, c.LoginAccount.Name); err != nil {
+		s.deps.Logger.WarnContext(ctx, "login refund failed", "err", err)
 	}
 }
 
