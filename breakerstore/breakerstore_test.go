@@ -3,8 +3,10 @@ package breakerstore_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,6 +58,9 @@ func newFixture(t *testing.T, opts breakerstore.Options) *fixture {
 	if f.breaker, err = breakerstore.New(f.fault, opts); err != nil {
 		t.Fatal(err)
 	}
+	// A CPU that is never short, so that a hung store's deadlines always
+	// count, however busy the machine that runs the tests.
+	breakerstore.SetCPUWaits(f.breaker, func(time.Duration) uint64 { return 0 })
 	if f.limiter, err = floodgate.New(f.breaker, floodgate.Options{Timeout: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
@@ -276,5 +281,110 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := breakerstore.New(nil, breakerstore.Options{}); !errors.Is(err, breakerstore.ErrInvalidOptions) {
 		t.Errorf("nil store: err = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// A deadline missed because this process could not get a CPU (bcrypt, a
+// noisy neighbour) says nothing about the store: it must not open the
+// breaker, or local load would make every route fail for everyone. The
+// call still fails (the decision was not made in time). A deadline missed
+// on a CPU that was not short still counts, and so does any other error.
+func TestDeadlinesMissedForWantOfCPUAreNotFailures(t *testing.T) {
+	f := newFixture(t, breakerstore.Options{Failures: 2, Cooldown: time.Hour})
+	var starved atomic.Uint64 // grows during every call: the CPU is short
+	breakerstore.SetCPUWaits(f.breaker, func(time.Duration) uint64 { return starved.Add(1) })
+	f.fault.Set(faultstore.Hang)
+	for i := range 10 {
+		if err := f.allow(context.Background()); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
+			t.Fatalf("call %d on a starved CPU: err = %v, want a deadline and ErrStoreUnavailable", i+1, err)
+		}
+	}
+	if got := f.breaker.State(); got != breakerstore.Closed {
+		t.Fatalf("breaker %v after 10 deadlines missed on a starved CPU, want closed", got)
+	}
+
+	// A deadline that passed before the store was called is not the
+	// store's either, even on an idle CPU.
+	breakerstore.SetCPUWaits(f.breaker, func(time.Duration) uint64 { return 0 })
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	for range 10 {
+		if err := f.allow(expired); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("expired context: err = %v, want a deadline", err)
+		}
+	}
+	if got := f.breaker.State(); got != breakerstore.Closed {
+		t.Fatalf("breaker %v after 10 calls whose deadline had passed before the store was called, want closed", got)
+	}
+
+	// The store's own failures count, starved or not.
+	breakerstore.SetCPUWaits(f.breaker, func(time.Duration) uint64 { return starved.Add(1) })
+	f.fault.Set(faultstore.Fail)
+	for range 2 {
+		_ = f.allow(context.Background())
+	}
+	if got := f.breaker.State(); got != breakerstore.Open {
+		t.Fatalf("breaker %v after 2 store errors on a starved CPU, want open: only deadlines can be the CPU's fault", got)
+	}
+
+	g := newFixture(t, breakerstore.Options{Failures: 2, Cooldown: time.Hour})
+	g.fault.Set(faultstore.Hang)
+	for range 2 {
+		_ = g.allow(context.Background())
+	}
+	if got := g.breaker.State(); got != breakerstore.Open {
+		t.Fatalf("breaker %v after 2 deadlines on an idle CPU, want open", got)
+	}
+}
+
+// The runtime reading behind the CPU check sees real starvation: with many
+// more busy goroutines than CPUs, goroutines wait in the run queues for
+// many milliseconds.
+func TestSchedWaitsSeesAStarvedCPU(t *testing.T) {
+	ms := memstore.New(memstore.Options{})
+	t.Cleanup(func() { ms.Close() })
+	b, err := breakerstore.New(ms, breakerstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const min = 5 * time.Millisecond
+	before := breakerstore.SchedWaits(b, min)
+	stop := time.Now().Add(time.Second)
+	var seen atomic.Bool
+	var wg sync.WaitGroup
+	for range 8 * runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for !seen.Load() && time.Now().Before(stop) {
+			}
+		})
+	}
+	for breakerstore.SchedWaits(b, min) == before && time.Now().Before(stop) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	seen.Store(true)
+	wg.Wait()
+	if after := breakerstore.SchedWaits(b, min); after == before {
+		t.Fatalf("%d busy goroutines on %d CPUs for a second: no goroutine waited %v for a CPU, per the runtime", 8*runtime.GOMAXPROCS(0), runtime.GOMAXPROCS(0), min)
+	}
+}
+
+// An open breaker's error tells when it will probe again, so that an HTTP
+// layer can send an honest Retry-After.
+func TestOpenErrorTellsTheRemainingCooldown(t *testing.T) {
+	const cooldown = time.Hour
+	f := newFixture(t, breakerstore.Options{Failures: 1, Cooldown: cooldown})
+	f.fault.Set(faultstore.Fail)
+	_ = f.allow(context.Background())
+	err := f.allow(context.Background())
+	var oe *breakerstore.OpenError
+	if !errors.As(err, &oe) || !errors.Is(err, breakerstore.ErrOpen) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("err = %v, want an *OpenError wrapping ErrOpen and ErrStoreUnavailable", err)
+	}
+	if oe.RetryIn <= cooldown-time.Minute || oe.RetryIn > cooldown {
+		t.Fatalf("RetryIn = %v just after opening, want nearly the cooldown, %v", oe.RetryIn, cooldown)
+	}
+	var ra interface{ RetryAfter() time.Duration }
+	if !errors.As(err, &ra) || ra.RetryAfter() != oe.RetryIn {
+		t.Fatalf("errors.As found no RetryAfter() on %v", err)
 	}
 }

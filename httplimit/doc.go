@@ -65,7 +65,10 @@
 // default) decides with per-replica in-memory limits, [FailClosed] denies,
 // [FailOpen] allows. Put a breakerstore in front of the store so that a
 // dead store costs nothing once its breaker is open; it is probed and
-// taken back by itself. Each degraded decision is counted in the metrics,
+// taken back by itself. A fail-closed 429 sends a Retry-After of
+// [MinFailRetryAfter] (5s), or the breaker's remaining open time if that
+// is longer: the middleware finds it on the store's error through a
+// RetryAfter() time.Duration method, as breakerstore's OpenError has. Each degraded decision is counted in the metrics,
 // and logged at most once per route per [Options.LogInterval] (5s), each
 // line saying how many more it stands for; never one line per request.
 //

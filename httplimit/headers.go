@@ -195,10 +195,11 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 			h.Set("Retry-After", rt.opaqueRetry)
 		}
 	case res.Outcome == FailedClosed:
+		wait := max(MinFailRetryAfter, res.storeRetry)
 		p = Problem{Type: "about:blank", Title: http.StatusText(rt.failStatus), Status: rt.failStatus,
-			Detail: "The rate limit could not be checked. Try again later."}
+			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", seconds(wait))}
 		if p.Status == http.StatusTooManyRequests {
-			h.Set("Retry-After", "1")
+			h.Set("Retry-After", retryAfter(wait))
 		}
 	default:
 		d := res.Decision

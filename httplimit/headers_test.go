@@ -9,14 +9,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/memstore"
 )
 
 // member is one parsed member of a RateLimit or RateLimit-Policy list.
@@ -313,7 +316,7 @@ func TestFailClosedAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		status     int
 		retryAfter string
-	}{{0, "1"}, {503, ""}} {
+	}{{0, "5"}, {503, ""}} { // 5: MinFailRetryAfter, not an invitation to retry every second
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			e := newEnv(t, envOptions{})
 			h := e.handler(t, httplimit.Route{Failure: httplimit.FailClosed, FailStatus: tc.status,
@@ -332,6 +335,46 @@ func TestFailClosedAnswer(t *testing.T) {
 			}
 			if p := problem(t, rec); p["type"] != "about:blank" || p["status"] != float64(want) {
 				t.Errorf("problem %v", p)
+			}
+		})
+	}
+}
+
+// While the store's circuit breaker is open, a fail-closed 429 tells the
+// client to come back when the breaker probes again (its remaining open
+// time), never sooner than MinFailRetryAfter.
+func TestFailClosedRetryAfterFollowsTheBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cooldown time.Duration
+		min, max int // Retry-After bounds, in seconds
+	}{
+		{"long cooldown", 30 * time.Second, 29, 30},
+		{"short cooldown", time.Second, 5, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := memstore.New(memstore.Options{})
+			defer ms.Close()
+			fault := faultstore.New(ms)
+			bs, err := breakerstore.New(fault, breakerstore.Options{Failures: 1, Cooldown: tc.cooldown})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newEnv(t, envOptions{store: bs, bare: true})
+			h := e.handler(t, httplimit.Route{Failure: httplimit.FailClosed,
+				Limits: []httplimit.Limit{{Rule: rule(t, "r", 1, time.Minute), Key: httplimit.ClientIP(nil)}}})
+			fault.Set(faultstore.Fail)
+			do(h, "192.0.2.1:1") // opens the breaker
+			if bs.State() != breakerstore.Open {
+				t.Fatalf("breaker %v, want open", bs.State())
+			}
+			rec := do(h, "192.0.2.1:1")
+			got, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+			if rec.Code != 429 || err != nil || got < tc.min || got > tc.max {
+				t.Fatalf("breaker open for %v: %d with Retry-After %q, want 429 with %d to %d", tc.cooldown, rec.Code, rec.Header().Get("Retry-After"), tc.min, tc.max)
+			}
+			if p := problem(t, rec); !strings.Contains(fmt.Sprint(p["detail"]), fmt.Sprintf("Try again in %d s", got)) {
+				t.Errorf("detail %q does not say when to come back", p["detail"])
 			}
 		})
 	}

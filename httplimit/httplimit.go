@@ -26,6 +26,11 @@ const (
 	// DefaultMaxWaiters bounds the requests of one route that wait for
 	// quota at once.
 	DefaultMaxWaiters = 100
+	// MinFailRetryAfter is the least Retry-After of a fail-closed 429:
+	// during an outage, clients should not come back every second. When
+	// the store's circuit breaker is open, the Retry-After is its remaining
+	// open time if that is longer.
+	MinFailRetryAfter = 5 * time.Second
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] and
@@ -75,7 +80,9 @@ type Limiter struct {
 }
 
 // New returns a Limiter for opts. It fails if opts.Limiter is nil or the
-// metrics cannot be registered (for example twice on one registerer).
+// metrics cannot be registered: a second Limiter on one registerer gets
+// one error that names the metric and wraps the
+// prometheus.AlreadyRegisteredError, and registers nothing.
 func New(opts Options) (*Limiter, error) {
 	if opts.Limiter == nil {
 		return nil, fmt.Errorf("%w: Options.Limiter is nil", ErrInvalidOptions)
@@ -85,7 +92,7 @@ func New(opts Options) (*Limiter, error) {
 	}
 	m, err := newMetrics(opts.Registerer, opts.Breaker)
 	if err != nil {
-		return nil, fmt.Errorf("httplimit: registering metrics: %w", err)
+		return nil, err
 	}
 	l := &Limiter{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
 		legacy: !opts.NoLegacyHeaders, metrics: m}
@@ -346,7 +353,7 @@ func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, erro
 		return Result{}, ctx.Err()
 	}
 	rt.m.storeError(err)
-	res := Result{Outcome: FailedClosed}
+	res := Result{Outcome: FailedClosed, storeRetry: storeRetry(err)}
 	switch rt.Failure {
 	case FailOpen:
 		res.Outcome = FailedOpen
@@ -361,6 +368,18 @@ func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, erro
 			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
 	})
 	return res, nil
+}
+
+// storeRetry returns how long a failed store is expected to stay
+// unavailable: the remaining open time of a circuit breaker, found on
+// err's chain through a RetryAfter() time.Duration method (as
+// breakerstore.OpenError has), or zero.
+func storeRetry(err error) time.Duration {
+	var open interface{ RetryAfter() time.Duration }
+	if errors.As(err, &open) {
+		return max(open.RetryAfter(), 0)
+	}
+	return 0
 }
 
 // check decides hits with l; one hit goes through Allow, which the core

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,18 +46,38 @@ func newMetrics(reg prometheus.Registerer, breaker *breakerstore.Store) (*metric
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.decisions, m.latency, m.errors, m.throttled, m.waiting}
+	type named struct {
+		name string
+		c    prometheus.Collector
+	}
+	cs := []named{{"floodgate_http_decisions_total", m.decisions}, {"floodgate_store_duration_seconds", m.latency},
+		{"floodgate_store_errors_total", m.errors}, {"floodgate_http_throttled_total", m.throttled},
+		{"floodgate_http_throttle_waiting", m.waiting}}
 	if breaker != nil {
-		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		cs = append(cs, named{"floodgate_breaker_state", prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "floodgate_breaker_state",
 			Help: "State of the store's circuit breaker: 0 closed, 1 half-open, 2 open.",
-		}, func() float64 { return float64(breaker.State()) }))
+		}, func() float64 { return float64(breaker.State()) })})
 	}
-	var errs []error
-	for _, c := range cs {
-		errs = append(errs, reg.Register(c))
+	// One error, about the first collector that fails, after taking back
+	// those registered before it: a second Limiter on one registerer fails
+	// on all of them alike, and five copies of one message help nobody.
+	for i, c := range cs {
+		err := reg.Register(c.c)
+		if err == nil {
+			continue
+		}
+		for _, done := range cs[:i] {
+			reg.Unregister(done.c)
+		}
+		if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
+			return nil, fmt.Errorf("httplimit: metric %s is already registered on this Registerer, "+
+				"probably by another httplimit.Limiter: share one Limiter among all routes, "+
+				"or give each Limiter its own Registerer (prometheus.WrapRegistererWith adds a telling label): %w", c.name, err)
+		}
+		return nil, fmt.Errorf("httplimit: registering metric %s: %w", c.name, err)
 	}
-	return m, errors.Join(errs...)
+	return m, nil
 }
 
 // routeMetrics are the collectors of one route, with its labels bound.

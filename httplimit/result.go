@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -51,6 +52,9 @@ type Result struct {
 	Decision floodgate.Decision
 
 	limiter *floodgate.Limiter // the limiter that decided; nil if none did
+	// storeRetry is, when the store failed, how long its circuit breaker
+	// says it stays open (zero if unknown).
+	storeRetry time.Duration
 }
 
 // allowed reports whether the request may proceed.

@@ -53,6 +53,7 @@ func TestScenarioOnProcesses(t *testing.T) {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(),
 			"LISTEN_ADDR="+addr,
+			"METRICS_ADDR=127.0.0.1:0",
 			"REDIS_URL="+redis.URL(),
 			"TOKEN_SECRET=e2e-secret-shared-by-the-three-replicas",
 			"TRUSTED_PROXIES=127.0.0.1/32",

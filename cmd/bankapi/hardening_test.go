@@ -23,7 +23,7 @@ import (
 func startInProcess(t *testing.T, env map[string]string, timeouts bank.Timeouts) (string, *syncbuf.Buffer) {
 	t.Helper()
 	getenv := func(k string) string {
-		if k == "LISTEN_ADDR" {
+		if k == "LISTEN_ADDR" || k == "METRICS_ADDR" && env[k] == "" {
 			return "127.0.0.1:0"
 		}
 		return env[k]
@@ -151,7 +151,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // TestBodyLimitEndToEnd sends bodies over the 4 KiB limit through a real
-// connection: each is refused with 400 after at most a few KiB are read,
+// connection: each is refused with 413 (Content Too Large) after at most a few KiB are read,
 // and a huge one is not read to its end.
 func TestBodyLimitEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -179,6 +179,7 @@ func TestBodyLimitEndToEnd(t *testing.T) {
 				req.ContentLength = tc.size
 			}
 			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
 			client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
 			defer client.CloseIdleConnections()
 			resp, err := client.Do(req)
@@ -186,13 +187,13 @@ func TestBodyLimitEndToEnd(t *testing.T) {
 				t.Fatalf("%s: %v (after sending %d bytes)", tc.name, err, sent())
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusBadRequest {
-				t.Fatalf("%s: status %d, want 400", tc.name, resp.StatusCode)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Fatalf("%s: status %d, want 413", tc.name, resp.StatusCode)
 			}
 			if n := sent(); tc.size == huge && n >= huge {
 				t.Fatalf("the server read all %d bytes of an over-limit body", n)
 			}
-			t.Logf("figure: %s refused with 400 after the client sent %d of %d bytes", tc.name, sent(), tc.size)
+			t.Logf("figure: %s refused with 413 after the client sent %d of %d bytes", tc.name, sent(), tc.size)
 		})
 	}
 }
@@ -219,6 +220,7 @@ func post(t *testing.T, client *http.Client, addr, path, xff, body string) (*htt
 		defer client.CloseIdleConnections()
 	}
 	req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	if xff != "" {
 		req.Header.Set("X-Forwarded-For", xff)
 	}
@@ -257,6 +259,7 @@ func TestSpoofedForwardingFromUntrustedPeer(t *testing.T) {
 	attempt := func(client *http.Client, i int) int {
 		req, _ := http.NewRequest("POST", "http://"+addr+"/login",
 			strings.NewReader(fmt.Sprintf(`{"document":%q,"password":"wrong"}`, docs[i])))
+		req.Header.Set("Content-Type", "application/json")
 		spoof := fmt.Sprintf("198.51.100.%d", i+1)
 		req.Header.Set("X-Forwarded-For", spoof)
 		req.Header.Add("X-Forwarded-For", spoof+", "+spoof)
@@ -349,6 +352,58 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	for _, s := range leaks {
 		if s != "" && strings.Contains(log, s) {
 			t.Errorf("the log holds %q:\n%s", s, log)
+		}
+	}
+}
+
+// /metrics is served on METRICS_ADDR only, never on the public listener:
+// its policy label would tell which limit refused an opaque login.
+func TestMetricsListenApart(t *testing.T) {
+	getenv := func(k string) string {
+		return map[string]string{"LISTEN_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0"}[k]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, metricsReady := make(chan string, 1), make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, getenv, io.Discard, runOptions{ready: ready, metricsReady: metricsReady})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	var addr, maddr string
+	for addr == "" || maddr == "" {
+		select {
+		case addr = <-ready:
+		case maddr = <-metricsReady:
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("run ended before listening: %v", err)
+		}
+	}
+	for _, tc := range []struct {
+		addr, path string
+		want       int
+	}{
+		{addr, "/metrics", http.StatusNotFound},
+		{addr, "/healthz", http.StatusOK},
+		{maddr, "/metrics", http.StatusOK},
+		{maddr, "/login", http.StatusNotFound},
+	} {
+		resp, err := http.Get("http://" + tc.addr + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s on %s: %d, want %d", tc.path, tc.addr, resp.StatusCode, tc.want)
+		}
+		if tc.addr == maddr && tc.path == "/metrics" && !strings.Contains(string(body), "floodgate_http_decisions_total") {
+			t.Errorf("the metrics listener lacks floodgate's series:\n%s", body)
 		}
 	}
 }

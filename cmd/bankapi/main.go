@@ -43,6 +43,8 @@ type runOptions struct {
 	// ready, if not nil, receives the listening address once the server
 	// accepts connections.
 	ready chan<- string
+	// metricsReady, if not nil, receives the metrics listener's address.
+	metricsReady chan<- string
 	// timeouts are the server's; zero fields mean bank.DefaultTimeouts.
 	timeouts bank.Timeouts
 }
@@ -64,24 +66,37 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, opts r
 		return err
 	}
 	defer app.Close()
+	// The API and the metrics listen apart: METRICS_ADDR is loopback
+	// unless configured, so /metrics is never public by accident.
+	errLog := slog.NewLogLogger(h, slog.LevelWarn)
+	srv := bank.NewHTTPServer(app.Handler(), opts.timeouts, errLog)
+	msrv := bank.NewHTTPServer(app.MetricsHandler(), opts.timeouts, errLog)
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return err
 	}
-	srv := bank.NewHTTPServer(app.Handler(), opts.timeouts, slog.NewLogLogger(h, slog.LevelWarn))
-	errc := make(chan error, 1)
+	mln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("METRICS_ADDR: %w", err)
+	}
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String())
+	go func() { errc <- msrv.Serve(mln) }()
+	logger.Info("listening", "addr", ln.Addr().String(), "metrics_addr", mln.Addr().String())
 	if opts.ready != nil {
 		opts.ready <- ln.Addr().String()
 	}
+	if opts.metricsReady != nil {
+		opts.metricsReady <- mln.Addr().String()
+	}
+	var served error
 	select {
-	case err := <-errc:
-		return err
+	case served = <-errc:
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return srv.Shutdown(sctx)
+	return errors.Join(served, srv.Shutdown(sctx), msrv.Shutdown(sctx))
 }

@@ -24,6 +24,7 @@ import (
 // server.
 type App struct {
 	*Server
+	breaker *breakerstore.Store // nil without Redis
 	closers []func() error
 }
 
@@ -67,7 +68,8 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	} else {
 		rs, err := redisstore.New(ctx, redisOptions(cfg, opts))
 		if err != nil {
-			return nil, fmt.Errorf("bank: REDIS_URL: %w", err)
+			// The error may quote the URL, password and all.
+			return nil, fmt.Errorf("bank: REDIS_URL: %w", redactErr(err, cfg.RedisURL))
 		}
 		a.closers = append(a.closers, rs.Close)
 		br, err := breakerstore.New(rs, breakerstore.Options{
@@ -81,9 +83,9 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 			a.Close()
 			return nil, fmt.Errorf("bank: %w", err)
 		}
-		store, ready = br, rs.Ping
+		store, ready, a.breaker = br, rs.Ping, br
 	}
-	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout})
+	limiter, err := newLimiter(store, cfg)
 	if err != nil {
 		a.Close()
 		return nil, err
@@ -100,6 +102,12 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	a.Server = srv
 	a.closers = append([]func() error{srv.Close}, a.closers...)
 	return a, nil
+}
+
+// newLimiter returns the limiter of the service on store: cfg's decision
+// budget and denial cache.
+func newLimiter(store floodgate.Store, cfg Config) (*floodgate.Limiter, error) {
+	return floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCacheSize})
 }
 
 // Close releases the server, then the store.

@@ -19,12 +19,12 @@ func FuzzBodies(f *testing.F) {
 	token := loginToken(f, s)
 	f.Fuzz(func(t *testing.T, body string) {
 		switch rec := call(s, "POST", "/login", body); rec.Code {
-		case http.StatusOK, http.StatusBadRequest, http.StatusUnauthorized, http.StatusTooManyRequests:
+		case http.StatusOK, http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnauthorized, http.StatusTooManyRequests:
 		default:
 			t.Fatalf("login %q: status %d", body, rec.Code)
 		}
 		switch rec := call(s, "POST", "/pix", body, "Authorization", "Bearer "+token); rec.Code {
-		case http.StatusCreated, http.StatusBadRequest, http.StatusTooManyRequests:
+		case http.StatusCreated, http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
 		default:
 			t.Fatalf("pix %q: status %d", body, rec.Code)
 		}

@@ -37,7 +37,7 @@ func TestForgedCredentials(t *testing.T) {
 		{"extended expiry, same signature", "Bearer " + extendExpiry(good)},
 		{"truncated signature", "Bearer " + good[:len(good)-1]},
 		{"signature only", "Bearer " + good[strings.LastIndexByte(good, '.')+1:]},
-		{"device cookie as token", "Bearer " + s.keys.DeviceCookie(account, "d", now.Add(time.Hour))},
+		{"device cookie as token", "Bearer " + s.keys.DeviceCookie(account, "d", nil, now.Add(time.Hour))},
 		{"extra field", "Bearer " + s.keys.Token(account+".x", now.Add(time.Hour))},
 		{"over 512 bytes", "Bearer " + s.keys.Token(strings.Repeat("a", 600), now.Add(time.Hour))},
 		{"NUL byte", "Bearer " + good + "\x00"},
@@ -78,8 +78,19 @@ func extendExpiry(signed string) string {
 // loginFrom posts a login for doc with password from the client address
 // ip and returns the answer.
 func loginFrom(s *Server, ip, doc, password string) *httptest.ResponseRecorder {
+	return serve(s, loginRequest(ip, doc, password))
+}
+
+// loginRequest is the login request of loginFrom.
+func loginRequest(ip, doc, password string) *http.Request {
 	req := httptest.NewRequest("POST", "/login", strings.NewReader(`{"document":"`+doc+`","password":"`+password+`"}`))
 	req.RemoteAddr = ip + ":1234"
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// serve returns s's answer to req.
+func serve(s *Server, req *http.Request) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, req)
 	return rec

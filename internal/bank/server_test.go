@@ -18,13 +18,26 @@ import (
 
 const testDoc = "529.982.247-25"
 
+// testSecret is the TOKEN_SECRET of the test servers.
+const testSecret = "k3y-0f-th3-t3st-s3rv3rs-pl3as3-r0tat3"
+
 func newTestServer(t testing.TB, ready func(context.Context) error) *Server {
+	t.Helper()
+	return newTestServerWith(t, ready, nil)
+}
+
+// newTestServerWith is newTestServer with the configuration changed by
+// change, if not nil.
+func newTestServerWith(t testing.TB, ready func(context.Context) error, change func(*Config)) *Server {
 	t.Helper()
 	cfg, err := ConfigFromEnv(func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.TokenSecret = strings.Repeat("k", 32)
+	cfg.TokenSecret = testSecret
+	if change != nil {
+		change(&cfg)
+	}
 	hash, _ := bcrypt.GenerateFromPassword([]byte("right"), bcrypt.MinCost)
 	users, err := NewDirectory([]UserRecord{{Document: testDoc, Name: "Ana", PasswordBcrypt: string(hash)}})
 	if err != nil {
@@ -43,6 +56,9 @@ func newTestServer(t testing.TB, ready func(context.Context) error) *Server {
 
 func call(s *Server, method, path, body string, header ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if method == "POST" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -74,8 +90,8 @@ func TestRoutes(t *testing.T) {
 		{"login unknown field", "POST", "/login", `{"document":"` + testDoc + `","password":"x","admin":true}`, nil, 400},
 		{"login invalid CPF", "POST", "/login", `{"document":"123.456.789-00","password":"x"}`, nil, 400},
 		{"login empty password", "POST", "/login", `{"document":"` + testDoc + `","password":""}`, nil, 400},
-		{"login body over 4 KiB", "POST", "/login", `{"document":"` + testDoc + `","password":"` + strings.Repeat("x", 5000) + `"}`, nil, 400},
-		{"login body over 4 KiB of spaces", "POST", "/login", strings.Repeat(" ", 5000) + `{"document":"` + testDoc + `","password":"right"}`, nil, 400},
+		{"login body over 4 KiB", "POST", "/login", `{"document":"` + testDoc + `","password":"` + strings.Repeat("x", 5000) + `"}`, nil, 413},
+		{"login body over 4 KiB of spaces", "POST", "/login", strings.Repeat(" ", 5000) + `{"document":"` + testDoc + `","password":"right"}`, nil, 413},
 		{"login wrong password", "POST", "/login", `{"document":"` + testDoc + `","password":"wrong"}`, nil, 401},
 		{"login unknown account", "POST", "/login", `{"document":"111.444.777-35","password":"right"}`, nil, 401},
 		{"pix without token", "POST", "/pix", `{"key":"k","amount_cents":1}`, nil, 401},
@@ -85,14 +101,15 @@ func TestRoutes(t *testing.T) {
 		{"pix empty key", "POST", "/pix", `{"key":"","amount_cents":100}`, auth, 400},
 		{"pix trailing data", "POST", "/pix", `{"key":"k","amount_cents":100} {}`, auth, 400},
 		// Valid bodies but for their size: only the 4 KiB limit refuses them.
-		{"pix body over 4 KiB of spaces", "POST", "/pix", strings.Repeat(" ", 5000) + `{"key":"k","amount_cents":100}`, auth, 400},
+		{"pix body over 4 KiB of spaces", "POST", "/pix", strings.Repeat(" ", 5000) + `{"key":"k","amount_cents":100}`, auth, 413},
+		{"pix malformed body under 4 KiB", "POST", "/pix", strings.Repeat(" ", 4000) + `{"key":`, auth, 400},
 		{"pix body of 4 KiB", "POST", "/pix", strings.Repeat(" ", 4096-30) + `{"key":"k","amount_cents":100}`, auth, 201},
 		{"pix ok", "POST", "/pix", `{"key":"k","amount_cents":100}`, auth, 201},
 		{"statement ok", "GET", "/statement", "", auth, 200},
 		{"statement without token", "GET", "/statement", "", nil, 401},
 		{"healthz", "GET", "/healthz", "", nil, 200},
 		{"readyz", "GET", "/readyz", "", nil, 200},
-		{"metrics", "GET", "/metrics", "", nil, 200},
+		{"metrics are not public", "GET", "/metrics", "", nil, 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if rec := call(s, tc.method, tc.path, tc.body, tc.header...); rec.Code != tc.want {
@@ -104,8 +121,10 @@ func TestRoutes(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), `"amount_cents":100`) {
 		t.Fatalf("statement does not list the transfer: %s", rec.Body)
 	}
-	if rec := call(s, "GET", "/metrics", ""); !strings.Contains(rec.Body.String(), "floodgate_") {
-		t.Fatalf("metrics lack floodgate's series:\n%s", rec.Body)
+	rec = httptest.NewRecorder()
+	s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "floodgate_") {
+		t.Fatalf("the metrics handler answered %d, without floodgate's series:\n%s", rec.Code, rec.Body)
 	}
 }
 
@@ -156,8 +175,8 @@ func TestDeviceCookies(t *testing.T) {
 	}{
 		{"known device", cookie, 200},
 		{"forged", cookie + "x", 429},
-		{"another account's", s.keys.DeviceCookie(s.keys.AccountID("11144477735"), "d", time.Now().Add(time.Hour)), 429},
-		{"expired", s.keys.DeviceCookie(account, "d", time.Now().Add(-time.Second)), 429},
+		{"another account's", s.keys.DeviceCookie(s.keys.AccountID("11144477735"), "d", nil, time.Now().Add(time.Hour)), 429},
+		{"expired", s.keys.DeviceCookie(account, "d", s.deps.Users.Credential("52998224725"), time.Now().Add(-time.Second)), 429},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if rec := call(s, "POST", "/login", body, "Cookie", DeviceCookie+"="+tc.cookie); rec.Code != tc.want {

@@ -56,14 +56,16 @@ func (k Keys) VerifyToken(token string, now time.Time) (account string, err erro
 }
 
 // DeviceCookie is the value of a device cookie that binds device to account
-// until exp (OWASP "device cookies").
-func (k Keys) DeviceCookie(account, device string, exp time.Time) string {
-	return sign(k.device, account+"."+device+"."+strconv.FormatInt(exp.Unix(), 10))
+// until exp (OWASP "device cookies"), and to the account's credential (see
+// [Directory.Credential]): once the password changes, the cookie is void.
+func (k Keys) DeviceCookie(account, device string, credential []byte, exp time.Time) string {
+	return sign(k.deviceKey(credential), account+"."+device+"."+strconv.FormatInt(exp.Unix(), 10))
 }
 
-// VerifyDeviceCookie returns the device of a valid cookie for account.
-func (k Keys) VerifyDeviceCookie(cookie, account string, now time.Time) (device string, err error) {
-	fields, err := verify(k.device, cookie, 3, now)
+// VerifyDeviceCookie returns the device of a valid cookie for account and
+// its current credential.
+func (k Keys) VerifyDeviceCookie(cookie, account string, credential []byte, now time.Time) (device string, err error) {
+	fields, err := verify(k.deviceKey(credential), cookie, 3, now)
 	if err != nil {
 		return "", err
 	}
@@ -71,6 +73,13 @@ func (k Keys) VerifyDeviceCookie(cookie, account string, now time.Time) (device 
 		return "", ErrBadToken
 	}
 	return fields[1], nil
+}
+
+// deviceKey is the key that signs the device cookies of a credential.
+func (k Keys) deviceKey(credential []byte) []byte {
+	m := hmac.New(sha256.New, k.device)
+	m.Write(credential)
+	return m.Sum(nil)
 }
 
 // sign returns payload, a dot and its base64url HMAC.
@@ -92,7 +101,9 @@ func verify(key []byte, signed string, n int, now time.Time) ([]string, error) {
 		return nil, ErrBadToken
 	}
 	payload, mac := signed[:i], signed[i+1:]
-	got, err := base64.RawURLEncoding.DecodeString(mac)
+	// Strict: one token, one spelling. Without it the unused low bits of
+	// the last character make four spellings of every MAC.
+	got, err := base64.RawURLEncoding.Strict().DecodeString(mac)
 	if err != nil {
 		return nil, ErrBadToken
 	}

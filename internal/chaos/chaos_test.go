@@ -353,8 +353,8 @@ func verify(t *testing.T, res *Results, logs string) {
 	if !h.TimingSameAnswer || h.TimingKnown == 0 || h.TimingUnknown == 0 {
 		t.Errorf("logins on known and unknown accounts answered differently, or not at all: %+v", h)
 	}
-	if h.BodyStatus != http.StatusBadRequest || h.BodySent >= h.BodySize {
-		t.Errorf("64 MiB body: status %d after %d bytes; want 400 before the end", h.BodyStatus, h.BodySent)
+	if h.BodyStatus != http.StatusRequestEntityTooLarge || h.BodySent >= h.BodySize {
+		t.Errorf("64 MiB body: status %d after %d bytes; want 413 before the end", h.BodyStatus, h.BodySent)
 	}
 	if !h.SlowlorisCutOff {
 		t.Error("the slowloris client was never cut off")

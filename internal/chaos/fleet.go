@@ -30,6 +30,9 @@ type Replica struct {
 	N int
 	// Addr is its listening address, "127.0.0.1:port".
 	Addr string
+	// MetricsAddr is where it serves /metrics (METRICS_ADDR), apart from
+	// the API.
+	MetricsAddr string
 
 	bin string
 	env []string
@@ -42,9 +45,15 @@ type Replica struct {
 }
 
 // NewReplica returns replica n of the binary bin, to be run with env (on
-// top of this process's environment) and LISTEN_ADDR=addr.
+// top of this process's environment), LISTEN_ADDR=addr and METRICS_ADDR
+// on a free loopback port.
 func NewReplica(n int, bin, addr string, env []string) *Replica {
-	return &Replica{N: n, Addr: addr, bin: bin, env: append(append(os.Environ(), env...), "LISTEN_ADDR="+addr)}
+	maddr, err := FreeAddr()
+	if err != nil {
+		maddr = "127.0.0.1:0" // Metrics will fail; the replica still runs
+	}
+	return &Replica{N: n, Addr: addr, MetricsAddr: maddr, bin: bin,
+		env: append(append(os.Environ(), env...), "LISTEN_ADDR="+addr, "METRICS_ADDR="+maddr)}
 }
 
 // Start starts the process and waits until it answers /healthz, at most
@@ -191,7 +200,7 @@ func (r *Replica) RSS() (int64, error) {
 func (r *Replica) Metrics(prefixes ...string) (map[string]float64, error) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
-	resp, err := client.Get("http://" + r.Addr + "/metrics")
+	resp, err := client.Get("http://" + r.MetricsAddr + "/metrics")
 	if err != nil {
 		return nil, err
 	}

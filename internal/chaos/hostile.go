@@ -107,6 +107,7 @@ func BodyLimit(h *Hostile, r *Replica) error {
 		return len(p), nil
 	})
 	req, _ := http.NewRequest("POST", "http://"+r.Addr+"/login", io.NopCloser(body))
+	req.Header.Set("Content-Type", "application/json")
 	req.ContentLength = size
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()

@@ -110,6 +110,9 @@ func (l *Load) send(q req) (Record, http.Header, []byte) {
 		}
 	}
 	hr, _ := http.NewRequest(q.method, base+q.path, rd)
+	if rd != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
 	if q.ip != "" {
 		hr.Header.Set(EdgeHeader, q.ip)
 	}

@@ -43,6 +43,9 @@ func (c *client) do(method, path, ip, token, device string, body any) (response,
 		return response{}, err
 	}
 	req.Header.Set(EdgeHeader, ip)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
