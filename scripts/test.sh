@@ -44,8 +44,14 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+# The modules: the library (.), and, named by go.work, the bank example
+# (examples/bank: the reference service, its demo and chaos suite), the gin
+# adapter (adapters/ginlimit) and the benchmarks (bench). "./..." names the
+# packages of one module only, so each is listed.
+modules="./... ./examples/bank/... ./adapters/ginlimit/..."
+
 log "go vet"
-go vet ./...
+go vet $modules
 
 # The bench/ module (peers, side by side; see BENCHMARKS.md) is its own
 # module: vet it and run its guards briefly so it cannot rot, without the
@@ -56,18 +62,12 @@ log "bench module (go vet, short run)"
 		>"$workdir/bench.out" 2>&1) || { cat "$workdir/bench.out"; exit 1; }
 
 log "go test -race"
-go test -race -count=1 -shuffle=on -timeout 9m -skip '^TestChaos$' ./...
-
-# Modules of their own (go.work at the root names them): the gin adapter,
-# kept out of the main module so that it never pulls gin.
-log "adapters (go vet, go test -race)"
-go vet ./adapters/ginlimit/...
-go test -race -count=1 ./adapters/ginlimit/...
+go test -race -count=1 -shuffle=on -timeout 9m -skip '^TestChaos$' $modules
 
 # The chaos test runs alone: its three replicas under load would crowd the
 # timing-tolerant tests of other packages on a small machine. Its figures
 # are printed here; docs/reliability-results.md holds a committed run.
-CHAOS_RESULTS="$workdir/reliability-results.md" go test -race -count=1 -timeout 4m -run '^TestChaos$' ./internal/chaos
+CHAOS_RESULTS="$workdir/reliability-results.md" go test -race -count=1 -timeout 4m -run '^TestChaos$' ./examples/bank/internal/chaos
 sed -n '/^## Limits held/,/^## Faults/p' "$workdir/reliability-results.md"
 
 # ---------------------------------------------------------------- fuzzing
@@ -77,7 +77,7 @@ sed -n '/^## Limits held/,/^## Faults/p' "$workdir/reliability-results.md"
 # a regression seed with the fix.
 fuzztime=${FUZZTIME:-5s}
 log "fuzz: every target for $fuzztime"
-targets=$(go test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $1; next } /^ok/ { for (i = 0; i < n; i++) print $2 " " names[i]; n = 0 }')
+targets=$(go test -list '^Fuzz' $modules | awk '/^Fuzz/ { names[n++] = $1; next } /^ok/ { for (i = 0; i < n; i++) print $2 " " names[i]; n = 0 }')
 [ -n "$targets" ] || { echo "no fuzz targets found"; exit 1; }
 while read -r pkg target; do
 	printf -- '-- %s %s\n' "$pkg" "$target"
@@ -101,5 +101,5 @@ done <<<"$targets"
 # ------------------------------------------------------------ end fuzzing
 
 log "demo (end to end, in-process Redis)"
-go run ./cmd/demo >"$workdir/demo.out" 2>&1 || { cat "$workdir/demo.out"; exit 1; }
+go run ./examples/bank/cmd/demo >"$workdir/demo.out" 2>&1 || { cat "$workdir/demo.out"; exit 1; }
 tail -n 1 "$workdir/demo.out"

@@ -109,20 +109,20 @@ func (c *Cluster) create(replicas int) error {
 func (c *Cluster) assemble(masters, replicas int) error {
 	for i := range masters {
 		lo, hi := i*16384/masters, (i+1)*16384/masters-1
-		if reply, err := command(c.nodes[i].addr, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil || reply != "OK" {
+		if reply, err := Command(c.nodes[i].addr, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil || reply != "OK" {
 			return fmt.Errorf("CLUSTER ADDSLOTSRANGE on %s: %q, %w", c.nodes[i].addr, reply, err)
 		}
 	}
 	first := c.nodes[0].addr
 	host, port, _ := strings.Cut(first, ":")
 	for _, n := range c.nodes[1:] {
-		if _, err := command(n.addr, "CLUSTER", "MEET", host, port); err != nil {
+		if _, err := Command(n.addr, "CLUSTER", "MEET", host, port); err != nil {
 			return fmt.Errorf("CLUSTER MEET from %s: %w", n.addr, err)
 		}
 	}
 	ids := make([]string, masters)
 	for i := range masters {
-		id, err := command(c.nodes[i].addr, "CLUSTER", "MYID")
+		id, err := Command(c.nodes[i].addr, "CLUSTER", "MYID")
 		if err != nil {
 			return err
 		}
@@ -133,7 +133,7 @@ func (c *Cluster) assemble(masters, replicas int) error {
 		deadline := time.Now().Add(clusterReadyTimeout)
 		for {
 			// A node can replicate only a master it has heard of.
-			_, err := command(n.addr, "CLUSTER", "REPLICATE", ids[j%masters])
+			_, err := Command(n.addr, "CLUSTER", "REPLICATE", ids[j%masters])
 			if err == nil {
 				break
 			}
@@ -164,14 +164,14 @@ func (c *Cluster) waitReady(n int, within time.Duration) error {
 
 func (c *Cluster) ready(n int) error {
 	for _, s := range c.nodes {
-		info, err := command(s.addr, "CLUSTER", "INFO")
+		info, err := Command(s.addr, "CLUSTER", "INFO")
 		if err != nil {
 			return fmt.Errorf("%s: CLUSTER INFO: %w", s.addr, err)
 		}
 		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)+"\r") {
 			return fmt.Errorf("%s: cluster not up with %d nodes yet", s.addr, n)
 		}
-		repl, err := command(s.addr, "INFO", "replication")
+		repl, err := Command(s.addr, "INFO", "replication")
 		if err != nil {
 			return fmt.Errorf("%s: INFO replication: %w", s.addr, err)
 		}
@@ -252,7 +252,7 @@ func (c *Cluster) MasterOf(slot int) (*Server, error) {
 func (c *Cluster) KeySlot(key string) (int, error) {
 	var last error
 	for _, s := range c.nodes {
-		reply, err := command(s.addr, "CLUSTER", "KEYSLOT", key)
+		reply, err := Command(s.addr, "CLUSTER", "KEYSLOT", key)
 		if err == nil {
 			return strconv.Atoi(reply)
 		}
@@ -273,7 +273,7 @@ type clusterNode struct {
 func (c *Cluster) clusterNodes() ([]clusterNode, error) {
 	var last error = errors.New("no node")
 	for _, s := range c.nodes {
-		text, err := command(s.addr, "CLUSTER", "NODES")
+		text, err := Command(s.addr, "CLUSTER", "NODES")
 		if err != nil {
 			last = err
 			continue

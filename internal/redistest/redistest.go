@@ -27,7 +27,6 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +40,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 
 // EnvAddr names the environment variable that points the tests at an
@@ -123,9 +124,9 @@ type Server struct {
 	extra []string // more arguments
 
 	mu   sync.Mutex
-	proc *os.Process   // guarded by mu; nil while killed
-	done chan struct{} // guarded by mu; closed when proc has exited
-	out  *syncBuffer   // the server's output, for failure messages
+	proc *os.Process     // guarded by mu; nil while killed
+	done chan struct{}   // guarded by mu; closed when proc has exited
+	out  *syncbuf.Buffer // the server's output, for failure messages
 }
 
 // Start starts a dedicated redis-server for t, which t's cleanup kills.
@@ -264,7 +265,7 @@ func (s *Server) launch() error {
 	if bin == "" {
 		bin = "redis-server"
 	}
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	started := make(chan error, 1)
 	done := make(chan struct{})
 	var proc *os.Process
@@ -316,26 +317,44 @@ func (s *Server) launch() error {
 
 // ping sends PING and expects PONG.
 func ping(addr string) error {
-	reply, err := command(addr, "PING")
+	reply, err := Command(addr, "PING")
 	if err == nil && reply != "PONG" {
 		err = fmt.Errorf("PING answered %q", reply)
 	}
 	return err
 }
 
-// command sends one command in RESP on a new connection and returns its
-// reply: a simple string, bulk string or integer as text. An error reply
-// is an error.
-func command(addr string, args ...string) (string, error) {
+// Command sends one command to the Redis at addr, in RESP on a new
+// connection, and returns its reply as text: a simple string, bulk string
+// or integer as it is, a null as "", an array's elements joined by
+// newlines. An error reply is an error. It is the test harness's one Redis
+// client, for the commands no store sends (CONFIG, INFO, SCRIPT FLUSH).
+func Command(addr string, args ...string) (string, error) {
 	v, err := do(addr, args...)
 	if err != nil {
 		return "", err
 	}
-	s, ok := v.(string)
-	if !ok {
-		return "", fmt.Errorf("reply %v is not a string", v)
+	return text(v)
+}
+
+func text(v any) (string, error) {
+	switch v := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	case []any:
+		parts := make([]string, len(v))
+		for i, e := range v {
+			s, err := text(e)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = s
+		}
+		return strings.Join(parts, "\n"), nil
 	}
-	return s, nil
+	return "", fmt.Errorf("redistest: reply %v is not text", v)
 }
 
 // do sends one command in RESP on a new connection and returns its reply:
@@ -418,22 +437,4 @@ func freePort() (int, error) {
 		return 0, errors.New("redistest: listener has no TCP address")
 	}
 	return addr.Port, nil
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bufio"
 	"fmt"
 	"runtime"
 	"strings"
@@ -83,17 +84,17 @@ func TestStartCluster(t *testing.T) {
 				t.Fatalf("%d nodes", n)
 			}
 			addr := c.Nodes()[0].Addr()
-			if slot, err := command(addr, "CLUSTER", "KEYSLOT", "somekey"); err != nil || slot != "11058" {
+			if slot, err := Command(addr, "CLUSTER", "KEYSLOT", "somekey"); err != nil || slot != "11058" {
 				t.Fatalf("CLUSTER KEYSLOT: %q, %v", slot, err)
 			}
 			m, err := c.MasterOf(11058)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if reply, err := command(m.Addr(), "SET", "somekey", "1"); err != nil || reply != "OK" {
+			if reply, err := Command(m.Addr(), "SET", "somekey", "1"); err != nil || reply != "OK" {
 				t.Fatalf("SET on the master of the slot: %q, %v", reply, err)
 			}
-			if _, err := command(m.Addr(), "MSET", "{a}x", "1", "{b}x", "2"); err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+			if _, err := Command(m.Addr(), "MSET", "{a}x", "1", "{b}x", "2"); err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 				t.Fatalf("cross-slot MSET: %v; want CROSSSLOT", err)
 			}
 			if !strings.HasPrefix(c.URL(), "redis://"+addr) || strings.Count(c.URL(), "addr=") != len(c.Nodes())-1 {
@@ -113,7 +114,7 @@ func TestStartSentinel(t *testing.T) {
 	if !strings.Contains(s.URL(), "master_set="+SentinelMasterName) || strings.Count(s.URL(), "addr=") != 2 {
 		t.Fatalf("URL %q", s.URL())
 	}
-	if reply, err := command(s.Servers()[1].Addr(), "INFO", "replication"); err != nil || !strings.Contains(reply, "role:slave") {
+	if reply, err := Command(s.Servers()[1].Addr(), "INFO", "replication"); err != nil || !strings.Contains(reply, "role:slave") {
 		t.Fatalf("replica: %v", err)
 	}
 }
@@ -182,6 +183,31 @@ func TestWithoutRedis(t *testing.T) {
 			} else if fake.skipped == "" || !strings.Contains(fake.skipped, "redis-server is not on PATH") {
 				t.Errorf("%s without CI: failed %q, skipped %q; want a skip with the reason", name, fake.failed, fake.skipped)
 			}
+		}
+	}
+}
+
+// TestReplyText: every kind of RESP2 reply, as Command returns it.
+func TestReplyText(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		err      bool
+	}{
+		{"+OK\r\n", "OK", false},
+		{":42\r\n", "42", false},
+		{"$5\r\nhello\r\n", "hello", false},
+		{"$-1\r\n", "", false},
+		{"*2\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n", "maxmemory\n0", false},
+		{"-ERR no\r\n", "", true},
+		{"?\r\n", "", true},
+	} {
+		v, err := readReply(bufio.NewReader(strings.NewReader(tc.in)))
+		got := ""
+		if err == nil {
+			got, err = text(v)
+		}
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("reply %q = %q, %v", tc.in, got, err)
 		}
 	}
 }

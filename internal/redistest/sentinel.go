@@ -132,7 +132,7 @@ func (s *Sentinel) ready(replicas int) error {
 		}
 	}
 	for _, d := range s.data[1:] {
-		repl, err := command(d.addr, "INFO", "replication")
+		repl, err := Command(d.addr, "INFO", "replication")
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/internal/bank"
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/bank"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 

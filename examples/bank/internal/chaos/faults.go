@@ -145,26 +145,26 @@ func (in *Injector) Inject(k Kind, replica int, hold time.Duration) (Fault, erro
 		time.Sleep(hold)
 		err = in.Redis.Cont()
 	case ScriptFlush:
-		_, err = redisCommand(in.Redis.Addr(), "SCRIPT", "FLUSH")
+		_, err = redistest.Command(in.Redis.Addr(), "SCRIPT", "FLUSH")
 	case RedisOOM:
-		policy, gerr := redisCommand(in.Redis.Addr(), "CONFIG", "GET", "maxmemory-policy")
+		policy, gerr := redistest.Command(in.Redis.Addr(), "CONFIG", "GET", "maxmemory-policy")
 		if gerr != nil {
 			return f, gerr
 		}
 		before := usedMemory(in.Redis.Addr())
-		if _, err = redisCommand(in.Redis.Addr(), "CONFIG", "SET", "maxmemory-policy", "noeviction", "maxmemory", "1"); err != nil {
+		if _, err = redistest.Command(in.Redis.Addr(), "CONFIG", "SET", "maxmemory-policy", "noeviction", "maxmemory", "1"); err != nil {
 			break
 		}
 		time.Sleep(hold)
 		f.Note = fmt.Sprintf("used_memory went from %d to %d bytes while maxmemory was 1 byte", before, usedMemory(in.Redis.Addr()))
 		_, p, _ := strings.Cut(policy, "\n")
-		_, err = redisCommand(in.Redis.Addr(), "CONFIG", "SET", "maxmemory", "0", "maxmemory-policy", p)
+		_, err = redistest.Command(in.Redis.Addr(), "CONFIG", "SET", "maxmemory", "0", "maxmemory-policy", p)
 	case RedisNoReplicas:
-		if _, err = redisCommand(in.Redis.Addr(), "CONFIG", "SET", "min-replicas-to-write", "1"); err != nil {
+		if _, err = redistest.Command(in.Redis.Addr(), "CONFIG", "SET", "min-replicas-to-write", "1"); err != nil {
 			break
 		}
 		time.Sleep(hold)
-		_, err = redisCommand(in.Redis.Addr(), "CONFIG", "SET", "min-replicas-to-write", "0")
+		_, err = redistest.Command(in.Redis.Addr(), "CONFIG", "SET", "min-replicas-to-write", "0")
 	case ReplicaRestart:
 		f.Replica = replica
 		f.Start = time.Now()
@@ -181,7 +181,7 @@ func (in *Injector) Inject(k Kind, replica int, hold time.Duration) (Fault, erro
 
 // usedMemory returns Redis's used_memory, or -1.
 func usedMemory(addr string) int64 {
-	info, err := redisCommand(addr, "INFO", "memory")
+	info, err := redistest.Command(addr, "INFO", "memory")
 	if err != nil {
 		return -1
 	}

@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/floodgate-rl/floodgate/internal/bank"
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/bank"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -421,7 +421,7 @@ func randomHex() string {
 }
 
 func redisVersion(addr string) string {
-	info, err := redisCommand(addr, "INFO", "server")
+	info, err := redistest.Command(addr, "INFO", "server")
 	if err != nil {
 		return "redis (version unknown)"
 	}

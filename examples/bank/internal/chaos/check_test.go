@@ -1,9 +1,7 @@
 package chaos
 
 import (
-	"bufio"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -195,26 +193,6 @@ func TestPercentile(t *testing.T) {
 	}
 	if Percentile(nil, 50) != 0 {
 		t.Error("the percentile of nothing is 0")
-	}
-}
-
-func TestReadReply(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-		err      bool
-	}{
-		{"+OK\r\n", "OK", false},
-		{":42\r\n", "42", false},
-		{"$5\r\nhello\r\n", "hello", false},
-		{"$-1\r\n", "", false},
-		{"*2\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n", "maxmemory\n0", false},
-		{"-ERR no\r\n", "", true},
-		{"?\r\n", "", true},
-	} {
-		got, err := readReply(bufio.NewReader(strings.NewReader(tc.in)))
-		if got != tc.want || (err != nil) != tc.err {
-			t.Errorf("readReply(%q) = %q, %v", tc.in, got, err)
-		}
 	}
 }
 

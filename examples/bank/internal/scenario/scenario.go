@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/internal/bank"
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/bank"
 )
 
 // EdgeHeader carries the simulated client address from the scenario's

@@ -13,8 +13,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 
-	"github.com/floodgate-rl/floodgate/internal/bank"
-	"github.com/floodgate-rl/floodgate/internal/scenario"
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/bank"
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/scenario"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 

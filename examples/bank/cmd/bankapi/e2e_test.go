@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/scenario"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/internal/scenario"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 

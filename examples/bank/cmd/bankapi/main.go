@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/internal/bank"
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/bank"
 )
 
 func main() {

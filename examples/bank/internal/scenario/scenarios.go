@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/internal/bank"
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/bank"
 )
 
 // Simulated client addresses (documentation ranges, RFC 5737).

@@ -16,7 +16,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/floodgate-rl/floodgate/internal/scenario"
+	"github.com/floodgate-rl/floodgate/examples/bank/internal/scenario"
 )
 
 func main() {
