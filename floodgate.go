@@ -16,7 +16,9 @@ type Options struct {
 	// Timeout is the time budget of one call to the store. A store that
 	// does not answer in time yields an error wrapping ErrStoreUnavailable
 	// and context.DeadlineExceeded. Zero means DefaultTimeout; negative
-	// means no budget beyond the caller's context.
+	// means no budget beyond the caller's context. A LocalStore (memstore)
+	// gets no budget whatever Timeout says: it never waits on I/O, and a
+	// budget's timer would cost its decisions their zero allocations.
 	Timeout time.Duration
 	// DenialCacheSize is how many denials the Limiter remembers locally,
 	// so that a client hammering a blocked key costs no store call. Zero
