@@ -62,3 +62,40 @@ func BenchmarkTake(b *testing.B) { benchmarkTake(b, false) }
 // BenchmarkTakeParallel measures 16 concurrent Takes per core, which the
 // group commit (batch.go) sends together, a few script calls in flight.
 func BenchmarkTakeParallel(b *testing.B) { benchmarkTake(b, true) }
+
+// BenchmarkTakeFullLog measures the exact sliding window on keys held at
+// their limit: 64 keys of limit 1,000 per 2s, taken concurrently at about
+// the rate that keeps each log full (a mix of admissions and denials), so
+// each take works on a log of about 1,000 requests.
+func BenchmarkTakeFullLog(b *testing.B) {
+	s := newStore(b)
+	r := mustRule(b, "full", 1000, 2*time.Second, floodgate.SlidingWindow)
+	const keys = 64
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for k := range keys { // fill every log first
+		for i := range 1000 {
+			if _, err := s.Take(ctx, "fill-"+strconv.Itoa(k)+"-"+strconv.Itoa(i), []floodgate.Hit{{Rule: r, Key: "k" + strconv.Itoa(k), Cost: 1}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var seq, allowed atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := seq.Add(1)
+			res, err := s.Take(ctx, "b"+strconv.FormatUint(n, 36), []floodgate.Hit{{Rule: r, Key: "k" + strconv.Itoa(int(n%keys)), Cost: 1}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res[0].Allowed {
+				allowed.Add(1)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	b.ReportMetric(float64(allowed.Load())/float64(b.N), "allowed/op")
+}
