@@ -39,6 +39,7 @@ func FuzzRateLimitFields(f *testing.F) {
 		}
 		l.mu.Lock()
 		l.routes = l.routes[:0] // keep the corpus run from piling up routes
+		clear(l.rules)          // each input is a process of its own
 		l.mu.Unlock()
 		d := floodgate.Decision{Each: []floodgate.Decision{
 			{Policy: "a", Limit: limit, Window: w, Remaining: remaining, ResetAfter: time.Duration(reset)},

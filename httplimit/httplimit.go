@@ -76,7 +76,8 @@ type Limiter struct {
 	metrics        *metrics
 
 	mu     sync.Mutex
-	routes []*route // guarded by mu; their log summaries are flushed by Close
+	routes []*route                  // guarded by mu; their log summaries are flushed by Close
+	rules  map[string]floodgate.Rule // guarded by mu; the rule of each name, over all routes
 }
 
 // New returns a Limiter for opts. It fails if opts.Limiter is nil or the
@@ -95,7 +96,7 @@ func New(opts Options) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
-		legacy: !opts.NoLegacyHeaders, metrics: m}
+		legacy: !opts.NoLegacyHeaders, metrics: m, rules: make(map[string]floodgate.Rule)}
 	if l.logger == nil {
 		l.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -196,6 +197,7 @@ type route struct {
 	m           *routeMetrics
 	log         sometimes
 	waiting     atomic.Int64
+	skipWarned  []atomic.Bool // by limit: the first skip of each is logged
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -282,8 +284,24 @@ func (l *Limiter) build(rt Route) (*route, error) {
 			bad("status %d is not an error status (400-599)", *s)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	// One name, one rule, in every route of the process: rules that share
+	// a name (and algorithm and window) share one count in the store, so a
+	// 2/min route would be denied by the traffic of a 100/min one.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, lim := range r.Limits {
+		if prev, ok := l.rules[lim.Rule.Name]; ok && prev != lim.Rule {
+			bad("limit %d: rule %q is %v here but %v on another route; one name must mean one rule in a process (rules of one name share their count): rename one", i, lim.Rule.Name, lim.Rule, prev)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	for _, lim := range r.Limits {
+		l.rules[lim.Rule.Name] = lim.Rule
 	}
 	if r.denyFunc == nil {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
@@ -291,19 +309,27 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	r.opaqueRetry = retryAfter(longest)
 	r.log.interval = l.logEvery
 	r.m = l.metrics.route(r.Name, names)
-	l.mu.Lock()
+	r.skipWarned = make([]atomic.Bool, len(r.Limits))
 	l.routes = append(l.routes, r)
-	l.mu.Unlock()
 	return r, nil
 }
 
-// hits returns the hits of req: one per limit that has a key.
+// hits returns the hits of req: one per limit that has a key. A limit
+// skipped for want of a key is counted, and its first skip logged: a
+// per-user limit whose principal is never set (the rate-limit middleware
+// runs before authentication) would otherwise limit nobody, silently.
 func (rt *route) hits(req *http.Request) []floodgate.Hit {
 	hits := make([]floodgate.Hit, 0, len(rt.Limits))
-	for _, lim := range rt.Limits {
+	for i, lim := range rt.Limits {
 		k := lim.Key(req)
 		if k == "" {
 			if lim.Missing == Skip {
+				rt.m.skipped[i].Inc()
+				if !rt.skipWarned[i].Swap(true) {
+					rt.l.logger.LogAttrs(req.Context(), slog.LevelWarn, "floodgate: a limit skipped a request that has no key for it, as its Missing says; "+
+						"if the key is the principal, set it (WithPrincipal) before the rate-limit middleware runs. Counted in floodgate_http_skipped_limits_total; logged once",
+						slog.String("route", rt.Name), slog.String("policy", lim.Rule.Name))
+				}
 				continue
 			}
 			k = missingKey

@@ -17,6 +17,7 @@ type metrics struct {
 	errors    *prometheus.CounterVec   // route, reason
 	throttled *prometheus.CounterVec   // route, result
 	waiting   *prometheus.GaugeVec     // route
+	skipped   *prometheus.CounterVec   // route, policy
 }
 
 func newMetrics(reg prometheus.Registerer, breaker *breakerstore.Store) (*metrics, error) {
@@ -42,6 +43,10 @@ func newMetrics(reg prometheus.Registerer, breaker *breakerstore.Store) (*metric
 			Name: "floodgate_http_throttle_waiting",
 			Help: "Requests waiting for quota now.",
 		}, []string{"route"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_http_skipped_limits_total",
+			Help: "Limits that skipped a request because it had no key for them (Missing: Skip), by route and policy: a per-user limit whose principal is never set limits nobody.",
+		}, []string{"route", "policy"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -52,7 +57,7 @@ func newMetrics(reg prometheus.Registerer, breaker *breakerstore.Store) (*metric
 	}
 	cs := []named{{"floodgate_http_decisions_total", m.decisions}, {"floodgate_store_duration_seconds", m.latency},
 		{"floodgate_store_errors_total", m.errors}, {"floodgate_http_throttled_total", m.throttled},
-		{"floodgate_http_throttle_waiting", m.waiting}}
+		{"floodgate_http_throttle_waiting", m.waiting}, {"floodgate_http_skipped_limits_total", m.skipped}}
 	if breaker != nil {
 		cs = append(cs, named{"floodgate_breaker_state", prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "floodgate_breaker_state",
@@ -87,6 +92,7 @@ type routeMetrics struct {
 	errors    map[string]prometheus.Counter // by reason
 	throttled map[string]prometheus.Counter // by result
 	waiting   prometheus.Gauge
+	skipped   []prometheus.Counter // by limit
 }
 
 func (m *metrics) route(name string, policies []string) *routeMetrics {
@@ -109,6 +115,9 @@ func (m *metrics) route(name string, policies []string) *routeMetrics {
 	}
 	for _, r := range []string{"allowed", "denied", "rejected", "canceled"} {
 		rm.throttled[r] = m.throttled.WithLabelValues(name, r)
+	}
+	for _, p := range policies {
+		rm.skipped = append(rm.skipped, m.skipped.WithLabelValues(name, p))
 	}
 	return rm
 }

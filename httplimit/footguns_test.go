@@ -1,0 +1,94 @@
+package httplimit_test
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func footgunLimiter(t *testing.T) (*httplimit.Limiter, *prometheus.Registry, *syncbuf.Buffer) {
+	t.Helper()
+	store := memstore.New(memstore.Options{})
+	t.Cleanup(func() { store.Close() })
+	l, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	logs := &syncbuf.Buffer{}
+	hl, err := httplimit.New(httplimit.Options{Limiter: l, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hl.Close() })
+	return hl, reg, logs
+}
+
+// Two routes may not give one rule name two meanings: they would share
+// one count (a 2/min route denied by the traffic of a 100/min one).
+func TestOneNameOneRuleAcrossRoutes(t *testing.T) {
+	hl, _, _ := footgunLimiter(t)
+	api := floodgate.MustRule(floodgate.PerMinute("api", 100))
+	if _, err := hl.Middleware(httplimit.Route{Name: "list", Limits: []httplimit.Limit{{Rule: api, Key: httplimit.Principal}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The same rule again is fine: one global rule on every route.
+	if _, err := hl.Middleware(httplimit.Route{Name: "get", Limits: []httplimit.Limit{{Rule: api, Key: httplimit.Principal}}}); err != nil {
+		t.Fatalf("the same rule on a second route: %v", err)
+	}
+	for _, other := range []floodgate.Rule{
+		floodgate.MustRule(floodgate.PerMinute("api", 2)),
+		floodgate.MustRule(floodgate.PerHour("api", 100)),
+		floodgate.MustRule(floodgate.NewRule("api", 100, time.Minute, floodgate.TokenBucket)),
+	} {
+		_, err := hl.Middleware(httplimit.Route{Name: "export", Limits: []httplimit.Limit{{Rule: other, Key: httplimit.Principal}}})
+		if !errors.Is(err, httplimit.ErrInvalidOptions) || !strings.Contains(err.Error(), `rule "api" is `+other.String()) {
+			t.Fatalf("%v on a route after %v: %v; want ErrInvalidOptions naming both", other, api, err)
+		}
+	}
+	// A refused route reserves no name.
+	if _, err := hl.Middleware(httplimit.Route{Name: "bad", Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("fresh", 5))}}}); err == nil {
+		t.Fatal("a limit without Key was accepted")
+	}
+	if _, err := hl.Middleware(httplimit.Route{Name: "good", Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("fresh", 7)), Key: httplimit.Principal}}}); err != nil {
+		t.Fatalf("a name a refused route named: %v", err)
+	}
+}
+
+// A per-user limit whose principal is never set (the middleware runs
+// before authentication) limits nobody: every skip is counted, and the
+// first logged.
+func TestSkippedLimitIsCountedAndLoggedOnce(t *testing.T) {
+	hl, reg, logs := footgunLimiter(t)
+	mw, err := hl.Middleware(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
+		{Rule: floodgate.MustRule(floodgate.PerMinute("per-user", 1)), Key: httplimit.Principal},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 5 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/pix", nil))
+		if rec.Code != 200 {
+			t.Fatalf("status %d; a skipped limit lets the request through", rec.Code)
+		}
+	}
+	got := metric(t, reg, "floodgate_http_skipped_limits_total", map[string]string{"route": "pix", "policy": "per-user"})
+	if got != 5 {
+		t.Fatalf("skipped limits counted %v, want 5", got)
+	}
+	if n := strings.Count(logs.String(), "a limit skipped a request"); n != 1 || !strings.Contains(logs.String(), "policy=per-user") {
+		t.Fatalf("logged %d times, want once naming the policy:\n%s", n, logs)
+	}
+}
