@@ -92,3 +92,65 @@ func TestSkippedLimitIsCountedAndLoggedOnce(t *testing.T) {
 		t.Fatalf("logged %d times, want once naming the policy:\n%s", n, logs)
 	}
 }
+
+// A shadow limit is checked and counted, and never denies: how a new
+// limit is rolled out.
+func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
+	hl, reg, logs := footgunLimiter(t)
+	var got []httplimit.Result
+	serve := func(rt httplimit.Route) http.Handler {
+		mw, err := hl.Middleware(rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			res, _ := httplimit.FromContext(r.Context())
+			got = append(got, res)
+		}))
+	}
+	perIP := floodgate.MustRule(floodgate.PerMinute("shadow-ip", 10))
+	perUser := floodgate.MustRule(floodgate.PerMinute("shadow-user", 1))
+	h := serve(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
+		{Rule: perIP, Key: httplimit.Header("X-IP")},
+		{Rule: perUser, Key: httplimit.Header("X-User"), Shadow: true},
+	}})
+	for i := range 3 {
+		req := httptest.NewRequest("POST", "/pix", nil)
+		req.Header.Set("X-IP", "192.0.2.1")
+		req.Header.Set("X-User", "alice")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("request %d: %d; a shadow limit never denies", i+1, rec.Code)
+		}
+		if p := rec.Header().Get("RateLimit-Policy"); p != `"shadow-ip";q=10;w=60` {
+			t.Fatalf("request %d: RateLimit-Policy %q; shadow limits send no fields", i+1, p)
+		}
+	}
+	if len(got) != 3 || len(got[0].Shadow) != 1 || !got[0].Shadow[0].Allowed || got[1].Shadow[0].Allowed || got[2].Shadow[0].Policy != "shadow-user" || got[0].Decision.Remaining != 9 {
+		t.Fatalf("results %+v; want the shadow decisions allowed, denied, denied, and the IP's count on", got)
+	}
+	for outcome, want := range map[string]float64{"shadow_allowed": 1, "shadow_denied": 2} {
+		if n := metric(t, reg, "floodgate_http_decisions_total", map[string]string{"route": "pix", "policy": "shadow-user", "outcome": outcome}); n != want {
+			t.Fatalf("%s counted %v, want %v", outcome, n, want)
+		}
+	}
+	if !strings.Contains(logs.String(), "a shadow limit would have denied a request") || !strings.Contains(logs.String(), "policy=shadow-user") {
+		t.Fatalf("no log line of the shadow denial:\n%s", logs)
+	}
+
+	// A route in shadow mode never denies, past every limit.
+	all := serve(httplimit.Route{Name: "new", Shadow: true, Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("shadow-new", 1)), Key: httplimit.Header("X-User")}}})
+	for i := range 3 {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-User", "bob")
+		rec := httptest.NewRecorder()
+		all.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("shadow route, request %d: %d", i+1, rec.Code)
+		}
+	}
+	if n := metric(t, reg, "floodgate_http_decisions_total", map[string]string{"route": "new", "policy": "shadow-new", "outcome": "shadow_denied"}); n != 2 {
+		t.Fatalf("shadow route: shadow_denied %v, want 2", n)
+	}
+}

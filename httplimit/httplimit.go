@@ -119,6 +119,7 @@ func (l *Limiter) Close() error {
 	l.mu.Unlock()
 	for _, rt := range routes {
 		rt.log.stop()
+		rt.shadowLog.stop()
 	}
 	if l.ownLocal != nil {
 		return l.ownLocal.Close()
@@ -137,6 +138,14 @@ type Limit struct {
 	// Missing is what happens when Key returns "": Skip (the zero value)
 	// or Share.
 	Missing Missing
+	// Shadow checks and counts the limit but never lets it deny: how a
+	// new limit is rolled out. A request that the route's other limits
+	// admit is checked against each shadow limit on its own, recorded if
+	// within it, and the outcome is counted in the decisions metric as
+	// shadow_allowed or shadow_denied under the limit's policy; shadow
+	// denials are logged, at most one line per LogInterval. Shadow limits
+	// send no rate-limit fields and are not refunded by Result.Refund.
+	Shadow bool
 }
 
 // Route configures the middleware of one route.
@@ -153,6 +162,9 @@ type Route struct {
 	// Failure is what to do when the store fails; the zero value is
 	// FailLocal.
 	Failure FailureMode
+	// Shadow puts every limit of the route in shadow mode (see
+	// Limit.Shadow): the route never denies, and counts what it would do.
+	Shadow bool
 	// Opaque makes a denial say nothing about which limit refused it: for
 	// login, where "the account is blocked" tells an attacker the account
 	// exists and is under attack. The route sends no RateLimit-Policy,
@@ -196,6 +208,7 @@ type route struct {
 	opaqueRetry string            // Retry-After of an opaque denial
 	m           *routeMetrics
 	log         sometimes
+	shadowLog   sometimes
 	waiting     atomic.Int64
 	skipWarned  []atomic.Bool // by limit: the first skip of each is logged
 }
@@ -226,6 +239,11 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	r := &route{Route: rt, l: l, legacy: l.legacy, status: rt.Status, failStatus: rt.FailStatus,
 		maxWaiters: int64(rt.MaxWaiters), denyFunc: rt.Deny, policies: make(map[string]string)}
 	r.Limits = append([]Limit(nil), rt.Limits...)
+	if r.Shadow {
+		for i := range r.Limits {
+			r.Limits[i].Shadow = true
+		}
+	}
 	var names []string
 	var longest time.Duration
 	for i, lim := range r.Limits {
@@ -308,18 +326,20 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	}
 	r.opaqueRetry = retryAfter(longest)
 	r.log.interval = l.logEvery
+	r.shadowLog.interval = l.logEvery
 	r.m = l.metrics.route(r.Name, names)
 	r.skipWarned = make([]atomic.Bool, len(r.Limits))
 	l.routes = append(l.routes, r)
 	return r, nil
 }
 
-// hits returns the hits of req: one per limit that has a key. A limit
+// hits returns the hits of req: one per limit that has a key, the
+// enforced ones and the shadow ones apart. A limit
 // skipped for want of a key is counted, and its first skip logged: a
 // per-user limit whose principal is never set (the rate-limit middleware
 // runs before authentication) would otherwise limit nobody, silently.
-func (rt *route) hits(req *http.Request) []floodgate.Hit {
-	hits := make([]floodgate.Hit, 0, len(rt.Limits))
+func (rt *route) hits(req *http.Request) (hits, shadow []floodgate.Hit) {
+	hits = make([]floodgate.Hit, 0, len(rt.Limits))
 	for i, lim := range rt.Limits {
 		k := lim.Key(req)
 		if k == "" {
@@ -334,15 +354,21 @@ func (rt *route) hits(req *http.Request) []floodgate.Hit {
 			}
 			k = missingKey
 		}
-		hits = append(hits, floodgate.Hit{Rule: lim.Rule, Key: fitKey(k)})
+		h := floodgate.Hit{Rule: lim.Rule, Key: fitKey(k)}
+		if lim.Shadow {
+			shadow = append(shadow, h)
+			continue
+		}
+		hits = append(hits, h)
 	}
-	return hits
+	return hits, shadow
 }
 
 func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
 	ctx := req.Context()
 	res := Result{Outcome: Skipped}
-	if hits := rt.hits(req); len(hits) > 0 {
+	hits, shadow := rt.hits(req)
+	if len(hits) > 0 {
 		var err error
 		if res, err = rt.decide(ctx, hits); err == nil && rt.MaxDelay > 0 && rt.throttles(res) {
 			res, err = rt.throttle(ctx, hits, res)
@@ -358,6 +384,9 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 	if !res.allowed() {
 		rt.deny(w, req, res)
 		return
+	}
+	if len(shadow) > 0 {
+		res.Shadow = rt.shadow(ctx, shadow)
 	}
 	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
 }
@@ -394,6 +423,29 @@ func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, erro
 			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
 	})
 	return res, nil
+}
+
+// shadow checks each shadow hit on its own, recording it if within its
+// limit, and counts and logs what it would have done. A store that fails
+// decides nothing, and counts nothing.
+func (rt *route) shadow(ctx context.Context, hits []floodgate.Hit) []floodgate.Decision {
+	out := make([]floodgate.Decision, 0, len(hits))
+	for _, h := range hits {
+		d, err := rt.l.limiter.Allow(ctx, h.Rule, h.Key)
+		if err != nil {
+			continue
+		}
+		out = append(out, d)
+		rt.m.shadowed(h.Rule.Name, d.Allowed)
+		if !d.Allowed {
+			rt.shadowLog.do(time.Now(), func(held int) {
+				rt.l.logger.LogAttrs(context.Background(), slog.LevelInfo, "floodgate: a shadow limit would have denied a request",
+					slog.String("route", rt.Name), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter),
+					slog.Int("suppressed", held))
+			})
+		}
+	}
+	return out
 }
 
 // storeRetry returns how long a failed store is expected to stay

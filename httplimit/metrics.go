@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer, breaker *breakerstore.Store) (*metric
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_http_decisions_total",
-			Help: "Rate-limit decisions by route, policy (the one reported; empty when none decided) and outcome (allowed, denied, failed_open, failed_closed, local, skipped).",
+			Help: "Rate-limit decisions by route, policy (the one reported; empty when none decided) and outcome (allowed, denied, failed_open, failed_closed, local, skipped; shadow_allowed and shadow_denied for a shadow limit's own check).",
 		}, []string{"route", "policy", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_duration_seconds",
@@ -92,7 +92,8 @@ type routeMetrics struct {
 	errors    map[string]prometheus.Counter // by reason
 	throttled map[string]prometheus.Counter // by result
 	waiting   prometheus.Gauge
-	skipped   []prometheus.Counter // by limit
+	skipped   []prometheus.Counter              // by limit
+	shadow    map[string]*[2]prometheus.Counter // by policy: shadow_allowed, shadow_denied
 }
 
 func (m *metrics) route(name string, policies []string) *routeMetrics {
@@ -116,8 +117,10 @@ func (m *metrics) route(name string, policies []string) *routeMetrics {
 	for _, r := range []string{"allowed", "denied", "rejected", "canceled"} {
 		rm.throttled[r] = m.throttled.WithLabelValues(name, r)
 	}
+	rm.shadow = make(map[string]*[2]prometheus.Counter)
 	for _, p := range policies {
 		rm.skipped = append(rm.skipped, m.skipped.WithLabelValues(name, p))
+		rm.shadow[p] = &[2]prometheus.Counter{m.decisions.WithLabelValues(name, p, "shadow_allowed"), m.decisions.WithLabelValues(name, p, "shadow_denied")}
 	}
 	return rm
 }
@@ -129,6 +132,17 @@ func (rm *routeMetrics) decision(res Result) {
 	}
 	if cs := rm.decisions[p]; cs != nil {
 		cs[res.Outcome].Inc()
+	}
+}
+
+// shadowed counts a shadow limit's own decision.
+func (rm *routeMetrics) shadowed(policy string, allowed bool) {
+	if cs := rm.shadow[policy]; cs != nil {
+		if allowed {
+			cs[0].Inc()
+		} else {
+			cs[1].Inc()
+		}
 	}
 }
 

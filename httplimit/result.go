@@ -50,6 +50,10 @@ type Result struct {
 	// Local, with one element of Decision.Each per limit checked; the zero
 	// Decision otherwise.
 	Decision floodgate.Decision
+	// Shadow holds the decisions of the route's shadow limits (see
+	// Limit.Shadow), for an allowed request; a denied one is not checked
+	// against them.
+	Shadow []floodgate.Decision
 
 	limiter *floodgate.Limiter // the limiter that decided; nil if none did
 	// storeRetry is, when the store failed, how long its circuit breaker
