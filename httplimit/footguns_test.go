@@ -154,3 +154,56 @@ func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
 		t.Fatalf("shadow route: shadow_denied %v, want 2", n)
 	}
 }
+
+// A global per-IP middleware around a per-route one that lists the IP
+// limit too: the IP counts once, a denial by the inner route gives the
+// outer its hit back, the legacy fields describe the worst limit, and the
+// nesting is logged once.
+func TestNestedMiddlewaresCompose(t *testing.T) {
+	hl, _, logs := footgunLimiter(t)
+	ip := floodgate.MustRule(floodgate.PerMinute("nest-ip", 10))
+	user := floodgate.MustRule(floodgate.PerMinute("nest-user", 2))
+	global, err := hl.Middleware(httplimit.Route{Name: "global", Limits: []httplimit.Limit{{Rule: ip, Key: httplimit.Header("X-IP")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, err := hl.Middleware(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
+		{Rule: ip, Key: httplimit.Header("X-IP")},
+		{Rule: user, Key: httplimit.Header("X-User")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := global(route(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	send := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/pix", nil)
+		req.Header.Set("X-IP", "192.0.2.1")
+		req.Header.Set("X-User", "alice")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	first := send()
+	if first.Code != 200 || first.Header().Get("X-RateLimit-Remaining") != "1" || first.Header().Get("X-RateLimit-Limit") != "2" {
+		t.Fatalf("first request: %d %v; want 200 with the legacy fields of the worst limit (user: 1 of 2 left)", first.Code, first.Header())
+	}
+	wantList(t, first.Header(), "RateLimit", "nest-ip;r=9;t=60", "nest-user;r=1;t=60")
+	send()
+	if rec := send(); rec.Code != 429 {
+		t.Fatalf("third request: %d, want 429 from the user limit", rec.Code)
+	}
+	// The IP was counted once per admitted request, and the denied one
+	// gave it back: 10 - 2.
+	d, err := hl.Middleware(httplimit.Route{Name: "probe", Limits: []httplimit.Limit{{Rule: ip, Key: httplimit.Header("X-IP")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-IP", "192.0.2.1")
+	rec := httptest.NewRecorder()
+	d(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, req)
+	wantList(t, rec.Header(), "RateLimit", "nest-ip;r=7;t=60") // 2 admitted, then this probe
+	if n := strings.Count(logs.String(), "runs inside another"); n != 1 {
+		t.Fatalf("the nesting was logged %d times, want once:\n%s", n, logs)
+	}
+}

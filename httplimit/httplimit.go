@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,6 +211,7 @@ type route struct {
 	m           *routeMetrics
 	log         sometimes
 	shadowLog   sometimes
+	nestWarned  atomic.Bool // a nesting in another route's middleware was logged
 	waiting     atomic.Int64
 	skipWarned  []atomic.Bool // by limit: the first skip of each is logged
 }
@@ -368,6 +371,10 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 	ctx := req.Context()
 	res := Result{Outcome: Skipped}
 	hits, shadow := rt.hits(req)
+	outer, nested := FromContext(ctx)
+	if nested {
+		hits = rt.nest(ctx, outer, hits)
+	}
 	if len(hits) > 0 {
 		var err error
 		if res, err = rt.decide(ctx, hits); err == nil && rt.MaxDelay > 0 && rt.throttles(res) {
@@ -379,9 +386,16 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 	}
 	rt.m.decision(res)
 	if res.limiter != nil && !rt.Opaque {
+		legacy := keepWorst(w.Header(), nested)
 		rt.writeQuota(w.Header(), res.Decision)
+		legacy()
 	}
 	if !res.allowed() {
+		if nested {
+			// All-or-nothing across the nesting: the outer route's hits
+			// are undone, as if this route had been part of its check.
+			_ = outer.Refund(context.WithoutCancel(ctx))
+		}
 		rt.deny(w, req, res)
 		return
 	}
@@ -398,7 +412,7 @@ func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, erro
 	d, err := check(ctx, rt.l.limiter, hits)
 	rt.m.latency.Observe(time.Since(start).Seconds())
 	if err == nil {
-		res := Result{Outcome: Allowed, Decision: d, limiter: rt.l.limiter}
+		res := Result{Outcome: Allowed, Decision: d, limiter: rt.l.limiter, hits: hits}
 		if !d.Allowed {
 			res.Outcome = Denied
 		}
@@ -414,7 +428,7 @@ func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, erro
 		res.Outcome = FailedOpen
 	case FailLocal:
 		if d, lerr := check(ctx, rt.l.local, hits); lerr == nil {
-			res = Result{Outcome: Local, Decision: d, limiter: rt.l.local}
+			res = Result{Outcome: Local, Decision: d, limiter: rt.l.local, hits: hits}
 		}
 	}
 	rt.log.do(start, func(held int) { // may run later, from a timer: no request context
@@ -423,6 +437,46 @@ func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, erro
 			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
 	})
 	return res, nil
+}
+
+// nest handles a route nested in another route's middleware (a global
+// per-IP middleware around per-route ones): it drops the hits that the
+// outer route already counted (the same rule and key), so that none counts
+// twice, and logs the first nesting once. The rest composes in serve: the
+// fields of both routes are sent, the legacy ones of the worst, and a
+// denial here refunds the outer route's hits.
+func (rt *route) nest(ctx context.Context, outer Result, hits []floodgate.Hit) []floodgate.Hit {
+	if !rt.nestWarned.Swap(true) {
+		rt.l.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a rate-limit middleware runs inside another; "+
+			"they compose (no hit counts twice, a denial here refunds the outer one's hits), but one Route with every limit is one atomic check: prefer it",
+			slog.String("route", rt.Name))
+	}
+	kept := hits[:0]
+	for _, h := range hits {
+		if !slices.ContainsFunc(outer.hits, func(o floodgate.Hit) bool { return o.Rule.Name == h.Rule.Name && o.Key == h.Key }) {
+			kept = append(kept, h)
+		}
+	}
+	return kept
+}
+
+// keepWorst remembers the legacy X-RateLimit-* fields that an outer route
+// wrote, and returns what restores them after this route's, unless this
+// route's report fewer requests remaining: the legacy fields describe the
+// worst limit of the request.
+func keepWorst(h http.Header, nested bool) func() {
+	old := h.Get(canonRemaining)
+	if !nested || old == "" {
+		return func() {}
+	}
+	saved := [3][]string{h[canonLimit], h[canonRemaining], h[canonReset]}
+	return func() {
+		was, err1 := strconv.ParseInt(old, 10, 64)
+		now, err2 := strconv.ParseInt(h.Get(canonRemaining), 10, 64)
+		if err1 == nil && err2 == nil && was < now {
+			h[canonLimit], h[canonRemaining], h[canonReset] = saved[0], saved[1], saved[2]
+		}
+	}
 }
 
 // shadow checks each shadow hit on its own, recording it if within its

@@ -56,6 +56,7 @@ type Result struct {
 	Shadow []floodgate.Decision
 
 	limiter *floodgate.Limiter // the limiter that decided; nil if none did
+	hits    []floodgate.Hit    // what it decided
 	// storeRetry is, when the store failed, how long its circuit breaker
 	// says it stays open (zero if unknown).
 	storeRetry time.Duration
