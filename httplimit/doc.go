@@ -80,6 +80,20 @@
 // route wait at once; more are denied at once. A client that goes away
 // ends its wait immediately.
 //
+// # Shadow mode, nesting, and the shortest start
+//
+// A limit or a route in shadow mode (Limit.Shadow, Route.Shadow) is
+// checked and counted but never denies: how a new limit is rolled out (see
+// Limit.Shadow). Middlewares may nest (a global per-IP one around
+// per-route ones): a hit that both list counts once, a denial by the inner
+// one refunds the outer one's hits, and the legacy fields describe the
+// worst limit; one Route with every limit is still the one atomic check.
+// Rule names mean one rule in a process: a route whose rule has another
+// route's name but other parameters is refused. A limit that skips a
+// request for want of a key (a principal never set) is counted and logged
+// once. [PerIP] is the shortest start: middleware of one limit per client
+// address, in one call.
+//
 // # The handler
 //
 // The handler of an allowed request finds the [Result] with
@@ -90,7 +104,9 @@
 //
 // With [Options.Registerer] set, the Limiter registers:
 //
-//	floodgate_http_decisions_total{route,policy,outcome}  outcome: allowed, denied, failed_open, failed_closed, local, skipped
+//	floodgate_http_decisions_total{route,policy,outcome}  outcome: allowed, denied, failed_open, failed_closed, local, skipped,
+//	                                                      and shadow_allowed, shadow_denied for shadow limits
+//	floodgate_http_skipped_limits_total{route,policy}      limits skipped for want of a key
 //	floodgate_store_duration_seconds{route}                histogram of the store's decision time
 //	floodgate_store_errors_total{route,reason}             reason: timeout, breaker_open, error
 //	floodgate_http_throttled_total{route,result}           result: allowed, denied, rejected, canceled
