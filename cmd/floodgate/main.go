@@ -1,0 +1,178 @@
+// Command floodgate operates floodgate's limits from a shell: it reads a
+// key's state and unlocks it, in the store the services share.
+//
+//	floodgate peek  -rule 'name=login,limit=5/10m' alice     what a request of alice would get now
+//	floodgate reset -rule 'name=login,limit=5/10m' alice     forget alice's count: unlock her
+//
+// The key is spelled as the application spells it; floodgate encodes it
+// as the store does, so a hashed key never has to be typed. A rule is
+// "name=NAME,limit=COUNT/WINDOW" with optional ",algorithm=ALG" (the
+// default is sliding-window) and ",burst=N" (token-bucket): the same rule
+// as the service's, since a key's state belongs to its rule's name,
+// algorithm and window. Redis is REDIS_URL, as the services read it
+// (redisstore's URL forms: standalone, Sentinel, Cluster); -prefix is the
+// services' key prefix. -o json prints JSON for scripts.
+//
+// Exit status: 0 done, 1 Redis failed or could not be reached, 2 bad
+// input.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/redisstore"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// errUsage marks bad input: exit status 2.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, getenv, stdout)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage) || errors.Is(err, floodgate.ErrInvalidRule) || errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, redisstore.ErrInvalidOptions):
+		fmt.Fprintln(stderr, "floodgate:", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "floodgate:", err)
+		return 1
+	}
+}
+
+const usage = `usage:
+  floodgate peek  -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
+  floodgate reset -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
+Redis is REDIS_URL.`
+
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no subcommand\n%s", errUsage, usage)
+	}
+	cmd, args := args[0], args[1:]
+	if cmd != "peek" && cmd != "reset" {
+		return fmt.Errorf("%w: unknown subcommand %q\n%s", errUsage, cmd, usage)
+	}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	ruleSpec := fs.String("rule", "", "the rule: name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]")
+	prefix := fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)")
+	output := fs.String("o", "text", "output: text or json")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for Redis")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: want one KEY, got %d arguments\n%s", errUsage, fs.NArg(), usage)
+	}
+	if *output != "text" && *output != "json" {
+		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *output)
+	}
+	rule, err := parseRule(*ruleSpec)
+	if err != nil {
+		return err
+	}
+	key := fs.Arg(0)
+	url := getenv("REDIS_URL")
+	if url == "" {
+		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: *prefix})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	limiter, err := floodgate.New(store, floodgate.Options{Timeout: *timeout})
+	if err != nil {
+		return err
+	}
+	if cmd == "reset" {
+		if err := limiter.Reset(ctx, rule, key); err != nil {
+			return err
+		}
+		return report(stdout, *output, map[string]any{"rule": rule.String(), "key": key, "reset": true},
+			fmt.Sprintf("reset %s for key %q: its count is forgotten\n", rule, key))
+	}
+	d, err := limiter.Peek(ctx, floodgate.Hit{Rule: rule, Key: key})
+	if err != nil {
+		return err
+	}
+	text := fmt.Sprintf("%s, key %q: a request now would be %s; %d left after it; full again in %v",
+		rule, key, map[bool]string{true: "allowed", false: "denied"}[d.Allowed], d.Remaining, d.ResetAfter.Round(time.Millisecond))
+	if !d.Allowed {
+		text += fmt.Sprintf("; allowed again in %v", d.RetryAfter.Round(time.Millisecond))
+	}
+	return report(stdout, *output, map[string]any{
+		"rule": rule.String(), "key": key, "allowed": d.Allowed, "remaining": d.Remaining,
+		"reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
+	}, text+"\n")
+}
+
+func report(w io.Writer, output string, v map[string]any, text string) error {
+	if output == "json" {
+		return json.NewEncoder(w).Encode(v)
+	}
+	_, err := io.WriteString(w, text)
+	return err
+}
+
+// parseRule reads "name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]".
+func parseRule(spec string) (floodgate.Rule, error) {
+	if spec == "" {
+		return floodgate.Rule{}, fmt.Errorf("%w: -rule is required\n%s", errUsage, usage)
+	}
+	fields := map[string]string{}
+	for _, part := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || v == "" {
+			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: %q is not NAME=VALUE", errUsage, spec, part)
+		}
+		if _, dup := fields[k]; dup {
+			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: %s given twice", errUsage, spec, k)
+		}
+		switch k {
+		case "name", "limit", "algorithm", "burst":
+		default:
+			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: unknown field %q (want name, limit, algorithm, burst)", errUsage, spec, k)
+		}
+		fields[k] = v
+	}
+	if fields["name"] == "" || fields["limit"] == "" {
+		return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: name and limit are required", errUsage, spec)
+	}
+	alg := floodgate.SlidingWindow
+	if a, ok := fields["algorithm"]; ok {
+		var err error
+		if alg, err = floodgate.ParseAlgorithm(a); err != nil {
+			return floodgate.Rule{}, err
+		}
+	}
+	r, err := floodgate.ParseLimit(fields["name"], fields["limit"], alg)
+	if err != nil {
+		return floodgate.Rule{}, err
+	}
+	if b, ok := fields["burst"]; ok {
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil {
+			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: burst %q is not a whole number", errUsage, spec, b)
+		}
+		return r.WithBurst(n)
+	}
+	return r, nil
+}
