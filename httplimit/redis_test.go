@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -41,6 +42,14 @@ func TestRedisOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Warm up: the first script call loads the script (EVALSHA,
+			// NOSCRIPT, EVAL), which a loaded machine may stretch past the
+			// 30ms budget of the decisions below.
+			warm, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if _, err := rs.Peek(warm, []floodgate.Hit{{Rule: rule(t, "warm-up", 1, time.Minute), Key: "k", Cost: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
 			e := newEnv(t, envOptions{store: bs, timeout: budget, opts: httplimit.Options{Breaker: bs}})
 			hs := modes(t, e)
 			fromRedis := func() float64 {
