@@ -3,6 +3,7 @@
 //
 //	floodgate peek  -rule 'name=login,limit=5/10m' alice     what a request of alice would get now
 //	floodgate reset -rule 'name=login,limit=5/10m' alice     forget alice's count: unlock her
+//	floodgate peek  -config DIR -domain rl user=alice       the limits of a descriptor, from the service's configuration
 //
 // The key is spelled as the application spells it; floodgate encodes it
 // as the store does, so a hashed key never has to be typed. A rule is
@@ -11,7 +12,10 @@
 // as the service's, since a key's state belongs to its rule's name,
 // algorithm and window. Redis is REDIS_URL, as the services read it
 // (redisstore's URL forms: standalone, Sentinel, Cluster); -prefix is the
-// services' key prefix. -o json prints JSON for scripts.
+// services' key prefix. -o json prints JSON for scripts. With -config (a
+// directory of envoyproxy/ratelimit YAML, as the service reads it) and
+// -domain, the arguments are a descriptor's entries, KEY=VALUE, and every
+// limit that applies to it is peeked or reset.
 //
 // Exit status: 0 done, 1 Redis failed or could not be reached, 2 bad
 // input.
@@ -31,6 +35,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 func main() {
@@ -55,8 +60,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 const usage = `usage:
-  floodgate peek  -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
-  floodgate reset -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
+  floodgate peek|reset -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
+  floodgate peek|reset -config DIR -domain DOMAIN [-prefix P] [-o json] KEY=VALUE...
 Redis is REDIS_URL.`
 
 func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -70,23 +75,21 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	ruleSpec := fs.String("rule", "", "the rule: name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]")
+	configDir := fs.String("config", "", "a directory of envoyproxy/ratelimit YAML (with -domain)")
+	domain := fs.String("domain", "", "the configuration's domain (with -config)")
 	prefix := fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)")
 	output := fs.String("o", "text", "output: text or json")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for Redis")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
 	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: want one KEY, got %d arguments\n%s", errUsage, fs.NArg(), usage)
-	}
 	if *output != "text" && *output != "json" {
 		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *output)
 	}
-	rule, err := parseRule(*ruleSpec)
+	hits, err := target(*ruleSpec, *configDir, *domain, fs.Args())
 	if err != nil {
 		return err
 	}
-	key := fs.Arg(0)
 	url := getenv("REDIS_URL")
 	if url == "" {
 		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
@@ -102,14 +105,25 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	for _, h := range hits {
+		if err := one(ctx, cmd, limiter, h, *output, stdout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// one peeks at or resets the key of one hit, and reports it.
+func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgate.Hit, output string, stdout io.Writer) error {
+	rule, key := h.Rule, h.Key
 	if cmd == "reset" {
 		if err := limiter.Reset(ctx, rule, key); err != nil {
 			return err
 		}
-		return report(stdout, *output, map[string]any{"rule": rule.String(), "key": key, "reset": true},
+		return report(stdout, output, map[string]any{"rule": rule.String(), "key": key, "reset": true},
 			fmt.Sprintf("reset %s for key %q: its count is forgotten\n", rule, key))
 	}
-	d, err := limiter.Peek(ctx, floodgate.Hit{Rule: rule, Key: key})
+	d, err := limiter.Peek(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -118,10 +132,49 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if !d.Allowed {
 		text += fmt.Sprintf("; allowed again in %v", d.RetryAfter.Round(time.Millisecond))
 	}
-	return report(stdout, *output, map[string]any{
+	return report(stdout, output, map[string]any{
 		"rule": rule.String(), "key": key, "allowed": d.Allowed, "remaining": d.Remaining,
 		"reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
 	}, text+"\n")
+}
+
+// target returns the hits the arguments name: one KEY under -rule, or
+// the limits that apply to a descriptor of -domain in -config.
+func target(ruleSpec, configDir, domain string, args []string) ([]floodgate.Hit, error) {
+	if configDir == "" {
+		if domain != "" {
+			return nil, fmt.Errorf("%w: -domain needs -config", errUsage)
+		}
+		if len(args) != 1 {
+			return nil, fmt.Errorf("%w: want one KEY, got %d arguments\n%s", errUsage, len(args), usage)
+		}
+		rule, err := parseRule(ruleSpec)
+		if err != nil {
+			return nil, err
+		}
+		return []floodgate.Hit{{Rule: rule, Key: args[0], Cost: 1}}, nil
+	}
+	if ruleSpec != "" || domain == "" || len(args) == 0 {
+		return nil, fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, usage)
+	}
+	cfg, err := rlconfig.LoadDir(configDir, rlconfig.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	entries := make([]rlconfig.Entry, len(args))
+	for i, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: entry %q is not KEY=VALUE", errUsage, a)
+		}
+		entries[i] = rlconfig.Entry{Key: k, Value: v}
+	}
+	m := cfg.Match(domain, entries)
+	hits := m.Hits(1)
+	if len(hits) == 0 {
+		return nil, fmt.Errorf("%w: no counted limit of domain %q applies to %v (%v)", errUsage, domain, args, m.Outcome)
+	}
+	return hits, nil
 }
 
 func report(w io.Writer, output string, v map[string]any, text string) error {

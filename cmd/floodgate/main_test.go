@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -36,7 +40,7 @@ func TestPeekAndReset(t *testing.T) {
 	for name, url := range map[string]string{"standalone": "redis://" + redistest.Addr(t), "cluster": cluster.URL()} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			prefix := "cli" + strings.ReplaceAll(t.Name(), "/", "-") + ":"
+			prefix := "cli" + strings.ReplaceAll(t.Name(), "/", "-") + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 			store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: prefix})
 			if err != nil {
 				t.Fatal(err)
@@ -100,6 +104,62 @@ func TestBadInputAndUnreachableRedis(t *testing.T) {
 		code, out, errs := cli(t, tc.url, tc.args...)
 		if code != tc.code || !strings.Contains(errs, tc.want) || out != "" {
 			t.Errorf("%s: exit %d, out %q, errors %q; want exit %d and an error saying %q", tc.name, code, out, errs, tc.code, tc.want)
+		}
+	}
+}
+
+// TestByConfiguration finds the limits of a descriptor in the service's
+// configuration, as the service would, and unlocks them.
+func TestByConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	conf := "domain: rl\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 2\n"
+	if err := os.WriteFile(filepath.Join(dir, "rl.yaml"), []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rlconfig.LoadDir(dir, rlconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "redis://" + redistest.Addr(t)
+	prefix := "cliconf" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	ctx := context.Background()
+	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	l, err := floodgate.New(store, floodgate.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := cfg.Match("rl", []rlconfig.Entry{{Key: "user", Value: "carol"}}).Hits(1)
+	for range 2 {
+		if d, err := l.Check(ctx, hits...); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	code, out, errs := cli(t, url, "peek", "-config", dir, "-domain", "rl", "-prefix", prefix, "user=carol")
+	if code != 0 || !strings.Contains(out, "would be denied") {
+		t.Fatalf("peek = %d %q %q; want carol denied", code, out, errs)
+	}
+	if code, out, errs := cli(t, url, "reset", "-config", dir, "-domain", "rl", "-prefix", prefix, "user=carol"); code != 0 || !strings.Contains(out, "forgotten") {
+		t.Fatalf("reset = %d %q %q", code, out, errs)
+	}
+	if d, err := l.Check(ctx, hits...); err != nil || !d.Allowed {
+		t.Fatalf("after reset: %+v, %v", d, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"peek", "-config", dir, "-domain", "rl", "nobody=x"}, "no counted limit"},
+		{[]string{"peek", "-config", dir, "-domain", "rl", "user"}, "is not KEY=VALUE"},
+		{[]string{"peek", "-config", dir, "user=x"}, "-config takes -domain"},
+		{[]string{"peek", "-domain", "rl", "-rule", "name=a,limit=1/1m", "k"}, "-domain needs -config"},
+		{[]string{"peek", "-config", filepath.Join(dir, "missing"), "-domain", "rl", "user=x"}, "missing"},
+	} {
+		if code, _, errs := cli(t, url, tc.args...); code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, errs, tc.want)
 		}
 	}
 }
