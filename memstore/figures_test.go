@@ -299,6 +299,12 @@ func TestRefundIsRememberedUntilItCouldNoLongerCredit(t *testing.T) {
 			for range 3 {
 				stamps = append(stamps, g.take(h).Stamp)
 			}
+			// A fourth take, never refunded, keeps the count (or the
+			// debt) above what a refund credits: a refund credited twice
+			// cannot hide behind the floor at zero.
+			if r := g.take(floodgate.Hit{Rule: h.Rule, Key: "k", Cost: 1}); !r.Allowed {
+				t.Fatalf("the fourth take: %+v", r)
+			}
 			// Each refund cleans the memory of what can no longer credit;
 			// take-1's refund must stay remembered through them, and a
 			// second one change nothing.
@@ -359,8 +365,9 @@ func TestFullStoreLeavesNoEntryBehind(t *testing.T) {
 }
 
 // TestMaxKeysPerShard: MaxKeys is spread over the shards, rounded up: 10
-// keys over 4 shards is 3 a shard, 12 in all, whatever the keys' hashes.
-// A negative MaxKeys holds any number of keys.
+// keys over 4 shards is 3 a shard, 12 in all, whatever the keys' hashes
+// (2000 keys fill every shard). A negative MaxKeys holds any number of
+// keys.
 func TestMaxKeysPerShard(t *testing.T) {
 	r := mustRule(t, 5, time.Minute, floodgate.FixedWindow, 0)
 	for _, tc := range []struct {
@@ -371,6 +378,7 @@ func TestMaxKeysPerShard(t *testing.T) {
 		{1, 7, 7},
 		{3, 5, 8}, // 3 shards round up to 4: 2 a shard
 		{1, -1, 2000},
+		{0, 100, 128}, // the default of 64 shards: 2 a shard
 	} {
 		t.Run(fmt.Sprintf("%d shards, MaxKeys %d", tc.shards, tc.maxKeys), func(t *testing.T) {
 			t.Parallel()
