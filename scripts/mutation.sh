@@ -171,12 +171,17 @@ MUTATION_MODULE=$(go list -m)
 #  - redisstore: the tests that start or stop Cluster, Sentinel, Valkey or
 #    a killed/frozen redis-server (about 80 s of the 90) are skipped, and so
 #    are the replicas' real-clock concurrency, the differential run against
-#    memstore and the memory report. The rest runs on one redis-server.
+#    memstore and the memory report. The rest (about 17 s, the real-clock
+#    conformance suite included) runs on one redis-server. rueidis.go, the
+#    driver of the rueidis client, is excluded: most of it dials and
+#    redials, which only the skipped outage tests drive (their mutants
+#    would all live), and its Eval runs under every other test anyway.
 filters_for() {
 	skip= run= exclude=
 	case $1 in
 	memstore) skip='^TestConformanceRealClock$' ;;
 	redisstore)
+		exclude='rueidis\.go$'
 		skip='^(TestCluster|TestClusterFailover|TestSentinel|TestSentinelFailover|TestValkey|TestStartDuringOutage|TestDialIsRateLimited|TestKilledRedisRecovers|TestFrozenRedisRespectsTheBudget|TestNoCallWaitsForever|TestCloseDuringDial|TestReplicas.*|TestDifferentialAgainstMemstore|TestMemoryUsage)$'
 		;;
 	esac
