@@ -73,6 +73,9 @@ func TestParseValuesBounds(t *testing.T) {
 			t.Errorf("3 hits parsed as groups %v", sizes)
 		}
 	}
+	if _, err := parseValues(reply(7, hit, hit, hit), []int{2}, true); err == nil || !strings.Contains(err.Error(), "16 values for 2 hits, want 11") {
+		t.Errorf("a reply of 16 values for 2 hits: %v; want the error to say that 2 hits need 11", err)
+	}
 }
 
 // TestResultBounds: each figure at its bound is accepted, one past it is
