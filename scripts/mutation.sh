@@ -8,6 +8,7 @@
 #
 #   scripts/mutation.sh                    # root clientip httplimit
 #   scripts/mutation.sh root clientip      # the packages named (root = core)
+#   scripts/mutation.sh memstore redisstore  # the stores, with their filters
 #   MUTATION_KEEP=dir scripts/mutation.sh  # keep each package's JSON and log
 #
 # Environment: MUTATION_WORKERS (default 1: the machine is shared; more
@@ -188,7 +189,9 @@ filters_for() {
 	MUTATION_RUN_PKG=${MUTATION_RUN-$run}
 	MUTATION_SKIP_PKG=${MUTATION_SKIP-$skip}
 	exclude_files=(--exclude-files '/')
-	for x in ${MUTATION_EXCLUDE-$exclude}; do exclude_files+=(--exclude-files "$x"); done
+	local xs x
+	read -ra xs <<<"${MUTATION_EXCLUDE-$exclude}" # split on blanks, no globbing
+	for x in "${xs[@]}"; do exclude_files+=(--exclude-files "$x"); done
 	export MUTATION_RUN_PKG MUTATION_SKIP_PKG
 }
 
