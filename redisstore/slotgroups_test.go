@@ -138,7 +138,7 @@ func TestFailedRollbackRetriesArePaced(t *testing.T) {
 
 // TestCrossSlotPeek: a Peek whose hits live in several slots peeks at
 // each slot and answers in the check's order; a slot that fails fails the
-// Peek.
+// Peek, and the error keeps its cause.
 func TestCrossSlotPeek(t *testing.T) {
 	s, f, _ := faultStore(t)
 	a, b := twoSlots(t, s, mustRule(t, "first", 3, time.Hour, floodgate.FixedWindow), mustRule(t, "second", 5, time.Hour, floodgate.FixedWindow))
@@ -155,7 +155,7 @@ func TestCrossSlotPeek(t *testing.T) {
 		}
 		return nil
 	}, nil)
-	if res, err := s.Peek(ctx(t), []floodgate.Hit{a, b}); !errors.Is(err, floodgate.ErrStoreUnavailable) {
-		t.Fatalf("peek with b's slot failing: %+v, %v; want ErrStoreUnavailable", res, err)
+	if res, err := s.Peek(ctx(t), []floodgate.Hit{a, b}); !errors.Is(err, floodgate.ErrStoreUnavailable) || !errors.Is(err, errInjected) {
+		t.Fatalf("peek with b's slot failing: %+v, %v; want ErrStoreUnavailable, with the cause", res, err)
 	}
 }
