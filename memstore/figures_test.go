@@ -233,7 +233,7 @@ func TestRefundAtEveryOffset(t *testing.T) {
 func refundAt(t *testing.T, alg floodgate.Algorithm, off, delay time.Duration) {
 	const w = 10 * time.Second
 	g := newRig(t, false, memstore.Options{})
-	// A token bucket of 5 per 10s has T = 2s: a take of 5 weighs 10s.
+	// A token bucket of 5 per 10s has T = 2s.
 	r := mustRule(t, 5, w, alg, 0)
 	h := floodgate.Hit{Rule: r, Key: "k", Cost: 2}
 	other := floodgate.Hit{Rule: r, Key: "k", Cost: 1}
