@@ -55,7 +55,7 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 		}
 		return floodgate.Result{Remaining: (capacity - (tat - now)) / t, ResetAfter: dur(tat - now), RetryAfter: dur(next - now - capacity)}
 	case floodgate.FixedWindow:
-		idx := now / window
+		idx := floorDiv(now, window)
 		if e.window != idx {
 			e.window, e.count = idx, 0
 		}
@@ -65,7 +65,7 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 		}
 		return floodgate.Result{Remaining: max(0, limit-e.count), ResetAfter: dur(end - now), RetryAfter: dur(end - now)}
 	case floodgate.SlidingWindowCounter:
-		idx := now / window
+		idx := floorDiv(now, window)
 		switch e.window {
 		case idx:
 		case idx - 1:
