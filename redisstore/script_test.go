@@ -31,8 +31,8 @@ func TestParseValuesBounds(t *testing.T) {
 	}{
 		{"time 1µs", 1, true},
 		{"time 0", 0, false},
-		{"time 2^51", maxScriptValue, true},
-		{"time past 2^51", maxScriptValue + 1, false},
+		{"time 2^52", maxServerTime, true},
+		{"time past 2^52", maxServerTime + 1, false},
 	} {
 		res, err := parseValues(reply(tc.now, hit), []int{1}, true)
 		if (err == nil) != tc.ok {
@@ -94,7 +94,7 @@ func TestResultBounds(t *testing.T) {
 		{"retry past it", [5]int64{0, 0, 0, maxUS + 1, 0}, false},
 		{"retry 1µs", [5]int64{0, 0, 0, 1, 0}, true},
 		{"epoch 0", [5]int64{1, 0, 0, 0, 0}, true},
-		{"epoch 2^52-1", [5]int64{1, 0, 0, 0, maxEpoch}, true},
+		{"epoch 2^48-1", [5]int64{1, 0, 0, 0, maxEpoch}, true},
 	} {
 		r, err := result(tc.v)
 		if (err == nil) != tc.ok {
@@ -197,13 +197,13 @@ func TestSameSlot(t *testing.T) {
 	}
 }
 
-// TestEpochOf: 52 bits of the id's FNV-1a hash, never zero.
+// TestEpochOf: 48 bits of the id's FNV-1a hash, never zero.
 func TestEpochOf(t *testing.T) {
 	for id, want := range map[string]uint64{
-		"":       735455236727589,
-		"a":      1086646154030220,
-		"take-1": 372891881520688,
-		"foobar": 1197857641687016,
+		"":       172505283306277,
+		"a":      242221223898252,
+		"take-1": 91416904810032,
+		"foobar": 71957734844392,
 	} {
 		if got := epochOf(id); got != want {
 			t.Errorf("epochOf(%q) = %d, want %d", id, got, want)
@@ -221,7 +221,7 @@ func TestRefundCall(t *testing.T) {
 	receipts := []floodgate.Receipt{
 		{Hit: floodgate.Hit{Rule: tb, Key: "k", Cost: 2}, Stamp: floodgate.Stamp{At: time.UnixMicro(1_700_000_000_000_123), Epoch: 42}},
 		{Hit: floodgate.Hit{Rule: fw, Key: "j", Cost: 1}}, // no stamp: time 0
-		{Hit: floodgate.Hit{Rule: fw, Key: "l", Cost: 3}, Stamp: floodgate.Stamp{At: time.UnixMicro(maxScriptValue + 5), Epoch: 1}}, // clamped
+		{Hit: floodgate.Hit{Rule: fw, Key: "l", Cost: 3}, Stamp: floodgate.Stamp{At: time.UnixMicro(maxServerTime + 5), Epoch: 1}}, // clamped
 	}
 	keys, args, err := s.refundCall("id", receipts)
 	if err != nil {
@@ -235,7 +235,7 @@ func TestRefundCall(t *testing.T) {
 	wantArgs := []string{"id",
 		"t", "2", "250000", "1700000000000123", "42",
 		"f", "1", "60000000", "0", "0",
-		"f", "3", "60000000", "2251799813685248", "1",
+		"f", "3", "60000000", "4503599627370496", "1",
 	}
 	if !slices.Equal(keys, wantKeys) || !slices.Equal(args, wantArgs) {
 		t.Fatalf("refundCall:\nkeys %q\nargs %q\nwant\nkeys %q\nargs %q", keys, args, wantKeys, wantArgs)
