@@ -220,7 +220,7 @@ func TestRefundCall(t *testing.T) {
 	fw := mustRule(t, "fw", 4, time.Minute, floodgate.FixedWindow)
 	receipts := []floodgate.Receipt{
 		{Hit: floodgate.Hit{Rule: tb, Key: "k", Cost: 2}, Stamp: floodgate.Stamp{At: time.UnixMicro(1_700_000_000_000_123), Epoch: 42}},
-		{Hit: floodgate.Hit{Rule: fw, Key: "j", Cost: 1}}, // no stamp: time 0
+		{Hit: floodgate.Hit{Rule: fw, Key: "j", Cost: 1}},                                                                          // no stamp: time 0
 		{Hit: floodgate.Hit{Rule: fw, Key: "l", Cost: 3}, Stamp: floodgate.Stamp{At: time.UnixMicro(maxServerTime + 5), Epoch: 1}}, // clamped
 	}
 	keys, args, err := s.refundCall("id", receipts)
