@@ -465,8 +465,11 @@ func (rt *route) nest(ctx context.Context, outer Result, hits []floodgate.Hit) [
 // route's report fewer requests remaining: the legacy fields describe the
 // worst limit of the request.
 func keepWorst(h http.Header, nested bool) func() {
+	if !nested {
+		return func() {}
+	}
 	old := h.Get(canonRemaining)
-	if !nested || old == "" {
+	if old == "" {
 		return func() {}
 	}
 	saved := [3][]string{h[canonLimit], h[canonRemaining], h[canonReset]}
