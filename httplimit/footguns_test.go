@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -206,4 +207,96 @@ func TestNestedMiddlewaresCompose(t *testing.T) {
 	if n := strings.Count(logs.String(), "runs inside another"); n != 1 {
 		t.Fatalf("the nesting was logged %d times, want once:\n%s", n, logs)
 	}
+}
+
+// Three levels of nesting, with a shadow copy of the outer limit inside:
+// the IP counts once per request, the handler's Refund undoes every
+// route's hits, and a route whose limits an outer one counted leaves the
+// outer verdict in place.
+func TestNestingCountsOnceAtEveryDepth(t *testing.T) {
+	hl, reg, _ := footgunLimiter(t)
+	ip := floodgate.MustRule(floodgate.PerMinute("deep-ip", 10))
+	user := floodgate.MustRule(floodgate.PerMinute("deep-user", 5))
+	mw := func(name string, limits ...httplimit.Limit) func(http.Handler) http.Handler {
+		m, err := hl.Middleware(httplimit.Route{Name: name, Limits: limits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	byIP := httplimit.Limit{Rule: ip, Key: httplimit.Header("X-IP")}
+	shadowIP := byIP
+	shadowIP.Shadow = true
+	var got httplimit.Result
+	h := mw("outer", byIP)(mw("middle", byIP, httplimit.Limit{Rule: user, Key: httplimit.Header("X-User")})(mw("inner", shadowIP)(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, _ = httplimit.FromContext(r.Context()) }))))
+	send := func() {
+		req := httptest.NewRequest("POST", "/", nil)
+		req.Header.Set("X-IP", "192.0.2.7")
+		req.Header.Set("X-User", "dave")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	send()
+	send()
+	if got.Outcome != httplimit.Allowed || got.Decision.Policy != "deep-user" || len(got.Shadow) != 0 {
+		t.Fatalf("the handler's result %+v; want the middle route's verdict, no shadow check of a counted hit", got)
+	}
+	probe := func() float64 {
+		return metric(t, reg, "floodgate_http_decisions_total", map[string]string{"route": "inner", "outcome": "skipped"})
+	}
+	if n := probe(); n != 0 {
+		t.Fatalf("the inner route counted %v skipped decisions; a route whose limits an outer one counted reports nothing", n)
+	}
+	if err := got.Refund(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// Two requests, the second refunded across every route: 9 left of 10
+	// for the IP, 4 of 5 for the user.
+	req := httptest.NewRequest("POST", "/", nil)
+	req.Header.Set("X-IP", "192.0.2.7")
+	req.Header.Set("X-User", "dave")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	wantList(t, rec.Header(), "RateLimit", "deep-ip;r=8;t=60", "deep-user;r=3;t=60")
+}
+
+// Shadow limits are not checked against a store that has just failed:
+// each would wait out its own budget.
+func TestShadowSkipsAFailedStore(t *testing.T) {
+	l, err := floodgate.New(failing{}, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	hl, err := httplimit.New(httplimit.Options{Limiter: l, Local: l, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Close()
+	mw, err := hl.Middleware(httplimit.Route{Name: "r", Failure: httplimit.FailOpen, Limits: []httplimit.Limit{
+		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-a", 5)), Key: httplimit.Header("X-K")},
+		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-b", 5)), Key: httplimit.Header("X-K"), Shadow: true},
+		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-c", 5)), Key: httplimit.Header("X-K"), Shadow: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got httplimit.Result
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-K", "k")
+	rec := httptest.NewRecorder()
+	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, _ = httplimit.FromContext(r.Context()) })).ServeHTTP(rec, req)
+	if rec.Code != 200 || got.Outcome != httplimit.FailedOpen || len(got.Shadow) != 0 {
+		t.Fatalf("%d %+v; want failed open with no shadow checks", rec.Code, got)
+	}
+	if n := metric(t, reg, "floodgate_store_errors_total", map[string]string{"route": "r", "reason": "error"}); n != 1 {
+		t.Fatalf("store errors %v, want 1: one call to a failed store per request", n)
+	}
+}
+
+// failing is a store that fails every call at once.
+type failing struct{ floodgate.Store }
+
+func (failing) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+	return nil, errors.New("down")
 }

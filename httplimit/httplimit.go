@@ -373,9 +373,10 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 	hits, shadow := rt.hits(req)
 	outer, nested := FromContext(ctx)
 	if nested {
-		hits = rt.nest(ctx, outer, hits)
+		hits, shadow = rt.nest(ctx, &outer, hits), uncounted(&outer, shadow)
 	}
-	if len(hits) > 0 {
+	decided := len(hits) > 0
+	if decided {
 		var err error
 		if res, err = rt.decide(ctx, hits); err == nil && rt.MaxDelay > 0 && rt.throttles(res) {
 			res, err = rt.throttle(ctx, hits, res)
@@ -384,7 +385,12 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 			return // the client went away: nobody reads an answer
 		}
 	}
-	rt.m.decision(res)
+	// A route that enforced nothing because an outer one counted its
+	// limits, or because its limits are all shadow ones, reports nothing
+	// of its own.
+	if decided || !nested && len(shadow) == 0 {
+		rt.m.decision(res)
+	}
 	if res.limiter != nil && !rt.Opaque {
 		legacy := keepWorst(w.Header(), nested)
 		rt.writeQuota(w.Header(), res.Decision)
@@ -399,8 +405,18 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		rt.deny(w, req, res)
 		return
 	}
-	if len(shadow) > 0 {
-		res.Shadow = rt.shadow(ctx, shadow)
+	switch {
+	case decided && nested:
+		res.outer = &outer // the request's verdict covers every route's hits
+	case nested:
+		res = outer // this route decided nothing: the outer verdict stands
+	}
+	// Shadow limits are checked only against a store that just answered,
+	// or when no enforced limit asked it: a failing store would make each
+	// of them wait out its own budget.
+	if len(shadow) > 0 && (!decided || res.Outcome == Allowed) {
+		res.Shadow = append(res.Shadow[:len(res.Shadow):len(res.Shadow)], rt.shadow(ctx, shadow)...)
+		res.shadowHits = append(res.shadowHits[:len(res.shadowHits):len(res.shadowHits)], shadow...)
 	}
 	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
 }
@@ -439,21 +455,33 @@ func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, erro
 	return res, nil
 }
 
-// nest handles a route nested in another route's middleware (a global
-// per-IP middleware around per-route ones): it drops the hits that the
-// outer route already counted (the same rule and key), so that none counts
+// nest handles a route nested in other routes' middleware (a global
+// per-IP middleware around per-route ones): it drops the hits that an
+// outer route already counted, enforced or shadow, so that none counts
 // twice, and logs the first nesting once. The rest composes in serve: the
-// fields of both routes are sent, the legacy ones of the worst, and a
-// denial here refunds the outer route's hits.
-func (rt *route) nest(ctx context.Context, outer Result, hits []floodgate.Hit) []floodgate.Hit {
+// fields of every route are sent, the legacy ones of the worst, a denial
+// here refunds the outer routes' hits, and the Result in the context
+// covers every route.
+func (rt *route) nest(ctx context.Context, outer *Result, hits []floodgate.Hit) []floodgate.Hit {
 	if !rt.nestWarned.Swap(true) {
 		rt.l.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a rate-limit middleware runs inside another; "+
 			"they compose (no hit counts twice, a denial here refunds the outer one's hits), but one Route with every limit is one atomic check: prefer it",
 			slog.String("route", rt.Name))
 	}
+	return uncounted(outer, hits)
+}
+
+// uncounted returns the hits that no Result of the chain from r counted,
+// enforced or shadow (the same rule name and key).
+func uncounted(r *Result, hits []floodgate.Hit) []floodgate.Hit {
 	kept := hits[:0]
 	for _, h := range hits {
-		if !slices.ContainsFunc(outer.hits, func(o floodgate.Hit) bool { return o.Rule.Name == h.Rule.Name && o.Key == h.Key }) {
+		same := func(o floodgate.Hit) bool { return o.Rule.Name == h.Rule.Name && o.Key == h.Key }
+		counted := false
+		for o := r; o != nil && !counted; o = o.outer {
+			counted = slices.ContainsFunc(o.hits, same) || slices.ContainsFunc(o.shadowHits, same)
+		}
+		if !counted {
 			kept = append(kept, h)
 		}
 	}
@@ -490,7 +518,10 @@ func (rt *route) shadow(ctx context.Context, hits []floodgate.Hit) []floodgate.D
 	for _, h := range hits {
 		d, err := rt.l.limiter.Allow(ctx, h.Rule, h.Key)
 		if err != nil {
-			continue
+			if ctx.Err() == nil {
+				rt.m.storeError(err)
+			}
+			break // the store failed: the others would wait out their budgets too
 		}
 		out = append(out, d)
 		rt.m.shadowed(h.Rule.Name, d.Allowed)

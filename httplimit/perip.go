@@ -15,7 +15,8 @@ import (
 //	http.Handle("/", httplimit.PerIP(limiter, 100, time.Minute)(handler))
 //
 // The client is the request's peer (RemoteAddr; an IPv6 client is keyed
-// by its /64). Behind a proxy every client shares the proxy's address:
+// by its /64); requests whose peer has no address (a Unix socket) share
+// one count rather than go unlimited. Behind a proxy every client shares the proxy's address:
 // build a Route with ClientIP and a clientip.Resolver that trusts the
 // proxy instead. The rule is an exact sliding-window log up to
 // floodgate.MaxShorthandLimit requests and a sliding-window counter above
@@ -41,7 +42,7 @@ func PerIP(l *floodgate.Limiter, limit int64, window time.Duration) func(http.Ha
 	hl, err := New(Options{Limiter: l, Local: l}) // Local set: no memstore of its own
 	if err == nil {
 		var mw func(http.Handler) http.Handler
-		if mw, err = hl.Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver)}}, Failure: FailOpen}); err == nil {
+		if mw, err = hl.Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: FailOpen}); err == nil {
 			return mw
 		}
 	}

@@ -57,3 +57,26 @@ func TestPerIP(t *testing.T) {
 	}()
 	httplimit.PerIP(l, 0, time.Minute)
 }
+
+// A peer with no address (a Unix socket listener) is limited too: such
+// requests share one count.
+func TestPerIPWithoutAnAddress(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	l, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httplimit.PerIP(l, 1, time.Minute)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var codes []int
+	for _, addr := range []string{"@", "", "@"} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = addr
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		codes = append(codes, rec.Code)
+	}
+	if codes[0] != 200 || codes[1] != 429 || codes[2] != 429 {
+		t.Fatalf("statuses %v; want 200 then 429: addressless peers share one count", codes)
+	}
+}

@@ -24,7 +24,8 @@ const (
 	// Local: the store failed and per-replica limits decided; see
 	// Result.Decision.Allowed.
 	Local
-	// Skipped: every limit of the route skipped the request (no key).
+	// Skipped: no limit of the route enforced a decision: each skipped the
+	// request for want of a key, or they are all shadow limits.
 	Skipped
 
 	outcomes = iota
@@ -55,8 +56,10 @@ type Result struct {
 	// against them.
 	Shadow []floodgate.Decision
 
-	limiter *floodgate.Limiter // the limiter that decided; nil if none did
-	hits    []floodgate.Hit    // what it decided
+	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
+	hits       []floodgate.Hit    // what it decided
+	shadowHits []floodgate.Hit    // the shadow limits' hits, checked on their own
+	outer      *Result            // the verdict of the route this one is nested in, if any
 	// storeRetry is, when the store failed, how long its circuit breaker
 	// says it stays open (zero if unknown).
 	storeRetry time.Duration
@@ -88,17 +91,23 @@ func FromContext(ctx context.Context) (Result, bool) {
 // turns out not to count, such as the account's attempt after a
 // successful login. It is idempotent, and does nothing for a request that
 // no limiter admitted (FailedOpen, Skipped).
+//
+// With nested middlewares, the Result covers every route of the request:
+// Refund undoes the hits of the outer routes too.
 func (r Result) Refund(ctx context.Context, policies ...string) error {
-	if r.limiter == nil || !r.Decision.Allowed {
-		return nil
-	}
-	if len(policies) == 0 {
-		return r.limiter.Refund(ctx, r.Decision)
-	}
 	var errs []error
-	for _, d := range each(r.Decision) {
-		if slices.Contains(policies, d.Policy) {
-			errs = append(errs, r.limiter.Refund(ctx, d))
+	for o := &r; o != nil; o = o.outer {
+		if o.limiter == nil || !o.Decision.Allowed {
+			continue
+		}
+		if len(policies) == 0 {
+			errs = append(errs, o.limiter.Refund(ctx, o.Decision))
+			continue
+		}
+		for _, d := range each(o.Decision) {
+			if slices.Contains(policies, d.Policy) {
+				errs = append(errs, o.limiter.Refund(ctx, d))
+			}
 		}
 	}
 	return errors.Join(errs...)
