@@ -88,7 +88,8 @@
 // per-route ones): a hit that both list counts once, a denial by the inner
 // one refunds the outer one's hits, and the legacy fields describe the
 // worst limit; one Route with every limit is still the one atomic check.
-// Rule names mean one rule in a process: a route whose rule has another
+// Rule names mean one rule among the routes of one Limiter (share one
+// Limiter among all routes of a process): a route whose rule has another
 // route's name but other parameters is refused. A limit that skips a
 // request for want of a key (a principal never set) is counted and logged
 // once. [PerIP] is the shortest start: middleware of one limit per client

@@ -17,6 +17,12 @@
 // -domain, the arguments are a descriptor's entries, KEY=VALUE, and every
 // limit that applies to it is peeked or reset.
 //
+// What the command cannot see: a rule given with another name, window or
+// algorithm than the service's reads a fresh key; a service with a
+// denial cache keeps a denial it cached until its Retry-After ran out, at
+// most, even after a reset. -o json writes one object per line, one per
+// limit; a key that starts with "-" goes after "--".
+//
 // Exit status: 0 done, 1 Redis failed or could not be reached, 2 bad
 // input.
 package main
