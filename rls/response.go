@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -61,7 +62,10 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limit
 		hits[k] = p.hits[i].hit
 	}
 	res, err := g.Check(ctx, hits)
-	if err != nil {
+	switch {
+	case errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule):
+		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
+	case err != nil:
 		return status.FromContextError(err).Err()
 	}
 	switch res.Outcome {
@@ -132,9 +136,10 @@ func (p *plan) peek(ctx context.Context, lim *floodgate.Limiter, idx []int) erro
 }
 
 // assign sets the decisions of the counted hits idx from the gate's
-// result: the enforced ones from Decision (in order), the shadow ones
-// from Shadow. A result that does not line up with the hits (a local
-// decision of only some of them) leaves the others without figures.
+// result: the enforced ones from Decision (in order; a Local decision
+// covers the local hits only), the shadow ones from Shadow (in order, as
+// far as the store answered them). A hit left without a decision has no
+// figures in its status.
 func (p *plan) assign(idx []int, res enforce.Result) {
 	var enforced, shadow, local []int
 	for _, i := range idx {
@@ -149,11 +154,11 @@ func (p *plan) assign(idx []int, res enforce.Result) {
 		}
 	}
 	set := func(to []int, ds []floodgate.Decision) {
-		if len(to) != len(ds) {
+		if len(to) < len(ds) {
 			return
 		}
-		for k, i := range to {
-			p.hits[i].dec, p.hits[i].have = ds[k], true
+		for k, d := range ds {
+			p.hits[to[k]].dec, p.hits[to[k]].have = d, true
 		}
 	}
 	if len(enforced) > 0 {

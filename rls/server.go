@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,12 +184,24 @@ func (s *Server) gate(domain string) (*enforce.Gate, error) {
 	if g, ok := s.gates[domain]; ok {
 		return g, nil
 	}
-	g, err := s.enf.Gate(enforce.Spec{Name: domain})
+	g, err := s.enf.Gate(enforce.Spec{Name: gateName(domain)})
 	if err != nil {
 		return nil, err
 	}
 	s.gates[domain] = g
 	return g, nil
+}
+
+// gateName turns a domain into a gate name (the "gate" label): up to 128
+// bytes of A-Z a-z 0-9 _ . - + /, any other byte written as "_".
+func gateName(domain string) string {
+	b := []byte(domain[:min(len(domain), 128)])
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.-+/", c) >= 0) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // Register registers the rate-limit service, the standard gRPC health
