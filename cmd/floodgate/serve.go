@@ -94,10 +94,13 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	addr("GRPC_ADDR", "GRPC_PORT", &c.GRPCAddr)
 	addr("HTTP_ADDR", "PORT", &c.HTTPAddr)
 	addr("DEBUG_ADDR", "DEBUG_PORT", &c.DebugAddr)
-	if c.DebugAddr != "" && c.DebugAddr == c.HTTPAddr {
+	// The same address twice cannot be listened on, except port 0 (any
+	// free port).
+	same := func(a, b string) bool { return a != "" && a == b && !strings.HasSuffix(a, ":0") }
+	if same(c.DebugAddr, c.HTTPAddr) {
 		bad("DEBUG_ADDR", "is HTTP_ADDR (%s); leave it empty to serve both there", c.HTTPAddr)
 	}
-	if c.GRPCAddr == c.HTTPAddr || c.DebugAddr != "" && c.DebugAddr == c.GRPCAddr {
+	if same(c.GRPCAddr, c.HTTPAddr) || same(c.GRPCAddr, c.DebugAddr) {
 		bad("GRPC_ADDR", "%s is also an HTTP address", c.GRPCAddr)
 	}
 
