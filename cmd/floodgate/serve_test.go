@@ -216,7 +216,7 @@ func TestServeRedisAndGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startServe(t, map[string]string{
-		"REDIS_URL": redis.Addr(), // envoyproxy/ratelimit's form: HOST:PORT
+		"REDIS_URL":  redis.Addr(), // envoyproxy/ratelimit's form: HOST:PORT
 		"CONFIG_DIR": dir, "DEBUG_ADDR": "127.0.0.1:0", "DECISION_TIMEOUT": "1s", "LOG_FORMAT": "json",
 	})
 	c := r.client(t)
