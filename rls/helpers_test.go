@@ -51,7 +51,7 @@ type setup struct {
 }
 
 // start starts an instance that t's cleanup stops.
-func start(t *testing.T, s setup) *service {
+func start(t testing.TB, s setup) *service {
 	t.Helper()
 	if s.dir == "" {
 		s.dir = configDir(t, map[string]string{"config.yaml": s.yaml})
@@ -96,7 +96,7 @@ func start(t *testing.T, s setup) *service {
 }
 
 // configDir writes files to a fresh directory.
-func configDir(t *testing.T, files map[string]string) string {
+func configDir(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range files {
@@ -108,7 +108,7 @@ func configDir(t *testing.T, files map[string]string) string {
 }
 
 // redisStore returns a store on the shared test Redis under prefix.
-func redisStore(t *testing.T, url, prefix string) *redisstore.Store {
+func redisStore(t testing.TB, url, prefix string) *redisstore.Store {
 	t.Helper()
 	st, err := redisstore.New(context.Background(), redisstore.Options{URL: url, Prefix: prefix})
 	if err != nil {
@@ -120,7 +120,7 @@ func redisStore(t *testing.T, url, prefix string) *redisstore.Store {
 
 // freshRedis returns a store on the shared test Redis with a prefix of
 // its own, so that no other test's counts are seen.
-func freshRedis(t *testing.T) *redisstore.Store {
+func freshRedis(t testing.TB) *redisstore.Store {
 	t.Helper()
 	return redisStore(t, "redis://"+redistest.Addr(t), randomPrefix())
 }
