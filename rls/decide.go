@@ -66,7 +66,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.metrics.unknownDomain.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
-	p, err := newPlan(req, ms)
+	p, err := newPlan(req, entries, ms)
 	if err != nil {
 		return nil, err
 	}
@@ -99,8 +99,6 @@ func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlconfig.Entry, error) {
 			return nil, invalid("descriptor %d has no entries", i)
 		case len(d.GetEntries()) > MaxEntries:
 			return nil, invalid("descriptor %d has %d entries, at most %d allowed", i, len(d.GetEntries()), MaxEntries)
-		case d.GetLimit() != nil:
-			return nil, invalid("descriptor %d: a per-request limit override is not supported; configure the limit", i)
 		case d.GetIsNegativeHits():
 			return nil, invalid("descriptor %d: is_negative_hits is not supported", i)
 		}
@@ -162,11 +160,17 @@ type planned struct {
 
 // newPlan builds the hits of a request's matched descriptors, refusing
 // a cost that no limit could admit.
-func newPlan(req *rlsv3.RateLimitRequest, ms []rlconfig.Match) (*plan, error) {
+func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match) (*plan, error) {
 	base := int64(max(req.GetHitsAddend(), 1))
 	p := &plan{descs: make([]desc, len(ms))}
 	index := map[hitID]int{}
 	for i, m := range ms {
+		if lo := req.GetDescriptors()[i].GetLimit(); lo != nil {
+			var err error
+			if m, err = override(req.GetDomain(), entries[i], lo, m); err != nil {
+				return nil, err
+			}
+		}
 		d := desc{match: m, cost: base}
 		if ha := req.GetDescriptors()[i].GetHitsAddend(); ha != nil {
 			if ha.GetValue() > math.MaxInt64 {

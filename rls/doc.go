@@ -24,6 +24,10 @@
 //     hit would be allowed now and records nothing. A peek that would be
 //     denied makes the request OVER_LIMIT.
 //   - A shadow_mode limit is counted and reported, and never denies.
+//   - A descriptor's limit override (Envoy's rate limit action with a
+//     limit) replaces what the configuration says of it, as in
+//     envoyproxy/ratelimit: a fixed window of requests_per_unit per unit
+//     (times unit_multiplier), in a configured domain.
 //   - requests_per_unit: 0 denies without counting; unlimited allows
 //     without counting; a descriptor that matches no limit, or a domain
 //     that is not configured, is OK (the latter counted in
@@ -58,7 +62,7 @@
 // descriptors, a descriptor without entries or with an empty key, more
 // than [MaxDescriptors] descriptors or [MaxEntries] entries, a
 // hits_addend beyond a limit's capacity (it could never be allowed), a
-// per-request limit override and is_negative_hits (both unsupported). A
+// limit override without a unit, and is_negative_hits (unsupported). A
 // message over [MaxMessageSize] is refused by gRPC (ResourceExhausted)
 // and by /json (413).
 //

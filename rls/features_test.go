@@ -7,6 +7,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 const (
@@ -259,6 +261,35 @@ func TestFeatures(t *testing.T) {
 		if cl := resp.GetStatuses()[0].GetCurrentLimit(); cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_UNKNOWN || cl.GetRequestsPerUnit() != 5 || cl.GetUnitMultiplier() != nil {
 			t.Errorf("current_limit %v, want 5 per UNKNOWN", cl)
 		}
+	})
+
+	t.Run("limit override", func(t *testing.T) {
+		o := func(kv string, rpu uint32, unit typev3.RateLimitUnit, mult uint32) *commonv3.RateLimitDescriptor {
+			d := desc(kv)
+			d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+			if mult > 0 {
+				d.Limit.UnitMultiplier = wrapperspb.UInt32(mult)
+			}
+			return d
+		}
+		// It replaces the configured 3 a minute, and limits a descriptor
+		// that the configuration does not.
+		for _, kv := range []string{"plain=o", "zzz=o"} {
+			resp := svc.call(t, req("feat", o(kv, 1, typev3.RateLimitUnit_HOUR, 0)))
+			expect(t, resp, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0})
+			if cl := resp.GetStatuses()[0].GetCurrentLimit(); cl.GetRequestsPerUnit() != 1 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+				t.Errorf("%s: current_limit %v, want 1 per HOUR", kv, cl)
+			}
+			expect(t, svc.call(t, req("feat", o(kv, 1, typev3.RateLimitUnit_HOUR, 0))), over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0})
+		}
+		// The configured limit is untouched.
+		expect(t, svc.call(t, req("feat", desc("plain=o"))), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{2})
+		resp := svc.call(t, req("feat", o("plain=o2", 5, typev3.RateLimitUnit_MINUTE, 2)))
+		expect(t, resp, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{4})
+		if cl := resp.GetStatuses()[0].GetCurrentLimit(); cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || cl.GetUnitMultiplier().GetValue() != 2 {
+			t.Errorf("current_limit %v, want 5 per MINUTE x 2", cl)
+		}
+		expect(t, svc.call(t, req("feat", o("plain=o3", 0, typev3.RateLimitUnit_SECOND, 0))), over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0})
 	})
 
 	t.Run("unknown domain and no match answer OK", func(t *testing.T) {

@@ -42,7 +42,7 @@ func TestInvalidRequests(t *testing.T) {
 		deep.Entries = append(deep.Entries, desc("k=v").Entries...)
 	}
 	override := desc("user=a")
-	override.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}
+	override.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5} // unit UNKNOWN
 	negative := desc("user=a")
 	negative.IsNegativeHits = true
 	for _, c := range []struct {
@@ -61,7 +61,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"hits_addend beyond int64", req("inv", addend(desc("user=a"), 1<<63)), "hits_addend 9223372036854775808 is too large"},
 		{"request hits_addend beyond the capacity", &rlsv3.RateLimitRequest{Domain: "inv", Descriptors: []*commonv3.RateLimitDescriptor{desc("user=a")}, HitsAddend: 4_000_000_000}, "exceeds the capacity 10"},
 		{"identical descriptors beyond the capacity", req("inv", addend(desc("user=b"), 6), addend(desc("user=b"), 6)), "hits_addend 12 exceeds the capacity 10"},
-		{"limit override", req("inv", override), "limit override is not supported"},
+		{"limit override without a unit", req("inv", override), "limit override: unit UNKNOWN"},
 		{"negative hits", req("inv", negative), "is_negative_hits is not supported"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
