@@ -39,6 +39,7 @@ func serving(args []string) bool {
 // the flags. docs/SERVICE.md lists it with envoyproxy/ratelimit's names.
 type serveConfig struct {
 	RedisURL        string        // REDIS_URL: redisstore's URL forms; empty means in memory
+	RedisPrefix     string        // CACHE_KEY_PREFIX: the Redis key prefix; empty means redisstore's
 	GRPCAddr        string        // GRPC_ADDR (or GRPC_PORT): default :8081
 	HTTPAddr        string        // HTTP_ADDR (or PORT): default :8080
 	DebugAddr       string        // DEBUG_ADDR (or DEBUG_PORT): /healthcheck, /rlconfig, /metrics apart; empty means on HTTP_ADDR
@@ -132,6 +133,10 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		}
 	}
 	c.RedisURL = redisURL
+	c.RedisPrefix = getenv("CACHE_KEY_PREFIX")
+	if err := (redisstore.Options{URL: "redis://localhost", Prefix: c.RedisPrefix}).Validate(); err != nil {
+		bad("CACHE_KEY_PREFIX", "%v", err)
+	}
 
 	duration := func(name string, dst *time.Duration) {
 		v := getenv(name)
@@ -258,7 +263,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		store = mem
 	} else {
 		dialCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL})
+		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%w: REDIS_URL: %w", errConfig, err)

@@ -47,7 +47,9 @@ func TestServeConfiguration(t *testing.T) {
 			"LOG_FORMAT":          "xml",
 			"REDIS_URL":           "http://example",
 			"MERGE_DOMAIN_CONFIG": "perhaps",
+			"CACHE_KEY_PREFIX":    "{x}",
 		}, nil, []string{
+			`CACHE_KEY_PREFIX: redisstore: invalid options: prefix "{x}" has a brace`,
 			`GRPC_ADDR: "nowhere" is not HOST:PORT`, `HTTP_ADDR: ":99999" is not HOST:PORT`,
 			`DECISION_TIMEOUT: "fast"`, `SHUTDOWN_TIMEOUT: "-1s"`, `LOG_LEVEL: "loud"`, `LOG_FORMAT: "xml"`,
 			"REDIS_URL: redisstore: invalid options", `MERGE_DOMAIN_CONFIG: "perhaps"`,
