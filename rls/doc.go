@@ -54,7 +54,9 @@
 // with a Retry-After of at least 5s ([enforce.MinFailRetryAfter]); open
 // answers OK; local decides with the instance's own in-memory limits.
 // In a request with several modes the strictest decides: closed, then
-// error, then local, then open.
+// error, then local, then open. A peek that the store cannot answer takes
+// the same modes, except that local answers OK (the local limits are not
+// peeked).
 //
 // # Input that cannot be decided
 //

@@ -9,6 +9,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-rl/floodgate/memstore"
 )
 
 const (
@@ -340,5 +342,16 @@ func TestPeek(t *testing.T) {
 	if got := counter(t, svc.reg, "floodgate_rls_total_hits_total", map[string]string{"domain": "feat", "limit": "feat.plain", "descriptor": ""}); got != 5 {
 		// plain=p 3 times, plain=q twice (once in the denied request).
 		t.Errorf("total_hits %v, want 5: peeks add nothing", got)
+	}
+}
+
+// TestAnyDomainName: a domain that is no valid gate name (a space, a
+// colon) is served, its metrics under a gate name with "_" for them.
+func TestAnyDomainName(t *testing.T) {
+	svc := start(t, setup{yaml: "domain: \"my domain:v1\"\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n", store: memstore.New(memstore.Options{})})
+	expect(t, svc.call(t, req("my domain:v1", desc("k=v"))), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0})
+	expect(t, svc.call(t, req("my domain:v1", desc("k=v"))), over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0})
+	if got := counter(t, svc.reg, "floodgate_rls_over_limit_total", map[string]string{"domain": "my domain:v1", "limit": "my domain:v1.k", "descriptor": ""}); got != 1 {
+		t.Errorf("over_limit %v, want 1", got)
 	}
 }

@@ -153,13 +153,16 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	duration("DECISION_TIMEOUT", &c.DecisionTimeout)
 	duration("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
 
-	if v := getenv("LOG_LEVEL"); v != "" {
-		if err := c.LogLevel.UnmarshalText([]byte(strings.ToLower(v))); err != nil || !strings.Contains("debug info warn warning error", strings.ToLower(v)) {
-			bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", v)
-		}
-		if strings.EqualFold(v, "warning") {
-			c.LogLevel = slog.LevelWarn
-		}
+	switch v := strings.ToLower(getenv("LOG_LEVEL")); v {
+	case "", "info":
+	case "debug":
+		c.LogLevel = slog.LevelDebug
+	case "warn", "warning":
+		c.LogLevel = slog.LevelWarn
+	case "error":
+		c.LogLevel = slog.LevelError
+	default:
+		bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", getenv("LOG_LEVEL"))
 	}
 	c.LogFormat = strings.ToLower(getenv("LOG_FORMAT"))
 	if c.LogFormat == "" {
