@@ -129,6 +129,20 @@ func TestHotReload(t *testing.T) {
 		if err := svc.srv.Reload(); err == nil {
 			t.Error("Reload of the invalid directory returned no error")
 		}
+		// A valid change beside the invalid file is not applied either:
+		// the configuration is taken whole or not at all.
+		refused := failure()
+		write(t, filepath.Join(dir, "hot.yaml"), reloadFile(7))
+		deadline = time.Now().Add(10 * time.Second)
+		for failure() == refused {
+			if time.Now().After(deadline) {
+				t.Fatal("the directory was not read again within 10s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := svc.limitNow(t); got != 5 {
+			t.Errorf("limit %d while broken.yaml is invalid, want 5: half a configuration was applied", got)
+		}
 		// Fixed: the new domain comes in, the old one stays.
 		write(t, filepath.Join(dir, "broken.yaml"), "domain: hot2\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
 		deadline = time.Now().Add(10 * time.Second)
@@ -139,5 +153,8 @@ func TestHotReload(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		expect(t, svc.call(t, req("hot2", desc("k=1"))), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0})
+		if got := svc.limitNow(t); got != 7 {
+			t.Errorf("limit %d once the directory is valid, want 7", got)
+		}
 	})
 }
