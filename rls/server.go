@@ -82,7 +82,7 @@ type Server struct {
 	health  *health.Server
 	closing atomic.Bool
 
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
 }
 
@@ -179,6 +179,12 @@ func (s *Server) Reload() error {
 // gate returns the enforcement gate of domain, made on first use. Its
 // name is the "gate" label of the Enforcer's metrics.
 func (s *Server) gate(domain string) (*enforce.Gate, error) {
+	s.mu.RLock()
+	g, ok := s.gates[domain]
+	s.mu.RUnlock()
+	if ok {
+		return g, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g, ok := s.gates[domain]; ok {
