@@ -139,6 +139,11 @@ func TestRedisOutage(t *testing.T) {
 		if worst > budget+slack {
 			t.Errorf("a call took %v during the outage, want at most the budget %v plus %v", worst, budget, slack)
 		}
+		// Once the breaker is open, calls fail at once: only the few that
+		// opened it waited out the budget.
+		if p50 := took[len(took)/2]; p50 > 10*time.Millisecond {
+			t.Errorf("p50 %v during the outage: the breaker did not open", p50)
+		}
 	}
 
 	t.Run("SIGSTOP", func(t *testing.T) {

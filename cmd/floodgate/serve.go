@@ -46,6 +46,7 @@ type serveConfig struct {
 	ConfigDir       string        // CONFIG_DIR or -config-dir (or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)
 	MergeDomains    bool          // MERGE_DOMAIN_CONFIG
 	DecisionTimeout time.Duration // DECISION_TIMEOUT: default 50ms
+	DenialCache     int           // DENIAL_CACHE_SIZE (or LOCAL_CACHE_SIZE_IN_BYTES / 300): denials answered locally; 0 (default) is off
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT: how long in-flight calls may take to finish; default 10s
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
 	LogFormat       string        // LOG_FORMAT: text or json
@@ -151,6 +152,25 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		*dst = d
 	}
 	duration("DECISION_TIMEOUT", &c.DecisionTimeout)
+	count := func(name string) (int, bool) {
+		v := getenv(name)
+		if v == "" {
+			return 0, false
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			bad(name, "%q is not a whole number, 0 or more", v)
+			return 0, false
+		}
+		return n, true
+	}
+	if n, ok := count("DENIAL_CACHE_SIZE"); ok {
+		c.DenialCache = n
+	} else if n, ok := count("LOCAL_CACHE_SIZE_IN_BYTES"); ok {
+		// envoyproxy/ratelimit sizes its over-limit cache in bytes; a
+		// cached denial takes about 300.
+		c.DenialCache = n / 300
+	}
 	duration("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
 
 	switch v := strings.ToLower(getenv("LOG_LEVEL")); v {
@@ -283,7 +303,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		}
 		store = breaker
 	}
-	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout})
+	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache})
 	if err != nil {
 		return err
 	}
@@ -350,7 +370,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		go func() { errc <- debug.Serve(dln) }()
 	}
 	logger.Info("floodgate serving", "grpc", gln.Addr().String(), "http", hln.Addr().String(), "debug", debugAddr,
-		"config_dir", cfg.ConfigDir, "redis", cfg.RedisURL != "", "decision_timeout", cfg.DecisionTimeout)
+		"config_dir", cfg.ConfigDir, "redis", cfg.RedisURL != "", "decision_timeout", cfg.DecisionTimeout, "denial_cache", cfg.DenialCache)
 	if hooks.ready != nil {
 		hooks.ready(gln.Addr().String(), hln.Addr().String(), debugAddr)
 	}

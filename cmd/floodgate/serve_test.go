@@ -48,7 +48,9 @@ func TestServeConfiguration(t *testing.T) {
 			"REDIS_URL":           "http://example",
 			"MERGE_DOMAIN_CONFIG": "perhaps",
 			"CACHE_KEY_PREFIX":    "{x}",
+			"DENIAL_CACHE_SIZE":   "-3",
 		}, nil, []string{
+			`DENIAL_CACHE_SIZE: "-3" is not a whole number`,
 			`CACHE_KEY_PREFIX: redisstore: invalid options: prefix "{x}" has a brace`,
 			`GRPC_ADDR: "nowhere" is not HOST:PORT`, `HTTP_ADDR: ":99999" is not HOST:PORT`,
 			`DECISION_TIMEOUT: "fast"`, `SHUTDOWN_TIMEOUT: "-1s"`, `LOG_LEVEL: "loud"`, `LOG_FORMAT: "xml"`,
@@ -220,6 +222,7 @@ func TestServeRedisAndGracefulShutdown(t *testing.T) {
 	r := startServe(t, map[string]string{
 		"REDIS_URL":  redis.Addr(), // envoyproxy/ratelimit's form: HOST:PORT
 		"CONFIG_DIR": dir, "DEBUG_ADDR": "127.0.0.1:0", "DECISION_TIMEOUT": "1s", "LOG_FORMAT": "json",
+		"LOCAL_CACHE_SIZE_IN_BYTES": "30000", // envoyproxy/ratelimit's name: 100 denials
 	})
 	c := r.client(t)
 	call := func() (*rlsv3.RateLimitResponse, error) {
@@ -249,6 +252,10 @@ func TestServeRedisAndGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer redis.Cont()
+	// The denial cache answers user=u's denial again without Redis.
+	if resp, err := call(); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("a cached denial with Redis frozen: %v, %v; want OVER_LIMIT", resp, err)
+	}
 	type answer struct {
 		err  error
 		took time.Duration
