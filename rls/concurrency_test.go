@@ -60,3 +60,50 @@ func TestExactUnderConcurrency(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterAllOrNothing runs 2 instances on a Redis Cluster: a request
+// of two descriptors whose keys live in different slots is still decided
+// all-or-nothing, exactly, under 400 concurrent calls. The one-per-user
+// limit is 50, the per-route limit 30: 30 calls pass and the users'
+// counts hold exactly those 30.
+func TestClusterAllOrNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cluster := redistest.StartCluster(t, 3, 0)
+	yaml := "domain: cl\nalgorithm: sliding_window\ndescriptors:\n" +
+		"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 50}\n" +
+		"  - key: route\n    rate_limit: {unit: hour, requests_per_unit: 30}\n"
+	dir := configDir(t, map[string]string{"cl.yaml": yaml})
+	prefix := randomPrefix()
+	fleet := []*service{
+		start(t, setup{dir: dir, store: redisStore(t, cluster.URL(), prefix)}),
+		start(t, setup{dir: dir, store: redisStore(t, cluster.URL(), prefix)}),
+	}
+	const calls = 400
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := fleet[i%2].client.ShouldRateLimit(context.Background(), req("cl", desc("user=u"), desc("route=r")))
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+				allowed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed.Load() != 30 {
+		t.Errorf("%d of %d calls allowed, want exactly the route's 30", allowed.Load(), calls)
+	}
+	// The user's limit saw only the 30 allowed requests: 20 left.
+	resp := fleet[0].call(t, req("cl", peekDesc("user=u")))
+	if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 20 {
+		t.Errorf("user=u has %d left, want 20: denied requests were recorded", got)
+	}
+}
