@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -285,5 +286,30 @@ func TestServeRedisAndGracefulShutdown(t *testing.T) {
 	}
 	if !strings.Contains(r.logs.String(), `"msg":"shutting down: in-flight calls finish"`) {
 		t.Errorf("no JSON shutdown log:\n%s", r.logs.String())
+	}
+}
+
+// TestUpstreamEnvironment: envoyproxy/ratelimit's variables configure the
+// service where floodgate's own are unset.
+func TestUpstreamEnvironment(t *testing.T) {
+	c, err := parseServe(nil, env(map[string]string{
+		"RUNTIME_ROOT": "/data/", "RUNTIME_SUBDIRECTORY": "ratelimit", "GRPC_PORT": "9081", "PORT": "9080", "DEBUG_PORT": "6070",
+		"LOG_LEVEL": "WARN", "MERGE_DOMAIN_CONFIG": "true", "REDIS_URL": "redis:6379", "CACHE_KEY_PREFIX": "rl_",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := serveConfig{
+		RedisURL: "redis://redis:6379", RedisPrefix: "rl_", GRPCAddr: ":9081", HTTPAddr: ":9080", DebugAddr: ":6070",
+		ConfigDir: "/data/ratelimit/config", MergeDomains: true, DecisionTimeout: 50 * time.Millisecond,
+		ShutdownTimeout: 10 * time.Second, LogLevel: slog.LevelWarn, LogFormat: "text",
+	}
+	if c != want {
+		t.Errorf("got  %+v\nwant %+v", c, want)
+	}
+	// floodgate's own names win.
+	c, err = parseServe([]string{"-config-dir", "/etc/fg"}, env(map[string]string{"RUNTIME_ROOT": "/data", "CONFIG_DIR": "/x", "GRPC_ADDR": "127.0.0.1:1", "GRPC_PORT": "2"}))
+	if err != nil || c.ConfigDir != "/etc/fg" || c.GRPCAddr != "127.0.0.1:1" {
+		t.Errorf("%+v, %v", c, err)
 	}
 }
