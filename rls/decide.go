@@ -247,3 +247,158 @@ func enforceMode(m rlconfig.FailureMode, shadow bool) enforce.FailureMode {
 		return enforce.FailClosed
 	}
 }
+
+// decide decides the plan's hits. A blocked limit, or a peek that would
+// be denied, makes the request over the limit at once: the counted hits
+// are then only peeked, for their figures, and nothing is recorded.
+// Otherwise the counted hits go to the gate, all-or-nothing.
+func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limiter) error {
+	for _, d := range p.descs {
+		for _, r := range d.refs {
+			if r.hit < 0 && !r.limit.ShadowMode {
+				p.over = true
+			}
+		}
+	}
+	peeks, counted := p.split()
+	if len(peeks) > 0 {
+		if err := p.peek(ctx, lim, peeks); err != nil {
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			switch p.strictest(peeks) {
+			case rlconfig.FailClosed:
+				p.over, p.failClosed, p.failRetry = true, true, enforce.MinFailRetryAfter
+			case rlconfig.FailError:
+				return status.Errorf(codes.Unavailable, "rls: the store cannot decide: %v", err)
+			}
+		}
+		for _, i := range peeks {
+			if h := p.hits[i]; h.have && !h.dec.Allowed && !h.hit.Shadow {
+				p.over = true
+			}
+		}
+	}
+	if len(counted) == 0 {
+		return nil
+	}
+	if p.over {
+		// The figures only; a store failure leaves the statuses without
+		// them, and the answer is over the limit anyway.
+		_ = p.peek(ctx, lim, counted)
+		return nil
+	}
+	hits := make([]enforce.Hit, len(counted))
+	for k, i := range counted {
+		hits[k] = p.hits[i].hit
+	}
+	res, err := g.Check(ctx, hits)
+	switch {
+	case errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule):
+		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
+	case err != nil:
+		return status.FromContextError(err).Err()
+	}
+	switch res.Outcome {
+	case enforce.FailedOpen:
+		// Every limit passes, without figures.
+	case enforce.FailedClosed:
+		if p.strictest(counted) != rlconfig.FailClosed {
+			return status.Errorf(codes.Unavailable, "rls: the store cannot decide: %v", res.Err)
+		}
+		p.over, p.failClosed, p.failRetry = true, true, res.FailRetryAfter()
+	default:
+		p.assign(counted, res)
+		p.over = !res.Allowed()
+	}
+	return nil
+}
+
+// split returns the indices of the peeked hits and of the counted ones.
+func (p *plan) split() (peeks, counted []int) {
+	for i, h := range p.hits {
+		if h.peek {
+			peeks = append(peeks, i)
+		} else {
+			counted = append(counted, i)
+		}
+	}
+	return peeks, counted
+}
+
+// strictest returns the strictest failure_mode among the enforced hits
+// idx: closed, then error, then local, then open.
+func (p *plan) strictest(idx []int) rlconfig.FailureMode {
+	rank := map[rlconfig.FailureMode]int{rlconfig.FailOpen: 0, rlconfig.FailLocal: 1, rlconfig.FailError: 2, rlconfig.FailClosed: 3}
+	worst := rlconfig.FailOpen
+	for _, i := range idx {
+		if h := p.hits[i]; !h.hit.Shadow && rank[h.mode] > rank[worst] {
+			worst = h.mode
+		}
+	}
+	return worst
+}
+
+// peek reads the hits idx without recording them and sets their
+// decisions, with Remaining as it is now (before the hit).
+func (p *plan) peek(ctx context.Context, lim *floodgate.Limiter, idx []int) error {
+	hits := make([]floodgate.Hit, len(idx))
+	for k, i := range idx {
+		hits[k] = p.hits[i].hit.Hit
+	}
+	d, err := lim.Peek(ctx, hits...)
+	if err != nil {
+		return err
+	}
+	ds := enforce.Each(d)
+	if len(ds) != len(idx) {
+		return nil
+	}
+	for k, i := range idx {
+		e := ds[k]
+		if d.Allowed {
+			// Peek answers as Take would, after the hit; a denied
+			// check already reports its allowed hits as before it.
+			e.Remaining += max(hits[k].Cost, 1)
+		}
+		p.hits[i].dec, p.hits[i].have = e, true
+	}
+	return nil
+}
+
+// assign sets the decisions of the counted hits idx from the gate's
+// result: the enforced ones from Decision (in order; a Local decision
+// covers the local hits only), the shadow ones from Shadow (in order, as
+// far as the store answered them). A hit left without a decision has no
+// figures in its status.
+func (p *plan) assign(idx []int, res enforce.Result) {
+	var enforced, shadow, local []int
+	for _, i := range idx {
+		switch h := p.hits[i]; {
+		case h.hit.Shadow:
+			shadow = append(shadow, i)
+		default:
+			enforced = append(enforced, i)
+			if h.hit.Failure == enforce.FailLocal {
+				local = append(local, i)
+			}
+		}
+	}
+	set := func(to []int, ds []floodgate.Decision) {
+		if len(to) < len(ds) {
+			return
+		}
+		for k, d := range ds {
+			p.hits[to[k]].dec, p.hits[to[k]].have = d, true
+		}
+	}
+	if len(enforced) > 0 {
+		ds := enforce.Each(res.Decision)
+		if res.Outcome == enforce.Local && len(ds) != len(enforced) {
+			set(local, ds)
+		} else {
+			set(enforced, ds)
+		}
+	}
+	set(shadow, res.Shadow)
+}

@@ -59,3 +59,36 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	return m, nil
 }
+
+// count adds the request's hits to the per-limit metrics, each limit by
+// its own verdict. Peeks count nothing, as their hits_addend is 0.
+func (p *plan) count(m *metrics, domain string) {
+	for _, d := range p.descs {
+		if d.peek || len(d.refs) == 0 {
+			continue
+		}
+		detail := ""
+		if d.match.DetailedMetric {
+			detail = d.match.MetricKey
+		}
+		for _, v := range p.verdicts(d) {
+			labels := []string{domain, v.limit.Label, detail}
+			n := float64(d.cost)
+			m.totalHits.WithLabelValues(labels...).Add(n)
+			if !v.have {
+				continue
+			}
+			if v.dec.Allowed {
+				m.withinLimit.WithLabelValues(labels...).Add(n)
+				if lim := v.limit.RequestsPerUnit; lim > 0 && float64(lim-v.dec.Remaining) >= nearLimitRatio*float64(lim) {
+					m.nearLimit.WithLabelValues(labels...).Add(n)
+				}
+				continue
+			}
+			m.overLimit.WithLabelValues(labels...).Add(n)
+			if v.shadow {
+				m.shadowMode.WithLabelValues(labels...).Add(n)
+			}
+		}
+	}
+}
