@@ -261,8 +261,10 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limit
 		}
 	}
 	peeks, counted := p.split()
+	failed := false // the store failed already: ask it nothing more
 	if len(peeks) > 0 {
 		if err := p.peek(ctx, lim, peeks); err != nil {
+			failed = true
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
 			}
@@ -285,7 +287,22 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limit
 	if p.over {
 		// The figures only; a store failure leaves the statuses without
 		// them, and the answer is over the limit anyway.
-		_ = p.peek(ctx, lim, counted)
+		if !failed {
+			_ = p.peek(ctx, lim, counted)
+		}
+		return nil
+	}
+	if failed {
+		// The peeks failed in modes that let the request through. The
+		// counted hits take their modes too, without asking the store
+		// again, which would wait out a second budget; local passes, as
+		// for a peek.
+		switch p.strictest(counted) {
+		case rlconfig.FailClosed:
+			p.over, p.failClosed, p.failRetry = true, true, enforce.MinFailRetryAfter
+		case rlconfig.FailError:
+			return status.Errorf(codes.Unavailable, "rls: the store cannot decide")
+		}
 		return nil
 	}
 	hits := make([]enforce.Hit, len(counted))

@@ -56,7 +56,9 @@
 // In a request with several modes the strictest decides: closed, then
 // error, then local, then open. A peek that the store cannot answer takes
 // the same modes, except that local answers OK (the local limits are not
-// peeked).
+// peeked); the other descriptors of its request then take their modes
+// too, without asking the store again, so that the request waits one
+// budget at most.
 //
 // # Input that cannot be decided
 //

@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/memstore"
 )
 
 const outageConfig = `
@@ -164,4 +167,36 @@ func TestRedisOutage(t *testing.T) {
 		}
 		healthy("after the restart")
 	})
+}
+
+// TestPeekOutage: a request with a peek that the store cannot answer
+// waits one budget, not one per store call, and each descriptor takes
+// its failure mode.
+func TestPeekOutage(t *testing.T) {
+	const budget = 200 * time.Millisecond
+	fs := faultstore.New(memstore.New(memstore.Options{}))
+	svc := start(t, setup{yaml: outageConfig, store: fs, timeout: budget})
+	fs.Set(faultstore.Hang)
+	for _, c := range []struct {
+		name string
+		ds   []*commonv3.RateLimitDescriptor
+		code codes.Code
+		resp rlsv3.RateLimitResponse_Code
+	}{
+		{"open peek, closed count", []*commonv3.RateLimitDescriptor{peekDesc("open=p"), desc("closed=p")}, codes.OK, over},
+		{"open peek, error count", []*commonv3.RateLimitDescriptor{peekDesc("open=p"), desc("err=p")}, codes.Unavailable, 0},
+		{"open peek, open count", []*commonv3.RateLimitDescriptor{peekDesc("open=p"), desc("open=q")}, codes.OK, ok},
+		{"error peek", []*commonv3.RateLimitDescriptor{peekDesc("err=p"), desc("open=q")}, codes.Unavailable, 0},
+		{"closed peek", []*commonv3.RateLimitDescriptor{peekDesc("closed=p"), desc("open=q")}, codes.OK, over},
+	} {
+		began := time.Now()
+		resp, err := svc.client.ShouldRateLimit(context.Background(), req("out", c.ds...))
+		took := time.Since(began)
+		if status.Code(err) != c.code || err == nil && resp.GetOverallCode() != c.resp {
+			t.Errorf("%s: %v, %v; want %v %v", c.name, resp.GetOverallCode(), err, c.code, c.resp)
+		}
+		if took < budget || took > budget*7/4 {
+			t.Errorf("%s: %v, want one budget of %v (not two)", c.name, took, budget)
+		}
+	}
 }
