@@ -2,6 +2,9 @@ package rls_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,5 +108,48 @@ func TestClusterAllOrNothing(t *testing.T) {
 	resp := fleet[0].call(t, req("cl", peekDesc("user=u")))
 	if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 20 {
 		t.Errorf("user=u has %d left, want 20: denied requests were recorded", got)
+	}
+}
+
+// TestExactOverJSON is the fleet proof through POST /json: 3 instances
+// on one Redis, 300 concurrent requests on one descriptor with a limit of
+// 100: exactly 100 answers 200 and 200 answer 429.
+func TestExactOverJSON(t *testing.T) {
+	const calls, limit = 300, 100
+	url := "redis://" + redistest.Addr(t)
+	yaml := "domain: exact\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n"
+	dir := configDir(t, map[string]string{"exact.yaml": yaml})
+	prefix := randomPrefix()
+	var fleet []*service
+	for range 3 {
+		fleet = append(fleet, start(t, setup{dir: dir, store: redisStore(t, url, prefix)}))
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
+	defer client.CloseIdleConnections()
+	codes := make(chan int, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := client.Post(fleet[i%3].url+"/json", "application/json",
+				strings.NewReader(`{"domain":"exact","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			codes <- res.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[200] != limit || count[429] != calls-limit {
+		t.Errorf("statuses %v, want exactly %d 200s and %d 429s", count, limit, calls-limit)
 	}
 }
