@@ -1,0 +1,103 @@
+package grpclimit
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-rl/floodgate/enforce"
+)
+
+// The response metadata keys, after draft-ietf-httpapi-ratelimit-headers-11's
+// RateLimit-Policy and RateLimit fields (gRPC metadata keys are lower case).
+const (
+	MetadataRateLimitPolicy = "ratelimit-policy"
+	MetadataRateLimit       = "ratelimit"
+)
+
+// metadata returns the rate-limit metadata of res: one list member per
+// limit that the decision enforced, in the method's order. It is nil for
+// an opaque method, and for a call that no limiter decided (failed open or
+// closed, skipped).
+func (m *method) metadata(res enforce.Result) metadata.MD {
+	if m.Opaque {
+		return nil
+	}
+	switch res.Outcome {
+	case enforce.Allowed, enforce.Denied, enforce.Local:
+	default:
+		return nil
+	}
+	ds := enforce.Each(res.Decision)
+	var policy strings.Builder
+	for i, d := range ds {
+		if i > 0 {
+			policy.WriteString(", ") // RFC 9651 §4.1.1: members are joined by ", "
+		}
+		policy.WriteString(m.policies[d.Policy])
+	}
+	return metadata.MD{
+		MetadataRateLimitPolicy: {policy.String()},
+		MetadataRateLimit:       {enforce.QuotaField(ds)},
+	}
+}
+
+// deny returns the status error of a call that res does not allow:
+// codes.Unavailable when the store failed on a fail-closed method,
+// codes.ResourceExhausted otherwise, each with a RetryInfo, and for a
+// denial of a method that is not opaque a QuotaFailure naming the violated
+// policies.
+func (m *method) deny(res enforce.Result) error {
+	switch {
+	case res.Outcome == enforce.FailedClosed:
+		wait := res.FailRetryAfter()
+		return withDetails(status.New(codes.Unavailable,
+			fmt.Sprintf("the rate limit could not be checked; retry after %s s", enforce.RetryAfter(wait))), retryInfo(wait))
+	case m.Opaque:
+		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(m.opaqueRetry))
+	}
+	d := res.Decision
+	var (
+		detail strings.Builder
+		qf     errdetails.QuotaFailure
+	)
+	for _, e := range enforce.Each(d) {
+		if e.Allowed {
+			continue
+		}
+		desc := fmt.Sprintf("%d requests per %s", e.Limit, window(e.Window))
+		fmt.Fprintf(&detail, "%s (%s); ", desc, e.Policy)
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+			Subject: e.Policy, Description: desc, QuotaId: e.Policy, QuotaValue: e.Limit})
+	}
+	msg := fmt.Sprintf("quota exceeded: %sretry after %s s", detail.String(), enforce.RetryAfter(d.RetryAfter))
+	return withDetails(status.New(codes.ResourceExhausted, msg), retryInfo(d.RetryAfter), &qf)
+}
+
+// retryInfo is the RetryInfo detail of a wait of d.
+func retryInfo(d time.Duration) *errdetails.RetryInfo {
+	return &errdetails.RetryInfo{RetryDelay: durationpb.New(max(d, 0))}
+}
+
+// withDetails returns the error of st with details attached.
+func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {
+	if full, err := st.WithDetails(details...); err == nil {
+		st = full
+	} // else: cannot happen (the details are well-formed); the code and message stand
+	return st.Err()
+}
+
+// window formats d for a human: "60 s", or "1.5s" if not whole seconds.
+func window(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%d s", d/time.Second)
+	}
+	return d.String()
+}
