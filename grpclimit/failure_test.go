@@ -200,3 +200,42 @@ func TestClientDeadlineIsNotAFailure(t *testing.T) {
 		t.Errorf("the handler ran")
 	}
 }
+
+// An opaque fail-closed method answers a store failure as any other:
+// Unavailable with RetryInfo, no metadata, no QuotaFailure.
+func TestOpaqueFailClosed(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c, _ := e.serve(t, grpclimit.Options{Methods: map[string]grpclimit.Method{
+		emptyCall: {Opaque: true, Failure: enforce.FailClosed, Limits: []grpclimit.Limit{
+			{Rule: rule(t, "login", 1, time.Hour), Key: grpclimit.ClientIP(nil)}}},
+	}})
+	e.fault.Set(faultstore.Fail)
+	a := empty(t, c, context.Background())
+	if a.st.Code() != codes.Unavailable || a.retry != enforce.MinFailRetryAfter || a.nquota != 0 || len(a.header.Get(grpclimit.MetadataRateLimit)) != 0 {
+		t.Errorf("%v, RetryInfo %v, %d QuotaFailures, metadata %v; want Unavailable, 5s, none, none", a.err, a.retry, a.nquota, a.header)
+	}
+}
+
+// A method with MaxDelay waits for quota instead of denying at once.
+func TestThrottle(t *testing.T) {
+	ms := memstore.New(memstore.Options{}) // the real clock: the wait is real
+	defer ms.Close()
+	e := newEnv(t, envOptions{store: ms})
+	const window = 100 * time.Millisecond
+	c, _ := e.serve(t, grpclimit.Options{Methods: map[string]grpclimit.Method{
+		emptyCall: {MaxDelay: time.Second, Limits: []grpclimit.Limit{{Rule: rule(t, "slow", 1, window), Key: grpclimit.ClientIP(nil)}}},
+	}})
+	if a := empty(t, c, context.Background()); a.err != nil {
+		t.Fatal(a.err)
+	}
+	start := time.Now()
+	if a := empty(t, c, context.Background()); a.err != nil {
+		t.Fatalf("throttled call: %v", a.err)
+	}
+	if d := time.Since(start); d < window/2 {
+		t.Errorf("the second call took %v: it cannot have waited for the window of %v", d, window)
+	}
+	if got := metric(t, e.reg, "floodgate_throttled_total", map[string]string{"gate": emptyCall, "result": "allowed"}); got != 1 {
+		t.Errorf("throttled{result=allowed} = %v, want 1", got)
+	}
+}
