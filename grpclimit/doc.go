@@ -4,12 +4,15 @@
 // fails. It is a thin adapter over package enforce, which httplimit uses
 // too: the same failure modes, shadow mode, throttling, metrics and logs.
 //
-// Build one [Limiter] per server with [New], from an enforce.Enforcer
-// (shared with httplimit in a process that serves both) and the limits of
-// each method, then install its interceptors after authentication:
+// Build one [Limiter] per server with [New], from a floodgate.Limiter
+// (or from an enforce.Enforcer shared with httplimit, in a process that
+// serves both) and the limits of each method, then install its
+// interceptors after authentication:
 //
 //	gl, err := grpclimit.New(grpclimit.Options{
-//		Enforcer: enforcer,
+//		Limiter:    limiter,
+//		Registerer: prometheus.DefaultRegisterer,
+//		Logger:     logger,
 //		Methods: map[string]grpclimit.Method{
 //			"/bank.v1.Pix/Transfer": {Failure: enforce.FailClosed, Limits: []grpclimit.Limit{
 //				{Rule: perIP, Key: grpclimit.ClientIP(resolver)},
@@ -20,6 +23,7 @@
 //		Default: grpclimit.Method{Limits: []grpclimit.Limit{{Rule: perIP, Key: grpclimit.ClientIP(resolver)}}},
 //	})
 //	...
+//	defer gl.Close()
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(auth, gl.UnaryServerInterceptor()),
 //		grpc.ChainStreamInterceptor(authStream, gl.StreamServerInterceptor()),

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/grpclimit"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
@@ -31,13 +30,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	enforcer, err := enforce.New(enforce.Options{Limiter: limiter}) // Registerer and Logger for metrics and logs
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer enforcer.Close()
 	gl, err := grpclimit.New(grpclimit.Options{
-		Enforcer: enforcer,
+		Limiter: limiter, // and Registerer, Logger for metrics and logs
 		Methods: map[string]grpclimit.Method{
 			healthpb.Health_Check_FullMethodName: {Limits: []grpclimit.Limit{
 				{Rule: floodgate.MustRule(floodgate.PerMinute("ip", 2)), Key: grpclimit.ClientIP(nil)},
@@ -47,6 +41,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer gl.Close()
 
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(gl.UnaryServerInterceptor()),

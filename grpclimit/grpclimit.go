@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] about bad options or
@@ -26,14 +28,37 @@ var ErrInvalidOptions = errors.New("grpclimit: invalid options")
 // Options.Methods.
 const DefaultGate = "default"
 
-// Options configures a [Limiter]. Enforcer is required; a Limiter with no
-// Methods and no Default limits nothing.
+// Options configures a [Limiter]: the enforcement layer, given
+// (Enforcer) or built from its options (Limiter and the fields after it),
+// and the limits of each method. A Limiter with no Methods and no Default
+// limits nothing.
 type Options struct {
-	// Enforcer decides, applies the failure modes and shadow mode, and
-	// counts and logs (see package enforce). A process that serves HTTP
-	// too shares one Enforcer with httplimit: one set of metrics, and one
-	// rule per name across both. Required.
+	// Enforcer is the enforcement layer that the methods share with the
+	// other transports of the process (httplimit, say): its limiters,
+	// metrics and logger, and one rule per name across all of them. If
+	// set, Limiter, Local, Registerer, Logger and LogInterval must be
+	// zero, and Close leaves it open.
 	Enforcer *enforce.Enforcer
+	// Limiter decides against the shared store. Its Options.Timeout is the
+	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
+	// set); put a breakerstore in front of the store so that a dead store
+	// fails fast (and build an Enforcer with its Breaker to export the
+	// breaker's state). Required unless Enforcer is set.
+	Limiter *floodgate.Limiter
+	// Local decides for FailLocal methods while the store fails. Nil
+	// means a limiter on a memstore that the Limiter owns and Close
+	// releases.
+	Local *floodgate.Limiter
+	// Registerer receives the metrics (see package enforce). Nil means no
+	// metrics are registered.
+	Registerer prometheus.Registerer
+	// Logger receives the degraded-decision lines. Nil means no logging.
+	Logger *slog.Logger
+	// LogInterval is the least time between two log lines about one
+	// method's degraded decisions. Zero means enforce.DefaultLogInterval
+	// (5s).
+	LogInterval time.Duration
+
 	// Methods maps full method names ("/bank.v1.Pix/Transfer", as in
 	// grpc.UnaryServerInfo.FullMethod) to their limits. A listed method
 	// with no Limits is not limited: how a health check is exempted from
@@ -94,9 +119,11 @@ type Limit struct {
 }
 
 // Limiter holds the interceptors' per-method gates. Build it with [New];
-// it is safe for concurrent use and never changes after New. Closing the
-// Enforcer is its owner's job.
+// it is safe for concurrent use, and its methods never change after New.
+// Close it on shutdown.
 type Limiter struct {
+	e       *enforce.Enforcer
+	ownE    bool // New built e: Close closes it
 	methods map[string]*method
 	def     *method // nil when Default has no limits
 }
@@ -110,13 +137,59 @@ type method struct {
 }
 
 // New returns a Limiter for opts, or an error listing every bad method,
-// each wrapping [ErrInvalidOptions] (and, for what the Enforcer refuses,
-// enforce.ErrInvalid as well).
+// each wrapping [ErrInvalidOptions] (and, for what the enforcement layer
+// refuses, enforce.ErrInvalid as well). It also fails if neither
+// opts.Enforcer nor opts.Limiter is set, or both are, or the metrics
+// cannot be registered. A refused Options registers no metrics.
 func New(opts Options) (*Limiter, error) {
-	if opts.Enforcer == nil {
-		return nil, fmt.Errorf("%w: Options.Enforcer is nil", ErrInvalidOptions)
+	if opts.Enforcer != nil {
+		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
+			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+		}
+		return build(opts.Enforcer, opts)
 	}
-	l := &Limiter{methods: make(map[string]*method, len(opts.Methods))}
+	if opts.Limiter == nil {
+		return nil, fmt.Errorf("%w: set Options.Enforcer or Options.Limiter", ErrInvalidOptions)
+	}
+	// The methods are checked first on a scratch Enforcer, which registers
+	// nothing, so that a refused Options leaves the registerer as it was.
+	scratch, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Limiter, LogInterval: opts.LogInterval})
+	if err != nil {
+		return nil, err
+	}
+	_, err = build(scratch, opts)
+	scratch.Close()
+	if err != nil {
+		return nil, err
+	}
+	e, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Local, Registerer: opts.Registerer,
+		Logger: opts.Logger, LogInterval: opts.LogInterval})
+	if err != nil {
+		return nil, err
+	}
+	l, err := build(e, opts)
+	if err != nil { // cannot happen: the scratch Enforcer took the same methods
+		e.Close()
+		return nil, err
+	}
+	l.ownE = true
+	return l, nil
+}
+
+// Close writes the degraded-decision counts not yet logged and releases
+// the local store, if New built the Enforcer; an Enforcer given in Options
+// is left open. The interceptors keep working after Close, but FailLocal
+// methods then fail closed.
+func (l *Limiter) Close() error {
+	if l.ownE {
+		return l.e.Close()
+	}
+	return nil
+}
+
+// build returns the Limiter of opts's methods on e.
+func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
+	l := &Limiter{e: e, methods: make(map[string]*method, len(opts.Methods))}
 	var errs []error
 	names := make([]string, 0, len(opts.Methods))
 	for name := range opts.Methods {
@@ -128,7 +201,7 @@ func New(opts Options) (*Limiter, error) {
 			errs = append(errs, fmt.Errorf("%w: method %q is not a full method name such as \"/package.Service/Method\"", ErrInvalidOptions, name))
 			continue
 		}
-		m, err := build(opts.Enforcer, name, opts.Methods[name])
+		m, err := buildMethod(e, name, opts.Methods[name])
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -136,7 +209,7 @@ func New(opts Options) (*Limiter, error) {
 		l.methods[name] = m
 	}
 	if len(opts.Default.Limits) > 0 {
-		m, err := build(opts.Enforcer, DefaultGate, opts.Default)
+		m, err := buildMethod(e, DefaultGate, opts.Default)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -156,9 +229,9 @@ func validMethodName(s string) bool {
 	return strings.HasPrefix(s, "/") && ok && svc != "" && meth != "" && !strings.Contains(meth, "/")
 }
 
-// build checks m and makes the gate of the method called name. A method
+// buildMethod checks m and makes the gate of the method called name. A method
 // without limits builds to nil: it is not limited.
-func build(e *enforce.Enforcer, name string, m Method) (*method, error) {
+func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	if len(m.Limits) == 0 {
 		return nil, nil
 	}

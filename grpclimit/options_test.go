@@ -1,10 +1,15 @@
 package grpclimit_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/grpclimit"
@@ -22,7 +27,9 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		errs     []string // substrings, one per problem
 		enforced bool     // an error also wraps enforce.ErrInvalid
 	}{
-		{name: "no enforcer", opts: grpclimit.Options{}, errs: []string{"Options.Enforcer is nil"}},
+		{name: "neither enforcer nor limiter", opts: grpclimit.Options{}, errs: []string{"set Options.Enforcer or Options.Limiter"}},
+		{name: "enforcer and its options", opts: grpclimit.Options{Enforcer: e.enf, Limiter: e.lim},
+			errs: []string{"Options.Enforcer is set, and so are some of its own options"}},
 		{name: "bad method names", opts: grpclimit.Options{Enforcer: e.enf, Methods: map[string]grpclimit.Method{
 			"EmptyCall":                           {Limits: []grpclimit.Limit{ok("a", 1)}},
 			"/grpc.testing.TestService/":          {Limits: []grpclimit.Limit{ok("a", 1)}},
@@ -82,5 +89,39 @@ func TestNoLimits(t *testing.T) {
 	}
 	if n := metric(t, e.reg, "floodgate_decisions_total", nil); n != 0 {
 		t.Errorf("%v decisions counted", n)
+	}
+}
+
+// Without an Enforcer, New builds one from the options, registers its
+// metrics (only when the methods are good) and Close releases it.
+func TestOwnEnforcer(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	reg := prometheus.NewRegistry()
+	good := grpclimit.Options{Limiter: e.lim, Registerer: reg, Methods: map[string]grpclimit.Method{
+		emptyCall: {Limits: []grpclimit.Limit{{Rule: rule(t, "own", 1, time.Minute), Key: grpclimit.ClientIP(nil)}}},
+	}}
+	bad := good
+	bad.Methods = map[string]grpclimit.Method{emptyCall: {Limits: []grpclimit.Limit{{Rule: rule(t, "own", 1, time.Minute)}}}}
+	if _, err := grpclimit.New(bad); !errors.Is(err, grpclimit.ErrInvalidOptions) {
+		t.Fatalf("New(a limit without Key) = %v", err)
+	}
+	gl, err := grpclimit.New(good) // the refused Options registered nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := start(t, grpc.ChainUnaryInterceptor(gl.UnaryServerInterceptor()))
+	for _, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
+		if a := empty(t, c, context.Background()); a.st.Code() != want {
+			t.Fatalf("%v, want %v", a.err, want)
+		}
+	}
+	if got := metric(t, reg, "floodgate_decisions_total", map[string]string{"gate": emptyCall}); got != 2 {
+		t.Errorf("decisions{gate=EmptyCall} = %v, want 2", got)
+	}
+	if _, err := grpclimit.New(good); !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		t.Errorf("a second Limiter on one registerer: %v, want an AlreadyRegisteredError", err)
+	}
+	if err := gl.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
