@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -362,12 +361,11 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 	}
 	res, err := m.gate.Decide(ctx, keys)
 	if err != nil {
-		if ctx.Err() != nil { // the call was canceled or ran out of time
-			return ctx, status.FromContextError(ctx.Err()).Err()
-		}
-		// A hit the core refuses: the limits' setup, not the store, is
-		// at fault, and no failure mode applies.
-		return ctx, status.Errorf(codes.Internal, "grpclimit: %v", err)
+		// The call was canceled or ran out of time (Canceled,
+		// DeadlineExceeded). Decide's only other error, a hit the core
+		// refuses, cannot come from a gate whose rules New checked and
+		// whose keys fitKey bounds; it would answer Unknown.
+		return ctx, status.FromContextError(err).Err()
 	}
 	if md := m.metadata(res); md != nil {
 		// An error here means the headers went out already, or ctx is

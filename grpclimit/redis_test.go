@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"os"
 	"testing"
 	"time"
 
@@ -40,7 +41,13 @@ func redisStore(t *testing.T, url string) *redisstore.Store {
 
 // Against a real Redis: the exact figures of unary calls and stream opens.
 func TestRedis(t *testing.T) {
-	e := newEnv(t, envOptions{store: redisStore(t, "redis://"+redistest.Addr(t)), timeout: time.Second})
+	// The Redis of FLOODGATE_REDIS_ADDR, or one of its own: redistest's
+	// shared server would outlive the test binary's goroutine check.
+	url := "redis://" + os.Getenv(redistest.EnvAddr)
+	if url == "redis://" {
+		url = redistest.Start(t).URL()
+	}
+	e := newEnv(t, envOptions{store: redisStore(t, url), timeout: time.Second})
 	c, svc := e.serve(t, grpclimit.Options{Methods: map[string]grpclimit.Method{
 		emptyCall:  {Limits: []grpclimit.Limit{{Rule: rule(t, "user", 2, time.Minute), Key: grpclimit.Principal}}},
 		streamCall: {Limits: []grpclimit.Limit{{Rule: rule(t, "streams", 1, time.Minute), Key: grpclimit.Principal}}},
