@@ -132,6 +132,8 @@ type method struct {
 	Method
 	gate        *enforce.Gate
 	policies    map[string]string // the ratelimit-policy member of each rule name
+	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
+	enforced    int               // how many limits are not in shadow mode
 	opaqueRetry time.Duration     // the RetryInfo of an opaque denial
 }
 
@@ -259,6 +261,13 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 		b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
 		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 	}
+	var all []string
+	for _, lim := range b.Limits {
+		if !lim.Shadow && !m.Shadow {
+			all = append(all, b.policies[lim.Rule.Name])
+		}
+	}
+	b.allPolicies, b.enforced = strings.Join(all, ", "), len(all) // RFC 9651 §4.1.1: members are joined by ", "
 	if len(errs) == 0 {
 		g, err := e.Gate(spec)
 		if err != nil {

@@ -36,15 +36,19 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 		return nil
 	}
 	ds := enforce.Each(res.Decision)
-	var policy strings.Builder
-	for i, d := range ds {
-		if i > 0 {
-			policy.WriteString(", ") // RFC 9651 §4.1.1: members are joined by ", "
+	policy := m.allPolicies
+	if len(ds) != m.enforced { // some limits skipped the call
+		var b strings.Builder
+		for i, d := range ds {
+			if i > 0 {
+				b.WriteString(", ") // RFC 9651 §4.1.1: members are joined by ", "
+			}
+			b.WriteString(m.policies[d.Policy])
 		}
-		policy.WriteString(m.policies[d.Policy])
+		policy = b.String()
 	}
 	return metadata.MD{
-		MetadataRateLimitPolicy: {policy.String()},
+		MetadataRateLimitPolicy: {policy},
 		MetadataRateLimit:       {enforce.QuotaField(ds)},
 	}
 }
