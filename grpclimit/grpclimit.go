@@ -215,7 +215,7 @@ func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
 			errs = append(errs, err)
 		}
 		l.def = m
-	} else if opts.Default.Shadow || opts.Default.Opaque || opts.Default.MaxDelay != 0 || opts.Default.Failure != enforce.FailLocal {
+	} else if opts.Default.Shadow || opts.Default.Opaque || opts.Default.MaxDelay != 0 || opts.Default.MaxWaiters != 0 || opts.Default.Failure != enforce.FailLocal {
 		errs = append(errs, fmt.Errorf("%w: Default has settings but no Limits", ErrInvalidOptions))
 	}
 	if len(errs) > 0 {
@@ -263,7 +263,7 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	}
 	var all []string
 	for _, lim := range b.Limits {
-		if !lim.Shadow && !m.Shadow {
+		if !lim.Shadow { // a Shadow method sends no metadata at all
 			all = append(all, b.policies[lim.Rule.Name])
 		}
 	}

@@ -382,8 +382,8 @@ func TestOpaque(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	c, _ := e.serve(t, grpclimit.Options{Methods: map[string]grpclimit.Method{
 		emptyCall: {Opaque: true, Limits: []grpclimit.Limit{
-			{Rule: rule(t, "login-ip", 3, time.Minute), Key: grpclimit.ClientIP(nil)},
 			{Rule: rule(t, "login-user", 1, 10*time.Minute), Key: grpclimit.Principal},
+			{Rule: rule(t, "login-ip", 3, time.Minute), Key: grpclimit.ClientIP(nil)},
 		}},
 	}})
 	call := func(user string) answer { return empty(t, c, withMD(userKey, user)) }

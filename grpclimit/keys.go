@@ -40,7 +40,7 @@ func ClientIP(res *clientip.Resolver) KeyFunc {
 	names := res.Headers()
 	keys := make([]string, len(names))
 	for i, n := range names {
-		keys[i] = strings.ToLower(n)
+		keys[i] = strings.ToLower(n) // metadata's own form: its lookup's fast path
 	}
 	return func(ctx context.Context) string {
 		p, ok := peer.FromContext(ctx)
@@ -65,7 +65,7 @@ func ClientIP(res *clientip.Resolver) KeyFunc {
 // metadata only when a client gains nothing by changing it (an API key
 // that is checked, a tenant id), or pair the limit with a per-IP one.
 func Metadata(key string) KeyFunc {
-	key = strings.ToLower(key)
+	key = strings.ToLower(key) // metadata's own form: its lookup's fast path
 	return func(ctx context.Context) string {
 		if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
 			return v[0]

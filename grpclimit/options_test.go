@@ -41,6 +41,12 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		}}, errs: []string{"Opaque cannot be combined with MaxDelay", `Limits[0] ("a") has no Key`, `Limits[2]: rule name "b" is listed twice`}},
 		{name: "default settings without limits", opts: grpclimit.Options{Enforcer: e.enf, Default: grpclimit.Method{Failure: enforce.FailClosed}},
 			errs: []string{"Default has settings but no Limits"}},
+		{name: "a shadow default without limits", opts: grpclimit.Options{Enforcer: e.enf, Default: grpclimit.Method{Shadow: true}},
+			errs: []string{"Default has settings but no Limits"}},
+		{name: "an opaque default without limits", opts: grpclimit.Options{Enforcer: e.enf, Default: grpclimit.Method{Opaque: true}},
+			errs: []string{"Default has settings but no Limits"}},
+		{name: "a throttled default without limits", opts: grpclimit.Options{Enforcer: e.enf, Default: grpclimit.Method{MaxDelay: time.Second}},
+			errs: []string{"Default has settings but no Limits"}},
 		{name: "one name, two rules", opts: grpclimit.Options{Enforcer: e.enf, Methods: map[string]grpclimit.Method{
 			emptyCall: {Limits: []grpclimit.Limit{ok("shared", 2)}},
 			unaryCall: {Limits: []grpclimit.Limit{ok("shared", 100)}},

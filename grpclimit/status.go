@@ -87,7 +87,7 @@ func (m *method) deny(res enforce.Result) error {
 
 // retryInfo is the RetryInfo detail of a wait of d.
 func retryInfo(d time.Duration) *errdetails.RetryInfo {
-	return &errdetails.RetryInfo{RetryDelay: durationpb.New(max(d, 0))}
+	return &errdetails.RetryInfo{RetryDelay: durationpb.New(d)}
 }
 
 // withDetails returns the error of st with details attached.
