@@ -40,20 +40,18 @@
 // context: [ClientIP] (the peer's address, or behind trusted proxies the
 // client's from the x-forwarded-for metadata, through package clientip),
 // [Metadata] (an API key, a tenant), [Principal] (set by an authentication
-// interceptor with [WithPrincipal]), or
-// combinations with [Join] and [First]. Any func(context.Context) string
-// is a KeyFunc: the accessor of an authentication library that already
-// stores the user in the context plugs in as it is, with no WithPrincipal
-// at all:
+// interceptor with [WithPrincipal]), or combinations with [Join] and
+// [First]. Any func(context.Context) string is a KeyFunc: the accessor of
+// an authentication library that already stores the user in the context
+// plugs in as it is, with no WithPrincipal at all:
 //
 //	{Rule: pixRule, Key: func(ctx context.Context) string { return auth.UserID(ctx) }}
 //
-// A KeyFunc returns "" when the call
-// has no such key: that limit then skips the call, the skip is counted in
-// floodgate_skipped_limits_total and the first one is logged, so that a
-// per-user limit installed before authentication does not limit nobody
-// silently. The limits of a method are checked together, all-or-nothing,
-// and the worst is reported.
+// A KeyFunc returns "" when the call has no such key. That limit then
+// skips the call; the skip is counted in floodgate_skipped_limits_total
+// and the first one is logged, since a per-user limit installed before
+// authentication would otherwise limit nobody, unnoticed. The limits of a
+// method are checked together, all-or-nothing, and the worst is reported.
 //
 // # Answers
 //

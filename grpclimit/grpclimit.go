@@ -285,7 +285,7 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 //
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(auth, limiter.UnaryServerInterceptor()))
 //
-// An allowed call reaches the handler with the [Result] in its context
+// An allowed call reaches the handler with the enforce.Result in its context
 // ([FromContext]); a denied one gets the status described in the package
 // doc, and the handler is not called.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
@@ -308,7 +308,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 //
 //	grpc.NewServer(grpc.ChainStreamInterceptor(auth, limiter.StreamServerInterceptor()))
 //
-// An allowed stream's handler finds the [Result] in the stream's context.
+// An allowed stream's handler finds the enforce.Result in the stream's context.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		m := l.method(info.FullMethod)
