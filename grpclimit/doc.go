@@ -52,6 +52,8 @@
 // and the first one is logged, since a per-user limit installed before
 // authentication would otherwise limit nobody, unnoticed. The limits of a
 // method are checked together, all-or-nothing, and the worst is reported.
+// A limit with a [Limit.Source] is live: its rule comes from the source
+// (rlconfig.Rules reloads envoy-format YAML) when each call comes.
 //
 // # Answers
 //

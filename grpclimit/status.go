@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 )
 
@@ -37,13 +38,13 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 	}
 	ds := enforce.Each(res.Decision)
 	policy := m.allPolicies
-	if len(ds) != m.enforced { // some limits skipped the call
+	if len(ds) != m.enforced || m.live { // some limits skipped the call, or rules may be live
 		var b strings.Builder
 		for i, d := range ds {
 			if i > 0 {
 				b.WriteString(", ") // RFC 9651 §4.1.1: members are joined by ", "
 			}
-			b.WriteString(m.policies[d.Policy])
+			b.WriteString(m.member(d))
 		}
 		policy = b.String()
 	}
@@ -53,19 +54,36 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 	}
 }
 
+// member returns the ratelimit-policy member of the rule that decided d:
+// the method's, or the one a live source gave.
+func (m *method) member(d floodgate.Decision) string {
+	if p, ok := m.policies[d.Policy]; ok && !m.live {
+		return p
+	}
+	p, err := enforce.PolicyMember(floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window})
+	if err != nil { // cannot happen: a decided rule is valid
+		return m.policies[d.Policy]
+	}
+	return p
+}
+
 // deny returns the status error of a call that res does not allow:
 // codes.Unavailable when the store failed on a fail-closed method,
 // codes.ResourceExhausted otherwise, each with a RetryInfo, and for a
 // denial of a method that is not opaque a QuotaFailure naming the violated
-// policies.
-func (m *method) deny(res enforce.Result) error {
+// policies. hits are what was checked, with the rules in force.
+func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 	switch {
 	case res.Outcome == enforce.FailedClosed:
 		wait := res.FailRetryAfter()
 		return withDetails(status.New(codes.Unavailable,
 			fmt.Sprintf("the rate limit could not be checked; retry after %s s", enforce.RetryAfter(wait))), retryInfo(wait))
 	case m.Opaque:
-		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(m.opaqueRetry))
+		wait := m.opaqueRetry
+		for _, h := range hits { // a live rule's window may be longer
+			wait = max(wait, h.Rule.Window)
+		}
+		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(wait))
 	}
 	d := res.Decision
 	var (
