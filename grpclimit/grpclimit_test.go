@@ -448,3 +448,22 @@ func slicesOf(cs []codes.Code, c codes.Code) []codes.Code {
 	}
 	return out
 }
+
+// A window of fractional seconds is described as Go writes it, and the
+// metadata rounds it up.
+func TestFractionalWindow(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	c, _ := e.serve(t, grpclimit.Options{Methods: map[string]grpclimit.Method{
+		emptyCall: {Limits: []grpclimit.Limit{{Rule: rule(t, "burst", 1, 1500*time.Millisecond), Key: grpclimit.ClientIP(nil)}}},
+	}})
+	if a := empty(t, c, context.Background()); a.err != nil || a.field(t, grpclimit.MetadataRateLimitPolicy) != `"burst";q=1;w=2` {
+		t.Fatalf("%v, ratelimit-policy %q", a.err, a.field(t, grpclimit.MetadataRateLimitPolicy))
+	}
+	a := empty(t, c, context.Background())
+	if want := "quota exceeded: 1 requests per 1.5s (burst); retry after 2 s"; a.st.Message() != want || a.retry != 1500*time.Millisecond {
+		t.Errorf("denial %q, RetryInfo %v; want %q, 1.5s", a.st.Message(), a.retry, want)
+	}
+	if len(a.quota) != 1 || a.quota[0].GetDescription() != "1 requests per 1.5s" {
+		t.Errorf("violations %v", a.quota)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/grpclimit"
@@ -92,6 +93,31 @@ func TestNoLimits(t *testing.T) {
 	}
 	if r := svc.last(t); r.ok {
 		t.Errorf("the handler found a Result %+v", r.res)
+	}
+	st, err := c.StreamingOutputCall(context.Background(), &testpb.StreamingOutputCallRequest{ResponseParameters: make([]*testpb.ResponseParameters, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := st.Recv(); err != nil {
+			t.Fatalf("unlimited stream, message %d: %v", i+1, err)
+		}
+	}
+	if r := svc.last(t); r.ok {
+		t.Errorf("the stream handler found a Result %+v", r.res)
+	}
+	gl, err := grpclimit.New(grpclimit.Options{Enforcer: e.enf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gl.Limit(context.Background()); err != nil {
+		t.Errorf("Limit with nothing to limit: %v", err)
+	}
+	if err := gl.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if a := empty(t, c, withMD()); a.err != nil {
+		t.Errorf("after closing a Limiter on a shared Enforcer: %v", a.err)
 	}
 	if n := metric(t, e.reg, "floodgate_decisions_total", nil); n != 0 {
 		t.Errorf("%v decisions counted", n)
