@@ -36,9 +36,12 @@ func TestFailureStatuses(t *testing.T) {
 		{"local alone", []*commonv3.RateLimitDescriptor{desc("local=a")}, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{2}},
 		// Local and open: the local limits decide the local hit only.
 		{"local and open", []*commonv3.RateLimitDescriptor{desc("local=a"), desc("open=a")}, ok, []rlsv3.RateLimitResponse_Code{ok, ok}, []uint32{1, 0}},
+		// The other order: the local decision still goes to the local hit.
+		{"open and local", []*commonv3.RateLimitDescriptor{desc("open=a"), desc("local=b")}, ok, []rlsv3.RateLimitResponse_Code{ok, ok}, []uint32{0, 2}},
 		{"closed and open", []*commonv3.RateLimitDescriptor{desc("open=b"), desc("closed=b")}, over, []rlsv3.RateLimitResponse_Code{ok, over}, []uint32{0, 0}},
 		{"closed and error", []*commonv3.RateLimitDescriptor{desc("err=b"), desc("closed=b")}, over, []rlsv3.RateLimitResponse_Code{ok, over}, []uint32{0, 0}},
 		{"override keeps the descriptor's mode", []*commonv3.RateLimitDescriptor{override(desc("closed=c"))}, over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0}},
+		{"override of an unlimited descriptor keeps its mode", []*commonv3.RateLimitDescriptor{override(desc("free=c"))}, over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0}},
 		{"override of an open descriptor", []*commonv3.RateLimitDescriptor{override(desc("open=c"))}, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

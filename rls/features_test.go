@@ -47,6 +47,19 @@ descriptors:
     rate_limits:
       - {unit: hour, requests_per_unit: 10}
       - {window: 90s, requests_per_unit: 2}
+  - key: multi2
+    rate_limits:
+      - {window: 90s, requests_per_unit: 2}
+      - {unit: hour, requests_per_unit: 10}
+  - key: mixed
+    rate_limits:
+      - {unit: hour, requests_per_unit: 10}
+      - {unit: minute, requests_per_unit: 1, shadow_mode: true}
+  - key: shadows
+    shadow_mode: true
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1}
+      - {unit: hour, requests_per_unit: 10}
   - key: blocked
     rate_limit: {unit: second, requests_per_unit: 0}
   - key: generic
@@ -201,6 +214,25 @@ func TestFeatures(t *testing.T) {
 		expect(t, resp, over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0})
 		if q := header(resp, "RateLimit"); !regexp.MustCompile(`^"feat\.multi-\w+";r=8;t=\d+, "feat\.multi-\w+";r=0;t=\d+$`).MatchString(q) {
 			t.Errorf("RateLimit %q: the hour limit keeps 8 (the denied request recorded nothing)", q)
+		}
+	})
+
+	t.Run("the worst limit is reported, wherever it is listed", func(t *testing.T) {
+		for _, c := range []struct {
+			kv        string
+			rpu       uint32
+			remaining uint32
+		}{
+			{"multi2=x", 2, 0},  // the first limit is the worst
+			{"mixed=x", 10, 8},  // a shadow limit is not reported beside an enforced one
+			{"shadows=x", 1, 0}, // only shadow limits: the worst of them, never over
+		} {
+			svc.call(t, req("feat", desc(c.kv)))
+			resp := svc.call(t, req("feat", desc(c.kv)))
+			expect(t, resp, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{c.remaining})
+			if got := resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != c.rpu {
+				t.Errorf("%s: current_limit of %d, want %d", c.kv, got, c.rpu)
+			}
 		}
 	})
 

@@ -32,6 +32,9 @@ descriptors:
   - key: local
     failure_mode: local
     rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: free
+    failure_mode: closed
+    rate_limit: {unlimited: true}
 `
 
 // TestRedisOutage: with Redis frozen (SIGSTOP) and then killed, every

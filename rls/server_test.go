@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/memstore"
@@ -73,6 +75,25 @@ func TestNewOptions(t *testing.T) {
 	}
 	if err := srv.Close(); err != nil {
 		t.Error(err)
+	}
+	// A Gatherer of the caller's is what /metrics serves.
+	mine := prometheus.NewRegistry()
+	mine.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "mine_total", Help: "h"}))
+	srv2, err := rls.New(rls.Options{Enforcer: enf, Config: cfg, Gatherer: mine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv2.Close()
+	web2 := httptest.NewServer(srv2.Handler())
+	defer web2.Close()
+	res, err = web2.Client().Get(web2.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(body), "mine_total 0") || strings.Contains(string(body), "floodgate_rls") {
+		t.Errorf("/metrics with Options.Gatherer: %s", body)
 	}
 	if err := srv.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
