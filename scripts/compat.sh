@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Runs floodgate's service and envoyproxy/ratelimit side by side on the
+# same configuration directory (bench/compat/ratelimit/config: the
+# examples of envoyproxy/ratelimit's README as files, and more), each on a
+# fresh throwaway redis-server, sends both one scripted sequence of
+# ShouldRateLimit calls through the generated gRPC client
+# (bench/cmd/rlscompat) and compares the answers field by field. It
+# passes when every difference is one of the deliberate ones that
+# rlscompat prints (docs/SERVICE.md lists them too).
+#
+#   scripts/compat.sh                  the comparison; exit 0 when it passes
+#   COMPAT_BREAK=1 scripts/compat.sh   proves it can fail: envoyproxy/ratelimit
+#                                      reads a copy of the directory with one
+#                                      limit changed (mongo_cps users 500 -> 499);
+#                                      exit 0 only when the comparison FAILS
+#
+# envoyproxy/ratelimit is built with go install into a cache directory
+# ($FLOODGATE_ENVOY_RL_BIN, default ~/.cache/floodgate/envoy-ratelimit) the
+# first time (about 2.5 minutes) and reused after. The test command never
+# builds it. REDIS_PORT picks the redis-server's port (default: a free
+# one).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+envoy_rl_version=v1.4.1-0.20260122083618-3fb702589d36
+bindir=${FLOODGATE_ENVOY_RL_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/envoy-ratelimit}
+
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-cli >/dev/null || need+=(redis-tools)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "== installing ${need[*]}" >&2
+	if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+workdir=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+# free_port sets port to a loopback TCP port in 18000-18999 that nothing
+# listens on and that it has not given before.
+taken=" "
+free_port() {
+	while :; do
+		port=$((18000 + RANDOM % 1000))
+		case $taken in *" $port "*) continue ;; esac
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			taken="$taken$port "
+			return
+		fi
+	done
+}
+
+# wait_port waits until something listens on 127.0.0.1:$1, or fails after
+# $2 seconds showing the log $3.
+wait_port() {
+	for _ in $(seq $(($2 * 10))); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "nothing listens on port $1 after $2s; $3:" >&2
+	tail -20 "$3" >&2
+	return 1
+}
+
+if [ ! -x "$bindir/service_cmd" ]; then
+	echo "== building envoyproxy/ratelimit $envoy_rl_version into $bindir (once; minutes)" >&2
+	mkdir -p "$bindir"
+	GOBIN=$bindir GOFLAGS=-mod=mod GOWORK=off go install "github.com/envoyproxy/ratelimit/src/service_cmd@$envoy_rl_version"
+fi
+echo "== building floodgate and rlscompat" >&2
+go build -o "$workdir/floodgate" ./cmd/floodgate
+(cd bench && go build -o "$workdir/rlscompat" ./cmd/rlscompat)
+
+# One configuration directory for both; with COMPAT_BREAK, a copy for
+# envoyproxy/ratelimit with one limit changed.
+fg_root=$root/bench/compat
+en_root=$root/bench/compat
+if [ -n "${COMPAT_BREAK:-}" ]; then
+	en_root=$workdir/broken
+	cp -r bench/compat "$en_root"
+	sed -i '0,/requests_per_unit: 500/s//requests_per_unit: 499/' "$en_root/ratelimit/config/readme1_mongo_cps.yaml"
+	echo "== COMPAT_BREAK: envoyproxy/ratelimit reads mongo_cps users at 499/s instead of 500/s" >&2
+fi
+
+free_port
+redis_port=${REDIS_PORT:-$port}
+echo "== redis-server on 127.0.0.1:$redis_port" >&2
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+	--dir "$workdir" --logfile "$workdir/redis.log" --daemonize no >/dev/null &
+pids+=($!)
+wait_port "$redis_port" 10 "$workdir/redis.log"
+
+free_port
+fg_grpc=$port
+free_port
+fg_http=$port
+echo "== floodgate on 127.0.0.1:$fg_grpc" >&2
+CONFIG_DIR=$fg_root/ratelimit/config REDIS_URL=127.0.0.1:$redis_port \
+	GRPC_ADDR=127.0.0.1:$fg_grpc HTTP_ADDR=127.0.0.1:$fg_http LOG_LEVEL=warn \
+	"$workdir/floodgate" >"$workdir/floodgate.log" 2>&1 &
+pids+=($!)
+
+free_port
+en_grpc=$port
+free_port
+en_http=$port
+free_port
+en_debug=$port
+echo "== envoyproxy/ratelimit on 127.0.0.1:$en_grpc" >&2
+USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$redis_port \
+	RUNTIME_ROOT=$en_root RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+	GRPC_HOST=127.0.0.1 GRPC_PORT=$en_grpc HOST=127.0.0.1 PORT=$en_http \
+	DEBUG_HOST=127.0.0.1 DEBUG_PORT=$en_debug LOG_LEVEL=warn \
+	"$bindir/service_cmd" >"$workdir/envoy-ratelimit.log" 2>&1 &
+pids+=($!)
+
+wait_port "$fg_grpc" 20 "$workdir/floodgate.log"
+wait_port "$en_grpc" 20 "$workdir/envoy-ratelimit.log"
+
+status=0
+"$workdir/rlscompat" -floodgate "127.0.0.1:$fg_grpc" -envoy "127.0.0.1:$en_grpc" -redis "127.0.0.1:$redis_port" || status=$?
+if [ -n "${COMPAT_BREAK:-}" ]; then
+	if [ "$status" -eq 1 ]; then
+		echo "== COMPAT_BREAK: the comparison found the changed limit, as it must" >&2
+		exit 0
+	fi
+	echo "== COMPAT_BREAK: the comparison did NOT find the changed limit (status $status)" >&2
+	exit 1
+fi
+exit "$status"
