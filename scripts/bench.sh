@@ -6,10 +6,21 @@
 # bench command (go run . -h lists them), e.g.
 #   scripts/bench.sh -duration 5s -goroutines 64
 # It takes about five minutes with the defaults. See BENCHMARKS.md.
+# With RLS=1 it runs scripts/bench-rls.sh after (the service against
+# envoyproxy/ratelimit, issue 16), and with RLS=only that alone; the
+# arguments then go to rlsbench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-. scripts/redis.sh
+if [ "${RLS:-}" = only ]; then
+	exec scripts/bench-rls.sh "$@"
+fi
 
-cd bench
-go run . -redis "$FLOODGATE_REDIS_ADDR" "$@"
+(
+	. scripts/redis.sh
+	cd bench
+	go run . -redis "$FLOODGATE_REDIS_ADDR" "$@"
+)
+if [ -n "${RLS:-}" ]; then
+	scripts/bench-rls.sh
+fi
