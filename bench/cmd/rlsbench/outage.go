@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -102,7 +103,7 @@ func timeline(ctx context.Context, l *loader, w workload, callers int, timeout t
 // An outageResult is one service's figures.
 type outageResult struct {
 	name                 string
-	during               []event // calls started while Redis was stopped
+	during               []event // calls in flight at some time while Redis was stopped
 	p50, p99, max        time.Duration
 	answers              map[string]int
 	afterKill            map[string]int // calls started after the kill, before the first OK
@@ -148,7 +149,7 @@ func outage(ctx context.Context, out io.Writer, o options, rows []*row, rd *redi
 		var lats []time.Duration
 		for _, e := range evs {
 			switch {
-			case e.start.Before(stopped):
+			case e.start.Add(e.lat).Before(stopped):
 				res.before[e.kind]++
 			case e.start.Before(killed):
 				res.during = append(res.during, e)
@@ -160,15 +161,23 @@ func outage(ctx context.Context, out io.Writer, o options, rows []*row, rd *redi
 		if n := len(lats); n > 0 {
 			res.p50, res.p99, res.max = lats[n/2], lats[min(n-1, n*99/100)], lats[n-1]
 		}
+		// Deciding on Redis again: the first OK that ends after the kill.
+		var firstOK time.Time
 		for _, e := range evs {
-			if e.start.Before(killed) {
-				continue
+			end := e.start.Add(e.lat)
+			if e.kind == pb.RateLimitResponse_OK.String() && end.After(killed) && (firstOK.IsZero() || end.Before(firstOK)) {
+				firstOK = end
 			}
-			if e.kind == pb.RateLimitResponse_OK.String() && !e.start.Before(restarted) {
-				res.backAfter = e.start.Add(e.lat).Sub(restarted)
-				break
+		}
+		if !firstOK.IsZero() {
+			res.backAfter = firstOK.Sub(restarted)
+		}
+		for _, e := range evs {
+			end := e.start.Add(e.lat)
+			inStop := e.start.Before(killed) && end.After(stopped)
+			if !inStop && end.After(killed) && (firstOK.IsZero() || end.Before(firstOK)) {
+				res.afterKill[e.kind]++
 			}
-			res.afterKill[e.kind]++
 		}
 		results = append(results, res)
 		// Let the other service find the new Redis before its turn.
@@ -176,7 +185,7 @@ func outage(ctx context.Context, out io.Writer, o options, rows []*row, rd *redi
 	}
 	fmt.Fprintf(out, "\n## Outage: Redis SIGSTOP for 10 s under load (%d callers, allowed workload, 30 s call deadline), then SIGKILL and restart\n\n", o.callers)
 	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "service\tcalls during the stop\tp50\tp99\tmax\tanswers during the stop\tanswers after the kill, before deciding on Redis\tdecides on Redis again after the restart\t")
+	fmt.Fprintln(tw, "service\tcalls in flight during the stop\tp50\tp99\tmax\ttheir answers\tother answers after the kill, before the first OK\tfirst OK after the restart\t")
 	for _, r := range results {
 		back := "never (within 15 s)"
 		if r.backAfter > 0 {
@@ -205,13 +214,20 @@ func profile(ctx context.Context, out io.Writer, o options, rows []*row, wls []w
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("perf record: %w", err)
 	}
-	rep, err := exec.CommandContext(ctx, "perf", "report", "-i", data, "--no-children", "--sort", "symbol", "--stdio", "-g", "none", "--percent-limit", "0.7").Output()
-	if err != nil {
-		return fmt.Errorf("perf report: %w", err)
+	for _, v := range []struct{ title, children, limit string }{
+		{"time in a function and what it calls", "--children", "4"},
+		{"time in a function itself", "--no-children", "1"},
+	} {
+		rep, err := exec.CommandContext(ctx, "perf", "report", "-i", data, v.children, "--sort", "symbol", "--stdio", "-g", "none", "--percent-limit", v.limit).Output()
+		if err != nil {
+			return fmt.Errorf("perf report: %w", err)
+		}
+		fmt.Fprintf(out, "\n## perf: floodgate fixed window, allowed workload, %d s: %s\n\n", o.perfSeconds, v.title)
+		for _, line := range strings.Split(string(rep), "\n") {
+			if line = strings.TrimRight(line, " -"); line != "" && !strings.HasPrefix(line, "#") {
+				fmt.Fprintln(out, line)
+			}
+		}
 	}
-	fmt.Fprintf(out, "\n## perf: floodgate fixed window, allowed workload, %d s (self time per function)\n\n", o.perfSeconds)
-	out.Write(rep)
-	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)
-	tw.Flush()
 	return nil
 }
