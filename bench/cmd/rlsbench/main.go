@@ -96,7 +96,7 @@ func mainErr(args []string, out io.Writer) error {
 	fs.IntVar(&o.values, "values", 10000, "distinct descriptor values")
 	fs.StringVar(&o.workloads, "workloads", "allowed,attack,3 descriptors", "comma-separated workloads")
 	fs.StringVar(&o.rows, "rows", "", "run only the rows whose name matches this regular expression")
-	fs.StringVar(&o.envoyEnv, "envoy-env", "REDIS_POOL_SIZE=64,REDIS_PIPELINE_WINDOW=0,REDIS_PIPELINE_LIMIT=0", "envoyproxy/ratelimit's Redis settings, comma-separated NAME=VALUE")
+	fs.StringVar(&o.envoyEnv, "envoy-env", "REDIS_POOL_SIZE=10,REDIS_PIPELINE_WINDOW=0,REDIS_PIPELINE_LIMIT=0", "envoyproxy/ratelimit's Redis settings (the best of those tried here: BENCHMARKS.md), comma-separated NAME=VALUE")
 	fs.IntVar(&o.localCacheBytes, "local-cache-bytes", 1<<20, "LOCAL_CACHE_SIZE_IN_BYTES for both services (floodgate reads it as bytes/300 cached denials)")
 	fs.BoolVar(&o.outage, "outage", false, "then run the outage comparison (Redis SIGSTOP 10s under load, SIGKILL, restart)")
 	fs.BoolVar(&o.perf, "perf", false, "then profile floodgate's fixed-window service under the allowed load with perf(1)")
