@@ -94,7 +94,7 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	// beside the limiter's, so that a leak shows on /metrics.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Ready: ready, Users: users, Ledger: ledger, Logger: logger, Registry: reg})
+	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Breaker: a.breaker, Ready: ready, Users: users, Ledger: ledger, Logger: logger, Registry: reg})
 	if err != nil {
 		a.Close()
 		return nil, err
