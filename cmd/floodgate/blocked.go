@@ -267,7 +267,11 @@ func (s *scanner) run(ctx context.Context) error {
 func (s *scanner) masters(ctx context.Context) (map[string]rueidis.Client, error) {
 	c := s.conn.client
 	if c.Mode() != rueidis.ClientModeCluster {
-		return map[string]rueidis.Client{"redis": c}, nil
+		name := "redis"
+		for addr := range c.Nodes() { // one: the server, or Sentinel's master
+			name = addr
+		}
+		return map[string]rueidis.Client{name: c}, nil
 	}
 	out := map[string]rueidis.Client{}
 	for addr, node := range c.Nodes() {

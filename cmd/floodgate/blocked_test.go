@@ -165,6 +165,21 @@ func TestBlocked(t *testing.T) {
 					g.ResetAfterMS < d.ResetAfter.Milliseconds() || g.ResetAfterMS > d.ResetAfter.Milliseconds()+slack {
 					t.Errorf("%s %q: listed %+v; the store says %+v", s.rule, s.key, g, d)
 				}
+				wantNode := redistest.Addr(t)
+				if name == "cluster" {
+					slot, err := cluster.KeySlot(prefix + "{" + s.rule + ":" + enc + "}:" + stateSuffix(rules[s.rule]))
+					if err != nil {
+						t.Fatal(err)
+					}
+					master, err := cluster.MasterOf(slot)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantNode = master.Addr()
+				}
+				if g.Node != wantNode {
+					t.Errorf("%s %q: found on %s, want its master %s", s.rule, s.key, g.Node, wantNode)
+				}
 			}
 
 			// The text listing names the hashed keys as such, and says that
