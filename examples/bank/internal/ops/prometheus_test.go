@@ -96,6 +96,9 @@ func TestDashboardAndAlerts(t *testing.T) {
 		"LIMIT_STATEMENT":   "10/1s",
 		"LIMIT_PIX":         "100/1m",
 		"FAILURE_STATEMENT": "local",
+		// A budget that a loaded test machine keeps, so that nothing is
+		// degraded before the outage.
+		"DECISION_TIMEOUT": "250ms",
 		"LOG_LEVEL":         "error",
 	}
 	cfg, err := bank.ConfigFromEnv(func(k string) string { return env[k] })
