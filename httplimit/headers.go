@@ -89,13 +89,13 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		ds = one[:]
 	}
 	policy := rt.allPolicies
-	if len(ds) != len(rt.Limits) {
+	if len(ds) != len(rt.Limits) || rt.live {
 		var b strings.Builder
 		for i, e := range ds {
 			if i > 0 {
 				b.WriteString(", ") // RFC 9651 §4.1.1: members are joined by ", "
 			}
-			b.WriteString(rt.policies[e.Policy])
+			b.WriteString(rt.member(e))
 		}
 		policy = b.String()
 	}
@@ -123,6 +123,19 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		set(canonRemaining, 3, false)
 		set(canonReset, 4, false)
 	}
+}
+
+// member returns the RateLimit-Policy member of the rule that decided e:
+// the route's, or the one a live source gave.
+func (rt *route) member(e floodgate.Decision) string {
+	if m, ok := rt.policies[e.Policy]; ok && !rt.live {
+		return m
+	}
+	m, err := enforce.PolicyMember(floodgate.Rule{Name: e.Policy, Limit: e.Limit, Window: e.Window})
+	if err != nil { // cannot happen: a decided rule is valid
+		return rt.policies[e.Policy]
+	}
+	return m
 }
 
 // deny answers a request that res does not allow.

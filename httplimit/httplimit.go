@@ -151,6 +151,22 @@ type Limit struct {
 	// denials are logged, at most one line per LogInterval. Shadow limits
 	// send no rate-limit fields and are not refunded by Result.Refund.
 	Shadow bool
+	// Source, if set, gives the limit's rule when each request comes, so
+	// that the limit changes without a restart (rlconfig.Rules reads it
+	// from envoy-format YAML that it reloads on change). Rule is the rule
+	// whenever Source has none for the key. A rule from Source keeps
+	// Rule's name: a changed limit keeps the counts, a changed window or
+	// algorithm starts them afresh.
+	Source RuleSource
+}
+
+// RuleSource gives a limit its rule at the time of a request: live limits.
+type RuleSource interface {
+	// Rule returns the rule of the limit named name for key, and false
+	// when the source has none (the limit's own Rule then applies). It is
+	// called on every request: it must be fast and safe for concurrent
+	// use, and return a valid rule.
+	Rule(name, key string) (floodgate.Rule, bool)
 }
 
 // Route configures the middleware of one route.
@@ -210,6 +226,7 @@ type route struct {
 	policies    map[string]string // serialized RateLimit-Policy member by rule name
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
+	live        bool              // a limit has a Source: rules may differ from the Route's
 	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
 
@@ -252,6 +269,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		if lim.Missing > Share {
 			bad("limit %d (%s): unknown Missing %d", i, lim.Rule.Name, lim.Missing)
 		}
+		r.live = r.live || lim.Source != nil
 		if lim.Rule.Validate() != nil {
 			continue // the gate says what is wrong
 		}
@@ -324,6 +342,9 @@ func (rt *route) keys(req *http.Request) []string {
 func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
 	ctx := req.Context()
 	hits := rt.gate.Hits(ctx, rt.keys(req))
+	if rt.live {
+		rt.liveRules(hits)
+	}
 	outer, nested := FromContext(ctx)
 	if nested {
 		hits = rt.nest(ctx, &outer, hits)
@@ -356,6 +377,21 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		return
 	}
 	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
+}
+
+// liveRules puts in hits the rules that the limits' sources give now. A
+// source's rule is taken under the limit's own name, or not at all.
+func (rt *route) liveRules(hits []enforce.Hit) {
+	for i, h := range hits {
+		for _, lim := range rt.Limits {
+			if lim.Rule.Name != h.Rule.Name || lim.Source == nil {
+				continue
+			}
+			if r, ok := lim.Source.Rule(h.Rule.Name, h.Key); ok && r.Name == h.Rule.Name {
+				hits[i].Rule = r
+			}
+		}
+	}
 }
 
 // compose returns the verdict on a request whose own check is own: with
