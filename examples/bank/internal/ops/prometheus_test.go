@@ -55,9 +55,7 @@ var (
 // bankapi (or a process the test starts) exports one, the test fails until
 // its entry goes, so that the query is then checked like the others.
 var notExported = map[string]string{
-	"floodgate_config_load_success_total": "the floodgate service (cmd/floodgate, issue 15) and the bank's LIMITS_FILE source export it; neither is on main yet",
-	"floodgate_config_load_error_total":   "the floodgate service (cmd/floodgate, issue 15) and the bank's LIMITS_FILE source export it; neither is on main yet",
-	"floodgate_overrides":                 "package overrides (issue 17) exports it; bankapi does not use overrides yet",
+	"floodgate_overrides": "package overrides (issue 17) exports it; bankapi does not use overrides yet",
 }
 
 // The alerts the shipped file must hold, and the two that must fire
@@ -65,11 +63,16 @@ var notExported = map[string]string{
 var (
 	wantAlerts   = []string{"FloodgateBreakerOpen", "FloodgateConfigReloadFailed", "FloodgateDegradedDecisions", "FloodgateDenialRatioSpike", "FloodgateStoreLatencyNearBudget"}
 	outageAlerts = []string{"FloodgateBreakerOpen", "FloodgateDegradedDecisions"}
+	// pixLimits is bankapi's LIMITS_FILE: PIX 100 a minute per account,
+	// with a placeholder to change it without changing its meaning.
+	pixLimits = "domain: bank\ndescriptors:\n  - key: pix\n    rate_limit: {unit: minute, requests_per_unit: 100}\n%s"
 )
 
 // TestDashboardAndAlerts runs bankapi on a real Redis under load, scraped
 // by a real Prometheus that loads the shipped alert rules. The load has a
-// steady part, then a burst of denials on one account, then Redis stops
+// steady part, while bankapi's LIMITS_FILE changes once and then breaks
+// (the reload alert must fire), then a burst of denials on one account,
+// then Redis stops
 // (SIGSTOP) until the breaker and degraded-decision alerts fire, then
 // Redis continues. Every query of the dashboard and every alert expression
 // must then return series over the run; the two outage alerts must have
@@ -85,7 +88,10 @@ func TestDashboardAndAlerts(t *testing.T) {
 	dir := t.TempDir()
 
 	redis := redistest.Start(t)
+	limitsFile := filepath.Join(dir, "limits.yaml")
+	writeFile(t, limitsFile, fmt.Sprintf(pixLimits, ""))
 	env := map[string]string{
+		"LIMITS_FILE":  limitsFile,
 		"REDIS_URL":    redis.URL(),
 		"TOKEN_SECRET": "ops-test-secret-0123456789abcdefghijklmnop",
 		// Room for the load from one address, and a statement limit that
@@ -94,7 +100,6 @@ func TestDashboardAndAlerts(t *testing.T) {
 		"LIMIT_GLOBAL_IP":   "100000/1m",
 		"LIMIT_LOGIN_IP":    "1000/10m",
 		"LIMIT_STATEMENT":   "10/1s",
-		"LIMIT_PIX":         "100/1m",
 		"FAILURE_STATEMENT": "local",
 		// A budget that a loaded test machine keeps, so that nothing is
 		// degraded before the outage.
@@ -140,6 +145,16 @@ func TestDashboardAndAlerts(t *testing.T) {
 	defer steady.stop()
 	if !prom.waitFor(t, 30*time.Second, `sum(floodgate_decisions_total{gate="statement",outcome="allowed"}) > 150`) {
 		t.Fatal("Prometheus never saw the steady load")
+	}
+	// The limits file changes, and loads; then a broken one is refused
+	// and the alert on refused reloads fires.
+	writeFile(t, limitsFile, fmt.Sprintf(pixLimits, "# reviewed\n"))
+	if !prom.waitFor(t, 15*time.Second, `floodgate_config_load_success_total == 1`) {
+		t.Error("the change of LIMITS_FILE was not counted as loaded")
+	}
+	writeFile(t, limitsFile, "domain: bank\ndescriptors:\n  - key: pix\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	if !prom.waitFor(t, 15*time.Second, `ALERTS{alertname="FloodgateConfigReloadFailed",alertstate="firing"}`) {
+		t.Error("alert FloodgateConfigReloadFailed did not fire after a refused LIMITS_FILE")
 	}
 	// 30s of steady load make the baseline of the denial spike (the
 	// shipped 1h, 60s here).
@@ -490,6 +505,17 @@ func login(t *testing.T, api, doc string) string {
 		t.Fatalf("login %s: %s, %v", doc, resp.Status, err)
 	}
 	return r.Token
+}
+
+// writeFile replaces file's content at once, as an editor's save does.
+func writeFile(t *testing.T, file, content string) {
+	t.Helper()
+	if err := os.WriteFile(file+".tmp", []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".tmp", file); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func freeAddr(t *testing.T) string {
