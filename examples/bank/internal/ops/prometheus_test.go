@@ -104,7 +104,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 		// A budget that a loaded test machine keeps, so that nothing is
 		// degraded before the outage.
 		"DECISION_TIMEOUT": "250ms",
-		"LOG_LEVEL":         "error",
+		"LOG_LEVEL":        "error",
 	}
 	cfg, err := bank.ConfigFromEnv(func(k string) string { return env[k] })
 	if err != nil {
