@@ -34,10 +34,10 @@ const (
 
 // blockedKey is one key found at or over its limit.
 type blockedKey struct {
-	rule    floodgate.Rule
-	key     string // as the store wrote it: the key, or its digest "~..."
-	node    string // the Redis node it was found on
-	results floodgate.Result
+	rule   floodgate.Rule
+	key    string // as the store wrote it: the key, or its digest "~..."
+	node   string // the Redis node it was found on
+	result floodgate.Result
 }
 
 // hashed reports a key the store keeps as a digest (keyenc.Encode).
@@ -83,6 +83,10 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 	url := getenv("REDIS_URL")
 	if url == "" {
 		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	}
+	// The URL and the prefix are checked before anything is dialed.
+	if err := (redisstore.Options{URL: url, Prefix: *prefix}).Validate(); err != nil {
+		return err
 	}
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {
@@ -357,7 +361,7 @@ func (s *scanner) peek(ctx context.Context, addr string, batch []candidate) erro
 	for i, g := range groups {
 		for j, c := range g {
 			if r := res[i][j]; !r.Allowed {
-				s.found = append(s.found, blockedKey{rule: c.rule, key: c.key, node: addr, results: r})
+				s.found = append(s.found, blockedKey{rule: c.rule, key: c.key, node: addr, result: r})
 			}
 		}
 	}
@@ -394,8 +398,8 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		for _, b := range s.found {
 			v := map[string]any{
 				"rule": b.rule.String(), "policy": b.rule.Name, "key": b.key, "hashed": b.hashed(), "node": b.node,
-				"remaining": b.results.Remaining, "retry_after_ms": b.results.RetryAfter.Milliseconds(),
-				"reset_after_ms": b.results.ResetAfter.Milliseconds(),
+				"remaining": b.result.Remaining, "retry_after_ms": b.result.RetryAfter.Milliseconds(),
+				"reset_after_ms": b.result.ResetAfter.Milliseconds(),
 			}
 			if err := report(stdout, "json", v, ""); err != nil {
 				return err
@@ -413,8 +417,8 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 			key += " (hashed)"
 			hashed = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", b.rule.Name, key, b.results.Remaining,
-			b.results.RetryAfter.Round(time.Millisecond), b.results.ResetAfter.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", b.rule.Name, key, b.result.Remaining,
+			b.result.RetryAfter.Round(time.Millisecond), b.result.ResetAfter.Round(time.Millisecond))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
