@@ -260,8 +260,13 @@ func dashboardQueries(t *testing.T) []panelQuery {
 			qs = append(qs, panelQuery{p.Title, vars.Replace(tg.Expr)})
 		}
 	}
-	if len(dash.Panels) < 9 {
-		t.Errorf("the dashboard has %d panels, want the 9 of issue 17", len(dash.Panels))
+	var titles []string
+	for _, p := range dash.Panels {
+		titles = append(titles, p.Title)
+	}
+	if want := []string{"Decisions by outcome and policy", "Denial ratio", "Store latency p50 / p99", "Store errors", "Circuit breaker state",
+		"Degraded decisions by failure mode", "Throttled waits", "Config reloads", "Overrides"}; !slices.Equal(titles, want) {
+		t.Errorf("the dashboard's panels are %q, want issue 17's %q", titles, want)
 	}
 	return qs
 }
