@@ -239,6 +239,15 @@ func TestBlockedMany(t *testing.T) {
 				!strings.Contains(errs, fmt.Sprintf("%d key(s) blocked; %d key(s)", want, want)) {
 				t.Fatalf("blocked = %d, %d keys listed (%d hashed), want %d (%d); stderr %q", code, len(got), hashed, want, want/2, errs)
 			}
+			if strings.Contains(errs, "stopped at") {
+				t.Errorf("a listing of all %d keys says it stopped: %q", want, errs)
+			}
+			// A limit of exactly the blocked keys lists them all, and says
+			// nothing is left.
+			code, out, errs = cli(t, url, "blocked", "-rule", "name=otp,limit=1/1h,algorithm=fixed-window", "-prefix", prefix, "-limit", strconv.Itoa(want), "-o", "json")
+			if got := parseListed(t, out); code != 0 || len(got) != want || strings.Contains(errs, "stopped at") {
+				t.Errorf("blocked -limit %d = %d, %d keys, %q", want, code, len(got), errs)
+			}
 			code, out, errs = cli(t, url, "blocked", "-rule", "name=otp,limit=1/1h,algorithm=fixed-window", "-prefix", prefix, "-limit", "7")
 			if lines := strings.Count(out, "\notp "); code != 0 || lines != 7 || !strings.Contains(out, "stopped at -limit 7") || strings.Contains(errs, "scanned on") {
 				t.Fatalf("blocked -limit 7 = %d, %d keys %q %q", code, lines, out, errs)
