@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +24,7 @@ import (
 )
 
 // blockedUsage is the usage of floodgate blocked.
-const blockedUsage = `  floodgate blocked -rule RULE [-rule RULE]... | -config DIR -domain DOMAIN
+const blockedUsage = `  floodgate blocked -rule RULE [-rule RULE]... | -config DIR -domain DOMAIN | -limits-file FILE -domain DOMAIN
                     [-prefix P] [-limit N] [-progress 2s] [-o json]`
 
 // Batch sizes of floodgate blocked: keys asked for per SCAN call, and
@@ -57,7 +59,8 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 		return nil
 	})
 	configDir := fs.String("config", "", "a directory of envoyproxy/ratelimit YAML (with -domain)")
-	domain := fs.String("domain", "", "the configuration's domain (with -config): every counted limit of it")
+	limitsFile := fs.String("limits-file", "", "a library's live limits, envoy-format YAML as rlconfig.NewRules reads it (with -domain)")
+	domain := fs.String("domain", "", "the configuration's domain (with -config or -limits-file): every counted limit of it")
 	prefix := fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)")
 	limit := fs.Int("limit", 100, "list at most this many keys")
 	progress := fs.Duration("progress", 2*time.Second, "a progress line on stderr this often once the scan runs this long (0: never)")
@@ -76,7 +79,7 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 	case *timeout <= 0 || *progress < 0:
 		return fmt.Errorf("%w: -timeout must be positive and -progress not negative", errUsage)
 	}
-	rules, err := blockedRules(specs, *configDir, *domain)
+	rules, err := blockedRules(specs, *configDir, *limitsFile, *domain)
 	if err != nil {
 		return err
 	}
@@ -117,13 +120,27 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 	return s.report(stdout, stderr, *output)
 }
 
+// ruleSet is what floodgate blocked lists the keys of: fixed rules (-rule,
+// -config), or a library's live limits (-limits-file), where a key may
+// have a limit of its own.
+type ruleSet struct {
+	byTag map[string]floodgate.Rule // fixed rules by "<name>}:<suffix>"
+	one   *floodgate.Rule           // the only fixed rule, if there is one
+	live  *rlconfig.Rules           // the live limits' rule of each key
+	count int                       // the rules or limits, for the summary
+}
+
 // blockedRules returns the rules floodgate blocked lists the keys of: the
-// -rule flags, or every counted limit of -domain in -config.
-func blockedRules(specs []string, configDir, domain string) ([]floodgate.Rule, error) {
+// -rule flags, every counted limit of -domain in -config, or the live
+// limits of -domain in -limits-file.
+func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSet, error) {
 	var rules []floodgate.Rule
-	if configDir == "" {
+	switch {
+	case configDir != "" && limitsFile != "":
+		return nil, fmt.Errorf("%w: give -config or -limits-file, not both", errUsage)
+	case configDir == "" && limitsFile == "":
 		if domain != "" {
-			return nil, fmt.Errorf("%w: -domain needs -config", errUsage)
+			return nil, fmt.Errorf("%w: -domain needs -config or -limits-file", errUsage)
 		}
 		if len(specs) == 0 {
 			return nil, fmt.Errorf("%w: -rule is required\n%s", errUsage, usage)
@@ -135,11 +152,17 @@ func blockedRules(specs []string, configDir, domain string) ([]floodgate.Rule, e
 			}
 			rules = append(rules, r)
 		}
-	} else {
+	default:
 		if len(specs) > 0 || domain == "" {
-			return nil, fmt.Errorf("%w: -config takes -domain, not -rule\n%s", errUsage, usage)
+			return nil, fmt.Errorf("%w: -config and -limits-file take -domain, not -rule\n%s", errUsage, usage)
 		}
-		cfg, err := rlconfig.LoadDir(configDir, rlconfig.Options{})
+		var cfg *rlconfig.Config
+		var err error
+		if configDir != "" {
+			cfg, err = rlconfig.LoadDir(configDir, rlconfig.Options{})
+		} else {
+			cfg, err = loadFile(limitsFile)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
@@ -150,18 +173,56 @@ func blockedRules(specs []string, configDir, domain string) ([]floodgate.Rule, e
 			rules = append(rules, l.Rule)
 		}
 		if len(rules) == 0 {
-			return nil, fmt.Errorf("%w: domain %q has no counted limit in %s (domains: %q)", errUsage, domain, configDir, cfg.Domains())
+			return nil, fmt.Errorf("%w: domain %q has no counted limit in %s (domains: %q)", errUsage, domain, cmp.Or(configDir, limitsFile), cfg.Domains())
+		}
+		if limitsFile != "" {
+			return &ruleSet{live: rlconfig.NewRules(domain, func() *rlconfig.Config { return cfg }), count: len(rules)}, nil
 		}
 	}
-	seen := map[string]floodgate.Rule{}
+	rs := &ruleSet{byTag: map[string]floodgate.Rule{}, count: len(rules)}
 	for _, r := range rules {
 		id := r.Name + "}:" + stateSuffix(r)
-		if o, dup := seen[id]; dup && o != r {
+		if o, dup := rs.byTag[id]; dup && o != r {
 			return nil, fmt.Errorf("%w: rules %v and %v share their keys (one name, algorithm and window): give one", errUsage, o, r)
 		}
-		seen[id] = r
+		rs.byTag[id] = r
 	}
-	return rules, nil
+	if len(rs.byTag) == 1 {
+		rs.one = &rules[0]
+	}
+	return rs, nil
+}
+
+// loadFile reads one file of envoy-format YAML.
+func loadFile(file string) (*rlconfig.Config, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return rlconfig.Parse(map[string][]byte{filepath.Base(file): data}, rlconfig.Options{})
+}
+
+// pattern is the SCAN pattern of the rules' state keys under prefix: one
+// rule's exactly, or else every state key, which rule tells apart.
+func (rs *ruleSet) pattern(prefix string) string {
+	if r := rs.one; r != nil {
+		return globEscape(prefix+"{"+r.Name+":") + "*" + globEscape("}:"+stateSuffix(*r))
+	}
+	return globEscape(prefix) + "{*"
+}
+
+// rule returns the rule of the state key of (name, stored key) that ends
+// with suffix, if it is one of the set's. A live limit is the rule that
+// the live limits give the key: its own limit (a descriptor value), or
+// the name's. A hashed key is matched by its digest, so a value of its
+// own, which the digest hides, is not seen: the name's limit applies.
+func (rs *ruleSet) rule(name, key, suffix string) (floodgate.Rule, bool) {
+	if rs.live == nil {
+		r, ok := rs.byTag[name+"}:"+suffix]
+		return r, ok
+	}
+	r, ok := rs.live.Rule(name, key)
+	return r, ok && stateSuffix(r) == suffix
 }
 
 // domainOf returns the domain of a limit's path ("domain.key_value.key"):
@@ -192,7 +253,7 @@ type scanner struct {
 	store    *redisstore.Store
 	conn     *peekConn
 	prefix   string
-	rules    []floodgate.Rule
+	rules    *ruleSet
 	limit    int
 	timeout  time.Duration
 	progress time.Duration
@@ -218,15 +279,7 @@ func (s *scanner) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byTag := map[string]floodgate.Rule{} // "<rule>}:<suffix>" -> rule
-	for _, r := range s.rules {
-		byTag[r.Name+"}:"+stateSuffix(r)] = r
-	}
-	pattern := globEscape(s.prefix) + "{*"
-	if len(s.rules) == 1 {
-		r := s.rules[0]
-		pattern = globEscape(s.prefix+"{"+r.Name+":") + "*" + globEscape("}:"+stateSuffix(r))
-	}
+	pattern := s.rules.pattern(s.prefix)
 	for _, addr := range slices.Sorted(maps.Keys(nodes)) {
 		node := nodes[addr]
 		s.nodes++
@@ -240,7 +293,7 @@ func (s *scanner) run(ctx context.Context) error {
 				return fmt.Errorf("redis %s: scan: %w: %w", addr, floodgate.ErrStoreUnavailable, err)
 			}
 			for _, k := range e.Elements {
-				if c, ok := s.parse(k, byTag); ok {
+				if c, ok := s.parse(k); ok {
 					batch = append(batch, c)
 				}
 			}
@@ -297,7 +350,7 @@ func (s *scanner) masters(ctx context.Context) (map[string]rueidis.Client, error
 
 // parse returns the rule and the stored key of a state key
 // "<prefix>{<rule>:<key>}:<alg>:<window>" of one of the rules.
-func (s *scanner) parse(k string, byTag map[string]floodgate.Rule) (candidate, bool) {
+func (s *scanner) parse(k string) (candidate, bool) {
 	rest, ok := strings.CutPrefix(k, s.prefix+"{")
 	if !ok {
 		return candidate{}, false
@@ -310,7 +363,7 @@ func (s *scanner) parse(k string, byTag map[string]floodgate.Rule) (candidate, b
 	if !ok || key == "" {
 		return candidate{}, false
 	}
-	r, ok := byTag[name+"}:"+suffix]
+	r, ok := s.rules.rule(name, key, suffix)
 	return candidate{rule: r, key: key}, ok
 }
 
@@ -390,7 +443,7 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		return cmp.Or(cmp.Compare(a.rule.Name, b.rule.Name), cmp.Compare(a.rule.Window, b.rule.Window), cmp.Compare(a.key, b.key))
 	})
 	summary := fmt.Sprintf("%d key(s) blocked; %d key(s) of %d rule(s) scanned on %d node(s) in %v",
-		len(s.found), s.scanned, len(s.rules), s.nodes, time.Since(s.start).Round(time.Millisecond))
+		len(s.found), s.scanned, s.rules.count, s.nodes, time.Since(s.start).Round(time.Millisecond))
 	if s.more {
 		summary += fmt.Sprintf("; stopped at -limit %d: more keys may be blocked", s.limit)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -306,6 +307,58 @@ descriptors:
 	}
 }
 
+// TestBlockedByLiveLimits lists the blocked keys of a library's live
+// limits file, where one account has a limit of its own: each key is
+// judged by its own limit, which one -rule cannot do.
+func TestBlockedByLiveLimits(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "limits.yaml")
+	conf := `domain: bank
+descriptors:
+  - key: pix
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: pix
+    value: acct-42
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: pix
+    value: acct-7
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := rlconfig.NewRules("bank", func() *rlconfig.Config { return cfg })
+	url := "redis://" + redistest.Addr(t)
+	prefix := testPrefix(t)
+	ctx := context.Background()
+	l := newLimiter(t, url, prefix)
+	for key, n := range map[string]int{"acct-1": 2, "acct-42": 3, "acct-7": 5, "acct 9": 2} {
+		rule, ok := live.Rule("pix", key)
+		if !ok {
+			t.Fatalf("no rule for %q", key)
+		}
+		for range n {
+			if d, err := l.Allow(ctx, rule, key); err != nil || !d.Allowed {
+				t.Fatalf("%q: %+v, %v", key, d, err)
+			}
+		}
+	}
+	code, out, errs := cli(t, url, "blocked", "-limits-file", file, "-domain", "bank", "-prefix", prefix, "-o", "json")
+	got := parseListed(t, out)
+	want := []string{"pix acct-1", "pix acct-7", "pix " + keyenc.Encode("acct 9")} // sorted: "~" is after the letters
+	if keys := slices.Sorted(maps.Keys(got)); code != 0 || !slices.Equal(keys, want) || got["pix acct-7"].Rule != "pix: 5/1m0s fixed-window" {
+		t.Fatalf("blocked -limits-file = %d %q %q; want %q, acct-7 under its own 5/1m", code, out, errs, want)
+	}
+	// The name's rule alone takes acct-42's 3 requests for a block.
+	_, out, _ = cli(t, url, "blocked", "-rule", "name=pix,limit=2/1m,algorithm=fixed-window", "-prefix", prefix, "-o", "json")
+	if _, ok := parseListed(t, out)["pix acct-42"]; !ok {
+		t.Errorf("blocked -rule pix 2/1m does not list acct-42: %q", out)
+	}
+}
+
 func TestBlockedBadInput(t *testing.T) {
 	url := "redis://" + redistest.Addr(t)
 	dir := t.TempDir()
@@ -328,7 +381,10 @@ func TestBlockedBadInput(t *testing.T) {
 		{"bad output", url, []string{"-rule", rule, "-o", "yaml"}, 2, "want text or json"},
 		{"bad timeout", url, []string{"-rule", rule, "-timeout", "0s"}, 2, "-timeout must be positive"},
 		{"domain without config", url, []string{"-rule", rule, "-domain", "rl"}, 2, "-domain needs -config"},
-		{"config and rule", url, []string{"-config", dir, "-domain", "rl", "-rule", rule}, 2, "-config takes -domain"},
+		{"config and rule", url, []string{"-config", dir, "-domain", "rl", "-rule", rule}, 2, "-config and -limits-file take -domain"},
+		{"config and limits file", url, []string{"-config", dir, "-limits-file", filepath.Join(dir, "rl.yaml"), "-domain", "rl"}, 2, "not both"},
+		{"limits file without domain", url, []string{"-limits-file", filepath.Join(dir, "rl.yaml")}, 2, "take -domain"},
+		{"missing limits file", url, []string{"-limits-file", filepath.Join(dir, "nope.yaml"), "-domain", "rl"}, 2, "nope.yaml"},
 		{"unknown domain", url, []string{"-config", dir, "-domain", "nope"}, 2, `domain "nope" has no counted limit`},
 		{"prefix with a brace", url, []string{"-rule", rule, "-prefix", "a{"}, 2, "brace"},
 		{"no REDIS_URL", "", []string{"-rule", rule}, 2, "REDIS_URL is empty"},
