@@ -115,25 +115,15 @@ type Limit struct {
 	// limit is rolled out. Its outcome is counted as shadow_allowed or
 	// shadow_denied; it sends no metadata and is not refunded.
 	Shadow bool
-	// Source, if set, gives the limit's rule when each call comes, so that
-	// the limit changes without a restart (rlconfig.Rules reads it from
-	// envoy-format YAML that it reloads on change). Rule is the rule
-	// whenever Source has none for the key, or gives one of another name.
-	// A rule from Source keeps Rule's name: a changed limit keeps the
-	// counts, a changed window or algorithm starts them afresh. The
-	// metadata and the QuotaFailure report the rule in force.
+	// Source, if set, gives the limit's rule when each call comes: a live
+	// limit (see enforce.Limit.Source). The metadata and the QuotaFailure
+	// report the rule in force.
 	Source RuleSource
 }
 
 // RuleSource gives a limit its rule at the time of a call: live limits.
 // rlconfig.Rules is one.
-type RuleSource interface {
-	// Rule returns the rule of the limit named name for key, and false
-	// when the source has none (the limit's own Rule then applies). It is
-	// called on every call: it must be fast and safe for concurrent use,
-	// and return a valid rule.
-	Rule(name, key string) (floodgate.Rule, bool)
-}
+type RuleSource = enforce.RuleSource
 
 // Limiter holds the interceptors' per-method gates. Build it with [New];
 // it is safe for concurrent use, and its methods never change after New.
@@ -279,7 +269,7 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 		b.policies[lim.Rule.Name] = member
 		b.live = b.live || lim.Source != nil
 		b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
-		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
 	}
 	var all []string
 	for _, lim := range b.Limits {
@@ -389,9 +379,6 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 		keys = append(keys, k)
 	}
 	hits := m.gate.Hits(ctx, keys)
-	if m.live {
-		m.liveRules(hits)
-	}
 	res, err := m.gate.Check(ctx, hits)
 	if err != nil {
 		// The call was canceled or ran out of time (Canceled,
@@ -410,21 +397,6 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 		return ctx, m.deny(res, hits)
 	}
 	return context.WithValue(ctx, resultKey{}, res), nil
-}
-
-// liveRules puts in hits the rules that the limits' sources give now. A
-// source's rule of another name is ignored: the name is the count's.
-func (m *method) liveRules(hits []enforce.Hit) {
-	for i, h := range hits {
-		for _, lim := range m.Limits {
-			if lim.Rule.Name != h.Rule.Name || lim.Source == nil {
-				continue
-			}
-			if r, ok := lim.Source.Rule(h.Rule.Name, h.Key); ok && r.Name == h.Rule.Name {
-				hits[i].Rule = r
-			}
-		}
-	}
 }
 
 // stream is a server stream whose context carries the Result.

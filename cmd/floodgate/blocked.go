@@ -214,15 +214,22 @@ func (rs *ruleSet) pattern(prefix string) string {
 // rule returns the rule of the state key of (name, stored key) that ends
 // with suffix, if it is one of the set's. A live limit is the rule that
 // the live limits give the key: its own limit (a descriptor value), or
-// the name's. A hashed key is matched by its digest, so a value of its
+// the name's, counted by the service's algorithm unless the file names
+// one. A hashed key is matched by its digest, so a value of its
 // own, which the digest hides, is not seen: the name's limit applies.
 func (rs *ruleSet) rule(name, key, suffix string) (floodgate.Rule, bool) {
 	if rs.live == nil {
 		r, ok := rs.byTag[name+"}:"+suffix]
 		return r, ok
 	}
-	r, ok := rs.live.Rule(name, key)
-	return r, ok && stateSuffix(r) == suffix
+	// A file that names no algorithm keeps the service's, which only the
+	// key's suffix tells: try each.
+	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.FixedWindow, floodgate.TokenBucket, floodgate.SlidingWindowCounter} {
+		if r, ok := rs.live.Rule(floodgate.Rule{Name: name, Algorithm: alg}, key); ok && stateSuffix(r) == suffix {
+			return r, true
+		}
+	}
+	return floodgate.Rule{}, false
 }
 
 // domainOf returns the domain of a limit's path ("domain.key_value.key"):
