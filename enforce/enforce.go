@@ -403,7 +403,7 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 		return Result{}, err // the caller's input, not the store, is at fault
 	}
 	g.m.storeError(err)
-	res := Result{Outcome: FailedOpen, Err: err, hits: hits}
+	res := Result{Outcome: FailedOpen, Err: err} // no hits: nothing counted them
 	mode := FailOpen
 	var local []floodgate.Hit
 	for i, m := range modes {
@@ -421,7 +421,7 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 		mode = FailLocal
 		res.Outcome = FailedClosed // unless the local limits decide
 		if d, lerr := check(ctx, g.e.local, local); lerr == nil {
-			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: hits}
+			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: local}
 		}
 	}
 	g.log.do(start, func(held int) { // may run later, from a timer: no request context

@@ -60,7 +60,7 @@ type Result struct {
 	Err error
 
 	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
-	hits       []floodgate.Hit    // the enforced hits of the request
+	hits       []floodgate.Hit    // the enforced hits that limiter decided
 	shadowHits []floodgate.Hit    // the shadow hits that were checked
 }
 
