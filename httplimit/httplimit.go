@@ -183,8 +183,8 @@ type Route struct {
 	// exists and is under attack. The route sends no RateLimit-Policy,
 	// RateLimit or X-RateLimit-* fields on any response; its denials are
 	// byte-identical, with the route's Name as the only violated policy
-	// and a Retry-After of its longest window (a bound on every limit's
-	// wait); a fail-closed denial is the same answer with FailStatus. It
+	// and a Retry-After of its longest window, a live rule's included (a
+	// bound on every limit's wait); a fail-closed denial is the same answer with FailStatus. It
 	// cannot be combined with MaxDelay, whose wait would tell the time
 	// each key has left.
 	Opaque bool
@@ -218,6 +218,7 @@ type route struct {
 	policies    map[string]string // serialized RateLimit-Policy member by rule name
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
+	longest     time.Duration     // the longest window of the Route's rules
 	live        bool              // a limit has a Source: rules may differ from the Route's
 	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
@@ -310,7 +311,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	if r.denyFunc == nil {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
 	}
-	r.opaqueRetry = enforce.RetryAfter(longest)
+	r.opaqueRetry, r.longest = enforce.RetryAfter(longest), longest
 	return r, nil
 }
 

@@ -1,0 +1,38 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/httplimit"
+)
+
+// sourceFunc is a RuleSource of a function.
+type sourceFunc func(base floodgate.Rule, key string) (floodgate.Rule, bool)
+
+func (f sourceFunc) Rule(base floodgate.Rule, key string) (floodgate.Rule, bool) { return f(base, key) }
+
+// An opaque route's Retry-After bounds every limit's wait (its longest
+// window), the rules a live source gives included: a source that moves a
+// limit to an hourly window must not leave the answer saying a minute.
+func TestOpaqueRetryAfterCoversALiveWindow(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	hourly := sourceFunc(func(base floodgate.Rule, _ string) (floodgate.Rule, bool) {
+		base.Window = time.Hour
+		return base, true
+	})
+	h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Limits: []httplimit.Limit{
+		{Rule: rule(t, "opaque-live", 1, time.Minute), Key: httplimit.Header("X-Account"), Source: hourly},
+	}})
+	if rec := do(h, "192.0.2.1:1", "X-Account", "a"); rec.Code != http.StatusOK {
+		t.Fatalf("first request: %d", rec.Code)
+	}
+	e.clock.Advance(2 * time.Minute) // past the route's own window, well within the live one
+	rec := do(h, "192.0.2.1:1", "X-Account", "a")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "3600" {
+		t.Fatalf("second request under a live 1/hour rule: %d, Retry-After %q; want 429, Retry-After 3600 (the live window)",
+			rec.Code, rec.Header().Get("Retry-After"))
+	}
+}
