@@ -2,6 +2,8 @@ package enforce
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -306,8 +308,10 @@ type Hit struct {
 // floodgate_skipped_limits_total and logged the first time, since a
 // per-user limit whose principal is never set (the rate-limit check runs
 // before authentication) would otherwise limit nobody, silently. Keys
-// beyond the Spec's limits are ignored; missing ones are "". A limit with
-// a Source gets the rule its source gives for the key.
+// beyond the Spec's limits are ignored; missing ones are "". A key longer
+// than floodgate.MaxKeyLen is replaced by its SHA-256 digest, so that no
+// request's key makes an invalid hit. A limit with a Source gets the rule
+// its source gives for the key.
 func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 	hits := make([]Hit, 0, len(g.spec.Limits))
 	for i, lim := range g.spec.Limits {
@@ -320,13 +324,13 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 			}
 			continue
 		}
-		rule := lim.Rule
+		key, rule := fitKey(keys[i]), lim.Rule
 		if lim.Source != nil {
-			if r, ok := lim.Source.Rule(rule, keys[i]); ok && r.Name == rule.Name && r.Validate() == nil {
+			if r, ok := lim.Source.Rule(rule, key); ok && r.Name == rule.Name && r.Validate() == nil {
 				rule = r
 			}
 		}
-		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: keys[i]}, Shadow: lim.Shadow, Failure: g.spec.Failure})
+		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: key}, Shadow: lim.Shadow, Failure: g.spec.Failure})
 	}
 	return hits
 }
@@ -430,6 +434,15 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
 	})
 	return res, nil
+}
+
+// fitKey returns k, or its digest if it is too long for a hit.
+func fitKey(k string) string {
+	if len(k) <= floodgate.MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // check decides hits with l; one hit goes through AllowN, which the core
