@@ -348,8 +348,9 @@ func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
 // logged. Rules need not be among the Spec's limits: a gate may check
 // rules that come with each request (an RLS domain's descriptors). The
 // error is non-nil only when ctx is done (nobody waits for the answer) or
-// a hit is invalid (it wraps floodgate.ErrInvalidHit or ErrInvalidRule: the
-// caller's input is at fault, not the store, so no failure mode applies).
+// an enforced hit is invalid (it wraps floodgate.ErrInvalidHit or
+// ErrInvalidRule: the caller's input is at fault, not the store, so no
+// failure mode applies); an invalid shadow hit is skipped.
 //
 // A request with no enforced hit is Skipped, and counted so if it has no
 // shadow hit either.
@@ -456,12 +457,16 @@ func check(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit) (flo
 
 // shadow checks each shadow hit on its own, recording it if within its
 // limit, and counts and logs what it would have done. A store that fails
-// decides nothing, and counts nothing. It returns the decisions and the
-// hits they decided.
+// decides nothing, and counts nothing; an invalid hit is skipped. It
+// returns the decisions and the hits they decided.
 func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Decision, []floodgate.Hit) {
 	out := make([]floodgate.Decision, 0, len(hits))
+	checked := make([]floodgate.Hit, 0, len(hits))
 	for _, h := range hits {
 		d, err := check(ctx, g.e.limiter, []floodgate.Hit{h})
+		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
+			continue // the caller's input, not the store, is at fault: a shadow hit never fails a request
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				g.m.storeError(err)
@@ -469,6 +474,7 @@ func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.De
 			break // the store failed: the others would wait out their budgets too
 		}
 		out = append(out, d)
+		checked = append(checked, h)
 		g.m.shadowed(h.Rule.Name, d.Allowed)
 		if !d.Allowed {
 			g.shadowLog.do(time.Now(), func(held int) {
@@ -478,7 +484,7 @@ func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.De
 			})
 		}
 	}
-	return out, hits[:len(out):len(out)]
+	return out, checked
 }
 
 // throttles reports whether res is a denial worth waiting for.
