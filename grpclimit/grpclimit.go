@@ -88,8 +88,8 @@ type Method struct {
 	// how long that limit's key has left: for login, where "the account is
 	// blocked" tells an attacker the account exists. The method sends no
 	// rate-limit metadata and no QuotaFailure; every denial is the same
-	// status, whose RetryInfo is the longest window of the method's limits
-	// (a bound on every limit's wait). It cannot be combined with MaxDelay,
+	// status, whose RetryInfo is the longest window of the method's limits,
+	// shadow ones aside (a bound on every limit's wait). It cannot be combined with MaxDelay,
 	// whose wait would tell the time each key has left.
 	Opaque bool
 	// MaxDelay slows down before it rejects: a call denied with a wait of
@@ -268,7 +268,9 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 		}
 		b.policies[lim.Rule.Name] = member
 		b.live = b.live || lim.Source != nil
-		b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
+		if !lim.Shadow && !m.Shadow { // a shadow limit makes nobody wait
+			b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
+		}
 		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
 	}
 	var all []string

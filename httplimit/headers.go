@@ -139,8 +139,8 @@ func (rt *route) member(e floodgate.Decision) string {
 }
 
 // opaqueRetryAfter is the Retry-After of an opaque denial: the longest
-// window of the route's rules, or of the live rules that decided res if
-// one is longer. Every limit decided gives its window, the allowed ones
+// window of the route's enforced rules, or of the live rules that decided
+// res if one is longer. Every limit decided gives its window, the allowed ones
 // too, so the answer still does not tell which one denied.
 func (rt *route) opaqueRetryAfter(res Result) string {
 	if !rt.live {

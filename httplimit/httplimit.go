@@ -183,10 +183,11 @@ type Route struct {
 	// exists and is under attack. The route sends no RateLimit-Policy,
 	// RateLimit or X-RateLimit-* fields on any response; its denials are
 	// byte-identical, with the route's Name as the only violated policy
-	// and a Retry-After of its longest window, a live rule's included (a
-	// bound on every limit's wait); a fail-closed denial is the same answer with FailStatus. It
-	// cannot be combined with MaxDelay, whose wait would tell the time
-	// each key has left.
+	// and a Retry-After of its longest window, a live rule's included
+	// and a shadow limit's not (a bound on every limit's wait); a
+	// fail-closed denial is the same answer with FailStatus. It cannot be
+	// combined with MaxDelay, whose wait would tell the time each key has
+	// left.
 	Opaque bool
 	// MaxDelay slows down before it rejects: a request denied with a
 	// RetryAfter of at most MaxDelay waits that long and is decided again,
@@ -218,7 +219,7 @@ type route struct {
 	policies    map[string]string // serialized RateLimit-Policy member by rule name
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
-	longest     time.Duration     // the longest window of the Route's rules
+	longest     time.Duration     // the longest window of the Route's enforced rules
 	live        bool              // a limit has a Source: rules may differ from the Route's
 	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
@@ -276,7 +277,9 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		}
 		r.allPolicies += member
 		names = append(names, lim.Rule.Name)
-		longest = max(longest, lim.Rule.Window)
+		if !lim.Shadow && !rt.Shadow { // a shadow limit makes nobody wait
+			longest = max(longest, lim.Rule.Window)
+		}
 	}
 	if len(r.Limits) == 0 {
 		bad("no limits")

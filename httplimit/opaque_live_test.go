@@ -36,3 +36,20 @@ func TestOpaqueRetryAfterCoversALiveWindow(t *testing.T) {
 			rec.Code, rec.Header().Get("Retry-After"))
 	}
 }
+
+// A shadow limit never makes a client wait, so its window does not
+// lengthen an opaque route's Retry-After: rolling out a daily limit in
+// shadow mode must leave the real denials as they were.
+func TestOpaqueRetryAfterIgnoresShadowLimits(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Limits: []httplimit.Limit{
+		{Rule: rule(t, "opaque-real", 1, time.Minute), Key: httplimit.Header("X-Account")},
+		{Rule: rule(t, "opaque-trial", 100, 24*time.Hour), Key: httplimit.Header("X-Account"), Shadow: true},
+	}})
+	do(h, "192.0.2.1:1", "X-Account", "a")
+	rec := do(h, "192.0.2.1:1", "X-Account", "a")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "60" {
+		t.Fatalf("denial by the 1/min limit beside a daily shadow one: %d, Retry-After %q; want 429, 60",
+			rec.Code, rec.Header().Get("Retry-After"))
+	}
+}
