@@ -89,8 +89,9 @@ type Method struct {
 	// blocked" tells an attacker the account exists. The method sends no
 	// rate-limit metadata and no QuotaFailure; every denial is the same
 	// status, whose RetryInfo is the longest window of the method's limits,
-	// shadow ones aside (a bound on every limit's wait). It cannot be combined with MaxDelay,
-	// whose wait would tell the time each key has left.
+	// shadow ones aside (a bound on every limit's wait). It cannot be
+	// combined with MaxDelay, whose wait would tell the time each key has
+	// left.
 	Opaque bool
 	// MaxDelay slows down before it rejects: a call denied with a wait of
 	// at most MaxDelay waits and is decided again, for at most MaxDelay in
