@@ -140,6 +140,7 @@ type Limiter struct {
 type method struct {
 	Method
 	gate        *enforce.Gate
+	spec        enforce.Spec      // what gate enforces; the gate is made once every method is checked
 	policies    map[string]string // the ratelimit-policy member of each rule name
 	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
 	enforced    int               // how many limits are not in shadow mode
@@ -156,6 +157,18 @@ func New(opts Options) (*Limiter, error) {
 	if opts.Enforcer != nil {
 		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
 			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+		}
+		// A dry run first finds the methods of opts that disagree with
+		// each other (one rule name, two rules), which build's checks
+		// against the shared Enforcer cannot see.
+		scratch, err := enforce.New(enforce.Options{Limiter: opts.Enforcer.Limiter(), Local: opts.Enforcer.Limiter()})
+		if err != nil {
+			return nil, err
+		}
+		_, err = build(scratch, opts)
+		scratch.Close()
+		if err != nil {
+			return nil, err
 		}
 		return build(opts.Enforcer, opts)
 	}
@@ -231,6 +244,25 @@ func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	// The gates claim their rule names in e: only once every method is
+	// checked, so that refused Options leave a shared Enforcer as it was.
+	for _, name := range append(names, DefaultGate) {
+		m := l.methods[name]
+		if name == DefaultGate {
+			m = l.def
+		}
+		if m == nil {
+			continue
+		}
+		g, err := e.Gate(m.spec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: method %q: %w", ErrInvalidOptions, m.spec.Name, err))
+		}
+		m.gate = g
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	return l, nil
 }
 
@@ -282,11 +314,10 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	}
 	b.allPolicies, b.enforced = strings.Join(all, ", "), len(all) // RFC 9651 §4.1.1: members are joined by ", "
 	if len(errs) == 0 {
-		g, err := e.Gate(spec)
-		if err != nil {
+		if err := e.Validate(spec); err != nil {
 			bad("%w", err)
 		}
-		b.gate = g
+		b.spec = spec
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
