@@ -141,8 +141,12 @@ func (rt *route) member(e floodgate.Decision) string {
 // opaqueRetryAfter is the Retry-After of an opaque denial: the longest
 // window of the route's enforced rules, or of the live rules that decided
 // res if one is longer. Every limit decided gives its window, the allowed ones
-// too, so the answer still does not tell which one denied.
+// too, so the answer still does not tell which one denied. A fail-closed
+// denial waits at least res.FailRetryAfter, as every fail-closed one does.
 func (rt *route) opaqueRetryAfter(res Result) string {
+	if res.Outcome == FailedClosed {
+		return enforce.RetryAfter(max(rt.longest, res.FailRetryAfter()))
+	}
 	if !rt.live {
 		return rt.opaqueRetry
 	}

@@ -185,9 +185,9 @@ type Route struct {
 	// byte-identical, with the route's Name as the only violated policy
 	// and a Retry-After of its longest window, a live rule's included
 	// and a shadow limit's not (a bound on every limit's wait); a
-	// fail-closed denial is the same answer with FailStatus. It cannot be
-	// combined with MaxDelay, whose wait would tell the time each key has
-	// left.
+	// fail-closed denial is the same answer with FailStatus, and waits at
+	// least Result.FailRetryAfter. It cannot be combined with MaxDelay,
+	// whose wait would tell the time each key has left.
 	Opaque bool
 	// MaxDelay slows down before it rejects: a request denied with a
 	// RetryAfter of at most MaxDelay waits that long and is decided again,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
 )
 
 // sourceFunc is a RuleSource of a function.
@@ -50,6 +51,22 @@ func TestOpaqueRetryAfterIgnoresShadowLimits(t *testing.T) {
 	rec := do(h, "192.0.2.1:1", "X-Account", "a")
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "60" {
 		t.Fatalf("denial by the 1/min limit beside a daily shadow one: %d, Retry-After %q; want 429, 60",
+			rec.Code, rec.Header().Get("Retry-After"))
+	}
+}
+
+// An opaque route's fail-closed 429 asks for at least MinFailRetryAfter,
+// as every fail-closed 429 does, even when its windows are shorter:
+// during an outage, clients should not come back every second.
+func TestOpaqueFailClosedWaitsAtLeastTheMinimum(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Failure: httplimit.FailClosed, Limits: []httplimit.Limit{
+		{Rule: rule(t, "opaque-short", 1, time.Second), Key: httplimit.Header("X-Account")},
+	}})
+	e.fault.Set(faultstore.Fail)
+	rec := do(h, "192.0.2.1:1", "X-Account", "a")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "5" {
+		t.Fatalf("opaque fail-closed denial with a 1s window: %d, Retry-After %q; want 429, 5 (MinFailRetryAfter)",
 			rec.Code, rec.Header().Get("Retry-After"))
 	}
 }
