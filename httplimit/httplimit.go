@@ -165,7 +165,7 @@ type RuleSource = enforce.RuleSource
 type Route struct {
 	// Name names the route in metrics and logs, and is the policy name that
 	// an opaque route reports. Zero means the names of its rules joined by
-	// "+". 1 to 128 bytes of A-Z a-z 0-9 _ . - +.
+	// "+". 1 to 128 bytes of A-Z a-z 0-9 _ . - + / (enforce.Spec.Name).
 	Name string
 	// Limits are checked together, all-or-nothing: either each records the
 	// request or none does, and the answer reports the worst (multi-level
