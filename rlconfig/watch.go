@@ -79,6 +79,12 @@ func watch(dir, only string, opts WatchOptions) (*Watcher, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 100 * time.Millisecond
 	}
+	// An absolute path has a parent of its own: "." would be its own
+	// parent, and its files' events taken for a sibling's.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)
+	}
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)

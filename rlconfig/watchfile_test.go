@@ -38,3 +38,25 @@ func TestWatchFileRemovedKeepsTheLimits(t *testing.T) {
 	write(t, path, limitFile("4"))
 	waitFor(t, ch, "after the file came back", succeeded(4))
 }
+
+// A file named relative to the working directory ("limits.yaml", as
+// LIMITS_FILE=limits.yaml gives it) is watched like any other: the events
+// of its directory "." are not taken for a sibling's.
+func TestWatchFileInTheWorkingDirectory(t *testing.T) {
+	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("3")})
+	t.Chdir(dir)
+	ch := make(chan reload, 100)
+	w, err := rlconfig.WatchFile("limits.yaml", rlconfig.WatchOptions{
+		Debounce: 20 * time.Millisecond,
+		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	write(t, "limits.yaml", limitFile("4"))
+	waitFor(t, ch, "after a rewrite of ./limits.yaml", succeeded(4))
+	if got := limitOf(w.Config()); got != 4 {
+		t.Fatalf("limit %d, want 4", got)
+	}
+}
