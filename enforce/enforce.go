@@ -116,7 +116,8 @@ func (e *Enforcer) Logger() *slog.Logger { return e.logger }
 
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store that New built. The gates keep working after Close, but
-// FailLocal hits then fail closed.
+// FailLocal hits then fail closed (unless Options.Local was given: it is
+// the caller's to close).
 func (e *Enforcer) Close() error {
 	e.mu.Lock()
 	gates := e.gates

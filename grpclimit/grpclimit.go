@@ -203,7 +203,7 @@ func New(opts Options) (*Limiter, error) {
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store, if New built the Enforcer; an Enforcer given in Options
 // is left open. The interceptors keep working after Close, but FailLocal
-// methods then fail closed.
+// methods then fail closed (unless Options.Local was given).
 func (l *Limiter) Close() error {
 	if l.ownE {
 		return l.e.Close()

@@ -124,7 +124,7 @@ func New(opts Options) (*Limiter, error) {
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store that New built; an Enforcer given in Options is left
 // open. The middleware keeps working after Close, but FailLocal routes
-// then fail closed.
+// then fail closed (unless Options.Local was given).
 func (l *Limiter) Close() error {
 	if l.ownE {
 		return l.e.Close()
