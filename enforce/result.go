@@ -64,7 +64,9 @@ type Result struct {
 	shadowHits []floodgate.Hit    // the shadow hits that were checked
 }
 
-// Allowed reports whether the request may proceed.
+// Allowed reports whether the request may proceed. The zero Result, which
+// Check and Decide return with an error, reports true: check the error
+// first.
 func (r Result) Allowed() bool {
 	switch r.Outcome {
 	case Denied, FailedClosed:
