@@ -175,7 +175,9 @@ type Spec struct {
 	// gate used only with [Gate.Check] may have none.
 	Limits []Limit
 	// Failure is what the Limits do when the store fails; the zero value
-	// is FailLocal.
+	// is FailLocal. Hits gives it to each hit; [Gate.Check] takes each
+	// hit's own Hit.Failure, so hits built by hand must set it (a hit of
+	// a fail-closed gate without it fails local).
 	Failure FailureMode
 	// Shadow puts every limit in shadow mode (see Limit.Shadow).
 	Shadow bool
