@@ -201,6 +201,7 @@ type Gate struct {
 	shadowLog  sometimes
 	waiting    atomic.Int64
 	skipWarned []atomic.Bool // by limit: the first skip of each is logged
+	badSource  []atomic.Bool // by limit: the first invalid rule of its Source is logged
 }
 
 const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+/"
@@ -229,6 +230,7 @@ func (e *Enforcer) Gate(s Spec) (*Gate, error) {
 	}
 	g.m = e.metrics.gate(s.Name, names)
 	g.skipWarned = make([]atomic.Bool, len(g.spec.Limits))
+	g.badSource = make([]atomic.Bool, len(g.spec.Limits))
 	e.gates = append(e.gates, g)
 	return g, nil
 }
@@ -329,13 +331,34 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 		}
 		key, rule := fitKey(keys[i]), lim.Rule
 		if lim.Source != nil {
-			if r, ok := lim.Source.Rule(rule, key); ok && r.Name == rule.Name && r.Validate() == nil {
-				rule = r
-			}
+			rule = g.sourced(ctx, i, rule, key)
 		}
 		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: key}, Shadow: lim.Shadow, Failure: g.spec.Failure})
 	}
 	return hits
+}
+
+// sourced returns the rule that limit i's Source gives key, or base when
+// it gives none, one of another name, or an invalid one; the first
+// refused rule of each limit is logged, since the source's limit then does
+// not apply.
+func (g *Gate) sourced(ctx context.Context, i int, base floodgate.Rule, key string) floodgate.Rule {
+	r, ok := g.spec.Limits[i].Source.Rule(base, key)
+	if !ok {
+		return base
+	}
+	err := r.Validate()
+	if err == nil && r.Name != base.Name {
+		err = fmt.Errorf("the source named it %q, not %q", r.Name, base.Name)
+	}
+	if err == nil {
+		return r
+	}
+	if !g.badSource[i].Swap(true) {
+		g.e.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a limit's source gave a rule it cannot use; the limit's own rule applies. Logged once",
+			slog.String("gate", g.spec.Name), slog.String("policy", base.Name), slog.Any("error", err))
+	}
+	return base
 }
 
 // Decide checks the request whose keys are keys: Check(ctx, g.Hits(ctx,
@@ -375,7 +398,9 @@ func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
 			res, err = g.throttle(ctx, enforced, modes, res)
 		}
 		if err != nil {
-			return Result{}, err
+			// Refused, not admitted, for a caller that looks only at
+			// Allowed; and not counted: nothing was decided.
+			return Result{Outcome: FailedClosed, Err: err}, err
 		}
 	}
 	if len(enforced) > 0 || len(shadow) == 0 {

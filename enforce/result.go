@@ -64,9 +64,8 @@ type Result struct {
 	shadowHits []floodgate.Hit    // the shadow hits that were checked
 }
 
-// Allowed reports whether the request may proceed. The zero Result, which
-// Check and Decide return with an error, reports true: check the error
-// first.
+// Allowed reports whether the request may proceed. The Result that Check
+// and Decide return with an error is FailedClosed: it reports false.
 func (r Result) Allowed() bool {
 	switch r.Outcome {
 	case Denied, FailedClosed:
