@@ -406,7 +406,7 @@ func (rt *route) nest(ctx context.Context, outer *Result, hits []enforce.Hit) []
 			"they compose (no hit counts twice, a denial here refunds the outer one's hits), but one Route with every limit is one atomic check: prefer it",
 			slog.String("route", rt.Name))
 	}
-	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.covers(h.Rule.Name, h.Key) })
+	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.Covers(h.Rule.Name, h.Key) })
 }
 
 // keepWorst remembers the legacy X-RateLimit-* fields that an outer route
