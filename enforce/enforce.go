@@ -2,6 +2,8 @@ package enforce
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -114,7 +116,8 @@ func (e *Enforcer) Logger() *slog.Logger { return e.logger }
 
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store that New built. The gates keep working after Close, but
-// FailLocal hits then fail closed.
+// FailLocal hits then fail closed (unless Options.Local was given: it is
+// the caller's to close).
 func (e *Enforcer) Close() error {
 	e.mu.Lock()
 	gates := e.gates
@@ -141,6 +144,24 @@ type Limit struct {
 	// shadow_allowed or shadow_denied under the limit's policy; shadow
 	// denials are logged, at most one line per LogInterval.
 	Shadow bool
+	// Source, if set, gives the limit's rule when each request comes, so
+	// that the limit changes without a restart (rlconfig.Rules reads it
+	// from envoy-format YAML that a Watcher reloads on change). Rule is
+	// the rule whenever Source has none for the key, or gives one of
+	// another name or an invalid one. A rule from Source keeps Rule's name,
+	// so a changed limit keeps the counts, and a changed window or
+	// algorithm starts them afresh (a key's state belongs to the rule's
+	// name, algorithm and window).
+	Source RuleSource
+}
+
+// RuleSource gives a limit its rule at the time of a request: live
+// limits. rlconfig.Rules is one.
+type RuleSource interface {
+	// Rule returns the rule that applies to key in place of base (the
+	// limit's own rule), and false when the source has none. It is called
+	// on every request: it must be fast and safe for concurrent use.
+	Rule(base floodgate.Rule, key string) (floodgate.Rule, bool)
 }
 
 // Spec describes a gate: the limits of one route, method or domain, and
@@ -154,7 +175,9 @@ type Spec struct {
 	// gate used only with [Gate.Check] may have none.
 	Limits []Limit
 	// Failure is what the Limits do when the store fails; the zero value
-	// is FailLocal.
+	// is FailLocal. Hits gives it to each hit; [Gate.Check] takes each
+	// hit's own Hit.Failure, so hits built by hand must set it (a hit of
+	// a fail-closed gate without it fails local).
 	Failure FailureMode
 	// Shadow puts every limit in shadow mode (see Limit.Shadow).
 	Shadow bool
@@ -178,6 +201,7 @@ type Gate struct {
 	shadowLog  sometimes
 	waiting    atomic.Int64
 	skipWarned []atomic.Bool // by limit: the first skip of each is logged
+	badSource  []atomic.Bool // by limit: the first invalid rule of its Source is logged
 }
 
 const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+/"
@@ -206,6 +230,7 @@ func (e *Enforcer) Gate(s Spec) (*Gate, error) {
 	}
 	g.m = e.metrics.gate(s.Name, names)
 	g.skipWarned = make([]atomic.Bool, len(g.spec.Limits))
+	g.badSource = make([]atomic.Bool, len(g.spec.Limits))
 	e.gates = append(e.gates, g)
 	return g, nil
 }
@@ -288,7 +313,10 @@ type Hit struct {
 // floodgate_skipped_limits_total and logged the first time, since a
 // per-user limit whose principal is never set (the rate-limit check runs
 // before authentication) would otherwise limit nobody, silently. Keys
-// beyond the Spec's limits are ignored; missing ones are "".
+// beyond the Spec's limits are ignored; missing ones are "". A key longer
+// than floodgate.MaxKeyLen is replaced by its SHA-256 digest, so that no
+// request's key makes an invalid hit. A limit with a Source gets the rule
+// its source gives for the key.
 func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 	hits := make([]Hit, 0, len(g.spec.Limits))
 	for i, lim := range g.spec.Limits {
@@ -301,9 +329,36 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 			}
 			continue
 		}
-		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: lim.Rule, Key: keys[i]}, Shadow: lim.Shadow, Failure: g.spec.Failure})
+		key, rule := fitKey(keys[i]), lim.Rule
+		if lim.Source != nil {
+			rule = g.sourced(ctx, i, rule, key)
+		}
+		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: key}, Shadow: lim.Shadow, Failure: g.spec.Failure})
 	}
 	return hits
+}
+
+// sourced returns the rule that limit i's Source gives key, or base when
+// it gives none, one of another name, or an invalid one; the first
+// refused rule of each limit is logged, since the source's limit then does
+// not apply.
+func (g *Gate) sourced(ctx context.Context, i int, base floodgate.Rule, key string) floodgate.Rule {
+	r, ok := g.spec.Limits[i].Source.Rule(base, key)
+	if !ok {
+		return base
+	}
+	err := r.Validate()
+	if err == nil && r.Name != base.Name {
+		err = fmt.Errorf("the source named it %q, not %q", r.Name, base.Name)
+	}
+	if err == nil {
+		return r
+	}
+	if !g.badSource[i].Swap(true) {
+		g.e.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a limit's source gave a rule it cannot use; the limit's own rule applies. Logged once",
+			slog.String("gate", g.spec.Name), slog.String("policy", base.Name), slog.Any("error", err))
+	}
+	return base
 }
 
 // Decide checks the request whose keys are keys: Check(ctx, g.Hits(ctx,
@@ -319,8 +374,9 @@ func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
 // logged. Rules need not be among the Spec's limits: a gate may check
 // rules that come with each request (an RLS domain's descriptors). The
 // error is non-nil only when ctx is done (nobody waits for the answer) or
-// a hit is invalid (it wraps floodgate.ErrInvalidHit or ErrInvalidRule: the
-// caller's input is at fault, not the store, so no failure mode applies).
+// an enforced hit is invalid (it wraps floodgate.ErrInvalidHit or
+// ErrInvalidRule: the caller's input is at fault, not the store, so no
+// failure mode applies); an invalid shadow hit is skipped.
 //
 // A request with no enforced hit is Skipped, and counted so if it has no
 // shadow hit either.
@@ -342,7 +398,9 @@ func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
 			res, err = g.throttle(ctx, enforced, modes, res)
 		}
 		if err != nil {
-			return Result{}, err
+			// Refused, not admitted, for a caller that looks only at
+			// Allowed; and not counted: nothing was decided.
+			return Result{Outcome: FailedClosed, Err: err}, err
 		}
 	}
 	if len(enforced) > 0 || len(shadow) == 0 {
@@ -378,7 +436,7 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 		return Result{}, err // the caller's input, not the store, is at fault
 	}
 	g.m.storeError(err)
-	res := Result{Outcome: FailedOpen, Err: err, hits: hits}
+	res := Result{Outcome: FailedOpen, Err: err} // no hits: nothing counted them
 	mode := FailOpen
 	var local []floodgate.Hit
 	for i, m := range modes {
@@ -396,7 +454,7 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 		mode = FailLocal
 		res.Outcome = FailedClosed // unless the local limits decide
 		if d, lerr := check(ctx, g.e.local, local); lerr == nil {
-			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: hits}
+			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: local}
 		}
 	}
 	g.log.do(start, func(held int) { // may run later, from a timer: no request context
@@ -405,6 +463,15 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
 	})
 	return res, nil
+}
+
+// fitKey returns k, or its digest if it is too long for a hit.
+func fitKey(k string) string {
+	if len(k) <= floodgate.MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // check decides hits with l; one hit goes through AllowN, which the core
@@ -418,12 +485,16 @@ func check(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit) (flo
 
 // shadow checks each shadow hit on its own, recording it if within its
 // limit, and counts and logs what it would have done. A store that fails
-// decides nothing, and counts nothing. It returns the decisions and the
-// hits they decided.
+// decides nothing, and counts nothing; an invalid hit is skipped. It
+// returns the decisions and the hits they decided.
 func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Decision, []floodgate.Hit) {
 	out := make([]floodgate.Decision, 0, len(hits))
+	checked := make([]floodgate.Hit, 0, len(hits))
 	for _, h := range hits {
 		d, err := check(ctx, g.e.limiter, []floodgate.Hit{h})
+		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
+			continue // the caller's input, not the store, is at fault: a shadow hit never fails a request
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				g.m.storeError(err)
@@ -431,6 +502,7 @@ func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.De
 			break // the store failed: the others would wait out their budgets too
 		}
 		out = append(out, d)
+		checked = append(checked, h)
 		g.m.shadowed(h.Rule.Name, d.Allowed)
 		if !d.Allowed {
 			g.shadowLog.do(time.Now(), func(held int) {
@@ -440,7 +512,7 @@ func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.De
 			})
 		}
 	}
-	return out, hits[:len(out):len(out)]
+	return out, checked
 }
 
 // throttles reports whether res is a denial worth waiting for.

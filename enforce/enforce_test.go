@@ -199,8 +199,8 @@ func TestInvalidHitIsAnErrorNotAStoreFailure(t *testing.T) {
 		if !errors.Is(err, floodgate.ErrInvalidHit) {
 			t.Errorf("hit %+v: err = %v, want ErrInvalidHit", h, err)
 		}
-		if res.Outcome != enforce.Allowed || res.Allowed() != true || res.Err != nil {
-			t.Errorf("hit %+v: result %+v, want the zero Result", h, res)
+		if res.Outcome != enforce.FailedClosed || res.Allowed() || res.Err != err {
+			t.Errorf("hit %+v: result %+v, want failed_closed with the error: refused, even on a fail-open gate", h, res)
 		}
 	}
 	if n := v.metric(t, "floodgate_store_errors_total", nil) + v.metric(t, "floodgate_decisions_total", nil); n != 0 {
@@ -335,5 +335,35 @@ func TestRefundByPolicy(t *testing.T) {
 	denied := enforce.Result{Outcome: enforce.Denied}
 	if err := denied.Refund(ctx); err != nil {
 		t.Errorf("refund of a denial: %v", err)
+	}
+}
+
+// source gives the rules of its map by key.
+type source map[string]floodgate.Rule
+
+func (s source) Rule(_ floodgate.Rule, key string) (floodgate.Rule, bool) {
+	r, ok := s[key]
+	return r, ok
+}
+
+// A limit's source gives each key its rule, under the limit's own name;
+// a rule of another name, or an invalid one, leaves the limit's own.
+func TestSourcesGiveEachKeyItsRule(t *testing.T) {
+	v := newEnv(t)
+	live := source{
+		"vip":    rule("user", 3),
+		"other":  rule("someone-else", 3),
+		"broken": {Name: "user", Limit: 0, Window: time.Minute},
+	}
+	g := v.gate(t, enforce.Spec{Name: "api", Limits: []enforce.Limit{{Rule: rule("user", 1), Source: live}}})
+	for key, want := range map[string]int64{"vip": 3, "other": 1, "broken": 1, "plain": 1} {
+		hits := g.Hits(t.Context(), []string{key})
+		if len(hits) != 1 || hits[0].Rule.Name != "user" || hits[0].Rule.Limit != want {
+			t.Errorf("key %q: hits %+v, want one of rule user with limit %d", key, hits, want)
+		}
+	}
+	g.Hits(t.Context(), []string{"broken"})
+	if n := strings.Count(v.logs.String(), "source gave a rule it cannot use"); n != 1 {
+		t.Errorf("%d log lines about refused source rules, want 1 (the first only):\n%s", n, v.logs)
 	}
 }

@@ -88,9 +88,10 @@ type Method struct {
 	// how long that limit's key has left: for login, where "the account is
 	// blocked" tells an attacker the account exists. The method sends no
 	// rate-limit metadata and no QuotaFailure; every denial is the same
-	// status, whose RetryInfo is the longest window of the method's limits
-	// (a bound on every limit's wait). It cannot be combined with MaxDelay,
-	// whose wait would tell the time each key has left.
+	// status, whose RetryInfo is the longest window of the method's limits,
+	// shadow ones aside (a bound on every limit's wait). It cannot be
+	// combined with MaxDelay, whose wait would tell the time each key has
+	// left.
 	Opaque bool
 	// MaxDelay slows down before it rejects: a call denied with a wait of
 	// at most MaxDelay waits and is decided again, for at most MaxDelay in
@@ -115,25 +116,15 @@ type Limit struct {
 	// limit is rolled out. Its outcome is counted as shadow_allowed or
 	// shadow_denied; it sends no metadata and is not refunded.
 	Shadow bool
-	// Source, if set, gives the limit's rule when each call comes, so that
-	// the limit changes without a restart (rlconfig.Rules reads it from
-	// envoy-format YAML that it reloads on change). Rule is the rule
-	// whenever Source has none for the key, or gives one of another name.
-	// A rule from Source keeps Rule's name: a changed limit keeps the
-	// counts, a changed window or algorithm starts them afresh. The
-	// metadata and the QuotaFailure report the rule in force.
+	// Source, if set, gives the limit's rule when each call comes: a live
+	// limit (see enforce.Limit.Source). The metadata and the QuotaFailure
+	// report the rule in force.
 	Source RuleSource
 }
 
 // RuleSource gives a limit its rule at the time of a call: live limits.
 // rlconfig.Rules is one.
-type RuleSource interface {
-	// Rule returns the rule of the limit named name for key, and false
-	// when the source has none (the limit's own Rule then applies). It is
-	// called on every call: it must be fast and safe for concurrent use,
-	// and return a valid rule.
-	Rule(name, key string) (floodgate.Rule, bool)
-}
+type RuleSource = enforce.RuleSource
 
 // Limiter holds the interceptors' per-method gates. Build it with [New];
 // it is safe for concurrent use, and its methods never change after New.
@@ -149,6 +140,7 @@ type Limiter struct {
 type method struct {
 	Method
 	gate        *enforce.Gate
+	spec        enforce.Spec      // what gate enforces; the gate is made once every method is checked
 	policies    map[string]string // the ratelimit-policy member of each rule name
 	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
 	enforced    int               // how many limits are not in shadow mode
@@ -165,6 +157,18 @@ func New(opts Options) (*Limiter, error) {
 	if opts.Enforcer != nil {
 		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
 			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+		}
+		// A dry run first finds the methods of opts that disagree with
+		// each other (one rule name, two rules), which build's checks
+		// against the shared Enforcer cannot see.
+		scratch, err := enforce.New(enforce.Options{Limiter: opts.Enforcer.Limiter(), Local: opts.Enforcer.Limiter()})
+		if err != nil {
+			return nil, err
+		}
+		_, err = build(scratch, opts)
+		scratch.Close()
+		if err != nil {
+			return nil, err
 		}
 		return build(opts.Enforcer, opts)
 	}
@@ -199,7 +203,7 @@ func New(opts Options) (*Limiter, error) {
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store, if New built the Enforcer; an Enforcer given in Options
 // is left open. The interceptors keep working after Close, but FailLocal
-// methods then fail closed.
+// methods then fail closed (unless Options.Local was given).
 func (l *Limiter) Close() error {
 	if l.ownE {
 		return l.e.Close()
@@ -236,6 +240,25 @@ func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
 		l.def = m
 	} else if opts.Default.Shadow || opts.Default.Opaque || opts.Default.MaxDelay != 0 || opts.Default.MaxWaiters != 0 || opts.Default.Failure != enforce.FailLocal {
 		errs = append(errs, fmt.Errorf("%w: Default has settings but no Limits", ErrInvalidOptions))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	// The gates claim their rule names in e: only once every method is
+	// checked, so that refused Options leave a shared Enforcer as it was.
+	for _, name := range append(names, DefaultGate) {
+		m := l.methods[name]
+		if name == DefaultGate {
+			m = l.def
+		}
+		if m == nil {
+			continue
+		}
+		g, err := e.Gate(m.spec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: method %q: %w", ErrInvalidOptions, m.spec.Name, err))
+		}
+		m.gate = g
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -278,8 +301,10 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 		}
 		b.policies[lim.Rule.Name] = member
 		b.live = b.live || lim.Source != nil
-		b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
-		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
+		if !lim.Shadow && !m.Shadow { // a shadow limit makes nobody wait
+			b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
+		}
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
 	}
 	var all []string
 	for _, lim := range b.Limits {
@@ -289,11 +314,10 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	}
 	b.allPolicies, b.enforced = strings.Join(all, ", "), len(all) // RFC 9651 §4.1.1: members are joined by ", "
 	if len(errs) == 0 {
-		g, err := e.Gate(spec)
-		if err != nil {
+		if err := e.Validate(spec); err != nil {
 			bad("%w", err)
 		}
-		b.gate = g
+		b.spec = spec
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -389,9 +413,6 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 		keys = append(keys, k)
 	}
 	hits := m.gate.Hits(ctx, keys)
-	if m.live {
-		m.liveRules(hits)
-	}
 	res, err := m.gate.Check(ctx, hits)
 	if err != nil {
 		// The call was canceled or ran out of time (Canceled,
@@ -410,21 +431,6 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 		return ctx, m.deny(res, hits)
 	}
 	return context.WithValue(ctx, resultKey{}, res), nil
-}
-
-// liveRules puts in hits the rules that the limits' sources give now. A
-// source's rule of another name is ignored: the name is the count's.
-func (m *method) liveRules(hits []enforce.Hit) {
-	for i, h := range hits {
-		for _, lim := range m.Limits {
-			if lim.Rule.Name != h.Rule.Name || lim.Source == nil {
-				continue
-			}
-			if r, ok := lim.Source.Rule(h.Rule.Name, h.Key); ok && r.Name == h.Rule.Name {
-				hits[i].Rule = r
-			}
-		}
-	}
 }
 
 // stream is a server stream whose context carries the Result.

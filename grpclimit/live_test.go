@@ -17,7 +17,7 @@ var _ grpclimit.RuleSource = (*rlconfig.Rules)(nil)
 // source gives the rules of its map by key.
 type source map[string]floodgate.Rule
 
-func (s source) Rule(_, key string) (floodgate.Rule, bool) {
+func (s source) Rule(_ floodgate.Rule, key string) (floodgate.Rule, bool) {
 	r, ok := s[key]
 	return r, ok
 }

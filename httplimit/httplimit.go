@@ -124,7 +124,7 @@ func New(opts Options) (*Limiter, error) {
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store that New built; an Enforcer given in Options is left
 // open. The middleware keeps working after Close, but FailLocal routes
-// then fail closed.
+// then fail closed (unless Options.Local was given).
 func (l *Limiter) Close() error {
 	if l.ownE {
 		return l.e.Close()
@@ -151,29 +151,21 @@ type Limit struct {
 	// denials are logged, at most one line per LogInterval. Shadow limits
 	// send no rate-limit fields and are not refunded by Result.Refund.
 	Shadow bool
-	// Source, if set, gives the limit's rule when each request comes, so
-	// that the limit changes without a restart (rlconfig.Rules reads it
-	// from envoy-format YAML that it reloads on change). Rule is the rule
-	// whenever Source has none for the key. A rule from Source keeps
-	// Rule's name: a changed limit keeps the counts, a changed window or
-	// algorithm starts them afresh.
+	// Source, if set, gives the limit's rule when each request comes: a
+	// live limit (see enforce.Limit.Source). The RateLimit-Policy field
+	// reports the rule in force.
 	Source RuleSource
 }
 
-// RuleSource gives a limit its rule at the time of a request: live limits.
-type RuleSource interface {
-	// Rule returns the rule of the limit named name for key, and false
-	// when the source has none (the limit's own Rule then applies). It is
-	// called on every request: it must be fast and safe for concurrent
-	// use, and return a valid rule.
-	Rule(name, key string) (floodgate.Rule, bool)
-}
+// RuleSource gives a limit its rule at the time of a request: live
+// limits. rlconfig.Rules is one.
+type RuleSource = enforce.RuleSource
 
 // Route configures the middleware of one route.
 type Route struct {
 	// Name names the route in metrics and logs, and is the policy name that
 	// an opaque route reports. Zero means the names of its rules joined by
-	// "+". 1 to 128 bytes of A-Z a-z 0-9 _ . - +.
+	// "+". 1 to 128 bytes of A-Z a-z 0-9 _ . - + / (enforce.Spec.Name).
 	Name string
 	// Limits are checked together, all-or-nothing: either each records the
 	// request or none does, and the answer reports the worst (multi-level
@@ -191,10 +183,11 @@ type Route struct {
 	// exists and is under attack. The route sends no RateLimit-Policy,
 	// RateLimit or X-RateLimit-* fields on any response; its denials are
 	// byte-identical, with the route's Name as the only violated policy
-	// and a Retry-After of its longest window (a bound on every limit's
-	// wait); a fail-closed denial is the same answer with FailStatus. It
-	// cannot be combined with MaxDelay, whose wait would tell the time
-	// each key has left.
+	// and a Retry-After of its longest window, a live rule's included
+	// and a shadow limit's not (a bound on every limit's wait); a
+	// fail-closed denial is the same answer with FailStatus, and waits at
+	// least Result.FailRetryAfter. It cannot be combined with MaxDelay,
+	// whose wait would tell the time each key has left.
 	Opaque bool
 	// MaxDelay slows down before it rejects: a request denied with a
 	// RetryAfter of at most MaxDelay waits that long and is decided again,
@@ -226,6 +219,7 @@ type route struct {
 	policies    map[string]string // serialized RateLimit-Policy member by rule name
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
+	longest     time.Duration     // the longest window of the Route's enforced rules
 	live        bool              // a limit has a Source: rules may differ from the Route's
 	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
@@ -262,7 +256,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	var names []string
 	var longest time.Duration
 	for i, lim := range r.Limits {
-		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
 		if lim.Key == nil {
 			bad("limit %d (%s): Key is nil", i, lim.Rule.Name)
 		}
@@ -283,7 +277,9 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		}
 		r.allPolicies += member
 		names = append(names, lim.Rule.Name)
-		longest = max(longest, lim.Rule.Window)
+		if !lim.Shadow && !rt.Shadow { // a shadow limit makes nobody wait
+			longest = max(longest, lim.Rule.Window)
+		}
 	}
 	if len(r.Limits) == 0 {
 		bad("no limits")
@@ -318,7 +314,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	if r.denyFunc == nil {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
 	}
-	r.opaqueRetry = enforce.RetryAfter(longest)
+	r.opaqueRetry, r.longest = enforce.RetryAfter(longest), longest
 	return r, nil
 }
 
@@ -342,9 +338,6 @@ func (rt *route) keys(req *http.Request) []string {
 func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
 	ctx := req.Context()
 	hits := rt.gate.Hits(ctx, rt.keys(req))
-	if rt.live {
-		rt.liveRules(hits)
-	}
 	outer, nested := FromContext(ctx)
 	if nested {
 		hits = rt.nest(ctx, &outer, hits)
@@ -377,21 +370,6 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		return
 	}
 	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
-}
-
-// liveRules puts in hits the rules that the limits' sources give now. A
-// source's rule is taken under the limit's own name, or not at all.
-func (rt *route) liveRules(hits []enforce.Hit) {
-	for i, h := range hits {
-		for _, lim := range rt.Limits {
-			if lim.Rule.Name != h.Rule.Name || lim.Source == nil {
-				continue
-			}
-			if r, ok := lim.Source.Rule(h.Rule.Name, h.Key); ok && r.Name == h.Rule.Name {
-				hits[i].Rule = r
-			}
-		}
-	}
 }
 
 // compose returns the verdict on a request whose own check is own: with
@@ -428,7 +406,7 @@ func (rt *route) nest(ctx context.Context, outer *Result, hits []enforce.Hit) []
 			"they compose (no hit counts twice, a denial here refunds the outer one's hits), but one Route with every limit is one atomic check: prefer it",
 			slog.String("route", rt.Name))
 	}
-	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.covers(h.Rule.Name, h.Key) })
+	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.Covers(h.Rule.Name, h.Key) })
 }
 
 // keepWorst remembers the legacy X-RateLimit-* fields that an outer route

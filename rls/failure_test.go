@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/rls"
@@ -139,6 +140,14 @@ func TestBoundsAccepted(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "exceeds the capacity 10") {
 		t.Errorf("hits_addend 2^63-1: %v, want InvalidArgument over the capacity", err)
 	}
+	// A key of exactly floodgate's bound ("inv/user=" and the value) is
+	// decided; one byte more is refused.
+	value := strings.Repeat("v", floodgate.MaxKeyLen-len("inv/user="))
+	expect(t, mustDecide(t, svc, req("inv", desc("user="+value))), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{9})
+	_, err = svc.srv.ShouldRateLimit(context.Background(), req("inv", desc("user="+value+"v")))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a key one byte over the bound: %v, want InvalidArgument", err)
+	}
 	// Values whose key (escaped) is over floodgate's key bound.
 	_, err = svc.srv.ShouldRateLimit(context.Background(), req("inv", desc("user="+strings.Repeat("/", 400_000))))
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bytes long, at most 1048576 allowed") {
@@ -156,4 +165,14 @@ func TestHeadersOncePerHit(t *testing.T) {
 			t.Errorf("%s %q: %d members, want 2 (one per distinct hit)", field, header(resp, field), n)
 		}
 	}
+}
+
+// mustDecide calls the Server in process (no gRPC message bound).
+func mustDecide(t *testing.T, svc *service, r *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := svc.srv.ShouldRateLimit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
