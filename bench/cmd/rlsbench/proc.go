@@ -22,21 +22,30 @@ func cpuTime(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	s := string(b)
+	d, err := parseStat(string(b))
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return d, nil
+}
+
+// parseStat reads utime plus stime from the text of /proc/PID/stat.
+func parseStat(s string) (time.Duration, error) {
+	// The command name, field 2, is in parentheses and may hold spaces
+	// and parentheses.
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return 0, errors.New("no command name")
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+		return 0, fmt.Errorf("%d fields after the command name", len(f))
 	}
 	u, err1 := strconv.ParseInt(f[11], 10, 64)
 	st, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		return 0, err
 	}
 	return time.Duration(u+st) * clockTick, nil
 }
