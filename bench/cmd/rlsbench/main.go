@@ -74,7 +74,7 @@ type options struct {
 	rounds, callers, conns        int
 	values                        int
 	workloads, rows               string
-	envoyEnv                      string
+	envoyEnv, floodgateEnv        string
 	localCacheBytes               int
 	outage, perf                  bool
 	perfSeconds                   int
@@ -97,6 +97,7 @@ func mainErr(args []string, out io.Writer) error {
 	fs.StringVar(&o.workloads, "workloads", "allowed,attack,3 descriptors", "comma-separated workloads")
 	fs.StringVar(&o.rows, "rows", "", "run only the rows whose name matches this regular expression")
 	fs.StringVar(&o.envoyEnv, "envoy-env", "REDIS_POOL_SIZE=10,REDIS_PIPELINE_WINDOW=0,REDIS_PIPELINE_LIMIT=0", "envoyproxy/ratelimit's Redis settings (the best of those tried here: BENCHMARKS.md), comma-separated NAME=VALUE")
+	fs.StringVar(&o.floodgateEnv, "floodgate-env", "", "floodgate's extra settings, comma-separated NAME=VALUE (e.g. DECISION_TIMEOUT=1s)")
 	fs.IntVar(&o.localCacheBytes, "local-cache-bytes", 1<<20, "LOCAL_CACHE_SIZE_IN_BYTES for both services (floodgate reads it as bytes/300 cached denials)")
 	fs.BoolVar(&o.outage, "outage", false, "then run the outage comparison (Redis SIGSTOP 10s under load, SIGKILL, restart)")
 	fs.BoolVar(&o.perf, "perf", false, "then profile floodgate's fixed-window service under the allowed load with perf(1)")
@@ -146,8 +147,12 @@ func mainErr(args []string, out io.Writer) error {
 	fmt.Fprintf(out, "# rlsbench: %s, %s/%s, %d CPUs; %s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), redisVersion(o.redisServer))
 	fmt.Fprintf(out, "# %d callers over %d connections per service, %d descriptor values, each row %v per workload in %d alternating rounds after %v of warm-up; load generator, services and Redis on the same machine\n",
 		o.callers, o.conns, o.values, o.duration, o.rounds, o.warmup)
-	fmt.Fprintf(out, "# envoyproxy/ratelimit: %s, LOCAL_CACHE_SIZE_IN_BYTES=%d; floodgate: the same LOCAL_CACHE_SIZE_IN_BYTES (%d cached denials), DECISION_TIMEOUT default\n",
-		o.envoyEnv, o.localCacheBytes, o.localCacheBytes/300)
+	fgEnv := o.floodgateEnv
+	if fgEnv == "" {
+		fgEnv = "defaults (DECISION_TIMEOUT 50ms)"
+	}
+	fmt.Fprintf(out, "# envoyproxy/ratelimit: %s, LOCAL_CACHE_SIZE_IN_BYTES=%d; floodgate: the same LOCAL_CACHE_SIZE_IN_BYTES (%d cached denials), %s\n",
+		o.envoyEnv, o.localCacheBytes, o.localCacheBytes/300, fgEnv)
 
 	var wls []workload
 	for _, w := range workloads(o.values) {
@@ -235,10 +240,10 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 			if err != nil {
 				return nil, err
 			}
-			return start(ctx, dir, name, grpcAddr, o.floodgate, nil, []string{
+			return start(ctx, dir, name, grpcAddr, o.floodgate, nil, append([]string{
 				"CONFIG_DIR=" + configDir, "REDIS_URL=" + rd.addr(), "CACHE_KEY_PREFIX=" + prefix,
 				"GRPC_ADDR=" + grpcAddr, fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", hp), "LOG_LEVEL=warn", cache,
-			})
+			}, envList(o.floodgateEnv)...))
 		}}
 	}
 	sw, err := variant("sliding_window")
@@ -266,11 +271,7 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 				"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + gp, "HOST=127.0.0.1", fmt.Sprintf("PORT=%d", hp),
 				"DEBUG_HOST=127.0.0.1", fmt.Sprintf("DEBUG_PORT=%d", dp), "LOG_LEVEL=warn", cache,
 			}
-			for _, kv := range strings.Split(o.envoyEnv, ",") {
-				if kv = strings.TrimSpace(kv); kv != "" {
-					env = append(env, kv)
-				}
-			}
+			env = append(env, envList(o.envoyEnv)...)
 			return start(ctx, dir, "envoyproxy-ratelimit", grpcAddr, o.envoy, nil, env)
 		}},
 		{"null", func(grpcAddr string) (*proc, error) {
@@ -302,6 +303,17 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 		}
 	}
 	return rows, nil
+}
+
+// envList splits "A=1,B=2" into environment entries.
+func envList(s string) []string {
+	var env []string
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 func redisVersion(bin string) string {
