@@ -19,6 +19,7 @@ var allowlist = []allowed{
 	{"peek", "a descriptor hits_addend of 0 asks whether one more hit would be allowed: at exactly the limit floodgate answers OVER_LIMIT, and records nothing on the request's other descriptors (all-or-nothing); envoyproxy/ratelimit adds 0 and answers OK there", false},
 	{"pairs", "keys and values are matched as pairs: envoyproxy/ratelimit joins them into one \"key_value\" string, so key \"a\" with value \"b_c\" reaches the limit of key \"a_b\" with value \"c\"; floodgate matches nothing there", false},
 	{"wildcard-anywhere", "a \"*\" anywhere in a value matches, as envoyproxy/ratelimit's README describes today; the pinned envoyproxy/ratelimit build compared here matches a \"*\" only at the end of a value", false},
+	{"negative-hits", "is_negative_hits is refused with InvalidArgument: floodgate refunds only by a decision's receipt, and a blind decrement could credit a key more than it was charged; the pinned envoyproxy/ratelimit build ignores the field and counts the hits as usual", false},
 	{"bug-unlimited-remaining", "NOT deliberate, a known bug reported to the service's owner: an unlimited descriptor answers limit_remaining 0; envoyproxy/ratelimit answers 4294967295 (MaxUint32), as its README says", true},
 	{"not compared", "duration_until_reset (floodgate: until the quota is whole; the same for a fixed window up to rounding) and response_headers_to_add (floodgate sends the draft-11 RateLimit fields, envoyproxy/ratelimit none by default)", false},
 }

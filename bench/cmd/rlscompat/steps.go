@@ -3,6 +3,7 @@ package main
 import (
 	pbcore "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -19,8 +20,10 @@ type step struct {
 
 // A desc is one descriptor of a step.
 type desc struct {
-	entries []string // key, value, key, value, ...
-	hits    *uint64  // the descriptor's hits_addend, when set
+	entries  []string // key, value, key, value, ...
+	hits     *uint64  // the descriptor's hits_addend, when set
+	perMin   uint32   // a limit override of perMin per minute, when not 0
+	negative bool     // is_negative_hits
 }
 
 func d(kv ...string) desc { return desc{entries: kv} }
@@ -38,6 +41,10 @@ func (s step) request() *pb.RateLimitRequest {
 		if de.hits != nil {
 			pd.HitsAddend = wrapperspb.UInt64(*de.hits)
 		}
+		if de.perMin != 0 {
+			pd.Limit = &pbcore.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: de.perMin, Unit: typev3.RateLimitUnit_MINUTE}
+		}
+		pd.IsNegativeHits = de.negative
 		r.Descriptors = append(r.Descriptors, pd)
 	}
 	return r
@@ -151,6 +158,16 @@ func script() []step {
 		// "a_b" with value "c".
 		{name: "joined key_value", domain: "collide", descs: []desc{d("a", "b_c")}, allow: "pairs"},
 		{name: "the pair itself", domain: "collide", descs: []desc{d("a_b", "c")}, allow: "pairs"},
+
+		// A limit override (Envoy's rate limit action with a limit):
+		// a fixed window of its own, in a configured domain.
+		{name: "override 2/min", domain: "mongo_cps", descs: []desc{{entries: []string{"database", "users"}, perMin: 2}}},
+		{name: "override 2/min again", domain: "mongo_cps", descs: []desc{{entries: []string{"database", "users"}, perMin: 2}}},
+		{name: "override 2/min over", domain: "mongo_cps", descs: []desc{{entries: []string{"database", "users"}, perMin: 2}}},
+		{name: "override of an unmatched value", domain: "mongo_cps", descs: []desc{{entries: []string{"database", "orders"}, perMin: 2}}},
+
+		// is_negative_hits: refused here, counted as positive there.
+		{name: "is_negative_hits", domain: "internal", descs: []desc{{entries: []string{"azure", "n"}, negative: true}}, allow: "negative-hits"},
 
 		// A domain that is not configured.
 		{name: "unknown domain", domain: "no_such_domain", descs: []desc{d("key", "value")}},
