@@ -69,6 +69,7 @@ type row struct {
 
 type options struct {
 	floodgate, envoy, redisServer string
+	variantBin, variantName       string
 	config                        string
 	duration, warmup, timeout     time.Duration
 	rounds, callers, conns        int
@@ -84,6 +85,8 @@ func mainErr(args []string, out io.Writer) error {
 	var o options
 	fs := flag.NewFlagSet("rlsbench", flag.ContinueOnError)
 	fs.StringVar(&o.floodgate, "floodgate", "", "the floodgate binary (go build ./cmd/floodgate)")
+	fs.StringVar(&o.variantBin, "variant", "", "another floodgate binary (a change under trial): adds a fixed-window row for it")
+	fs.StringVar(&o.variantName, "variant-name", "variant", "the name of -variant's row: floodgate fixed window, NAME")
 	fs.StringVar(&o.envoy, "envoy", "", "envoyproxy/ratelimit's service_cmd binary")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.config, "config", "", "the RUNTIME_ROOT: a directory holding ratelimit/config/*.yaml")
@@ -235,12 +238,16 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 		run  func(grpcAddr string) (*proc, error)
 	}
 	fg := func(name, configDir, prefix string) spec {
+		bin := o.floodgate
+		if strings.HasPrefix(name, "floodgate fixed window, ") {
+			bin = o.variantBin
+		}
 		return spec{name, func(grpcAddr string) (*proc, error) {
 			hp, err := ps.free()
 			if err != nil {
 				return nil, err
 			}
-			return start(ctx, dir, name, grpcAddr, o.floodgate, nil, append([]string{
+			return start(ctx, dir, name, grpcAddr, bin, nil, append([]string{
 				"CONFIG_DIR=" + configDir, "REDIS_URL=" + rd.addr(), "CACHE_KEY_PREFIX=" + prefix,
 				"GRPC_ADDR=" + grpcAddr, fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", hp), "LOG_LEVEL=warn", cache,
 			}, envList(o.floodgateEnv)...))
@@ -258,6 +265,11 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 		fg("floodgate fixed window", shared, "fgfw:"),
 		fg("floodgate sliding window", sw, "fgsw:"),
 		fg("floodgate token bucket", tb, "fgtb:"),
+	}
+	if o.variantBin != "" {
+		specs = append(specs, fg("floodgate fixed window, "+o.variantName, shared, "fgv:"))
+	}
+	specs = append(specs, []spec{
 		{"envoyproxy/ratelimit", func(grpcAddr string) (*proc, error) {
 			_, gp, _ := strings.Cut(grpcAddr, ":")
 			hp, err1 := ps.free()
@@ -281,7 +293,7 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 			}
 			return start(ctx, dir, "null", grpcAddr, self, []string{"null", "-addr", grpcAddr}, nil)
 		}},
-	}
+	}...)
 	var rows []*row
 	for _, s := range specs {
 		if !only.MatchString(s.name) && s.name != "null" && s.name != "envoyproxy/ratelimit" {
