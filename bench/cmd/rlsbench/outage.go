@@ -54,6 +54,7 @@ type event struct {
 	start time.Time
 	lat   time.Duration
 	kind  string // OK, OVER_LIMIT, or the gRPC code of the error
+	msg   string // the error's message
 }
 
 // timeline runs the allowed workload until stop is closed, recording
@@ -84,11 +85,11 @@ func timeline(ctx context.Context, l *loader, w workload, callers int, timeout t
 				cctx, cancel := context.WithTimeout(ctx, timeout)
 				resp, err := client.ShouldRateLimit(cctx, w.reqs[i])
 				cancel()
-				kind := resp.GetOverallCode().String()
+				kind, msg := resp.GetOverallCode().String(), ""
 				if err != nil {
-					kind = status.Code(err).String()
+					kind, msg = status.Code(err).String(), status.Convert(err).Message()
 				}
-				evs = append(evs, event{t0, time.Since(t0), kind})
+				evs = append(evs, event{t0, time.Since(t0), kind, msg})
 				if i++; i == len(w.reqs) {
 					i = 0
 				}
@@ -102,14 +103,14 @@ func timeline(ctx context.Context, l *loader, w workload, callers int, timeout t
 
 // An outageResult is one service's figures.
 type outageResult struct {
-	name                 string
-	during               []event // calls in flight at some time while Redis was stopped
-	p50, p99, max        time.Duration
-	answers              map[string]int
-	afterKill            map[string]int // calls started after the kill, before the first OK
-	backAfter            time.Duration  // from the restart to the end of the first OK call started after it
-	before               map[string]int
-	stalledAcrossRestart int
+	name          string
+	during        []event // calls in flight at some time while Redis was stopped
+	p50, p99, max time.Duration
+	answers       map[string]int
+	afterKill     map[string]int // calls started after the kill, before the first OK
+	backAfter     time.Duration  // from the restart to the end of the first OK call started after it
+	before        map[string]int
+	messages      map[string]string // the first message of each error code seen
 }
 
 // outage freezes Redis for 10 seconds under the allowed load of each
@@ -145,7 +146,12 @@ func outage(ctx context.Context, out io.Writer, o options, rows []*row, rd *redi
 		close(stop)
 		<-done
 
-		res := outageResult{name: name, answers: map[string]int{}, afterKill: map[string]int{}, before: map[string]int{}}
+		res := outageResult{name: name, answers: map[string]int{}, afterKill: map[string]int{}, before: map[string]int{}, messages: map[string]string{}}
+		for _, e := range evs {
+			if _, ok := res.messages[e.kind]; !ok && e.msg != "" {
+				res.messages[e.kind] = e.msg
+			}
+		}
 		var lats []time.Duration
 		for _, e := range evs {
 			switch {
@@ -194,6 +200,11 @@ func outage(ctx context.Context, out io.Writer, o options, rows []*row, rd *redi
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%v\t%v\t%s\t\n", r.name, len(r.during), ms(r.p50), ms(r.p99), ms(r.max), r.answers, r.afterKill, back)
 	}
 	tw.Flush()
+	for _, r := range results {
+		for code, msg := range r.messages {
+			fmt.Fprintf(out, "%s: %s: %q\n", r.name, code, msg)
+		}
+	}
 	return nil
 }
 
