@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs floodgate's service and envoyproxy/ratelimit side by side on the
 # same configuration directory (bench/compat/ratelimit/config: the
-# examples of envoyproxy/ratelimit's README as files, and more), each on a
-# fresh throwaway redis-server, sends both one scripted sequence of
+# examples of envoyproxy/ratelimit's README as files, and more), on one
+# throwaway redis-server (flushed before the sequence; the two services'
+# keys never overlap), sends both one scripted sequence of
 # ShouldRateLimit calls through the generated gRPC client
 # (bench/cmd/rlscompat) and compares the answers field by field. It
 # passes when every difference is one of the deliberate ones that
