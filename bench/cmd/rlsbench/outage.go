@@ -43,7 +43,8 @@ func (r *redisProc) signal(s syscall.Signal) { r.cmd.Process.Signal(s) }
 
 func (r *redisProc) kill() {
 	if r.cmd != nil && r.cmd.Process != nil {
-		r.cmd.Process.Signal(syscall.SIGCONT)
+		// SIGKILL ends a stopped process too; a SIGCONT first would let
+		// it answer what is queued before it dies.
 		r.cmd.Process.Kill()
 		r.cmd.Wait()
 	}
@@ -194,7 +195,7 @@ func outage(ctx context.Context, out io.Writer, o options, rows []*row, rd *redi
 	fmt.Fprintln(tw, "service\tcalls in flight during the stop\tp50\tp99\tmax\ttheir answers\tother answers after the kill, before the first OK\tfirst OK after the restart\t")
 	for _, r := range results {
 		back := "never (within 15 s)"
-		if r.backAfter > 0 {
+		if r.backAfter != 0 {
 			back = r.backAfter.Round(time.Millisecond).String()
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%v\t%v\t%s\t\n", r.name, len(r.during), ms(r.p50), ms(r.p99), ms(r.max), r.answers, r.afterKill, back)
