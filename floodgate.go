@@ -58,9 +58,9 @@ type Options struct {
 // Most callers use [Limiter.Allow]; [Limiter.Check] checks several keys at
 // once (login by IP and by account), all-or-nothing.
 type Limiter struct {
-	store   Store
-	local   LocalStore // store, when it is local; nil otherwise
-	timeout time.Duration
+	store     Store
+	local     LocalStore // store, when it is local; nil otherwise
+	timeout   time.Duration
 	denials   *denialCache // nil when Options.DenialCacheSize is 0
 	overrides Overrides    // nil when Options.Overrides is
 	ids       ids
