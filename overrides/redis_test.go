@@ -146,24 +146,10 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			}
 			gauge := func(name string) float64 {
 				t.Helper()
-				mfs, err := reg.Gather()
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, mf := range mfs {
-					if mf.GetName() == name {
-						m := mf.GetMetric()[0]
-						if m.GetLabel()[0].GetValue() != tb.Key() {
-							t.Fatalf("%s labelled %v; want table=%s", name, m.GetLabel(), tb.Key())
-						}
-						if m.GetGauge() != nil {
-							return m.GetGauge().GetValue()
-						}
-						return m.GetCounter().GetValue()
-					}
-				}
-				t.Fatalf("no metric %s", name)
-				return 0
+				return metric(t, reg, name)
+			}
+			if mfs, err := reg.Gather(); err != nil || len(mfs) != 4 || mfs[0].GetMetric()[0].GetLabel()[0].GetValue() != tb.Key() {
+				t.Fatalf("metrics = %v, %v; want 4, labelled table=%s", mfs, err, tb.Key())
 			}
 
 			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 5, time.Minute), Key: "customer-42"}); err != nil {
