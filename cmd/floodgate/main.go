@@ -68,6 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 const usage = `usage:
   floodgate peek|reset -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
   floodgate peek|reset -config DIR -domain DOMAIN [-prefix P] [-o json] KEY=VALUE...
+  floodgate override set|get|rm|ls ...   per-key limits (floodgate override for its usage)
 Redis is REDIS_URL.`
 
 func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -75,6 +76,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("%w: no subcommand\n%s", errUsage, usage)
 	}
 	cmd, args := args[0], args[1:]
+	if cmd == "override" {
+		return overrideCmd(ctx, args, getenv, stdout)
+	}
 	if cmd != "peek" && cmd != "reset" {
 		return fmt.Errorf("%w: unknown subcommand %q\n%s", errUsage, cmd, usage)
 	}

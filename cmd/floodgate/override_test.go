@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/overrides"
+	"github.com/floodgate-rl/floodgate/redisstore"
+)
+
+// TestOverride gives a customer a limit of its own from the shell, on a
+// standalone Redis and on a Cluster, and checks that a service's Limiter
+// (through an overrides.Source) admits exactly that limit, then the
+// rule's own once the override is removed.
+func TestOverride(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	for name, url := range map[string]string{"standalone": "redis://" + redistest.Addr(t), "cluster": cluster.URL()} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := "ovr" + strings.ReplaceAll(t.Name(), "/", "-") + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+			// The service: redisstore and a Source on the same prefix.
+			store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer table.Close()
+			src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Refresh: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			l, err := floodgate.New(store, floodgate.Options{Timeout: 5 * time.Second, Overrides: src})
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := floodgate.MustRule(floodgate.NewRule("api", 2, time.Minute, floodgate.SlidingWindow))
+			admitted := func(key string) int {
+				t.Helper()
+				if err := src.Refresh(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for n := range 20 {
+					d, err := l.Allow(ctx, api, key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !d.Allowed {
+						return n
+					}
+				}
+				return 20
+			}
+
+			code, out, errs := cli(t, url, "override", "set", "-prefix", prefix, "-rule", "api", "-limit", "5/1m", "customer-42")
+			if code != 0 || !strings.Contains(out, `set api: 5/1m0s sliding-window for key "customer-42", no expiry`) {
+				t.Fatalf("set = %d %q %q", code, out, errs)
+			}
+			if n := admitted("customer-42"); n != 5 {
+				t.Fatalf("customer-42 admitted %d after set; want 5", n)
+			}
+			if n := admitted("customer-41"); n != 2 {
+				t.Fatalf("customer-41 admitted %d; want the rule's 2", n)
+			}
+			code, out, errs = cli(t, url, "override", "set", "-prefix", prefix, "-rule", "api", "-limit", "30/1s",
+				"-algorithm", "token-bucket", "-burst", "60", "-ttl", "24h", "-o", "json", "{odd}\nkey")
+			var got map[string]any
+			if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+				t.Fatalf("set -o json = %d %q %q", code, out, errs)
+			}
+			s := got["set"].(map[string]any)
+			exp, err := time.Parse(time.RFC3339Nano, s["expires"].(string))
+			if err != nil || s["limit"] != 30.0 || s["burst"] != 60.0 || s["algorithm"] != "token-bucket" || s["window_ms"] != 1000.0 ||
+				s["key"] != "{odd}\nkey" || time.Until(exp) < 23*time.Hour || time.Until(exp) > 24*time.Hour {
+				t.Fatalf("set -o json = %v; want 30/1s token-bucket burst 60, expiring in 24h", got)
+			}
+
+			code, out, _ = cli(t, url, "override", "get", "-prefix", prefix, "-rule", "api", "-o", "json", "customer-42")
+			if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got["found"] != true || got["limit"] != 5.0 || got["window"] != "1m0s" || got["expires"] != nil {
+				t.Fatalf("get -o json = %d %q; want found, 5/1m0s, no expiry", code, out)
+			}
+			code, out, _ = cli(t, url, "override", "get", "-prefix", prefix, "-rule", "web", "customer-42")
+			if code != 0 || !strings.Contains(out, `no override of key "customer-42" under rule web`) {
+				t.Fatalf("get of another rule = %d %q", code, out)
+			}
+
+			// ls shows an override without expiry as "never", and what the
+			// services skip.
+			if _, err := redistest.Command(holder(t, cluster, name, url, table.Key()), "HSET", table.Key(), "api:junk", "lots"); err != nil {
+				t.Fatal(err)
+			}
+			code, out, _ = cli(t, url, "override", "ls", "-prefix", prefix)
+			lines := strings.Split(out, "\n")
+			if code != 0 || len(lines) != 7 ||
+				strings.Join(strings.Fields(lines[0]), " ") != "RULE KEY LIMIT ALGORITHM EXPIRES" ||
+				strings.Join(strings.Fields(lines[1]), " ") != `api "customer-42" 5/1m0s sliding-window never` ||
+				!strings.HasPrefix(strings.Join(strings.Fields(lines[2]), " "), `api "{odd}\nkey" 30/1s token-bucket, burst 60 `+exp.UTC().Format(time.RFC3339)+" (in 2") ||
+				lines[3] != "2 override(s)" ||
+				!strings.HasPrefix(lines[4], "1 invalid entr(ies)") || !strings.Contains(lines[5], `"api:junk" = "lots"`) {
+				t.Fatalf("ls = %d\n%s", code, out)
+			}
+			code, out, _ = cli(t, url, "override", "ls", "-prefix", prefix, "-rule", "web", "-o", "json")
+			if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"invalid":true`) {
+				t.Fatalf("ls -rule web -o json = %d %q; want only the invalid entry", code, out)
+			}
+
+			code, out, _ = cli(t, url, "override", "rm", "-prefix", prefix, "-rule", "api", "-o", "json", "customer-42")
+			if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got["removed"] != true {
+				t.Fatalf("rm = %d %q", code, out)
+			}
+			code, out, _ = cli(t, url, "override", "rm", "-prefix", prefix, "-rule", "api", "customer-42")
+			if code != 0 || !strings.Contains(out, "no override") {
+				t.Fatalf("rm again = %d %q", code, out)
+			}
+			// Back on the rule's 2, with the 5 recorded: denied.
+			if n := admitted("customer-42"); n != 0 {
+				t.Fatalf("customer-42 admitted %d after rm; want 0 (5 taken, the rule allows 2)", n)
+			}
+		})
+	}
+}
+
+// holder is the address of the server that holds key.
+func holder(t *testing.T, c *redistest.Cluster, name, url, key string) string {
+	t.Helper()
+	if name != "cluster" {
+		return strings.TrimPrefix(url, "redis://")
+	}
+	slot, err := c.KeySlot(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.MasterOf(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Addr()
+}
+
+// An expired override is listed as such, and set deletes it.
+func TestOverrideExpired(t *testing.T) {
+	ctx := context.Background()
+	url := "redis://" + redistest.Addr(t)
+	prefix := "ovrexp" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	old := overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule("api", 9, time.Minute, floodgate.SlidingWindow)), Key: "old", Expires: time.Now().Add(-time.Minute)}
+	if err := table.Set(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := cli(t, url, "override", "ls", "-prefix", prefix)
+	if code != 0 || !strings.Contains(out, `"old"`) || !strings.Contains(out, "expired "+old.Expires.UTC().Format(time.RFC3339)) {
+		t.Fatalf("ls = %d %q; want old, expired", code, out)
+	}
+	code, out, _ = cli(t, url, "override", "get", "-prefix", prefix, "-rule", "api", "old")
+	if code != 0 || !strings.Contains(out, "(expired: the rule's own limit applies)") {
+		t.Fatalf("get = %d %q", code, out)
+	}
+	code, out, _ = cli(t, url, "override", "set", "-prefix", prefix, "-rule", "api", "-limit", "3/1s", "new")
+	if code != 0 || !strings.Contains(out, "deleted 1 expired override(s)") {
+		t.Fatalf("set = %d %q; want the expired one deleted", code, out)
+	}
+	if _, ok, err := table.Get(ctx, "api", "old"); err != nil || ok {
+		t.Fatalf("old after set: %v, %v; want gone", ok, err)
+	}
+}
+
+// Bad input exits 2 with a reason, before Redis is asked; an unreachable
+// Redis exits 1.
+func TestOverrideErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "redis://" + ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct {
+		name string
+		url  string
+		args []string
+		code int
+		want string
+	}{
+		{"no subcommand", dead, []string{"override"}, 2, "override needs set, get, rm or ls"},
+		{"unknown subcommand", dead, []string{"override", "add"}, 2, `unknown override subcommand "add"`},
+		{"no rule", dead, []string{"override", "get", "k"}, 2, "-rule is required"},
+		{"bad rule name", dead, []string{"override", "get", "-rule", "a b", "k"}, 2, "name has"},
+		{"no key", dead, []string{"override", "rm", "-rule", "api"}, 2, "want one KEY, got 0"},
+		{"two keys", dead, []string{"override", "get", "-rule", "api", "a", "b"}, 2, "want one KEY, got 2"},
+		{"ls with a key", dead, []string{"override", "ls", "k"}, 2, "takes no KEY"},
+		{"no limit", dead, []string{"override", "set", "-rule", "api", "k"}, 2, "needs -limit"},
+		{"bad limit", dead, []string{"override", "set", "-rule", "api", "-limit", "many/1m", "k"}, 2, "not a whole number"},
+		{"bad algorithm", dead, []string{"override", "set", "-rule", "api", "-limit", "5/1m", "-algorithm", "leaky", "k"}, 2, "leaky"},
+		{"burst on a window", dead, []string{"override", "set", "-rule", "api", "-limit", "5/1m", "-burst", "9", "k"}, 2, "burst is only meaningful"},
+		{"negative ttl", dead, []string{"override", "set", "-rule", "api", "-limit", "5/1m", "-ttl", "-1h", "k"}, 2, "negative"},
+		{"limit on get", dead, []string{"override", "get", "-rule", "api", "-limit", "5/1m", "k"}, 2, "-limit is only for override set"},
+		{"bad output", dead, []string{"override", "ls", "-o", "yaml"}, 2, `-o "yaml"`},
+		{"bad prefix", dead, []string{"override", "ls", "-prefix", "a{"}, 2, "brace"},
+		{"no REDIS_URL", "", []string{"override", "ls"}, 2, "REDIS_URL is empty"},
+		{"Redis down", dead, []string{"override", "ls", "-timeout", "1s"}, 1, "store unavailable"},
+		{"Redis down on set", dead, []string{"override", "set", "-rule", "api", "-limit", "5/1m", "-timeout", "1s", "k"}, 1, "store unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := cli(t, tc.url, tc.args...)
+			if code != tc.code || out != "" || !strings.Contains(errs, tc.want) {
+				t.Fatalf("%v = %d %q %q; want %d and %q", tc.args, code, out, errs, tc.code, tc.want)
+			}
+		})
+	}
+}
