@@ -85,7 +85,7 @@ func TestSkippedLimitIsCountedAndLoggedOnce(t *testing.T) {
 			t.Fatalf("status %d; a skipped limit lets the request through", rec.Code)
 		}
 	}
-	got := metric(t, reg, "floodgate_http_skipped_limits_total", map[string]string{"route": "pix", "policy": "per-user"})
+	got := metric(t, reg, "floodgate_skipped_limits_total", map[string]string{"gate": "pix", "policy": "per-user"})
 	if got != 5 {
 		t.Fatalf("skipped limits counted %v, want 5", got)
 	}
@@ -132,7 +132,7 @@ func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
 		t.Fatalf("results %+v; want the shadow decisions allowed, denied, denied, and the IP's count on", got)
 	}
 	for outcome, want := range map[string]float64{"shadow_allowed": 1, "shadow_denied": 2} {
-		if n := metric(t, reg, "floodgate_http_decisions_total", map[string]string{"route": "pix", "policy": "shadow-user", "outcome": outcome}); n != want {
+		if n := metric(t, reg, "floodgate_decisions_total", map[string]string{"gate": "pix", "policy": "shadow-user", "outcome": outcome}); n != want {
 			t.Fatalf("%s counted %v, want %v", outcome, n, want)
 		}
 	}
@@ -151,7 +151,7 @@ func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
 			t.Fatalf("shadow route, request %d: %d", i+1, rec.Code)
 		}
 	}
-	if n := metric(t, reg, "floodgate_http_decisions_total", map[string]string{"route": "new", "policy": "shadow-new", "outcome": "shadow_denied"}); n != 2 {
+	if n := metric(t, reg, "floodgate_decisions_total", map[string]string{"gate": "new", "policy": "shadow-new", "outcome": "shadow_denied"}); n != 2 {
 		t.Fatalf("shadow route: shadow_denied %v, want 2", n)
 	}
 }
@@ -242,7 +242,7 @@ func TestNestingCountsOnceAtEveryDepth(t *testing.T) {
 		t.Fatalf("the handler's result %+v; want the middle route's verdict, no shadow check of a counted hit", got)
 	}
 	probe := func() float64 {
-		return metric(t, reg, "floodgate_http_decisions_total", map[string]string{"route": "inner", "outcome": "skipped"})
+		return metric(t, reg, "floodgate_decisions_total", map[string]string{"gate": "inner", "outcome": "skipped"})
 	}
 	if n := probe(); n != 0 {
 		t.Fatalf("the inner route counted %v skipped decisions; a route whose limits an outer one counted reports nothing", n)
@@ -289,7 +289,7 @@ func TestShadowSkipsAFailedStore(t *testing.T) {
 	if rec.Code != 200 || got.Outcome != httplimit.FailedOpen || len(got.Shadow) != 0 {
 		t.Fatalf("%d %+v; want failed open with no shadow checks", rec.Code, got)
 	}
-	if n := metric(t, reg, "floodgate_store_errors_total", map[string]string{"route": "r", "reason": "error"}); n != 1 {
+	if n := metric(t, reg, "floodgate_store_errors_total", map[string]string{"gate": "r", "reason": "error"}); n != 1 {
 		t.Fatalf("store errors %v, want 1: one call to a failed store per request", n)
 	}
 }

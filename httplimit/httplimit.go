@@ -4,53 +4,79 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/breakerstore"
-	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Defaults of [Options] and [Route].
+// Defaults of [Options] and [Route], from the enforcement layer.
 const (
 	// DefaultLogInterval is the least time between two log lines about one
 	// route's degraded decisions.
-	DefaultLogInterval = 5 * time.Second
+	DefaultLogInterval = enforce.DefaultLogInterval
 	// DefaultMaxWaiters bounds the requests of one route that wait for
 	// quota at once.
-	DefaultMaxWaiters = 100
+	DefaultMaxWaiters = enforce.DefaultMaxWaiters
 	// MinFailRetryAfter is the least Retry-After of a fail-closed 429:
 	// during an outage, clients should not come back every second. When
 	// the store's circuit breaker is open, the Retry-After is its remaining
 	// open time if that is longer.
-	MinFailRetryAfter = 5 * time.Second
+	MinFailRetryAfter = enforce.MinFailRetryAfter
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] and
-// [Limiter.Middleware] about bad options or routes.
-var ErrInvalidOptions = errors.New("httplimit: invalid options")
+// [Limiter.Middleware] about bad options or routes. It is
+// enforce.ErrInvalid, which the enforcement layer's errors wrap too.
+var ErrInvalidOptions = enforce.ErrInvalid
 
-// Options configures a [Limiter]. Only Limiter is required.
+// FailureMode is what a route does when the store cannot decide in time:
+// it is down, frozen, or its circuit breaker is open. See
+// enforce.FailureMode.
+type FailureMode = enforce.FailureMode
+
+const (
+	// FailLocal decides with per-replica in-memory limits: the same rules,
+	// counted by each replica on its own, so a fleet of n replicas admits
+	// up to n times the limit while the store is down. It is the zero
+	// value.
+	FailLocal = enforce.FailLocal
+	// FailClosed denies the request with Route.FailStatus (429 unless
+	// set). For routes where an unchecked request costs more than a
+	// refused one: login, payments.
+	FailClosed = enforce.FailClosed
+	// FailOpen lets the request through, unlimited. For routes where
+	// availability matters more than the limit: reads.
+	FailOpen = enforce.FailOpen
+)
+
+// ParseFailureMode returns the mode named s: "local", "closed" or "open".
+func ParseFailureMode(s string) (FailureMode, error) { return enforce.ParseFailureMode(s) }
+
+// Options configures a [Limiter]: an Enforcer to share, or a Limiter to
+// build one from.
 type Options struct {
+	// Enforcer is the enforcement layer that the routes share with the
+	// other transports of the process (a gRPC server, say): its limiters,
+	// metrics and logger. If set, Limiter, Local, Registerer, Logger and
+	// LogInterval must be zero, and Close leaves it open.
+	Enforcer *enforce.Enforcer
 	// Limiter decides against the shared store. Its Options.Timeout is the
 	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
 	// set); put a breakerstore in front of the store so that a dead store
-	// fails fast. Required.
+	// fails fast (and build an Enforcer with its Breaker to export the
+	// breaker's state). Required unless Enforcer is set.
 	Limiter *floodgate.Limiter
 	// Local decides for FailLocal routes while the store fails. Nil means a
 	// limiter on a memstore that the Limiter owns and Close releases.
 	Local *floodgate.Limiter
-	// Breaker, if set, is exported as the floodgate_breaker_state gauge.
-	Breaker *breakerstore.Store
 	// Registerer receives the metrics (see the package doc). Nil means no
 	// metrics are registered.
 	Registerer prometheus.Registerer
@@ -65,66 +91,43 @@ type Options struct {
 	NoLegacyHeaders bool
 }
 
-// Limiter builds rate-limit middleware for the routes of one service. It
-// holds what the routes share: the limiters, the metrics and the logger.
-// It is safe for concurrent use. Build one with [New] and Close it on
-// shutdown.
+// Limiter builds rate-limit middleware for the routes of one service, on
+// the enforcement layer that the routes share. It is safe for concurrent
+// use. Build one with [New] and Close it on shutdown.
 type Limiter struct {
-	limiter, local *floodgate.Limiter
-	ownLocal       *memstore.Store // nil unless New built Local
-	logger         *slog.Logger
-	logEvery       time.Duration
-	legacy         bool
-	metrics        *metrics
-
-	mu     sync.Mutex
-	routes []*route                  // guarded by mu; their log summaries are flushed by Close
-	rules  map[string]floodgate.Rule // guarded by mu; the rule of each name, over all routes
+	e      *enforce.Enforcer
+	ownE   bool // New built e: Close closes it
+	legacy bool
 }
 
-// New returns a Limiter for opts. It fails if opts.Limiter is nil or the
-// metrics cannot be registered: a second Limiter on one registerer gets
-// one error that names the metric and wraps the
-// prometheus.AlreadyRegisteredError, and registers nothing.
+// New returns a Limiter for opts. It fails if neither opts.Enforcer nor
+// opts.Limiter is set, or both are, or the metrics cannot be registered:
+// a second Limiter on one registerer gets one error that names the metric
+// and wraps the prometheus.AlreadyRegisteredError, and registers nothing.
 func New(opts Options) (*Limiter, error) {
-	if opts.Limiter == nil {
-		return nil, fmt.Errorf("%w: Options.Limiter is nil", ErrInvalidOptions)
+	l := &Limiter{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}
+	if l.e != nil {
+		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
+			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+		}
+		return l, nil
 	}
-	if opts.LogInterval < 0 {
-		return nil, fmt.Errorf("%w: LogInterval %v is negative", ErrInvalidOptions, opts.LogInterval)
-	}
-	m, err := newMetrics(opts.Registerer, opts.Breaker)
+	e, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Local, Registerer: opts.Registerer,
+		Logger: opts.Logger, LogInterval: opts.LogInterval})
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
-		legacy: !opts.NoLegacyHeaders, metrics: m, rules: make(map[string]floodgate.Rule)}
-	if l.logger == nil {
-		l.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if l.logEvery == 0 {
-		l.logEvery = DefaultLogInterval
-	}
-	if l.local == nil {
-		l.ownLocal = memstore.New(memstore.Options{})
-		l.local, _ = floodgate.New(l.ownLocal, floodgate.Options{Timeout: -1})
-	}
+	l.e, l.ownE = e, true
 	return l, nil
 }
 
 // Close writes the degraded-decision counts not yet logged and releases
-// the local store that New built. The middleware keeps working after
-// Close, but FailLocal routes then fail closed.
+// the local store that New built; an Enforcer given in Options is left
+// open. The middleware keeps working after Close, but FailLocal routes
+// then fail closed.
 func (l *Limiter) Close() error {
-	l.mu.Lock()
-	routes := l.routes
-	l.mu.Unlock()
-	for _, rt := range routes {
-		rt.log.stop()
-		rt.shadowLog.stop()
-	}
-	if l.ownLocal != nil {
-		return l.ownLocal.Close()
+	if l.ownE {
+		return l.e.Close()
 	}
 	return nil
 }
@@ -148,6 +151,22 @@ type Limit struct {
 	// denials are logged, at most one line per LogInterval. Shadow limits
 	// send no rate-limit fields and are not refunded by Result.Refund.
 	Shadow bool
+	// Source, if set, gives the limit's rule when each request comes, so
+	// that the limit changes without a restart (rlconfig.Rules reads it
+	// from envoy-format YAML that it reloads on change). Rule is the rule
+	// whenever Source has none for the key. A rule from Source keeps
+	// Rule's name: a changed limit keeps the counts, a changed window or
+	// algorithm starts them afresh.
+	Source RuleSource
+}
+
+// RuleSource gives a limit its rule at the time of a request: live limits.
+type RuleSource interface {
+	// Rule returns the rule of the limit named name for key, and false
+	// when the source has none (the limit's own Rule then applies). It is
+	// called on every request: it must be fast and safe for concurrent
+	// use, and return a valid rule.
+	Rule(name, key string) (floodgate.Rule, bool)
 }
 
 // Route configures the middleware of one route.
@@ -200,20 +219,15 @@ type Route struct {
 type route struct {
 	Route
 	l           *Limiter
-	legacy      bool
+	gate        *enforce.Gate
 	status      int
 	failStatus  int
-	maxWaiters  int64
 	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
 	policies    map[string]string // serialized RateLimit-Policy member by rule name
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
-	m           *routeMetrics
-	log         sometimes
-	shadowLog   sometimes
-	nestWarned  atomic.Bool // a nesting in another route's middleware was logged
-	waiting     atomic.Int64
-	skipWarned  []atomic.Bool // by limit: the first skip of each is logged
+	live        bool              // a limit has a Source: rules may differ from the Route's
+	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -234,36 +248,32 @@ func (l *Limiter) Middleware(rt Route) (func(http.Handler) http.Handler, error) 
 	}, nil
 }
 
+// build checks what is HTTP's in rt and hands the rest to a gate of the
+// enforcement layer, which checks the limits and failure mode.
 func (l *Limiter) build(rt Route) (*route, error) {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
 	}
-	r := &route{Route: rt, l: l, legacy: l.legacy, status: rt.Status, failStatus: rt.FailStatus,
-		maxWaiters: int64(rt.MaxWaiters), denyFunc: rt.Deny, policies: make(map[string]string)}
-	r.Limits = append([]Limit(nil), rt.Limits...)
-	if r.Shadow {
-		for i := range r.Limits {
-			r.Limits[i].Shadow = true
-		}
-	}
+	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus,
+		denyFunc: rt.Deny, policies: make(map[string]string)}
+	r.Limits = slices.Clone(rt.Limits)
+	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
 	var longest time.Duration
 	for i, lim := range r.Limits {
-		if err := lim.Rule.Validate(); err != nil {
-			bad("limit %d: %w", i, err)
-			continue
-		}
-		if _, dup := r.policies[lim.Rule.Name]; dup {
-			bad("limit %d: rule %s appears twice", i, lim.Rule.Name)
-		}
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 		if lim.Key == nil {
 			bad("limit %d (%s): Key is nil", i, lim.Rule.Name)
 		}
 		if lim.Missing > Share {
 			bad("limit %d (%s): unknown Missing %d", i, lim.Rule.Name, lim.Missing)
 		}
-		member, err := policyMember(lim.Rule)
+		r.live = r.live || lim.Source != nil
+		if lim.Rule.Validate() != nil {
+			continue // the gate says what is wrong
+		}
+		member, err := enforce.PolicyMember(lim.Rule)
 		if err != nil {
 			bad("limit %d (%s): %w", i, lim.Rule.Name, err)
 		}
@@ -278,25 +288,12 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	if len(r.Limits) == 0 {
 		bad("no limits")
 	}
-	if r.Name == "" {
-		r.Name = strings.Join(names, "+")
+	if spec.Name == "" {
+		spec.Name = strings.Join(names, "+")
+		r.Name = spec.Name
 	}
-	if len(r.Name) > 128 || strings.Trim(r.Name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+") != "" {
-		bad("name must be 1 to 128 bytes of A-Z a-z 0-9 _ . - +")
-	}
-	if r.Failure > FailOpen {
-		bad("unknown failure mode %d", r.Failure)
-	}
-	switch {
-	case r.MaxDelay < 0:
-		bad("MaxDelay %v is negative", r.MaxDelay)
-	case r.MaxDelay > 0 && r.Opaque:
+	if r.MaxDelay > 0 && r.Opaque {
 		bad("an opaque route cannot throttle: the wait would tell which key is limited")
-	}
-	if r.maxWaiters < 0 {
-		bad("MaxWaiters %d is negative", r.maxWaiters)
-	} else if r.maxWaiters == 0 {
-		r.maxWaiters = DefaultMaxWaiters
 	}
 	for _, s := range []*int{&r.status, &r.failStatus} {
 		if *s == 0 {
@@ -306,97 +303,71 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	// One name, one rule, in every route of the process: rules that share
-	// a name (and algorithm and window) share one count in the store, so a
-	// 2/min route would be denied by the traffic of a 100/min one.
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, lim := range r.Limits {
-		if prev, ok := l.rules[lim.Rule.Name]; ok && prev != lim.Rule {
-			bad("limit %d: rule %q is %v here but %v on another route; one name must mean one rule in a process (rules of one name share their count): rename one", i, lim.Rule.Name, lim.Rule, prev)
+		// The gate is not built (it would claim the rule names), but its
+		// problems are listed too.
+		if err := l.e.Validate(spec); err != nil {
+			errs = append(errs, err)
 		}
-	}
-	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	for _, lim := range r.Limits {
-		l.rules[lim.Rule.Name] = lim.Rule
+	g, err := l.e.Gate(spec)
+	if err != nil {
+		return nil, err
 	}
+	r.gate = g
 	if r.denyFunc == nil {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
 	}
-	r.opaqueRetry = retryAfter(longest)
-	r.log.interval = l.logEvery
-	r.shadowLog.interval = l.logEvery
-	r.m = l.metrics.route(r.Name, names)
-	r.skipWarned = make([]atomic.Bool, len(r.Limits))
-	l.routes = append(l.routes, r)
+	r.opaqueRetry = enforce.RetryAfter(longest)
 	return r, nil
 }
 
-// hits returns the hits of req: one per limit that has a key, the
-// enforced ones and the shadow ones apart. A limit
-// skipped for want of a key is counted, and its first skip logged: a
-// per-user limit whose principal is never set (the rate-limit middleware
-// runs before authentication) would otherwise limit nobody, silently.
-func (rt *route) hits(req *http.Request) (hits, shadow []floodgate.Hit) {
-	hits = make([]floodgate.Hit, 0, len(rt.Limits))
+// keys returns the key of each limit for req, "" for a limit that skips
+// it: Missing decides whether a request with no key skips the limit or
+// shares one key.
+func (rt *route) keys(req *http.Request) []string {
+	keys := make([]string, len(rt.Limits))
 	for i, lim := range rt.Limits {
 		k := lim.Key(req)
-		if k == "" {
-			if lim.Missing == Skip {
-				rt.m.skipped[i].Inc()
-				if !rt.skipWarned[i].Swap(true) {
-					rt.l.logger.LogAttrs(req.Context(), slog.LevelWarn, "floodgate: a limit skipped a request that has no key for it, as its Missing says; "+
-						"if the key is the principal, set it (WithPrincipal) before the rate-limit middleware runs. Counted in floodgate_http_skipped_limits_total; logged once",
-						slog.String("route", rt.Name), slog.String("policy", lim.Rule.Name))
-				}
-				continue
-			}
+		if k == "" && lim.Missing == Share {
 			k = missingKey
 		}
-		h := floodgate.Hit{Rule: lim.Rule, Key: fitKey(k)}
-		if lim.Shadow {
-			shadow = append(shadow, h)
-			continue
+		if k != "" {
+			keys[i] = fitKey(k)
 		}
-		hits = append(hits, h)
 	}
-	return hits, shadow
+	return keys
 }
 
 func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
 	ctx := req.Context()
-	res := Result{Outcome: Skipped}
-	hits, shadow := rt.hits(req)
+	hits := rt.gate.Hits(ctx, rt.keys(req))
+	if rt.live {
+		rt.liveRules(hits)
+	}
 	outer, nested := FromContext(ctx)
 	if nested {
-		hits, shadow = rt.nest(ctx, &outer, hits), uncounted(&outer, shadow)
+		hits = rt.nest(ctx, &outer, hits)
 	}
-	decided := len(hits) > 0
-	if decided {
-		var err error
-		if res, err = rt.decide(ctx, hits); err == nil && rt.MaxDelay > 0 && rt.throttles(res) {
-			res, err = rt.throttle(ctx, hits, res)
-		}
+	res := outer // a nested route with nothing left to check: the outer verdict stands
+	if checked := !nested || len(hits) > 0; checked {
+		own, err := rt.gate.Check(ctx, hits)
 		if err != nil {
-			return // the client went away: nobody reads an answer
+			if ctx.Err() == nil { // a bug: the route's hits are valid by construction
+				rt.l.e.Logger().LogAttrs(ctx, slog.LevelError, "floodgate: rate-limit check refused its input",
+					slog.String("route", rt.Name), slog.Any("error", err))
+				http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			}
+			return // else the client went away: nobody reads an answer
+		}
+		res = rt.compose(own, outer, nested)
+		if decided(own.Outcome) && !rt.Opaque {
+			legacy := keepWorst(w.Header(), nested)
+			rt.writeQuota(w.Header(), own.Decision)
+			legacy()
 		}
 	}
-	// A route that enforced nothing because an outer one counted its
-	// limits, or because its limits are all shadow ones, reports nothing
-	// of its own.
-	if decided || !nested && len(shadow) == 0 {
-		rt.m.decision(res)
-	}
-	if res.limiter != nil && !rt.Opaque {
-		legacy := keepWorst(w.Header(), nested)
-		rt.writeQuota(w.Header(), res.Decision)
-		legacy()
-	}
-	if !res.allowed() {
+	if !res.Allowed() {
 		if nested {
 			// All-or-nothing across the nesting: the outer route's hits
 			// are undone, as if this route had been part of its check.
@@ -405,55 +376,44 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		rt.deny(w, req, res)
 		return
 	}
-	switch {
-	case decided && nested:
-		res.outer = &outer // the request's verdict covers every route's hits
-	case nested:
-		res = outer // this route decided nothing: the outer verdict stands
-	}
-	// Shadow limits are checked only against a store that just answered,
-	// or when no enforced limit asked it: a failing store would make each
-	// of them wait out its own budget.
-	if len(shadow) > 0 && (!decided || res.Outcome == Allowed) {
-		res.Shadow = append(res.Shadow[:len(res.Shadow):len(res.Shadow)], rt.shadow(ctx, shadow)...)
-		res.shadowHits = append(res.shadowHits[:len(res.shadowHits):len(res.shadowHits)], shadow...)
-	}
 	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
 }
 
-// decide checks hits against the store and, if the store fails, applies
-// the route's failure mode. It returns an error only when ctx is done.
-func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, error) {
-	start := time.Now()
-	d, err := check(ctx, rt.l.limiter, hits)
-	rt.m.latency.Observe(time.Since(start).Seconds())
-	if err == nil {
-		res := Result{Outcome: Allowed, Decision: d, limiter: rt.l.limiter, hits: hits}
-		if !d.Allowed {
-			res.Outcome = Denied
-		}
-		return res, nil
-	}
-	if ctx.Err() != nil {
-		return Result{}, ctx.Err()
-	}
-	rt.m.storeError(err)
-	res := Result{Outcome: FailedClosed, storeRetry: storeRetry(err)}
-	switch rt.Failure {
-	case FailOpen:
-		res.Outcome = FailedOpen
-	case FailLocal:
-		if d, lerr := check(ctx, rt.l.local, hits); lerr == nil {
-			res = Result{Outcome: Local, Decision: d, limiter: rt.l.local, hits: hits}
+// liveRules puts in hits the rules that the limits' sources give now. A
+// source's rule is taken under the limit's own name, or not at all.
+func (rt *route) liveRules(hits []enforce.Hit) {
+	for i, h := range hits {
+		for _, lim := range rt.Limits {
+			if lim.Rule.Name != h.Rule.Name || lim.Source == nil {
+				continue
+			}
+			if r, ok := lim.Source.Rule(h.Rule.Name, h.Key); ok && r.Name == h.Rule.Name {
+				hits[i].Rule = r
+			}
 		}
 	}
-	rt.log.do(start, func(held int) { // may run later, from a timer: no request context
-		rt.l.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: rate-limit store failed; decided by the route's failure mode",
-			slog.String("route", rt.Name), slog.String("failure_mode", rt.Failure.String()),
-			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
-	})
-	return res, nil
 }
+
+// compose returns the verdict on a request whose own check is own: with
+// no outer route, own; nested in one, own on top of the outer verdict
+// when this route enforced a limit, else the outer verdict with this
+// route's shadow checks added.
+func (rt *route) compose(own enforce.Result, outer Result, nested bool) Result {
+	switch {
+	case !nested:
+		return Result{Result: own}
+	case own.Outcome != Skipped:
+		return Result{Result: own, outer: &outer}
+	}
+	res := outer
+	res.Shadow = append(slices.Clip(outer.Shadow), own.Shadow...)
+	res.also = append(slices.Clip(outer.also), own)
+	return res
+}
+
+// decided reports whether a limiter decided, so that the answer has
+// rate-limit fields to send.
+func decided(o Outcome) bool { return o == Allowed || o == Denied || o == Local }
 
 // nest handles a route nested in other routes' middleware (a global
 // per-IP middleware around per-route ones): it drops the hits that an
@@ -462,30 +422,13 @@ func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, erro
 // fields of every route are sent, the legacy ones of the worst, a denial
 // here refunds the outer routes' hits, and the Result in the context
 // covers every route.
-func (rt *route) nest(ctx context.Context, outer *Result, hits []floodgate.Hit) []floodgate.Hit {
+func (rt *route) nest(ctx context.Context, outer *Result, hits []enforce.Hit) []enforce.Hit {
 	if !rt.nestWarned.Swap(true) {
-		rt.l.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a rate-limit middleware runs inside another; "+
+		rt.l.e.Logger().LogAttrs(ctx, slog.LevelWarn, "floodgate: a rate-limit middleware runs inside another; "+
 			"they compose (no hit counts twice, a denial here refunds the outer one's hits), but one Route with every limit is one atomic check: prefer it",
 			slog.String("route", rt.Name))
 	}
-	return uncounted(outer, hits)
-}
-
-// uncounted returns the hits that no Result of the chain from r counted,
-// enforced or shadow (the same rule name and key).
-func uncounted(r *Result, hits []floodgate.Hit) []floodgate.Hit {
-	kept := hits[:0]
-	for _, h := range hits {
-		same := func(o floodgate.Hit) bool { return o.Rule.Name == h.Rule.Name && o.Key == h.Key }
-		counted := false
-		for o := r; o != nil && !counted; o = o.outer {
-			counted = slices.ContainsFunc(o.hits, same) || slices.ContainsFunc(o.shadowHits, same)
-		}
-		if !counted {
-			kept = append(kept, h)
-		}
-	}
-	return kept
+	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.covers(h.Rule.Name, h.Key) })
 }
 
 // keepWorst remembers the legacy X-RateLimit-* fields that an outer route
@@ -508,94 +451,4 @@ func keepWorst(h http.Header, nested bool) func() {
 			h[canonLimit], h[canonRemaining], h[canonReset] = saved[0], saved[1], saved[2]
 		}
 	}
-}
-
-// shadow checks each shadow hit on its own, recording it if within its
-// limit, and counts and logs what it would have done. A store that fails
-// decides nothing, and counts nothing.
-func (rt *route) shadow(ctx context.Context, hits []floodgate.Hit) []floodgate.Decision {
-	out := make([]floodgate.Decision, 0, len(hits))
-	for _, h := range hits {
-		d, err := rt.l.limiter.Allow(ctx, h.Rule, h.Key)
-		if err != nil {
-			if ctx.Err() == nil {
-				rt.m.storeError(err)
-			}
-			break // the store failed: the others would wait out their budgets too
-		}
-		out = append(out, d)
-		rt.m.shadowed(h.Rule.Name, d.Allowed)
-		if !d.Allowed {
-			rt.shadowLog.do(time.Now(), func(held int) {
-				rt.l.logger.LogAttrs(context.Background(), slog.LevelInfo, "floodgate: a shadow limit would have denied a request",
-					slog.String("route", rt.Name), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter),
-					slog.Int("suppressed", held))
-			})
-		}
-	}
-	return out
-}
-
-// storeRetry returns how long a failed store is expected to stay
-// unavailable: the remaining open time of a circuit breaker, found on
-// err's chain through a RetryAfter() time.Duration method (as
-// breakerstore.OpenError has), or zero.
-func storeRetry(err error) time.Duration {
-	var open interface{ RetryAfter() time.Duration }
-	if errors.As(err, &open) {
-		return max(open.RetryAfter(), 0)
-	}
-	return 0
-}
-
-// check decides hits with l; one hit goes through Allow, which the core
-// serves faster.
-func check(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit) (floodgate.Decision, error) {
-	if len(hits) == 1 {
-		return l.Allow(ctx, hits[0].Rule, hits[0].Key)
-	}
-	return l.Check(ctx, hits...)
-}
-
-// throttles reports whether res is a denial worth waiting for.
-func (rt *route) throttles(res Result) bool {
-	return (res.Outcome == Denied || res.Outcome == Local && !res.Decision.Allowed) &&
-		res.Decision.RetryAfter <= rt.MaxDelay
-}
-
-// throttle waits for quota while the denial's RetryAfter fits in what is
-// left of MaxDelay, deciding again after each wait. It returns ctx's error
-// as soon as the client goes away.
-func (rt *route) throttle(ctx context.Context, hits []floodgate.Hit, res Result) (Result, error) {
-	if rt.waiting.Add(1) > rt.maxWaiters {
-		rt.waiting.Add(-1)
-		rt.m.throttled["rejected"].Inc()
-		return res, nil
-	}
-	rt.m.waiting.Inc()
-	defer func() { rt.waiting.Add(-1); rt.m.waiting.Dec() }()
-	// The first wait may take all of MaxDelay, as throttles allowed; each
-	// later one must fit in what is left of it.
-	deadline := time.Now().Add(rt.MaxDelay)
-	for left := rt.MaxDelay; rt.throttles(res) && res.Decision.RetryAfter <= left; left = time.Until(deadline) {
-		t := time.NewTimer(max(res.Decision.RetryAfter, time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			rt.m.throttled["canceled"].Inc()
-			return res, ctx.Err()
-		case <-t.C:
-		}
-		var err error
-		if res, err = rt.decide(ctx, hits); err != nil {
-			rt.m.throttled["canceled"].Inc()
-			return res, err
-		}
-	}
-	if res.allowed() {
-		rt.m.throttled["allowed"].Inc()
-	} else {
-		rt.m.throttled["denied"].Inc()
-	}
-	return res, nil
 }

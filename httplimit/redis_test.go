@@ -50,11 +50,11 @@ func TestRedisOutage(t *testing.T) {
 				t.Fatal(err)
 			}
 			cancel()
-			e := newEnv(t, envOptions{store: bs, timeout: budget, opts: httplimit.Options{Breaker: bs}})
+			e := newEnv(t, envOptions{store: bs, timeout: budget, breaker: bs})
 			hs := modes(t, e)
 			fromRedis := func() float64 {
-				return metric(t, e.reg, "floodgate_http_decisions_total", map[string]string{"outcome": "allowed"}) +
-					metric(t, e.reg, "floodgate_http_decisions_total", map[string]string{"outcome": "denied"})
+				return metric(t, e.reg, "floodgate_decisions_total", map[string]string{"outcome": "allowed"}) +
+					metric(t, e.reg, "floodgate_decisions_total", map[string]string{"outcome": "denied"})
 			}
 
 			for m, h := range hs {
@@ -132,12 +132,12 @@ func TestRedisOutage(t *testing.T) {
 				do(hs[httplimit.FailOpen], "192.0.2.1:1")
 				time.Sleep(10 * time.Millisecond)
 			}
-			locals := metric(t, e.reg, "floodgate_http_decisions_total", map[string]string{"outcome": "local"})
+			locals := metric(t, e.reg, "floodgate_decisions_total", map[string]string{"outcome": "local"})
 			rec := do(hs[httplimit.FailLocal], "192.0.2.9:1")
 			if rec.Code != http.StatusOK || rec.Header().Get("RateLimit") != `"r-local";r=1;t=60` {
 				t.Fatalf("local route after recovery: %d %v", rec.Code, rec.Header())
 			}
-			if n := metric(t, e.reg, "floodgate_http_decisions_total", map[string]string{"outcome": "local"}); n != locals {
+			if n := metric(t, e.reg, "floodgate_decisions_total", map[string]string{"outcome": "local"}); n != locals {
 				t.Fatalf("the local limits still decide after Redis came back")
 			}
 		})

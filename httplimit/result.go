@@ -4,76 +4,50 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 )
 
-// Outcome is how the middleware decided a request.
-type Outcome uint8
+// Outcome is how the middleware decided a request. See enforce.Outcome.
+type Outcome = enforce.Outcome
 
 const (
 	// Allowed: the store admitted the request.
-	Allowed Outcome = iota
+	Allowed = enforce.Allowed
 	// Denied: the store refused it; it got a 429.
-	Denied
+	Denied = enforce.Denied
 	// FailedOpen: the store failed and the route let the request through.
-	FailedOpen
+	FailedOpen = enforce.FailedOpen
 	// FailedClosed: the store failed and the route refused the request.
-	FailedClosed
+	FailedClosed = enforce.FailedClosed
 	// Local: the store failed and per-replica limits decided; see
 	// Result.Decision.Allowed.
-	Local
+	Local = enforce.Local
 	// Skipped: no limit of the route enforced a decision: each skipped the
 	// request for want of a key, or they are all shadow limits.
-	Skipped
-
-	outcomes = iota
+	Skipped = enforce.Skipped
 )
 
-var outcomeNames = [outcomes]string{"allowed", "denied", "failed_open", "failed_closed", "local", "skipped"}
-
-// String returns the outcome's metric label: "allowed", "denied",
-// "failed_open", "failed_closed", "local" or "skipped".
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return "unknown"
-}
-
 // Result is the middleware's verdict on a request. The handler of an
-// allowed request finds it with [FromContext].
+// allowed request finds it with [FromContext]. Its Outcome, Decision and
+// Shadow are those of the enforcement layer's verdict (enforce.Result);
+// with nested middlewares, it covers every route of the request.
 type Result struct {
-	// Outcome says who decided.
-	Outcome Outcome
-	// Decision is the limiter's decision when Outcome is Allowed, Denied or
-	// Local, with one element of Decision.Each per limit checked; the zero
-	// Decision otherwise.
-	Decision floodgate.Decision
-	// Shadow holds the decisions of the route's shadow limits (see
-	// Limit.Shadow), for an allowed request; a denied one is not checked
-	// against them.
-	Shadow []floodgate.Decision
+	enforce.Result
 
-	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
-	hits       []floodgate.Hit    // what it decided
-	shadowHits []floodgate.Hit    // the shadow limits' hits, checked on their own
-	outer      *Result            // the verdict of the route this one is nested in, if any
-	// storeRetry is, when the store failed, how long its circuit breaker
-	// says it stays open (zero if unknown).
-	storeRetry time.Duration
+	outer *Result          // the verdict of the route this one is nested in, if any
+	also  []enforce.Result // shadow checks of nested routes that enforced nothing
 }
 
-// allowed reports whether the request may proceed.
-func (r Result) allowed() bool {
-	switch r.Outcome {
-	case Denied, FailedClosed:
-		return false
-	case Local:
-		return r.Decision.Allowed
+// covers reports whether any route of the chain from r counted a hit of
+// rule on key, enforced or shadow.
+func (r *Result) covers(rule, key string) bool {
+	for o := r; o != nil; o = o.outer {
+		if o.Covers(rule, key) || slices.ContainsFunc(o.also, func(a enforce.Result) bool { return a.Covers(rule, key) }) {
+			return true
+		}
 	}
-	return true
+	return false
 }
 
 type resultKey struct{}
@@ -97,18 +71,7 @@ func FromContext(ctx context.Context) (Result, bool) {
 func (r Result) Refund(ctx context.Context, policies ...string) error {
 	var errs []error
 	for o := &r; o != nil; o = o.outer {
-		if o.limiter == nil || !o.Decision.Allowed {
-			continue
-		}
-		if len(policies) == 0 {
-			errs = append(errs, o.limiter.Refund(ctx, o.Decision))
-			continue
-		}
-		for _, d := range each(o.Decision) {
-			if slices.Contains(policies, d.Policy) {
-				errs = append(errs, o.limiter.Refund(ctx, d))
-			}
-		}
+		errs = append(errs, o.Result.Refund(ctx, policies...))
 	}
 	return errors.Join(errs...)
 }
