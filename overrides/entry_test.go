@@ -2,6 +2,7 @@ package overrides
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,48 @@ func TestNewSetRejects(t *testing.T) {
 	s, err := NewSet(Entry{Rule: api, Key: "k"}, Entry{Rule: rule(t, "web", 1, time.Second, floodgate.SlidingWindow), Key: "k"})
 	if err != nil || s.Len() != 2 {
 		t.Fatalf("NewSet of one key under two rules = %v, %v; want 2 entries", s, err)
+	}
+}
+
+// Two entries whose hashes collide are both found, by their strings. A
+// real collision of 64-bit hashes cannot be produced on purpose, so the
+// test makes one: B's slot of the index points at A.
+func TestSetHashCollision(t *testing.T) {
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	a := Entry{Rule: rule(t, "api", 20, time.Minute, floodgate.SlidingWindow), Key: "a"}
+	b := Entry{Rule: rule(t, "api", 30, time.Minute, floodgate.SlidingWindow), Key: "b"}
+	s := newSet([]Entry{a, b}, time.Now)
+	nh, _ := s.nameHash("api")
+	hb := s.hash(nh, "b")
+	s.index[hb] = s.index[s.hash(nh, "a")]
+	if got, ok := s.Override(api, "b"); ok {
+		t.Fatalf("b found as %v with its slot taken and no collision entry", got)
+	}
+	s.collide = map[[2]string]int32{{"api", "b"}: 1}
+	if got, ok := s.Override(api, "b"); !ok || got != b.Rule {
+		t.Errorf("b = %v, %v; want %v from the collision map", got, ok, b.Rule)
+	}
+	if got, ok := s.Override(api, "a"); !ok || got != a.Rule {
+		t.Errorf("a = %v, %v; want %v", got, ok, a.Rule)
+	}
+}
+
+// With more rule names than a lookup scans, names are found by a map.
+func TestSetManyRuleNames(t *testing.T) {
+	var es []Entry
+	for i := range scanNames + 2 {
+		es = append(es, Entry{Rule: rule(t, "r"+strconv.Itoa(i), int64(i+1), time.Minute, floodgate.SlidingWindow), Key: "k"})
+	}
+	s := newSet(es, time.Now)
+	if s.byName == nil || len(s.names) != scanNames+2 {
+		t.Fatalf("%d names, map %v; want %d names in a map", len(s.names), s.byName != nil, scanNames+2)
+	}
+	for i, e := range es {
+		if got, ok := s.Override(rule(t, e.Rule.Name, 100, time.Minute, floodgate.SlidingWindow), "k"); !ok || got.Limit != int64(i+1) {
+			t.Errorf("%s = %v, %v; want limit %d", e.Rule.Name, got, ok, i+1)
+		}
+	}
+	if _, ok := s.Override(rule(t, "other", 1, time.Minute, floodgate.SlidingWindow), "k"); ok {
+		t.Error("a rule without overrides got one")
 	}
 }

@@ -2,6 +2,7 @@ package overrides
 
 import (
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"time"
 
@@ -14,21 +15,37 @@ import (
 // it for a new one on every change. A Set is immutable and safe for
 // concurrent use; the nil *Set is an empty one.
 //
-// Looking up a key that has no override costs a map lookup of the rule's
-// name (and one of the key when the rule has overrides), and allocates
-// nothing. An entry that has expired no longer applies, to the
-// nanosecond, by the clock of the Set (time.Now for [NewSet]).
+// Looking up a key that has no override allocates nothing and costs a
+// scan of the few rule names that have overrides, then (when the rule has
+// some) one hash of the key and one lookup in a map of integers
+// (BENCHMARKS.md has the figures). An entry that has expired no longer
+// applies, to the nanosecond, by the clock of the Set (time.Now for
+// [NewSet]).
 type Set struct {
-	rules map[string]map[string]entry // rule name -> key -> entry
-	n     int
-	now   func() time.Time
-	next  time.Time // the earliest expiry of an entry, zero if none
+	seed    maphash.Seed
+	names   []ruleHash        // the rule names that have overrides, and their hashes
+	byName  map[string]uint64 // the same, when there are more than scanNames of them
+	index   map[uint64]int32  // hash of a rule name and key -> position in entries
+	collide map[[2]string]int32
+	entries []entry
+	now     func() time.Time
+	next    time.Time // the earliest expiry of an entry, zero if none
+}
+
+// scanNames is how many rule names a lookup compares one by one before
+// a map lookup is cheaper.
+const scanNames = 8
+
+type ruleHash struct {
+	name string
+	hash uint64
 }
 
 // entry is an Entry as a Set keeps it.
 type entry struct {
-	rule    floodgate.Rule
-	expires int64 // Unix nanoseconds; 0 never
+	name, key string
+	rule      floodgate.Rule
+	expires   int64 // Unix nanoseconds; 0 never
 }
 
 var _ floodgate.Overrides = (*Set)(nil)
@@ -52,44 +69,89 @@ func NewSet(entries ...Entry) (*Set, error) {
 // newSet builds a set of valid entries, each rule and key once, leaving
 // out those expired by now.
 func newSet(entries []Entry, now func() time.Time) *Set {
-	s := &Set{rules: map[string]map[string]entry{}, now: now}
+	s := &Set{seed: maphash.MakeSeed(), index: make(map[uint64]int32, len(entries)), now: now}
 	t := now()
+	names := map[string]uint64{}
 	for _, e := range entries {
 		if e.ExpiredAt(t) {
 			continue
 		}
-		keys := s.rules[e.Rule.Name]
-		if keys == nil {
-			keys = map[string]entry{}
-			s.rules[e.Rule.Name] = keys
+		nh, ok := names[e.Rule.Name]
+		if !ok {
+			nh = maphash.String(s.seed, e.Rule.Name)
+			names[e.Rule.Name] = nh
+			s.names = append(s.names, ruleHash{e.Rule.Name, nh})
 		}
-		x := entry{rule: e.Rule}
+		x := entry{name: e.Rule.Name, key: e.Key, rule: e.Rule}
 		if !e.Expires.IsZero() {
 			x.expires = e.Expires.UnixNano()
 			if s.next.IsZero() || e.Expires.Before(s.next) {
 				s.next = e.Expires
 			}
 		}
-		keys[e.Key] = x
-		s.n++
+		pos := int32(len(s.entries))
+		s.entries = append(s.entries, x)
+		h := s.hash(nh, e.Key)
+		if _, taken := s.index[h]; taken {
+			// Another entry has this hash (about one chance in 2^64 per
+			// pair): this one is found by its strings.
+			if s.collide == nil {
+				s.collide = map[[2]string]int32{}
+			}
+			s.collide[[2]string{e.Rule.Name, e.Key}] = pos
+			continue
+		}
+		s.index[h] = pos
+	}
+	if len(s.names) > scanNames {
+		s.byName = names
 	}
 	return s
 }
 
+// hash combines the hash of a rule name with that of a key.
+func (s *Set) hash(name uint64, key string) uint64 {
+	return (name*0x9e3779b97f4a7c15 + 1) ^ maphash.String(s.seed, key)
+}
+
 // Override implements floodgate.Overrides.
 func (s *Set) Override(rule floodgate.Rule, key string) (floodgate.Rule, bool) {
-	if s == nil || s.n == 0 {
+	if s == nil || len(s.entries) == 0 {
 		return rule, false
 	}
-	keys := s.rules[rule.Name]
-	if keys == nil {
+	nh, ok := s.nameHash(rule.Name)
+	if !ok {
 		return rule, false
 	}
-	e, ok := keys[key]
-	if !ok || e.expires != 0 && s.now().UnixNano() >= e.expires {
+	pos, ok := s.index[s.hash(nh, key)]
+	if !ok {
+		return rule, false
+	}
+	e := &s.entries[pos]
+	if e.name != rule.Name || e.key != key {
+		if pos, ok = s.collide[[2]string{rule.Name, key}]; !ok {
+			return rule, false
+		}
+		e = &s.entries[pos]
+	}
+	if e.expires != 0 && s.now().UnixNano() >= e.expires {
 		return rule, false
 	}
 	return e.rule, true
+}
+
+// nameHash returns the hash of name, if name has overrides.
+func (s *Set) nameHash(name string) (uint64, bool) {
+	if s.byName != nil {
+		h, ok := s.byName[name]
+		return h, ok
+	}
+	for _, n := range s.names {
+		if n.name == name {
+			return n.hash, true
+		}
+	}
+	return 0, false
 }
 
 // Len is the number of entries of the set, including those that expired
@@ -98,7 +160,7 @@ func (s *Set) Len() int {
 	if s == nil {
 		return 0
 	}
-	return s.n
+	return len(s.entries)
 }
 
 // Entries returns the entries of the set, by rule name and key, including
@@ -107,15 +169,13 @@ func (s *Set) Entries() []Entry {
 	if s == nil {
 		return nil
 	}
-	out := make([]Entry, 0, s.n)
-	for _, keys := range s.rules {
-		for k, e := range keys {
-			x := Entry{Rule: e.rule, Key: k}
-			if e.expires != 0 {
-				x.Expires = time.Unix(0, e.expires).UTC()
-			}
-			out = append(out, x)
+	out := make([]Entry, 0, len(s.entries))
+	for _, e := range s.entries {
+		x := Entry{Rule: e.rule, Key: e.key}
+		if e.expires != 0 {
+			x.Expires = time.Unix(0, e.expires).UTC()
 		}
+		out = append(out, x)
 	}
 	sortEntries(out)
 	return out
