@@ -224,11 +224,11 @@ func BenchmarkAllowOverrides(b *testing.B) {
 	for i := range ks {
 		ks[i] = "user-" + strconv.Itoa(i)
 	}
-	api := floodgate.MustRule(floodgate.NewRule("api", 1_000_000, 10*time.Millisecond, floodgate.SlidingWindow))
+	api := floodgate.MustRule(floodgate.NewRule("api", 1_000_000, time.Second, floodgate.TokenBucket))
 	entries := func(rule string) []overrides.Entry {
 		es := make([]overrides.Entry, n)
 		for i := range es {
-			es[i] = overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule(rule, 1_000_000, 10*time.Millisecond, floodgate.SlidingWindow)), Key: "vip-" + strconv.Itoa(i)}
+			es[i] = overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule(rule, 1_000_000, time.Second, floodgate.TokenBucket)), Key: "vip-" + strconv.Itoa(i)}
 			if rule == "api-hit" {
 				// A limit of its own, so the override is applied and
 				// the hit validated again.
