@@ -51,3 +51,7 @@ func (l *Limiter) override(h Hit, i int) (Hit, error) {
 	}
 	return h, nil
 }
+
+// Overrides returns the overrides of [Options.Overrides], or nil: what a
+// fallback limiter (package enforce's local limits) should apply too.
+func (l *Limiter) Overrides() Overrides { return l.overrides }
