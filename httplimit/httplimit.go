@@ -227,6 +227,7 @@ type route struct {
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
 	live        bool              // a limit has a Source: rules may differ from the Route's
+	overridden  bool              // the Limiter has overrides: so may the rules of decisions
 	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
 
@@ -256,7 +257,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
 	}
 	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus,
-		denyFunc: rt.Deny, policies: make(map[string]string)}
+		denyFunc: rt.Deny, policies: make(map[string]string), overridden: l.e.Limiter().Overrides() != nil}
 	r.Limits = slices.Clone(rt.Limits)
 	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
