@@ -104,9 +104,12 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 	}
 	h.Cost = h.cost() // stores see costs of 1 to capacity
 	if l.overrides != nil {
-		var err error
-		if h, err = l.override(h, 0); err != nil {
-			return Decision{}, err
+		// Inline, so that a key without an override pays only the lookup.
+		if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
+			var err error
+			if h, err = overridden(h, r, 0); err != nil {
+				return Decision{}, err
+			}
 		}
 	}
 	if l.local == nil {
@@ -305,9 +308,11 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 	for i, h := range hits {
 		h.Cost = h.cost()
 		if l.overrides != nil {
-			var err error
-			if h, err = l.override(h, i); err != nil {
-				errs = append(errs, err)
+			if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
+				var err error
+				if h, err = overridden(h, r, i); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 		out[i] = h

@@ -35,14 +35,9 @@ type Overrides interface {
 	Override(rule Rule, key string) (Rule, bool)
 }
 
-// override applies the Limiter's overrides to h (hit number i), which is
-// valid with its cost normalized, and validates the result. It allocates
-// nothing when no override applies.
-func (l *Limiter) override(h Hit, i int) (Hit, error) {
-	r, ok := l.overrides.Override(h.Rule, h.Key)
-	if !ok || r == h.Rule {
-		return h, nil
-	}
+// overridden returns h (hit number i, valid, its cost normalized) under
+// r, the rule an override gave it, with h's rule name, validated.
+func overridden(h Hit, r Rule, i int) (Hit, error) {
 	r.Name = h.Rule.Name
 	base := h.Rule
 	h.Rule = r
