@@ -167,6 +167,9 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			if n := admitted("customer-42"); n != 5 {
 				t.Fatalf("customer-42 admitted %d after a refresh; want the override's 5", n)
 			}
+			if g, want := gauge("floodgate_overrides_last_refresh_timestamp_seconds"), float64(clk.now().UnixNano())/1e9; g != want {
+				t.Errorf("last refresh = %v; want %v, the Source's clock at the refresh", g, want)
+			}
 			if g := gauge("floodgate_overrides"); g != 1 {
 				t.Errorf("floodgate_overrides = %v; want 1", g)
 			}
@@ -223,10 +226,16 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 3, time.Minute), Key: "good"}); err != nil {
 				t.Fatal(err)
 			}
-			for range 2 {
-				if err := src.Refresh(ctx); err != nil {
-					t.Fatal(err)
-				}
+			// Two full loads (a change between them): the bad entries are
+			// logged at the first only.
+			if err := src.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 3, time.Minute), Key: "good"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := src.Refresh(ctx); err != nil {
+				t.Fatal(err)
 			}
 			if g := gauge("floodgate_overrides_invalid"); g != 2 {
 				t.Errorf("floodgate_overrides_invalid = %v; want 2", g)

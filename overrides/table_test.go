@@ -142,6 +142,35 @@ func TestSourceReloadsEditsByHand(t *testing.T) {
 	}
 }
 
+// A hash without a version counter (written by hand only) is read in
+// full at every refresh.
+func TestSourceWithoutVersionCounter(t *testing.T) {
+	ctx := context.Background()
+	addr := redistest.Addr(t)
+	tb := table(t, "redis://"+addr, prefix(t))
+	if _, err := redistest.Command(addr, "HSET", tb.Key(), "api:a", "limit=5/1m"); err != nil {
+		t.Fatal(err)
+	}
+	src, err := overrides.NewSource(ctx, tb, overrides.SourceOptions{Refresh: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	api := mustRule(t, "api", 1, time.Minute)
+	if r, ok := src.Override(api, "a"); !ok || r.Limit != 5 {
+		t.Fatalf("a = %v, %v; want 5/1m from the first load", r, ok)
+	}
+	if _, err := redistest.Command(addr, "HSET", tb.Key(), "api:a", "limit=6/1m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := src.Override(api, "a"); !ok || r.Limit != 6 {
+		t.Fatalf("a after a hand edit and one refresh = %v, %v; want 6/1m (no counter: a full load)", r, ok)
+	}
+}
+
 // A Source whose Redis is unreachable starts empty and keeps trying;
 // once loaded, a failed refresh keeps the overrides it has. Both are
 // logged and counted.
