@@ -143,6 +143,24 @@ type Limit struct {
 	// shadow_allowed or shadow_denied under the limit's policy; shadow
 	// denials are logged, at most one line per LogInterval.
 	Shadow bool
+	// Source, if set, gives the limit's rule when each request comes, so
+	// that the limit changes without a restart (rlconfig.Rules reads it
+	// from envoy-format YAML that a Watcher reloads on change). Rule is
+	// the rule whenever Source has none for the key, or gives one of
+	// another name or an invalid one. A rule from Source keeps Rule's name,
+	// so a changed limit keeps the counts, and a changed window or
+	// algorithm starts them afresh (a key's state belongs to the rule's
+	// name, algorithm and window).
+	Source RuleSource
+}
+
+// RuleSource gives a limit its rule at the time of a request: live
+// limits. rlconfig.Rules is one.
+type RuleSource interface {
+	// Rule returns the rule that applies to key in place of base (the
+	// limit's own rule), and false when the source has none. It is called
+	// on every request: it must be fast and safe for concurrent use.
+	Rule(base floodgate.Rule, key string) (floodgate.Rule, bool)
 }
 
 // Spec describes a gate: the limits of one route, method or domain, and
@@ -290,7 +308,8 @@ type Hit struct {
 // floodgate_skipped_limits_total and logged the first time, since a
 // per-user limit whose principal is never set (the rate-limit check runs
 // before authentication) would otherwise limit nobody, silently. Keys
-// beyond the Spec's limits are ignored; missing ones are "".
+// beyond the Spec's limits are ignored; missing ones are "". A limit with
+// a Source gets the rule its source gives for the key.
 func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 	hits := make([]Hit, 0, len(g.spec.Limits))
 	for i, lim := range g.spec.Limits {
@@ -303,7 +322,13 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 			}
 			continue
 		}
-		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: lim.Rule, Key: keys[i]}, Shadow: lim.Shadow, Failure: g.spec.Failure})
+		rule := lim.Rule
+		if lim.Source != nil {
+			if r, ok := lim.Source.Rule(rule, keys[i]); ok && r.Name == rule.Name && r.Validate() == nil {
+				rule = r
+			}
+		}
+		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: keys[i]}, Shadow: lim.Shadow, Failure: g.spec.Failure})
 	}
 	return hits
 }

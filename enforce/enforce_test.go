@@ -337,3 +337,29 @@ func TestRefundByPolicy(t *testing.T) {
 		t.Errorf("refund of a denial: %v", err)
 	}
 }
+
+// source gives the rules of its map by key.
+type source map[string]floodgate.Rule
+
+func (s source) Rule(_ floodgate.Rule, key string) (floodgate.Rule, bool) {
+	r, ok := s[key]
+	return r, ok
+}
+
+// A limit's source gives each key its rule, under the limit's own name;
+// a rule of another name, or an invalid one, leaves the limit's own.
+func TestSourcesGiveEachKeyItsRule(t *testing.T) {
+	v := newEnv(t)
+	live := source{
+		"vip":    rule("user", 3),
+		"other":  rule("someone-else", 3),
+		"broken": {Name: "user", Limit: 0, Window: time.Minute},
+	}
+	g := v.gate(t, enforce.Spec{Name: "api", Limits: []enforce.Limit{{Rule: rule("user", 1), Source: live}}})
+	for key, want := range map[string]int64{"vip": 3, "other": 1, "broken": 1, "plain": 1} {
+		hits := g.Hits(t.Context(), []string{key})
+		if len(hits) != 1 || hits[0].Rule.Name != "user" || hits[0].Rule.Limit != want {
+			t.Errorf("key %q: hits %+v, want one of rule user with limit %d", key, hits, want)
+		}
+	}
+}

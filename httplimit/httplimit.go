@@ -151,23 +151,15 @@ type Limit struct {
 	// denials are logged, at most one line per LogInterval. Shadow limits
 	// send no rate-limit fields and are not refunded by Result.Refund.
 	Shadow bool
-	// Source, if set, gives the limit's rule when each request comes, so
-	// that the limit changes without a restart (rlconfig.Rules reads it
-	// from envoy-format YAML that it reloads on change). Rule is the rule
-	// whenever Source has none for the key. A rule from Source keeps
-	// Rule's name: a changed limit keeps the counts, a changed window or
-	// algorithm starts them afresh.
+	// Source, if set, gives the limit's rule when each request comes: a
+	// live limit (see enforce.Limit.Source). The RateLimit-Policy field
+	// reports the rule in force.
 	Source RuleSource
 }
 
-// RuleSource gives a limit its rule at the time of a request: live limits.
-type RuleSource interface {
-	// Rule returns the rule of the limit named name for key, and false
-	// when the source has none (the limit's own Rule then applies). It is
-	// called on every request: it must be fast and safe for concurrent
-	// use, and return a valid rule.
-	Rule(name, key string) (floodgate.Rule, bool)
-}
+// RuleSource gives a limit its rule at the time of a request: live
+// limits. rlconfig.Rules is one.
+type RuleSource = enforce.RuleSource
 
 // Route configures the middleware of one route.
 type Route struct {
@@ -263,7 +255,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	var names []string
 	var longest time.Duration
 	for i, lim := range r.Limits {
-		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
 		if lim.Key == nil {
 			bad("limit %d (%s): Key is nil", i, lim.Rule.Name)
 		}
@@ -343,9 +335,6 @@ func (rt *route) keys(req *http.Request) []string {
 func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
 	ctx := req.Context()
 	hits := rt.gate.Hits(ctx, rt.keys(req))
-	if rt.live {
-		rt.liveRules(hits)
-	}
 	outer, nested := FromContext(ctx)
 	if nested {
 		hits = rt.nest(ctx, &outer, hits)
@@ -378,21 +367,6 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		return
 	}
 	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
-}
-
-// liveRules puts in hits the rules that the limits' sources give now. A
-// source's rule is taken under the limit's own name, or not at all.
-func (rt *route) liveRules(hits []enforce.Hit) {
-	for i, h := range hits {
-		for _, lim := range rt.Limits {
-			if lim.Rule.Name != h.Rule.Name || lim.Source == nil {
-				continue
-			}
-			if r, ok := lim.Source.Rule(h.Rule.Name, h.Key); ok && r.Name == h.Rule.Name {
-				hits[i].Rule = r
-			}
-		}
-	}
 }
 
 // compose returns the verdict on a request whose own check is own: with

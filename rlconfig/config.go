@@ -220,6 +220,7 @@ type parser struct {
 // inherited carries the extension defaults down the tree.
 type inherited struct {
 	alg     floodgate.Algorithm
+	algSet  bool // the file names alg, at this level or above
 	burst   int64
 	failure FailureMode
 }
@@ -268,7 +269,7 @@ func (p *parser) extensions(file, path string, def *inherited, alg string, burst
 		if err != nil {
 			p.problem(file, path, "%v", err)
 		} else {
-			def.alg, def.burst = a, 0
+			def.alg, def.burst, def.algSet = a, 0, true
 		}
 	}
 	if burst != 0 {
@@ -442,7 +443,7 @@ func (p *parser) limit(file, domain, path string, segs []segment, j, count int, 
 		return nil
 	}
 	rule.Limit = l.RequestsPerUnit
-	l.Rule = rule
+	l.Rule, l.AlgorithmSet = rule, d.algSet
 	return l
 }
 

@@ -19,6 +19,10 @@ import "github.com/floodgate-rl/floodgate"
 // wildcard, then the key alone). The rule keeps the name N, so that a
 // changed limit keeps the counts and a changed window or algorithm starts
 // them afresh, as the store keys a state by name, algorithm and window.
+// A file that names no algorithm (at the limit's level or above) keeps
+// the limit's own algorithm and burst, and sets only the limit and the
+// window: the fixed window that envoyproxy/ratelimit counts by default
+// would otherwise replace an exact sliding window unasked.
 // No rule (false) when nothing matches, or the match is unlimited or
 // blocked (requests_per_unit: 0), which a library limit cannot express:
 // the limit's own rule then applies. The first limit of a rate_limits
@@ -35,10 +39,10 @@ func NewRules(domain string, config func() *Config) *Rules {
 	return &Rules{domain: domain, config: config}
 }
 
-// Rule returns the rule of the limit named name for key, and whether the
-// configuration has one.
-func (r *Rules) Rule(name, key string) (floodgate.Rule, bool) {
-	m := r.config().Match(r.domain, []Entry{{Key: name, Value: key}})
+// Rule returns the rule that the configuration gives key in place of
+// base, and whether it gives one.
+func (r *Rules) Rule(base floodgate.Rule, key string) (floodgate.Rule, bool) {
+	m := r.config().Match(r.domain, []Entry{{Key: base.Name, Value: key}})
 	if m.Outcome != Limited {
 		return floodgate.Rule{}, false
 	}
@@ -46,7 +50,12 @@ func (r *Rules) Rule(name, key string) (floodgate.Rule, bool) {
 	if l.Unlimited || l.Blocked() {
 		return floodgate.Rule{}, false
 	}
+	if !l.AlgorithmSet {
+		rule := base
+		rule.Limit, rule.Window = l.Rule.Limit, l.Rule.Window
+		return rule, true
+	}
 	rule := l.Rule
-	rule.Name = name
+	rule.Name = base.Name
 	return rule, true
 }

@@ -4,6 +4,7 @@
 //	floodgate peek  -rule 'name=login,limit=5/10m' alice     what a request of alice would get now
 //	floodgate reset -rule 'name=login,limit=5/10m' alice     forget alice's count: unlock her
 //	floodgate peek  -config DIR -domain rl user=alice       the limits of a descriptor, from the service's configuration
+//	floodgate blocked -rule 'name=login,limit=5/10m'        the keys a request would now find denied (blocked.go)
 //
 // The key is spelled as the application spells it; floodgate encodes it
 // as the store does, so a hashed key never has to be typed. A rule is
@@ -52,7 +53,7 @@ func main() {
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, args, getenv, stdout)
+	err := dispatch(ctx, args, getenv, stdout, stderr)
 	switch {
 	case err == nil:
 		return 0
@@ -68,16 +69,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 const usage = `usage:
   floodgate peek|reset -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
   floodgate peek|reset -config DIR -domain DOMAIN [-prefix P] [-o json] KEY=VALUE...
+` + blockedUsage + `
   floodgate override set|get|rm|ls ...   per-key limits (floodgate override for its usage)
 Redis is REDIS_URL.`
 
-func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("%w: no subcommand\n%s", errUsage, usage)
 	}
 	cmd, args := args[0], args[1:]
 	if cmd == "override" {
 		return overrideCmd(ctx, args, getenv, stdout)
+	}
+	if cmd == "blocked" {
+		return blocked(ctx, args, getenv, stdout, stderr)
 	}
 	if cmd != "peek" && cmd != "reset" {
 		return fmt.Errorf("%w: unknown subcommand %q\n%s", errUsage, cmd, usage)
