@@ -143,6 +143,7 @@ type method struct {
 	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
 	enforced    int               // how many limits are not in shadow mode
 	live        bool              // a limit has a Source: rules may differ from the Method's
+	overridden  bool              // the Limiter has overrides: so may the rules of decisions
 	opaqueRetry time.Duration     // the RetryInfo of an opaque denial
 }
 
@@ -252,7 +253,7 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	if m.Opaque && m.MaxDelay > 0 {
 		bad("Opaque cannot be combined with MaxDelay: the wait would tell how long each key has left")
 	}
-	b := &method{Method: m, policies: make(map[string]string, len(m.Limits))}
+	b := &method{Method: m, policies: make(map[string]string, len(m.Limits)), overridden: e.Limiter().Overrides() != nil}
 	b.Limits = slices.Clone(m.Limits) // the caller may reuse its slice
 	spec := enforce.Spec{Name: name, Failure: m.Failure, Shadow: m.Shadow, MaxDelay: m.MaxDelay, MaxWaiters: m.MaxWaiters}
 	for i, lim := range b.Limits {
