@@ -5,6 +5,7 @@
 //	floodgate reset -rule 'name=login,limit=5/10m' alice     forget alice's count: unlock her
 //	floodgate peek  -config DIR -domain rl user=alice       the limits of a descriptor, from the service's configuration
 //	floodgate blocked -rule 'name=login,limit=5/10m'        the keys a request would now find denied (blocked.go)
+//	floodgate override set -rule api -limit 1000/1m cust-42  give one key a limit of its own, in every replica within 5s (override.go)
 //
 // The key is spelled as the application spells it; floodgate encodes it
 // as the store does, so a hashed key never has to be typed. A rule is
