@@ -166,8 +166,9 @@ func (s *Source) Override(rule floodgate.Rule, key string) (floodgate.Rule, bool
 	return s.set.Load().Override(rule, key)
 }
 
-// Set returns the overrides loaded last.
-func (s *Source) Set() *Set { return s.set.Load() }
+// Current returns the overrides loaded last (expired ones are dropped at the
+// next refresh).
+func (s *Source) Current() *Set { return s.set.Load() }
 
 // Refresh brings the overrides up to date now: it reads the version
 // counter, and the whole table if the counter moved since the last load

@@ -124,8 +124,8 @@ func TestSourceReloadsEditsByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	if src.Set().Len() != 1 {
-		t.Fatalf("NewSource loaded %d; want 1", src.Set().Len())
+	if src.Current().Len() != 1 {
+		t.Fatalf("NewSource loaded %d; want 1", src.Current().Len())
 	}
 	if _, err := redistest.Command(addr, "HSET", tb.Key(), "api:b", "limit=9/1m"); err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestSourceOutage(t *testing.T) {
 		t.Errorf("NewSource took %v with Redis down", time.Since(start))
 	}
 	api := mustRule(t, "api", 1, time.Minute)
-	if _, ok := src.Override(api, "k"); ok || src.Set().Len() != 0 {
+	if _, ok := src.Override(api, "k"); ok || src.Current().Len() != 0 {
 		t.Fatal("a Source that never loaded has overrides")
 	}
 	if err := src.Refresh(ctx); !errors.Is(err, floodgate.ErrStoreUnavailable) {
