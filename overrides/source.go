@@ -37,7 +37,8 @@ type SourceOptions struct {
 	// reads the whole hash even though the counter did not move. Zero
 	// means DefaultReloadEvery (12); 1 reads it on every refresh.
 	ReloadEvery int
-	// Logger receives the failed refreshes and the invalid entries (each
+	// Logger receives the failed refreshes (the first of an outage, then
+	// one line every 12, and the recovery) and the invalid entries (each
 	// once, when it first appears). Nil discards.
 	Logger *slog.Logger
 	// Registerer, if set, receives the Source's metrics, labelled with
@@ -87,6 +88,7 @@ type Source struct {
 	loaded   bool              // a full load succeeded
 	since    int               // refreshes since the last full load
 	reported map[string]string // invalid fields already logged, and their values
+	failing  int               // refreshes failed in a row
 
 	stop context.CancelFunc // ends the refresher's context
 	done chan struct{}      // closed when the refresher returned
@@ -182,13 +184,27 @@ func (s *Source) Refresh(ctx context.Context) error {
 	err := s.refresh(ctx)
 	if err != nil {
 		s.metrics.errors.Inc()
-		s.log.LogAttrs(ctx, slog.LevelWarn, "overrides: refresh failed; the last overrides loaded stay in force",
-			slog.String("table", s.table.Key()), slog.Any("error", err))
+		// The first failure, then one line a failLogEvery: an outage
+		// does not write a line per refresh.
+		if s.failing%failLogEvery == 0 {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "overrides: refresh failed; the last overrides loaded stay in force",
+				slog.String("table", s.table.Key()), slog.Int("failed_in_a_row", s.failing+1), slog.Any("error", err))
+		}
+		s.failing++
 		return err
+	}
+	if s.failing > 0 {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "overrides: refresh recovered",
+			slog.String("table", s.table.Key()), slog.Int("failed_in_a_row", s.failing))
+		s.failing = 0
 	}
 	s.metrics.last.Set(float64(s.now().UnixNano()) / 1e9)
 	return nil
 }
+
+// failLogEvery is how many failed refreshes in a row make one log line
+// after the first: a minute at the default refresh.
+const failLogEvery = 12
 
 // refresh does Refresh's work; s.mu is held.
 func (s *Source) refresh(ctx context.Context) error {

@@ -205,8 +205,14 @@ func TestSourceOutage(t *testing.T) {
 	if n := metric(t, reg, "floodgate_overrides_refresh_errors_total"); n != 2 {
 		t.Errorf("refresh errors = %v; want 2 (NewSource's and Refresh's)", n)
 	}
-	if c := strings.Count(logs.String(), "refresh failed"); c != 2 {
-		t.Errorf("%d refresh failures logged; want 2:\n%s", c, logs.String())
+	if c := strings.Count(logs.String(), "refresh failed"); c != 1 {
+		t.Errorf("%d refresh failures logged; want 1, the first of the outage:\n%s", c, logs.String())
+	}
+	for range 11 {
+		_ = src.Refresh(ctx)
+	}
+	if c := strings.Count(logs.String(), "refresh failed"); c != 2 || !strings.Contains(logs.String(), "failed_in_a_row=13") {
+		t.Errorf("after 13 failures, %d lines; want 2, the second at the 13th:\n%s", c, logs.String())
 	}
 
 	// Loaded once, then Redis stops answering: the overrides stay.
@@ -215,19 +221,36 @@ func TestSourceOutage(t *testing.T) {
 	if err := tb2.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 4, time.Minute), Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	src2, err := overrides.NewSource(ctx, tb2, overrides.SourceOptions{Refresh: time.Hour})
+	var logs2 syncbuf.Buffer
+	src2, err := overrides.NewSource(ctx, tb2, overrides.SourceOptions{Refresh: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs2, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src2.Close()
 	srv.Kill()
-	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	if err := src2.Refresh(short); err == nil {
-		t.Fatal("Refresh with Redis killed succeeded")
+	for range 2 {
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		err := src2.Refresh(short)
+		cancel()
+		if err == nil {
+			t.Fatal("Refresh with Redis killed succeeded")
+		}
 	}
 	if r, ok := src2.Override(api, "k"); !ok || r.Limit != 4 {
 		t.Errorf("after a failed refresh, Override = %v, %v; want the loaded 4/1m", r, ok)
+	}
+	// Back, empty (no persistence): the Source follows, and says so.
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src2.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := src2.Override(api, "k"); ok {
+		t.Error("the override survived the reload of an empty table")
+	}
+	if out := logs2.String(); strings.Count(out, "refresh failed") != 1 || !strings.Contains(out, "refresh recovered") || !strings.Contains(out, "failed_in_a_row=2") {
+		t.Errorf("logs of a failure and recovery:\n%s", out)
 	}
 }
 
