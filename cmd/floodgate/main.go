@@ -19,6 +19,9 @@
 // -domain, the arguments are a descriptor's entries, KEY=VALUE, and every
 // limit that applies to it is peeked or reset.
 //
+// A key with an override (floodgate override) is peeked at or reset under
+// the override's rule, as the services decide it, with a note on stderr.
+//
 // What the command cannot see: a rule given with another name, window or
 // algorithm than the service's reads a fresh key; a service with a
 // denial cache keeps a denial it cached until its Retry-After ran out, at
@@ -112,6 +115,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if hits, err = withOverrides(ctx, url, *prefix, *timeout, hits, stderr); err != nil {
+		return err
+	}
 	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: *prefix})
 	if err != nil {
 		return err

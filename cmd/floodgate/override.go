@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -272,4 +273,33 @@ func (o overrideOutput) report(v map[string]any, text string) error {
 	}
 	_, err := io.WriteString(o.w, text)
 	return err
+}
+
+// withOverrides returns hits with the overrides in force in Redis
+// applied, as the services' Limiters apply them, so that peek and reset
+// read and clear the state a request would use; each one applied is
+// noted on stderr. An entry the services skip as invalid is skipped here
+// too.
+func withOverrides(ctx context.Context, url, prefix string, timeout time.Duration, hits []floodgate.Hit, stderr io.Writer) ([]floodgate.Hit, error) {
+	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix, DialTimeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	defer table.Close()
+	now := time.Now()
+	out := make([]floodgate.Hit, len(hits))
+	for i, h := range hits {
+		out[i] = h
+		e, ok, err := table.Get(ctx, h.Rule.Name, h.Key)
+		switch {
+		case errors.Is(err, overrides.ErrInvalidEntry):
+			fmt.Fprintf(stderr, "floodgate: the override of key %q under rule %s is invalid, and skipped as the services skip it: %v\n", h.Key, h.Rule.Name, err)
+		case err != nil:
+			return nil, err
+		case ok && !e.ExpiredAt(now) && e.Rule != h.Rule:
+			fmt.Fprintf(stderr, "floodgate: key %q has an override under rule %s: %v (floodgate override get)\n", h.Key, h.Rule.Name, e.Rule)
+			out[i].Rule = e.Rule
+		}
+	}
+	return out, nil
 }

@@ -222,3 +222,56 @@ func TestOverrideErrors(t *testing.T) {
 		})
 	}
 }
+
+// peek and reset take a key's override into account, as the services
+// do: given the base rule, they read and clear the state of the rule in
+// force, and say so on stderr.
+func TestPeekAndResetFollowOverrides(t *testing.T) {
+	ctx := context.Background()
+	url := "redis://" + redistest.Addr(t)
+	prefix := "ovrpeek" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	// Another window: the override's state is another key than the base
+	// rule's.
+	vip := floodgate.MustRule(floodgate.NewRule("api", 3, 2*time.Minute, floodgate.SlidingWindow))
+	if err := table.Set(ctx, overrides.Entry{Rule: vip, Key: "vip"}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	l, err := floodgate.New(store, floodgate.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if d, err := l.Allow(ctx, vip, "vip"); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	}
+	base := "name=api,limit=10/1m"
+	code, out, errs := cli(t, url, "peek", "-rule", base, "-prefix", prefix, "-o", "json", "vip")
+	var got map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got["allowed"] != false || got["rule"] != vip.String() ||
+		!strings.Contains(errs, `key "vip" has an override under rule api: api: 3/2m0s sliding-window`) {
+		t.Fatalf("peek = %d %q %q; want denied under the override 3/2m, noted on stderr", code, out, errs)
+	}
+	code, out, errs = cli(t, url, "reset", "-rule", base, "-prefix", prefix, "vip")
+	if code != 0 || !strings.Contains(out, "reset api: 3/2m0s") {
+		t.Fatalf("reset = %d %q %q", code, out, errs)
+	}
+	if d, err := l.Allow(ctx, vip, "vip"); err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("after reset: %+v, %v; want the override's state cleared, 2 left", d, err)
+	}
+	// A key without an override: the base rule, no note.
+	code, out, errs = cli(t, url, "peek", "-rule", base, "-prefix", prefix, "plain")
+	if code != 0 || !strings.Contains(out, "api: 10/1m0s sliding-window, key \"plain\"") || errs != "" {
+		t.Fatalf("peek of a plain key = %d %q %q", code, out, errs)
+	}
+}
