@@ -200,6 +200,9 @@ func TestSetManyRuleNames(t *testing.T) {
 	for i := range scanNames + 2 {
 		es = append(es, Entry{Rule: rule(t, "r"+strconv.Itoa(i), int64(i+1), time.Minute, floodgate.SlidingWindow), Key: "k"})
 	}
+	if s := newSet(es[:scanNames], time.Now); s.byName != nil {
+		t.Errorf("%d names are found by a map; want them scanned", scanNames)
+	}
 	s := newSet(es, time.Now)
 	if s.byName == nil || len(s.names) != scanNames+2 {
 		t.Fatalf("%d names, map %v; want %d names in a map", len(s.names), s.byName != nil, scanNames+2)
@@ -247,5 +250,39 @@ func TestSetBloomFilter(t *testing.T) {
 	t.Logf("%d of 100,000 misses passed the filter", passed)
 	if s := newSet(nil, time.Now); len(s.bloom) != 1 {
 		t.Errorf("empty set: filter of %d words; want 1", len(s.bloom))
+	}
+}
+
+// The edges of an entry and of its messages: a key of MaxKeyLen bytes is
+// valid, one more is not; a text of 64 bytes is quoted whole, a longer
+// one cut there.
+func TestEdges(t *testing.T) {
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	if err := (Entry{Rule: api, Key: strings.Repeat("k", floodgate.MaxKeyLen)}).Validate(); err != nil {
+		t.Errorf("a key of MaxKeyLen bytes: %v; want valid", err)
+	}
+	s64 := strings.Repeat("x", 64)
+	if got := truncate(s64); got != s64 {
+		t.Errorf("truncate of 64 bytes = %q; want it whole", got)
+	}
+	if got := truncate(s64 + "y"); got != s64+"..." {
+		t.Errorf("truncate of 65 bytes = %q; want 64 and ...", got)
+	}
+	e := Entry{Rule: api, Key: "k", Expires: time.Date(2026, 12, 1, 1, 0, 0, 0, time.FixedZone("x", 3600))}
+	if got, want := e.String(), `api: 10/1m0s sliding-window for key "k", until 2026-12-01T00:00:00Z`; got != want {
+		t.Errorf("String = %q; want %q", got, want)
+	}
+	if got, want := (Entry{Rule: api, Key: "k"}).String(), `api: 10/1m0s sliding-window for key "k", no expiry`; got != want {
+		t.Errorf("String = %q; want %q", got, want)
+	}
+	// The filter: a word per 4 entries, rounded up to a power of two.
+	for _, tc := range []struct{ entries, words int }{{0, 1}, {4, 1}, {5, 2}, {8, 2}, {9, 4}} {
+		es := make([]Entry, tc.entries)
+		for i := range es {
+			es[i] = Entry{Rule: api, Key: strconv.Itoa(i)}
+		}
+		if s := newSet(es, time.Now); len(s.bloom) != tc.words {
+			t.Errorf("%d entries: a filter of %d words; want %d", tc.entries, len(s.bloom), tc.words)
+		}
 	}
 }

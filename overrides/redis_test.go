@@ -249,7 +249,13 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			if n := admitted("broken"); n != 2 {
 				t.Errorf("broken admitted %d; want the base 2", n)
 			}
+			if l, err := tb.List(ctx); err != nil || len(l.Invalid) != 2 || l.Invalid[0].Field != "api:broken" || l.Invalid[1].Field != "api:nobody" {
+				t.Errorf("List's invalid entries = %+v, %v; want api:broken then api:nobody", l, err)
+			}
 			out := logs.String()
+			if strings.Contains(out, "refresh recovered") {
+				t.Errorf("a recovery logged where nothing failed:\n%s", out)
+			}
 			if c := strings.Count(out, "skipping an invalid entry"); c != 2 || !strings.Contains(out, "field=api:broken") || !strings.Contains(out, "field=api:nobody") {
 				t.Errorf("log has %d invalid-entry lines; want 2, one per bad field, once each:\n%s", c, out)
 			}

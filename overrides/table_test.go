@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
 )
 
 // Set, Get, List, Delete and Prune, and the version counter every change
@@ -288,11 +289,33 @@ func TestOptionsRejected(t *testing.T) {
 		{"long prefix", overrides.Options{URL: "redis://192.0.2.1:6379", Prefix: strings.Repeat("p", 65)}, "at most 64"},
 		{"negative dial", overrides.Options{URL: "redis://192.0.2.1:6379", DialTimeout: -1}, "negative"},
 	} {
+		if err := tc.opts.Validate(); !errors.Is(err, overrides.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v; want ErrInvalidOptions saying %q", tc.name, err, tc.want)
+		}
 		if _, err := overrides.NewTable(tc.opts); !errors.Is(err, overrides.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewTable = %v; want ErrInvalidOptions saying %q", tc.name, err, tc.want)
 		}
 	}
+	if err := (overrides.Options{URL: "redis://192.0.2.1:6379", Prefix: strings.Repeat("p", 64)}).Validate(); err != nil {
+		t.Errorf("a prefix of 64 bytes: %v; want valid", err)
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Addr(t)}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if err := (overrides.Options{URL: "redis://192.0.2.1:6379", Client: client}).Validate(); !errors.Is(err, overrides.ErrInvalidOptions) || !strings.Contains(err.Error(), "only one of URL and Client") {
+		t.Errorf("URL and Client: %v; want ErrInvalidOptions", err)
+	}
+	if err := (overrides.Options{Client: client}).Validate(); err != nil {
+		t.Errorf("a Client alone: %v; want valid", err)
+	}
 	tb := table(t, "redis://"+redistest.Addr(t), prefix(t))
+	if src, err := overrides.NewSource(context.Background(), tb, overrides.SourceOptions{Refresh: 10 * time.Millisecond}); err != nil {
+		t.Errorf("a refresh of 10ms: %v; want accepted", err)
+	} else {
+		src.Close()
+	}
 	for _, tc := range []struct {
 		name string
 		opts overrides.SourceOptions
