@@ -81,7 +81,9 @@ func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 	case m.Opaque:
 		wait := m.opaqueRetry
 		for _, h := range hits { // a live rule's window may be longer
-			wait = max(wait, h.Rule.Window)
+			if !h.Shadow {
+				wait = max(wait, h.Rule.Window)
+			}
 		}
 		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(wait))
 	}

@@ -30,6 +30,10 @@
 //
 // Exit status: 0 done, 1 Redis failed or could not be reached, 2 bad
 // input.
+//
+// Run with no subcommand (or "serve", or only -config-dir DIR), floodgate
+// is the rate-limit service: Envoy's RLS v3 over gRPC and POST /json,
+// configured from the environment (serve.go; docs/SERVICE.md).
 package main
 
 import (
@@ -57,6 +61,9 @@ func main() {
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if serving(args) {
+		return serve(ctx, args, getenv, stderr, serveHooks{})
+	}
 	err := dispatch(ctx, args, getenv, stdout, stderr)
 	switch {
 	case err == nil:

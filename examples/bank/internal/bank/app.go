@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,6 +118,9 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	return a, nil
 }
 
+// limitsDomain is the domain of LIMITS_FILE's limits.
+const limitsDomain = "bank"
+
 // watchLimits returns the live limits of file, reloaded when it changes,
 // or nil when file is empty. Each reload is logged and counted in
 // floodgate_config_load_success_total or floodgate_config_load_error_total;
@@ -136,12 +140,19 @@ func (a *App) watchLimits(file string, reg prometheus.Registerer, logger *slog.L
 		}
 		ok.Inc()
 		logger.Info("LIMITS_FILE reloaded", "file", file)
+		if !slices.Contains(cfg.Domains(), limitsDomain) {
+			logger.Warn("LIMITS_FILE has no domain bank: no live limit applies", "file", file, "domains", cfg.Domains())
+		}
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("bank: LIMITS_FILE: %w", err)
 	}
+	if ds := w.Config().Domains(); !slices.Contains(ds, limitsDomain) {
+		w.Close()
+		return nil, fmt.Errorf("bank: LIMITS_FILE %s: no domain %q (it has %q): its limits would apply to nothing", file, limitsDomain, ds)
+	}
 	a.closers = append(a.closers, w.Close)
-	return rlconfig.NewRules("bank", w.Config), nil
+	return rlconfig.NewRules(limitsDomain, w.Config), nil
 }
 
 // newLimiter returns the limiter of the service on store: cfg's decision
