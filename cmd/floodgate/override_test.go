@@ -3,16 +3,24 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 // TestOverride gives a customer a limit of its own from the shell, on a
@@ -273,5 +281,64 @@ func TestPeekAndResetFollowOverrides(t *testing.T) {
 	code, out, errs = cli(t, url, "peek", "-rule", base, "-prefix", prefix, "plain")
 	if code != 0 || !strings.Contains(out, "api: 10/1m0s sliding-window, key \"plain\"") || errs != "" {
 		t.Fatalf("peek of a plain key = %d %q %q", code, out, errs)
+	}
+}
+
+// The service applies the overrides of its Redis: a descriptor's key set
+// with floodgate override gets its own limit from the service, within
+// its refresh, and its /metrics counts them.
+func TestServeAppliesOverrides(t *testing.T) {
+	redis := redistest.Start(t)
+	dir := t.TempDir()
+	conf := "domain: svc\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"
+	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The rule and key the service decides user=vip by, as peek -config
+	// shows them.
+	cfg, err := rlconfig.LoadDir(dir, rlconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := cfg.Match("svc", []rlconfig.Entry{{Key: "user", Value: "vip"}}).Hits(1)
+	if len(hits) != 1 {
+		t.Fatalf("%d hits for user=vip; want 1", len(hits))
+	}
+	code, out, errs := cli(t, redis.URL(), "override", "set", "-rule", hits[0].Rule.Name, "-limit", "4/1h", "-algorithm", hits[0].Rule.Algorithm.String(), hits[0].Key)
+	if code != 0 {
+		t.Fatalf("override set = %d %q %q", code, out, errs)
+	}
+	r := startServe(t, map[string]string{"REDIS_URL": redis.Addr(), "CONFIG_DIR": dir, "DEBUG_ADDR": "127.0.0.1:0"})
+	c := r.client(t)
+	admitted := func(user string) int {
+		t.Helper()
+		n := 0
+		for range 6 {
+			resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "svc", Descriptors: []*commonv3.RateLimitDescriptor{{
+				Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}},
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+				n++
+			}
+		}
+		return n
+	}
+	if n := admitted("vip"); n != 4 {
+		t.Errorf("user=vip admitted %d of 6; want the override's 4", n)
+	}
+	if n := admitted("plain"); n != 2 {
+		t.Errorf("user=plain admitted %d of 6; want the configuration's 2", n)
+	}
+	res, err := http.Get("http://" + r.debug + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(b), `floodgate_overrides{table="fg:{overrides}"} 1`) {
+		t.Errorf("/metrics lacks floodgate_overrides 1")
 	}
 }
