@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -22,19 +23,24 @@ import (
 //	floodgate override get -rule api customer-42
 //	floodgate override rm  -rule api customer-42
 //	floodgate override ls  [-rule api]
+//	floodgate override set -config /etc/ratelimit -domain rl -limit 100/1m user=42
 //
 // A service whose Limiter takes an overrides.Source applies a change
 // within the Source's refresh interval (5s by default), with no restart.
 // An override keeps the rule's name: a new limit keeps the key's count, a
 // new window or algorithm starts the key afresh. -ttl makes it expire
 // (counted from now on this machine's clock); without it, it lasts until
-// rm. set also deletes the overrides that expired. ls lists every
+// rm. set also deletes the overrides that expired. With -config and
+// -domain (the service's configuration), the arguments are a descriptor's
+// entries, and the override is of the one limit that applies to it, by
+// default with that limit's algorithm. ls lists every
 // override, those without an expiry and those expired included, and the
 // entries the services skip as invalid.
 
 const overrideUsage = `usage:
   floodgate override set -rule NAME -limit COUNT/WINDOW [-algorithm ALG] [-burst N] [-ttl DURATION] [-prefix P] [-o json] KEY
   floodgate override get|rm -rule NAME [-prefix P] [-o json] KEY
+  floodgate override set|get|rm -config DIR -domain DOMAIN [set's flags] KEY=VALUE...
   floodgate override ls [-rule NAME] [-prefix P] [-o json]
 Redis is REDIS_URL; services apply a change within their refresh interval (5s by default).`
 
@@ -56,6 +62,8 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window, token-bucket, fixed-window or sliding-window-counter")
 	burst := fs.Int64("burst", 0, "set: the bucket capacity of a token-bucket override (0 means the limit)")
 	ttl := fs.Duration("ttl", 0, "set: how long the override lasts (0: until rm)")
+	configDir := fs.String("config", "", "set|get|rm: a directory of envoyproxy/ratelimit YAML (with -domain): the rule and key of a descriptor")
+	domain := fs.String("domain", "", "the configuration's domain (with -config)")
 	prefix := fs.String("prefix", "", "the services' key prefix (the default when empty)")
 	output := fs.String("o", "text", "output: text or json")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for Redis")
@@ -77,8 +85,29 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	}
 	var key string
 	switch {
-	case sub == "ls" && fs.NArg() != 0:
-		return fmt.Errorf("%w: override ls takes no KEY, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
+	case sub == "ls" && (fs.NArg() != 0 || *configDir != "" || *domain != ""):
+		return fmt.Errorf("%w: override ls takes no KEY nor -config, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
+	case *configDir != "" || *domain != "":
+		// A descriptor of the service's configuration: the rule and key
+		// it is decided by, and by default that rule's algorithm.
+		if *ruleName != "" {
+			return fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, overrideUsage)
+		}
+		hits, err := target("", *configDir, *domain, fs.Args())
+		if err != nil {
+			return err
+		}
+		if len(hits) != 1 {
+			names := make([]string, len(hits))
+			for i, h := range hits {
+				names[i] = h.Rule.Name
+			}
+			return fmt.Errorf("%w: %d limits apply to %v (%s): give each with -rule NAME and its KEY", errUsage, len(hits), fs.Args(), strings.Join(names, ", "))
+		}
+		*ruleName, key = hits[0].Rule.Name, hits[0].Key
+		if !set("algorithm") {
+			*algorithm = hits[0].Rule.Algorithm.String()
+		}
 	case sub != "ls" && fs.NArg() != 1:
 		return fmt.Errorf("%w: want one KEY, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
 	case sub != "ls":

@@ -218,6 +218,9 @@ func TestOverrideErrors(t *testing.T) {
 		{"limit on get", dead, []string{"override", "get", "-rule", "api", "-limit", "5/1m", "k"}, 2, "-limit is only for override set"},
 		{"bad output", dead, []string{"override", "ls", "-o", "yaml"}, 2, `-o "yaml"`},
 		{"bad prefix", dead, []string{"override", "ls", "-prefix", "a{"}, 2, "brace"},
+		{"-config and -rule", dead, []string{"override", "get", "-config", "x", "-domain", "d", "-rule", "api", "k=v"}, 2, "not -rule"},
+		{"ls with -config", dead, []string{"override", "ls", "-config", "x"}, 2, "takes no KEY nor -config"},
+		{"-config that does not load", dead, []string{"override", "get", "-config", "/nonexistent", "-domain", "d", "k=v"}, 2, "nonexistent"},
 		{"no REDIS_URL", "", []string{"override", "ls"}, 2, "REDIS_URL is empty"},
 		{"Redis down", dead, []string{"override", "ls", "-timeout", "1s"}, 1, "store unavailable"},
 		{"Redis down on set", dead, []string{"override", "set", "-rule", "api", "-limit", "5/1m", "-timeout", "1s", "k"}, 1, "store unavailable"},
@@ -304,9 +307,20 @@ func TestServeAppliesOverrides(t *testing.T) {
 	if len(hits) != 1 {
 		t.Fatalf("%d hits for user=vip; want 1", len(hits))
 	}
-	code, out, errs := cli(t, redis.URL(), "override", "set", "-rule", hits[0].Rule.Name, "-limit", "4/1h", "-algorithm", hits[0].Rule.Algorithm.String(), hits[0].Key)
+	// By the descriptor, as the service's configuration names it: the
+	// override takes the limit's rule name, key and algorithm.
+	code, out, errs := cli(t, redis.URL(), "override", "set", "-config", dir, "-domain", "svc", "-limit", "4/1h", "user=vip")
 	if code != 0 {
-		t.Fatalf("override set = %d %q %q", code, out, errs)
+		t.Fatalf("override set -config = %d %q %q", code, out, errs)
+	}
+	code, out, errs = cli(t, redis.URL(), "override", "get", "-rule", hits[0].Rule.Name, "-o", "json", hits[0].Key)
+	var got map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got["found"] != true || got["limit"] != 4.0 || got["algorithm"] != hits[0].Rule.Algorithm.String() {
+		t.Fatalf("get of %s %q = %d %q %q; want the override, 4 with the limit's algorithm %v", hits[0].Rule.Name, hits[0].Key, code, out, errs, hits[0].Rule.Algorithm)
+	}
+	code, _, errs = cli(t, redis.URL(), "override", "get", "-config", dir, "-domain", "svc", "team=x")
+	if code != 2 || !strings.Contains(errs, `no counted limit of domain "svc" applies`) {
+		t.Errorf("get -config of a descriptor that no limit matches = %d %q; want 2", code, errs)
 	}
 	r := startServe(t, map[string]string{"REDIS_URL": redis.Addr(), "CONFIG_DIR": dir, "DEBUG_ADDR": "127.0.0.1:0"})
 	c := r.client(t)
