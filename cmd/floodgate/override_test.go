@@ -322,7 +322,7 @@ func TestServeAppliesOverrides(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, `no counted limit of domain "svc" applies`) {
 		t.Errorf("get -config of a descriptor that no limit matches = %d %q; want 2", code, errs)
 	}
-	r := startServe(t, map[string]string{"REDIS_URL": redis.Addr(), "CONFIG_DIR": dir, "DEBUG_ADDR": "127.0.0.1:0"})
+	r := startServe(t, map[string]string{"REDIS_URL": redis.Addr(), "CONFIG_DIR": dir, "DEBUG_ADDR": "127.0.0.1:0", "DECISION_TIMEOUT": "2s"})
 	c := r.client(t)
 	admitted := func(user string) int {
 		t.Helper()
