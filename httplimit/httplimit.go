@@ -329,9 +329,7 @@ func (rt *route) keys(req *http.Request) []string {
 		if k == "" && lim.Missing == Share {
 			k = missingKey
 		}
-		if k != "" {
-			keys[i] = fitKey(k)
-		}
+		keys[i] = k // the gate digests a key too long for the store
 	}
 	return keys
 }
