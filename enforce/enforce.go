@@ -47,7 +47,9 @@ type Options struct {
 	// fails fast. Required.
 	Limiter *floodgate.Limiter
 	// Local decides FailLocal hits while the store fails. Nil means a
-	// limiter on a memstore that the Enforcer owns and Close releases.
+	// limiter on a memstore that the Enforcer owns and Close releases,
+	// with Limiter's overrides (floodgate.Options.Overrides), so that a
+	// key with a limit of its own keeps it, per replica, during an outage.
 	Local *floodgate.Limiter
 	// Breaker, if set, is exported as the floodgate_breaker_state gauge.
 	Breaker *breakerstore.Store
@@ -102,7 +104,7 @@ func New(opts Options) (*Enforcer, error) {
 	}
 	if e.local == nil {
 		e.ownLocal = memstore.New(memstore.Options{})
-		e.local, _ = floodgate.New(e.ownLocal, floodgate.Options{Timeout: -1})
+		e.local, _ = floodgate.New(e.ownLocal, floodgate.Options{Timeout: -1, Overrides: opts.Limiter.Overrides()})
 	}
 	return e, nil
 }

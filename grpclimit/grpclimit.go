@@ -145,6 +145,7 @@ type method struct {
 	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
 	enforced    int               // how many limits are not in shadow mode
 	live        bool              // a limit has a Source: rules may differ from the Method's
+	overridden  bool              // the Limiter has overrides: so may the rules of decisions
 	opaqueRetry time.Duration     // the RetryInfo of an opaque denial
 }
 
@@ -285,7 +286,7 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	if m.Opaque && m.MaxDelay > 0 {
 		bad("Opaque cannot be combined with MaxDelay: the wait would tell how long each key has left")
 	}
-	b := &method{Method: m, policies: make(map[string]string, len(m.Limits))}
+	b := &method{Method: m, policies: make(map[string]string, len(m.Limits)), overridden: e.Limiter().Overrides() != nil}
 	b.Limits = slices.Clone(m.Limits) // the caller may reuse its slice
 	spec := enforce.Spec{Name: name, Failure: m.Failure, Shadow: m.Shadow, MaxDelay: m.MaxDelay, MaxWaiters: m.MaxWaiters}
 	for i, lim := range b.Limits {
@@ -406,11 +407,7 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 	var buf [4]string
 	keys := buf[:0]
 	for _, lim := range m.Limits {
-		k := lim.Key(ctx)
-		if k != "" {
-			k = fitKey(k)
-		}
-		keys = append(keys, k)
+		keys = append(keys, lim.Key(ctx)) // the gate digests a key too long for the store
 	}
 	hits := m.gate.Hits(ctx, keys)
 	res, err := m.gate.Check(ctx, hits)

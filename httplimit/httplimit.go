@@ -221,6 +221,7 @@ type route struct {
 	opaqueRetry string            // Retry-After of an opaque denial
 	longest     time.Duration     // the longest window of the Route's enforced rules
 	live        bool              // a limit has a Source: rules may differ from the Route's
+	overridden  bool              // the Limiter has overrides: so may the rules of decisions
 	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
 
@@ -250,7 +251,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
 	}
 	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus,
-		denyFunc: rt.Deny, policies: make(map[string]string)}
+		denyFunc: rt.Deny, policies: make(map[string]string), overridden: l.e.Limiter().Overrides() != nil}
 	r.Limits = slices.Clone(rt.Limits)
 	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
@@ -328,9 +329,7 @@ func (rt *route) keys(req *http.Request) []string {
 		if k == "" && lim.Missing == Share {
 			k = missingKey
 		}
-		if k != "" {
-			keys[i] = fitKey(k)
-		}
+		keys[i] = k // the gate digests a key too long for the store
 	}
 	return keys
 }

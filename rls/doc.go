@@ -92,6 +92,6 @@
 //	floodgate_rls_shadow_mode_total    hits over a shadow_mode limit, let through
 //
 // and floodgate_rls_requests_total{code}, floodgate_rls_unknown_domain_total,
-// floodgate_rls_config_load_success_total and
-// floodgate_rls_config_load_error_total.
+// floodgate_config_load_success_total and
+// floodgate_config_load_error_total.
 package rls

@@ -210,7 +210,7 @@ func TestOperations(t *testing.T) {
 	}
 	if code, body := get(t, svc.url+"/metrics"); code != 200 ||
 		!strings.Contains(body, `floodgate_rls_total_hits_total{descriptor="",domain="feat",limit="feat.plain"} 1`) ||
-		!strings.Contains(body, "floodgate_rls_config_load_success_total 1") {
+		!strings.Contains(body, "floodgate_config_load_success_total 1") {
 		t.Errorf("/metrics: %d %s", code, body)
 	}
 	if code, body := get(t, svc.url+"/healthcheck"); code != 200 || body != "OK\n" {

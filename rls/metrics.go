@@ -43,11 +43,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests for a domain that the configuration does not have, answered OK as envoyproxy/ratelimit does.",
 		}),
 		configLoadSuccess: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_rls_config_load_success_total",
+			Name: "floodgate_config_load_success_total",
 			Help: "Configurations loaded and put in force, the first one included.",
 		}),
 		configLoadError: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_rls_config_load_error_total",
+			Name: "floodgate_config_load_error_total",
 			Help: "Configurations refused (invalid, or the directory could not be read); the previous one stayed in force.",
 		}),
 	}

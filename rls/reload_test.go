@@ -63,10 +63,10 @@ func TestHotReload(t *testing.T) {
 	}
 	svc := start(t, setup{dir: dir, store: memstore.New(memstore.Options{})})
 	success := func() float64 {
-		return counter(t, svc.reg, "floodgate_rls_config_load_success_total", map[string]string{})
+		return counter(t, svc.reg, "floodgate_config_load_success_total", map[string]string{})
 	}
 	failure := func() float64 {
-		return counter(t, svc.reg, "floodgate_rls_config_load_error_total", map[string]string{})
+		return counter(t, svc.reg, "floodgate_config_load_error_total", map[string]string{})
 	}
 	if got := svc.limitNow(t); got != 2 {
 		t.Fatalf("first limit %d, want 2", got)

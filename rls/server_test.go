@@ -67,7 +67,7 @@ func TestNewOptions(t *testing.T) {
 	}
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if !strings.Contains(string(body), "floodgate_rls_config_load_success_total 1") {
+	if !strings.Contains(string(body), "floodgate_config_load_success_total 1") {
 		t.Errorf("/metrics of the Server's own registry: %s", body)
 	}
 	if res, err := web.Client().Post(web.URL+"/json", "application/json", strings.NewReader("{}")); err != nil || res.StatusCode != 404 {

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 	"github.com/floodgate-rl/floodgate/rls"
@@ -279,6 +280,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 
 	var store floodgate.Store
 	var breaker *breakerstore.Store
+	var ovr floodgate.Overrides // per-key limits set with floodgate override; Redis only
 	if cfg.RedisURL == "" {
 		logger.Warn("REDIS_URL is empty: the limits are kept in this process's memory, per instance; set REDIS_URL to share them across instances")
 		mem := memstore.New(memstore.Options{})
@@ -302,8 +304,22 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 			return err
 		}
 		store = breaker
+		// The overrides beside the limits, refreshed every 5s.
+		table, err := overrides.NewTable(overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
+		if err != nil {
+			return fmt.Errorf("%w: REDIS_URL: %w", errConfig, err)
+		}
+		defer table.Close()
+		loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		src, err := overrides.NewSource(loadCtx, table, overrides.SourceOptions{Registerer: reg, Logger: logger})
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer src.Close() // before the table's
+		ovr = src
 	}
-	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache})
+	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache, Overrides: ovr})
 	if err != nil {
 		return err
 	}
