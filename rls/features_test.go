@@ -1,6 +1,7 @@
 package rls_test
 
 import (
+	"math"
 	"regexp"
 	"testing"
 	"time"
@@ -175,7 +176,7 @@ func TestFeatures(t *testing.T) {
 	t.Run("unlimited", func(t *testing.T) {
 		for range 5 {
 			resp := svc.call(t, req("feat", desc("free=x")))
-			expect(t, resp, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0})
+			expect(t, resp, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{math.MaxUint32}) // as envoyproxy/ratelimit answers
 			if resp.GetStatuses()[0].GetCurrentLimit() != nil {
 				t.Fatalf("unlimited: current_limit %v", resp.GetStatuses()[0].GetCurrentLimit())
 			}

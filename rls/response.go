@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"math"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -108,6 +109,12 @@ func joinList(members []string) string {
 // worst limit.
 func (p *plan) status(d desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	if d.match.Outcome == rlconfig.Unlimited {
+		// As envoyproxy/ratelimit answers it: no limit, and all of
+		// limit_remaining's range left.
+		st.LimitRemaining = math.MaxUint32
+		return st
+	}
 	if len(vs) == 0 {
 		return st
 	}

@@ -246,10 +246,6 @@ func report(out io.Writer, steps []step, results [][2]answer) bool {
 		case len(fields) == 0:
 			bad++
 			verdict = "FAIL: expected difference " + s.allow + " did not show"
-		case isBug(s.allow):
-			expected++
-			shown[s.allow]++
-			verdict = "differs (" + strings.Join(fields, " ") + "): KNOWN BUG, " + s.allow
 		case s.allow != "":
 			expected++
 			shown[s.allow]++
@@ -271,28 +267,8 @@ func report(out io.Writer, steps []step, results [][2]answer) bool {
 		fmt.Fprintln(out, "FAIL: the services answer differently beyond the allowlist")
 		return false
 	}
-	var bugs []string
-	for _, a := range allowlist {
-		if a.bug && shown[a.id] > 0 {
-			bugs = append(bugs, a.id)
-		}
-	}
-	if len(bugs) > 0 {
-		fmt.Fprintf(out, "PASS, with %d known bug(s) awaiting a fix in rls: %s\n", len(bugs), strings.Join(bugs, ", "))
-		return true
-	}
 	fmt.Fprintln(out, "PASS")
 	return true
-}
-
-// isBug reports whether id names a known bug of the allowlist.
-func isBug(id string) bool {
-	for _, a := range allowlist {
-		if a.id == id {
-			return a.bug
-		}
-	}
-	return false
 }
 
 func trim(s string, n int) string {

@@ -96,9 +96,9 @@ func script() []step {
 		{name: "example4 one entry", domain: "example4", descs: []desc{d("key", "value")}},
 
 		// Example 5: unlimited.
-		{name: "ldap unlimited", domain: "internal", descs: []desc{d("ldap", "x")}, allow: "bug-unlimited-remaining"},
+		{name: "ldap unlimited", domain: "internal", descs: []desc{d("ldap", "x")}},
 		{name: "azure", domain: "internal", descs: []desc{d("azure", "x")}},
-		{name: "ldap and azure", domain: "internal", descs: []desc{d("ldap", "x"), d("azure", "x")}, allow: "bug-unlimited-remaining"},
+		{name: "ldap and azure", domain: "internal", descs: []desc{d("ldap", "x"), d("azure", "x")}},
 
 		// Example 6: shadow_mode.
 		{name: "user-a +10", domain: "example6", hits: 10, descs: []desc{d(ua...)}},
