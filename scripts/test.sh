@@ -72,10 +72,10 @@ log "go vet"
 go vet $modules
 
 # The bench/ module (peers, side by side; see BENCHMARKS.md) is its own
-# module: vet it and run its guards briefly so it cannot rot, without the
-# long benchmarks.
+# module: vet it, test the RLS compat and bench programs' logic (bench/cmd),
+# and run its guards briefly so it cannot rot, without the long benchmarks.
 log "bench module (go vet, short run)"
-(cd bench && go vet ./... &&
+(cd bench && go vet ./... && go test -race -count=1 ./cmd/... &&
 	go run . -redis "$FLOODGATE_REDIS_ADDR" -duration 300ms -mem-duration 100ms -rounds 1 -goroutines 64 -workloads attack \
 		>"$workdir/bench.out" 2>&1) || { cat "$workdir/bench.out"; exit 1; }
 
