@@ -29,12 +29,41 @@ func sfInt(n int64) int64 { return min(max(n, 0), sfMax) }
 
 // PolicyMember serializes the RateLimit-Policy list member of rule r:
 // "pix";q=10;w=60. The window is in whole seconds, rounded up, at least 1.
-// Members of several rules are joined by ", " (RFC 9651 §4.1.1).
+// Members of several rules are joined by ", " (RFC 9651 §4.1.1). A valid
+// rule's name (1-64 bytes of [A-Za-z0-9_.-]) is an sf-string as it is, so
+// the member is written by hand, as it is on every request of a live or
+// overridden rule; any other name goes through httpsfv, which escapes it
+// or refuses it.
 func PolicyMember(r floodgate.Rule) (string, error) {
-	it := httpsfv.NewItem(r.Name)
-	it.Params.Add("q", sfInt(r.Limit))
-	it.Params.Add("w", max(1, Seconds(r.Window)))
-	return httpsfv.Marshal(httpsfv.List{it})
+	if !plainName(r.Name) {
+		it := httpsfv.NewItem(r.Name)
+		it.Params.Add("q", sfInt(r.Limit))
+		it.Params.Add("w", max(1, Seconds(r.Window)))
+		return httpsfv.Marshal(httpsfv.List{it})
+	}
+	b := make([]byte, 0, len(r.Name)+32)
+	b = append(b, '"')
+	b = append(b, r.Name...)
+	b = append(b, `";q=`...)
+	b = strconv.AppendInt(b, sfInt(r.Limit), 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, min(max(1, Seconds(r.Window)), sfMax), 10)
+	return string(b), nil
+}
+
+// plainName reports whether name is 1-64 bytes of [A-Za-z0-9_.-], as a
+// valid rule's name is: an sf-string that needs no escaping.
+func plainName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // QuotaField serializes the RateLimit field of ds, one list member per
