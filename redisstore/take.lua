@@ -44,6 +44,137 @@ local record = ARGV[1] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
+-- The sliding-window log is a ring of the admitted requests' times (see
+-- the package documentation): the string "<header><entries>", the header
+-- 12 bytes (epoch, 6; head, 3; count, 3; little-endian), then count
+-- entries of 8 bytes, each a time in µs, in admission order from the
+-- entry at index head (the oldest), wrapping once count is the limit
+-- (until then head is 0, and the string may have room for more). A key never needs more than
+-- its last limit admitted times: a request of cost n is admitted exactly
+-- when the n-th oldest of them has left the window (a ring not yet full
+-- counts its empty slots as long gone), and admitting it overwrites the n
+-- oldest. Times never decrease along the ring, so the entries still in
+-- the window are the newest ones, found by binary search.
+local RHDR = 12
+
+-- Fixed-width little-endian integers (0 to 2^53), in plain Lua: some
+-- servers that speak Redis (miniredis, which the demo embeds) have no
+-- struct library.
+local floor, char, byte = math.floor, string.char, string.byte
+
+local function enc8(x)
+  local b1 = x % 256
+  x = (x - b1) / 256
+  local b2 = x % 256
+  x = (x - b2) / 256
+  local b3 = x % 256
+  x = (x - b3) / 256
+  local b4 = x % 256
+  x = (x - b4) / 256
+  local b5 = x % 256
+  x = (x - b5) / 256
+  local b6 = x % 256
+  x = (x - b6) / 256
+  local b7 = x % 256
+  return char(b1, b2, b3, b4, b5, b6, b7, (x - b7) / 256)
+end
+
+local function dec8(s, i)
+  local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, i, i + 7)
+  return ((((((b8 * 256 + b7) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
+end
+
+-- header returns a ring's header; parse reads it from s: epoch (6 bytes),
+-- head (3), count (3).
+local function header(epoch, head, count)
+  local e = enc8(epoch)
+  local h1 = head % 256
+  local h2 = floor(head / 256) % 256
+  local c1 = count % 256
+  local c2 = floor(count / 256) % 256
+  return string.sub(e, 1, 6) .. char(h1, h2, floor(head / 65536), c1, c2, floor(count / 65536))
+end
+
+local function parse(s)
+  local e1, e2, e3, e4, e5, e6, h1, h2, h3, c1, c2, c3 = byte(s, 1, 12)
+  return ((((e6 * 256 + e5) * 256 + e4) * 256 + e3) * 256 + e2) * 256 + e1,
+    (h3 * 256 + h2) * 256 + h1, (c3 * 256 + c2) * 256 + c1
+end
+
+-- smallWrite records cost requests at time t in the small ring s (read
+-- whole: epoch ep, head, count) of key, writing it whole: one SET, which
+-- also allocates it exactly and sets its TTL.
+local function smallWrite(key, s, ep, head, count, cost, limit, t, pexpire)
+  local entry = enc8(t)
+  local body = string.sub(s, RHDR + 1, RHDR + 8 * count)
+  if count < limit then -- head is 0: append, up to the limit
+    local fill = math.min(cost, limit - count)
+    body = body .. string.rep(entry, fill)
+    count, cost = count + fill, cost - fill
+  end
+  if cost > 0 then -- full: overwrite the cost oldest, which the check proved gone
+    local first = math.min(cost, count - head)
+    body = string.sub(body, 1, 8 * head) .. string.rep(entry, first) .. string.sub(body, 8 * (head + first) + 1)
+    if cost > first then
+      body = string.rep(entry, cost - first) .. string.sub(body, 8 * (cost - first) + 1)
+    end
+    head = (head + cost) % count
+  end
+  redis.call('SET', key, header(ep, head, count) .. body, 'PX', pexpire)
+end
+
+-- Fast path: one Take of one sliding-window hit, with a limit whose ring
+-- (8 bytes a request) is small enough to read whole: the common case. It
+-- does what the general path below does for it, from one GET, without
+-- building the general path's functions, which costs a few microseconds a
+-- call.
+if record and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' and tonumber(ARGV[8]) <= 64 then
+  local key = KEYS[1]
+  local cost, limit, window = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  local pexpire = string.format('%.0f', math.ceil(window / 1000)) -- exact: window < 2^53
+  local s = redis.call('GET', key)
+  if not s then
+    local epoch = tonumber(ARGV[4])
+    redis.call('SET', key, header(epoch, 0, cost) .. string.rep(enc8(now), cost), 'PX', pexpire)
+    return {now, 1, limit - cost, window, 0, epoch}
+  end
+  if #s < RHDR then
+    error('redisstore: sliding window ' .. key .. ': malformed state')
+  end
+  local ep, head, count = parse(s)
+  if #s < RHDR + 8 * count then
+    error('redisstore: sliding window ' .. key .. ': malformed state')
+  end
+  if count <= limit and (head == 0 or count == limit) then -- else the limit changed: general path
+    -- The entries after cut are the newest: find the first by binary search.
+    local cut = now - window
+    local live = 0
+    local newest = 0
+    if count > 0 then
+      newest = dec8(s, RHDR + 8 * ((head + count - 1) % count) + 1)
+    end
+    if newest > cut then
+      local lo, hi = -1, count - 1 -- entry lo is at or before cut (-1: none), entry hi after
+      while hi - lo > 1 do
+        local mid = floor((lo + hi) / 2)
+        if dec8(s, RHDR + 8 * ((head + mid) % count) + 1) > cut then
+          hi = mid
+        else
+          lo = mid
+        end
+      end
+      live = count - hi
+    end
+    if live + cost > limit then
+      local frees = dec8(s, RHDR + 8 * ((head + count + cost - limit - 1) % count) + 1)
+      return {now, 0, math.max(0, limit - live), newest + window - now, frees + window - now, 0}
+    end
+    -- A clock that stepped back keeps the order.
+    smallWrite(key, s, ep, head, count, cost, limit, math.max(now, newest), pexpire)
+    return {now, 1, limit - live - cost, window, 0, ep}
+  end
+end
+
 -- Integer arithmetic on doubles: every value stays below 2^53, where
 -- doubles are exact; divisions are corrected so that rounding never moves
 -- a quotient across an integer.
@@ -82,66 +213,44 @@ end
 -- allowed the value that record needs (nil for a sliding window), and the
 -- epoch of the state it found (nil if none). Checks write nothing.
 
--- The sliding-window log is a ring of the admitted requests' times (see
--- the package documentation): the string "<header><entries>", the header
--- 12 bytes (epoch, 6; head, 3; count, 3; little-endian), then count
--- entries of 8 bytes, each a time in µs, in admission order from the
--- entry at index head (the oldest), wrapping once count is the limit
--- (until then head is 0, and the string may have room for more). A key never needs more than
--- its last limit admitted times: a request of cost n is admitted exactly
--- when the n-th oldest of them has left the window (a ring not yet full
--- counts its empty slots as long gone), and admitting it overwrites the n
--- oldest. Times never decrease along the ring, so the entries still in
--- the window are the newest ones, found by binary search.
-local RHDR = 12
+-- smallRing is the largest limit whose ring is read whole, in one GET
+-- (16 KB); a larger ring is read entry by entry with GETRANGE.
+local smallRing = 64
 
--- Fixed-width little-endian integers (0 to 2^53), in plain Lua: some
--- servers that speak Redis (miniredis, which the demo embeds) have no
--- struct library.
-local function enc(x, n)
-  local b = {}
-  for i = 1, n do
-    local r = x % 256
-    b[i] = r
-    x = (x - r) / 256
+-- ringOpen reads the ring of key (nil if none): a table with its epoch,
+-- head, count and, when small, the string s itself.
+local function ringOpen(key, limit)
+  local r = {}
+  local h
+  if limit <= smallRing then
+    r.s = redis.call('GET', key)
+    if not r.s then
+      return nil
+    end
+    h = r.s
+  else
+    h = redis.call('GETRANGE', key, 0, RHDR - 1)
+    if h == '' then
+      return nil
+    end
   end
-  return string.char(unpack(b))
-end
-
-local function dec8(s, i)
-  local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(s, i, i + 7)
-  return ((((((b8 * 256 + b7) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
-end
-
--- dec returns the n-byte integer at s[i].
-local function dec(s, i, n)
-  local v = 0
-  for j = i + n - 1, i, -1 do
-    v = v * 256 + string.byte(s, j)
-  end
-  return v
-end
-
-local function header(epoch, head, count)
-  return enc(epoch, 6) .. enc(head, 3) .. enc(count, 3)
-end
-
--- ringHeader returns a ring's epoch, head and count, or nil if key holds
--- none.
-local function ringHeader(key)
-  local h = redis.call('GETRANGE', key, 0, RHDR - 1)
-  if h == '' then
-    return nil
-  end
-  if #h ~= RHDR then
+  if #h < RHDR then
     error('redisstore: sliding window ' .. key .. ': malformed state')
   end
-  return dec(h, 1, 6), dec(h, 7, 3), dec(h, 10, 3)
+  r.ep, r.head, r.count = parse(h)
+  if r.s and #r.s < RHDR + 8 * r.count then
+    error('redisstore: sliding window ' .. key .. ': malformed state')
+  end
+  return r
 end
 
--- ringAt returns the time of the entry i (0 the oldest) of a ring.
-local function ringAt(key, head, count, i)
-  local off = RHDR + 8 * ((head + i) % count)
+-- ringAt returns the time of the entry i (0 the oldest) of the ring r of
+-- key.
+local function ringAt(key, r, i)
+  local off = RHDR + 8 * ((r.head + i) % r.count)
+  if r.s then
+    return dec8(r.s, off + 1)
+  end
   local v = redis.call('GETRANGE', key, off, off + 7)
   if #v ~= 8 then
     error('redisstore: sliding window ' .. key .. ': malformed state')
@@ -149,91 +258,92 @@ local function ringAt(key, head, count, i)
   return dec8(v, 1)
 end
 
--- ringLive returns how many entries of a ring lie in (now - window, now]:
--- they are its newest.
-local function ringLive(key, head, count, window)
+-- ringLive returns how many entries of the ring r lie in (now - window,
+-- now]: they are its newest.
+local function ringLive(key, r, window)
   local cut = now - window
-  if count == 0 or ringAt(key, head, count, count - 1) <= cut then
+  if r.count == 0 or ringAt(key, r, r.count - 1) <= cut then
     return 0
   end
-  if ringAt(key, head, count, 0) > cut then
-    return count
-  end
-  local lo, hi = 0, count - 1 -- ringAt(lo) <= cut < ringAt(hi)
+  local lo, hi = -1, r.count - 1 -- entry lo is at or before cut (-1: none), entry hi after
   while hi - lo > 1 do
     local mid = math.floor((lo + hi) / 2)
-    if ringAt(key, head, count, mid) > cut then
+    if ringAt(key, r, mid) > cut then
       hi = mid
     else
       lo = mid
     end
   end
-  return count - hi
+  return r.count - hi
 end
 
+-- sliding checks a sliding-window hit; when allowed, its value is the
+-- ring it read (nil for a new one), which recordSliding writes.
 local function sliding(key, cost, limit, window)
-  local ep, head, count = ringHeader(key)
-  if ep == nil then
+  local r = ringOpen(key, limit)
+  if r == nil then
     return true, limit - cost, window, 0, nil, nil
   end
-  local live = ringLive(key, head, count, window)
+  local live = ringLive(key, r, window)
   if live + cost <= limit then
-    return true, limit - live - cost, window, 0, nil, fmt(ep)
+    return true, limit - live - cost, window, 0, r, r.ep
   end
   -- The entry whose leaving frees room for cost (it is live: see ringLive),
   -- whatever the ring's count against the limit.
-  local frees = ringAt(key, head, count, count + cost - limit - 1)
-  return false, math.max(0, limit - live), ringAt(key, head, count, count - 1) + window - now,
-    frees + window - now, nil, fmt(ep)
-end
-
--- ringEntries returns the entries of a ring, oldest first.
-local function ringEntries(key, head, count)
-  local s = redis.call('GET', key)
-  local out = {}
-  for i = 0, count - 1 do
-    local off = RHDR + 8 * ((head + i) % count)
-    out[i + 1] = dec8(s, off + 1)
-  end
-  return out
+  local frees = ringAt(key, r, r.count + cost - limit - 1)
+  return false, math.max(0, limit - live), ringAt(key, r, r.count - 1) + window - now,
+    frees + window - now, nil, r.ep
 end
 
 -- ringWrite writes the times in ts (oldest first) as a whole ring, head 0.
 local function ringWrite(key, epoch, ts, window)
   local parts = {header(epoch, 0, #ts)}
   for i = 1, #ts do
-    parts[i + 1] = enc(ts[i], 8)
+    parts[i + 1] = enc8(ts[i])
   end
   redis.call('SET', key, table.concat(parts), 'PX', ttl(window))
 end
 
--- recordSliding records cost requests at now in the ring of key (which
--- check allowed), and returns the ring's epoch.
-local function recordSliding(key, cost, limit, window, epoch)
-  local ep, head, count = ringHeader(key)
-  if ep == nil then
-    redis.call('SET', key, header(tonumber(epoch), 0, cost) .. string.rep(enc(now, 8), cost), 'PX', ttl(window))
-    return epoch
+-- recordSliding records cost requests at now in the ring r of key, as its
+-- check read it (nil: none; epoch is then the new ring's).
+local function recordSliding(key, cost, limit, window, epoch, r)
+  if r == nil then
+    redis.call('SET', key, header(tonumber(epoch), 0, cost) .. string.rep(enc8(now), cost), 'PX', ttl(window))
+    return
   end
-  local t = math.max(now, ringAt(key, head, count, count - 1)) -- a clock that stepped back keeps the order
+  local head, count = r.head, r.count
+  local t = now
+  if count > 0 then -- a clock that stepped back keeps the order
+    t = math.max(now, ringAt(key, r, count - 1))
+  end
   if count > limit or (head ~= 0 and count < limit) then
     -- The limit changed: keep the newest entries that matter, in order.
-    local ts = ringEntries(key, head, count)
     local keep = {}
-    for i = math.max(1, count - limit + 1), count do
-      keep[#keep + 1] = ts[i]
+    for i = math.max(0, count - limit), count - 1 do
+      keep[#keep + 1] = ringAt(key, r, i)
     end
-    ringWrite(key, ep, keep, window)
+    ringWrite(key, r.ep, keep, window)
     head, count = 0, #keep
+    r = {ep = r.ep, count = count} -- the string has just that room
   end
-  local entry = enc(t, 8)
+  if r.s then
+    smallWrite(key, r.s, r.ep, head, count, cost, limit, t, ttl(window))
+    return
+  end
+  local entry = enc8(t)
   if head == 0 and count < limit then
     -- Not full: append, up to the limit. The string has room for
-    -- (len - 16) / 8 times; it doubles when it must grow, up to the limit,
-    -- written whole so that Redis allocates it exactly (SETRANGE past the
-    -- end would let Redis double the allocation beyond the limit's room).
+    -- (length - 12) / 8 times; it doubles when it must grow, up to the
+    -- limit, written whole so that Redis allocates it exactly (SETRANGE
+    -- past the end would let Redis double the allocation beyond the
+    -- limit's room).
     local fill = math.min(cost, limit - count)
-    local room = (redis.call('STRLEN', key) - RHDR) / 8
+    local room
+    if r.s then
+      room = (#r.s - RHDR) / 8
+    else
+      room = (redis.call('STRLEN', key) - RHDR) / 8
+    end
     if count + fill <= room then
       redis.call('SETRANGE', key, RHDR + 8 * count, string.rep(entry, fill))
     else
@@ -252,9 +362,8 @@ local function recordSliding(key, cost, limit, window, epoch)
     end
     head = (head + cost) % count
   end
-  redis.call('SETRANGE', key, 6, enc(head, 3) .. enc(count, 3))
+  redis.call('SETRANGE', key, 6, string.sub(header(0, head, count), 7))
   redis.call('PEXPIRE', key, ttl(window))
-  return ep
 end
 
 local function bucket(key, cost, capacity, interval)
@@ -306,7 +415,7 @@ end
 -- ep the epoch of its state.
 local function write(key, id, alg, cost, limit, window, val, left, ep)
   if alg == 's' then
-    recordSliding(key, cost, limit, window, ep)
+    recordSliding(key, cost, limit, window, ep, val)
   elseif alg == 't' then
     redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', fmt(ceildiv(val - now, 1000)))
   else
