@@ -16,8 +16,9 @@ import (
 // store call was sent: a cached denial ends no later than the store's own
 // would, and while it lasts every hit it reports denied is still denied
 // (a hit whose own wait ran out would be reported allowed by the store,
-// so the cached decision ends with the first such wait). Entries are verified against the hits they were made for, so a
-// hash collision costs a store call, never a wrong decision.
+// so the cached decision ends with the first such wait). Entries are
+// verified against the hits they were made for, so a hash collision
+// costs a store call, never a wrong decision.
 //
 // Refund and Reset must clear the denials of the keys they touch, even
 // denials of checks still in flight. Rather than index entries by key, the

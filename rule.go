@@ -13,10 +13,10 @@ type Algorithm uint8
 
 const (
 	// SlidingWindow is an exact sliding-window log: a request is admitted when
-	// fewer than Limit requests were admitted in the last Window. It keeps
-	// the times of the last Limit admitted requests, 8 bytes each, so its
-	// memory grows with Limit (8 KB a key at 1,000), which is capped at
-	// MaxSlidingLimit. It is the zero value and the default.
+	// fewer than Limit requests were admitted in the last Window. It stores one
+	// entry per admitted request (in Redis about 40 bytes each up to 128
+	// entries, about 100 beyond), so its memory grows with Limit, which is
+	// capped at MaxSlidingLimit. It is the zero value and the default.
 	SlidingWindow Algorithm = iota
 	// TokenBucket is a token bucket of capacity Burst refilled at Limit tokens
 	// per Window, computed as GCRA: O(1) state (one timestamp per key) and
@@ -131,19 +131,39 @@ func NewRule(name string, limit int64, window time.Duration, alg Algorithm) (Rul
 	return r, r.Validate()
 }
 
-// PerSecond returns a sliding-window rule of limit requests per second.
+// MaxShorthandLimit is the highest limit of the shorthands [PerSecond],
+// [PerMinute] and [PerHour]. They give an exact sliding-window log, whose
+// memory grows with the limit: in Redis about 40 bytes a request up to 128
+// of them and about 100 beyond (400 bytes a key at 10, 3 KB at 100, 100
+// KB at 1,000). Above it they refuse the limit and name the O(1)
+// algorithms, so that a large quota never picks the costly one by
+// default; NewRule takes any algorithm at any limit.
+const MaxShorthandLimit = 1000
+
+// PerSecond returns a sliding-window rule of limit requests per second
+// (see [MaxShorthandLimit] for its memory).
 func PerSecond(name string, limit int64) (Rule, error) {
-	return NewRule(name, limit, time.Second, SlidingWindow)
+	return shorthand(name, limit, time.Second)
 }
 
-// PerMinute returns a sliding-window rule of limit requests per minute.
+// PerMinute returns a sliding-window rule of limit requests per minute
+// (see [MaxShorthandLimit] for its memory).
 func PerMinute(name string, limit int64) (Rule, error) {
-	return NewRule(name, limit, time.Minute, SlidingWindow)
+	return shorthand(name, limit, time.Minute)
 }
 
-// PerHour returns a sliding-window rule of limit requests per hour.
+// PerHour returns a sliding-window rule of limit requests per hour (see
+// [MaxShorthandLimit] for its memory).
 func PerHour(name string, limit int64) (Rule, error) {
-	return NewRule(name, limit, time.Hour, SlidingWindow)
+	return shorthand(name, limit, time.Hour)
+}
+
+func shorthand(name string, limit int64, window time.Duration) (Rule, error) {
+	if limit > MaxShorthandLimit {
+		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps every request of the window (about 100 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
+			ErrInvalidRule, name, limit, window, MaxShorthandLimit)
+	}
+	return NewRule(name, limit, window, SlidingWindow)
 }
 
 // WithBurst returns a copy of a TokenBucket rule with the given bucket

@@ -311,3 +311,21 @@ func TestMustRule(t *testing.T) {
 	floodgate.MustRule(floodgate.PerMinute("pix", 0))
 	t.Fatal("MustRule of an invalid rule did not panic")
 }
+
+// The shorthands never pick the memory-hungry log for a large quota: at
+// MaxShorthandLimit they give it, above they refuse and name the others.
+func TestShorthandsBoundTheLog(t *testing.T) {
+	for _, f := range []func(string, int64) (floodgate.Rule, error){floodgate.PerSecond, floodgate.PerMinute, floodgate.PerHour} {
+		r, err := f("api", floodgate.MaxShorthandLimit)
+		if err != nil || r.Algorithm != floodgate.SlidingWindow || r.Limit != floodgate.MaxShorthandLimit {
+			t.Fatalf("shorthand at the bound: %v, %v; want a sliding window of %d", r, err, floodgate.MaxShorthandLimit)
+		}
+		_, err = f("api", floodgate.MaxShorthandLimit+1)
+		if !errors.Is(err, floodgate.ErrInvalidRule) || !strings.Contains(err.Error(), "TokenBucket or SlidingWindowCounter") {
+			t.Fatalf("shorthand above the bound: %v; want ErrInvalidRule naming the O(1) algorithms", err)
+		}
+	}
+	if r, err := floodgate.NewRule("api", 5000, time.Hour, floodgate.SlidingWindow); err != nil || r.Limit != 5000 {
+		t.Fatalf("NewRule of a large log: %v, %v; NewRule must take it when asked", r, err)
+	}
+}

@@ -64,7 +64,7 @@ func newFixture(t *testing.T, opts breakerstore.Options) *fixture {
 	if f.limiter, err = floodgate.New(f.breaker, floodgate.Options{Timeout: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if f.rule, err = floodgate.PerMinute("r", 1000); err != nil {
+	if f.rule, err = floodgate.PerMinute("r", floodgate.MaxShorthandLimit); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -141,6 +141,18 @@ func (r *Resolver) Key(req *http.Request) string {
 	return p.String()
 }
 
+// Headers returns the canonical names of the forwarding headers that r
+// reads from a trusted peer, in order of preference: for a transport that
+// carries them under other names, such as gRPC metadata, whose keys are
+// lower case.
+func (r *Resolver) Headers() []string {
+	names := make([]string, len(r.headers))
+	for i, h := range r.headers {
+		names[i] = h.name
+	}
+	return names
+}
+
 func (r *Resolver) isTrusted(a netip.Addr) bool {
 	for _, p := range r.trusted {
 		if p.Contains(a) {

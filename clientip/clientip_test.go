@@ -350,3 +350,35 @@ func TestDefaultIgnoresForwarded(t *testing.T) {
 		t.Fatalf("Key = %q; want the X-Forwarded-For client, not the Forwarded one", got)
 	}
 }
+
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		opts clientip.Options
+		want []string
+	}{
+		{"default", clientip.Options{}, []string{"X-Forwarded-For"}},
+		{"listed, canonical, in order", clientip.Options{Headers: []string{"forwarded", "x-real-ip"}}, []string{"Forwarded", "X-Real-Ip"}},
+		{"none", clientip.Options{Headers: []string{}}, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := mustNew(t, tt.opts)
+			got := res.Headers()
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("Headers() = %q, want %q", got, tt.want)
+			}
+			if len(got) > 0 {
+				got[0] = "changed"
+				if res.Headers()[0] == "changed" {
+					t.Fatal("Headers returned the Resolver's own slice: a caller's write changed it")
+				}
+			}
+		})
+	}
+	var zero clientip.Resolver
+	if got := zero.Headers(); len(got) != 0 {
+		t.Errorf("the zero Resolver's Headers() = %q, want none: it reads no header", got)
+	}
+}

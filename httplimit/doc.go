@@ -59,18 +59,18 @@
 //
 // # Failures of the store
 //
-// Every decision has the time budget of the floodgate.Limiter
-// (Options.Timeout, 50ms by default). A store that fails or does not
-// answer in time is handled by the route's [FailureMode]: [FailLocal] (the
-// default) decides with per-replica in-memory limits, [FailClosed] denies,
-// [FailOpen] allows. Put a breakerstore in front of the store so that a
-// dead store costs nothing once its breaker is open; it is probed and
-// taken back by itself. A fail-closed 429 sends a Retry-After of
-// [MinFailRetryAfter] (5s), or the breaker's remaining open time if that
-// is longer: the middleware finds it on the store's error through a
-// RetryAfter() time.Duration method, as breakerstore's OpenError has. Each degraded decision is counted in the metrics,
-// and logged at most once per route per [Options.LogInterval] (5s), each
-// line saying how many more it stands for; never one line per request.
+// The enforcement layer (package enforce) decides: every decision has the
+// time budget of the floodgate.Limiter (Options.Timeout, 50ms by
+// default); a store that fails or does not answer in time is handled by
+// the route's [FailureMode]: [FailLocal] (the default) decides with
+// per-replica in-memory limits, [FailClosed] denies, [FailOpen] allows.
+// Put a breakerstore in front of the store so that a dead store costs
+// nothing once its breaker is open; it is probed and taken back by itself.
+// A fail-closed 429 sends a Retry-After of [MinFailRetryAfter] (5s), or the
+// breaker's remaining open time if that is longer. Each degraded decision
+// is counted in the metrics, and logged at most once per route per
+// [Options.LogInterval] (5s), each line saying how many more it stands
+// for; never one line per request.
 //
 // # Throttling
 //
@@ -80,6 +80,21 @@
 // route wait at once; more are denied at once. A client that goes away
 // ends its wait immediately.
 //
+// # Shadow mode, nesting, and the shortest start
+//
+// A limit or a route in shadow mode (Limit.Shadow, Route.Shadow) is
+// checked and counted but never denies: how a new limit is rolled out (see
+// Limit.Shadow). Middlewares may nest (a global per-IP one around
+// per-route ones): a hit that both list counts once, a denial by the inner
+// one refunds the outer one's hits, and the legacy fields describe the
+// worst limit; one Route with every limit is still the one atomic check.
+// Rule names mean one rule among the routes of one Limiter (share one
+// Limiter among all routes of a process): a route whose rule has another
+// route's name but other parameters is refused. A limit that skips a
+// request for want of a key (a principal never set) is counted and logged
+// once. [PerIP] is the shortest start: middleware of one limit per client
+// address, in one call.
+//
 // # The handler
 //
 // The handler of an allowed request finds the [Result] with
@@ -88,12 +103,12 @@
 //
 // # Metrics
 //
-// With [Options.Registerer] set, the Limiter registers:
-//
-//	floodgate_http_decisions_total{route,policy,outcome}  outcome: allowed, denied, failed_open, failed_closed, local, skipped
-//	floodgate_store_duration_seconds{route}                histogram of the store's decision time
-//	floodgate_store_errors_total{route,reason}             reason: timeout, breaker_open, error
-//	floodgate_http_throttled_total{route,result}           result: allowed, denied, rejected, canceled
-//	floodgate_http_throttle_waiting{route}                 requests waiting now
-//	floodgate_breaker_state                                0 closed, 1 half-open, 2 open (with Options.Breaker)
+// With [Options.Registerer] set, the Limiter registers the enforcement
+// layer's metrics (see package enforce), whose gate label is the route's
+// Name: floodgate_decisions_total{gate,policy,outcome},
+// floodgate_skipped_limits_total, floodgate_store_duration_seconds,
+// floodgate_store_errors_total, floodgate_throttled_total and
+// floodgate_throttle_waiting. A process that also serves gRPC or the RLS
+// API shares one enforce.Enforcer among them (Options.Enforcer), which
+// exports floodgate_breaker_state too when given the breaker.
 package httplimit

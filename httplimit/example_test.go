@@ -272,18 +272,22 @@ func ExampleOptions() {
 
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
-		if mf.GetName() != "floodgate_http_decisions_total" {
+		if mf.GetName() != "floodgate_decisions_total" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			if v := m.GetCounter().GetValue(); v > 0 {
-				fmt.Println(mf.GetName(), m.GetLabel()[0].GetValue(), v)
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" {
+						fmt.Println(mf.GetName(), l.GetValue(), v)
+					}
+				}
 			}
 		}
 	}
 	// Output:
-	// level=WARN msg="floodgate: rate-limit store failed; decided by the route's failure mode" route=statement failure_mode=open outcome=failed_open suppressed=0
-	// level=WARN msg="floodgate: rate-limit store failed; decided by the route's failure mode" route=statement failure_mode=open outcome=failed_open suppressed=998
-	// floodgate_http_decisions_total allowed 1
-	// floodgate_http_decisions_total failed_open 1000
+	// level=WARN msg="floodgate: rate-limit store failed; decided by the failure mode" gate=statement failure_mode=open outcome=failed_open suppressed=0
+	// level=WARN msg="floodgate: rate-limit store failed; decided by the failure mode" gate=statement failure_mode=open outcome=failed_open suppressed=998
+	// floodgate_decisions_total allowed 1
+	// floodgate_decisions_total failed_open 1000
 }

@@ -67,12 +67,12 @@ func TestFailureModes(t *testing.T) {
 			}
 			t.Logf("worst degraded decision: %v (budget %v)", worst, budget)
 			for outcome, want := range map[string]float64{"failed_closed": 4, "failed_open": 4, "local": 4, "allowed": 3} {
-				if got := metric(t, e.reg, "floodgate_http_decisions_total", map[string]string{"outcome": outcome}); got != want {
+				if got := metric(t, e.reg, "floodgate_decisions_total", map[string]string{"outcome": outcome}); got != want {
 					t.Errorf("decisions{outcome=%s} = %v, want %v", outcome, got, want)
 				}
 			}
 			reason := map[faultstore.Mode]string{faultstore.Fail: "error", faultstore.Hang: "timeout"}[fault]
-			if got := metric(t, e.reg, "floodgate_store_errors_total", map[string]string{"route": "closed", "reason": reason}); got != 4 {
+			if got := metric(t, e.reg, "floodgate_store_errors_total", map[string]string{"gate": "closed", "reason": reason}); got != 4 {
 				t.Errorf("store_errors{route=closed,reason=%s} = %v, want 4", reason, got)
 			}
 
@@ -108,7 +108,7 @@ func TestClientGoneIsNotAFailure(t *testing.T) {
 	if rec.code != 0 {
 		t.Errorf("answered %d to a client that left", rec.code)
 	}
-	if n := metric(t, e.reg, "floodgate_store_errors_total", nil) + metric(t, e.reg, "floodgate_http_decisions_total", nil); n != 0 {
+	if n := metric(t, e.reg, "floodgate_store_errors_total", nil) + metric(t, e.reg, "floodgate_decisions_total", nil); n != 0 {
 		t.Errorf("counted %v decisions or errors", n)
 	}
 	if e.logs.String() != "" {
@@ -135,7 +135,7 @@ func TestBreakerStopsCallingADeadStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOptions{store: bs, opts: httplimit.Options{Breaker: bs}})
+	e := newEnv(t, envOptions{store: bs, breaker: bs})
 	h := modes(t, e)[httplimit.FailOpen]
 	fault.Set(faultstore.Hang)
 	for range 3 {
@@ -195,7 +195,7 @@ func TestDegradedDecisionsAreLoggedInAggregate(t *testing.T) {
 	e.hl.Close() // writes what is held
 	lines := strings.Split(strings.TrimSpace(e.logs.String()), "\n")
 	counted := map[string]int{}
-	re := regexp.MustCompile(`route=(\w+) .*suppressed=(\d+)`)
+	re := regexp.MustCompile(`gate=(\w+) .*suppressed=(\d+)`)
 	for _, line := range lines {
 		m := re.FindStringSubmatch(line)
 		if m == nil {

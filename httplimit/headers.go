@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dunglas/httpsfv"
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 )
 
 // Header names the middleware writes.
@@ -61,65 +61,12 @@ func (p Problem) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 
 const quotaTitle = "Request cannot be satisfied as assigned quota has been exceeded"
 
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	return int64((max(d, 0) + time.Second - 1) / time.Second)
-}
-
-// retryAfter is the Retry-After value for d: whole seconds, rounded up, at
-// least 1.
-func retryAfter(d time.Duration) string { return strconv.FormatInt(max(1, seconds(d)), 10) }
-
 // window formats d for a human: "60 s", or "1.5s" if not whole seconds.
 func window(d time.Duration) string {
 	if d%time.Second == 0 {
 		return strconv.FormatInt(int64(d/time.Second), 10) + " s"
 	}
 	return d.String()
-}
-
-// sfMax is the largest Integer a structured field can carry (RFC 9651).
-const sfMax = 999_999_999_999_999
-
-func sfInt(n int64) int64 { return min(max(n, 0), sfMax) }
-
-// policyMember serializes the RateLimit-Policy list member of rule r:
-// "pix";q=10;w=60. The window is in whole seconds, rounded up.
-func policyMember(r floodgate.Rule) (string, error) {
-	it := httpsfv.NewItem(r.Name)
-	it.Params.Add("q", sfInt(r.Limit))
-	it.Params.Add("w", max(1, seconds(r.Window)))
-	return httpsfv.Marshal(httpsfv.List{it})
-}
-
-// rateLimitField serializes the RateLimit field of ds, one list member per
-// decision: "pix";r=7;t=42, joined by ", " (RFC 9651 §4.1.1). It is
-// written by hand because it runs on every request: a policy name is
-// 1-64 bytes of [A-Za-z0-9_.-] (floodgate.Rule.Validate), which an sf-string
-// carries as it is, and r and t are clamped to the sf-integer range; the
-// tests parse every field back with httpsfv.
-func rateLimitField(ds []floodgate.Decision) string {
-	b := make([]byte, 0, 32*len(ds))
-	for i, e := range ds {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, '"')
-		b = append(b, e.Policy...)
-		b = append(b, `";r=`...)
-		b = strconv.AppendInt(b, sfInt(e.Remaining), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, sfInt(seconds(e.ResetAfter)), 10)
-	}
-	return string(b)
-}
-
-// each returns the per-policy decisions of d, in the order of its hits.
-func each(d floodgate.Decision) []floodgate.Decision {
-	if d.Each != nil {
-		return d.Each
-	}
-	return []floodgate.Decision{d}
 }
 
 // Canonical forms of the header names, for writing to the map directly.
@@ -142,24 +89,24 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		ds = one[:]
 	}
 	policy := rt.allPolicies
-	if len(ds) != len(rt.Limits) {
+	if len(ds) != len(rt.Limits) || rt.live {
 		var b strings.Builder
 		for i, e := range ds {
 			if i > 0 {
 				b.WriteString(", ") // RFC 9651 §4.1.1: members are joined by ", "
 			}
-			b.WriteString(rt.policies[e.Policy])
+			b.WriteString(rt.member(e))
 		}
 		policy = b.String()
 	}
-	rateLimit := rateLimitField(ds)
+	rateLimit := enforce.QuotaField(ds)
 	// One backing array for the values; each field gets a full slice of
 	// it, so that a later Add to one field cannot overwrite another.
 	vals := [5]string{policy, rateLimit}
-	if rt.legacy {
+	if rt.l.legacy {
 		vals[2] = strconv.FormatInt(d.Limit, 10)
 		vals[3] = strconv.FormatInt(max(d.Remaining, 0), 10)
-		vals[4] = strconv.FormatInt(seconds(d.ResetAfter), 10)
+		vals[4] = strconv.FormatInt(enforce.Seconds(d.ResetAfter), 10)
 	}
 	vs := vals[:]
 	set := func(key string, i int, add bool) {
@@ -171,11 +118,24 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 	}
 	set(canonPolicy, 0, true)
 	set(canonRateLimit, 1, true)
-	if rt.legacy {
+	if rt.l.legacy {
 		set(canonLimit, 2, false)
 		set(canonRemaining, 3, false)
 		set(canonReset, 4, false)
 	}
+}
+
+// member returns the RateLimit-Policy member of the rule that decided e:
+// the route's, or the one a live source gave.
+func (rt *route) member(e floodgate.Decision) string {
+	if m, ok := rt.policies[e.Policy]; ok && !rt.live {
+		return m
+	}
+	m, err := enforce.PolicyMember(floodgate.Rule{Name: e.Policy, Limit: e.Limit, Window: e.Window})
+	if err != nil { // cannot happen: a decided rule is valid
+		return rt.policies[e.Policy]
+	}
+	return m
 }
 
 // deny answers a request that res does not allow.
@@ -195,26 +155,26 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 			h.Set("Retry-After", rt.opaqueRetry)
 		}
 	case res.Outcome == FailedClosed:
-		wait := max(MinFailRetryAfter, res.storeRetry)
+		wait := res.FailRetryAfter()
 		p = Problem{Type: "about:blank", Title: http.StatusText(rt.failStatus), Status: rt.failStatus,
-			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", seconds(wait))}
+			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", enforce.Seconds(wait))}
 		if p.Status == http.StatusTooManyRequests {
-			h.Set("Retry-After", retryAfter(wait))
+			h.Set("Retry-After", enforce.RetryAfter(wait))
 		}
 	default:
 		d := res.Decision
 		var violated []string
 		var detail strings.Builder
-		for _, e := range each(d) {
+		for _, e := range enforce.Each(d) {
 			if !e.Allowed {
 				violated = append(violated, e.Policy)
 				fmt.Fprintf(&detail, "%d requests per %s (%s); ", e.Limit, window(e.Window), e.Policy)
 			}
 		}
 		p = Problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status, ViolatedPolicies: violated,
-			Detail: fmt.Sprintf("Quota exceeded: %sretry after %d s.", detail.String(), max(1, seconds(d.RetryAfter)))}
+			Detail: fmt.Sprintf("Quota exceeded: %sretry after %d s.", detail.String(), max(1, enforce.Seconds(d.RetryAfter)))}
 		if p.Status == http.StatusTooManyRequests {
-			h.Set("Retry-After", retryAfter(d.RetryAfter))
+			h.Set("Retry-After", enforce.RetryAfter(d.RetryAfter))
 		}
 	}
 	rt.denyFunc(w, r, p)

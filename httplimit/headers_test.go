@@ -436,7 +436,7 @@ func TestMissingKey(t *testing.T) {
 			t.Fatalf("got %d %v outcome %v, want 200 Skipped without fields", rec.Code, rec.Header(), got.Outcome)
 		}
 	}
-	if n := metric(t, e.reg, "floodgate_http_decisions_total", map[string]string{"route": "user", "outcome": "skipped"}); n != 3 {
+	if n := metric(t, e.reg, "floodgate_decisions_total", map[string]string{"gate": "user", "outcome": "skipped"}); n != 3 {
 		t.Errorf("skipped decisions counted %v, want 3", n)
 	}
 }

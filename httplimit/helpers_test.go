@@ -12,6 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
@@ -32,10 +34,11 @@ type env struct {
 }
 
 type envOptions struct {
-	opts    httplimit.Options // Limiter, Registerer and Logger are filled in
-	timeout time.Duration     // the decision budget; zero means 20ms
-	store   floodgate.Store   // zero means the fake-clock memstore
-	bare    bool              // no fault injector: the limiter sees the store itself
+	opts    httplimit.Options   // Limiter, Registerer and Logger are filled in
+	timeout time.Duration       // the decision budget; zero means 20ms
+	store   floodgate.Store     // zero means the fake-clock memstore
+	bare    bool                // no fault injector: the limiter sees the store itself
+	breaker *breakerstore.Store // exported as floodgate_breaker_state by an Enforcer of the env's own
 }
 
 func newEnv(t testing.TB, eo envOptions) *env {
@@ -69,6 +72,14 @@ func newEnv(t testing.TB, eo envOptions) *env {
 			return a
 		},
 	}))
+	if eo.breaker != nil {
+		en, err := enforce.New(enforce.Options{Limiter: lim, Local: o.Local, Breaker: eo.breaker, Registerer: e.reg, Logger: o.Logger, LogInterval: o.LogInterval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { en.Close() })
+		o = httplimit.Options{Enforcer: en, NoLegacyHeaders: o.NoLegacyHeaders}
+	}
 	if e.hl, err = httplimit.New(o); err != nil {
 		t.Fatal(err)
 	}

@@ -4,51 +4,79 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/breakerstore"
-	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Defaults of [Options] and [Route].
+// Defaults of [Options] and [Route], from the enforcement layer.
 const (
 	// DefaultLogInterval is the least time between two log lines about one
 	// route's degraded decisions.
-	DefaultLogInterval = 5 * time.Second
+	DefaultLogInterval = enforce.DefaultLogInterval
 	// DefaultMaxWaiters bounds the requests of one route that wait for
 	// quota at once.
-	DefaultMaxWaiters = 100
+	DefaultMaxWaiters = enforce.DefaultMaxWaiters
 	// MinFailRetryAfter is the least Retry-After of a fail-closed 429:
 	// during an outage, clients should not come back every second. When
 	// the store's circuit breaker is open, the Retry-After is its remaining
 	// open time if that is longer.
-	MinFailRetryAfter = 5 * time.Second
+	MinFailRetryAfter = enforce.MinFailRetryAfter
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] and
-// [Limiter.Middleware] about bad options or routes.
-var ErrInvalidOptions = errors.New("httplimit: invalid options")
+// [Limiter.Middleware] about bad options or routes. It is
+// enforce.ErrInvalid, which the enforcement layer's errors wrap too.
+var ErrInvalidOptions = enforce.ErrInvalid
 
-// Options configures a [Limiter]. Only Limiter is required.
+// FailureMode is what a route does when the store cannot decide in time:
+// it is down, frozen, or its circuit breaker is open. See
+// enforce.FailureMode.
+type FailureMode = enforce.FailureMode
+
+const (
+	// FailLocal decides with per-replica in-memory limits: the same rules,
+	// counted by each replica on its own, so a fleet of n replicas admits
+	// up to n times the limit while the store is down. It is the zero
+	// value.
+	FailLocal = enforce.FailLocal
+	// FailClosed denies the request with Route.FailStatus (429 unless
+	// set). For routes where an unchecked request costs more than a
+	// refused one: login, payments.
+	FailClosed = enforce.FailClosed
+	// FailOpen lets the request through, unlimited. For routes where
+	// availability matters more than the limit: reads.
+	FailOpen = enforce.FailOpen
+)
+
+// ParseFailureMode returns the mode named s: "local", "closed" or "open".
+func ParseFailureMode(s string) (FailureMode, error) { return enforce.ParseFailureMode(s) }
+
+// Options configures a [Limiter]: an Enforcer to share, or a Limiter to
+// build one from.
 type Options struct {
+	// Enforcer is the enforcement layer that the routes share with the
+	// other transports of the process (a gRPC server, say): its limiters,
+	// metrics and logger. If set, Limiter, Local, Registerer, Logger and
+	// LogInterval must be zero, and Close leaves it open.
+	Enforcer *enforce.Enforcer
 	// Limiter decides against the shared store. Its Options.Timeout is the
 	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
 	// set); put a breakerstore in front of the store so that a dead store
-	// fails fast. Required.
+	// fails fast (and build an Enforcer with its Breaker to export the
+	// breaker's state). Required unless Enforcer is set.
 	Limiter *floodgate.Limiter
 	// Local decides for FailLocal routes while the store fails. Nil means a
 	// limiter on a memstore that the Limiter owns and Close releases.
 	Local *floodgate.Limiter
-	// Breaker, if set, is exported as the floodgate_breaker_state gauge.
-	Breaker *breakerstore.Store
 	// Registerer receives the metrics (see the package doc). Nil means no
 	// metrics are registered.
 	Registerer prometheus.Registerer
@@ -63,64 +91,43 @@ type Options struct {
 	NoLegacyHeaders bool
 }
 
-// Limiter builds rate-limit middleware for the routes of one service. It
-// holds what the routes share: the limiters, the metrics and the logger.
-// It is safe for concurrent use. Build one with [New] and Close it on
-// shutdown.
+// Limiter builds rate-limit middleware for the routes of one service, on
+// the enforcement layer that the routes share. It is safe for concurrent
+// use. Build one with [New] and Close it on shutdown.
 type Limiter struct {
-	limiter, local *floodgate.Limiter
-	ownLocal       *memstore.Store // nil unless New built Local
-	logger         *slog.Logger
-	logEvery       time.Duration
-	legacy         bool
-	metrics        *metrics
-
-	mu     sync.Mutex
-	routes []*route // guarded by mu; their log summaries are flushed by Close
+	e      *enforce.Enforcer
+	ownE   bool // New built e: Close closes it
+	legacy bool
 }
 
-// New returns a Limiter for opts. It fails if opts.Limiter is nil or the
-// metrics cannot be registered: a second Limiter on one registerer gets
-// one error that names the metric and wraps the
-// prometheus.AlreadyRegisteredError, and registers nothing.
+// New returns a Limiter for opts. It fails if neither opts.Enforcer nor
+// opts.Limiter is set, or both are, or the metrics cannot be registered:
+// a second Limiter on one registerer gets one error that names the metric
+// and wraps the prometheus.AlreadyRegisteredError, and registers nothing.
 func New(opts Options) (*Limiter, error) {
-	if opts.Limiter == nil {
-		return nil, fmt.Errorf("%w: Options.Limiter is nil", ErrInvalidOptions)
+	l := &Limiter{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}
+	if l.e != nil {
+		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
+			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+		}
+		return l, nil
 	}
-	if opts.LogInterval < 0 {
-		return nil, fmt.Errorf("%w: LogInterval %v is negative", ErrInvalidOptions, opts.LogInterval)
-	}
-	m, err := newMetrics(opts.Registerer, opts.Breaker)
+	e, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Local, Registerer: opts.Registerer,
+		Logger: opts.Logger, LogInterval: opts.LogInterval})
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
-		legacy: !opts.NoLegacyHeaders, metrics: m}
-	if l.logger == nil {
-		l.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if l.logEvery == 0 {
-		l.logEvery = DefaultLogInterval
-	}
-	if l.local == nil {
-		l.ownLocal = memstore.New(memstore.Options{})
-		l.local, _ = floodgate.New(l.ownLocal, floodgate.Options{Timeout: -1})
-	}
+	l.e, l.ownE = e, true
 	return l, nil
 }
 
 // Close writes the degraded-decision counts not yet logged and releases
-// the local store that New built. The middleware keeps working after
-// Close, but FailLocal routes then fail closed.
+// the local store that New built; an Enforcer given in Options is left
+// open. The middleware keeps working after Close, but FailLocal routes
+// then fail closed.
 func (l *Limiter) Close() error {
-	l.mu.Lock()
-	routes := l.routes
-	l.mu.Unlock()
-	for _, rt := range routes {
-		rt.log.stop()
-	}
-	if l.ownLocal != nil {
-		return l.ownLocal.Close()
+	if l.ownE {
+		return l.e.Close()
 	}
 	return nil
 }
@@ -136,7 +143,23 @@ type Limit struct {
 	// Missing is what happens when Key returns "": Skip (the zero value)
 	// or Share.
 	Missing Missing
+	// Shadow checks and counts the limit but never lets it deny: how a
+	// new limit is rolled out. A request that the route's other limits
+	// admit is checked against each shadow limit on its own, recorded if
+	// within it, and the outcome is counted in the decisions metric as
+	// shadow_allowed or shadow_denied under the limit's policy; shadow
+	// denials are logged, at most one line per LogInterval. Shadow limits
+	// send no rate-limit fields and are not refunded by Result.Refund.
+	Shadow bool
+	// Source, if set, gives the limit's rule when each request comes: a
+	// live limit (see enforce.Limit.Source). The RateLimit-Policy field
+	// reports the rule in force.
+	Source RuleSource
 }
+
+// RuleSource gives a limit its rule at the time of a request: live
+// limits. rlconfig.Rules is one.
+type RuleSource = enforce.RuleSource
 
 // Route configures the middleware of one route.
 type Route struct {
@@ -152,6 +175,9 @@ type Route struct {
 	// Failure is what to do when the store fails; the zero value is
 	// FailLocal.
 	Failure FailureMode
+	// Shadow puts every limit of the route in shadow mode (see
+	// Limit.Shadow): the route never denies, and counts what it would do.
+	Shadow bool
 	// Opaque makes a denial say nothing about which limit refused it: for
 	// login, where "the account is blocked" tells an attacker the account
 	// exists and is under attack. The route sends no RateLimit-Policy,
@@ -185,17 +211,15 @@ type Route struct {
 type route struct {
 	Route
 	l           *Limiter
-	legacy      bool
+	gate        *enforce.Gate
 	status      int
 	failStatus  int
-	maxWaiters  int64
 	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
 	policies    map[string]string // serialized RateLimit-Policy member by rule name
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
-	m           *routeMetrics
-	log         sometimes
-	waiting     atomic.Int64
+	live        bool              // a limit has a Source: rules may differ from the Route's
+	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -216,31 +240,32 @@ func (l *Limiter) Middleware(rt Route) (func(http.Handler) http.Handler, error) 
 	}, nil
 }
 
+// build checks what is HTTP's in rt and hands the rest to a gate of the
+// enforcement layer, which checks the limits and failure mode.
 func (l *Limiter) build(rt Route) (*route, error) {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
 	}
-	r := &route{Route: rt, l: l, legacy: l.legacy, status: rt.Status, failStatus: rt.FailStatus,
-		maxWaiters: int64(rt.MaxWaiters), denyFunc: rt.Deny, policies: make(map[string]string)}
-	r.Limits = append([]Limit(nil), rt.Limits...)
+	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus,
+		denyFunc: rt.Deny, policies: make(map[string]string)}
+	r.Limits = slices.Clone(rt.Limits)
+	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
 	var longest time.Duration
 	for i, lim := range r.Limits {
-		if err := lim.Rule.Validate(); err != nil {
-			bad("limit %d: %w", i, err)
-			continue
-		}
-		if _, dup := r.policies[lim.Rule.Name]; dup {
-			bad("limit %d: rule %s appears twice", i, lim.Rule.Name)
-		}
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
 		if lim.Key == nil {
 			bad("limit %d (%s): Key is nil", i, lim.Rule.Name)
 		}
 		if lim.Missing > Share {
 			bad("limit %d (%s): unknown Missing %d", i, lim.Rule.Name, lim.Missing)
 		}
-		member, err := policyMember(lim.Rule)
+		r.live = r.live || lim.Source != nil
+		if lim.Rule.Validate() != nil {
+			continue // the gate says what is wrong
+		}
+		member, err := enforce.PolicyMember(lim.Rule)
 		if err != nil {
 			bad("limit %d (%s): %w", i, lim.Rule.Name, err)
 		}
@@ -255,25 +280,12 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	if len(r.Limits) == 0 {
 		bad("no limits")
 	}
-	if r.Name == "" {
-		r.Name = strings.Join(names, "+")
+	if spec.Name == "" {
+		spec.Name = strings.Join(names, "+")
+		r.Name = spec.Name
 	}
-	if len(r.Name) > 128 || strings.Trim(r.Name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+") != "" {
-		bad("name must be 1 to 128 bytes of A-Z a-z 0-9 _ . - +")
-	}
-	if r.Failure > FailOpen {
-		bad("unknown failure mode %d", r.Failure)
-	}
-	switch {
-	case r.MaxDelay < 0:
-		bad("MaxDelay %v is negative", r.MaxDelay)
-	case r.MaxDelay > 0 && r.Opaque:
+	if r.MaxDelay > 0 && r.Opaque {
 		bad("an opaque route cannot throttle: the wait would tell which key is limited")
-	}
-	if r.maxWaiters < 0 {
-		bad("MaxWaiters %d is negative", r.maxWaiters)
-	} else if r.maxWaiters == 0 {
-		r.maxWaiters = DefaultMaxWaiters
 	}
 	for _, s := range []*int{&r.status, &r.failStatus} {
 		if *s == 0 {
@@ -282,154 +294,135 @@ func (l *Limiter) build(rt Route) (*route, error) {
 			bad("status %d is not an error status (400-599)", *s)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if len(errs) > 0 {
+		// The gate is not built (it would claim the rule names), but its
+		// problems are listed too.
+		if err := l.e.Validate(spec); err != nil {
+			errs = append(errs, err)
+		}
+		return nil, errors.Join(errs...)
+	}
+	g, err := l.e.Gate(spec)
+	if err != nil {
 		return nil, err
 	}
+	r.gate = g
 	if r.denyFunc == nil {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
 	}
-	r.opaqueRetry = retryAfter(longest)
-	r.log.interval = l.logEvery
-	r.m = l.metrics.route(r.Name, names)
-	l.mu.Lock()
-	l.routes = append(l.routes, r)
-	l.mu.Unlock()
+	r.opaqueRetry = enforce.RetryAfter(longest)
 	return r, nil
 }
 
-// hits returns the hits of req: one per limit that has a key.
-func (rt *route) hits(req *http.Request) []floodgate.Hit {
-	hits := make([]floodgate.Hit, 0, len(rt.Limits))
-	for _, lim := range rt.Limits {
+// keys returns the key of each limit for req, "" for a limit that skips
+// it: Missing decides whether a request with no key skips the limit or
+// shares one key.
+func (rt *route) keys(req *http.Request) []string {
+	keys := make([]string, len(rt.Limits))
+	for i, lim := range rt.Limits {
 		k := lim.Key(req)
-		if k == "" {
-			if lim.Missing == Skip {
-				continue
-			}
+		if k == "" && lim.Missing == Share {
 			k = missingKey
 		}
-		hits = append(hits, floodgate.Hit{Rule: lim.Rule, Key: fitKey(k)})
+		if k != "" {
+			keys[i] = fitKey(k)
+		}
 	}
-	return hits
+	return keys
 }
 
 func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
 	ctx := req.Context()
-	res := Result{Outcome: Skipped}
-	if hits := rt.hits(req); len(hits) > 0 {
-		var err error
-		if res, err = rt.decide(ctx, hits); err == nil && rt.MaxDelay > 0 && rt.throttles(res) {
-			res, err = rt.throttle(ctx, hits, res)
-		}
+	hits := rt.gate.Hits(ctx, rt.keys(req))
+	outer, nested := FromContext(ctx)
+	if nested {
+		hits = rt.nest(ctx, &outer, hits)
+	}
+	res := outer // a nested route with nothing left to check: the outer verdict stands
+	if checked := !nested || len(hits) > 0; checked {
+		own, err := rt.gate.Check(ctx, hits)
 		if err != nil {
-			return // the client went away: nobody reads an answer
+			if ctx.Err() == nil { // a bug: the route's hits are valid by construction
+				rt.l.e.Logger().LogAttrs(ctx, slog.LevelError, "floodgate: rate-limit check refused its input",
+					slog.String("route", rt.Name), slog.Any("error", err))
+				http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			}
+			return // else the client went away: nobody reads an answer
+		}
+		res = rt.compose(own, outer, nested)
+		if decided(own.Outcome) && !rt.Opaque {
+			legacy := keepWorst(w.Header(), nested)
+			rt.writeQuota(w.Header(), own.Decision)
+			legacy()
 		}
 	}
-	rt.m.decision(res)
-	if res.limiter != nil && !rt.Opaque {
-		rt.writeQuota(w.Header(), res.Decision)
-	}
-	if !res.allowed() {
+	if !res.Allowed() {
+		if nested {
+			// All-or-nothing across the nesting: the outer route's hits
+			// are undone, as if this route had been part of its check.
+			_ = outer.Refund(context.WithoutCancel(ctx))
+		}
 		rt.deny(w, req, res)
 		return
 	}
 	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
 }
 
-// decide checks hits against the store and, if the store fails, applies
-// the route's failure mode. It returns an error only when ctx is done.
-func (rt *route) decide(ctx context.Context, hits []floodgate.Hit) (Result, error) {
-	start := time.Now()
-	d, err := check(ctx, rt.l.limiter, hits)
-	rt.m.latency.Observe(time.Since(start).Seconds())
-	if err == nil {
-		res := Result{Outcome: Allowed, Decision: d, limiter: rt.l.limiter}
-		if !d.Allowed {
-			res.Outcome = Denied
-		}
-		return res, nil
+// compose returns the verdict on a request whose own check is own: with
+// no outer route, own; nested in one, own on top of the outer verdict
+// when this route enforced a limit, else the outer verdict with this
+// route's shadow checks added.
+func (rt *route) compose(own enforce.Result, outer Result, nested bool) Result {
+	switch {
+	case !nested:
+		return Result{Result: own}
+	case own.Outcome != Skipped:
+		return Result{Result: own, outer: &outer}
 	}
-	if ctx.Err() != nil {
-		return Result{}, ctx.Err()
-	}
-	rt.m.storeError(err)
-	res := Result{Outcome: FailedClosed, storeRetry: storeRetry(err)}
-	switch rt.Failure {
-	case FailOpen:
-		res.Outcome = FailedOpen
-	case FailLocal:
-		if d, lerr := check(ctx, rt.l.local, hits); lerr == nil {
-			res = Result{Outcome: Local, Decision: d, limiter: rt.l.local}
-		}
-	}
-	rt.log.do(start, func(held int) { // may run later, from a timer: no request context
-		rt.l.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: rate-limit store failed; decided by the route's failure mode",
-			slog.String("route", rt.Name), slog.String("failure_mode", rt.Failure.String()),
-			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
-	})
-	return res, nil
+	res := outer
+	res.Shadow = append(slices.Clip(outer.Shadow), own.Shadow...)
+	res.also = append(slices.Clip(outer.also), own)
+	return res
 }
 
-// storeRetry returns how long a failed store is expected to stay
-// unavailable: the remaining open time of a circuit breaker, found on
-// err's chain through a RetryAfter() time.Duration method (as
-// breakerstore.OpenError has), or zero.
-func storeRetry(err error) time.Duration {
-	var open interface{ RetryAfter() time.Duration }
-	if errors.As(err, &open) {
-		return max(open.RetryAfter(), 0)
+// decided reports whether a limiter decided, so that the answer has
+// rate-limit fields to send.
+func decided(o Outcome) bool { return o == Allowed || o == Denied || o == Local }
+
+// nest handles a route nested in other routes' middleware (a global
+// per-IP middleware around per-route ones): it drops the hits that an
+// outer route already counted, enforced or shadow, so that none counts
+// twice, and logs the first nesting once. The rest composes in serve: the
+// fields of every route are sent, the legacy ones of the worst, a denial
+// here refunds the outer routes' hits, and the Result in the context
+// covers every route.
+func (rt *route) nest(ctx context.Context, outer *Result, hits []enforce.Hit) []enforce.Hit {
+	if !rt.nestWarned.Swap(true) {
+		rt.l.e.Logger().LogAttrs(ctx, slog.LevelWarn, "floodgate: a rate-limit middleware runs inside another; "+
+			"they compose (no hit counts twice, a denial here refunds the outer one's hits), but one Route with every limit is one atomic check: prefer it",
+			slog.String("route", rt.Name))
 	}
-	return 0
+	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.covers(h.Rule.Name, h.Key) })
 }
 
-// check decides hits with l; one hit goes through Allow, which the core
-// serves faster.
-func check(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit) (floodgate.Decision, error) {
-	if len(hits) == 1 {
-		return l.Allow(ctx, hits[0].Rule, hits[0].Key)
+// keepWorst remembers the legacy X-RateLimit-* fields that an outer route
+// wrote, and returns what restores them after this route's, unless this
+// route's report fewer requests remaining: the legacy fields describe the
+// worst limit of the request.
+func keepWorst(h http.Header, nested bool) func() {
+	if !nested {
+		return func() {}
 	}
-	return l.Check(ctx, hits...)
-}
-
-// throttles reports whether res is a denial worth waiting for.
-func (rt *route) throttles(res Result) bool {
-	return (res.Outcome == Denied || res.Outcome == Local && !res.Decision.Allowed) &&
-		res.Decision.RetryAfter <= rt.MaxDelay
-}
-
-// throttle waits for quota while the denial's RetryAfter fits in what is
-// left of MaxDelay, deciding again after each wait. It returns ctx's error
-// as soon as the client goes away.
-func (rt *route) throttle(ctx context.Context, hits []floodgate.Hit, res Result) (Result, error) {
-	if rt.waiting.Add(1) > rt.maxWaiters {
-		rt.waiting.Add(-1)
-		rt.m.throttled["rejected"].Inc()
-		return res, nil
+	old := h.Get(canonRemaining)
+	if old == "" {
+		return func() {}
 	}
-	rt.m.waiting.Inc()
-	defer func() { rt.waiting.Add(-1); rt.m.waiting.Dec() }()
-	// The first wait may take all of MaxDelay, as throttles allowed; each
-	// later one must fit in what is left of it.
-	deadline := time.Now().Add(rt.MaxDelay)
-	for left := rt.MaxDelay; rt.throttles(res) && res.Decision.RetryAfter <= left; left = time.Until(deadline) {
-		t := time.NewTimer(max(res.Decision.RetryAfter, time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			rt.m.throttled["canceled"].Inc()
-			return res, ctx.Err()
-		case <-t.C:
-		}
-		var err error
-		if res, err = rt.decide(ctx, hits); err != nil {
-			rt.m.throttled["canceled"].Inc()
-			return res, err
+	saved := [3][]string{h[canonLimit], h[canonRemaining], h[canonReset]}
+	return func() {
+		was, err1 := strconv.ParseInt(old, 10, 64)
+		now, err2 := strconv.ParseInt(h.Get(canonRemaining), 10, 64)
+		if err1 == nil && err2 == nil && was < now {
+			h[canonLimit], h[canonRemaining], h[canonReset] = saved[0], saved[1], saved[2]
 		}
 	}
-	if res.allowed() {
-		rt.m.throttled["allowed"].Inc()
-	} else {
-		rt.m.throttled["denied"].Inc()
-	}
-	return res, nil
 }

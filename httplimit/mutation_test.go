@@ -98,7 +98,7 @@ func TestThrottleRecoversAfterRejecting(t *testing.T) {
 	}
 	done := make(chan int)
 	go func() { done <- do(h, "192.0.2.1:1").Code }()
-	waitFor(t, "a waiting request", func() bool { return metric(t, e.reg, "floodgate_http_throttle_waiting", nil) == 1 })
+	waitFor(t, "a waiting request", func() bool { return metric(t, e.reg, "floodgate_throttle_waiting", nil) == 1 })
 	for range 2 {
 		if rec := do(h, "192.0.2.1:1"); rec.Code != 429 {
 			t.Fatalf("over the waiter bound: %d, want 429", rec.Code)
@@ -107,7 +107,7 @@ func TestThrottleRecoversAfterRejecting(t *testing.T) {
 	if code := <-done; code != 200 {
 		t.Fatalf("the waiting request got %d, want 200", code)
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttle_waiting", nil); got != 0 {
+	if got := metric(t, e.reg, "floodgate_throttle_waiting", nil); got != 0 {
 		t.Fatalf("waiting = %v after the wait ended", got)
 	}
 	// The key is full again: the next request must wait, not be rejected.
@@ -119,7 +119,7 @@ func TestThrottleRecoversAfterRejecting(t *testing.T) {
 		t.Errorf("the request took %v; it should have waited for the window", took)
 	}
 	for result, want := range map[string]float64{"rejected": 2, "allowed": 2} {
-		if got := metric(t, e.reg, "floodgate_http_throttled_total", map[string]string{"result": result}); got != want {
+		if got := metric(t, e.reg, "floodgate_throttled_total", map[string]string{"result": result}); got != want {
 			t.Errorf("throttled{result=%s} = %v, want %v", result, got, want)
 		}
 	}
@@ -145,10 +145,10 @@ func TestThrottleLocalDenials(t *testing.T) {
 	if took := time.Since(start); took < window/2 {
 		t.Errorf("the locally denied request took %v; it should have waited about %v", took, window)
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttled_total", map[string]string{"result": "allowed"}); got != 1 {
+	if got := metric(t, e.reg, "floodgate_throttled_total", map[string]string{"result": "allowed"}); got != 1 {
 		t.Errorf("throttled{result=allowed} = %v, want 1", got)
 	}
-	if got := metric(t, e.reg, "floodgate_http_decisions_total", map[string]string{"outcome": "local"}); got != 2 {
+	if got := metric(t, e.reg, "floodgate_decisions_total", map[string]string{"outcome": "local"}); got != 2 {
 		t.Errorf("decisions{outcome=local} = %v, want 2", got)
 	}
 
@@ -159,7 +159,7 @@ func TestThrottleLocalDenials(t *testing.T) {
 	if rec := do(closed, "192.0.2.1:1"); rec.Code != 429 || time.Since(start) > slack {
 		t.Fatalf("fail-closed route: %d after %v, want an immediate 429", rec.Code, time.Since(start))
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttled_total", nil); got != 1 {
+	if got := metric(t, e.reg, "floodgate_throttled_total", nil); got != 1 {
 		t.Errorf("throttled = %v, want 1: the fail-closed denial must not wait", got)
 	}
 }
@@ -300,8 +300,8 @@ func TestDecisionMetricsNameThePolicy(t *testing.T) {
 		{"ip", "allowed", 1}, {"ip", "denied", 1}, {"", "failed_open", 1},
 		{"", "allowed", 0}, {"", "denied", 0}, {"ip", "failed_open", 0},
 	} {
-		labels := map[string]string{"route": "api", "policy": tc.policy, "outcome": tc.outcome}
-		if got := metric(t, e.reg, "floodgate_http_decisions_total", labels); got != tc.want {
+		labels := map[string]string{"gate": "api", "policy": tc.policy, "outcome": tc.outcome}
+		if got := metric(t, e.reg, "floodgate_decisions_total", labels); got != tc.want {
 			t.Errorf("decisions%v = %v, want %v", labels, got, tc.want)
 		}
 	}

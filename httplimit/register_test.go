@@ -23,7 +23,7 @@ func TestSecondLimiterOnOneRegistererIsOneClearError(t *testing.T) {
 	if n := strings.Count(msg, "duplicate metrics collector registration attempted"); n != 1 {
 		t.Errorf("Prometheus's message appears %d times, want once:\n%s", n, msg)
 	}
-	for _, want := range []string{"floodgate_http_decisions_total", "share one Limiter", "WrapRegistererWith"} {
+	for _, want := range []string{"floodgate_decisions_total", "share one among all routes", "WrapRegistererWith"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
 		}
@@ -45,7 +45,7 @@ func TestFailedRegistrationLeavesNothingBehind(t *testing.T) {
 	// would remember the name's shape even once it is unregistered), so
 	// that the first two register and the third fails.
 	squatter := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_store_errors_total",
-		Help: "Decisions the store failed, by reason (timeout, breaker_open, error)."}, []string{"route", "reason"})
+		Help: "Decisions the store failed, by reason (timeout, breaker_open, error)."}, []string{"gate", "reason"})
 	reg.MustRegister(squatter)
 	e := newEnv(t, envOptions{})
 	if _, err := httplimit.New(httplimit.Options{Limiter: e.lim, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "floodgate_store_errors_total") {

@@ -4,68 +4,50 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 )
 
-// Outcome is how the middleware decided a request.
-type Outcome uint8
+// Outcome is how the middleware decided a request. See enforce.Outcome.
+type Outcome = enforce.Outcome
 
 const (
 	// Allowed: the store admitted the request.
-	Allowed Outcome = iota
+	Allowed = enforce.Allowed
 	// Denied: the store refused it; it got a 429.
-	Denied
+	Denied = enforce.Denied
 	// FailedOpen: the store failed and the route let the request through.
-	FailedOpen
+	FailedOpen = enforce.FailedOpen
 	// FailedClosed: the store failed and the route refused the request.
-	FailedClosed
+	FailedClosed = enforce.FailedClosed
 	// Local: the store failed and per-replica limits decided; see
 	// Result.Decision.Allowed.
-	Local
-	// Skipped: every limit of the route skipped the request (no key).
-	Skipped
-
-	outcomes = iota
+	Local = enforce.Local
+	// Skipped: no limit of the route enforced a decision: each skipped the
+	// request for want of a key, or they are all shadow limits.
+	Skipped = enforce.Skipped
 )
 
-var outcomeNames = [outcomes]string{"allowed", "denied", "failed_open", "failed_closed", "local", "skipped"}
-
-// String returns the outcome's metric label: "allowed", "denied",
-// "failed_open", "failed_closed", "local" or "skipped".
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return "unknown"
-}
-
 // Result is the middleware's verdict on a request. The handler of an
-// allowed request finds it with [FromContext].
+// allowed request finds it with [FromContext]. Its Outcome, Decision and
+// Shadow are those of the enforcement layer's verdict (enforce.Result);
+// with nested middlewares, it covers every route of the request.
 type Result struct {
-	// Outcome says who decided.
-	Outcome Outcome
-	// Decision is the limiter's decision when Outcome is Allowed, Denied or
-	// Local, with one element of Decision.Each per limit checked; the zero
-	// Decision otherwise.
-	Decision floodgate.Decision
+	enforce.Result
 
-	limiter *floodgate.Limiter // the limiter that decided; nil if none did
-	// storeRetry is, when the store failed, how long its circuit breaker
-	// says it stays open (zero if unknown).
-	storeRetry time.Duration
+	outer *Result          // the verdict of the route this one is nested in, if any
+	also  []enforce.Result // shadow checks of nested routes that enforced nothing
 }
 
-// allowed reports whether the request may proceed.
-func (r Result) allowed() bool {
-	switch r.Outcome {
-	case Denied, FailedClosed:
-		return false
-	case Local:
-		return r.Decision.Allowed
+// covers reports whether any route of the chain from r counted a hit of
+// rule on key, enforced or shadow.
+func (r *Result) covers(rule, key string) bool {
+	for o := r; o != nil; o = o.outer {
+		if o.Covers(rule, key) || slices.ContainsFunc(o.also, func(a enforce.Result) bool { return a.Covers(rule, key) }) {
+			return true
+		}
 	}
-	return true
+	return false
 }
 
 type resultKey struct{}
@@ -83,18 +65,13 @@ func FromContext(ctx context.Context) (Result, bool) {
 // turns out not to count, such as the account's attempt after a
 // successful login. It is idempotent, and does nothing for a request that
 // no limiter admitted (FailedOpen, Skipped).
+//
+// With nested middlewares, the Result covers every route of the request:
+// Refund undoes the hits of the outer routes too.
 func (r Result) Refund(ctx context.Context, policies ...string) error {
-	if r.limiter == nil || !r.Decision.Allowed {
-		return nil
-	}
-	if len(policies) == 0 {
-		return r.limiter.Refund(ctx, r.Decision)
-	}
 	var errs []error
-	for _, d := range each(r.Decision) {
-		if slices.Contains(policies, d.Policy) {
-			errs = append(errs, r.limiter.Refund(ctx, d))
-		}
+	for o := &r; o != nil; o = o.outer {
+		errs = append(errs, o.Result.Refund(ctx, policies...))
 	}
 	return errors.Join(errs...)
 }

@@ -45,7 +45,7 @@ func TestThrottleWaitsAndSucceeds(t *testing.T) {
 	if took < window-20*time.Millisecond || took > maxDelay+slack {
 		t.Fatalf("throttled request took %v, want about the window (%v), at most MaxDelay (%v)", took, window, maxDelay)
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttled_total", map[string]string{"result": "allowed"}); got != 1 {
+	if got := metric(t, e.reg, "floodgate_throttled_total", map[string]string{"result": "allowed"}); got != 1 {
 		t.Errorf("throttled{result=allowed} = %v, want 1", got)
 	}
 	t.Logf("waited %v for a window of %v", took, window)
@@ -58,7 +58,7 @@ func TestThrottleRejectsWhatItCannotWaitFor(t *testing.T) {
 	if rec := do(h, "192.0.2.1:1"); rec.Code != 429 || time.Since(start) > slack {
 		t.Fatalf("a denial beyond MaxDelay: %d after %v, want an immediate 429", rec.Code, time.Since(start))
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttled_total", nil); got != 0 {
+	if got := metric(t, e.reg, "floodgate_throttled_total", nil); got != 0 {
 		t.Errorf("throttled = %v, want 0: nothing waited", got)
 	}
 }
@@ -75,14 +75,14 @@ func TestThrottleBoundsTheWaiters(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		done <- rec.code
 	}()
-	waitFor(t, "a waiting request", func() bool { return metric(t, e.reg, "floodgate_http_throttle_waiting", nil) == 1 })
+	waitFor(t, "a waiting request", func() bool { return metric(t, e.reg, "floodgate_throttle_waiting", nil) == 1 })
 
 	start := time.Now()
 	rec := do(h, "192.0.2.1:1")
 	if rec.Code != 429 || time.Since(start) > slack {
 		t.Fatalf("over the waiter bound: %d after %v, want an immediate 429", rec.Code, time.Since(start))
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttled_total", map[string]string{"result": "rejected"}); got != 1 {
+	if got := metric(t, e.reg, "floodgate_throttled_total", map[string]string{"result": "rejected"}); got != 1 {
 		t.Errorf("throttled{result=rejected} = %v, want 1", got)
 	}
 
@@ -94,10 +94,10 @@ func TestThrottleBoundsTheWaiters(t *testing.T) {
 	if d := time.Since(start); d > slack {
 		t.Errorf("the wait ended %v after the client left, want at once", d)
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttled_total", map[string]string{"result": "canceled"}); got != 1 {
+	if got := metric(t, e.reg, "floodgate_throttled_total", map[string]string{"result": "canceled"}); got != 1 {
 		t.Errorf("throttled{result=canceled} = %v, want 1", got)
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttle_waiting", nil); got != 0 {
+	if got := metric(t, e.reg, "floodgate_throttle_waiting", nil); got != 0 {
 		t.Errorf("waiting = %v after the wait ended", got)
 	}
 }
@@ -114,7 +114,7 @@ func TestThrottleEndsWhenTheClientHangsUp(t *testing.T) {
 		resp.Body.Close()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	waiting := func() bool { return metric(t, e.reg, "floodgate_http_throttle_waiting", nil) == 1 }
+	waiting := func() bool { return metric(t, e.reg, "floodgate_throttle_waiting", nil) == 1 }
 	go func() { // no t.Fatal off the test goroutine: the Do below fails if this never cancels
 		for deadline := time.Now().Add(5 * time.Second); !waiting() && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
@@ -127,11 +127,11 @@ func TestThrottleEndsWhenTheClientHangsUp(t *testing.T) {
 		t.Fatalf("got %d, want the client's cancellation", resp.StatusCode)
 	}
 	start := time.Now()
-	waitFor(t, "the wait to end", func() bool { return metric(t, e.reg, "floodgate_http_throttle_waiting", nil) == 0 })
+	waitFor(t, "the wait to end", func() bool { return metric(t, e.reg, "floodgate_throttle_waiting", nil) == 0 })
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("the server kept waiting %v after the client hung up", d)
 	}
-	if got := metric(t, e.reg, "floodgate_http_throttled_total", map[string]string{"result": "canceled"}); got != 1 {
+	if got := metric(t, e.reg, "floodgate_throttled_total", map[string]string{"result": "canceled"}); got != 1 {
 		t.Errorf("throttled{result=canceled} = %v, want 1", got)
 	}
 	http.DefaultClient.CloseIdleConnections()

@@ -14,10 +14,11 @@ import (
 type entry struct {
 	// ring holds a sliding-window rule's last admitted requests, one time
 	// per unit of cost, in admission order from index head (the oldest),
-	// wrapping once it holds Limit of them: the same ring as redisstore's
-	// (take.lua). A request of cost n is admitted exactly when the n-th
-	// oldest of the last Limit times has left the window, and admitting
-	// it overwrites the n oldest.
+	// wrapping once it holds Limit of them. A request of cost n is
+	// admitted exactly when the n-th oldest of the last Limit times has
+	// left the window, and admitting it overwrites the n oldest: the same
+	// decisions as redisstore's sorted set, which keeps every admitted
+	// request in the window.
 	ring []int64
 	head int
 	// tat is a token bucket's theoretical arrival time; count and window
@@ -54,7 +55,7 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 		}
 		return floodgate.Result{Remaining: (capacity - (tat - now)) / t, ResetAfter: dur(tat - now), RetryAfter: dur(next - now - capacity)}
 	case floodgate.FixedWindow:
-		idx := now / window
+		idx := floorDiv(now, window)
 		if e.window != idx {
 			e.window, e.count = idx, 0
 		}
@@ -64,7 +65,7 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 		}
 		return floodgate.Result{Remaining: max(0, limit-e.count), ResetAfter: dur(end - now), RetryAfter: dur(end - now)}
 	case floodgate.SlidingWindowCounter:
-		idx := now / window
+		idx := floorDiv(now, window)
 		switch e.window {
 		case idx:
 		case idx - 1:
@@ -104,26 +105,48 @@ func (e *entry) record(now int64, id string, h floodgate.Hit) floodgate.Stamp {
 		e.count += cost
 		e.expires = max(e.expires, (e.window+2)*int64(r.Window)) // the next window still weighs it
 	default:
-		e.add(now, cost, r.Limit)
+		e.add(now, cost, r.Limit, int64(r.Window))
 		e.expires = max(e.expires, now+int64(r.Window))
 	}
 	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch}
 }
 
 // at returns the time of the ring's entry i, 0 the oldest.
-func (e *entry) at(i int64) int64 { return e.ring[(int64(e.head)+i)%int64(len(e.ring))] }
+func (e *entry) at(i int64) int64 {
+	j := e.head + int(i) // < 2*len: no division
+	if j >= len(e.ring) {
+		j -= len(e.ring)
+	}
+	return e.ring[j]
+}
 
 // live returns how many of the ring's times are after cut: its newest.
 func (e *entry) live(cut int64) int64 {
-	n := len(e.ring)
-	return int64(n - sort.Search(n, func(i int) bool { return e.at(int64(i)) > cut }))
+	n := int64(len(e.ring))
+	switch {
+	case n == 0 || e.at(n-1) <= cut:
+		return 0
+	case e.at(0) > cut: // the common case of a busy key: all of them
+		return n
+	}
+	return n - int64(sort.Search(int(n), func(i int) bool { return e.at(int64(i)) > cut }))
 }
 
-// add records cost requests at now in the ring of a rule of limit.
-func (e *entry) add(now, cost, limit int64) {
+// add records cost requests at now in the ring of a rule of limit per
+// window.
+func (e *entry) add(now, cost, limit, window int64) {
 	n := int64(len(e.ring))
 	if n > 0 {
 		now = max(now, e.at(n-1)) // keep the ring in order
+	}
+	if e.head == 0 && n < limit {
+		// Not full yet: drop the times that left the window, so that a
+		// key of a high limit holds what its window holds, not up to its
+		// limit of times long gone.
+		if gone := n - e.live(now-window); gone > 0 {
+			k := copy(e.ring, e.ring[gone:])
+			e.ring, n = e.ring[:k], int64(k)
+		}
 	}
 	if n > limit || e.head != 0 && n < limit {
 		// The limit changed: keep the newest times that matter, in order.

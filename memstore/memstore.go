@@ -9,6 +9,7 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,8 +37,8 @@ type Options struct {
 	// one minute.
 	SweepInterval time.Duration
 	// MaxKeys bounds the keys held, so that a flood of unique keys cannot
-	// exhaust memory. At the bound, expired keys are collected at once;
-	// if none is, a check that needs a new key fails with ErrFull (and the
+	// exhaust memory. At the bound, the shard's expired keys are collected
+	// at once (at most once a second per shard); if none is, a check that needs a new key fails with ErrFull (and the
 	// caller's failure policy decides), while every key already held keeps
 	// its state: a limit in force is never reset to make room. Rejected
 	// counts these failures. Peek and Refund never create keys, so they
@@ -184,11 +185,8 @@ func New(opts Options) *Store {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	switch {
-	case opts.MaxKeys == 0:
-		s.perShard = (DefaultMaxKeys + n - 1) / n
-	case opts.MaxKeys > 0:
-		s.perShard = (opts.MaxKeys + n - 1) / n
+	if maxKeys := cmp.Or(opts.MaxKeys, DefaultMaxKeys); maxKeys > 0 {
+		s.perShard = (maxKeys + n - 1) / n
 	}
 	s.base = time.Now()
 	s.baseNS = s.base.UnixNano()

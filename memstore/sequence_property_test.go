@@ -27,6 +27,10 @@ func TestRefundAndResetMatchModel(t *testing.T) {
 		{floodgate.SlidingWindow, 20, time.Minute, 4, 3 * time.Second},
 		{floodgate.SlidingWindowCounter, 5, time.Second, 2, 150 * time.Millisecond},
 		{floodgate.SlidingWindowCounter, 20, time.Minute, 4, 3 * time.Second},
+		{floodgate.FixedWindow, 5, time.Second, 2, 150 * time.Millisecond},
+		{floodgate.FixedWindow, 20, time.Minute, 4, 3 * time.Second},
+		{floodgate.TokenBucket, 5, time.Second, 2, 150 * time.Millisecond},
+		{floodgate.TokenBucket, 20, time.Minute, 4, 3 * time.Second},
 	} {
 		t.Run(tc.alg.String(), func(t *testing.T) {
 			t.Parallel()
@@ -92,7 +96,7 @@ func TestRefundAndResetMatchModel(t *testing.T) {
 					for j, w := range want {
 						g := each[j]
 						got := outcome{g.Allowed, g.Remaining, g.RetryAfter, g.ResetAfter}
-						if tc.alg != floodgate.SlidingWindow {
+						if tc.alg == floodgate.SlidingWindowCounter {
 							got.retry, got.reset = 0, 0 // the counter's durations: TestSlidingWindowCounterMatchesModel
 						}
 						if got != w {
@@ -121,18 +125,20 @@ type outcome struct {
 	retry, reset time.Duration
 }
 
-// model is a direct, unoptimized statement of a sliding-window log or a
-// sliding-window counter over keys "a" and "b", with Refund and Reset as
-// floodgate.Store.Refund defines them: a refund credits only a take still
-// held by the key's state since its last Reset, once.
+// model is a direct, unoptimized statement of each algorithm over keys
+// "a" and "b", with Refund and Reset as floodgate.Store.Refund defines
+// them: a refund credits only a take still held by the key's state since
+// its last Reset, once, and for a token bucket no more than the take's
+// cost less its age.
 type model struct {
 	alg     floodgate.Algorithm
 	limit   int64
 	window  int64
 	log     map[string][]entry         // sliding window: admitted units
 	counts  map[string]map[int64]int64 // counter: window index -> admitted cost
-	takes   map[string]map[int]int64   // counter: take id -> its window index, while refundable
+	takes   map[string]map[int]int64   // counter, fixed window: take id -> its window index; token bucket: its time
 	refunds map[string]map[int]bool    // refunds done, per key, since its Reset
+	tat     map[string]int64           // token bucket: the theoretical arrival time
 }
 
 type entry struct {
@@ -150,7 +156,9 @@ func newModel(alg floodgate.Algorithm, limit int64, window time.Duration) *model
 func (m *model) reset(k string) {
 	if m.log == nil {
 		m.log, m.counts, m.takes, m.refunds = map[string][]entry{}, map[string]map[int64]int64{}, map[string]map[int]int64{}, map[string]map[int]bool{}
+		m.tat = map[string]int64{}
 	}
+	m.tat[k] = 0
 	m.log[k] = nil
 	m.counts[k] = map[int64]int64{}
 	m.takes[k] = map[int]int64{}
@@ -173,6 +181,22 @@ func (m *model) check(now int64, k string, cost int64) outcome {
 		return outcome{false, max(0, m.limit-n), time.Duration(live[n+cost-m.limit-1].at + m.window - now), time.Duration(live[n-1].at + m.window - now)}
 	}
 	idx, into := now/m.window, now%m.window
+	switch m.alg {
+	case floodgate.FixedWindow:
+		cur, left := m.counts[k][idx], time.Duration((idx+1)*m.window-now)
+		if cur+cost <= m.limit {
+			return outcome{true, m.limit - cur - cost, 0, left}
+		}
+		return outcome{false, max(0, m.limit-cur), left, left}
+	case floodgate.TokenBucket:
+		t := m.interval()
+		tat := max(m.tat[k], now)
+		next, full := tat+cost*t, m.limit*t
+		if next-now <= full {
+			return outcome{true, (full - (next - now)) / t, 0, time.Duration(next - now)}
+		}
+		return outcome{false, max(0, (full-(tat-now))/t), time.Duration(next - now - full), time.Duration(tat - now)}
+	}
 	prev, cur := m.counts[k][idx-1], m.counts[k][idx]
 	w := (prev*(m.window-into) + m.window - 1) / m.window
 	if w+cur+cost <= m.limit {
@@ -204,10 +228,22 @@ func (m *model) take(now int64, id int, keys []string, costs []int64) []outcome 
 			}
 			continue
 		}
+		if m.alg == floodgate.TokenBucket {
+			m.tat[k] = max(m.tat[k], now) + costs[j]*m.interval()
+			m.takes[k][id] = now
+			continue
+		}
 		m.counts[k][now/m.window] += costs[j]
 		m.takes[k][id] = now / m.window
 	}
 	return out
+}
+
+// interval is a token bucket's emission interval: the window over the
+// limit, rounded up to a whole microsecond, in nanoseconds.
+func (m *model) interval() int64 {
+	us := m.window / int64(time.Microsecond)
+	return (us + m.limit - 1) / m.limit * int64(time.Microsecond)
 }
 
 // refund undoes take id's hit on k, of cost, if the key still holds it.
@@ -220,6 +256,16 @@ func (m *model) refund(now int64, id int, k string, cost int64) {
 			}
 		}
 		m.log[k] = kept
+		return
+	}
+	if m.alg == floodgate.TokenBucket {
+		at, held := m.takes[k][id]
+		credit := cost*m.interval() - (now - at)
+		if !held || m.refunds[k][id] || credit <= 0 {
+			return // reset since, refunded already, or paid by time
+		}
+		m.refunds[k][id] = true
+		m.tat[k] = max(now, m.tat[k]-credit)
 		return
 	}
 	idx, held := m.takes[k][id]

@@ -132,17 +132,14 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 		s.next(b)
 		return res, err
 	}
+	// Calls wait only while maxInflight calls are in flight (b.pending is
+	// empty whenever b.inflight < maxInflight: next and drain give back a
+	// slot only once nothing is pending), and the first of those to end
+	// sends this one.
 	cl := &call{keys: keys, args: args[2:], hits: len(hits), done: make(chan callResult, 1)}
 	cl.deadline, _ = ctx.Deadline()
 	b.pending = append(b.pending, cl)
-	if b.inflight < maxInflight {
-		b.inflight++
-		batch := b.claim()
-		b.mu.Unlock()
-		go s.drain(b, batch)
-	} else {
-		b.mu.Unlock()
-	}
+	b.mu.Unlock()
 	select {
 	case r := <-cl.done:
 		return r.res, r.err

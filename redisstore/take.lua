@@ -5,8 +5,8 @@
 --
 -- KEYS: one state key per hit, in the order of the hits over all groups,
 -- <prefix>{<rule>:<key>}:<alg>:<window> (see the package documentation):
---   s  sliding window  string, a ring of the admitted requests' times in
---                      us (see recordSliding)
+--   s  sliding window  ZSET, one member per unit of cost of an admitted
+--                      request, score = server time in us
 --   t  token bucket    string "<TAT>:<epoch>", the theoretical arrival time
 --                      in us
 --   f  fixed window    string "<window index>:<count>:<epoch>"
@@ -19,8 +19,8 @@
 --          records nothing and writes nothing (Peek)
 -- ARGV[2]  number of groups G
 -- then for each group:
---   id      the take's identifier (unused by the script: refunds name
---           takes by their stamp)
+--   id      the take's identifier; members of a sliding window are id,
+--           id.1, id.2, ... for a cost of 1, 2, 3, ...
 --   epoch   the epoch of a state this group creates: a positive integer
 --           below 2^52
 --   n       number of hits of the group
@@ -34,144 +34,39 @@
 -- Reply: a flat array of integers: the server time in us, then 5 per hit,
 -- in KEYS order: allowed (1 or 0), remaining, reset_after (us),
 -- retry_after (us; 0 when allowed), and the epoch of the state that
--- recorded the hit (0 when nothing was recorded). A hit of a denied group may report allowed 1: it was within its
+-- recorded the hit (0 when nothing was recorded, and for a sliding
+-- window). A hit of a denied group may report allowed 1: it was within its
 -- own limit, but nothing of its group was recorded.
 -- Time: redis.call('TIME'), integer microseconds; never a client's clock.
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
--- before writing).
+-- before writing; ZADD NX needs 3.0.2).
 
 local record = ARGV[1] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- The sliding-window log is a ring of the admitted requests' times (see
--- the package documentation): the string "<header><entries>", the header
--- 12 bytes (epoch, 6; head, 3; count, 3; little-endian), then count
--- entries of 8 bytes, each a time in µs, in admission order from the
--- entry at index head (the oldest), wrapping once count is the limit
--- (until then head is 0, and the string may have room for more). A key never needs more than
--- its last limit admitted times: a request of cost n is admitted exactly
--- when the n-th oldest of them has left the window (a ring not yet full
--- counts its empty slots as long gone), and admitting it overwrites the n
--- oldest. Times never decrease along the ring, so the entries still in
--- the window are the newest ones, found by binary search.
-local RHDR = 12
-
--- Fixed-width little-endian integers (0 to 2^53), in plain Lua: some
--- servers that speak Redis (miniredis, which the demo embeds) have no
--- struct library.
-local floor, char, byte = math.floor, string.char, string.byte
-
-local function enc8(x)
-  local b1 = x % 256
-  x = (x - b1) / 256
-  local b2 = x % 256
-  x = (x - b2) / 256
-  local b3 = x % 256
-  x = (x - b3) / 256
-  local b4 = x % 256
-  x = (x - b4) / 256
-  local b5 = x % 256
-  x = (x - b5) / 256
-  local b6 = x % 256
-  x = (x - b6) / 256
-  local b7 = x % 256
-  return char(b1, b2, b3, b4, b5, b6, b7, (x - b7) / 256)
-end
-
-local function dec8(s, i)
-  local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, i, i + 7)
-  return ((((((b8 * 256 + b7) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
-end
-
--- header returns a ring's header; parse reads it from s: epoch (6 bytes),
--- head (3), count (3).
-local function header(epoch, head, count)
-  local e = enc8(epoch)
-  local h1 = head % 256
-  local h2 = floor(head / 256) % 256
-  local c1 = count % 256
-  local c2 = floor(count / 256) % 256
-  return string.sub(e, 1, 6) .. char(h1, h2, floor(head / 65536), c1, c2, floor(count / 65536))
-end
-
-local function parse(s)
-  local e1, e2, e3, e4, e5, e6, h1, h2, h3, c1, c2, c3 = byte(s, 1, 12)
-  return ((((e6 * 256 + e5) * 256 + e4) * 256 + e3) * 256 + e2) * 256 + e1,
-    (h3 * 256 + h2) * 256 + h1, (c3 * 256 + c2) * 256 + c1
-end
-
--- smallWrite records cost requests at time t in the small ring s (read
--- whole: epoch ep, head, count) of key, writing it whole: one SET, which
--- also allocates it exactly and sets its TTL.
-local function smallWrite(key, s, ep, head, count, cost, limit, t, pexpire)
-  local entry = enc8(t)
-  local body = string.sub(s, RHDR + 1, RHDR + 8 * count)
-  if count < limit then -- head is 0: append, up to the limit
-    local fill = math.min(cost, limit - count)
-    body = body .. string.rep(entry, fill)
-    count, cost = count + fill, cost - fill
-  end
-  if cost > 0 then -- full: overwrite the cost oldest, which the check proved gone
-    local first = math.min(cost, count - head)
-    body = string.sub(body, 1, 8 * head) .. string.rep(entry, first) .. string.sub(body, 8 * (head + first) + 1)
-    if cost > first then
-      body = string.rep(entry, cost - first) .. string.sub(body, 8 * (cost - first) + 1)
+-- Fast path: a call of one group of one sliding-window hit of cost 1 that
+-- records, the common case at light load (a Take sent alone). It does what
+-- the general path below does for it, without building the general path's
+-- functions, which costs a few microseconds per call; a denial falls
+-- through to the general path, which reports its durations.
+if ARGV[1] == '1' and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' and ARGV[7] == '1' then
+  local key, id = KEYS[1], ARGV[3]
+  local limit, window = tonumber(ARGV[8]), tonumber(ARGV[9])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
+  local n = redis.call('ZCARD', key)
+  if n < limit then
+    local score = string.format('%.0f', now)
+    if redis.call('ZADD', key, 'NX', score, id) == 0 then
+      local seq = 0 -- a reused id: see recordSliding
+      repeat
+        seq = seq + 1
+      until redis.call('ZADD', key, 'NX', score, id .. '#' .. score .. '.' .. seq) == 1
     end
-    head = (head + cost) % count
-  end
-  redis.call('SET', key, header(ep, head, count) .. body, 'PX', pexpire)
-end
-
--- Fast path: one Take of one sliding-window hit, with a limit whose ring
--- (8 bytes a request) is small enough to read whole: the common case. It
--- does what the general path below does for it, from one GET, without
--- building the general path's functions, which costs a few microseconds a
--- call.
-if record and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' and tonumber(ARGV[8]) <= 64 then
-  local key = KEYS[1]
-  local cost, limit, window = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-  local pexpire = string.format('%.0f', math.ceil(window / 1000)) -- exact: window < 2^53
-  local s = redis.call('GET', key)
-  if not s then
-    local epoch = tonumber(ARGV[4])
-    redis.call('SET', key, header(epoch, 0, cost) .. string.rep(enc8(now), cost), 'PX', pexpire)
-    return {now, 1, limit - cost, window, 0, epoch}
-  end
-  if #s < RHDR then
-    error('redisstore: sliding window ' .. key .. ': malformed state')
-  end
-  local ep, head, count = parse(s)
-  if #s < RHDR + 8 * count then
-    error('redisstore: sliding window ' .. key .. ': malformed state')
-  end
-  if count <= limit and (head == 0 or count == limit) then -- else the limit changed: general path
-    -- The entries after cut are the newest: find the first by binary search.
-    local cut = now - window
-    local live = 0
-    local newest = 0
-    if count > 0 then
-      newest = dec8(s, RHDR + 8 * ((head + count - 1) % count) + 1)
-    end
-    if newest > cut then
-      local lo, hi = -1, count - 1 -- entry lo is at or before cut (-1: none), entry hi after
-      while hi - lo > 1 do
-        local mid = floor((lo + hi) / 2)
-        if dec8(s, RHDR + 8 * ((head + mid) % count) + 1) > cut then
-          hi = mid
-        else
-          lo = mid
-        end
-      end
-      live = count - hi
-    end
-    if live + cost > limit then
-      local frees = dec8(s, RHDR + 8 * ((head + count + cost - limit - 1) % count) + 1)
-      return {now, 0, math.max(0, limit - live), newest + window - now, frees + window - now, 0}
-    end
-    -- A clock that stepped back keeps the order.
-    smallWrite(key, s, ep, head, count, cost, limit, math.max(now, newest), pexpire)
-    return {now, 1, limit - live - cost, window, 0, ep}
+    -- window / 1000 is correctly rounded and window < 2^53, so its ceiling
+    -- is exact.
+    redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(window / 1000)))
+    return {now, 1, limit - n - 1, window, 0, 0}
   end
 end
 
@@ -199,9 +94,16 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- The TTL of the last window seen (one rule's window, usually), formatted
--- once per call.
-local ttlWindow, ttlStr
+-- Strings computed once per call: the time, and the trim cutoff and TTL
+-- of the last window seen (one rule's window, usually).
+local nowstr = fmt(now)
+local cutWindow, cutStr, ttlWindow, ttlStr
+local function cutoff(window)
+  if window ~= cutWindow then
+    cutWindow, cutStr = window, fmt(now - window)
+  end
+  return cutStr
+end
 local function ttl(window)
   if window ~= ttlWindow then
     ttlWindow, ttlStr = window, fmt(ceildiv(window, 1000))
@@ -211,158 +113,64 @@ end
 
 -- Each check returns allowed, remaining, reset_after, retry_after, when
 -- allowed the value that record needs (nil for a sliding window), and the
--- epoch of the state it found (nil if none). Checks write nothing.
+-- epoch of the state it found (nil if none).
+-- Checks write nothing, except that a sliding window in record mode first
+-- trims the entries that left the window (which changes no count).
 
--- smallRing is the largest limit whose ring is read whole, in one GET
--- (16 KB); a larger ring is read entry by entry with GETRANGE.
-local smallRing = 64
-
--- ringOpen reads the ring of key (nil if none): a table with its epoch,
--- head, count and, when small, the string s itself.
-local function ringOpen(key, limit)
-  local r = {}
-  local h
-  if limit <= smallRing then
-    r.s = redis.call('GET', key)
-    if not r.s then
-      return nil
-    end
-    h = r.s
-  else
-    h = redis.call('GETRANGE', key, 0, RHDR - 1)
-    if h == '' then
-      return nil
-    end
-  end
-  if #h < RHDR then
-    error('redisstore: sliding window ' .. key .. ': malformed state')
-  end
-  r.ep, r.head, r.count = parse(h)
-  if r.s and #r.s < RHDR + 8 * r.count then
-    error('redisstore: sliding window ' .. key .. ': malformed state')
-  end
-  return r
-end
-
--- ringAt returns the time of the entry i (0 the oldest) of the ring r of
--- key.
-local function ringAt(key, r, i)
-  local off = RHDR + 8 * ((r.head + i) % r.count)
-  if r.s then
-    return dec8(r.s, off + 1)
-  end
-  local v = redis.call('GETRANGE', key, off, off + 7)
-  if #v ~= 8 then
-    error('redisstore: sliding window ' .. key .. ': malformed state')
-  end
-  return dec8(v, 1)
-end
-
--- ringLive returns how many entries of the ring r lie in (now - window,
--- now]: they are its newest.
-local function ringLive(key, r, window)
-  local cut = now - window
-  if r.count == 0 or ringAt(key, r, r.count - 1) <= cut then
-    return 0
-  end
-  local lo, hi = -1, r.count - 1 -- entry lo is at or before cut (-1: none), entry hi after
-  while hi - lo > 1 do
-    local mid = math.floor((lo + hi) / 2)
-    if ringAt(key, r, mid) > cut then
-      hi = mid
-    else
-      lo = mid
-    end
-  end
-  return r.count - hi
-end
-
--- sliding checks a sliding-window hit; when allowed, its value is the
--- ring it read (nil for a new one), which recordSliding writes.
 local function sliding(key, cost, limit, window)
-  local r = ringOpen(key, limit)
-  if r == nil then
-    return true, limit - cost, window, 0, nil, nil
+  local n
+  if record then
+    -- Trim, then count what is left, all in (now-window, now]: on a
+    -- compact (listpack) set this is cheaper than ZCOUNT, which walks the
+    -- entries in range.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff(window))
+    n = redis.call('ZCARD', key)
+  else
+    n = redis.call('ZCOUNT', key, '(' .. cutoff(window), '+inf')
   end
-  local live = ringLive(key, r, window)
-  if live + cost <= limit then
-    return true, limit - live - cost, window, 0, r, r.ep
+  if n + cost <= limit then
+    return true, limit - n - cost, window, 0
   end
-  -- The entry whose leaving frees room for cost (it is live: see ringLive),
-  -- whatever the ring's count against the limit.
-  local frees = ringAt(key, r, r.count + cost - limit - 1)
-  return false, math.max(0, limit - live), ringAt(key, r, r.count - 1) + window - now,
-    frees + window - now, nil, r.ep
+  local after = '(' .. cutoff(window)
+  local k = n + cost - limit - 1 -- the entry whose expiry frees enough room
+  local kth = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', fmt(k), '1')
+  local newest = redis.call('ZREVRANGEBYSCORE', key, '+inf', after, 'WITHSCORES', 'LIMIT', '0', '1')
+  if kth[2] == nil or newest[2] == nil then
+    error('redisstore: sliding window ' .. key .. ': cost above the limit')
+  end
+  return false, math.max(0, limit - n), tonumber(newest[2]) + window - now,
+    tonumber(kth[2]) + window - now
 end
 
--- ringWrite writes the times in ts (oldest first) as a whole ring, head 0.
-local function ringWrite(key, epoch, ts, window)
-  local parts = {header(epoch, 0, #ts)}
-  for i = 1, #ts do
-    parts[i + 1] = enc8(ts[i])
-  end
-  redis.call('SET', key, table.concat(parts), 'PX', ttl(window))
-end
-
--- recordSliding records cost requests at now in the ring r of key, as its
--- check read it (nil: none; epoch is then the new ring's).
-local function recordSliding(key, cost, limit, window, epoch, r)
-  if r == nil then
-    redis.call('SET', key, header(tonumber(epoch), 0, cost) .. string.rep(enc8(now), cost), 'PX', ttl(window))
-    return
-  end
-  local head, count = r.head, r.count
-  local t = now
-  if count > 0 then -- a clock that stepped back keeps the order
-    t = math.max(now, ringAt(key, r, count - 1))
-  end
-  if count > limit or (head ~= 0 and count < limit) then
-    -- The limit changed: keep the newest entries that matter, in order.
-    local keep = {}
-    for i = math.max(0, count - limit), count - 1 do
-      keep[#keep + 1] = ringAt(key, r, i)
+local function recordSliding(key, id, cost, window)
+  local added
+  if cost == 1 then
+    added = redis.call('ZADD', key, 'NX', nowstr, id)
+  else
+    added = 0
+    local i = 0
+    while i < cost do -- in chunks, to stay clear of Lua's stack limit
+      local args = {'ZADD', key, 'NX'}
+      local last = math.min(cost, i + 100)
+      while i < last do
+        args[#args + 1] = nowstr
+        if i == 0 then
+          args[#args + 1] = id
+        else
+          args[#args + 1] = id .. '.' .. i
+        end
+        i = i + 1
+      end
+      added = added + redis.call(unpack(args))
     end
-    ringWrite(key, r.ep, keep, window)
-    head, count = 0, #keep
-    r = {ep = r.ep, count = count} -- the string has just that room
   end
-  if r.s then
-    smallWrite(key, r.s, r.ep, head, count, cost, limit, t, ttl(window))
-    return
+  -- A caller that reuses an id must still be counted: add the members
+  -- that already existed under names of their own.
+  local seq = 0
+  while added < cost do
+    seq = seq + 1
+    added = added + redis.call('ZADD', key, 'NX', nowstr, id .. '#' .. nowstr .. '.' .. seq)
   end
-  local entry = enc8(t)
-  if head == 0 and count < limit then
-    -- Not full: append, up to the limit. The string has room for
-    -- (length - 12) / 8 times; it doubles when it must grow, up to the
-    -- limit, written whole so that Redis allocates it exactly (SETRANGE
-    -- past the end would let Redis double the allocation beyond the
-    -- limit's room).
-    local fill = math.min(cost, limit - count)
-    local room
-    if r.s then
-      room = (#r.s - RHDR) / 8
-    else
-      room = (redis.call('STRLEN', key) - RHDR) / 8
-    end
-    if count + fill <= room then
-      redis.call('SETRANGE', key, RHDR + 8 * count, string.rep(entry, fill))
-    else
-      local grown = math.min(limit, math.max(count + fill, 2 * room))
-      redis.call('SET', key, redis.call('GETRANGE', key, 0, RHDR + 8 * count - 1) ..
-        string.rep(entry, fill) .. string.rep('\0', 8 * (grown - count - fill)), 'PX', ttl(window))
-    end
-    count, cost = count + fill, cost - fill
-  end
-  if cost > 0 then
-    -- Full: overwrite the cost oldest (check proved them gone), wrapping.
-    local first = math.min(cost, count - head)
-    redis.call('SETRANGE', key, RHDR + 8 * head, string.rep(entry, first))
-    if cost > first then
-      redis.call('SETRANGE', key, RHDR, string.rep(entry, cost - first))
-    end
-    head = (head + cost) % count
-  end
-  redis.call('SETRANGE', key, 6, string.sub(header(0, head, count), 7))
   redis.call('PEXPIRE', key, ttl(window))
 end
 
@@ -413,9 +221,9 @@ end
 
 -- write records an allowed hit: val and left are what its check returned,
 -- ep the epoch of its state.
-local function write(key, id, alg, cost, limit, window, val, left, ep)
+local function write(key, id, alg, cost, window, val, left, ep)
   if alg == 's' then
-    recordSliding(key, cost, limit, window, ep, val)
+    recordSliding(key, id, cost, window)
   elseif alg == 't' then
     redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', fmt(ceildiv(val - now, 1000)))
   else
@@ -482,7 +290,7 @@ local out = {now}
 local o = 1 -- values in out
 local ki = 1 -- next key
 local ai = 3 -- next argument
-local algs, costs, limits, windows, vals, lefts, eps -- per hit of a group of several
+local algs, costs, windows, vals, lefts, eps -- per hit of a group of several
 for _ = 1, tonumber(ARGV[2]) do
   local id = ARGV[ai]
   local epoch = ARGV[ai + 1]
@@ -491,7 +299,7 @@ for _ = 1, tonumber(ARGV[2]) do
   local all = true
   local k0, o0 = ki, o
   if n > 1 and algs == nil then
-    algs, costs, limits, windows, vals, lefts, eps = {}, {}, {}, {}, {}, {}, {}
+    algs, costs, windows, vals, lefts, eps = {}, {}, {}, {}, {}, {}
   end
   for h = 1, n do
     local alg = ARGV[ai]
@@ -503,7 +311,7 @@ for _ = 1, tonumber(ARGV[2]) do
     ki = ki + 1
     local ok, remaining, reset, retry, val, ep
     if alg == 's' then
-      ok, remaining, reset, retry, val, ep = sliding(key, cost, limit, window)
+      ok, remaining, reset, retry = sliding(key, cost, limit, window)
     elseif alg == 't' then
       local capacity, interval = limit, window
       ok, remaining, reset, retry, val, ep = bucket(key, cost, capacity, interval)
@@ -523,19 +331,23 @@ for _ = 1, tonumber(ARGV[2]) do
     if n == 1 then
       -- A group of one hit records at once.
       if ok and record then
-        write(key, id, alg, cost, limit, window, val, reset, ep)
-        out[o + 5] = tonumber(ep)
+        write(key, id, alg, cost, window, val, reset, ep)
+        if alg ~= 's' then
+          out[o + 5] = tonumber(ep)
+        end
       end
     else
       all = all and ok
-      algs[h], costs[h], limits[h], windows[h], vals[h], lefts[h], eps[h] = alg, cost, limit, window, val, reset, ep
+      algs[h], costs[h], windows[h], vals[h], lefts[h], eps[h] = alg, cost, window, val, reset, ep
     end
     o = o + 5
   end
   if n > 1 and record and all then
     for h = 1, n do
-      write(KEYS[k0 + h - 1], id, algs[h], costs[h], limits[h], windows[h], vals[h], lefts[h], eps[h])
-      out[o0 + 5 * h] = tonumber(eps[h])
+      write(KEYS[k0 + h - 1], id, algs[h], costs[h], windows[h], vals[h], lefts[h], eps[h])
+      if algs[h] ~= 's' then
+        out[o0 + 5 * h] = tonumber(eps[h])
+      end
     end
   end
 end

@@ -142,14 +142,16 @@ func (c *Config) String() string {
 // followed, and a dangling one is a removed file) and parses them
 // together with [Parse].
 func LoadDir(dir string, opts Options) (*Config, error) {
-	files, err := readDir(dir)
+	files, err := readDir(dir, "")
 	if err != nil {
 		return nil, err
 	}
 	return Parse(files, opts)
 }
 
-func readDir(dir string) (map[string][]byte, error) {
+// readDir reads the configuration files of dir, or only the one named
+// only when it is not empty.
+func readDir(dir, only string) (map[string][]byte, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("rlconfig: read directory: %w", err)
@@ -157,7 +159,7 @@ func readDir(dir string) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) || only != "" && name != only {
 			continue
 		}
 		p := filepath.Join(dir, name)
@@ -218,6 +220,7 @@ type parser struct {
 // inherited carries the extension defaults down the tree.
 type inherited struct {
 	alg     floodgate.Algorithm
+	algSet  bool // the file names alg, at this level or above
 	burst   int64
 	failure FailureMode
 }
@@ -266,7 +269,7 @@ func (p *parser) extensions(file, path string, def *inherited, alg string, burst
 		if err != nil {
 			p.problem(file, path, "%v", err)
 		} else {
-			def.alg, def.burst = a, 0
+			def.alg, def.burst, def.algSet = a, 0, true
 		}
 	}
 	if burst != 0 {
@@ -440,7 +443,7 @@ func (p *parser) limit(file, domain, path string, segs []segment, j, count int, 
 		return nil
 	}
 	rule.Limit = l.RequestsPerUnit
-	l.Rule = rule
+	l.Rule, l.AlgorithmSet = rule, d.algSet
 	return l
 }
 

@@ -137,6 +137,10 @@ type Limit struct {
 	// Blocked limit (requests_per_unit: 0) it has Limit 0, which no
 	// floodgate store accepts: such a limit denies without counting.
 	Rule floodgate.Rule
+	// AlgorithmSet reports whether the file names the algorithm, at the
+	// limit's level or above; false means envoyproxy/ratelimit's fixed
+	// window, by default.
+	AlgorithmSet bool
 	// Name is the rate limit's name field as written; often empty. It is
 	// what replaces refers to and what current_limit reports.
 	Name string

@@ -3,7 +3,9 @@ package rlconfig
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,7 @@ type WatchOptions struct {
 // concurrent use. Close it when done.
 type Watcher struct {
 	dir      string
+	only     string // the one file read, or "" for every file of dir
 	opts     WatchOptions
 	cfg      atomic.Pointer[Config]
 	fsw      *fsnotify.Watcher
@@ -54,7 +57,24 @@ type Watcher struct {
 // Watch loads the configuration in dir with [LoadDir] and starts
 // watching it. It returns an error, and starts nothing, when the first
 // configuration is invalid or the directory cannot be watched.
-func Watch(dir string, opts WatchOptions) (*Watcher, error) {
+func Watch(dir string, opts WatchOptions) (*Watcher, error) { return watch(dir, "", opts) }
+
+// WatchFile is [Watch] of one file: it reads only path, watching its
+// directory (which sees the file replaced by a rename, as editors and
+// configuration tools write it). The file must be named *.yaml or *.yml
+// and must not start with a dot.
+func WatchFile(path string, opts WatchOptions) (*Watcher, error) {
+	name := filepath.Base(path)
+	if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+		return nil, fmt.Errorf("%w: %s: the file's name must end in .yaml or .yml and not start with a dot", ErrInvalidConfig, path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("rlconfig: %w", err)
+	}
+	return watch(filepath.Dir(path), name, opts)
+}
+
+func watch(dir, only string, opts WatchOptions) (*Watcher, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 100 * time.Millisecond
 	}
@@ -72,12 +92,12 @@ func Watch(dir string, opts WatchOptions) (*Watcher, error) {
 	// The parent is watched at best: where it cannot be, a swap of the
 	// directory's own link goes unseen, and every other change is seen.
 	_ = fsw.Add(filepath.Dir(filepath.Clean(dir)))
-	cfg, err := LoadDir(dir, opts.Options)
+	w := &Watcher{dir: dir, only: only, opts: opts, fsw: fsw, done: make(chan struct{})}
+	cfg, err := w.read()
 	if err != nil {
 		fsw.Close()
 		return nil, err
 	}
-	w := &Watcher{dir: dir, opts: opts, fsw: fsw, done: make(chan struct{})}
 	w.cfg.Store(cfg)
 	w.wg.Add(1)
 	go w.loop()
@@ -100,12 +120,21 @@ func (w *Watcher) Reload() error {
 func (w *Watcher) load() (*Config, error) {
 	w.reload.Lock()
 	defer w.reload.Unlock()
-	cfg, err := LoadDir(w.dir, w.opts.Options)
+	cfg, err := w.read()
 	if err != nil {
 		return nil, err
 	}
 	w.cfg.Store(cfg)
 	return cfg, nil
+}
+
+// read reads and parses the watched files.
+func (w *Watcher) read() (*Config, error) {
+	files, err := readDir(w.dir, w.only)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(files, w.opts.Options)
 }
 
 // Close stops watching and waits for the Watcher's goroutine to end, so

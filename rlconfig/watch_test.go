@@ -282,3 +282,35 @@ func TestWatchConcurrentReaders(t *testing.T) {
 		<-done
 	}
 }
+
+// WatchFile reads its one file, ignores its neighbours (valid or not),
+// and sees the file replaced by a rename, as editors write it.
+func TestWatchFile(t *testing.T) {
+	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("1"), "other.yaml": "domain: d\nnot: valid\n"})
+	ch := make(chan reload, 100)
+	w, err := rlconfig.WatchFile(filepath.Join(dir, "limits.yaml"), rlconfig.WatchOptions{
+		Debounce: 20 * time.Millisecond,
+		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
+	})
+	if err != nil {
+		t.Fatalf("WatchFile beside an invalid neighbour: %v", err)
+	}
+	defer w.Close()
+	if got := limitOf(w.Config()); got != 1 {
+		t.Fatalf("first limit %d", got)
+	}
+	tmp := filepath.Join(dir, ".limits.yaml.tmp")
+	write(t, tmp, limitFile("7"))
+	if err := os.Rename(tmp, filepath.Join(dir, "limits.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ch, "after a rename over the file", succeeded(7))
+	if got := w.Config().Files(); len(got) != 1 || got[0] != "limits.yaml" {
+		t.Errorf("files read: %v, want [limits.yaml]", got)
+	}
+	for _, bad := range []string{filepath.Join(dir, "limits.json"), filepath.Join(dir, ".hidden.yaml"), filepath.Join(dir, "missing.yaml")} {
+		if _, err := rlconfig.WatchFile(bad, rlconfig.WatchOptions{}); err == nil {
+			t.Errorf("WatchFile(%s) accepted", bad)
+		}
+	}
+}

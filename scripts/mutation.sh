@@ -8,12 +8,18 @@
 #
 #   scripts/mutation.sh                    # root clientip httplimit
 #   scripts/mutation.sh root clientip      # the packages named (root = core)
+#   scripts/mutation.sh memstore redisstore  # the stores, with their filters
 #   MUTATION_KEEP=dir scripts/mutation.sh  # keep each package's JSON and log
 #
 # Environment: MUTATION_WORKERS (default 1: the machine is shared; more
 # workers also make real-clock tests flaky), MUTATION_TIMEOUT_COEFFICIENT
 # (default 10). A package whose tests need Redis gets a throwaway
 # redis-server (scripts/redis.sh) unless FLOODGATE_REDIS_ADDR is set.
+# MUTATION_RUN and MUTATION_SKIP pass -run and -skip to every test run,
+# the coverage run included, and MUTATION_EXCLUDE adds --exclude-files
+# patterns (regular expressions, space-separated) for files that only
+# drive external processes. The defaults per package are below
+# (filters_for); setting a variable, even to "", overrides its default.
 #
 # Gremlins quirks, and what this script does about each:
 #
@@ -88,6 +94,9 @@ cat >"$workdir/bin/go" <<'WRAPPER'
 set -uo pipefail
 real=$MUTATION_REAL_GO
 if [ "${1:-}" != test ]; then exec "$real" "$@"; fi
+filter=()
+[ -n "${MUTATION_RUN_PKG:-}" ] && filter+=(-run "$MUTATION_RUN_PKG")
+[ -n "${MUTATION_SKIP_PKG:-}" ] && filter+=(-skip "$MUTATION_SKIP_PKG")
 profile=
 args=()
 prev=
@@ -99,13 +108,13 @@ done
 if [ -n "$profile" ]; then
 	# gremlins' coverage run: only the package, never from the test cache.
 	unset 'args[${#args[@]}-1]'
-	"$real" "${args[@]:0:1}" -count=1 "${args[@]:1}" "$MUTATION_PKG_PATH" || exit
+	"$real" "${args[@]:0:1}" -count=1 "${filter[@]}" "${args[@]:1}" "$MUTATION_PKG_PATH" || exit
 	awk -v root="$MUTATION_ROOT" -v mod="$MUTATION_MODULE" -f "$MUTATION_FILL" "$profile" >"$profile.filled" &&
 		mv "$profile.filled" "$profile"
 	exit
 fi
 # A mutant's test run: no vet, and a build failure is exit status 2.
-out=$("$real" "${args[@]:0:1}" -vet=off "${args[@]:1}" 2>&1)
+out=$("$real" "${args[@]:0:1}" -vet=off "${filter[@]}" "${args[@]:1}" 2>&1)
 rc=$?
 printf '%s\n' "$out"
 if [ $rc -ne 0 ] && grep -qE '\[(build|setup) failed\]' <<<"$out"; then exit 2; fi
@@ -156,18 +165,49 @@ export MUTATION_REAL_GO MUTATION_ROOT=$root MUTATION_MODULE MUTATION_FILL=$workd
 MUTATION_REAL_GO=$(command -v go)
 MUTATION_MODULE=$(go list -m)
 
+# Per-package defaults of MUTATION_RUN, MUTATION_SKIP and MUTATION_EXCLUDE:
+#  - memstore: TestConformanceRealClock runs the suite of TestConformance
+#    again on the real clock and sleeps for about 5 s; per mutant that is
+#    most of the run, and the fake-clock suite checks the same figures.
+#  - redisstore: the tests that start or stop Cluster, Sentinel, Valkey or
+#    a killed/frozen redis-server (about 80 s of the 90) are skipped, and so
+#    are the replicas' real-clock concurrency, the differential run against
+#    memstore and the memory report. The rest (about 17 s, the real-clock
+#    conformance suite included) runs on one redis-server. rueidis.go, the
+#    driver of the rueidis client, is excluded: most of it dials and
+#    redials, which only the skipped outage tests drive (their mutants
+#    would all live), and its Eval runs under every other test anyway.
+filters_for() {
+	skip= run= exclude=
+	case $1 in
+	memstore) skip='^TestConformanceRealClock$' ;;
+	redisstore)
+		exclude='rueidis\.go$'
+		skip='^(TestCluster|TestClusterFailover|TestSentinel|TestSentinelFailover|TestValkey|TestStartDuringOutage|TestDialIsRateLimited|TestKilledRedisRecovers|TestFrozenRedisRespectsTheBudget|TestNoCallWaitsForever|TestCloseDuringDial|TestReplicas.*|TestDifferentialAgainstMemstore|TestMemoryUsage)$'
+		;;
+	esac
+	MUTATION_RUN_PKG=${MUTATION_RUN-$run}
+	MUTATION_SKIP_PKG=${MUTATION_SKIP-$skip}
+	exclude_files=(--exclude-files '/')
+	local xs x
+	read -ra xs <<<"${MUTATION_EXCLUDE-$exclude}" # split on blanks, no globbing
+	for x in "${xs[@]}"; do exclude_files+=(--exclude-files "$x"); done
+	export MUTATION_RUN_PKG MUTATION_SKIP_PKG
+}
+
 rows=()
 for p in "${pkgs[@]}"; do
+	filters_for "$p"
 	if [ "$p" = root ]; then dir=.; else dir=$p; fi
 	[ -d "$dir" ] || { echo "no package directory $dir" >&2; exit 1; }
 	export MUTATION_PKG_PATH=./$dir
 	[ "$dir" = . ] && MUTATION_PKG_PATH=.
 	json=$keep/$p.json
 	log=$keep/$p.log
-	echo "== gremlins $p (log: $log)" >&2
+	echo "== gremlins $p (log: $log; -run '$MUTATION_RUN_PKG' -skip '$MUTATION_SKIP_PKG')" >&2
 	start=$(date +%s)
 	(cd "$dir" && PATH="$workdir/bin:$PATH" "$gremlins" unleash --workers "$workers" \
-		--timeout-coefficient "$coefficient" --exclude-files '/' -o "$json") >"$log" 2>&1 ||
+		--timeout-coefficient "$coefficient" "${exclude_files[@]}" -o "$json") >"$log" 2>&1 ||
 		{ tail -n 20 "$log" >&2; exit 1; }
 	secs=$(($(date +%s) - start))
 	rows+=("$(jq -r --arg p "$p" --arg secs "$secs" '

@@ -38,6 +38,24 @@ fi
 if command -v valkey-server >/dev/null; then valkey-server --version; fi
 # --- end of issue 5 section -------------------------------------------------
 
+# --- Prometheus (issue 17) ---------------------------------------------------
+# examples/bank/internal/ops runs a real Prometheus (Debian's prometheus
+# package: /usr/bin/prometheus and promtool) against bankapi to check the
+# dashboard's queries and the alert rules; FLOODGATE_REQUIRE_PROMETHEUS
+# makes that test fail instead of skipping when the binaries are missing.
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+	log "installing prometheus"
+	if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+	# The package starts a server on :9090; the test starts its own.
+	$sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+prometheus --version 2>&1 | head -n 1
+promtool check rules deploy/prometheus/alerts.yaml
+export FLOODGATE_REQUIRE_PROMETHEUS=1
+# --- end of issue 17 section ------------------------------------------------
+
 log "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

@@ -175,3 +175,17 @@ func ints(v any) ([]int64, error) {
 	}
 	return nil, fmt.Errorf("goredisadapter: script reply is %T, want an integer or an array", v)
 }
+
+// NewStore returns a redisstore.Store on client, with redisstore's
+// default options: New and redisstore.New in one call. The store uses
+// client as it is and never closes it; Close the store on shutdown all the
+// same. For a key prefix or a call timeout of your own, call New and pass
+// the Conn in redisstore.Options.
+func NewStore(client redis.UniversalClient) (*redisstore.Store, error) {
+	conn, err := New(client)
+	if err != nil {
+		return nil, err
+	}
+	// A store on a Conn dials nothing: no context to wait on.
+	return redisstore.New(context.Background(), redisstore.Options{Conn: conn})
+}

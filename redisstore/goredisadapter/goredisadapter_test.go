@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/burst"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -423,4 +426,40 @@ func Example() {
 		return
 	}
 	_ = limiter
+}
+
+// TestFiveLineStart runs the README's first program against a real
+// Redis: a go-redis client the service already has, one store, one
+// limiter, PerIP.
+func TestFiveLineStart(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
+	defer rdb.Close()
+	store, err := goredisadapter.NewStore(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	limiter, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello\n")) })
+	// A window of its own, so that the rule's keys are this run's alone
+	// on a shared server.
+	window := time.Minute + time.Duration(time.Now().UnixNano()%1000)*time.Millisecond
+	srv := httptest.NewServer(httplimit.PerIP(limiter, 2, window)(hello))
+	defer srv.Close()
+	for i, want := range []int{200, 200, 429} {
+		res, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i+1, res.StatusCode, want)
+		}
+	}
+	if _, err := goredisadapter.NewStore(redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": redistest.Addr(t)}})); !errors.Is(err, goredisadapter.ErrUnsupported) {
+		t.Fatalf("NewStore of a Ring: %v, want ErrUnsupported", err)
+	}
 }

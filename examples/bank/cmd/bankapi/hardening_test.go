@@ -402,7 +402,7 @@ func TestMetricsListenApart(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("GET %s on %s: %d, want %d", tc.path, tc.addr, resp.StatusCode, tc.want)
 		}
-		if tc.addr == maddr && tc.path == "/metrics" && !strings.Contains(string(body), "floodgate_http_decisions_total") {
+		if tc.addr == maddr && tc.path == "/metrics" && !strings.Contains(string(body), "floodgate_decisions_total") {
 			t.Errorf("the metrics listener lacks floodgate's series:\n%s", body)
 		}
 	}

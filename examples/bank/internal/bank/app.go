@@ -16,8 +16,10 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 // App is a bank service built from a [Config]: its store, limiter and
@@ -94,7 +96,12 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	// beside the limiter's, so that a leak shows on /metrics.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Ready: ready, Users: users, Ledger: ledger, Logger: logger, Registry: reg})
+	limits, err := a.watchLimits(cfg.LimitsFile, reg, logger)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Limits: limits, Breaker: a.breaker, Ready: ready, Users: users, Ledger: ledger, Logger: logger, Registry: reg})
 	if err != nil {
 		a.Close()
 		return nil, err
@@ -102,6 +109,33 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	a.Server = srv
 	a.closers = append([]func() error{srv.Close}, a.closers...)
 	return a, nil
+}
+
+// watchLimits returns the live limits of file, reloaded when it changes,
+// or nil when file is empty. Each reload is logged and counted in
+// floodgate_config_load_success_total or floodgate_config_load_error_total;
+// a refused file keeps the limits in force.
+func (a *App) watchLimits(file string, reg prometheus.Registerer, logger *slog.Logger) (httplimit.RuleSource, error) {
+	if file == "" {
+		return nil, nil
+	}
+	ok := prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_config_load_success_total", Help: "Reloads of the limits file that took effect."})
+	bad := prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_config_load_error_total", Help: "Reloads of the limits file that were refused; the limits in force stay."})
+	reg.MustRegister(ok, bad)
+	w, err := rlconfig.WatchFile(file, rlconfig.WatchOptions{OnReload: func(cfg *rlconfig.Config, err error) {
+		if err != nil {
+			bad.Inc()
+			logger.Error("LIMITS_FILE refused; the limits in force stay", "file", file, "error", err)
+			return
+		}
+		ok.Inc()
+		logger.Info("LIMITS_FILE reloaded", "file", file)
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("bank: LIMITS_FILE: %w", err)
+	}
+	a.closers = append(a.closers, w.Close)
+	return rlconfig.NewRules("bank", w.Config), nil
 }
 
 // newLimiter returns the limiter of the service on store: cfg's decision

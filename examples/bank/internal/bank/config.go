@@ -31,11 +31,16 @@ type Config struct {
 	// MetricsAddr is where /metrics is served, apart from the API: the
 	// decision counter's policy label would tell an attacker which limit
 	// refused an opaque login, so it must not be public.
-	MetricsAddr     string        // METRICS_ADDR, default "127.0.0.1:9090" (loopback)
-	RedisURL        string        // REDIS_URL; empty: in-memory limits, per process
-	TrustedProxies  []string      // TRUSTED_PROXIES, comma-separated CIDRs or addresses
-	TokenSecret     string        // TOKEN_SECRET, at least 32 bytes; required with REDIS_URL
-	UsersFile       string        // USERS_FILE; empty: the built-in demo directory
+	MetricsAddr    string   // METRICS_ADDR, default "127.0.0.1:9090" (loopback)
+	RedisURL       string   // REDIS_URL; empty: in-memory limits, per process
+	TrustedProxies []string // TRUSTED_PROXIES, comma-separated CIDRs or addresses
+	TokenSecret    string   // TOKEN_SECRET, at least 32 bytes; required with REDIS_URL
+	UsersFile      string   // USERS_FILE; empty: the built-in demo directory
+	// LimitsFile, if set, is an envoy-format YAML file (domain "bank",
+	// one descriptor key per limit name: pix, statement, login-ip,
+	// login-account, login-net, global-ip) whose limits replace the
+	// LIMIT_* ones while the service runs, reloaded when it changes.
+	LimitsFile      string        // LIMITS_FILE; empty: the LIMIT_* variables alone
 	DecisionTimeout time.Duration // DECISION_TIMEOUT, default 50ms
 	// DenialCacheSize is how many denials each replica remembers, so that
 	// a client hammering a blocked key costs no Redis call until its
@@ -126,6 +131,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	str("REDIS_URL", &c.RedisURL)
 	str("TOKEN_SECRET", &c.TokenSecret)
 	str("USERS_FILE", &c.UsersFile)
+	str("LIMITS_FILE", &c.LimitsFile)
 	str("LOG_FORMAT", &c.LogFormat)
 	if v := getenv("TRUSTED_PROXIES"); strings.TrimSpace(v) != "" {
 		for p := range strings.SplitSeq(v, ",") {
@@ -230,6 +236,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Bool("token_secret_set", c.TokenSecret != ""),
 		slog.String("users_file", c.UsersFile),
+		slog.String("limits_file", c.LimitsFile),
 		slog.Duration("decision_timeout", c.DecisionTimeout),
 		slog.Int("denial_cache_size", c.DenialCacheSize),
 		slog.Int("login_concurrency", c.LoginConcurrency),

@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 )
 
@@ -26,6 +28,13 @@ type Deps struct {
 	Config Config
 	// Limiter decides against the shared store (Redis, or memory).
 	Limiter *floodgate.Limiter
+	// Limits, if set, gives the limits' rules on each request (live
+	// limits, from LIMITS_FILE); the Config's rules apply where it has
+	// none.
+	Limits httplimit.RuleSource
+	// Breaker is the store's circuit breaker, exported as the
+	// floodgate_breaker_state gauge; nil without one.
+	Breaker *breakerstore.Store
 	// Ready reports whether the shared store is reachable, for /readyz.
 	Ready func(ctx context.Context) error
 	// Users is the account directory.
@@ -46,7 +55,8 @@ type Server struct {
 	deps    Deps
 	keys    Keys
 	limits  *httplimit.Limiter
-	checks  *gate // bounds the password checks running at once
+	enforce *enforce.Enforcer // the limits' enforcement layer: metrics, failure modes, logs
+	checks  *gate             // bounds the password checks running at once
 	handler http.Handler
 	metrics http.Handler
 	ip      *clientip.Resolver
@@ -86,11 +96,16 @@ func NewServer(d Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bank: %w", err)
 	}
-	limits, err := httplimit.New(httplimit.Options{Limiter: d.Limiter, Registerer: d.Registry, Logger: d.Logger})
+	enforcer, err := enforce.New(enforce.Options{Limiter: d.Limiter, Breaker: d.Breaker, Registerer: d.Registry, Logger: d.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("bank: %w", err)
 	}
-	s := &Server{deps: d, keys: NewKeys([]byte(c.TokenSecret)), limits: limits,
+	limits, err := httplimit.New(httplimit.Options{Enforcer: enforcer})
+	if err != nil {
+		enforcer.Close()
+		return nil, fmt.Errorf("bank: %w", err)
+	}
+	s := &Server{deps: d, keys: NewKeys([]byte(c.TokenSecret)), limits: limits, enforce: enforcer,
 		checks: newGate(c.LoginConcurrency, c.LoginQueue), ip: resolver,
 		failed: newTally(d.Logger, "login failed")}
 	// Every API route checks the global per-IP limit first, in the same
@@ -139,6 +154,9 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	for _, rt := range routes {
+		for i := range rt.route.Limits {
+			rt.route.Limits[i].Source = d.Limits
+		}
 		denied := newTally(d.Logger, "rate limited", slog.String("route", rt.route.Name))
 		s.denied = append(s.denied, denied)
 		rt.route.Deny = func(w http.ResponseWriter, r *http.Request, p httplimit.Problem) {
@@ -147,7 +165,7 @@ func NewServer(d Deps) (*Server, error) {
 		}
 		limit, err := limits.Middleware(rt.route)
 		if err != nil {
-			limits.Close()
+			enforcer.Close()
 			return nil, fmt.Errorf("bank: route %s: %w", rt.pattern, err)
 		}
 		mux.Handle(rt.pattern, rt.wrap(limit(answerRefusal(rt.handler))))
@@ -179,7 +197,7 @@ func (s *Server) Close() error {
 	for _, t := range append(s.denied, s.failed) {
 		t.stop()
 	}
-	return s.limits.Close()
+	return errors.Join(s.limits.Close(), s.enforce.Close())
 }
 
 // clientIP returns the address of req's client, as the limits see it.

@@ -447,7 +447,7 @@ var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
 // addOutcomes adds the replica's decision and store-error counts to out,
 // keyed "route outcome".
 func addOutcomes(t *testing.T, out map[string]float64, r *Replica) {
-	m, err := r.Metrics("floodgate_http_decisions_total", "floodgate_store_errors_total")
+	m, err := r.Metrics("floodgate_decisions_total", "floodgate_store_errors_total")
 	if err != nil {
 		t.Errorf("replica %d metrics: %v", r.N, err)
 		return
@@ -461,7 +461,7 @@ func addOutcomes(t *testing.T, out map[string]float64, r *Replica) {
 		if strings.HasPrefix(k, "floodgate_store_errors_total") {
 			what = "store error: " + labels["reason"]
 		}
-		out[labels["route"]+" "+what] += v
+		out[labels["gate"]+" "+what] += v
 	}
 }
 

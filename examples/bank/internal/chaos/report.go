@@ -193,7 +193,7 @@ type Results struct {
 	Rules         []RuleResult
 	Traffic       Traffic
 	// ServerOutcomes are the replicas' own counts of decisions, by route
-	// and outcome (floodgate_http_decisions_total), summed over replicas
+	// and outcome (floodgate_decisions_total), summed over replicas
 	// and restarts.
 	ServerOutcomes map[string]float64
 	Replicas       []ReplicaFigures
@@ -307,7 +307,7 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 	if len(r.ProxyErrors) > 0 {
 		p("\nErrors behind the proxy's 502s: %v.\n", r.ProxyErrors)
 	}
-	p("\nThe replicas' own count of decisions (`floodgate_http_decisions_total`, all replicas and restarts, whole run):\n\n")
+	p("\nThe replicas' own count of decisions (`floodgate_decisions_total`, all replicas and restarts, whole run):\n\n")
 	p("| route | outcome | decisions |\n|---|---|---|\n")
 	keys := slices.Sorted(func(yield func(string) bool) {
 		for k := range r.ServerOutcomes {

@@ -1,4 +1,4 @@
-package httplimit
+package enforce
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// FailureMode is what a route does when the store cannot decide in time:
+// FailureMode is what a check does when the store cannot decide in time:
 // it is down, frozen, or its circuit breaker is open.
 type FailureMode uint8
 
@@ -16,12 +16,11 @@ const (
 	// up to n times the limit while the store is down. It is the zero
 	// value.
 	FailLocal FailureMode = iota
-	// FailClosed denies the request with Route.FailStatus (429 unless
-	// set). For routes where an unchecked request costs more than a
-	// refused one: login, payments.
+	// FailClosed denies the request. For what an unchecked request costs
+	// more than a refused one: login, payments.
 	FailClosed
-	// FailOpen lets the request through, unlimited. For routes where
-	// availability matters more than the limit: reads.
+	// FailOpen lets the request through, unlimited. For what availability
+	// matters more than the limit: reads.
 	FailOpen
 )
 
@@ -42,7 +41,7 @@ func ParseFailureMode(s string) (FailureMode, error) {
 			return FailureMode(m), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown failure mode %q (want local, closed or open)", ErrInvalidOptions, s)
+	return 0, fmt.Errorf("%w: unknown failure mode %q (want local, closed or open)", ErrInvalid, s)
 }
 
 // sometimes writes at most one log line per interval and counts the events

@@ -1,0 +1,585 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
+	"github.com/redis/rueidis"
+)
+
+// blockedUsage is the usage of floodgate blocked.
+const blockedUsage = `  floodgate blocked -rule RULE [-rule RULE]... | -config DIR -domain DOMAIN | -limits-file FILE -domain DOMAIN
+                    [-prefix P] [-limit N] [-progress 2s] [-o json]`
+
+// Batch sizes of floodgate blocked: keys asked for per SCAN call, and
+// keys peeked per store call.
+const (
+	scanCount = 1000
+	peekBatch = 256
+)
+
+// blockedKey is one key found at or over its limit.
+type blockedKey struct {
+	rule   floodgate.Rule
+	key    string // as the store wrote it: the key, or its digest "~..."
+	node   string // the Redis node it was found on
+	result floodgate.Result
+}
+
+// hashed reports a key the store keeps as a digest (keyenc.Encode).
+func (b blockedKey) hashed() bool { return strings.HasPrefix(b.key, "~") }
+
+// blocked lists the keys of the given rules that a request would now find
+// at or over their limit: floodgate blocked. It SCANs (never KEYS) every
+// master, one node at a time on a Cluster, for the rules' state keys
+// (redisstore's key layout), and asks the store to peek at each, as the
+// services would: the command computes no algorithm of its own.
+func blocked(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("blocked", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var specs []string
+	fs.Func("rule", "a rule: name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N] (repeatable)", func(s string) error {
+		specs = append(specs, s)
+		return nil
+	})
+	configDir := fs.String("config", "", "a directory of envoyproxy/ratelimit YAML (with -domain)")
+	limitsFile := fs.String("limits-file", "", "a library's live limits, envoy-format YAML as rlconfig.NewRules reads it (with -domain)")
+	domain := fs.String("domain", "", "the configuration's domain (with -config or -limits-file): every counted limit of it")
+	prefix := fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)")
+	limit := fs.Int("limit", 100, "list at most this many keys")
+	progress := fs.Duration("progress", 2*time.Second, "a progress line on stderr this often once the scan runs this long (0: never)")
+	output := fs.String("o", "text", "output: text or json")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for each Redis call")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: blocked takes no arguments, got %q\n%s", errUsage, fs.Args(), usage)
+	case *output != "text" && *output != "json":
+		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *output)
+	case *limit < 1:
+		return fmt.Errorf("%w: -limit %d: want at least 1", errUsage, *limit)
+	case *timeout <= 0 || *progress < 0:
+		return fmt.Errorf("%w: -timeout must be positive and -progress not negative", errUsage)
+	}
+	rules, err := blockedRules(specs, *configDir, *limitsFile, *domain)
+	if err != nil {
+		return err
+	}
+	url := getenv("REDIS_URL")
+	if url == "" {
+		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	}
+	// The URL and the prefix are checked before anything is dialed.
+	if err := (redisstore.Options{URL: url, Prefix: *prefix}).Validate(); err != nil {
+		return err
+	}
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return fmt.Errorf("%w: REDIS_URL: %w", redisstore.ErrInvalidOptions, err)
+	}
+	opt.DisableCache = true
+	opt.Dialer.Timeout = *timeout
+	opt.ConnWriteTimeout = *timeout
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return fmt.Errorf("redis: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	defer client.Close()
+	conn := &peekConn{client: client, scripts: map[string]*rueidis.Lua{}, alias: map[string]string{}}
+	store, err := redisstore.New(ctx, redisstore.Options{Conn: conn, Prefix: *prefix})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	s := &scanner{
+		store: store, conn: conn, prefix: cmp.Or(*prefix, redisstore.DefaultPrefix),
+		rules: rules, limit: *limit, timeout: *timeout,
+		progress: *progress, stderr: stderr, start: time.Now(),
+	}
+	if err := s.run(ctx); err != nil {
+		return err
+	}
+	return s.report(stdout, stderr, *output)
+}
+
+// ruleSet is what floodgate blocked lists the keys of: fixed rules (-rule,
+// -config), or a library's live limits (-limits-file), where a key may
+// have a limit of its own.
+type ruleSet struct {
+	byTag map[string]floodgate.Rule // fixed rules by "<name>}:<suffix>"
+	one   *floodgate.Rule           // the only fixed rule, if there is one
+	live  *rlconfig.Rules           // the live limits' rule of each key
+	count int                       // the rules or limits, for the summary
+}
+
+// blockedRules returns the rules floodgate blocked lists the keys of: the
+// -rule flags, every counted limit of -domain in -config, or the live
+// limits of -domain in -limits-file.
+func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSet, error) {
+	var rules []floodgate.Rule
+	switch {
+	case configDir != "" && limitsFile != "":
+		return nil, fmt.Errorf("%w: give -config or -limits-file, not both", errUsage)
+	case configDir == "" && limitsFile == "":
+		if domain != "" {
+			return nil, fmt.Errorf("%w: -domain needs -config or -limits-file", errUsage)
+		}
+		if len(specs) == 0 {
+			return nil, fmt.Errorf("%w: -rule is required\n%s", errUsage, usage)
+		}
+		for _, spec := range specs {
+			r, err := parseRule(spec)
+			if err != nil {
+				return nil, err
+			}
+			rules = append(rules, r)
+		}
+	default:
+		if len(specs) > 0 || domain == "" {
+			return nil, fmt.Errorf("%w: -config and -limits-file take -domain, not -rule\n%s", errUsage, usage)
+		}
+		var cfg *rlconfig.Config
+		var err error
+		if configDir != "" {
+			cfg, err = rlconfig.LoadDir(configDir, rlconfig.Options{})
+		} else {
+			cfg, err = loadFile(limitsFile)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		for _, l := range cfg.Limits() {
+			if l.Unlimited || l.Blocked() || domainOf(cfg.Domains(), l.Path) != domain {
+				continue
+			}
+			rules = append(rules, l.Rule)
+		}
+		if len(rules) == 0 {
+			return nil, fmt.Errorf("%w: domain %q has no counted limit in %s (domains: %q)", errUsage, domain, cmp.Or(configDir, limitsFile), cfg.Domains())
+		}
+		if limitsFile != "" {
+			return &ruleSet{live: rlconfig.NewRules(domain, func() *rlconfig.Config { return cfg }), count: len(rules)}, nil
+		}
+	}
+	rs := &ruleSet{byTag: map[string]floodgate.Rule{}, count: len(rules)}
+	for _, r := range rules {
+		id := r.Name + "}:" + stateSuffix(r)
+		if o, dup := rs.byTag[id]; dup && o != r {
+			return nil, fmt.Errorf("%w: rules %v and %v share their keys (one name, algorithm and window): give one", errUsage, o, r)
+		}
+		rs.byTag[id] = r
+	}
+	if len(rs.byTag) == 1 {
+		rs.one = &rules[0]
+	}
+	return rs, nil
+}
+
+// loadFile reads one file of envoy-format YAML.
+func loadFile(file string) (*rlconfig.Config, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return rlconfig.Parse(map[string][]byte{filepath.Base(file): data}, rlconfig.Options{})
+}
+
+// pattern is the SCAN pattern of the rules' state keys under prefix: one
+// rule's exactly, or else every state key, which rule tells apart.
+func (rs *ruleSet) pattern(prefix string) string {
+	if r := rs.one; r != nil {
+		return globEscape(prefix+"{"+r.Name+":") + "*" + globEscape("}:"+stateSuffix(*r))
+	}
+	return globEscape(prefix) + "{*"
+}
+
+// rule returns the rule of the state key of (name, stored key) that ends
+// with suffix, if it is one of the set's. A live limit is the rule that
+// the live limits give the key: its own limit (a descriptor value), or
+// the name's, counted by the service's algorithm unless the file names
+// one. A hashed key is matched by its digest, so a value of its
+// own, which the digest hides, is not seen: the name's limit applies.
+func (rs *ruleSet) rule(name, key, suffix string) (floodgate.Rule, bool) {
+	if rs.live == nil {
+		r, ok := rs.byTag[name+"}:"+suffix]
+		return r, ok
+	}
+	// A file that names no algorithm keeps the service's, which only the
+	// key's suffix tells: try each.
+	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.FixedWindow, floodgate.TokenBucket, floodgate.SlidingWindowCounter} {
+		if r, ok := rs.live.Rule(floodgate.Rule{Name: name, Algorithm: alg}, key); ok && stateSuffix(r) == suffix {
+			return r, true
+		}
+	}
+	return floodgate.Rule{}, false
+}
+
+// domainOf returns the domain of a limit's path ("domain.key_value.key"):
+// the longest configured domain that starts it.
+func domainOf(domains []string, path string) string {
+	best := ""
+	for _, d := range domains {
+		if (path == d || strings.HasPrefix(path, d+".")) && len(d) > len(best) {
+			best = d
+		}
+	}
+	return best
+}
+
+// stateSuffix is the end of a rule's state keys after the hash tag, as
+// redisstore's key layout documents it: the algorithm's letter and the
+// window ("s:10m0s").
+func stateSuffix(r floodgate.Rule) string {
+	letter := map[floodgate.Algorithm]string{
+		floodgate.SlidingWindow: "s", floodgate.TokenBucket: "t",
+		floodgate.FixedWindow: "f", floodgate.SlidingWindowCounter: "c",
+	}[r.Algorithm]
+	return letter + ":" + r.Window.String()
+}
+
+// scanner is one run of floodgate blocked.
+type scanner struct {
+	store    *redisstore.Store
+	conn     *peekConn
+	prefix   string
+	rules    *ruleSet
+	limit    int
+	timeout  time.Duration
+	progress time.Duration
+	stderr   io.Writer
+	start    time.Time
+
+	nodes    int // masters scanned so far
+	scanned  int // state keys of the rules found
+	found    []blockedKey
+	more     bool      // stopped at the limit with keys left to scan
+	reported time.Time // the last progress line
+}
+
+// candidate is a state key found by SCAN, with its rule.
+type candidate struct {
+	rule floodgate.Rule
+	key  string // as in the store: plain, or the digest "~..."
+}
+
+// run scans every master for the rules' state keys.
+func (s *scanner) run(ctx context.Context) error {
+	nodes, err := s.masters(ctx)
+	if err != nil {
+		return err
+	}
+	pattern := s.rules.pattern(s.prefix)
+	for _, addr := range slices.Sorted(maps.Keys(nodes)) {
+		node := nodes[addr]
+		s.nodes++
+		var batch []candidate
+		cursor := uint64(0)
+		for {
+			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			e, err := node.Do(cctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(scanCount).Build()).AsScanEntry()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("redis %s: scan: %w: %w", addr, floodgate.ErrStoreUnavailable, err)
+			}
+			for _, k := range e.Elements {
+				if c, ok := s.parse(k); ok {
+					batch = append(batch, c)
+				}
+			}
+			cursor = e.Cursor
+			if len(batch) >= peekBatch || cursor == 0 && len(batch) > 0 {
+				if err := s.peek(ctx, addr, batch); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+			if len(s.found) >= s.limit {
+				s.more = cursor != 0 || s.nodes < len(nodes) || len(s.found) > s.limit
+				s.found = s.found[:s.limit]
+				return nil
+			}
+			s.tick()
+			if cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// masters returns the nodes to scan by address: every master of a
+// Cluster (a replica holds copies of its master's keys), or the one
+// server of a standalone or Sentinel client.
+func (s *scanner) masters(ctx context.Context) (map[string]rueidis.Client, error) {
+	c := s.conn.client
+	if c.Mode() != rueidis.ClientModeCluster {
+		name := "redis"
+		for addr := range c.Nodes() { // one: the server, or Sentinel's master
+			name = addr
+		}
+		return map[string]rueidis.Client{name: c}, nil
+	}
+	out := map[string]rueidis.Client{}
+	for addr, node := range c.Nodes() {
+		cctx, cancel := context.WithTimeout(ctx, s.timeout)
+		role, err := node.Do(cctx, node.B().Role().Build()).ToArray()
+		cancel()
+		if err != nil || len(role) == 0 {
+			return nil, fmt.Errorf("redis %s: role: %w: %w", addr, floodgate.ErrStoreUnavailable, cmp.Or(err, errors.New("empty reply")))
+		}
+		if r, _ := role[0].ToString(); r == "master" {
+			out[addr] = node
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("redis: %w: no Cluster master answered", floodgate.ErrStoreUnavailable)
+	}
+	return out, nil
+}
+
+// parse returns the rule and the stored key of a state key
+// "<prefix>{<rule>:<key>}:<alg>:<window>" of one of the rules.
+func (s *scanner) parse(k string) (candidate, bool) {
+	rest, ok := strings.CutPrefix(k, s.prefix+"{")
+	if !ok {
+		return candidate{}, false
+	}
+	name, rest, ok := strings.Cut(rest, ":") // rule names hold no ":"
+	if !ok {
+		return candidate{}, false
+	}
+	key, suffix, ok := strings.Cut(rest, "}:") // encoded keys hold no brace
+	if !ok || key == "" {
+		return candidate{}, false
+	}
+	r, ok := s.rules.rule(name, key, suffix)
+	return candidate{rule: r, key: key}, ok
+}
+
+// peek asks the store about a batch of keys found on node addr, and keeps
+// those a request would find denied. A plain key is peeked as it is: the
+// store encodes it to itself. A hashed key is peeked through its digest
+// (see peekConn). On a Cluster, each hashed key is its own call (its
+// digest's digest may live in another slot than its digest, which
+// redisstore's grouping by slot cannot know); the others share calls.
+func (s *scanner) peek(ctx context.Context, addr string, batch []candidate) error {
+	s.scanned += len(batch)
+	cluster := s.conn.Cluster()
+	var groups [][]candidate
+	var plain []candidate
+	for _, c := range batch {
+		if cluster && strings.HasPrefix(c.key, "~") {
+			groups = append(groups, []candidate{c})
+		} else {
+			plain = append(plain, c)
+		}
+	}
+	if len(plain) > 0 {
+		groups = append(groups, plain)
+	}
+	s.conn.setAliases(s.prefix, batch)
+	defer s.conn.clearAliases()
+	res := make([][]floodgate.Result, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, g := range groups {
+		hits := make([]floodgate.Hit, len(g))
+		for j, c := range g {
+			hits[j] = floodgate.Hit{Rule: c.rule, Key: c.key, Cost: 1}
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			res[i], errs[i] = s.store.Peek(cctx, hits)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("peek: %w", err)
+	}
+	for i, g := range groups {
+		for j, c := range g {
+			if r := res[i][j]; !r.Allowed {
+				s.found = append(s.found, blockedKey{rule: c.rule, key: c.key, node: addr, result: r})
+			}
+		}
+	}
+	return nil
+}
+
+// tick writes a progress line when the scan has run long.
+func (s *scanner) tick() {
+	now := time.Now()
+	if s.progress <= 0 || now.Sub(s.start) < s.progress || now.Sub(s.reported) < s.progress {
+		return
+	}
+	s.reported = now
+	fmt.Fprintf(s.stderr, "floodgate blocked: %v: %d keys of the rules scanned on %d node(s), %d blocked so far\n",
+		now.Sub(s.start).Round(time.Millisecond), s.scanned, s.nodes, len(s.found))
+}
+
+// hashNote explains the keys shown by their digest.
+const hashNote = `keys starting with "~" are hashed: the store keeps a digest of a key longer than 48 bytes
+or with bytes other than A-Za-z0-9_.@+=:/-. floodgate reset takes the original key, as the
+application spells it, never the digest.`
+
+// report prints what the scan found, sorted by rule and key.
+func (s *scanner) report(stdout, stderr io.Writer, output string) error {
+	slices.SortFunc(s.found, func(a, b blockedKey) int {
+		return cmp.Or(cmp.Compare(a.rule.Name, b.rule.Name), cmp.Compare(a.rule.Window, b.rule.Window), cmp.Compare(a.key, b.key))
+	})
+	summary := fmt.Sprintf("%d key(s) blocked; %d key(s) of %d rule(s) scanned on %d node(s) in %v",
+		len(s.found), s.scanned, s.rules.count, s.nodes, time.Since(s.start).Round(time.Millisecond))
+	if s.more {
+		summary += fmt.Sprintf("; stopped at -limit %d: more keys may be blocked", s.limit)
+	}
+	if output == "json" {
+		for _, b := range s.found {
+			v := map[string]any{
+				"rule": b.rule.String(), "policy": b.rule.Name, "key": b.key, "hashed": b.hashed(), "node": b.node,
+				"remaining": b.result.Remaining, "retry_after_ms": b.result.RetryAfter.Milliseconds(),
+				"reset_after_ms": b.result.ResetAfter.Milliseconds(),
+			}
+			if err := report(stdout, "json", v, ""); err != nil {
+				return err
+			}
+		}
+		_, err := fmt.Fprintln(stderr, "floodgate blocked:", summary)
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tKEY\tREMAINING\tRETRY-AFTER\tRESET")
+	hashed := false
+	for _, b := range s.found {
+		key := b.key
+		if b.hashed() {
+			key += " (hashed)"
+			hashed = true
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", b.rule.Name, key, b.result.Remaining,
+			b.result.RetryAfter.Round(time.Millisecond), b.result.ResetAfter.Round(time.Millisecond))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if hashed {
+		fmt.Fprintln(stdout, hashNote)
+	}
+	_, err := fmt.Fprintln(stdout, summary)
+	return err
+}
+
+// globEscape escapes the characters SCAN's MATCH pattern treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// peekConn is the [redisstore.Conn] floodgate blocked peeks through: the
+// store's own scripts on the command's rueidis client, in their mode that
+// writes nothing (a script that writes is refused). It lets the store
+// peek at a key it keeps as a digest, whose original the command cannot
+// know: the store is handed the digest as the key and encodes it again,
+// and peekConn maps the hash tag of that second encoding back to the tag
+// SCAN found, so that the script reads the stored state.
+type peekConn struct {
+	client rueidis.Client
+
+	mu      sync.Mutex
+	scripts map[string]*rueidis.Lua // guarded by mu; by SHA-1
+	alias   map[string]string       // guarded by mu; the store's tag of a digest -> the digest's tag
+}
+
+var _ redisstore.Conn = (*peekConn)(nil)
+
+// setAliases maps the tags the store computes for the hashed keys of
+// batch to their stored tags.
+func (c *peekConn) setAliases(prefix string, batch []candidate) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range batch {
+		if strings.HasPrefix(k.key, "~") {
+			c.alias[prefix+"{"+k.rule.Name+":"+keyenc.Encode(k.key)+"}:"] = prefix + "{" + k.rule.Name + ":" + k.key + "}:"
+		}
+	}
+}
+
+func (c *peekConn) clearAliases() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.alias)
+}
+
+// Eval implements [redisstore.Conn] for read-only scripts.
+func (c *peekConn) Eval(ctx context.Context, script redisstore.Script, keys, args []string) ([]int64, error) {
+	if !script.ReadOnly {
+		return nil, errors.New("floodgate blocked only peeks: a script that writes was refused")
+	}
+	c.mu.Lock()
+	lua := c.scripts[script.SHA1]
+	if lua == nil {
+		lua = rueidis.NewLuaScriptRetryable(script.Source)
+		c.scripts[script.SHA1] = lua
+	}
+	mapped := make([]string, len(keys))
+	for i, k := range keys {
+		mapped[i] = k
+		if j := strings.Index(k, "}:"); j >= 0 {
+			if real, ok := c.alias[k[:j+2]]; ok {
+				mapped[i] = real + k[j+2:]
+			}
+		}
+	}
+	c.mu.Unlock()
+	vals, err := lua.Exec(ctx, c.client, mapped, args).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(vals))
+	for i, v := range vals {
+		if out[i], err = v.ToInt64(); err != nil {
+			return nil, fmt.Errorf("script reply value %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// Del implements [redisstore.Conn]; floodgate blocked deletes nothing.
+func (c *peekConn) Del(context.Context, string) error {
+	return errors.New("floodgate blocked deletes nothing")
+}
+
+// Ping implements [redisstore.Conn].
+func (c *peekConn) Ping(ctx context.Context) error {
+	return c.client.Do(ctx, c.client.B().Ping().Build()).Error()
+}
+
+// Cluster implements [redisstore.Conn].
+func (c *peekConn) Cluster() bool { return c.client.Mode() == rueidis.ClientModeCluster }

@@ -1,0 +1,242 @@
+// Command floodgate operates floodgate's limits from a shell: it reads a
+// key's state and unlocks it, in the store the services share.
+//
+//	floodgate peek  -rule 'name=login,limit=5/10m' alice     what a request of alice would get now
+//	floodgate reset -rule 'name=login,limit=5/10m' alice     forget alice's count: unlock her
+//	floodgate peek  -config DIR -domain rl user=alice       the limits of a descriptor, from the service's configuration
+//	floodgate blocked -rule 'name=login,limit=5/10m'        the keys a request would now find denied (blocked.go)
+//
+// The key is spelled as the application spells it; floodgate encodes it
+// as the store does, so a hashed key never has to be typed. A rule is
+// "name=NAME,limit=COUNT/WINDOW" with optional ",algorithm=ALG" (the
+// default is sliding-window) and ",burst=N" (token-bucket): the same rule
+// as the service's, since a key's state belongs to its rule's name,
+// algorithm and window. Redis is REDIS_URL, as the services read it
+// (redisstore's URL forms: standalone, Sentinel, Cluster); -prefix is the
+// services' key prefix. -o json prints JSON for scripts. With -config (a
+// directory of envoyproxy/ratelimit YAML, as the service reads it) and
+// -domain, the arguments are a descriptor's entries, KEY=VALUE, and every
+// limit that applies to it is peeked or reset.
+//
+// What the command cannot see: a rule given with another name, window or
+// algorithm than the service's reads a fresh key; a service with a
+// denial cache keeps a denial it cached until its Retry-After ran out, at
+// most, even after a reset. -o json writes one object per line, one per
+// limit; a key that starts with "-" goes after "--".
+//
+// Exit status: 0 done, 1 Redis failed or could not be reached, 2 bad
+// input.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// errUsage marks bad input: exit status 2.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, getenv, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage) || errors.Is(err, floodgate.ErrInvalidRule) || errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, redisstore.ErrInvalidOptions):
+		fmt.Fprintln(stderr, "floodgate:", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "floodgate:", err)
+		return 1
+	}
+}
+
+const usage = `usage:
+  floodgate peek|reset -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
+  floodgate peek|reset -config DIR -domain DOMAIN [-prefix P] [-o json] KEY=VALUE...
+` + blockedUsage + `
+Redis is REDIS_URL.`
+
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no subcommand\n%s", errUsage, usage)
+	}
+	cmd, args := args[0], args[1:]
+	if cmd == "blocked" {
+		return blocked(ctx, args, getenv, stdout, stderr)
+	}
+	if cmd != "peek" && cmd != "reset" {
+		return fmt.Errorf("%w: unknown subcommand %q\n%s", errUsage, cmd, usage)
+	}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	ruleSpec := fs.String("rule", "", "the rule: name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]")
+	configDir := fs.String("config", "", "a directory of envoyproxy/ratelimit YAML (with -domain)")
+	domain := fs.String("domain", "", "the configuration's domain (with -config)")
+	prefix := fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)")
+	output := fs.String("o", "text", "output: text or json")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for Redis")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
+	}
+	if *output != "text" && *output != "json" {
+		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *output)
+	}
+	hits, err := target(*ruleSpec, *configDir, *domain, fs.Args())
+	if err != nil {
+		return err
+	}
+	url := getenv("REDIS_URL")
+	if url == "" {
+		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: *prefix})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	limiter, err := floodgate.New(store, floodgate.Options{Timeout: *timeout})
+	if err != nil {
+		return err
+	}
+	for _, h := range hits {
+		if err := one(ctx, cmd, limiter, h, *output, stdout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// one peeks at or resets the key of one hit, and reports it.
+func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgate.Hit, output string, stdout io.Writer) error {
+	rule, key := h.Rule, h.Key
+	if cmd == "reset" {
+		if err := limiter.Reset(ctx, rule, key); err != nil {
+			return err
+		}
+		return report(stdout, output, map[string]any{"rule": rule.String(), "key": key, "reset": true},
+			fmt.Sprintf("reset %s for key %q: its count is forgotten\n", rule, key))
+	}
+	d, err := limiter.Peek(ctx, h)
+	if err != nil {
+		return err
+	}
+	text := fmt.Sprintf("%s, key %q: a request now would be %s; %d left after it; full again in %v",
+		rule, key, map[bool]string{true: "allowed", false: "denied"}[d.Allowed], d.Remaining, d.ResetAfter.Round(time.Millisecond))
+	if !d.Allowed {
+		text += fmt.Sprintf("; allowed again in %v", d.RetryAfter.Round(time.Millisecond))
+	}
+	return report(stdout, output, map[string]any{
+		"rule": rule.String(), "key": key, "allowed": d.Allowed, "remaining": d.Remaining,
+		"reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
+	}, text+"\n")
+}
+
+// target returns the hits the arguments name: one KEY under -rule, or
+// the limits that apply to a descriptor of -domain in -config.
+func target(ruleSpec, configDir, domain string, args []string) ([]floodgate.Hit, error) {
+	if configDir == "" {
+		if domain != "" {
+			return nil, fmt.Errorf("%w: -domain needs -config", errUsage)
+		}
+		if len(args) != 1 {
+			return nil, fmt.Errorf("%w: want one KEY, got %d arguments\n%s", errUsage, len(args), usage)
+		}
+		rule, err := parseRule(ruleSpec)
+		if err != nil {
+			return nil, err
+		}
+		return []floodgate.Hit{{Rule: rule, Key: args[0], Cost: 1}}, nil
+	}
+	if ruleSpec != "" || domain == "" || len(args) == 0 {
+		return nil, fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, usage)
+	}
+	cfg, err := rlconfig.LoadDir(configDir, rlconfig.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	entries := make([]rlconfig.Entry, len(args))
+	for i, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: entry %q is not KEY=VALUE", errUsage, a)
+		}
+		entries[i] = rlconfig.Entry{Key: k, Value: v}
+	}
+	m := cfg.Match(domain, entries)
+	hits := m.Hits(1)
+	if len(hits) == 0 {
+		return nil, fmt.Errorf("%w: no counted limit of domain %q applies to %v (%v)", errUsage, domain, args, m.Outcome)
+	}
+	return hits, nil
+}
+
+func report(w io.Writer, output string, v map[string]any, text string) error {
+	if output == "json" {
+		return json.NewEncoder(w).Encode(v)
+	}
+	_, err := io.WriteString(w, text)
+	return err
+}
+
+// parseRule reads "name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]".
+func parseRule(spec string) (floodgate.Rule, error) {
+	if spec == "" {
+		return floodgate.Rule{}, fmt.Errorf("%w: -rule is required\n%s", errUsage, usage)
+	}
+	fields := map[string]string{}
+	for _, part := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || v == "" {
+			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: %q is not NAME=VALUE", errUsage, spec, part)
+		}
+		if _, dup := fields[k]; dup {
+			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: %s given twice", errUsage, spec, k)
+		}
+		switch k {
+		case "name", "limit", "algorithm", "burst":
+		default:
+			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: unknown field %q (want name, limit, algorithm, burst)", errUsage, spec, k)
+		}
+		fields[k] = v
+	}
+	if fields["name"] == "" || fields["limit"] == "" {
+		return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: name and limit are required", errUsage, spec)
+	}
+	alg := floodgate.SlidingWindow
+	if a, ok := fields["algorithm"]; ok {
+		var err error
+		if alg, err = floodgate.ParseAlgorithm(a); err != nil {
+			return floodgate.Rule{}, err
+		}
+	}
+	r, err := floodgate.ParseLimit(fields["name"], fields["limit"], alg)
+	if err != nil {
+		return floodgate.Rule{}, err
+	}
+	if b, ok := fields["burst"]; ok {
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil {
+			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: burst %q is not a whole number", errUsage, spec, b)
+		}
+		return r.WithBurst(n)
+	}
+	return r, nil
+}

@@ -1,0 +1,53 @@
+// Package enforce is floodgate's transport-neutral enforcement layer: what
+// every transport needs around a [floodgate.Limiter] to serve requests
+// safely. It decides a request's hits all-or-nothing within the limiter's
+// time budget, keeps serving by each hit's [FailureMode] when the store
+// fails (closed, open, or local: per-replica in-memory limits), throttles
+// (waits before it rejects), checks shadow limits without letting them
+// deny, counts everything in Prometheus metrics and logs degraded
+// decisions in aggregate, never one line per request. It also serializes
+// the draft-ietf-httpapi-ratelimit-headers-11 fields ([PolicyMember],
+// [QuotaField], [RetryAfter]) that every transport sends.
+//
+// httplimit (net/http), grpclimit (gRPC interceptors) and the rls
+// service (Envoy's rate-limit API) are thin adapters over it: they turn a
+// request into keys and a [Result] into an answer. A process that serves
+// several transports shares one [Enforcer], so that its metrics are
+// registered once and one rule name means one rule everywhere. Any other
+// caller of the core gets the same failure modes and metrics from it:
+//
+//	e, err := enforce.New(enforce.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger})
+//	...
+//	jobs, err := e.Gate(enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: perTenant}}, Failure: enforce.FailOpen})
+//	...
+//	res, err := jobs.Decide(ctx, []string{tenant})
+//	if err == nil && !res.Allowed() { ... retry after res.Decision.RetryAfter }
+//
+// # Failures of the store
+//
+// Every decision has the time budget of the floodgate.Limiter
+// (Options.Timeout, 50ms by default). A store that fails or does not
+// answer in time is handled by the failure mode: [FailLocal] (the
+// default) decides with per-replica in-memory limits, [FailClosed]
+// denies, [FailOpen] allows. Put a breakerstore in front of the store so
+// that a dead store costs nothing once its breaker is open; it is probed
+// and taken back by itself. A fail-closed denial should ask the client to
+// wait [Result.FailRetryAfter]: [MinFailRetryAfter] (5s), or the
+// breaker's remaining open time if that is longer. Each degraded decision
+// is counted, and logged at most once per gate per [Options.LogInterval]
+// (5s), each line saying how many more it stands for.
+//
+// # Metrics
+//
+// With [Options.Registerer] set, New registers (gate is the Spec's Name:
+// an HTTP route, a gRPC method, an RLS domain):
+//
+//	floodgate_decisions_total{gate,policy,outcome}  outcome: allowed, denied, failed_open, failed_closed, local, skipped,
+//	                                                and shadow_allowed, shadow_denied for shadow limits
+//	floodgate_skipped_limits_total{gate,policy}     limits skipped for want of a key
+//	floodgate_store_duration_seconds{gate}          histogram of the store's decision time
+//	floodgate_store_errors_total{gate,reason}       reason: timeout, breaker_open, error
+//	floodgate_throttled_total{gate,result}          result: allowed, denied, rejected, canceled
+//	floodgate_throttle_waiting{gate}                requests waiting now
+//	floodgate_breaker_state                         0 closed, 1 half-open, 2 open (with Options.Breaker)
+package enforce

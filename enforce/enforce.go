@@ -1,0 +1,512 @@
+package enforce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of [Options] and [Spec].
+const (
+	// DefaultLogInterval is the least time between two log lines about one
+	// gate's degraded decisions.
+	DefaultLogInterval = 5 * time.Second
+	// DefaultMaxWaiters bounds the requests of one gate that wait for
+	// quota at once.
+	DefaultMaxWaiters = 100
+	// MinFailRetryAfter is the least wait a fail-closed denial asks for:
+	// during an outage, clients should not come back every second. When
+	// the store's circuit breaker is open, the wait is its remaining open
+	// time if that is longer.
+	MinFailRetryAfter = 5 * time.Second
+)
+
+// ErrInvalid is wrapped by the errors of [New] and [Enforcer.Gate] about
+// bad options or specs.
+var ErrInvalid = errors.New("enforce: invalid options")
+
+// Options configures an [Enforcer]. Only Limiter is required.
+type Options struct {
+	// Limiter decides against the shared store. Its Options.Timeout is the
+	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
+	// set); put a breakerstore in front of the store so that a dead store
+	// fails fast. Required.
+	Limiter *floodgate.Limiter
+	// Local decides FailLocal hits while the store fails. Nil means a
+	// limiter on a memstore that the Enforcer owns and Close releases.
+	Local *floodgate.Limiter
+	// Breaker, if set, is exported as the floodgate_breaker_state gauge.
+	Breaker *breakerstore.Store
+	// Registerer receives the metrics (see the package doc). Nil means no
+	// metrics are registered.
+	Registerer prometheus.Registerer
+	// Logger receives the degraded-decision lines. Nil means no logging.
+	Logger *slog.Logger
+	// LogInterval is the least time between two log lines about one
+	// gate's degraded decisions; the decisions in between are counted in
+	// the next line. Zero means DefaultLogInterval (5s).
+	LogInterval time.Duration
+}
+
+// Enforcer holds what the gates of one process share: the limiters, the
+// metrics, the logger, and the rule of each name. It is safe for
+// concurrent use. Build one with [New] and Close it on shutdown.
+type Enforcer struct {
+	limiter, local *floodgate.Limiter
+	ownLocal       *memstore.Store // nil unless New built Local
+	logger         *slog.Logger
+	logEvery       time.Duration
+	metrics        *metrics
+
+	mu    sync.Mutex
+	gates []*Gate                   // guarded by mu; their log summaries are flushed by Close
+	rules map[string]floodgate.Rule // guarded by mu; the rule of each name, over all gates
+}
+
+// New returns an Enforcer for opts. It fails if opts.Limiter is nil or the
+// metrics cannot be registered: a second Enforcer on one registerer gets
+// one error that names the metric and wraps the
+// prometheus.AlreadyRegisteredError, and registers nothing.
+func New(opts Options) (*Enforcer, error) {
+	if opts.Limiter == nil {
+		return nil, fmt.Errorf("%w: Options.Limiter is nil", ErrInvalid)
+	}
+	if opts.LogInterval < 0 {
+		return nil, fmt.Errorf("%w: LogInterval %v is negative", ErrInvalid, opts.LogInterval)
+	}
+	m, err := newMetrics(opts.Registerer, opts.Breaker)
+	if err != nil {
+		return nil, err
+	}
+	e := &Enforcer{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
+		metrics: m, rules: make(map[string]floodgate.Rule)}
+	if e.logger == nil {
+		e.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if e.logEvery == 0 {
+		e.logEvery = DefaultLogInterval
+	}
+	if e.local == nil {
+		e.ownLocal = memstore.New(memstore.Options{})
+		e.local, _ = floodgate.New(e.ownLocal, floodgate.Options{Timeout: -1})
+	}
+	return e, nil
+}
+
+// Limiter returns the limiter that decides against the shared store.
+func (e *Enforcer) Limiter() *floodgate.Limiter { return e.limiter }
+
+// Logger returns the logger of the degraded-decision lines, for the
+// transports' own warnings.
+func (e *Enforcer) Logger() *slog.Logger { return e.logger }
+
+// Close writes the degraded-decision counts not yet logged and releases
+// the local store that New built. The gates keep working after Close, but
+// FailLocal hits then fail closed.
+func (e *Enforcer) Close() error {
+	e.mu.Lock()
+	gates := e.gates
+	e.mu.Unlock()
+	for _, g := range gates {
+		g.log.stop()
+		g.shadowLog.stop()
+	}
+	if e.ownLocal != nil {
+		return e.ownLocal.Close()
+	}
+	return nil
+}
+
+// Limit is one rule of a [Spec].
+type Limit struct {
+	// Rule is the policy; its name appears in the answer's fields and the
+	// metrics.
+	Rule floodgate.Rule
+	// Shadow checks and counts the limit but never lets it deny: how a
+	// new limit is rolled out. A request that the other limits admit is
+	// checked against each shadow limit on its own, recorded if within
+	// it, and the outcome is counted in the decisions metric as
+	// shadow_allowed or shadow_denied under the limit's policy; shadow
+	// denials are logged, at most one line per LogInterval.
+	Shadow bool
+	// Source, if set, gives the limit's rule when each request comes, so
+	// that the limit changes without a restart (rlconfig.Rules reads it
+	// from envoy-format YAML that a Watcher reloads on change). Rule is
+	// the rule whenever Source has none for the key, or gives one of
+	// another name or an invalid one. A rule from Source keeps Rule's name,
+	// so a changed limit keeps the counts, and a changed window or
+	// algorithm starts them afresh (a key's state belongs to the rule's
+	// name, algorithm and window).
+	Source RuleSource
+}
+
+// RuleSource gives a limit its rule at the time of a request: live
+// limits. rlconfig.Rules is one.
+type RuleSource interface {
+	// Rule returns the rule that applies to key in place of base (the
+	// limit's own rule), and false when the source has none. It is called
+	// on every request: it must be fast and safe for concurrent use.
+	Rule(base floodgate.Rule, key string) (floodgate.Rule, bool)
+}
+
+// Spec describes a gate: the limits of one route, method or domain, and
+// how they are enforced.
+type Spec struct {
+	// Name names the gate in metrics and logs. 1 to 128 bytes of A-Z a-z
+	// 0-9 _ . - + / (a gRPC method's full name fits).
+	Name string
+	// Limits are the limits that [Gate.Decide] takes one key each for,
+	// checked together, all-or-nothing; no two on the same rule name. A
+	// gate used only with [Gate.Check] may have none.
+	Limits []Limit
+	// Failure is what the Limits do when the store fails; the zero value
+	// is FailLocal.
+	Failure FailureMode
+	// Shadow puts every limit in shadow mode (see Limit.Shadow).
+	Shadow bool
+	// MaxDelay slows down before it rejects: a request denied with a
+	// retry-after of at most MaxDelay waits that long and is decided
+	// again, for at most MaxDelay in all. Zero means no waiting.
+	MaxDelay time.Duration
+	// MaxWaiters bounds the requests of this gate waiting at once; a
+	// request over the bound is denied at once. Zero means
+	// DefaultMaxWaiters (100).
+	MaxWaiters int
+}
+
+// Gate enforces the limits of one [Spec]. It is safe for concurrent use.
+type Gate struct {
+	spec       Spec
+	e          *Enforcer
+	maxWaiters int64
+	m          *gateMetrics
+	log        sometimes
+	shadowLog  sometimes
+	waiting    atomic.Int64
+	skipWarned []atomic.Bool // by limit: the first skip of each is logged
+}
+
+const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+/"
+
+// Gate returns the gate of s, or an error listing everything wrong with
+// s, each wrapping [ErrInvalid]. One rule name means one rule in all the
+// gates of e: rules that share a name (and algorithm and window) share
+// one count in the store, so a 2/min limit would be denied by the traffic
+// of a 100/min one. A limit whose rule has another gate's rule name with
+// other parameters is refused.
+func (e *Enforcer) Gate(s Spec) (*Gate, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g, err := e.validate(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, lim := range g.spec.Limits {
+		e.rules[lim.Rule.Name] = lim.Rule
+	}
+	g.log.interval = e.logEvery
+	g.shadowLog.interval = e.logEvery
+	names := make([]string, len(g.spec.Limits))
+	for i, lim := range g.spec.Limits {
+		names[i] = lim.Rule.Name
+	}
+	g.m = e.metrics.gate(s.Name, names)
+	g.skipWarned = make([]atomic.Bool, len(g.spec.Limits))
+	e.gates = append(e.gates, g)
+	return g, nil
+}
+
+// Validate returns what [Enforcer.Gate] would refuse in s, or nil, and
+// builds nothing: for a transport that lists its own problems with a
+// spec's.
+func (e *Enforcer) Validate(s Spec) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, err := e.validate(s)
+	return err
+}
+
+// validate checks s against e's rules; e.mu is held.
+func (e *Enforcer) validate(s Spec) (*Gate, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: gate %q: "+format, append([]any{ErrInvalid, s.Name}, args...)...))
+	}
+	g := &Gate{spec: s, e: e, maxWaiters: int64(s.MaxWaiters)}
+	g.spec.Limits = slices.Clone(s.Limits)
+	for i := range g.spec.Limits {
+		lim := &g.spec.Limits[i]
+		lim.Shadow = lim.Shadow || s.Shadow
+		if err := lim.Rule.Validate(); err != nil {
+			bad("limit %d: %w", i, err)
+			continue
+		}
+		for j := range i {
+			if s.Limits[j].Rule.Name == lim.Rule.Name {
+				bad("limit %d: rule %s appears twice", i, lim.Rule.Name)
+			}
+		}
+		if prev, ok := e.rules[lim.Rule.Name]; ok && prev != lim.Rule {
+			bad("limit %d: rule %q is %v here but %v in another gate; one name must mean one rule in a process (rules of one name share their count): rename one", i, lim.Rule.Name, lim.Rule, prev)
+		}
+	}
+	if s.Name == "" || len(s.Name) > 128 || strings.Trim(s.Name, nameChars) != "" {
+		bad("name must be 1 to 128 bytes of A-Z a-z 0-9 _ . - + /")
+	}
+	if s.Failure > FailOpen {
+		bad("unknown failure mode %d", s.Failure)
+	}
+	if s.MaxDelay < 0 {
+		bad("MaxDelay %v is negative", s.MaxDelay)
+	}
+	if g.maxWaiters < 0 {
+		bad("MaxWaiters %d is negative", g.maxWaiters)
+	} else if g.maxWaiters == 0 {
+		g.maxWaiters = DefaultMaxWaiters
+	}
+	return g, errors.Join(errs...)
+}
+
+// Spec returns the gate's spec, as validated: a limit's Shadow is set
+// when the Spec's is.
+func (g *Gate) Spec() Spec {
+	s := g.spec
+	s.Limits = append([]Limit(nil), s.Limits...)
+	return s
+}
+
+// Hit is a hit with how it is enforced.
+type Hit struct {
+	floodgate.Hit
+	// Shadow checks and counts the hit on its own but never lets it deny
+	// (see Limit.Shadow).
+	Shadow bool
+	// Failure is what the hit does when the store fails. With several
+	// modes in one check, any FailClosed hit fails the request closed;
+	// otherwise the FailLocal hits are decided by the local limiter and
+	// the FailOpen ones pass.
+	Failure FailureMode
+}
+
+// Hits returns the hits of a request whose keys are keys, one per limit
+// of the Spec in order. A key "" means the request has no key for that
+// limit: the limit is skipped, which is counted in
+// floodgate_skipped_limits_total and logged the first time, since a
+// per-user limit whose principal is never set (the rate-limit check runs
+// before authentication) would otherwise limit nobody, silently. Keys
+// beyond the Spec's limits are ignored; missing ones are "". A limit with
+// a Source gets the rule its source gives for the key.
+func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
+	hits := make([]Hit, 0, len(g.spec.Limits))
+	for i, lim := range g.spec.Limits {
+		if i >= len(keys) || keys[i] == "" {
+			g.m.skipped[i].Inc()
+			if !g.skipWarned[i].Swap(true) {
+				g.e.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a limit skipped a request that has no key for it; "+
+					"if the key is the principal, set it before the rate-limit check runs. Counted in floodgate_skipped_limits_total; logged once",
+					slog.String("gate", g.spec.Name), slog.String("policy", lim.Rule.Name))
+			}
+			continue
+		}
+		rule := lim.Rule
+		if lim.Source != nil {
+			if r, ok := lim.Source.Rule(rule, keys[i]); ok && r.Name == rule.Name && r.Validate() == nil {
+				rule = r
+			}
+		}
+		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: keys[i]}, Shadow: lim.Shadow, Failure: g.spec.Failure})
+	}
+	return hits
+}
+
+// Decide checks the request whose keys are keys: Check(ctx, g.Hits(ctx,
+// keys)).
+func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
+	return g.Check(ctx, g.Hits(ctx, keys))
+}
+
+// Check decides hits: the enforced ones together, all-or-nothing, within
+// the limiter's time budget, by their failure modes if the store fails,
+// waiting if the gate throttles; then, if the request is admitted, each
+// shadow hit on its own. Every decision is counted and degraded ones are
+// logged. Rules need not be among the Spec's limits: a gate may check
+// rules that come with each request (an RLS domain's descriptors). The
+// error is non-nil only when ctx is done (nobody waits for the answer) or
+// a hit is invalid (it wraps floodgate.ErrInvalidHit or ErrInvalidRule: the
+// caller's input is at fault, not the store, so no failure mode applies).
+//
+// A request with no enforced hit is Skipped, and counted so if it has no
+// shadow hit either.
+func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
+	var enforced, shadow []floodgate.Hit
+	var modes []FailureMode
+	for _, h := range hits {
+		if h.Shadow {
+			shadow = append(shadow, h.Hit)
+			continue
+		}
+		enforced = append(enforced, h.Hit)
+		modes = append(modes, h.Failure)
+	}
+	res := Result{Outcome: Skipped}
+	if len(enforced) > 0 {
+		var err error
+		if res, err = g.decide(ctx, enforced, modes); err == nil && g.spec.MaxDelay > 0 && g.throttles(res) {
+			res, err = g.throttle(ctx, enforced, modes, res)
+		}
+		if err != nil {
+			return Result{}, err
+		}
+	}
+	if len(enforced) > 0 || len(shadow) == 0 {
+		g.m.decision(res)
+	}
+	// Shadow hits are checked only against a store that just answered,
+	// or when no enforced hit asked it: a failing store would make each
+	// of them wait out its own budget.
+	if len(shadow) > 0 && (len(enforced) == 0 || res.Outcome == Allowed) {
+		res.Shadow, res.shadowHits = g.shadow(ctx, shadow)
+	}
+	return res, nil
+}
+
+// decide checks hits against the store and, if the store fails, applies
+// their failure modes. It returns an error only when ctx is done or a hit
+// is invalid.
+func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []FailureMode) (Result, error) {
+	start := time.Now()
+	d, err := check(ctx, g.e.limiter, hits)
+	g.m.latency.Observe(time.Since(start).Seconds())
+	if err == nil {
+		res := Result{Outcome: Allowed, Decision: d, limiter: g.e.limiter, hits: hits}
+		if !d.Allowed {
+			res.Outcome = Denied
+		}
+		return res, nil
+	}
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
+		return Result{}, err // the caller's input, not the store, is at fault
+	}
+	g.m.storeError(err)
+	res := Result{Outcome: FailedOpen, Err: err, hits: hits}
+	mode := FailOpen
+	var local []floodgate.Hit
+	for i, m := range modes {
+		switch m {
+		case FailClosed:
+			mode = FailClosed
+		case FailLocal:
+			local = append(local, hits[i])
+		}
+	}
+	switch {
+	case mode == FailClosed:
+		res.Outcome = FailedClosed
+	case len(local) > 0:
+		mode = FailLocal
+		res.Outcome = FailedClosed // unless the local limits decide
+		if d, lerr := check(ctx, g.e.local, local); lerr == nil {
+			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: hits}
+		}
+	}
+	g.log.do(start, func(held int) { // may run later, from a timer: no request context
+		g.e.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: rate-limit store failed; decided by the failure mode",
+			slog.String("gate", g.spec.Name), slog.String("failure_mode", mode.String()),
+			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
+	})
+	return res, nil
+}
+
+// check decides hits with l; one hit goes through AllowN, which the core
+// serves faster.
+func check(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit) (floodgate.Decision, error) {
+	if len(hits) == 1 {
+		return l.AllowN(ctx, hits[0].Rule, hits[0].Key, hits[0].Cost)
+	}
+	return l.Check(ctx, hits...)
+}
+
+// shadow checks each shadow hit on its own, recording it if within its
+// limit, and counts and logs what it would have done. A store that fails
+// decides nothing, and counts nothing. It returns the decisions and the
+// hits they decided.
+func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Decision, []floodgate.Hit) {
+	out := make([]floodgate.Decision, 0, len(hits))
+	for _, h := range hits {
+		d, err := check(ctx, g.e.limiter, []floodgate.Hit{h})
+		if err != nil {
+			if ctx.Err() == nil {
+				g.m.storeError(err)
+			}
+			break // the store failed: the others would wait out their budgets too
+		}
+		out = append(out, d)
+		g.m.shadowed(h.Rule.Name, d.Allowed)
+		if !d.Allowed {
+			g.shadowLog.do(time.Now(), func(held int) {
+				g.e.logger.LogAttrs(context.Background(), slog.LevelInfo, "floodgate: a shadow limit would have denied a request",
+					slog.String("gate", g.spec.Name), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter),
+					slog.Int("suppressed", held))
+			})
+		}
+	}
+	return out, hits[:len(out):len(out)]
+}
+
+// throttles reports whether res is a denial worth waiting for.
+func (g *Gate) throttles(res Result) bool {
+	return (res.Outcome == Denied || res.Outcome == Local && !res.Decision.Allowed) &&
+		res.Decision.RetryAfter <= g.spec.MaxDelay
+}
+
+// throttle waits for quota while the denial's RetryAfter fits in what is
+// left of MaxDelay, deciding again after each wait. It returns ctx's error
+// as soon as the client goes away.
+func (g *Gate) throttle(ctx context.Context, hits []floodgate.Hit, modes []FailureMode, res Result) (Result, error) {
+	if g.waiting.Add(1) > g.maxWaiters {
+		g.waiting.Add(-1)
+		g.m.throttled["rejected"].Inc()
+		return res, nil
+	}
+	g.m.waiting.Inc()
+	defer func() { g.waiting.Add(-1); g.m.waiting.Dec() }()
+	// The first wait may take all of MaxDelay, as throttles allowed; each
+	// later one must fit in what is left of it.
+	deadline := time.Now().Add(g.spec.MaxDelay)
+	for left := g.spec.MaxDelay; g.throttles(res) && res.Decision.RetryAfter <= left; left = time.Until(deadline) {
+		t := time.NewTimer(max(res.Decision.RetryAfter, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			g.m.throttled["canceled"].Inc()
+			return res, ctx.Err()
+		case <-t.C:
+		}
+		var err error
+		if res, err = g.decide(ctx, hits, modes); err != nil {
+			g.m.throttled["canceled"].Inc()
+			return res, err
+		}
+	}
+	if res.Allowed() {
+		g.m.throttled["allowed"].Inc()
+	} else {
+		g.m.throttled["denied"].Inc()
+	}
+	return res, nil
+}

@@ -1,0 +1,175 @@
+package enforce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics holds the collectors of one Enforcer. They exist even without a
+// registerer, so that counting never needs a nil check.
+type metrics struct {
+	decisions *prometheus.CounterVec   // gate, policy, outcome
+	latency   *prometheus.HistogramVec // gate
+	errors    *prometheus.CounterVec   // gate, reason
+	throttled *prometheus.CounterVec   // gate, result
+	waiting   *prometheus.GaugeVec     // gate
+	skipped   *prometheus.CounterVec   // gate, policy
+}
+
+func newMetrics(reg prometheus.Registerer, breaker *breakerstore.Store) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_decisions_total",
+			Help: "Rate-limit decisions by gate (route, method or domain), policy (the one reported; empty when none decided) and outcome (allowed, denied, failed_open, failed_closed, local, skipped; shadow_allowed and shadow_denied for a shadow limit's own check).",
+		}, []string{"gate", "policy", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_store_duration_seconds",
+			Help:    "Time the rate-limit store took to decide, failures included.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}, []string{"gate"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_store_errors_total",
+			Help: "Decisions the store failed, by reason (timeout, breaker_open, error).",
+		}, []string{"gate", "reason"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_throttled_total",
+			Help: "Requests that were denied within the gate's MaxDelay, by result: allowed or denied after waiting, rejected (too many waiting), canceled (the client left).",
+		}, []string{"gate", "result"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_throttle_waiting",
+			Help: "Requests waiting for quota now.",
+		}, []string{"gate"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_skipped_limits_total",
+			Help: "Limits that skipped a request because it had no key for them, by gate and policy: a per-user limit whose principal is never set limits nobody.",
+		}, []string{"gate", "policy"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	type named struct {
+		name string
+		c    prometheus.Collector
+	}
+	cs := []named{{"floodgate_decisions_total", m.decisions}, {"floodgate_store_duration_seconds", m.latency},
+		{"floodgate_store_errors_total", m.errors}, {"floodgate_throttled_total", m.throttled},
+		{"floodgate_throttle_waiting", m.waiting}, {"floodgate_skipped_limits_total", m.skipped}}
+	if breaker != nil {
+		cs = append(cs, named{"floodgate_breaker_state", prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "floodgate_breaker_state",
+			Help: "State of the store's circuit breaker: 0 closed, 1 half-open, 2 open.",
+		}, func() float64 { return float64(breaker.State()) })})
+	}
+	// One error, about the first collector that fails, after taking back
+	// those registered before it: a second Enforcer on one registerer fails
+	// on all of them alike, and seven copies of one message help nobody.
+	for i, c := range cs {
+		err := reg.Register(c.c)
+		if err == nil {
+			continue
+		}
+		for _, done := range cs[:i] {
+			reg.Unregister(done.c)
+		}
+		if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
+			return nil, fmt.Errorf("enforce: metric %s is already registered on this Registerer, "+
+				"probably by another Enforcer (or httplimit.Limiter): share one among all routes and methods, "+
+				"or give each its own Registerer (prometheus.WrapRegistererWith adds a telling label): %w", c.name, err)
+		}
+		return nil, fmt.Errorf("enforce: registering metric %s: %w", c.name, err)
+	}
+	return m, nil
+}
+
+// shadowAllowed and shadowDenied index a policy's counters after the
+// outcomes.
+const (
+	shadowAllowed = outcomes + iota
+	shadowDenied
+	counters
+)
+
+// gateMetrics are the collectors of one gate, with its labels bound.
+type gateMetrics struct {
+	m         *metrics
+	name      string
+	latency   prometheus.Observer
+	errors    map[string]prometheus.Counter // by reason
+	throttled map[string]prometheus.Counter // by result
+	waiting   prometheus.Gauge
+	skipped   []prometheus.Counter // by limit of the Spec
+	policies  sync.Map             // policy name -> *[counters]prometheus.Counter
+}
+
+func (m *metrics) gate(name string, policies []string) *gateMetrics {
+	gm := &gateMetrics{
+		m:         m,
+		name:      name,
+		latency:   m.latency.WithLabelValues(name),
+		errors:    make(map[string]prometheus.Counter),
+		throttled: make(map[string]prometheus.Counter),
+		waiting:   m.waiting.WithLabelValues(name),
+	}
+	for _, r := range []string{"timeout", "breaker_open", "error"} {
+		gm.errors[r] = m.errors.WithLabelValues(name, r)
+	}
+	for _, r := range []string{"allowed", "denied", "rejected", "canceled"} {
+		gm.throttled[r] = m.throttled.WithLabelValues(name, r)
+	}
+	gm.policy("")
+	for _, p := range policies {
+		gm.policy(p)
+		gm.skipped = append(gm.skipped, m.skipped.WithLabelValues(name, p))
+	}
+	return gm
+}
+
+// policy returns the decision counters of policy p: those of the Spec's
+// limits are bound when the gate is built, others (rules that come with
+// the request) on first use.
+func (gm *gateMetrics) policy(p string) *[counters]prometheus.Counter {
+	if cs, ok := gm.policies.Load(p); ok {
+		return cs.(*[counters]prometheus.Counter)
+	}
+	var cs [counters]prometheus.Counter
+	for o := range Outcome(outcomes) {
+		cs[o] = gm.m.decisions.WithLabelValues(gm.name, p, o.String())
+	}
+	cs[shadowAllowed] = gm.m.decisions.WithLabelValues(gm.name, p, "shadow_allowed")
+	cs[shadowDenied] = gm.m.decisions.WithLabelValues(gm.name, p, "shadow_denied")
+	got, _ := gm.policies.LoadOrStore(p, &cs)
+	return got.(*[counters]prometheus.Counter)
+}
+
+func (gm *gateMetrics) decision(res Result) {
+	p := ""
+	if res.limiter != nil {
+		p = res.Decision.Policy
+	}
+	gm.policy(p)[res.Outcome].Inc()
+}
+
+// shadowed counts a shadow limit's own decision.
+func (gm *gateMetrics) shadowed(policy string, allowed bool) {
+	if allowed {
+		gm.policy(policy)[shadowAllowed].Inc()
+	} else {
+		gm.policy(policy)[shadowDenied].Inc()
+	}
+}
+
+func (gm *gateMetrics) storeError(err error) {
+	reason := "error"
+	switch {
+	case errors.Is(err, breakerstore.ErrOpen):
+		reason = "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded):
+		reason = "timeout"
+	}
+	gm.errors[reason].Inc()
+}

@@ -1,0 +1,120 @@
+package enforce
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Outcome is how a check was decided.
+type Outcome uint8
+
+const (
+	// Allowed: the store admitted the request.
+	Allowed Outcome = iota
+	// Denied: the store refused it.
+	Denied
+	// FailedOpen: the store failed and the request went through.
+	FailedOpen
+	// FailedClosed: the store failed and the request was refused.
+	FailedClosed
+	// Local: the store failed and per-replica limits decided; see
+	// Result.Decision.Allowed.
+	Local
+	// Skipped: no limit enforced a decision: each skipped the request for
+	// want of a key, or they are all shadow limits.
+	Skipped
+
+	outcomes = iota
+)
+
+var outcomeNames = [outcomes]string{"allowed", "denied", "failed_open", "failed_closed", "local", "skipped"}
+
+// String returns the outcome's metric label: "allowed", "denied",
+// "failed_open", "failed_closed", "local" or "skipped".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Result is the verdict of a [Gate] on a request.
+type Result struct {
+	// Outcome says who decided.
+	Outcome Outcome
+	// Decision is the limiter's decision when Outcome is Allowed, Denied or
+	// Local, with one element of Decision.Each per enforced hit decided;
+	// the zero Decision otherwise. A Local decision covers the hits whose
+	// failure mode is FailLocal.
+	Decision floodgate.Decision
+	// Shadow holds the decisions of the shadow hits, each checked on its
+	// own, for a request that the enforced hits admitted (or that had
+	// none); a denied one is not checked against them.
+	Shadow []floodgate.Decision
+	// Err is the store's error when it failed to decide (Outcome
+	// FailedOpen, FailedClosed or Local); nil otherwise.
+	Err error
+
+	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
+	hits       []floodgate.Hit    // the enforced hits of the request
+	shadowHits []floodgate.Hit    // the shadow hits that were checked
+}
+
+// Allowed reports whether the request may proceed.
+func (r Result) Allowed() bool {
+	switch r.Outcome {
+	case Denied, FailedClosed:
+		return false
+	case Local:
+		return r.Decision.Allowed
+	}
+	return true
+}
+
+// FailRetryAfter is how long a client refused because the store failed
+// should wait: [MinFailRetryAfter], or the remaining open time of the
+// store's circuit breaker if that is longer. The breaker's time is found
+// on Err's chain through a RetryAfter() time.Duration method, as
+// breakerstore.OpenError has.
+func (r Result) FailRetryAfter() time.Duration {
+	var open interface{ RetryAfter() time.Duration }
+	if errors.As(r.Err, &open) {
+		return max(MinFailRetryAfter, open.RetryAfter())
+	}
+	return MinFailRetryAfter
+}
+
+// Covers reports whether the request's check counted a hit of the rule
+// named rule on key, enforced or shadow: how a transport nesting two
+// checks avoids counting one hit twice.
+func (r Result) Covers(rule, key string) bool {
+	same := func(h floodgate.Hit) bool { return h.Rule.Name == rule && h.Key == key }
+	return slices.ContainsFunc(r.hits, same) || slices.ContainsFunc(r.shadowHits, same)
+}
+
+// Refund undoes the hits that the decision recorded, through the limiter
+// that recorded them (the store, or the local limits): all of them, or
+// only those of the named policies. A caller undoes a request that turns
+// out not to count, such as the account's attempt after a successful
+// login. It is idempotent, and does nothing for a request that no limiter
+// admitted (Denied, FailedOpen, FailedClosed, Skipped). Shadow hits are
+// not refunded.
+func (r Result) Refund(ctx context.Context, policies ...string) error {
+	if r.limiter == nil || !r.Decision.Allowed {
+		return nil
+	}
+	if len(policies) == 0 {
+		return r.limiter.Refund(ctx, r.Decision)
+	}
+	var errs []error
+	for _, d := range Each(r.Decision) {
+		if slices.Contains(policies, d.Policy) {
+			errs = append(errs, r.limiter.Refund(ctx, d))
+		}
+	}
+	return errors.Join(errs...)
+}

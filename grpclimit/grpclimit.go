@@ -1,0 +1,409 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrInvalidOptions is wrapped by the errors of [New] about bad options or
+// methods.
+var ErrInvalidOptions = errors.New("grpclimit: invalid options")
+
+// DefaultGate is the name, in metrics and logs, of the gate of
+// [Options.Default]: the limits of every method not listed in
+// Options.Methods.
+const DefaultGate = "default"
+
+// Options configures a [Limiter]: the enforcement layer, given
+// (Enforcer) or built from its options (Limiter and the fields after it),
+// and the limits of each method. A Limiter with no Methods and no Default
+// limits nothing.
+type Options struct {
+	// Enforcer is the enforcement layer that the methods share with the
+	// other transports of the process (httplimit, say): its limiters,
+	// metrics and logger, and one rule per name across all of them. If
+	// set, Limiter, Local, Registerer, Logger and LogInterval must be
+	// zero, and Close leaves it open.
+	Enforcer *enforce.Enforcer
+	// Limiter decides against the shared store. Its Options.Timeout is the
+	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
+	// set); put a breakerstore in front of the store so that a dead store
+	// fails fast (and build an Enforcer with its Breaker to export the
+	// breaker's state). Required unless Enforcer is set.
+	Limiter *floodgate.Limiter
+	// Local decides for FailLocal methods while the store fails. Nil
+	// means a limiter on a memstore that the Limiter owns and Close
+	// releases.
+	Local *floodgate.Limiter
+	// Registerer receives the metrics (see package enforce). Nil means no
+	// metrics are registered.
+	Registerer prometheus.Registerer
+	// Logger receives the degraded-decision lines. Nil means no logging.
+	Logger *slog.Logger
+	// LogInterval is the least time between two log lines about one
+	// method's degraded decisions. Zero means enforce.DefaultLogInterval
+	// (5s).
+	LogInterval time.Duration
+
+	// Methods maps full method names ("/bank.v1.Pix/Transfer", as in
+	// grpc.UnaryServerInfo.FullMethod) to their limits. A listed method
+	// with no Limits is not limited: how a health check is exempted from
+	// Default.
+	Methods map[string]Method
+	// Default limits every method not in Methods, under one gate named
+	// DefaultGate; its limits count per rule name and key, so a Default
+	// per-IP rule of 100 per minute admits 100 calls a minute to all those
+	// methods together. The zero Method (no Limits) leaves them unlimited.
+	Default Method
+}
+
+// Method configures the limits of one method, or of the default.
+type Method struct {
+	// Limits are checked together, all-or-nothing: either each records the
+	// call or none does, and the answer reports the worst (a global
+	// per-IP rule and a strict per-principal one). No two on the same rule
+	// name.
+	Limits []Limit
+	// Failure is what to do when the store fails; the zero value is
+	// enforce.FailLocal (per-replica in-memory limits). A fail-closed
+	// method answers codes.Unavailable.
+	Failure enforce.FailureMode
+	// Shadow puts every limit of the method in shadow mode (see
+	// Limit.Shadow): the method never denies, and counts what it would do.
+	Shadow bool
+	// Opaque makes a denial say nothing about which limit refused it, nor
+	// how long that limit's key has left: for login, where "the account is
+	// blocked" tells an attacker the account exists. The method sends no
+	// rate-limit metadata and no QuotaFailure; every denial is the same
+	// status, whose RetryInfo is the longest window of the method's limits
+	// (a bound on every limit's wait). It cannot be combined with MaxDelay,
+	// whose wait would tell the time each key has left.
+	Opaque bool
+	// MaxDelay slows down before it rejects: a call denied with a wait of
+	// at most MaxDelay waits and is decided again, for at most MaxDelay in
+	// all. Zero means no waiting. A stream open waits the same way.
+	MaxDelay time.Duration
+	// MaxWaiters bounds the calls of this method waiting at once; a call
+	// over the bound is denied at once. Zero means the enforce default.
+	MaxWaiters int
+}
+
+// Limit is one rule applied to one key of a call.
+type Limit struct {
+	// Rule is the policy; its name appears in the metadata, the
+	// QuotaFailure and the metrics. Limits on the same rule name and key
+	// share their count, across methods too.
+	Rule floodgate.Rule
+	// Key returns the key the rule counts; required. A call for which it
+	// returns "" is not counted by this limit (the skip is counted in
+	// floodgate_skipped_limits_total and the first one logged).
+	Key KeyFunc
+	// Shadow checks and counts the limit but never lets it deny: how a new
+	// limit is rolled out. Its outcome is counted as shadow_allowed or
+	// shadow_denied; it sends no metadata and is not refunded.
+	Shadow bool
+	// Source, if set, gives the limit's rule when each call comes: a live
+	// limit (see enforce.Limit.Source). The metadata and the QuotaFailure
+	// report the rule in force.
+	Source RuleSource
+}
+
+// RuleSource gives a limit its rule at the time of a call: live limits.
+// rlconfig.Rules is one.
+type RuleSource = enforce.RuleSource
+
+// Limiter holds the interceptors' per-method gates. Build it with [New];
+// it is safe for concurrent use, and its methods never change after New.
+// Close it on shutdown.
+type Limiter struct {
+	e       *enforce.Enforcer
+	ownE    bool // New built e: Close closes it
+	methods map[string]*method
+	def     *method // nil when Default has no limits
+}
+
+// method is a built Method: its gate, its keys and its serialized fields.
+type method struct {
+	Method
+	gate        *enforce.Gate
+	policies    map[string]string // the ratelimit-policy member of each rule name
+	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
+	enforced    int               // how many limits are not in shadow mode
+	live        bool              // a limit has a Source: rules may differ from the Method's
+	opaqueRetry time.Duration     // the RetryInfo of an opaque denial
+}
+
+// New returns a Limiter for opts, or an error listing every bad method,
+// each wrapping [ErrInvalidOptions] (and, for what the enforcement layer
+// refuses, enforce.ErrInvalid as well). It also fails if neither
+// opts.Enforcer nor opts.Limiter is set, or both are, or the metrics
+// cannot be registered. A refused Options registers no metrics.
+func New(opts Options) (*Limiter, error) {
+	if opts.Enforcer != nil {
+		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
+			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+		}
+		return build(opts.Enforcer, opts)
+	}
+	if opts.Limiter == nil {
+		return nil, fmt.Errorf("%w: set Options.Enforcer or Options.Limiter", ErrInvalidOptions)
+	}
+	// The methods are checked first on a scratch Enforcer, which registers
+	// nothing, so that a refused Options leaves the registerer as it was.
+	scratch, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Limiter, LogInterval: opts.LogInterval})
+	if err != nil {
+		return nil, err
+	}
+	_, err = build(scratch, opts)
+	scratch.Close()
+	if err != nil {
+		return nil, err
+	}
+	e, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Local, Registerer: opts.Registerer,
+		Logger: opts.Logger, LogInterval: opts.LogInterval})
+	if err != nil {
+		return nil, err
+	}
+	l, err := build(e, opts)
+	if err != nil { // cannot happen: the scratch Enforcer took the same methods
+		e.Close()
+		return nil, err
+	}
+	l.ownE = true
+	return l, nil
+}
+
+// Close writes the degraded-decision counts not yet logged and releases
+// the local store, if New built the Enforcer; an Enforcer given in Options
+// is left open. The interceptors keep working after Close, but FailLocal
+// methods then fail closed.
+func (l *Limiter) Close() error {
+	if l.ownE {
+		return l.e.Close()
+	}
+	return nil
+}
+
+// build returns the Limiter of opts's methods on e.
+func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
+	l := &Limiter{e: e, methods: make(map[string]*method, len(opts.Methods))}
+	var errs []error
+	names := make([]string, 0, len(opts.Methods))
+	for name := range opts.Methods {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the errors come in a stable order
+	for _, name := range names {
+		if !validMethodName(name) {
+			errs = append(errs, fmt.Errorf("%w: method %q is not a full method name such as \"/package.Service/Method\"", ErrInvalidOptions, name))
+			continue
+		}
+		m, err := buildMethod(e, name, opts.Methods[name])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		l.methods[name] = m
+	}
+	if len(opts.Default.Limits) > 0 {
+		m, err := buildMethod(e, DefaultGate, opts.Default)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		l.def = m
+	} else if opts.Default.Shadow || opts.Default.Opaque || opts.Default.MaxDelay != 0 || opts.Default.MaxWaiters != 0 || opts.Default.Failure != enforce.FailLocal {
+		errs = append(errs, fmt.Errorf("%w: Default has settings but no Limits", ErrInvalidOptions))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return l, nil
+}
+
+// validMethodName reports whether s looks like "/package.Service/Method".
+func validMethodName(s string) bool {
+	svc, meth, ok := strings.Cut(strings.TrimPrefix(s, "/"), "/")
+	return strings.HasPrefix(s, "/") && ok && svc != "" && meth != "" && !strings.Contains(meth, "/")
+}
+
+// buildMethod checks m and makes the gate of the method called name. A method
+// without limits builds to nil: it is not limited.
+func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
+	if len(m.Limits) == 0 {
+		return nil, nil
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: method %q: "+format, append([]any{ErrInvalidOptions, name}, args...)...))
+	}
+	if m.Opaque && m.MaxDelay > 0 {
+		bad("Opaque cannot be combined with MaxDelay: the wait would tell how long each key has left")
+	}
+	b := &method{Method: m, policies: make(map[string]string, len(m.Limits))}
+	b.Limits = slices.Clone(m.Limits) // the caller may reuse its slice
+	spec := enforce.Spec{Name: name, Failure: m.Failure, Shadow: m.Shadow, MaxDelay: m.MaxDelay, MaxWaiters: m.MaxWaiters}
+	for i, lim := range b.Limits {
+		if lim.Key == nil {
+			bad("Limits[%d] (%q) has no Key", i, lim.Rule.Name)
+		}
+		if _, dup := b.policies[lim.Rule.Name]; dup {
+			bad("Limits[%d]: rule name %q is listed twice", i, lim.Rule.Name)
+		}
+		member, err := enforce.PolicyMember(lim.Rule)
+		if err != nil {
+			bad("Limits[%d]: %w", i, err)
+		}
+		b.policies[lim.Rule.Name] = member
+		b.live = b.live || lim.Source != nil
+		b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
+	}
+	var all []string
+	for _, lim := range b.Limits {
+		if !lim.Shadow { // a Shadow method sends no metadata at all
+			all = append(all, b.policies[lim.Rule.Name])
+		}
+	}
+	b.allPolicies, b.enforced = strings.Join(all, ", "), len(all) // RFC 9651 §4.1.1: members are joined by ", "
+	if len(errs) == 0 {
+		g, err := e.Gate(spec)
+		if err != nil {
+			bad("%w", err)
+		}
+		b.gate = g
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return b, nil
+}
+
+// UnaryServerInterceptor returns the interceptor that limits unary calls:
+//
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(auth, limiter.UnaryServerInterceptor()))
+//
+// An allowed call reaches the handler with the enforce.Result in its context
+// ([FromContext]); a denied one gets the status described in the package
+// doc, and the handler is not called.
+func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		m := l.method(info.FullMethod)
+		if m == nil {
+			return handler(ctx, req)
+		}
+		ctx, err := m.decide(ctx, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor returns the interceptor that limits stream
+// opens: each stream is one call, decided before the handler runs, and its
+// messages are not counted.
+//
+//	grpc.NewServer(grpc.ChainStreamInterceptor(auth, limiter.StreamServerInterceptor()))
+//
+// An allowed stream's handler finds the enforce.Result in the stream's context.
+func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		m := l.method(info.FullMethod)
+		if m == nil {
+			return handler(srv, ss)
+		}
+		ctx, err := m.decide(ss.Context(), ss.SetHeader)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &stream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+// Limit decides the call whose server context is ctx, finding its method
+// with grpc.Method. It implements the Limiter interface of
+// go-grpc-middleware v2's interceptors/ratelimit, for servers already
+// built on it:
+//
+//	grpc.ChainUnaryInterceptor(auth, ratelimit.UnaryServerInterceptor(limiter))
+//
+// It returns nil when the call may proceed, and otherwise the status error
+// the interceptors would send. Prefer this package's interceptors: those
+// of go-grpc-middleware answer every error with codes.ResourceExhausted
+// and only the error's text (the RetryInfo and QuotaFailure details are
+// lost, and a fail-closed Unavailable becomes ResourceExhausted), and the
+// handler finds no Result in its context, so it cannot Refund. The
+// rate-limit metadata is sent either way.
+func (l *Limiter) Limit(ctx context.Context) error {
+	name, _ := grpc.Method(ctx)
+	m := l.method(name)
+	if m == nil {
+		return nil
+	}
+	_, err := m.decide(ctx, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+	return err
+}
+
+// method returns the built method that limits calls to name, or nil.
+func (l *Limiter) method(name string) *method {
+	if m, ok := l.methods[name]; ok {
+		return m // nil for a listed method without limits
+	}
+	return l.def
+}
+
+// decide checks the call whose context is ctx, sends its rate-limit
+// metadata with setHeader, and returns the handler's context (with the
+// Result) or the status error of a denial.
+func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) (context.Context, error) {
+	var buf [4]string
+	keys := buf[:0]
+	for _, lim := range m.Limits {
+		k := lim.Key(ctx)
+		if k != "" {
+			k = fitKey(k)
+		}
+		keys = append(keys, k)
+	}
+	hits := m.gate.Hits(ctx, keys)
+	res, err := m.gate.Check(ctx, hits)
+	if err != nil {
+		// The call was canceled or ran out of time (Canceled,
+		// DeadlineExceeded). Decide's only other error, a hit the core
+		// refuses, cannot come from a gate whose rules New checked and
+		// whose keys fitKey bounds; it would answer Unknown.
+		return ctx, status.FromContextError(err).Err()
+	}
+	if md := m.metadata(res); md != nil {
+		// An error here means the headers went out already, or ctx is
+		// not a server call's (go-grpc-middleware's client side):
+		// nowhere to send them.
+		_ = setHeader(md)
+	}
+	if !res.Allowed() {
+		return ctx, m.deny(res, hits)
+	}
+	return context.WithValue(ctx, resultKey{}, res), nil
+}
+
+// stream is a server stream whose context carries the Result.
+type stream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+// Context returns the stream's context with the Result.
+func (s *stream) Context() context.Context { return s.ctx }

@@ -1,0 +1,302 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func footgunLimiter(t *testing.T) (*httplimit.Limiter, *prometheus.Registry, *syncbuf.Buffer) {
+	t.Helper()
+	store := memstore.New(memstore.Options{})
+	t.Cleanup(func() { store.Close() })
+	l, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	logs := &syncbuf.Buffer{}
+	hl, err := httplimit.New(httplimit.Options{Limiter: l, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hl.Close() })
+	return hl, reg, logs
+}
+
+// Two routes may not give one rule name two meanings: they would share
+// one count (a 2/min route denied by the traffic of a 100/min one).
+func TestOneNameOneRuleAcrossRoutes(t *testing.T) {
+	hl, _, _ := footgunLimiter(t)
+	api := floodgate.MustRule(floodgate.PerMinute("api", 100))
+	if _, err := hl.Middleware(httplimit.Route{Name: "list", Limits: []httplimit.Limit{{Rule: api, Key: httplimit.Principal}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The same rule again is fine: one global rule on every route.
+	if _, err := hl.Middleware(httplimit.Route{Name: "get", Limits: []httplimit.Limit{{Rule: api, Key: httplimit.Principal}}}); err != nil {
+		t.Fatalf("the same rule on a second route: %v", err)
+	}
+	for _, other := range []floodgate.Rule{
+		floodgate.MustRule(floodgate.PerMinute("api", 2)),
+		floodgate.MustRule(floodgate.PerHour("api", 100)),
+		floodgate.MustRule(floodgate.NewRule("api", 100, time.Minute, floodgate.TokenBucket)),
+	} {
+		_, err := hl.Middleware(httplimit.Route{Name: "export", Limits: []httplimit.Limit{{Rule: other, Key: httplimit.Principal}}})
+		if !errors.Is(err, httplimit.ErrInvalidOptions) || !strings.Contains(err.Error(), `rule "api" is `+other.String()) {
+			t.Fatalf("%v on a route after %v: %v; want ErrInvalidOptions naming both", other, api, err)
+		}
+	}
+	// A refused route reserves no name.
+	if _, err := hl.Middleware(httplimit.Route{Name: "bad", Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("fresh", 5))}}}); err == nil {
+		t.Fatal("a limit without Key was accepted")
+	}
+	if _, err := hl.Middleware(httplimit.Route{Name: "good", Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("fresh", 7)), Key: httplimit.Principal}}}); err != nil {
+		t.Fatalf("a name a refused route named: %v", err)
+	}
+}
+
+// A per-user limit whose principal is never set (the middleware runs
+// before authentication) limits nobody: every skip is counted, and the
+// first logged.
+func TestSkippedLimitIsCountedAndLoggedOnce(t *testing.T) {
+	hl, reg, logs := footgunLimiter(t)
+	mw, err := hl.Middleware(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
+		{Rule: floodgate.MustRule(floodgate.PerMinute("per-user", 1)), Key: httplimit.Principal},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 5 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/pix", nil))
+		if rec.Code != 200 {
+			t.Fatalf("status %d; a skipped limit lets the request through", rec.Code)
+		}
+	}
+	got := metric(t, reg, "floodgate_skipped_limits_total", map[string]string{"gate": "pix", "policy": "per-user"})
+	if got != 5 {
+		t.Fatalf("skipped limits counted %v, want 5", got)
+	}
+	if n := strings.Count(logs.String(), "a limit skipped a request"); n != 1 || !strings.Contains(logs.String(), "policy=per-user") {
+		t.Fatalf("logged %d times, want once naming the policy:\n%s", n, logs)
+	}
+}
+
+// A shadow limit is checked and counted, and never denies: how a new
+// limit is rolled out.
+func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
+	hl, reg, logs := footgunLimiter(t)
+	var got []httplimit.Result
+	serve := func(rt httplimit.Route) http.Handler {
+		mw, err := hl.Middleware(rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			res, _ := httplimit.FromContext(r.Context())
+			got = append(got, res)
+		}))
+	}
+	perIP := floodgate.MustRule(floodgate.PerMinute("shadow-ip", 10))
+	perUser := floodgate.MustRule(floodgate.PerMinute("shadow-user", 1))
+	h := serve(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
+		{Rule: perIP, Key: httplimit.Header("X-IP")},
+		{Rule: perUser, Key: httplimit.Header("X-User"), Shadow: true},
+	}})
+	for i := range 3 {
+		req := httptest.NewRequest("POST", "/pix", nil)
+		req.Header.Set("X-IP", "192.0.2.1")
+		req.Header.Set("X-User", "alice")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("request %d: %d; a shadow limit never denies", i+1, rec.Code)
+		}
+		if p := rec.Header().Get("RateLimit-Policy"); p != `"shadow-ip";q=10;w=60` {
+			t.Fatalf("request %d: RateLimit-Policy %q; shadow limits send no fields", i+1, p)
+		}
+	}
+	if len(got) != 3 || len(got[0].Shadow) != 1 || !got[0].Shadow[0].Allowed || got[1].Shadow[0].Allowed || got[2].Shadow[0].Policy != "shadow-user" || got[0].Decision.Remaining != 9 {
+		t.Fatalf("results %+v; want the shadow decisions allowed, denied, denied, and the IP's count on", got)
+	}
+	for outcome, want := range map[string]float64{"shadow_allowed": 1, "shadow_denied": 2} {
+		if n := metric(t, reg, "floodgate_decisions_total", map[string]string{"gate": "pix", "policy": "shadow-user", "outcome": outcome}); n != want {
+			t.Fatalf("%s counted %v, want %v", outcome, n, want)
+		}
+	}
+	if !strings.Contains(logs.String(), "a shadow limit would have denied a request") || !strings.Contains(logs.String(), "policy=shadow-user") {
+		t.Fatalf("no log line of the shadow denial:\n%s", logs)
+	}
+
+	// A route in shadow mode never denies, past every limit.
+	all := serve(httplimit.Route{Name: "new", Shadow: true, Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("shadow-new", 1)), Key: httplimit.Header("X-User")}}})
+	for i := range 3 {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-User", "bob")
+		rec := httptest.NewRecorder()
+		all.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("shadow route, request %d: %d", i+1, rec.Code)
+		}
+	}
+	if n := metric(t, reg, "floodgate_decisions_total", map[string]string{"gate": "new", "policy": "shadow-new", "outcome": "shadow_denied"}); n != 2 {
+		t.Fatalf("shadow route: shadow_denied %v, want 2", n)
+	}
+}
+
+// A global per-IP middleware around a per-route one that lists the IP
+// limit too: the IP counts once, a denial by the inner route gives the
+// outer its hit back, the legacy fields describe the worst limit, and the
+// nesting is logged once.
+func TestNestedMiddlewaresCompose(t *testing.T) {
+	hl, _, logs := footgunLimiter(t)
+	ip := floodgate.MustRule(floodgate.PerMinute("nest-ip", 10))
+	user := floodgate.MustRule(floodgate.PerMinute("nest-user", 2))
+	global, err := hl.Middleware(httplimit.Route{Name: "global", Limits: []httplimit.Limit{{Rule: ip, Key: httplimit.Header("X-IP")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, err := hl.Middleware(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
+		{Rule: ip, Key: httplimit.Header("X-IP")},
+		{Rule: user, Key: httplimit.Header("X-User")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := global(route(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	send := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/pix", nil)
+		req.Header.Set("X-IP", "192.0.2.1")
+		req.Header.Set("X-User", "alice")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	first := send()
+	if first.Code != 200 || first.Header().Get("X-RateLimit-Remaining") != "1" || first.Header().Get("X-RateLimit-Limit") != "2" {
+		t.Fatalf("first request: %d %v; want 200 with the legacy fields of the worst limit (user: 1 of 2 left)", first.Code, first.Header())
+	}
+	wantList(t, first.Header(), "RateLimit", "nest-ip;r=9;t=60", "nest-user;r=1;t=60")
+	send()
+	if rec := send(); rec.Code != 429 {
+		t.Fatalf("third request: %d, want 429 from the user limit", rec.Code)
+	}
+	// The IP was counted once per admitted request, and the denied one
+	// gave it back: 10 - 2.
+	d, err := hl.Middleware(httplimit.Route{Name: "probe", Limits: []httplimit.Limit{{Rule: ip, Key: httplimit.Header("X-IP")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-IP", "192.0.2.1")
+	rec := httptest.NewRecorder()
+	d(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, req)
+	wantList(t, rec.Header(), "RateLimit", "nest-ip;r=7;t=60") // 2 admitted, then this probe
+	if n := strings.Count(logs.String(), "runs inside another"); n != 1 {
+		t.Fatalf("the nesting was logged %d times, want once:\n%s", n, logs)
+	}
+}
+
+// Three levels of nesting, with a shadow copy of the outer limit inside:
+// the IP counts once per request, the handler's Refund undoes every
+// route's hits, and a route whose limits an outer one counted leaves the
+// outer verdict in place.
+func TestNestingCountsOnceAtEveryDepth(t *testing.T) {
+	hl, reg, _ := footgunLimiter(t)
+	ip := floodgate.MustRule(floodgate.PerMinute("deep-ip", 10))
+	user := floodgate.MustRule(floodgate.PerMinute("deep-user", 5))
+	mw := func(name string, limits ...httplimit.Limit) func(http.Handler) http.Handler {
+		m, err := hl.Middleware(httplimit.Route{Name: name, Limits: limits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	byIP := httplimit.Limit{Rule: ip, Key: httplimit.Header("X-IP")}
+	shadowIP := byIP
+	shadowIP.Shadow = true
+	var got httplimit.Result
+	h := mw("outer", byIP)(mw("middle", byIP, httplimit.Limit{Rule: user, Key: httplimit.Header("X-User")})(mw("inner", shadowIP)(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, _ = httplimit.FromContext(r.Context()) }))))
+	send := func() {
+		req := httptest.NewRequest("POST", "/", nil)
+		req.Header.Set("X-IP", "192.0.2.7")
+		req.Header.Set("X-User", "dave")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	send()
+	send()
+	if got.Outcome != httplimit.Allowed || got.Decision.Policy != "deep-user" || len(got.Shadow) != 0 {
+		t.Fatalf("the handler's result %+v; want the middle route's verdict, no shadow check of a counted hit", got)
+	}
+	probe := func() float64 {
+		return metric(t, reg, "floodgate_decisions_total", map[string]string{"gate": "inner", "outcome": "skipped"})
+	}
+	if n := probe(); n != 0 {
+		t.Fatalf("the inner route counted %v skipped decisions; a route whose limits an outer one counted reports nothing", n)
+	}
+	if err := got.Refund(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// Two requests, the second refunded across every route: 9 left of 10
+	// for the IP, 4 of 5 for the user.
+	req := httptest.NewRequest("POST", "/", nil)
+	req.Header.Set("X-IP", "192.0.2.7")
+	req.Header.Set("X-User", "dave")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	wantList(t, rec.Header(), "RateLimit", "deep-ip;r=8;t=60", "deep-user;r=3;t=60")
+}
+
+// Shadow limits are not checked against a store that has just failed:
+// each would wait out its own budget.
+func TestShadowSkipsAFailedStore(t *testing.T) {
+	l, err := floodgate.New(failing{}, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	hl, err := httplimit.New(httplimit.Options{Limiter: l, Local: l, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Close()
+	mw, err := hl.Middleware(httplimit.Route{Name: "r", Failure: httplimit.FailOpen, Limits: []httplimit.Limit{
+		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-a", 5)), Key: httplimit.Header("X-K")},
+		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-b", 5)), Key: httplimit.Header("X-K"), Shadow: true},
+		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-c", 5)), Key: httplimit.Header("X-K"), Shadow: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got httplimit.Result
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-K", "k")
+	rec := httptest.NewRecorder()
+	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, _ = httplimit.FromContext(r.Context()) })).ServeHTTP(rec, req)
+	if rec.Code != 200 || got.Outcome != httplimit.FailedOpen || len(got.Shadow) != 0 {
+		t.Fatalf("%d %+v; want failed open with no shadow checks", rec.Code, got)
+	}
+	if n := metric(t, reg, "floodgate_store_errors_total", map[string]string{"gate": "r", "reason": "error"}); n != 1 {
+		t.Fatalf("store errors %v, want 1: one call to a failed store per request", n)
+	}
+}
+
+// failing is a store that fails every call at once.
+type failing struct{ floodgate.Store }
+
+func (failing) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+	return nil, errors.New("down")
+}

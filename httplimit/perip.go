@@ -1,0 +1,50 @@
+package httplimit
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clientip"
+)
+
+// PerIP returns middleware that lets each client address make limit
+// requests per window, decided by l: the shortest start, as in
+//
+//	http.Handle("/", httplimit.PerIP(limiter, 100, time.Minute)(handler))
+//
+// The client is the request's peer (RemoteAddr; an IPv6 client is keyed
+// by its /64); requests whose peer has no address (a Unix socket) share
+// one count rather than go unlimited. Behind a proxy every client shares the proxy's address:
+// build a Route with ClientIP and a clientip.Resolver that trusts the
+// proxy instead. The rule is an exact sliding-window log up to
+// floodgate.MaxShorthandLimit requests and a sliding-window counter above
+// (its memory does not grow with the limit), named "ip-<limit>-per-<window>"
+// so that two PerIP limits never share a count. A store that fails lets
+// requests through (FailOpen: a limiter down must not take the service
+// down), and there are no metrics or logs: build a Limiter with New for a
+// failure mode, metrics and logs of your choosing. PerIP starts no
+// goroutine.
+//
+// Like regexp.MustCompile, PerIP is for constants: it panics if limit or
+// window is invalid (see floodgate.NewRule).
+func PerIP(l *floodgate.Limiter, limit int64, window time.Duration) func(http.Handler) http.Handler {
+	alg := floodgate.SlidingWindow
+	if limit > floodgate.MaxShorthandLimit {
+		alg = floodgate.SlidingWindowCounter
+	}
+	rule := floodgate.MustRule(floodgate.NewRule(fmt.Sprintf("ip-%d-per-%v", limit, window), limit, window, alg))
+	resolver, err := clientip.New(clientip.Options{})
+	if err != nil {
+		panic(err) // the zero Options are valid
+	}
+	hl, err := New(Options{Limiter: l, Local: l}) // Local set: no memstore of its own
+	if err == nil {
+		var mw func(http.Handler) http.Handler
+		if mw, err = hl.Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: FailOpen}); err == nil {
+			return mw
+		}
+	}
+	panic(err)
+}

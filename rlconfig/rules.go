@@ -1,0 +1,61 @@
+package rlconfig
+
+import "github.com/floodgate-rl/floodgate"
+
+// Rules gives a library's limits their rules from a configuration that
+// may change while the process runs: the live limits of httplimit
+// (Limit.Source) and of any caller that asks per request. The rule of the
+// limit named N for key K is that of the descriptor (N, K) in the domain:
+//
+//	domain: bank
+//	descriptors:
+//	  - key: pix                 # every account: 10 a minute
+//	    rate_limit: {unit: minute, requests_per_unit: 10}
+//	  - key: pix                 # account 42 alone: 100 a minute
+//	    value: acct-42
+//	    rate_limit: {unit: minute, requests_per_unit: 100}
+//
+// matched as the service matches a one-entry descriptor (a value, then a
+// wildcard, then the key alone). The rule keeps the name N, so that a
+// changed limit keeps the counts and a changed window or algorithm starts
+// them afresh, as the store keys a state by name, algorithm and window.
+// A file that names no algorithm (at the limit's level or above) keeps
+// the limit's own algorithm and burst, and sets only the limit and the
+// window: the fixed window that envoyproxy/ratelimit counts by default
+// would otherwise replace an exact sliding window unasked.
+// No rule (false) when nothing matches, or the match is unlimited or
+// blocked (requests_per_unit: 0), which a library limit cannot express:
+// the limit's own rule then applies. The first limit of a rate_limits
+// list is the one taken. Rules is safe for concurrent use.
+type Rules struct {
+	domain string
+	config func() *Config
+}
+
+// NewRules returns the rules of domain in the configuration that config
+// returns on each call: a [Watcher]'s Config method, for limits that
+// follow the files, or a function returning one parsed Config.
+func NewRules(domain string, config func() *Config) *Rules {
+	return &Rules{domain: domain, config: config}
+}
+
+// Rule returns the rule that the configuration gives key in place of
+// base, and whether it gives one.
+func (r *Rules) Rule(base floodgate.Rule, key string) (floodgate.Rule, bool) {
+	m := r.config().Match(r.domain, []Entry{{Key: base.Name, Value: key}})
+	if m.Outcome != Limited {
+		return floodgate.Rule{}, false
+	}
+	l := m.Limits[0]
+	if l.Unlimited || l.Blocked() {
+		return floodgate.Rule{}, false
+	}
+	if !l.AlgorithmSet {
+		rule := base
+		rule.Limit, rule.Window = l.Rule.Limit, l.Rule.Window
+		return rule, true
+	}
+	rule := l.Rule
+	rule.Name = base.Name
+	return rule, true
+}
