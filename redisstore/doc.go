@@ -40,10 +40,10 @@
 // its key ends with the algorithm's letter and the window, as
 // time.Duration writes it:
 //
-//	<prefix>{<rule>:<key>}:s:<window>        sliding window: ZSET of admitted
-//	                                         requests, score = server time in µs,
-//	                                         member = the take's id (id.1, id.2,
-//	                                         ... for a cost above 1)
+//	<prefix>{<rule>:<key>}:s:<window>        sliding window: string, a ring of the
+//	                                         last Limit admitted times in µs, 8 bytes
+//	                                         each after a 12-byte header (epoch, head,
+//	                                         count; see take.lua)
 //	<prefix>{<rule>:<key>}:t:<window>        token bucket: string "<TAT>:<epoch>",
 //	                                         the theoretical arrival time in µs
 //	<prefix>{<rule>:<key>}:f:<window>        fixed window: string
@@ -85,9 +85,8 @@
 // # Memory
 //
 // A token bucket, fixed window or counter takes about 120-136 bytes per
-// key whatever its limit; a sliding window about 40 bytes per admitted
-// request up to 128 of them and about 100 beyond (102 KB at a limit of
-// 1,000). Prefer the sliding window for small limits that must be exact
+// key whatever its limit; a sliding window 8 bytes per request of its
+// limit and about 170 bytes more (8,280 bytes at a limit of 1,000). Prefer the sliding window for small limits that must be exact
 // (login, PIX transfers), the token bucket for large ones (API quotas).
 // docs/CLUSTER.md in the repository has the measured table, on a
 // standalone server and on a Cluster node, and how to size a deployment.

@@ -239,8 +239,8 @@ func result(v [5]int64) (floodgate.Result, error) {
 	}, nil
 }
 
-// maxEpoch bounds the epochs the scripts store: 48 bits, exact in Lua's
-// doubles.
+// maxEpoch bounds the epochs the scripts store: 48 bits, the sliding
+// window ring's header field (and exact in Lua's doubles).
 const maxEpoch = 1<<48 - 1
 
 // epochOf returns the epoch of a state that the take id creates: 48 bits

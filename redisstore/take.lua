@@ -5,8 +5,8 @@
 --
 -- KEYS: one state key per hit, in the order of the hits over all groups,
 -- <prefix>{<rule>:<key>}:<alg>:<window> (see the package documentation):
---   s  sliding window  ZSET, one member per unit of cost of an admitted
---                      request, score = server time in us
+--   s  sliding window  string, a ring of the admitted requests' times in
+--                      us (see recordSliding)
 --   t  token bucket    string "<TAT>:<epoch>", the theoretical arrival time
 --                      in us
 --   f  fixed window    string "<window index>:<count>:<epoch>"
@@ -19,8 +19,8 @@
 --          records nothing and writes nothing (Peek)
 -- ARGV[2]  number of groups G
 -- then for each group:
---   id      the take's identifier; members of a sliding window are id,
---           id.1, id.2, ... for a cost of 1, 2, 3, ...
+--   id      the take's identifier (unused by the script: refunds name
+--           takes by their stamp)
 --   epoch   the epoch of a state this group creates: a positive integer
 --           below 2^52
 --   n       number of hits of the group
@@ -34,41 +34,15 @@
 -- Reply: a flat array of integers: the server time in us, then 5 per hit,
 -- in KEYS order: allowed (1 or 0), remaining, reset_after (us),
 -- retry_after (us; 0 when allowed), and the epoch of the state that
--- recorded the hit (0 when nothing was recorded, and for a sliding
--- window). A hit of a denied group may report allowed 1: it was within its
+-- recorded the hit (0 when nothing was recorded). A hit of a denied group may report allowed 1: it was within its
 -- own limit, but nothing of its group was recorded.
 -- Time: redis.call('TIME'), integer microseconds; never a client's clock.
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
--- before writing; ZADD NX needs 3.0.2).
+-- before writing).
 
 local record = ARGV[1] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
--- Fast path: a call of one group of one sliding-window hit of cost 1 that
--- records, the common case at light load (a Take sent alone). It does what
--- the general path below does for it, without building the general path's
--- functions, which costs a few microseconds per call; a denial falls
--- through to the general path, which reports its durations.
-if ARGV[1] == '1' and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' and ARGV[7] == '1' then
-  local key, id = KEYS[1], ARGV[3]
-  local limit, window = tonumber(ARGV[8]), tonumber(ARGV[9])
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
-  local n = redis.call('ZCARD', key)
-  if n < limit then
-    local score = string.format('%.0f', now)
-    if redis.call('ZADD', key, 'NX', score, id) == 0 then
-      local seq = 0 -- a reused id: see recordSliding
-      repeat
-        seq = seq + 1
-      until redis.call('ZADD', key, 'NX', score, id .. '#' .. score .. '.' .. seq) == 1
-    end
-    -- window / 1000 is correctly rounded and window < 2^53, so its ceiling
-    -- is exact.
-    redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(window / 1000)))
-    return {now, 1, limit - n - 1, window, 0, 0}
-  end
-end
 
 -- Integer arithmetic on doubles: every value stays below 2^53, where
 -- doubles are exact; divisions are corrected so that rounding never moves
@@ -94,16 +68,9 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- Strings computed once per call: the time, and the trim cutoff and TTL
--- of the last window seen (one rule's window, usually).
-local nowstr = fmt(now)
-local cutWindow, cutStr, ttlWindow, ttlStr
-local function cutoff(window)
-  if window ~= cutWindow then
-    cutWindow, cutStr = window, fmt(now - window)
-  end
-  return cutStr
-end
+-- The TTL of the last window seen (one rule's window, usually), formatted
+-- once per call.
+local ttlWindow, ttlStr
 local function ttl(window)
   if window ~= ttlWindow then
     ttlWindow, ttlStr = window, fmt(ceildiv(window, 1000))
@@ -113,65 +80,181 @@ end
 
 -- Each check returns allowed, remaining, reset_after, retry_after, when
 -- allowed the value that record needs (nil for a sliding window), and the
--- epoch of the state it found (nil if none).
--- Checks write nothing, except that a sliding window in record mode first
--- trims the entries that left the window (which changes no count).
+-- epoch of the state it found (nil if none). Checks write nothing.
 
-local function sliding(key, cost, limit, window)
-  local n
-  if record then
-    -- Trim, then count what is left, all in (now-window, now]: on a
-    -- compact (listpack) set this is cheaper than ZCOUNT, which walks the
-    -- entries in range.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff(window))
-    n = redis.call('ZCARD', key)
-  else
-    n = redis.call('ZCOUNT', key, '(' .. cutoff(window), '+inf')
+-- The sliding-window log is a ring of the admitted requests' times (see
+-- the package documentation): the string "<header><entries>", the header
+-- 12 bytes (epoch, 6; head, 3; count, 3; little-endian), then count
+-- entries of 8 bytes, each a time in µs, in admission order from the
+-- entry at index head (the oldest), wrapping once count is the limit
+-- (until then head is 0, and the string may have room for more). A key never needs more than
+-- its last limit admitted times: a request of cost n is admitted exactly
+-- when the n-th oldest of them has left the window (a ring not yet full
+-- counts its empty slots as long gone), and admitting it overwrites the n
+-- oldest. Times never decrease along the ring, so the entries still in
+-- the window are the newest ones, found by binary search.
+local RHDR = 12
+
+-- Fixed-width little-endian integers (0 to 2^53), in plain Lua: some
+-- servers that speak Redis (miniredis, which the demo embeds) have no
+-- struct library.
+local function enc(x, n)
+  local b = {}
+  for i = 1, n do
+    local r = x % 256
+    b[i] = r
+    x = (x - r) / 256
   end
-  if n + cost <= limit then
-    return true, limit - n - cost, window, 0
-  end
-  local after = '(' .. cutoff(window)
-  local k = n + cost - limit - 1 -- the entry whose expiry frees enough room
-  local kth = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', fmt(k), '1')
-  local newest = redis.call('ZREVRANGEBYSCORE', key, '+inf', after, 'WITHSCORES', 'LIMIT', '0', '1')
-  if kth[2] == nil or newest[2] == nil then
-    error('redisstore: sliding window ' .. key .. ': cost above the limit')
-  end
-  return false, math.max(0, limit - n), tonumber(newest[2]) + window - now,
-    tonumber(kth[2]) + window - now
+  return string.char(unpack(b))
 end
 
-local function recordSliding(key, id, cost, window)
-  local added
-  if cost == 1 then
-    added = redis.call('ZADD', key, 'NX', nowstr, id)
-  else
-    added = 0
-    local i = 0
-    while i < cost do -- in chunks, to stay clear of Lua's stack limit
-      local args = {'ZADD', key, 'NX'}
-      local last = math.min(cost, i + 100)
-      while i < last do
-        args[#args + 1] = nowstr
-        if i == 0 then
-          args[#args + 1] = id
-        else
-          args[#args + 1] = id .. '.' .. i
-        end
-        i = i + 1
-      end
-      added = added + redis.call(unpack(args))
+local function dec8(s, i)
+  local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(s, i, i + 7)
+  return ((((((b8 * 256 + b7) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
+end
+
+-- dec returns the n-byte integer at s[i].
+local function dec(s, i, n)
+  local v = 0
+  for j = i + n - 1, i, -1 do
+    v = v * 256 + string.byte(s, j)
+  end
+  return v
+end
+
+local function header(epoch, head, count)
+  return enc(epoch, 6) .. enc(head, 3) .. enc(count, 3)
+end
+
+-- ringHeader returns a ring's epoch, head and count, or nil if key holds
+-- none.
+local function ringHeader(key)
+  local h = redis.call('GETRANGE', key, 0, RHDR - 1)
+  if h == '' then
+    return nil
+  end
+  if #h ~= RHDR then
+    error('redisstore: sliding window ' .. key .. ': malformed state')
+  end
+  return dec(h, 1, 6), dec(h, 7, 3), dec(h, 10, 3)
+end
+
+-- ringAt returns the time of the entry i (0 the oldest) of a ring.
+local function ringAt(key, head, count, i)
+  local off = RHDR + 8 * ((head + i) % count)
+  local v = redis.call('GETRANGE', key, off, off + 7)
+  if #v ~= 8 then
+    error('redisstore: sliding window ' .. key .. ': malformed state')
+  end
+  return dec8(v, 1)
+end
+
+-- ringLive returns how many entries of a ring lie in (now - window, now]:
+-- they are its newest.
+local function ringLive(key, head, count, window)
+  local cut = now - window
+  if count == 0 or ringAt(key, head, count, count - 1) <= cut then
+    return 0
+  end
+  if ringAt(key, head, count, 0) > cut then
+    return count
+  end
+  local lo, hi = 0, count - 1 -- ringAt(lo) <= cut < ringAt(hi)
+  while hi - lo > 1 do
+    local mid = math.floor((lo + hi) / 2)
+    if ringAt(key, head, count, mid) > cut then
+      hi = mid
+    else
+      lo = mid
     end
   end
-  -- A caller that reuses an id must still be counted: add the members
-  -- that already existed under names of their own.
-  local seq = 0
-  while added < cost do
-    seq = seq + 1
-    added = added + redis.call('ZADD', key, 'NX', nowstr, id .. '#' .. nowstr .. '.' .. seq)
+  return count - hi
+end
+
+local function sliding(key, cost, limit, window)
+  local ep, head, count = ringHeader(key)
+  if ep == nil then
+    return true, limit - cost, window, 0, nil, nil
   end
+  local live = ringLive(key, head, count, window)
+  if live + cost <= limit then
+    return true, limit - live - cost, window, 0, nil, fmt(ep)
+  end
+  -- The entry whose leaving frees room for cost (it is live: see ringLive),
+  -- whatever the ring's count against the limit.
+  local frees = ringAt(key, head, count, count + cost - limit - 1)
+  return false, math.max(0, limit - live), ringAt(key, head, count, count - 1) + window - now,
+    frees + window - now, nil, fmt(ep)
+end
+
+-- ringEntries returns the entries of a ring, oldest first.
+local function ringEntries(key, head, count)
+  local s = redis.call('GET', key)
+  local out = {}
+  for i = 0, count - 1 do
+    local off = RHDR + 8 * ((head + i) % count)
+    out[i + 1] = dec8(s, off + 1)
+  end
+  return out
+end
+
+-- ringWrite writes the times in ts (oldest first) as a whole ring, head 0.
+local function ringWrite(key, epoch, ts, window)
+  local parts = {header(epoch, 0, #ts)}
+  for i = 1, #ts do
+    parts[i + 1] = enc(ts[i], 8)
+  end
+  redis.call('SET', key, table.concat(parts), 'PX', ttl(window))
+end
+
+-- recordSliding records cost requests at now in the ring of key (which
+-- check allowed), and returns the ring's epoch.
+local function recordSliding(key, cost, limit, window, epoch)
+  local ep, head, count = ringHeader(key)
+  if ep == nil then
+    redis.call('SET', key, header(tonumber(epoch), 0, cost) .. string.rep(enc(now, 8), cost), 'PX', ttl(window))
+    return epoch
+  end
+  local t = math.max(now, ringAt(key, head, count, count - 1)) -- a clock that stepped back keeps the order
+  if count > limit or (head ~= 0 and count < limit) then
+    -- The limit changed: keep the newest entries that matter, in order.
+    local ts = ringEntries(key, head, count)
+    local keep = {}
+    for i = math.max(1, count - limit + 1), count do
+      keep[#keep + 1] = ts[i]
+    end
+    ringWrite(key, ep, keep, window)
+    head, count = 0, #keep
+  end
+  local entry = enc(t, 8)
+  if head == 0 and count < limit then
+    -- Not full: append, up to the limit. The string has room for
+    -- (len - 16) / 8 times; it doubles when it must grow, up to the limit,
+    -- written whole so that Redis allocates it exactly (SETRANGE past the
+    -- end would let Redis double the allocation beyond the limit's room).
+    local fill = math.min(cost, limit - count)
+    local room = (redis.call('STRLEN', key) - RHDR) / 8
+    if count + fill <= room then
+      redis.call('SETRANGE', key, RHDR + 8 * count, string.rep(entry, fill))
+    else
+      local grown = math.min(limit, math.max(count + fill, 2 * room))
+      redis.call('SET', key, redis.call('GETRANGE', key, 0, RHDR + 8 * count - 1) ..
+        string.rep(entry, fill) .. string.rep('\0', 8 * (grown - count - fill)), 'PX', ttl(window))
+    end
+    count, cost = count + fill, cost - fill
+  end
+  if cost > 0 then
+    -- Full: overwrite the cost oldest (check proved them gone), wrapping.
+    local first = math.min(cost, count - head)
+    redis.call('SETRANGE', key, RHDR + 8 * head, string.rep(entry, first))
+    if cost > first then
+      redis.call('SETRANGE', key, RHDR, string.rep(entry, cost - first))
+    end
+    head = (head + cost) % count
+  end
+  redis.call('SETRANGE', key, 6, enc(head, 3) .. enc(count, 3))
   redis.call('PEXPIRE', key, ttl(window))
+  return ep
 end
 
 local function bucket(key, cost, capacity, interval)
@@ -221,9 +304,9 @@ end
 
 -- write records an allowed hit: val and left are what its check returned,
 -- ep the epoch of its state.
-local function write(key, id, alg, cost, window, val, left, ep)
+local function write(key, id, alg, cost, limit, window, val, left, ep)
   if alg == 's' then
-    recordSliding(key, id, cost, window)
+    recordSliding(key, cost, limit, window, ep)
   elseif alg == 't' then
     redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', fmt(ceildiv(val - now, 1000)))
   else
@@ -290,7 +373,7 @@ local out = {now}
 local o = 1 -- values in out
 local ki = 1 -- next key
 local ai = 3 -- next argument
-local algs, costs, windows, vals, lefts, eps -- per hit of a group of several
+local algs, costs, limits, windows, vals, lefts, eps -- per hit of a group of several
 for _ = 1, tonumber(ARGV[2]) do
   local id = ARGV[ai]
   local epoch = ARGV[ai + 1]
@@ -299,7 +382,7 @@ for _ = 1, tonumber(ARGV[2]) do
   local all = true
   local k0, o0 = ki, o
   if n > 1 and algs == nil then
-    algs, costs, windows, vals, lefts, eps = {}, {}, {}, {}, {}, {}
+    algs, costs, limits, windows, vals, lefts, eps = {}, {}, {}, {}, {}, {}, {}
   end
   for h = 1, n do
     local alg = ARGV[ai]
@@ -311,7 +394,7 @@ for _ = 1, tonumber(ARGV[2]) do
     ki = ki + 1
     local ok, remaining, reset, retry, val, ep
     if alg == 's' then
-      ok, remaining, reset, retry = sliding(key, cost, limit, window)
+      ok, remaining, reset, retry, val, ep = sliding(key, cost, limit, window)
     elseif alg == 't' then
       local capacity, interval = limit, window
       ok, remaining, reset, retry, val, ep = bucket(key, cost, capacity, interval)
@@ -331,23 +414,19 @@ for _ = 1, tonumber(ARGV[2]) do
     if n == 1 then
       -- A group of one hit records at once.
       if ok and record then
-        write(key, id, alg, cost, window, val, reset, ep)
-        if alg ~= 's' then
-          out[o + 5] = tonumber(ep)
-        end
+        write(key, id, alg, cost, limit, window, val, reset, ep)
+        out[o + 5] = tonumber(ep)
       end
     else
       all = all and ok
-      algs[h], costs[h], windows[h], vals[h], lefts[h], eps[h] = alg, cost, window, val, reset, ep
+      algs[h], costs[h], limits[h], windows[h], vals[h], lefts[h], eps[h] = alg, cost, limit, window, val, reset, ep
     end
     o = o + 5
   end
   if n > 1 and record and all then
     for h = 1, n do
-      write(KEYS[k0 + h - 1], id, algs[h], costs[h], windows[h], vals[h], lefts[h], eps[h])
-      if algs[h] ~= 's' then
-        out[o0 + 5 * h] = tonumber(eps[h])
-      end
+      write(KEYS[k0 + h - 1], id, algs[h], costs[h], limits[h], windows[h], vals[h], lefts[h], eps[h])
+      out[o0 + 5 * h] = tonumber(eps[h])
     end
   end
 end
