@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"slices"
@@ -226,17 +225,25 @@ func ring(t testing.TB, c rueidis.Client, key string) (epoch uint64, head int, t
 		}
 		return x
 	}
-	if len(v) < 12 || (len(v)-12)%8 != 0 {
+	// 7-byte entries, then a 29-byte header: epoch, head, count, first,
+	// tfirst, newest.
+	const w, hdr = 7, 29
+	if len(v) < hdr+w || (len(v)-hdr)%w != 0 {
 		t.Fatalf("ring %s: %d bytes", key, len(v))
 	}
-	epoch, head = le(v[:6]), int(le(v[6:9]))
-	count := int(le(v[9:12]))
-	if len(v) < 12+8*count {
-		t.Fatalf("ring %s: %d bytes for %d entries", key, len(v), count)
+	h := v[len(v)-hdr:]
+	epoch, head = le(h[:6]), int(le(h[6:9]))
+	count, first := int(le(h[9:12])), int(le(h[12:15]))
+	tfirst, newest := int64(le(h[15:22])), int64(le(h[22:29]))
+	if len(v) != hdr+w*count || head >= count || first > count {
+		t.Fatalf("ring %s: %d bytes for %d entries, head %d, first %d", key, len(v), count, head, first)
 	}
 	for i := range count {
-		off := 12 + 8*((head+i)%count)
-		times = append(times, int64(binary.LittleEndian.Uint64(v[off:])))
+		off := w * ((head + i) % count)
+		times = append(times, int64(le(v[off:off+w])))
+	}
+	if times[count-1] != newest || (first < count && times[first] != tfirst) {
+		t.Fatalf("ring %s: times %v, first %d; header says tfirst %d, newest %d", key, times, first, tfirst, newest)
 	}
 	return epoch, head, times
 }

@@ -20,7 +20,7 @@
 -- Reply: an integer, the number of hits whose state the refund changed.
 -- Sliding window: once per id (SET tombstone NX), while the take's time is
 -- in the window, remove cost entries of that time from the ring and write
--- it back compacted, in order (O(limit), on a rare path).
+-- back its live entries, in order (O(limit), on a rare path).
 -- Token bucket: once per id (SET tombstone NX), move the TAT back by
 -- max(0, cost * T - (now - at)), not before now.
 -- Fixed window and sliding-window counter: only if at and now lie in the
@@ -54,9 +54,10 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- The sliding window's ring (take.lua): fixed-width little-endian
--- integers, in plain Lua.
-local RHDR = 12
+-- The sliding window's ring (take.lua): entries of 7 bytes, then a
+-- header of 29 (epoch, head, count, first, tfirst, newest), fixed-width
+-- little-endian integers in plain Lua.
+local W, HDR = 7, 29
 
 local function enc(x, n)
   local b = {}
@@ -66,11 +67,6 @@ local function enc(x, n)
     x = (x - r) / 256
   end
   return string.char(unpack(b))
-end
-
-local function dec8(s, i)
-  local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(s, i, i + 7)
-  return ((((((b8 * 256 + b7) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
 end
 
 -- dec returns the n-byte integer at s[i].
@@ -100,17 +96,22 @@ while ki <= #KEYS do
     -- Remove cost entries of the take's time from the ring, if the take
     -- still weighs (its time is in the window) on the state it was
     -- recorded in, once; entries of one time are alike, whichever take
-    -- of that instant recorded them.
+    -- of that instant recorded them. The ring is written back with its
+    -- live entries only, in order.
     local stored = redis.call('GET', key)
-    if stored and #stored >= RHDR and dec(stored, 1, 6) == tonumber(epoch) and at > now - window and
+    local h = stored and #stored - HDR + 1
+    if stored and #stored >= HDR and dec(stored, h, 6) == tonumber(epoch) and at > now - window and
         redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(at + window - now, 1000))) then
-      local ep, head, count = dec(stored, 1, 6), dec(stored, 7, 3), dec(stored, 10, 3)
+      local head, count = dec(stored, h + 6, 3), dec(stored, h + 9, 3)
+      if count == 0 or head >= count or #stored ~= W * count + HDR then
+        error('redisstore: sliding window ' .. key .. ': malformed state')
+      end
       local kept, removed = {}, 0
       for i = count - 1, 0, -1 do -- newest first
-        local v = dec8(stored, RHDR + 8 * ((head + i) % count) + 1)
+        local v = dec(stored, W * ((head + i) % count) + 1, W)
         if removed < cost and v == at then
           removed = removed + 1
-        else
+        elseif v > now - window then
           kept[#kept + 1] = v
         end
       end
@@ -119,10 +120,13 @@ while ki <= #KEYS do
         if #kept == 0 or pttl <= 0 then
           redis.call('DEL', key)
         else
-          local parts = {enc(ep, 6) .. enc(0, 3) .. enc(#kept, 3)}
+          local parts = {}
           for i = #kept, 1, -1 do -- back to oldest first
-            parts[#parts + 1] = enc(kept[i], 8)
+            parts[#parts + 1] = enc(kept[i], W)
           end
+          -- epoch, head 0, count, first 0, tfirst, newest
+          parts[#parts + 1] = string.sub(stored, h, h + 5) .. enc(0, 3) .. enc(#kept, 3) .. enc(0, 3) ..
+            enc(kept[#kept], W) .. enc(kept[1], W)
           redis.call('SET', key, table.concat(parts), 'PX', pttl)
         end
         changed = changed + 1

@@ -6,7 +6,7 @@
 -- KEYS: one state key per hit, in the order of the hits over all groups,
 -- <prefix>{<rule>:<key>}:<alg>:<window> (see the package documentation):
 --   s  sliding window  string, a ring of the admitted requests' times in
---                      us (see recordSliding)
+--                      us (see the ring's notes below)
 --   t  token bucket    string "<TAT>:<epoch>", the theoretical arrival time
 --                      in us
 --   f  fixed window    string "<window index>:<count>:<epoch>"
@@ -83,178 +83,253 @@ end
 -- epoch of the state it found (nil if none). Checks write nothing.
 
 -- The sliding-window log is a ring of the admitted requests' times (see
--- the package documentation): the string "<header><entries>", the header
--- 12 bytes (epoch, 6; head, 3; count, 3; little-endian), then count
--- entries of 8 bytes, each a time in µs, in admission order from the
--- entry at index head (the oldest), wrapping once count is the limit
--- (until then head is 0, and the string may have room for more). A key never needs more than
--- its last limit admitted times: a request of cost n is admitted exactly
--- when the n-th oldest of them has left the window (a ring not yet full
--- counts its empty slots as long gone), and admitting it overwrites the n
--- oldest. Times never decrease along the ring, so the entries still in
--- the window are the newest ones, found by binary search.
-local RHDR = 12
+-- the package documentation), the string "<entries><header>":
+--   entries  count slots of 7 bytes, each a time in µs, little-endian, in
+--            admission order from the slot head (the oldest), wrapping
+--            once count is the limit (until then head is 0)
+--   header   29 bytes, little-endian: epoch (6), head (3), count (3),
+--            first (3), tfirst (7), newest (7)
+-- first is the index (0 the oldest) of the oldest entry that was still in
+-- the window at the last write: the entries before it have left the window
+-- for good, as a sorted set's trimmed members have. tfirst is that entry's
+-- time (the newest's when first is count), newest the newest entry's.
+-- A key never needs more than its last limit admitted times: a request of
+-- cost n is admitted exactly when the live entries (first to count - 1,
+-- once first has moved past those that left the window since) number at
+-- most limit - n, and admitting it overwrites n entries that left the
+-- window (the oldest) or appends. Times never decrease along the ring.
+--
+-- Every take reads the header alone (GETRANGE of the last 29 bytes), and
+-- reads entries only to move first past entries that have just left the
+-- window: usually none or one, read in one GETRANGE of a few slots. An
+-- append writes its entries and the header, which follows them, in one
+-- SETRANGE; an overwrite writes the slots and the header; then PEXPIRE.
+-- The string is written whole (SET) when it is created, when it becomes
+-- full (so that Redis allocates it exactly), and when every entry has
+-- left the window (it shrinks to the new ones).
+local W, HDR = 7, 29
+-- CHUNK is how many entries one read brings when first must move.
+local CHUNK = 8
+
+local char, byte, floor = string.char, string.byte, math.floor
 
 -- Fixed-width little-endian integers (0 to 2^53), in plain Lua: some
 -- servers that speak Redis (miniredis, which the demo embeds) have no
 -- struct library.
-local function enc(x, n)
-  local b = {}
-  for i = 1, n do
-    local r = x % 256
-    b[i] = r
-    x = (x - r) / 256
-  end
-  return string.char(unpack(b))
+local function enc7(x)
+  local b1 = x % 256
+  x = (x - b1) / 256
+  local b2 = x % 256
+  x = (x - b2) / 256
+  local b3 = x % 256
+  x = (x - b3) / 256
+  local b4 = x % 256
+  x = (x - b4) / 256
+  local b5 = x % 256
+  x = (x - b5) / 256
+  local b6 = x % 256
+  return char(b1, b2, b3, b4, b5, b6, (x - b6) / 256)
 end
 
-local function dec8(s, i)
-  local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(s, i, i + 7)
-  return ((((((b8 * 256 + b7) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
+local function enc3(x)
+  return char(x % 256, floor(x / 256) % 256, floor(x / 65536))
 end
 
--- dec returns the n-byte integer at s[i].
-local function dec(s, i, n)
-  local v = 0
-  for j = i + n - 1, i, -1 do
-    v = v * 256 + string.byte(s, j)
-  end
-  return v
+local function dec7(s, i)
+  local b1, b2, b3, b4, b5, b6, b7 = byte(s, i, i + 6)
+  return (((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
 end
 
-local function header(epoch, head, count)
-  return enc(epoch, 6) .. enc(head, 3) .. enc(count, 3)
+local function dec6(s, i)
+  local b1, b2, b3, b4, b5, b6 = byte(s, i, i + 5)
+  return ((((b6 * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
 end
 
--- ringHeader returns a ring's epoch, head and count, or nil if key holds
--- none.
-local function ringHeader(key)
-  local h = redis.call('GETRANGE', key, 0, RHDR - 1)
+local function dec3(s, i)
+  local b1, b2, b3 = byte(s, i, i + 2)
+  return (b3 * 256 + b2) * 256 + b1
+end
+
+-- ringHeader encodes the header of a ring r.
+local function ringHeader(r)
+  return string.sub(enc7(r.ep), 1, 6) .. enc3(r.head) .. enc3(r.count) .. enc3(r.first) ..
+    enc7(r.tfirst) .. enc7(r.newest)
+end
+
+local function malformed(key)
+  error('redisstore: sliding window ' .. key .. ': malformed state')
+end
+
+-- ringOpen reads the header of the ring of key: a table with the key and
+-- the header's fields, or nil if there is no ring.
+local function ringOpen(key)
+  local h = redis.call('GETRANGE', key, -HDR, -1)
   if h == '' then
     return nil
   end
-  if #h ~= RHDR then
-    error('redisstore: sliding window ' .. key .. ': malformed state')
+  if #h ~= HDR then
+    malformed(key)
   end
-  return dec(h, 1, 6), dec(h, 7, 3), dec(h, 10, 3)
+  local r = {key = key, ep = dec6(h, 1), head = dec3(h, 7), count = dec3(h, 10), first = dec3(h, 13),
+    tfirst = dec7(h, 16), newest = dec7(h, 23)}
+  if r.count == 0 or r.head >= r.count or r.first > r.count then
+    malformed(r.key)
+  end
+  return r
 end
 
--- ringAt returns the time of the entry i (0 the oldest) of a ring.
-local function ringAt(key, head, count, i)
-  local off = RHDR + 8 * ((head + i) % count)
-  local v = redis.call('GETRANGE', key, off, off + 7)
-  if #v ~= 8 then
-    error('redisstore: sliding window ' .. key .. ': malformed state')
-  end
-  return dec8(v, 1)
-end
-
--- ringLive returns how many entries of a ring lie in (now - window, now]:
--- they are its newest.
-local function ringLive(key, head, count, window)
-  local cut = now - window
-  if count == 0 or ringAt(key, head, count, count - 1) <= cut then
-    return 0
-  end
-  if ringAt(key, head, count, 0) > cut then
-    return count
-  end
-  local lo, hi = 0, count - 1 -- ringAt(lo) <= cut < ringAt(hi)
-  while hi - lo > 1 do
-    local mid = math.floor((lo + hi) / 2)
-    if ringAt(key, head, count, mid) > cut then
-      hi = mid
-    else
-      lo = mid
-    end
-  end
-  return count - hi
-end
-
-local function sliding(key, cost, limit, window)
-  local ep, head, count = ringHeader(key)
-  if ep == nil then
-    return true, limit - cost, window, 0, nil, nil
-  end
-  local live = ringLive(key, head, count, window)
-  if live + cost <= limit then
-    return true, limit - live - cost, window, 0, nil, fmt(ep)
-  end
-  -- The entry whose leaving frees room for cost (it is live: see ringLive),
-  -- whatever the ring's count against the limit.
-  local frees = ringAt(key, head, count, count + cost - limit - 1)
-  return false, math.max(0, limit - live), ringAt(key, head, count, count - 1) + window - now,
-    frees + window - now, nil, fmt(ep)
-end
-
--- ringEntries returns the entries of a ring, oldest first.
-local function ringEntries(key, head, count)
-  local s = redis.call('GET', key)
+-- ringRead returns the times of the entries i to j (0 the oldest; j - i <
+-- count) of the ring r, in a table indexed from i, with at most two
+-- GETRANGEs (one unless they wrap).
+local function ringRead(r, i, j)
   local out = {}
-  for i = 0, count - 1 do
-    local off = RHDR + 8 * ((head + i) % count)
-    out[i + 1] = dec8(s, off + 1)
+  while i <= j do
+    local slot = (r.head + i) % r.count
+    local n = math.min(j - i + 1, r.count - slot) -- up to the last slot
+    local v = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
+    if #v ~= W * n then
+      malformed(r.key)
+    end
+    for k = 0, n - 1 do
+      out[i + k] = dec7(v, W * k + 1)
+    end
+    i = i + n
   end
   return out
 end
 
--- ringWrite writes the times in ts (oldest first) as a whole ring, head 0.
-local function ringWrite(key, epoch, ts, window)
-  local parts = {header(epoch, 0, #ts)}
-  for i = 1, #ts do
-    parts[i + 1] = enc(ts[i], 8)
+-- ringAt returns the time of the entry i of the ring r.
+local function ringAt(r, i)
+  if i == r.first then
+    return r.tfirst
   end
-  redis.call('SET', key, table.concat(parts), 'PX', ttl(window))
+  return ringRead(r, i, i)[i]
 end
 
--- recordSliding records cost requests at now in the ring of key (which
--- check allowed), and returns the ring's epoch.
-local function recordSliding(key, cost, limit, window, epoch)
-  local ep, head, count = ringHeader(key)
-  if ep == nil then
-    redis.call('SET', key, header(tonumber(epoch), 0, cost) .. string.rep(enc(now, 8), cost), 'PX', ttl(window))
-    return epoch
+-- ringTrim moves r.first past the entries that have left the window
+-- (times at or before cut): usually none, or a few read in one GETRANGE;
+-- a binary search beyond those.
+local function ringTrim(r, cut)
+  if r.first == r.count or r.tfirst > cut then
+    return
   end
-  local t = math.max(now, ringAt(key, head, count, count - 1)) -- a clock that stepped back keeps the order
-  if count > limit or (head ~= 0 and count < limit) then
-    -- The limit changed: keep the newest entries that matter, in order.
-    local ts = ringEntries(key, head, count)
-    local keep = {}
-    for i = math.max(1, count - limit + 1), count do
-      keep[#keep + 1] = ts[i]
+  if r.newest <= cut then
+    r.first, r.tfirst = r.count, r.newest
+    return
+  end
+  -- Entry lo has left the window, entry hi (the newest at first) has not.
+  local lo, hi, thi = r.first, r.count - 1, r.newest
+  local last = math.min(hi - 1, lo + CHUNK)
+  if last > lo then
+    local ts = ringRead(r, lo + 1, last)
+    for i = lo + 1, last do
+      if ts[i] > cut then
+        r.first, r.tfirst = i, ts[i]
+        return
+      end
     end
-    ringWrite(key, ep, keep, window)
-    head, count = 0, #keep
+    lo = last
   end
-  local entry = enc(t, 8)
-  if head == 0 and count < limit then
-    -- Not full: append, up to the limit. The string has room for
-    -- (len - 16) / 8 times; it doubles when it must grow, up to the limit,
-    -- written whole so that Redis allocates it exactly (SETRANGE past the
-    -- end would let Redis double the allocation beyond the limit's room).
-    local fill = math.min(cost, limit - count)
-    local room = (redis.call('STRLEN', key) - RHDR) / 8
-    if count + fill <= room then
-      redis.call('SETRANGE', key, RHDR + 8 * count, string.rep(entry, fill))
+  while hi - lo > 1 do
+    local mid = floor((lo + hi) / 2)
+    local tm = ringAt(r, mid)
+    if tm > cut then
+      hi, thi = mid, tm
     else
-      local grown = math.min(limit, math.max(count + fill, 2 * room))
-      redis.call('SET', key, redis.call('GETRANGE', key, 0, RHDR + 8 * count - 1) ..
-        string.rep(entry, fill) .. string.rep('\0', 8 * (grown - count - fill)), 'PX', ttl(window))
+      lo = mid
     end
-    count, cost = count + fill, cost - fill
   end
-  if cost > 0 then
-    -- Full: overwrite the cost oldest (check proved them gone), wrapping.
-    local first = math.min(cost, count - head)
-    redis.call('SETRANGE', key, RHDR + 8 * head, string.rep(entry, first))
-    if cost > first then
-      redis.call('SETRANGE', key, RHDR, string.rep(entry, cost - first))
+  r.first, r.tfirst = hi, thi
+end
+
+-- sliding checks a sliding-window hit; when allowed, its value is the
+-- ring it read, trimmed (nil for a new one), which recordSliding writes.
+local function sliding(key, cost, limit, window)
+  local r = ringOpen(key)
+  if r == nil then
+    return true, limit - cost, window, 0, nil, nil
+  end
+  ringTrim(r, now - window)
+  local live = r.count - r.first
+  if live + cost <= limit then
+    return true, limit - live - cost, window, 0, r, fmt(r.ep)
+  end
+  -- The entry whose leaving frees room for cost: live, as live + cost >
+  -- limit puts it at or after first, whatever the ring's count against
+  -- the limit.
+  local frees = ringAt(r, r.count + cost - limit - 1)
+  return false, math.max(0, limit - live), r.newest + window - now, frees + window - now, nil, fmt(r.ep)
+end
+
+-- ringRewrite writes the ring r whole, keeping only its live entries
+-- (first to count - 1) and appending cost entries at t: head 0, first 0,
+-- allocated exactly.
+local function ringRewrite(r, cost, t, window)
+  local parts = {}
+  if r.first < r.count then
+    local slot = (r.head + r.first) % r.count
+    local live = r.count - r.first
+    local n = math.min(live, r.count - slot)
+    parts[1] = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
+    if n < live then
+      parts[2] = redis.call('GETRANGE', r.key, 0, W * (live - n) - 1)
     end
-    head = (head + cost) % count
+    r.count, r.tfirst = live + cost, r.tfirst
+  else
+    r.count, r.tfirst = cost, t
   end
-  redis.call('SETRANGE', key, 6, enc(head, 3) .. enc(count, 3))
+  parts[#parts + 1] = string.rep(enc7(t), cost)
+  r.head, r.first, r.newest = 0, 0, t
+  parts[#parts + 1] = ringHeader(r)
+  local s = table.concat(parts)
+  if #s ~= W * r.count + HDR then
+    malformed(r.key)
+  end
+  redis.call('SET', r.key, s, 'PX', ttl(window))
+end
+
+-- recordSliding records cost requests at now in the ring r of key, as its
+-- check read it (nil: none; epoch is then the new ring's).
+local function recordSliding(key, cost, limit, window, epoch, r)
+  if r == nil then
+    redis.call('SET', key, string.rep(enc7(now), cost) ..
+      ringHeader({ep = tonumber(epoch), head = 0, count = cost, first = 0, tfirst = now, newest = now}),
+      'PX', ttl(window))
+    return
+  end
+  local t = math.max(now, r.newest) -- a clock that stepped back keeps the order
+  if r.first == r.count then
+    r.tfirst = t -- the first live entry is the first new one
+  end
+  local entry = enc7(t)
+  if r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) then
+    -- Every entry has left the window, or the limit changed since the
+    -- ring filled, or it fills up now: write it whole.
+    ringRewrite(r, cost, t, window)
+    return
+  end
+  if r.count < limit then
+    -- Not full (head is 0), and stays so: append, the header after the new entries.
+    r.count, r.newest = r.count + cost, t
+    redis.call('SETRANGE', key, W * (r.count - cost), string.rep(entry, cost) .. ringHeader(r))
+  else
+    -- Full: overwrite the cost oldest, which have left the window
+    -- (live + cost <= limit = count), wrapping.
+    local head, count = r.head, r.count
+    local n = math.min(cost, count - head)
+    r.head, r.first, r.newest = (head + cost) % count, r.first - cost, t
+    if n == cost and head + n == count then
+      -- The last slots: the header follows them.
+      redis.call('SETRANGE', key, W * head, string.rep(entry, n) .. ringHeader(r))
+    else
+      redis.call('SETRANGE', key, W * head, string.rep(entry, n))
+      if cost > n then
+        redis.call('SETRANGE', key, 0, string.rep(entry, cost - n))
+      end
+      redis.call('SETRANGE', key, W * count, ringHeader(r))
+    end
+  end
   redis.call('PEXPIRE', key, ttl(window))
-  return ep
 end
 
 local function bucket(key, cost, capacity, interval)
@@ -302,11 +377,22 @@ local function fixed(key, cost, limit, window)
   return false, math.max(0, limit - count), left, left, nil, ep
 end
 
+-- rewritten maps the sliding windows this call has written to the group
+-- (its index) that wrote them last.
+local rewritten, group = {}, 0
+
 -- write records an allowed hit: val and left are what its check returned,
 -- ep the epoch of its state.
 local function write(key, id, alg, cost, limit, window, val, left, ep)
   if alg == 's' then
-    recordSliding(key, cost, limit, window, ep)
+    if rewritten[key] == group then
+      -- A group that names the key twice: the ring its check read is
+      -- stale.
+      val = ringOpen(key)
+      ringTrim(val, now - window)
+    end
+    recordSliding(key, cost, limit, window, ep, val)
+    rewritten[key] = group
   elseif alg == 't' then
     redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', fmt(ceildiv(val - now, 1000)))
   else
@@ -374,7 +460,8 @@ local o = 1 -- values in out
 local ki = 1 -- next key
 local ai = 3 -- next argument
 local algs, costs, limits, windows, vals, lefts, eps -- per hit of a group of several
-for _ = 1, tonumber(ARGV[2]) do
+for g = 1, tonumber(ARGV[2]) do
+  group = g
   local id = ARGV[ai]
   local epoch = ARGV[ai + 1]
   local n = tonumber(ARGV[ai + 2])
