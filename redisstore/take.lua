@@ -44,6 +44,54 @@ local record = ARGV[1] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
+-- Fast path: a call of one group of one sliding-window hit that records,
+-- the common case at light load (a Take sent alone), on a ring small
+-- enough to be read whole (see the ring's notes below) or none. It does
+-- what the general path below does for it, without building the general
+-- path's functions, which costs several microseconds per call. Where
+-- there is no struct library, or the ring is larger or wraps, it falls
+-- through to the general path.
+local struct = rawget(_G, 'struct')
+if record and struct and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' then
+  local key = KEYS[1]
+  local cost, limit, window = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  local pack, unpack = struct.pack, struct.unpack
+  local hfmt = '<I6I3I3I3I7I7' -- the ring's header: see below
+  -- window / 1000 is correctly rounded and window < 2^53, so its ceiling
+  -- is exact.
+  local pexpire = string.format('%.0f', math.ceil(window / 1000))
+  local s = redis.call('GETRANGE', key, -(29 + 7 * 64), -1)
+  if s == '' then
+    local epoch = tonumber(ARGV[4])
+    redis.call('SET', key, string.rep(pack('<I7', now), cost) .. pack(hfmt, epoch, 0, cost, 0, now, now), 'PX', pexpire)
+    return {now, 1, limit - cost, window, 0, epoch}
+  end
+  if #s >= 29 then
+    local ep, head, count, first, tfirst, newest = unpack(hfmt, s, #s - 28)
+    if #s == 29 + 7 * count and head == 0 and count > 0 and first <= count then
+      local cut = now - window
+      while first < count and tfirst <= cut do
+        first = first + 1
+        if first < count then
+          tfirst = unpack('<I7', s, 7 * first + 1)
+        end
+      end
+      local live = count - first
+      if live + cost <= limit then
+        local t = math.max(now, newest) -- a clock that stepped back keeps the order
+        if first == count then
+          tfirst = t
+        end
+        redis.call('SET', key, string.sub(s, 7 * first + 1, 7 * count) .. string.rep(pack('<I7', t), cost) ..
+          pack(hfmt, ep, 0, live + cost, 0, tfirst, t), 'PX', pexpire)
+        return {now, 1, limit - live - cost, window, 0, ep}
+      end
+      local frees = unpack('<I7', s, 7 * (count + cost - limit - 1) + 1)
+      return {now, 0, math.max(0, limit - live), newest + window - now, frees + window - now, 0}
+    end
+  end
+end
+
 -- Integer arithmetic on doubles: every value stays below 2^53, where
 -- doubles are exact; divisions are corrected so that rounding never moves
 -- a quotient across an integer.
@@ -108,72 +156,93 @@ end
 -- full (so that Redis allocates it exactly), and when every entry has
 -- left the window (it shrinks to the new ones).
 local W, HDR = 7, 29
--- CHUNK is how many entries one read brings when first must move.
-local CHUNK = 8
+-- CHUNK is how many entries one read brings when first must move; a ring
+-- of at most SMALL entries is read and written whole.
+local CHUNK, SMALL = 8, 64
 
 local char, byte, floor = string.char, string.byte, math.floor
 
--- Fixed-width little-endian integers (0 to 2^53), in plain Lua: some
--- servers that speak Redis (miniredis, which the demo embeds) have no
--- struct library.
-local function enc7(x)
-  local b1 = x % 256
-  x = (x - b1) / 256
-  local b2 = x % 256
-  x = (x - b2) / 256
-  local b3 = x % 256
-  x = (x - b3) / 256
-  local b4 = x % 256
-  x = (x - b4) / 256
-  local b5 = x % 256
-  x = (x - b5) / 256
-  local b6 = x % 256
-  return char(b1, b2, b3, b4, b5, b6, (x - b6) / 256)
-end
-
-local function enc3(x)
-  return char(x % 256, floor(x / 256) % 256, floor(x / 65536))
-end
-
-local function dec7(s, i)
-  local b1, b2, b3, b4, b5, b6, b7 = byte(s, i, i + 6)
-  return (((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
-end
-
-local function dec6(s, i)
-  local b1, b2, b3, b4, b5, b6 = byte(s, i, i + 5)
-  return ((((b6 * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256 + b1
-end
-
-local function dec3(s, i)
-  local b1, b2, b3 = byte(s, i, i + 2)
-  return (b3 * 256 + b2) * 256 + b1
-end
-
--- ringHeader encodes the header of a ring r.
-local function ringHeader(r)
-  return string.sub(enc7(r.ep), 1, 6) .. enc3(r.head) .. enc3(r.count) .. enc3(r.first) ..
-    enc7(r.tfirst) .. enc7(r.newest)
+-- Fixed-width little-endian integers (0 to 2^53): Redis's struct library
+-- where there is one (a C call per header or entry), plain Lua elsewhere
+-- (miniredis, which the demo embeds, has no struct library).
+-- enc7 and dec7 encode and decode an entry; ringHeader and headerFields
+-- the header.
+local enc7, dec7, ringHeader, headerFields
+if struct then
+  local pack, unpack = struct.pack, struct.unpack
+  enc7 = function(x)
+    return pack('<I7', x)
+  end
+  dec7 = function(s, i)
+    return (unpack('<I7', s, i))
+  end
+  ringHeader = function(r)
+    return pack('<I6I3I3I3I7I7', r.ep, r.head, r.count, r.first, r.tfirst, r.newest)
+  end
+  headerFields = function(s, i)
+    return unpack('<I6I3I3I3I7I7', s, i)
+  end
+else
+  enc7 = function(x)
+    local b1 = x % 256
+    x = (x - b1) / 256
+    local b2 = x % 256
+    x = (x - b2) / 256
+    local b3 = x % 256
+    x = (x - b3) / 256
+    local b4 = x % 256
+    x = (x - b4) / 256
+    local b5 = x % 256
+    x = (x - b5) / 256
+    local b6 = x % 256
+    return char(b1, b2, b3, b4, b5, b6, (x - b6) / 256)
+  end
+  local function enc3(x)
+    return char(x % 256, floor(x / 256) % 256, floor(x / 65536))
+  end
+  local function dec(s, i, n)
+    local v = 0
+    for j = i + n - 1, i, -1 do
+      v = v * 256 + byte(s, j)
+    end
+    return v
+  end
+  dec7 = function(s, i)
+    return dec(s, i, 7)
+  end
+  ringHeader = function(r)
+    return string.sub(enc7(r.ep), 1, 6) .. enc3(r.head) .. enc3(r.count) .. enc3(r.first) ..
+      enc7(r.tfirst) .. enc7(r.newest)
+  end
+  headerFields = function(s, i)
+    return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), dec(s, i + 15, 7),
+      dec(s, i + 22, 7)
+  end
 end
 
 local function malformed(key)
   error('redisstore: sliding window ' .. key .. ': malformed state')
 end
 
--- ringOpen reads the header of the ring of key: a table with the key and
--- the header's fields, or nil if there is no ring.
+-- ringOpen reads the ring of key: a table with the key, the header's
+-- fields and, when the ring holds at most SMALL entries, the string s
+-- itself; nil if there is no ring. One GETRANGE of the string's end
+-- brings the header, and the whole string when it is that small.
 local function ringOpen(key)
-  local h = redis.call('GETRANGE', key, -HDR, -1)
-  if h == '' then
+  local s = redis.call('GETRANGE', key, -(HDR + W * SMALL), -1)
+  if s == '' then
     return nil
   end
-  if #h ~= HDR then
+  if #s < HDR then
     malformed(key)
   end
-  local r = {key = key, ep = dec6(h, 1), head = dec3(h, 7), count = dec3(h, 10), first = dec3(h, 13),
-    tfirst = dec7(h, 16), newest = dec7(h, 23)}
-  if r.count == 0 or r.head >= r.count or r.first > r.count then
-    malformed(r.key)
+  local ep, head, count, first, tfirst, newest = headerFields(s, #s - HDR + 1)
+  local r = {key = key, ep = ep, head = head, count = count, first = first, tfirst = tfirst, newest = newest}
+  if count == 0 or head >= count or first > count or (#s < HDR + W * SMALL and #s ~= HDR + W * count) then
+    malformed(key)
+  end
+  if #s == HDR + W * count then
+    r.s = s
   end
   return r
 end
@@ -183,6 +252,12 @@ end
 -- GETRANGEs (one unless they wrap).
 local function ringRead(r, i, j)
   local out = {}
+  if r.s then
+    for k = i, j do
+      out[k] = dec7(r.s, W * ((r.head + k) % r.count) + 1)
+    end
+    return out
+  end
   while i <= j do
     local slot = (r.head + i) % r.count
     local n = math.min(j - i + 1, r.count - slot) -- up to the last slot
@@ -252,13 +327,13 @@ local function sliding(key, cost, limit, window)
   ringTrim(r, now - window)
   local live = r.count - r.first
   if live + cost <= limit then
-    return true, limit - live - cost, window, 0, r, fmt(r.ep)
+    return true, limit - live - cost, window, 0, r, r.ep
   end
   -- The entry whose leaving frees room for cost: live, as live + cost >
   -- limit puts it at or after first, whatever the ring's count against
   -- the limit.
   local frees = ringAt(r, r.count + cost - limit - 1)
-  return false, math.max(0, limit - live), r.newest + window - now, frees + window - now, nil, fmt(r.ep)
+  return false, math.max(0, limit - live), r.newest + window - now, frees + window - now, nil, r.ep
 end
 
 -- ringRewrite writes the ring r whole, keeping only its live entries
@@ -270,9 +345,16 @@ local function ringRewrite(r, cost, t, window)
     local slot = (r.head + r.first) % r.count
     local live = r.count - r.first
     local n = math.min(live, r.count - slot)
-    parts[1] = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
-    if n < live then
-      parts[2] = redis.call('GETRANGE', r.key, 0, W * (live - n) - 1)
+    if r.s then
+      parts[1] = string.sub(r.s, W * slot + 1, W * (slot + n))
+      if n < live then
+        parts[2] = string.sub(r.s, 1, W * (live - n))
+      end
+    else
+      parts[1] = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
+      if n < live then
+        parts[2] = redis.call('GETRANGE', r.key, 0, W * (live - n) - 1)
+      end
     end
     r.count, r.tfirst = live + cost, r.tfirst
   else
@@ -302,9 +384,10 @@ local function recordSliding(key, cost, limit, window, epoch, r)
     r.tfirst = t -- the first live entry is the first new one
   end
   local entry = enc7(t)
-  if r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) then
-    -- Every entry has left the window, or the limit changed since the
-    -- ring filled, or it fills up now: write it whole.
+  if r.s or r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) then
+    -- A small ring, read whole; or every entry has left the window, or
+    -- the limit changed since the ring filled, or it fills up now: write
+    -- it whole, one SET that also sets the TTL.
     ringRewrite(r, cost, t, window)
     return
   end
