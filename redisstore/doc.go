@@ -41,9 +41,10 @@
 // time.Duration writes it:
 //
 //	<prefix>{<rule>:<key>}:s:<window>        sliding window: string, a ring of the
-//	                                         last Limit admitted times in µs, 8 bytes
-//	                                         each after a 12-byte header (epoch, head,
-//	                                         count; see take.lua)
+//	                                         last Limit admitted times in µs, 7 bytes
+//	                                         each, then a 29-byte header (epoch, head,
+//	                                         count, the first live entry and its time,
+//	                                         the newest time; see take.lua)
 //	<prefix>{<rule>:<key>}:t:<window>        token bucket: string "<TAT>:<epoch>",
 //	                                         the theoretical arrival time in µs
 //	<prefix>{<rule>:<key>}:f:<window>        fixed window: string
@@ -85,8 +86,10 @@
 // # Memory
 //
 // A token bucket, fixed window or counter takes about 120-136 bytes per
-// key whatever its limit; a sliding window 8 bytes per request of its
-// limit and about 170 bytes more (8,280 bytes at a limit of 1,000). Prefer the sliding window for small limits that must be exact
+// key whatever its limit; a sliding window 7 bytes per request of its
+// limit and about 130-200 bytes more in jemalloc's size classes (200 bytes
+// at a limit of 10, 7,256 at 1,000). Prefer the sliding window for small
+// limits that must be exact
 // (login, PIX transfers), the token bucket for large ones (API quotas).
 // docs/CLUSTER.md in the repository has the measured table, on a
 // standalone server and on a Cluster node, and how to size a deployment.

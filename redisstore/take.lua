@@ -147,14 +147,16 @@ end
 -- most limit - n, and admitting it overwrites n entries that left the
 -- window (the oldest) or appends. Times never decrease along the ring.
 --
--- Every take reads the header alone (GETRANGE of the last 29 bytes), and
--- reads entries only to move first past entries that have just left the
--- window: usually none or one, read in one GETRANGE of a few slots. An
--- append writes its entries and the header, which follows them, in one
--- SETRANGE; an overwrite writes the slots and the header; then PEXPIRE.
--- The string is written whole (SET) when it is created, when it becomes
--- full (so that Redis allocates it exactly), and when every entry has
--- left the window (it shrinks to the new ones).
+-- Every take reads the string's end with one GETRANGE: the header and,
+-- when the ring holds at most SMALL entries, the whole string, which it
+-- then writes whole with one SET (its live entries and the new ones, head
+-- 0), the TTL included. A larger ring reads entries only to move first
+-- past entries that have just left the window (usually none or one, read
+-- in one GETRANGE of a few slots). An append to it writes its entries and
+-- the header, which follows them, in one SETRANGE; an overwrite writes
+-- the slots and the header; then PEXPIRE. It is written whole when it
+-- becomes full (so that Redis allocates it exactly), when every entry has
+-- left the window (it shrinks to the new ones) and when the limit changed.
 local W, HDR = 7, 29
 -- CHUNK is how many entries one read brings when first must move; a ring
 -- of at most SMALL entries is read and written whole.
