@@ -44,52 +44,57 @@ local record = ARGV[1] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- Fast path: a call of one group of one sliding-window hit that records,
--- the common case at light load (a Take sent alone), on a ring small
--- enough to be read whole (see the ring's notes below) or none. It does
--- what the general path below does for it, without building the general
--- path's functions, which costs several microseconds per call. Where
--- there is no struct library, or the ring is larger or wraps, it falls
--- through to the general path.
+-- quick records a sliding-window hit of a group of one in the common
+-- cases: the ring (see its notes below) is absent, or it is not full and
+-- no entry has just left the window. It reads the header, and writes with
+-- one SET, or one SETRANGE and a PEXPIRE. It returns the remaining count
+-- and the ring's epoch; or nil and the header it read (nil if none), for
+-- the general path to take over. It needs the struct library (quick is
+-- nil without it).
+local quick
 local struct = rawget(_G, 'struct')
-if record and struct and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' then
-  local key = KEYS[1]
-  local cost, limit, window = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+if struct then
   local pack, unpack = struct.pack, struct.unpack
-  local hfmt = '<I6I3I3I3I7I7' -- the ring's header: see below
-  -- window / 1000 is correctly rounded and window < 2^53, so its ceiling
-  -- is exact.
-  local pexpire = string.format('%.0f', math.ceil(window / 1000))
-  local s = redis.call('GETRANGE', key, -(29 + 7 * 64), -1)
-  if s == '' then
-    local epoch = tonumber(ARGV[4])
-    redis.call('SET', key, string.rep(pack('<I7', now), cost) .. pack(hfmt, epoch, 0, cost, 0, now, now), 'PX', pexpire)
-    return {now, 1, limit - cost, window, 0, epoch}
-  end
-  if #s >= 29 then
-    local ep, head, count, first, tfirst, newest = unpack(hfmt, s, #s - 28)
-    if #s == 29 + 7 * count and head == 0 and count > 0 and first <= count then
-      local cut = now - window
-      while first < count and tfirst <= cut do
-        first = first + 1
-        if first < count then
-          tfirst = unpack('<I7', s, 7 * first + 1)
-        end
-      end
-      local live = count - first
-      if live + cost <= limit then
-        local t = math.max(now, newest) -- a clock that stepped back keeps the order
-        if first == count then
-          tfirst = t
-        end
-        redis.call('SET', key, string.sub(s, 7 * first + 1, 7 * count) .. string.rep(pack('<I7', t), cost) ..
-          pack(hfmt, ep, 0, live + cost, 0, tfirst, t), 'PX', pexpire)
-        return {now, 1, limit - live - cost, window, 0, ep}
-      end
-      local frees = unpack('<I7', s, 7 * (count + cost - limit - 1) + 1)
-      return {now, 0, math.max(0, limit - live), newest + window - now, frees + window - now, 0}
+  local hfmt = '<I6I3I3I3I7I7' -- the ring's header
+  local lastWindow, pexpire
+  quick = function(key, cost, limit, window, epoch)
+    if window ~= lastWindow then
+      -- window / 1000 is correctly rounded and window < 2^53, so its
+      -- ceiling is exact.
+      lastWindow, pexpire = window, string.format('%.0f', math.ceil(window / 1000))
     end
+    local h = redis.call('GETRANGE', key, -29, -1)
+    if h == '' then
+      epoch = tonumber(epoch)
+      redis.call('SET', key, string.rep(pack('<I7', now), cost) .. pack(hfmt, epoch, 0, cost, 0, now, now), 'PX', pexpire)
+      return limit - cost, epoch
+    end
+    if #h == 29 then
+      local ep, head, count, first, tfirst, newest = unpack(hfmt, h)
+      if head == 0 and first < count and tfirst > now - window and count + cost < limit then
+        local t = math.max(now, newest) -- a clock that stepped back keeps the order
+        redis.call('SETRANGE', key, 7 * count, string.rep(pack('<I7', t), cost) ..
+          pack(hfmt, ep, 0, count + cost, first, tfirst, t))
+        redis.call('PEXPIRE', key, pexpire)
+        return limit - (count - first) - cost, ep
+      end
+    end
+    return nil, h
   end
+end
+
+-- Fast path: a call of one group of one sliding-window hit that records,
+-- the common case at light load (a Take sent alone). Where quick does not
+-- record it, the general path below does, from the header quick read;
+-- quick spares it building the general path's functions, which costs
+-- several microseconds per call.
+local header
+if record and quick and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' then
+  local remaining, ep = quick(KEYS[1], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[4])
+  if remaining then
+    return {now, 1, remaining, tonumber(ARGV[9]), 0, ep}
+  end
+  header = ep
 end
 
 -- Integer arithmetic on doubles: every value stays below 2^53, where
@@ -147,20 +152,21 @@ end
 -- most limit - n, and admitting it overwrites n entries that left the
 -- window (the oldest) or appends. Times never decrease along the ring.
 --
--- Every take reads the string's end with one GETRANGE: the header and,
--- when the ring holds at most SMALL entries, the whole string, which it
--- then writes whole with one SET (its live entries and the new ones, head
--- 0), the TTL included. A larger ring reads entries only to move first
--- past entries that have just left the window (usually none or one, read
--- in one GETRANGE of a few slots). An append to it writes its entries and
--- the header, which follows them, in one SETRANGE; an overwrite writes
--- the slots and the header; then PEXPIRE. It is written whole when it
--- becomes full (so that Redis allocates it exactly), when every entry has
--- left the window (it shrinks to the new ones) and when the limit changed.
+-- Every take reads the header alone (GETRANGE of the last 29 bytes), and
+-- reads entries only to move first past entries that have just left the
+-- window: usually none or one, read in one GETRANGE of a few slots. An
+-- append writes its entries and the header, which follows them, in one
+-- SETRANGE; an overwrite writes the slots and the header; then PEXPIRE.
+-- The string is written whole (SET, with the TTL) when it is created, when
+-- it becomes full (so that Redis allocates it exactly), when every entry
+-- has left the window (it shrinks to the new ones) and when the limit
+-- changed. (Reading and writing small rings whole, one GETRANGE and one
+-- SET, was measured and cost Redis more per take than this, even at 4
+-- entries: the SET of a new value costs more than a SETRANGE and a
+-- PEXPIRE.)
 local W, HDR = 7, 29
--- CHUNK is how many entries one read brings when first must move; a ring
--- of at most SMALL entries is read and written whole.
-local CHUNK, SMALL = 8, 64
+-- CHUNK is how many entries one read brings when first must move.
+local CHUNK = 8
 
 local char, byte, floor = string.char, string.byte, math.floor
 
@@ -226,27 +232,22 @@ local function malformed(key)
   error('redisstore: sliding window ' .. key .. ': malformed state')
 end
 
--- ringOpen reads the ring of key: a table with the key, the header's
--- fields and, when the ring holds at most SMALL entries, the string s
--- itself; nil if there is no ring. One GETRANGE of the string's end
--- brings the header, and the whole string when it is that small.
-local function ringOpen(key)
-  local s = redis.call('GETRANGE', key, -(HDR + W * SMALL), -1)
-  if s == '' then
+-- ringOpen reads the header of the ring of key (h, when the caller read
+-- it already): a table with the key and the header's fields, or nil if
+-- there is no ring.
+local function ringOpen(key, h)
+  h = h or redis.call('GETRANGE', key, -HDR, -1)
+  if h == '' then
     return nil
   end
-  if #s < HDR then
+  if #h ~= HDR then
     malformed(key)
   end
-  local ep, head, count, first, tfirst, newest = headerFields(s, #s - HDR + 1)
-  local r = {key = key, ep = ep, head = head, count = count, first = first, tfirst = tfirst, newest = newest}
-  if count == 0 or head >= count or first > count or (#s < HDR + W * SMALL and #s ~= HDR + W * count) then
+  local ep, head, count, first, tfirst, newest = headerFields(h, 1)
+  if count == 0 or head >= count or first > count then
     malformed(key)
   end
-  if #s == HDR + W * count then
-    r.s = s
-  end
-  return r
+  return {key = key, ep = ep, head = head, count = count, first = first, tfirst = tfirst, newest = newest}
 end
 
 -- ringRead returns the times of the entries i to j (0 the oldest; j - i <
@@ -254,12 +255,6 @@ end
 -- GETRANGEs (one unless they wrap).
 local function ringRead(r, i, j)
   local out = {}
-  if r.s then
-    for k = i, j do
-      out[k] = dec7(r.s, W * ((r.head + k) % r.count) + 1)
-    end
-    return out
-  end
   while i <= j do
     local slot = (r.head + i) % r.count
     local n = math.min(j - i + 1, r.count - slot) -- up to the last slot
@@ -319,10 +314,11 @@ local function ringTrim(r, cut)
   r.first, r.tfirst = hi, thi
 end
 
--- sliding checks a sliding-window hit; when allowed, its value is the
+-- sliding checks a sliding-window hit (h: its header, if read already);
+-- when allowed, its value is the
 -- ring it read, trimmed (nil for a new one), which recordSliding writes.
-local function sliding(key, cost, limit, window)
-  local r = ringOpen(key)
+local function sliding(key, cost, limit, window, h)
+  local r = ringOpen(key, h)
   if r == nil then
     return true, limit - cost, window, 0, nil, nil
   end
@@ -347,16 +343,9 @@ local function ringRewrite(r, cost, t, window)
     local slot = (r.head + r.first) % r.count
     local live = r.count - r.first
     local n = math.min(live, r.count - slot)
-    if r.s then
-      parts[1] = string.sub(r.s, W * slot + 1, W * (slot + n))
-      if n < live then
-        parts[2] = string.sub(r.s, 1, W * (live - n))
-      end
-    else
-      parts[1] = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
-      if n < live then
-        parts[2] = redis.call('GETRANGE', r.key, 0, W * (live - n) - 1)
-      end
+    parts[1] = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
+    if n < live then
+      parts[2] = redis.call('GETRANGE', r.key, 0, W * (live - n) - 1)
     end
     r.count, r.tfirst = live + cost, r.tfirst
   else
@@ -386,10 +375,10 @@ local function recordSliding(key, cost, limit, window, epoch, r)
     r.tfirst = t -- the first live entry is the first new one
   end
   local entry = enc7(t)
-  if r.s or r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) then
-    -- A small ring, read whole; or every entry has left the window, or
-    -- the limit changed since the ring filled, or it fills up now: write
-    -- it whole, one SET that also sets the TTL.
+  if r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) then
+    -- Every entry has left the window, or the limit changed since the
+    -- ring filled, or it fills up now: write it whole, one SET that also
+    -- sets the TTL.
     ringRewrite(r, cost, t, window)
     return
   end
@@ -565,8 +554,22 @@ for g = 1, tonumber(ARGV[2]) do
     ai = ai + 4
     ki = ki + 1
     local ok, remaining, reset, retry, val, ep
-    if alg == 's' then
-      ok, remaining, reset, retry, val, ep = sliding(key, cost, limit, window)
+    local quickly = false
+    if alg == 's' and n == 1 and record and quick and header == nil then
+      -- A group of one sliding-window hit that quick may record at once
+      -- (unless the fast path above tried already, and left its header).
+      remaining, ep = quick(key, cost, limit, window, epoch)
+      if remaining then
+        ok, reset, retry, quickly = true, window, 0, true
+      else
+        header, ep = ep, nil
+      end
+    end
+    if quickly then
+      header = nil
+    elseif alg == 's' then
+      ok, remaining, reset, retry, val, ep = sliding(key, cost, limit, window, header)
+      header = nil
     elseif alg == 't' then
       local capacity, interval = limit, window
       ok, remaining, reset, retry, val, ep = bucket(key, cost, capacity, interval)
@@ -586,7 +589,9 @@ for g = 1, tonumber(ARGV[2]) do
     if n == 1 then
       -- A group of one hit records at once.
       if ok and record then
-        write(key, id, alg, cost, limit, window, val, reset, ep)
+        if not quickly then
+          write(key, id, alg, cost, limit, window, val, reset, ep)
+        end
         out[o + 5] = tonumber(ep)
       end
     else
