@@ -40,7 +40,7 @@
 // its key ends with the algorithm's letter and the window, as
 // time.Duration writes it:
 //
-//	<prefix>{<rule>:<key>}:s:<window>        sliding window: string, a ring of the
+//	<prefix>{<rule>:<key>}:l:<window>        sliding window: string, a ring of the
 //	                                         last Limit admitted times in µs, 7 bytes
 //	                                         each, then a 29-byte header (epoch, head,
 //	                                         count, the first live entry and its time,
@@ -56,9 +56,11 @@
 //	                                         fixed window or counter: "1", so a
 //	                                         refund credits once
 //
-// For example fg:{pix:acct-42}:s:1m0s. A rule whose window or algorithm
+// For example fg:{pix:acct-42}:l:1m0s. A rule whose window or algorithm
 // changes (a rolling deploy) starts from fresh keys, once; a changed limit
-// or burst keeps them.
+// or burst keeps them. The sorted set that earlier versions kept for a
+// sliding window had the letter s: its keys are never read, and expire
+// with their windows.
 //
 // The epoch names a state: the take that creates it (the key is absent)
 // writes 52 bits of a hash of its id, and later takes keep it. Take

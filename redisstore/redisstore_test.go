@@ -86,7 +86,7 @@ func TestKeyLayout(t *testing.T) {
 		alg       floodgate.Algorithm
 		want      string
 	}{
-		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:s:1m0s"},
+		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:l:1m0s"},
 		{"pix", "acct-42", floodgate.TokenBucket, "fg:{pix:acct-42}:t:1m0s"},
 		{"api", "192.0.2.1", floodgate.FixedWindow, "fg:{api:192.0.2.1}:f:1m0s"},
 		{"api", "192.0.2.1", floodgate.SlidingWindowCounter, "fg:{api:192.0.2.1}:c:1m0s"},
@@ -153,7 +153,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := s.tag("ttl", "k")
-	want := []string{tag + "s:1m0s", tag + "t:1m0s", tag + "f:1m0s", tag + "c:1m0s", tag + "r:s:1m0s:take-1", tag + "r:t:1m0s:take-1", tag + "r:f:1m0s:take-1", tag + "r:c:1m0s:take-1"}
+	want := []string{tag + "l:1m0s", tag + "t:1m0s", tag + "f:1m0s", tag + "c:1m0s", tag + "r:l:1m0s:take-1", tag + "r:t:1m0s:take-1", tag + "r:f:1m0s:take-1", tag + "r:c:1m0s:take-1"}
 	slices.Sort(keys)
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {
