@@ -44,18 +44,78 @@ local record = ARGV[1] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- quick records a sliding-window hit of a group of one in the common
--- cases: the ring (see its notes below) is absent, or it is not full and
--- no entry has just left the window. It reads the header, and writes with
--- one SET, or one SETRANGE and a PEXPIRE. It returns the remaining count
--- and the ring's epoch; or nil and the header it read (nil if none), for
--- the general path to take over. It needs the struct library (quick is
--- nil without it).
-local quick
+local char, byte, floor = string.char, string.byte, math.floor
+
+-- Fixed-width little-endian integers (0 to 2^53): Redis's struct library
+-- where there is one (a C call per header or entry), plain Lua elsewhere
+-- (miniredis, which the demo embeds, has no struct library).
+-- enc7 and dec7 encode and decode an entry (7 bytes); packHeader and
+-- headerFields the ring's header (29 bytes: see the ring's notes below).
+local enc7, dec7, packHeader, headerFields
 local struct = rawget(_G, 'struct')
 if struct then
   local pack, unpack = struct.pack, struct.unpack
-  local hfmt = '<I6I3I3I3I7I7' -- the ring's header
+  enc7 = function(x)
+    return pack('<I7', x)
+  end
+  dec7 = function(s, i)
+    return (unpack('<I7', s, i))
+  end
+  packHeader = function(ep, head, count, first, tfirst, newest)
+    return pack('<I6I3I3I3I7I7', ep, head, count, first, tfirst, newest)
+  end
+  headerFields = function(s, i)
+    return unpack('<I6I3I3I3I7I7', s, i)
+  end
+else
+  enc7 = function(x)
+    local b1 = x % 256
+    x = (x - b1) / 256
+    local b2 = x % 256
+    x = (x - b2) / 256
+    local b3 = x % 256
+    x = (x - b3) / 256
+    local b4 = x % 256
+    x = (x - b4) / 256
+    local b5 = x % 256
+    x = (x - b5) / 256
+    local b6 = x % 256
+    return char(b1, b2, b3, b4, b5, b6, (x - b6) / 256)
+  end
+  local function enc3(x)
+    return char(x % 256, floor(x / 256) % 256, floor(x / 65536))
+  end
+  local function dec(s, i, n)
+    local v = 0
+    for j = i + n - 1, i, -1 do
+      v = v * 256 + byte(s, j)
+    end
+    return v
+  end
+  dec7 = function(s, i)
+    return dec(s, i, 7)
+  end
+  packHeader = function(ep, head, count, first, tfirst, newest)
+    return string.sub(enc7(ep), 1, 6) .. enc3(head) .. enc3(count) .. enc3(first) .. enc7(tfirst) ..
+      enc7(newest)
+  end
+  headerFields = function(s, i)
+    return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), dec(s, i + 15, 7),
+      dec(s, i + 22, 7)
+  end
+end
+
+-- quick decides a sliding-window hit of a group of one, and records it
+-- when allowed, in the common cases (see the ring's notes below): the
+-- ring is absent; or first needs to move by at most CHUNK entries (read in
+-- one GETRANGE), and then the hit is denied, or appended to a ring that
+-- stays below its limit, or overwrites the oldest slots of a full ring
+-- without wrapping. It writes with one SET, or with one or two SETRANGEs
+-- and a PEXPIRE. It returns allowed (true or false), remaining,
+-- reset_after, retry_after and the ring's epoch; or nil and the header it
+-- read (nil if none), for the general path to take over.
+local quick
+do
   local lastWindow, pexpire
   quick = function(key, cost, limit, window, epoch)
     if window ~= lastWindow then
@@ -66,35 +126,81 @@ if struct then
     local h = redis.call('GETRANGE', key, -29, -1)
     if h == '' then
       epoch = tonumber(epoch)
-      redis.call('SET', key, string.rep(pack('<I7', now), cost) .. pack(hfmt, epoch, 0, cost, 0, now, now), 'PX', pexpire)
-      return limit - cost, epoch
+      redis.call('SET', key, string.rep(enc7(now), cost) .. packHeader(epoch, 0, cost, 0, now, now), 'PX', pexpire)
+      return true, limit - cost, window, 0, epoch
     end
-    if #h == 29 then
-      local ep, head, count, first, tfirst, newest = unpack(hfmt, h)
-      if head == 0 and first < count and tfirst > now - window and count + cost < limit then
-        local t = math.max(now, newest) -- a clock that stepped back keeps the order
-        redis.call('SETRANGE', key, 7 * count, string.rep(pack('<I7', t), cost) ..
-          pack(hfmt, ep, 0, count + cost, first, tfirst, t))
-        redis.call('PEXPIRE', key, pexpire)
-        return limit - (count - first) - cost, ep
+    if #h ~= 29 then
+      return nil, h
+    end
+    local ep, head, count, first, tfirst, newest = headerFields(h, 1)
+    if count == 0 or head >= count or first >= count then
+      return nil, h -- all gone (or malformed): the general path
+    end
+    local cut = now - window
+    if tfirst <= cut then
+      -- Read up to 8 entries after first, up to the ring's last slot.
+      local slot = (head + first + 1) % count
+      local n = math.min(8, count - first - 1, count - slot)
+      if n < 1 then
+        return nil, h
       end
+      local v = redis.call('GETRANGE', key, 7 * slot, 7 * (slot + n) - 1)
+      if #v ~= 7 * n then
+        return nil, h
+      end
+      local i = 0
+      repeat
+        i = i + 1
+        tfirst = dec7(v, 7 * (i - 1) + 1)
+      until tfirst > cut or i == n
+      if tfirst <= cut then
+        return nil, h -- further than the entries read
+      end
+      first = first + i
     end
-    return nil, h
+    local live = count - first
+    if live + cost > limit then
+      -- The entry whose leaving frees room for cost, if it is first.
+      if count + cost - limit - 1 ~= first then
+        return nil, h
+      end
+      return false, math.max(0, limit - live), newest + window - now, tfirst + window - now, ep
+    end
+    local t = math.max(now, newest) -- a clock that stepped back keeps the order
+    local entries = string.rep(enc7(t), cost)
+    if head == 0 and count + cost < limit then
+      -- Append, the header after the new entries.
+      redis.call('SETRANGE', key, 7 * count, entries .. packHeader(ep, 0, count + cost, first, tfirst, t))
+    elseif count == limit and head + cost <= count then
+      -- Full: overwrite the cost oldest, which have left the window
+      -- (live + cost <= limit = count), up to the last slot.
+      local header = packHeader(ep, (head + cost) % count, count, first - cost, tfirst, t)
+      if head + cost == count then
+        redis.call('SETRANGE', key, 7 * head, entries .. header)
+      else
+        redis.call('SETRANGE', key, 7 * head, entries)
+        redis.call('SETRANGE', key, 7 * count, header)
+      end
+    else
+      return nil, h
+    end
+    redis.call('PEXPIRE', key, pexpire)
+    return true, limit - live - cost, window, 0, ep
   end
 end
 
 -- Fast path: a call of one group of one sliding-window hit that records,
 -- the common case at light load (a Take sent alone). Where quick does not
--- record it, the general path below does, from the header quick read;
+-- decide it, the general path below does, from the header quick read;
 -- quick spares it building the general path's functions, which costs
 -- several microseconds per call.
 local header
-if record and quick and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' then
-  local remaining, ep = quick(KEYS[1], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[4])
-  if remaining then
-    return {now, 1, remaining, tonumber(ARGV[9]), 0, ep}
+if record and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' then
+  local ok, remaining, reset, retry, ep = quick(KEYS[1], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[4])
+  if ok ~= nil then
+    return {now, ok and 1 or 0, remaining, reset, retry, ok and ep or 0}
   end
-  header = ep
+  header = remaining
 end
 
 -- Integer arithmetic on doubles: every value stays below 2^53, where
@@ -168,64 +274,9 @@ local W, HDR = 7, 29
 -- CHUNK is how many entries one read brings when first must move.
 local CHUNK = 8
 
-local char, byte, floor = string.char, string.byte, math.floor
-
--- Fixed-width little-endian integers (0 to 2^53): Redis's struct library
--- where there is one (a C call per header or entry), plain Lua elsewhere
--- (miniredis, which the demo embeds, has no struct library).
--- enc7 and dec7 encode and decode an entry; ringHeader and headerFields
--- the header.
-local enc7, dec7, ringHeader, headerFields
-if struct then
-  local pack, unpack = struct.pack, struct.unpack
-  enc7 = function(x)
-    return pack('<I7', x)
-  end
-  dec7 = function(s, i)
-    return (unpack('<I7', s, i))
-  end
-  ringHeader = function(r)
-    return pack('<I6I3I3I3I7I7', r.ep, r.head, r.count, r.first, r.tfirst, r.newest)
-  end
-  headerFields = function(s, i)
-    return unpack('<I6I3I3I3I7I7', s, i)
-  end
-else
-  enc7 = function(x)
-    local b1 = x % 256
-    x = (x - b1) / 256
-    local b2 = x % 256
-    x = (x - b2) / 256
-    local b3 = x % 256
-    x = (x - b3) / 256
-    local b4 = x % 256
-    x = (x - b4) / 256
-    local b5 = x % 256
-    x = (x - b5) / 256
-    local b6 = x % 256
-    return char(b1, b2, b3, b4, b5, b6, (x - b6) / 256)
-  end
-  local function enc3(x)
-    return char(x % 256, floor(x / 256) % 256, floor(x / 65536))
-  end
-  local function dec(s, i, n)
-    local v = 0
-    for j = i + n - 1, i, -1 do
-      v = v * 256 + byte(s, j)
-    end
-    return v
-  end
-  dec7 = function(s, i)
-    return dec(s, i, 7)
-  end
-  ringHeader = function(r)
-    return string.sub(enc7(r.ep), 1, 6) .. enc3(r.head) .. enc3(r.count) .. enc3(r.first) ..
-      enc7(r.tfirst) .. enc7(r.newest)
-  end
-  headerFields = function(s, i)
-    return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), dec(s, i + 15, 7),
-      dec(s, i + 22, 7)
-  end
+-- ringHeader encodes the header of a ring r.
+local function ringHeader(r)
+  return packHeader(r.ep, r.head, r.count, r.first, r.tfirst, r.newest)
 end
 
 local function malformed(key)
@@ -555,14 +606,14 @@ for g = 1, tonumber(ARGV[2]) do
     ki = ki + 1
     local ok, remaining, reset, retry, val, ep
     local quickly = false
-    if alg == 's' and n == 1 and record and quick and header == nil then
+    if alg == 's' and n == 1 and record and header == nil then
       -- A group of one sliding-window hit that quick may record at once
       -- (unless the fast path above tried already, and left its header).
-      remaining, ep = quick(key, cost, limit, window, epoch)
-      if remaining then
-        ok, reset, retry, quickly = true, window, 0, true
+      ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)
+      if ok ~= nil then
+        quickly = true
       else
-        header, ep = ep, nil
+        header, remaining = remaining, nil
       end
     end
     if quickly then
