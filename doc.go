@@ -20,7 +20,9 @@
 // undoes what an allowed decision recorded, as far as it provably still
 // weighs; [Limiter.Reset] unlocks a key; [Limiter.Wait] slows down before
 // it rejects. A key's state belongs to its rule's name, algorithm and
-// window (see [Store]).
+// window (see [Store]). [Options.Overrides] gives some keys a limit of
+// their own ("customer 42 gets 1000/1m"): package overrides keeps them in
+// Redis, where an operator sets them from a shell.
 //
 // Every call has a time budget ([Options.Timeout]); a store that fails or
 // does not answer in time yields an error wrapping [ErrStoreUnavailable],

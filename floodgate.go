@@ -45,6 +45,10 @@ type Options struct {
 	// expired one or, failing that, an arbitrary one: the newest denial is
 	// always cached, and memory stays bounded.
 	DenialCacheSize int
+	// Overrides, when set, gives some keys of a rule a limit of their own
+	// (see [Overrides]; package overrides keeps them in Redis). Nil means
+	// none, at no cost to a decision.
+	Overrides Overrides
 }
 
 // Limiter checks hits against a [Store]. It is safe for concurrent use; one
@@ -54,11 +58,12 @@ type Options struct {
 // Most callers use [Limiter.Allow]; [Limiter.Check] checks several keys at
 // once (login by IP and by account), all-or-nothing.
 type Limiter struct {
-	store   Store
-	local   LocalStore // store, when it is local; nil otherwise
-	timeout time.Duration
-	denials *denialCache // nil when Options.DenialCacheSize is 0
-	ids     ids
+	store     Store
+	local     LocalStore // store, when it is local; nil otherwise
+	timeout   time.Duration
+	denials   *denialCache // nil when Options.DenialCacheSize is 0
+	overrides Overrides    // nil when Options.Overrides is
+	ids       ids
 }
 
 // New returns a limiter that keeps its state in store.
@@ -69,7 +74,7 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if opts.DenialCacheSize < 0 {
 		return nil, fmt.Errorf("floodgate: New: denial cache size %d is negative", opts.DenialCacheSize)
 	}
-	l := &Limiter{store: store, timeout: opts.Timeout}
+	l := &Limiter{store: store, timeout: opts.Timeout, overrides: opts.Overrides}
 	l.local, _ = store.(LocalStore)
 	if l.timeout == 0 {
 		l.timeout = DefaultTimeout
@@ -98,6 +103,15 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 		return Decision{}, err
 	}
 	h.Cost = h.cost() // stores see costs of 1 to capacity
+	if l.overrides != nil {
+		// Inline, so that a key without an override pays only the lookup.
+		if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
+			var err error
+			if h, err = overridden(h, r, 0); err != nil {
+				return Decision{}, err
+			}
+		}
+	}
 	if l.local == nil {
 		// A cached denial, without allocating; otherwise the general path
 		// (which validates and probes again: a few nanoseconds next to a
@@ -136,7 +150,7 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 // its limit: all-or-nothing. The decision describes the worst hit and lists
 // each in Decision.Each.
 func (l *Limiter) Check(ctx context.Context, hits ...Hit) (Decision, error) {
-	hits, err := own(hits)
+	hits, err := l.own(hits)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -172,7 +186,7 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 
 // Peek reports what Check would decide now, recording nothing.
 func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
-	hits, err := own(hits)
+	hits, err := l.own(hits)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -221,14 +235,17 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 }
 
 // Reset forgets everything recorded for key under rule: an administrator's
-// unlock.
+// unlock. With [Options.Overrides], it forgets the state of the rule in
+// force for key: the override's, if key has one.
 func (l *Limiter) Reset(ctx context.Context, rule Rule, key string) error {
-	if err := validate([]Hit{{Rule: rule, Key: key}}); err != nil {
+	hits, err := l.own([]Hit{{Rule: rule, Key: key}})
+	if err != nil {
 		return err
 	}
+	rule = hits[0].Rule
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	err := l.store.Reset(ctx, rule, key)
+	err = l.store.Reset(ctx, rule, key)
 	l.denials.clear(rule, key)
 	if err != nil {
 		return storeError("reset", err)
@@ -280,16 +297,28 @@ func storeError(op string, err error) error {
 }
 
 // own validates hits and returns a copy of them with their costs
-// normalized (zero means 1), which the Limiter may keep: a caller may
-// reuse its slice.
-func own(hits []Hit) ([]Hit, error) {
+// normalized (zero means 1) and the Limiter's overrides applied, which the
+// Limiter may keep: a caller may reuse its slice.
+func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 	if err := validate(hits); err != nil {
 		return nil, err
 	}
 	out := make([]Hit, len(hits))
+	var errs []error
 	for i, h := range hits {
 		h.Cost = h.cost()
+		if l.overrides != nil {
+			if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
+				var err error
+				if h, err = overridden(h, r, i); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
 		out[i] = h
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return out, nil
 }

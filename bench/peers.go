@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/redisstore/goredisadapter"
 	"github.com/go-redis/redis_rate/v10"
@@ -41,12 +43,14 @@ var peers = []peer{
 	{name: "floodgate", redis: true, ref: true, algorithm: "sliding log, exact", build: floodgateRedis(floodgate.SlidingWindow, denialCacheSize)},
 	{name: "floodgate via go-redis", redis: true, algorithm: "sliding log, exact", build: floodgateGoRedis(floodgate.SlidingWindow, denialCacheSize)},
 	{name: "floodgate, no denial cache", redis: true, algorithm: "sliding log, exact", build: floodgateRedis(floodgate.SlidingWindow, 0)},
+	{name: "floodgate, 10k overrides", redis: true, algorithm: "sliding log, exact", build: withOverrides(floodgateRedis(floodgate.SlidingWindow, denialCacheSize))},
 	{name: "floodgate token bucket", redis: true, algorithm: "GCRA", build: floodgateRedis(floodgate.TokenBucket, denialCacheSize)},
 	{name: "floodgate counter", redis: true, algorithm: "sliding counter", build: floodgateRedis(floodgate.SlidingWindowCounter, denialCacheSize)},
 	{name: "one EVALSHA per request", redis: true, algorithm: "sliding log, exact", build: evalshaLoop},
 	{name: "go-redis/redis_rate v10", redis: true, algorithm: "GCRA", build: redisRate},
 	{name: "ulule/limiter v3 redis", redis: true, algorithm: "fixed window", build: ululeRedis},
 	{name: "floodgate memstore", ref: true, algorithm: "GCRA", build: floodgateMem(floodgate.TokenBucket)},
+	{name: "floodgate memstore, 10k overrides", algorithm: "GCRA", build: withOverrides(floodgateMem(floodgate.TokenBucket))},
 	{name: "floodgate memstore sliding", algorithm: "sliding log, exact", build: floodgateMem(floodgate.SlidingWindow)},
 	{name: "floodgate memstore counter", algorithm: "sliding counter", build: floodgateMem(floodgate.SlidingWindowCounter)},
 	{name: "sethvargo/go-limiter", algorithm: "token bucket", build: sethvargo},
@@ -71,6 +75,10 @@ type fgLimiter struct {
 	l           *floodgate.Limiter
 	normal, hot floodgate.Rule
 	close       func()
+	// What l was built with, for withOverrides to build it again.
+	store   floodgate.Store
+	timeout time.Duration
+	cache   int
 }
 
 func (f *fgLimiter) Allow(ctx context.Context, key string, hot bool) (bool, error) {
@@ -83,6 +91,41 @@ func (f *fgLimiter) Allow(ctx context.Context, key string, hot bool) (bool, erro
 }
 
 func (f *fgLimiter) Close() { f.close() }
+
+// overridden is the number of per-key overrides of the rows that have
+// them: keys of the normal rule that the workloads never send, so that
+// every decision looks its key up in a full set and misses, which is the
+// cost that overrides add to the decisions of everyone else.
+const overridden = 10_000
+
+// withOverrides is build with overridden overrides (package overrides, a
+// fixed Set, which is what a Source swaps in) on the limiter's rule.
+func withOverrides(build func(addr, prefix string) (limiter, error)) func(addr, prefix string) (limiter, error) {
+	return func(addr, prefix string) (limiter, error) {
+		l, err := build(addr, prefix)
+		if err != nil {
+			return nil, err
+		}
+		f := l.(*fgLimiter)
+		entries := make([]overrides.Entry, overridden)
+		for i := range entries {
+			r := f.normal
+			r.Limit = normalLimit / 2
+			entries[i] = overrides.Entry{Rule: r, Key: prefix + "vip-" + strconv.Itoa(i)}
+		}
+		set, err := overrides.NewSet(entries...)
+		if err != nil || set.Len() != overridden {
+			l.Close()
+			return nil, fmt.Errorf("overrides: %d of %d: %v", set.Len(), overridden, err)
+		}
+		f.l, err = floodgate.New(f.store, floodgate.Options{Timeout: f.timeout, DenialCacheSize: f.cache, Overrides: set})
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		return f, nil
+	}
+}
 
 func floodgateRedis(alg floodgate.Algorithm, cache int) func(addr, prefix string) (limiter, error) {
 	return func(addr, prefix string) (limiter, error) {
@@ -101,13 +144,14 @@ func floodgateRedis(alg floodgate.Algorithm, cache int) func(addr, prefix string
 func fgOnRedis(s *redisstore.Store, alg floodgate.Algorithm, cache int, close func()) (limiter, error) {
 	// A budget that a busy 2-core machine never exceeds: the benchmark
 	// measures throughput, not the failure path.
-	l, err := floodgate.New(s, floodgate.Options{Timeout: 2 * time.Second, DenialCacheSize: cache})
+	const timeout = 2 * time.Second
+	l, err := floodgate.New(s, floodgate.Options{Timeout: timeout, DenialCacheSize: cache})
 	if err != nil {
 		close()
 		return nil, err
 	}
 	normal, hot := rules(alg)
-	return &fgLimiter{l: l, normal: normal, hot: hot, close: close}, nil
+	return &fgLimiter{l: l, normal: normal, hot: hot, close: close, store: s, timeout: timeout, cache: cache}, nil
 }
 
 // floodgateGoRedis is floodgateRedis on a go-redis client, through
@@ -139,7 +183,7 @@ func floodgateMem(alg floodgate.Algorithm) func(addr, prefix string) (limiter, e
 			return nil, err
 		}
 		normal, hot := rules(alg)
-		return &fgLimiter{l: l, normal: normal, hot: hot, close: func() { s.Close() }}, nil
+		return &fgLimiter{l: l, normal: normal, hot: hot, close: func() { s.Close() }, store: s}, nil
 	}
 }
 

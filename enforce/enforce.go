@@ -2,6 +2,8 @@ package enforce
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -45,7 +47,9 @@ type Options struct {
 	// fails fast. Required.
 	Limiter *floodgate.Limiter
 	// Local decides FailLocal hits while the store fails. Nil means a
-	// limiter on a memstore that the Enforcer owns and Close releases.
+	// limiter on a memstore that the Enforcer owns and Close releases,
+	// with Limiter's overrides (floodgate.Options.Overrides), so that a
+	// key with a limit of its own keeps it, per replica, during an outage.
 	Local *floodgate.Limiter
 	// Breaker, if set, is exported as the floodgate_breaker_state gauge.
 	Breaker *breakerstore.Store
@@ -100,7 +104,7 @@ func New(opts Options) (*Enforcer, error) {
 	}
 	if e.local == nil {
 		e.ownLocal = memstore.New(memstore.Options{})
-		e.local, _ = floodgate.New(e.ownLocal, floodgate.Options{Timeout: -1})
+		e.local, _ = floodgate.New(e.ownLocal, floodgate.Options{Timeout: -1, Overrides: opts.Limiter.Overrides()})
 	}
 	return e, nil
 }
@@ -114,7 +118,8 @@ func (e *Enforcer) Logger() *slog.Logger { return e.logger }
 
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store that New built. The gates keep working after Close, but
-// FailLocal hits then fail closed.
+// FailLocal hits then fail closed (unless Options.Local was given: it is
+// the caller's to close).
 func (e *Enforcer) Close() error {
 	e.mu.Lock()
 	gates := e.gates
@@ -172,7 +177,9 @@ type Spec struct {
 	// gate used only with [Gate.Check] may have none.
 	Limits []Limit
 	// Failure is what the Limits do when the store fails; the zero value
-	// is FailLocal.
+	// is FailLocal. Hits gives it to each hit; [Gate.Check] takes each
+	// hit's own Hit.Failure, so hits built by hand must set it (a hit of
+	// a fail-closed gate without it fails local).
 	Failure FailureMode
 	// Shadow puts every limit in shadow mode (see Limit.Shadow).
 	Shadow bool
@@ -196,6 +203,7 @@ type Gate struct {
 	shadowLog  sometimes
 	waiting    atomic.Int64
 	skipWarned []atomic.Bool // by limit: the first skip of each is logged
+	badSource  []atomic.Bool // by limit: the first invalid rule of its Source is logged
 }
 
 const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+/"
@@ -224,6 +232,7 @@ func (e *Enforcer) Gate(s Spec) (*Gate, error) {
 	}
 	g.m = e.metrics.gate(s.Name, names)
 	g.skipWarned = make([]atomic.Bool, len(g.spec.Limits))
+	g.badSource = make([]atomic.Bool, len(g.spec.Limits))
 	e.gates = append(e.gates, g)
 	return g, nil
 }
@@ -306,8 +315,10 @@ type Hit struct {
 // floodgate_skipped_limits_total and logged the first time, since a
 // per-user limit whose principal is never set (the rate-limit check runs
 // before authentication) would otherwise limit nobody, silently. Keys
-// beyond the Spec's limits are ignored; missing ones are "". A limit with
-// a Source gets the rule its source gives for the key.
+// beyond the Spec's limits are ignored; missing ones are "". A key longer
+// than floodgate.MaxKeyLen is replaced by its SHA-256 digest, so that no
+// request's key makes an invalid hit. A limit with a Source gets the rule
+// its source gives for the key.
 func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 	hits := make([]Hit, 0, len(g.spec.Limits))
 	for i, lim := range g.spec.Limits {
@@ -320,15 +331,36 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 			}
 			continue
 		}
-		rule := lim.Rule
+		key, rule := fitKey(keys[i]), lim.Rule
 		if lim.Source != nil {
-			if r, ok := lim.Source.Rule(rule, keys[i]); ok && r.Name == rule.Name && r.Validate() == nil {
-				rule = r
-			}
+			rule = g.sourced(ctx, i, rule, key)
 		}
-		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: keys[i]}, Shadow: lim.Shadow, Failure: g.spec.Failure})
+		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: key}, Shadow: lim.Shadow, Failure: g.spec.Failure})
 	}
 	return hits
+}
+
+// sourced returns the rule that limit i's Source gives key, or base when
+// it gives none, one of another name, or an invalid one; the first
+// refused rule of each limit is logged, since the source's limit then does
+// not apply.
+func (g *Gate) sourced(ctx context.Context, i int, base floodgate.Rule, key string) floodgate.Rule {
+	r, ok := g.spec.Limits[i].Source.Rule(base, key)
+	if !ok {
+		return base
+	}
+	err := r.Validate()
+	if err == nil && r.Name != base.Name {
+		err = fmt.Errorf("the source named it %q, not %q", r.Name, base.Name)
+	}
+	if err == nil {
+		return r
+	}
+	if !g.badSource[i].Swap(true) {
+		g.e.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a limit's source gave a rule it cannot use; the limit's own rule applies. Logged once",
+			slog.String("gate", g.spec.Name), slog.String("policy", base.Name), slog.Any("error", err))
+	}
+	return base
 }
 
 // Decide checks the request whose keys are keys: Check(ctx, g.Hits(ctx,
@@ -344,8 +376,9 @@ func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
 // logged. Rules need not be among the Spec's limits: a gate may check
 // rules that come with each request (an RLS domain's descriptors). The
 // error is non-nil only when ctx is done (nobody waits for the answer) or
-// a hit is invalid (it wraps floodgate.ErrInvalidHit or ErrInvalidRule: the
-// caller's input is at fault, not the store, so no failure mode applies).
+// an enforced hit is invalid (it wraps floodgate.ErrInvalidHit or
+// ErrInvalidRule: the caller's input is at fault, not the store, so no
+// failure mode applies); an invalid shadow hit is skipped.
 //
 // A request with no enforced hit is Skipped, and counted so if it has no
 // shadow hit either.
@@ -367,7 +400,9 @@ func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
 			res, err = g.throttle(ctx, enforced, modes, res)
 		}
 		if err != nil {
-			return Result{}, err
+			// Refused, not admitted, for a caller that looks only at
+			// Allowed; and not counted: nothing was decided.
+			return Result{Outcome: FailedClosed, Err: err}, err
 		}
 	}
 	if len(enforced) > 0 || len(shadow) == 0 {
@@ -403,7 +438,7 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 		return Result{}, err // the caller's input, not the store, is at fault
 	}
 	g.m.storeError(err)
-	res := Result{Outcome: FailedOpen, Err: err, hits: hits}
+	res := Result{Outcome: FailedOpen, Err: err} // no hits: nothing counted them
 	mode := FailOpen
 	var local []floodgate.Hit
 	for i, m := range modes {
@@ -421,7 +456,7 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 		mode = FailLocal
 		res.Outcome = FailedClosed // unless the local limits decide
 		if d, lerr := check(ctx, g.e.local, local); lerr == nil {
-			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: hits}
+			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: local}
 		}
 	}
 	g.log.do(start, func(held int) { // may run later, from a timer: no request context
@@ -430,6 +465,15 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
 	})
 	return res, nil
+}
+
+// fitKey returns k, or its digest if it is too long for a hit.
+func fitKey(k string) string {
+	if len(k) <= floodgate.MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // check decides hits with l; one hit goes through AllowN, which the core
@@ -443,12 +487,16 @@ func check(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit) (flo
 
 // shadow checks each shadow hit on its own, recording it if within its
 // limit, and counts and logs what it would have done. A store that fails
-// decides nothing, and counts nothing. It returns the decisions and the
-// hits they decided.
+// decides nothing, and counts nothing; an invalid hit is skipped. It
+// returns the decisions and the hits they decided.
 func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Decision, []floodgate.Hit) {
 	out := make([]floodgate.Decision, 0, len(hits))
+	checked := make([]floodgate.Hit, 0, len(hits))
 	for _, h := range hits {
 		d, err := check(ctx, g.e.limiter, []floodgate.Hit{h})
+		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
+			continue // the caller's input, not the store, is at fault: a shadow hit never fails a request
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				g.m.storeError(err)
@@ -456,6 +504,7 @@ func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.De
 			break // the store failed: the others would wait out their budgets too
 		}
 		out = append(out, d)
+		checked = append(checked, h)
 		g.m.shadowed(h.Rule.Name, d.Allowed)
 		if !d.Allowed {
 			g.shadowLog.do(time.Now(), func(held int) {
@@ -465,7 +514,7 @@ func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.De
 			})
 		}
 	}
-	return out, hits[:len(out):len(out)]
+	return out, checked
 }
 
 // throttles reports whether res is a denial worth waiting for.

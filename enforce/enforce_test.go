@@ -199,8 +199,8 @@ func TestInvalidHitIsAnErrorNotAStoreFailure(t *testing.T) {
 		if !errors.Is(err, floodgate.ErrInvalidHit) {
 			t.Errorf("hit %+v: err = %v, want ErrInvalidHit", h, err)
 		}
-		if res.Outcome != enforce.Allowed || res.Allowed() != true || res.Err != nil {
-			t.Errorf("hit %+v: result %+v, want the zero Result", h, res)
+		if res.Outcome != enforce.FailedClosed || res.Allowed() || res.Err != err {
+			t.Errorf("hit %+v: result %+v, want failed_closed with the error: refused, even on a fail-open gate", h, res)
 		}
 	}
 	if n := v.metric(t, "floodgate_store_errors_total", nil) + v.metric(t, "floodgate_decisions_total", nil); n != 0 {
@@ -361,5 +361,9 @@ func TestSourcesGiveEachKeyItsRule(t *testing.T) {
 		if len(hits) != 1 || hits[0].Rule.Name != "user" || hits[0].Rule.Limit != want {
 			t.Errorf("key %q: hits %+v, want one of rule user with limit %d", key, hits, want)
 		}
+	}
+	g.Hits(t.Context(), []string{"broken"})
+	if n := strings.Count(v.logs.String(), "source gave a rule it cannot use"); n != 1 {
+		t.Errorf("%d log lines about refused source rules, want 1 (the first only):\n%s", n, v.logs)
 	}
 }

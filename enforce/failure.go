@@ -68,7 +68,8 @@ func (s *sometimes) do(now time.Time, write func(held int)) {
 	defer s.mu.Unlock()
 	if s.timer == nil && (s.last.IsZero() || now.Sub(s.last) >= s.interval) {
 		s.last = now
-		write(0)
+		write(s.held) // events held with no timer to write them: after stop
+		s.held, s.write = 0, nil
 		return
 	}
 	s.held++

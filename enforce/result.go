@@ -60,11 +60,12 @@ type Result struct {
 	Err error
 
 	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
-	hits       []floodgate.Hit    // the enforced hits of the request
+	hits       []floodgate.Hit    // the enforced hits that limiter decided
 	shadowHits []floodgate.Hit    // the shadow hits that were checked
 }
 
-// Allowed reports whether the request may proceed.
+// Allowed reports whether the request may proceed. The Result that Check
+// and Decide return with an error is FailedClosed: it reports false.
 func (r Result) Allowed() bool {
 	switch r.Outcome {
 	case Denied, FailedClosed:

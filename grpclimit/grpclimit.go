@@ -88,9 +88,10 @@ type Method struct {
 	// how long that limit's key has left: for login, where "the account is
 	// blocked" tells an attacker the account exists. The method sends no
 	// rate-limit metadata and no QuotaFailure; every denial is the same
-	// status, whose RetryInfo is the longest window of the method's limits
-	// (a bound on every limit's wait). It cannot be combined with MaxDelay,
-	// whose wait would tell the time each key has left.
+	// status, whose RetryInfo is the longest window of the method's limits,
+	// shadow ones aside (a bound on every limit's wait). It cannot be
+	// combined with MaxDelay, whose wait would tell the time each key has
+	// left.
 	Opaque bool
 	// MaxDelay slows down before it rejects: a call denied with a wait of
 	// at most MaxDelay waits and is decided again, for at most MaxDelay in
@@ -139,10 +140,12 @@ type Limiter struct {
 type method struct {
 	Method
 	gate        *enforce.Gate
+	spec        enforce.Spec      // what gate enforces; the gate is made once every method is checked
 	policies    map[string]string // the ratelimit-policy member of each rule name
 	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
 	enforced    int               // how many limits are not in shadow mode
 	live        bool              // a limit has a Source: rules may differ from the Method's
+	overridden  bool              // the Limiter has overrides: so may the rules of decisions
 	opaqueRetry time.Duration     // the RetryInfo of an opaque denial
 }
 
@@ -155,6 +158,18 @@ func New(opts Options) (*Limiter, error) {
 	if opts.Enforcer != nil {
 		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
 			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+		}
+		// A dry run first finds the methods of opts that disagree with
+		// each other (one rule name, two rules), which build's checks
+		// against the shared Enforcer cannot see.
+		scratch, err := enforce.New(enforce.Options{Limiter: opts.Enforcer.Limiter(), Local: opts.Enforcer.Limiter()})
+		if err != nil {
+			return nil, err
+		}
+		_, err = build(scratch, opts)
+		scratch.Close()
+		if err != nil {
+			return nil, err
 		}
 		return build(opts.Enforcer, opts)
 	}
@@ -189,7 +204,7 @@ func New(opts Options) (*Limiter, error) {
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store, if New built the Enforcer; an Enforcer given in Options
 // is left open. The interceptors keep working after Close, but FailLocal
-// methods then fail closed.
+// methods then fail closed (unless Options.Local was given).
 func (l *Limiter) Close() error {
 	if l.ownE {
 		return l.e.Close()
@@ -230,6 +245,25 @@ func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	// The gates claim their rule names in e: only once every method is
+	// checked, so that refused Options leave a shared Enforcer as it was.
+	for _, name := range append(names, DefaultGate) {
+		m := l.methods[name]
+		if name == DefaultGate {
+			m = l.def
+		}
+		if m == nil {
+			continue
+		}
+		g, err := e.Gate(m.spec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: method %q: %w", ErrInvalidOptions, m.spec.Name, err))
+		}
+		m.gate = g
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	return l, nil
 }
 
@@ -252,7 +286,7 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	if m.Opaque && m.MaxDelay > 0 {
 		bad("Opaque cannot be combined with MaxDelay: the wait would tell how long each key has left")
 	}
-	b := &method{Method: m, policies: make(map[string]string, len(m.Limits))}
+	b := &method{Method: m, policies: make(map[string]string, len(m.Limits)), overridden: e.Limiter().Overrides() != nil}
 	b.Limits = slices.Clone(m.Limits) // the caller may reuse its slice
 	spec := enforce.Spec{Name: name, Failure: m.Failure, Shadow: m.Shadow, MaxDelay: m.MaxDelay, MaxWaiters: m.MaxWaiters}
 	for i, lim := range b.Limits {
@@ -268,7 +302,9 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 		}
 		b.policies[lim.Rule.Name] = member
 		b.live = b.live || lim.Source != nil
-		b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
+		if !lim.Shadow && !m.Shadow { // a shadow limit makes nobody wait
+			b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
+		}
 		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
 	}
 	var all []string
@@ -279,11 +315,10 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	}
 	b.allPolicies, b.enforced = strings.Join(all, ", "), len(all) // RFC 9651 §4.1.1: members are joined by ", "
 	if len(errs) == 0 {
-		g, err := e.Gate(spec)
-		if err != nil {
+		if err := e.Validate(spec); err != nil {
 			bad("%w", err)
 		}
-		b.gate = g
+		b.spec = spec
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -372,11 +407,7 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 	var buf [4]string
 	keys := buf[:0]
 	for _, lim := range m.Limits {
-		k := lim.Key(ctx)
-		if k != "" {
-			k = fitKey(k)
-		}
-		keys = append(keys, k)
+		keys = append(keys, lim.Key(ctx)) // the gate digests a key too long for the store
 	}
 	hits := m.gate.Hits(ctx, keys)
 	res, err := m.gate.Check(ctx, hits)

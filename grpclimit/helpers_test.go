@@ -54,6 +54,8 @@ type envOptions struct {
 	opts    enforce.Options // Limiter, Registerer and Logger are filled in
 	timeout time.Duration   // the decision budget; zero means 20ms
 	store   floodgate.Store // zero means the fake-clock memstore
+	// overrides are the limiter's (floodgate.Options.Overrides); nil for none
+	overrides floodgate.Overrides
 }
 
 func newEnv(t testing.TB, eo envOptions) *env {
@@ -69,7 +71,7 @@ func newEnv(t testing.TB, eo envOptions) *env {
 	if eo.timeout == 0 {
 		eo.timeout = 20 * time.Millisecond
 	}
-	lim, err := floodgate.New(e.fault, floodgate.Options{Timeout: eo.timeout})
+	lim, err := floodgate.New(e.fault, floodgate.Options{Timeout: eo.timeout, Overrides: eo.overrides})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,18 +2,14 @@ package grpclimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/internal/keyfunc"
 )
 
 // KeyFunc returns the key that a call is limited by: a client address, an
@@ -96,44 +92,10 @@ func Principal(ctx context.Context) string {
 // Join keys calls by all of fs together ("this account from this IP"):
 // the parts are length-prefixed, so no two different combinations share a
 // key. The key is "" if any part is.
-func Join(fs ...KeyFunc) KeyFunc {
-	fs = slices.Clone(fs) // the caller may reuse its slice
-	return func(ctx context.Context) string {
-		var b strings.Builder
-		for _, f := range fs {
-			k := f(ctx)
-			if k == "" {
-				return ""
-			}
-			b.WriteString(strconv.Itoa(len(k)))
-			b.WriteByte(':')
-			b.WriteString(k)
-		}
-		return b.String()
-	}
-}
+func Join(fs ...KeyFunc) KeyFunc { return keyfunc.Join(fs...) }
 
 // First keys calls by the first of fs that has a key (the principal if
 // authenticated, else the client IP). The key records which function
 // answered, so that a principal named "203.0.113.9" never shares the
 // address's quota. It is "" when none has a key.
-func First(fs ...KeyFunc) KeyFunc {
-	fs = slices.Clone(fs) // the caller may reuse its slice
-	return func(ctx context.Context) string {
-		for i, f := range fs {
-			if k := f(ctx); k != "" {
-				return strconv.Itoa(i) + ":" + k
-			}
-		}
-		return ""
-	}
-}
-
-// fitKey returns k, or its digest if it is too long for a hit.
-func fitKey(k string) string {
-	if len(k) <= floodgate.MaxKeyLen {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+func First(fs ...KeyFunc) KeyFunc { return keyfunc.First(fs...) }

@@ -38,7 +38,7 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 	}
 	ds := enforce.Each(res.Decision)
 	policy := m.allPolicies
-	if len(ds) != m.enforced || m.live { // some limits skipped the call, or rules may be live
+	if len(ds) != m.enforced || m.live || m.overridden { // some limits skipped the call, or rules may be live or overridden
 		var b strings.Builder
 		for i, d := range ds {
 			if i > 0 {
@@ -55,9 +55,9 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 }
 
 // member returns the ratelimit-policy member of the rule that decided d:
-// the method's, or the one a live source gave.
+// the method's, or the one a live source or an override gave.
 func (m *method) member(d floodgate.Decision) string {
-	if p, ok := m.policies[d.Policy]; ok && !m.live {
+	if p, ok := m.policies[d.Policy]; ok && !m.live && !m.overridden {
 		return p
 	}
 	p, err := enforce.PolicyMember(floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window})
@@ -81,7 +81,9 @@ func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 	case m.Opaque:
 		wait := m.opaqueRetry
 		for _, h := range hits { // a live rule's window may be longer
-			wait = max(wait, h.Rule.Window)
+			if !h.Shadow {
+				wait = max(wait, h.Rule.Window)
+			}
 		}
 		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(wait))
 	}

@@ -300,3 +300,27 @@ type failing struct{ floodgate.Store }
 func (failing) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, errors.New("down")
 }
+
+// The Result of a nested request covers every route's hits.
+func TestNestedResultCoversEveryRoute(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	outer, err := e.hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: rule(t, "ip", 10, time.Minute), Key: httplimit.ClientIP(nil)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := e.hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: rule(t, "user", 10, time.Minute), Key: httplimit.Header("User")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [3]bool
+	h := outer(inner(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, _ := httplimit.FromContext(r.Context())
+		got = [3]bool{res.Covers("ip", "192.0.2.1"), res.Covers("user", "u1"), res.Covers("user", "u2")}
+	})))
+	if rec := do(h, "192.0.2.1:1", "User", "u1"); rec.Code != 200 {
+		t.Fatalf("status %d", rec.Code)
+	}
+	if got != [3]bool{true, true, false} {
+		t.Errorf("Covers(ip), Covers(user u1), Covers(user u2) = %v, want [true true false]", got)
+	}
+}

@@ -89,7 +89,7 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		ds = one[:]
 	}
 	policy := rt.allPolicies
-	if len(ds) != len(rt.Limits) || rt.live {
+	if len(ds) != len(rt.Limits) || rt.live || rt.overridden {
 		var b strings.Builder
 		for i, e := range ds {
 			if i > 0 {
@@ -126,9 +126,9 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 }
 
 // member returns the RateLimit-Policy member of the rule that decided e:
-// the route's, or the one a live source gave.
+// the route's, or the one a live source or an override gave.
 func (rt *route) member(e floodgate.Decision) string {
-	if m, ok := rt.policies[e.Policy]; ok && !rt.live {
+	if m, ok := rt.policies[e.Policy]; ok && !rt.live && !rt.overridden {
 		return m
 	}
 	m, err := enforce.PolicyMember(floodgate.Rule{Name: e.Policy, Limit: e.Limit, Window: e.Window})
@@ -136,6 +136,25 @@ func (rt *route) member(e floodgate.Decision) string {
 		return rt.policies[e.Policy]
 	}
 	return m
+}
+
+// opaqueRetryAfter is the Retry-After of an opaque denial: the longest
+// window of the route's enforced rules, or of the live rules that decided
+// res if one is longer. Every limit decided gives its window, the allowed ones
+// too, so the answer still does not tell which one denied. A fail-closed
+// denial waits at least res.FailRetryAfter, as every fail-closed one does.
+func (rt *route) opaqueRetryAfter(res Result) string {
+	if res.Outcome == FailedClosed {
+		return enforce.RetryAfter(max(rt.longest, res.FailRetryAfter()))
+	}
+	if !rt.live {
+		return rt.opaqueRetry
+	}
+	longest := rt.longest
+	for _, e := range enforce.Each(res.Decision) {
+		longest = max(longest, e.Window)
+	}
+	return enforce.RetryAfter(longest)
 }
 
 // deny answers a request that res does not allow.
@@ -152,7 +171,7 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 			p.Status = rt.failStatus
 		}
 		if p.Status == http.StatusTooManyRequests {
-			h.Set("Retry-After", rt.opaqueRetry)
+			h.Set("Retry-After", rt.opaqueRetryAfter(res))
 		}
 	case res.Outcome == FailedClosed:
 		wait := res.FailRetryAfter()

@@ -124,7 +124,7 @@ func New(opts Options) (*Limiter, error) {
 // Close writes the degraded-decision counts not yet logged and releases
 // the local store that New built; an Enforcer given in Options is left
 // open. The middleware keeps working after Close, but FailLocal routes
-// then fail closed.
+// then fail closed (unless Options.Local was given).
 func (l *Limiter) Close() error {
 	if l.ownE {
 		return l.e.Close()
@@ -165,7 +165,7 @@ type RuleSource = enforce.RuleSource
 type Route struct {
 	// Name names the route in metrics and logs, and is the policy name that
 	// an opaque route reports. Zero means the names of its rules joined by
-	// "+". 1 to 128 bytes of A-Z a-z 0-9 _ . - +.
+	// "+". 1 to 128 bytes of A-Z a-z 0-9 _ . - + / (enforce.Spec.Name).
 	Name string
 	// Limits are checked together, all-or-nothing: either each records the
 	// request or none does, and the answer reports the worst (multi-level
@@ -183,10 +183,11 @@ type Route struct {
 	// exists and is under attack. The route sends no RateLimit-Policy,
 	// RateLimit or X-RateLimit-* fields on any response; its denials are
 	// byte-identical, with the route's Name as the only violated policy
-	// and a Retry-After of its longest window (a bound on every limit's
-	// wait); a fail-closed denial is the same answer with FailStatus. It
-	// cannot be combined with MaxDelay, whose wait would tell the time
-	// each key has left.
+	// and a Retry-After of its longest window, a live rule's included
+	// and a shadow limit's not (a bound on every limit's wait); a
+	// fail-closed denial is the same answer with FailStatus, and waits at
+	// least Result.FailRetryAfter. It cannot be combined with MaxDelay,
+	// whose wait would tell the time each key has left.
 	Opaque bool
 	// MaxDelay slows down before it rejects: a request denied with a
 	// RetryAfter of at most MaxDelay waits that long and is decided again,
@@ -218,7 +219,9 @@ type route struct {
 	policies    map[string]string // serialized RateLimit-Policy member by rule name
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
+	longest     time.Duration     // the longest window of the Route's enforced rules
 	live        bool              // a limit has a Source: rules may differ from the Route's
+	overridden  bool              // the Limiter has overrides: so may the rules of decisions
 	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
 
@@ -248,7 +251,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
 	}
 	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus,
-		denyFunc: rt.Deny, policies: make(map[string]string)}
+		denyFunc: rt.Deny, policies: make(map[string]string), overridden: l.e.Limiter().Overrides() != nil}
 	r.Limits = slices.Clone(rt.Limits)
 	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
@@ -275,7 +278,9 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		}
 		r.allPolicies += member
 		names = append(names, lim.Rule.Name)
-		longest = max(longest, lim.Rule.Window)
+		if !lim.Shadow && !rt.Shadow { // a shadow limit makes nobody wait
+			longest = max(longest, lim.Rule.Window)
+		}
 	}
 	if len(r.Limits) == 0 {
 		bad("no limits")
@@ -310,7 +315,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	if r.denyFunc == nil {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
 	}
-	r.opaqueRetry = enforce.RetryAfter(longest)
+	r.opaqueRetry, r.longest = enforce.RetryAfter(longest), longest
 	return r, nil
 }
 
@@ -324,9 +329,7 @@ func (rt *route) keys(req *http.Request) []string {
 		if k == "" && lim.Missing == Share {
 			k = missingKey
 		}
-		if k != "" {
-			keys[i] = fitKey(k)
-		}
+		keys[i] = k // the gate digests a key too long for the store
 	}
 	return keys
 }
@@ -402,7 +405,7 @@ func (rt *route) nest(ctx context.Context, outer *Result, hits []enforce.Hit) []
 			"they compose (no hit counts twice, a denial here refunds the outer one's hits), but one Route with every limit is one atomic check: prefer it",
 			slog.String("route", rt.Name))
 	}
-	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.covers(h.Rule.Name, h.Key) })
+	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.Covers(h.Rule.Name, h.Key) })
 }
 
 // keepWorst remembers the legacy X-RateLimit-* fields that an outer route

@@ -2,15 +2,10 @@ package httplimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/internal/keyfunc"
 )
 
 // KeyFunc returns the key that a request is limited by: a client address,
@@ -67,38 +62,13 @@ func Principal(r *http.Request) string {
 // Join keys requests by all of fs together ("this account from this IP"):
 // the parts are length-prefixed, so no two different combinations share a
 // key. The key is "" if any part is.
-func Join(fs ...KeyFunc) KeyFunc {
-	fs = slices.Clone(fs) // the caller may reuse its slice
-	return func(r *http.Request) string {
-		var b strings.Builder
-		for _, f := range fs {
-			k := f(r)
-			if k == "" {
-				return ""
-			}
-			b.WriteString(strconv.Itoa(len(k)))
-			b.WriteByte(':')
-			b.WriteString(k)
-		}
-		return b.String()
-	}
-}
+func Join(fs ...KeyFunc) KeyFunc { return keyfunc.Join(fs...) }
 
 // First keys requests by the first of fs that has a key (the principal if
 // authenticated, else the client IP). The key records which function
 // answered, so that a principal named "203.0.113.9" never shares the
 // address's quota. It is "" when none has a key.
-func First(fs ...KeyFunc) KeyFunc {
-	fs = slices.Clone(fs) // the caller may reuse its slice
-	return func(r *http.Request) string {
-		for i, f := range fs {
-			if k := f(r); k != "" {
-				return strconv.Itoa(i) + ":" + k
-			}
-		}
-		return ""
-	}
-}
+func First(fs ...KeyFunc) KeyFunc { return keyfunc.First(fs...) }
 
 // Missing says what a [Limit] does with a request whose [KeyFunc]
 // returns "".
@@ -119,12 +89,3 @@ const (
 // missingKey is the key shared under Share. No KeyFunc of this package
 // returns it, and a header value cannot hold a NUL byte.
 const missingKey = "\x00"
-
-// fitKey returns k, or its digest if it is too long for a hit.
-func fitKey(k string) string {
-	if len(k) <= floodgate.MaxKeyLen {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}

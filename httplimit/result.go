@@ -39,11 +39,12 @@ type Result struct {
 	also  []enforce.Result // shadow checks of nested routes that enforced nothing
 }
 
-// covers reports whether any route of the chain from r counted a hit of
-// rule on key, enforced or shadow.
-func (r *Result) covers(rule, key string) bool {
-	for o := r; o != nil; o = o.outer {
-		if o.Covers(rule, key) || slices.ContainsFunc(o.also, func(a enforce.Result) bool { return a.Covers(rule, key) }) {
+// Covers reports whether any route of the request, this one or one it is
+// nested in, counted a hit of the rule named rule on key, enforced or
+// shadow.
+func (r Result) Covers(rule, key string) bool {
+	for o := &r; o != nil; o = o.outer {
+		if o.Result.Covers(rule, key) || slices.ContainsFunc(o.also, func(a enforce.Result) bool { return a.Covers(rule, key) }) {
 			return true
 		}
 	}

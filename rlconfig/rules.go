@@ -23,9 +23,9 @@ import "github.com/floodgate-rl/floodgate"
 // the limit's own algorithm and burst, and sets only the limit and the
 // window: the fixed window that envoyproxy/ratelimit counts by default
 // would otherwise replace an exact sliding window unasked.
-// No rule (false) when nothing matches, or the match is unlimited or
-// blocked (requests_per_unit: 0), which a library limit cannot express:
-// the limit's own rule then applies. The first limit of a rate_limits
+// No rule (false) when nothing matches, or the match is unlimited,
+// blocked (requests_per_unit: 0) or in shadow_mode, which a library
+// limit's rule cannot express: the limit's own rule then applies. The first limit of a rate_limits
 // list is the one taken. Rules is safe for concurrent use.
 type Rules struct {
 	domain string
@@ -47,7 +47,7 @@ func (r *Rules) Rule(base floodgate.Rule, key string) (floodgate.Rule, bool) {
 		return floodgate.Rule{}, false
 	}
 	l := m.Limits[0]
-	if l.Unlimited || l.Blocked() {
+	if l.Unlimited || l.Blocked() || l.ShadowMode {
 		return floodgate.Rule{}, false
 	}
 	if !l.AlgorithmSet {

@@ -62,7 +62,8 @@ func Watch(dir string, opts WatchOptions) (*Watcher, error) { return watch(dir, 
 // WatchFile is [Watch] of one file: it reads only path, watching its
 // directory (which sees the file replaced by a rename, as editors and
 // configuration tools write it). The file must be named *.yaml or *.yml
-// and must not start with a dot.
+// and must not start with a dot. A reload that finds no file is refused,
+// as an invalid file is: the configuration in force stays.
 func WatchFile(path string, opts WatchOptions) (*Watcher, error) {
 	name := filepath.Base(path)
 	if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
@@ -77,6 +78,12 @@ func WatchFile(path string, opts WatchOptions) (*Watcher, error) {
 func watch(dir, only string, opts WatchOptions) (*Watcher, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 100 * time.Millisecond
+	}
+	// An absolute path has a parent of its own: "." would be its own
+	// parent, and its files' events taken for a sibling's.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)
 	}
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -133,6 +140,11 @@ func (w *Watcher) read() (*Config, error) {
 	files, err := readDir(w.dir, w.only)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := files[w.only]; w.only != "" && !ok {
+		// WatchFile's file is required: its absence is not an empty
+		// configuration that would drop every limit.
+		return nil, fmt.Errorf("rlconfig: %s: %w", filepath.Join(w.dir, w.only), os.ErrNotExist)
 	}
 	return Parse(files, w.opts.Options)
 }

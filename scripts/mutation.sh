@@ -9,6 +9,7 @@
 #   scripts/mutation.sh                    # root clientip httplimit
 #   scripts/mutation.sh root clientip      # the packages named (root = core)
 #   scripts/mutation.sh memstore redisstore  # the stores, with their filters
+#   scripts/mutation.sh rls                # the service, without its long tests
 #   MUTATION_KEEP=dir scripts/mutation.sh  # keep each package's JSON and log
 #
 # Environment: MUTATION_WORKERS (default 1: the machine is shared; more
@@ -181,6 +182,7 @@ filters_for() {
 	skip= run= exclude=
 	case $1 in
 	memstore) skip='^TestConformanceRealClock$' ;;
+	rls) skip='^(TestExactUnderConcurrency|TestClusterAllOrNothing|TestRedisOutage|TestExactOverJSON|TestPeekOutage|FuzzShouldRateLimit)$' ;;
 	redisstore)
 		exclude='rueidis\.go$'
 		skip='^(TestCluster|TestClusterFailover|TestSentinel|TestSentinelFailover|TestValkey|TestStartDuringOutage|TestDialIsRateLimited|TestKilledRedisRecovers|TestFrozenRedisRespectsTheBudget|TestNoCallWaitsForever|TestCloseDuringDial|TestReplicas.*|TestDifferentialAgainstMemstore|TestMemoryUsage)$'

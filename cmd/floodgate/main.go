@@ -5,6 +5,7 @@
 //	floodgate reset -rule 'name=login,limit=5/10m' alice     forget alice's count: unlock her
 //	floodgate peek  -config DIR -domain rl user=alice       the limits of a descriptor, from the service's configuration
 //	floodgate blocked -rule 'name=login,limit=5/10m'        the keys a request would now find denied (blocked.go)
+//	floodgate override set -rule api -limit 1000/1m cust-42  give one key a limit of its own, in every replica within 5s (override.go)
 //
 // The key is spelled as the application spells it; floodgate encodes it
 // as the store does, so a hashed key never has to be typed. A rule is
@@ -18,6 +19,9 @@
 // -domain, the arguments are a descriptor's entries, KEY=VALUE, and every
 // limit that applies to it is peeked or reset.
 //
+// A key with an override (floodgate override) is peeked at or reset under
+// the override's rule, as the services decide it, with a note on stderr.
+//
 // What the command cannot see: a rule given with another name, window or
 // algorithm than the service's reads a fresh key; a service with a
 // denial cache keeps a denial it cached until its Retry-After ran out, at
@@ -26,6 +30,10 @@
 //
 // Exit status: 0 done, 1 Redis failed or could not be reached, 2 bad
 // input.
+//
+// Run with no subcommand (or "serve", or only -config-dir DIR), floodgate
+// is the rate-limit service: Envoy's RLS v3 over gRPC and POST /json,
+// configured from the environment (serve.go; docs/SERVICE.md).
 package main
 
 import (
@@ -53,6 +61,9 @@ func main() {
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if serving(args) {
+		return serve(ctx, args, getenv, stderr, serveHooks{})
+	}
 	err := dispatch(ctx, args, getenv, stdout, stderr)
 	switch {
 	case err == nil:
@@ -70,6 +81,7 @@ const usage = `usage:
   floodgate peek|reset -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
   floodgate peek|reset -config DIR -domain DOMAIN [-prefix P] [-o json] KEY=VALUE...
 ` + blockedUsage + `
+  floodgate override set|get|rm|ls ...   per-key limits (floodgate override for its usage)
 Redis is REDIS_URL.`
 
 func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -77,6 +89,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("%w: no subcommand\n%s", errUsage, usage)
 	}
 	cmd, args := args[0], args[1:]
+	if cmd == "override" {
+		return overrideCmd(ctx, args, getenv, stdout)
+	}
 	if cmd == "blocked" {
 		return blocked(ctx, args, getenv, stdout, stderr)
 	}
@@ -107,6 +122,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if hits, err = withOverrides(ctx, url, *prefix, *timeout, hits, stderr); err != nil {
+		return err
+	}
 	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: *prefix})
 	if err != nil {
 		return err

@@ -88,7 +88,7 @@ func TestBadInputAndUnreachableRedis(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no subcommand", url, nil, 2, "no subcommand"},
+		{"no subcommand: the service, without CONFIG_DIR", url, nil, 2, "CONFIG_DIR: is required"},
 		{"unknown subcommand", url, []string{"unlock"}, 2, `unknown subcommand "unlock"`},
 		{"no rule", url, []string{"peek", "k"}, 2, "-rule is required"},
 		{"no key", url, []string{"peek", "-rule", "name=a,limit=1/1m"}, 2, "want one KEY"},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -60,7 +62,12 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 		logger.Warn("TOKEN_SECRET is not set: tokens and device cookies are signed with a random secret of this process only")
 		cfg.TokenSecret = randomID() + randomID()
 	}
+	// The process's own metrics (goroutines, heap, resident memory) sit
+	// beside the limiter's, so that a leak shows on /metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var store floodgate.Store
+	var ovr floodgate.Overrides // per-key limits set with floodgate override; Redis only
 	ready := func(context.Context) error { return nil }
 	if cfg.RedisURL == "" && opts.RedisClient == nil {
 		logger.Warn("REDIS_URL is not set: limits are kept in this process's memory and are not shared between replicas")
@@ -86,16 +93,16 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 			return nil, fmt.Errorf("bank: %w", err)
 		}
 		store, ready, a.breaker = br, rs.Ping, br
+		if ovr, err = a.followOverrides(ctx, cfg, opts, reg, logger); err != nil {
+			a.Close()
+			return nil, err
+		}
 	}
-	limiter, err := newLimiter(store, cfg)
+	limiter, err := newLimiter(store, cfg, ovr)
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
-	// The process's own metrics (goroutines, heap, resident memory) sit
-	// beside the limiter's, so that a leak shows on /metrics.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	limits, err := a.watchLimits(cfg.LimitsFile, reg, logger)
 	if err != nil {
 		a.Close()
@@ -110,6 +117,9 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	a.closers = append([]func() error{srv.Close}, a.closers...)
 	return a, nil
 }
+
+// limitsDomain is the domain of LIMITS_FILE's limits.
+const limitsDomain = "bank"
 
 // watchLimits returns the live limits of file, reloaded when it changes,
 // or nil when file is empty. Each reload is logged and counted in
@@ -130,18 +140,47 @@ func (a *App) watchLimits(file string, reg prometheus.Registerer, logger *slog.L
 		}
 		ok.Inc()
 		logger.Info("LIMITS_FILE reloaded", "file", file)
+		if !slices.Contains(cfg.Domains(), limitsDomain) {
+			logger.Warn("LIMITS_FILE has no domain bank: no live limit applies", "file", file, "domains", cfg.Domains())
+		}
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("bank: LIMITS_FILE: %w", err)
 	}
+	if ds := w.Config().Domains(); !slices.Contains(ds, limitsDomain) {
+		w.Close()
+		return nil, fmt.Errorf("bank: LIMITS_FILE %s: no domain %q (it has %q): its limits would apply to nothing", file, limitsDomain, ds)
+	}
 	a.closers = append(a.closers, w.Close)
-	return rlconfig.NewRules("bank", w.Config), nil
+	return rlconfig.NewRules(limitsDomain, w.Config), nil
 }
 
 // newLimiter returns the limiter of the service on store: cfg's decision
-// budget and denial cache.
-func newLimiter(store floodgate.Store, cfg Config) (*floodgate.Limiter, error) {
-	return floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCacheSize})
+// budget and denial cache, and the per-key overrides ovr (nil for none).
+func newLimiter(store floodgate.Store, cfg Config, ovr floodgate.Overrides) (*floodgate.Limiter, error) {
+	return floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCacheSize, Overrides: ovr})
+}
+
+// followOverrides returns the per-key overrides that operators set in the
+// service's Redis (floodgate override set -rule pix -limit 50/1m ACCOUNT),
+// refreshed every 5 seconds and exported as floodgate_overrides.
+func (a *App) followOverrides(ctx context.Context, cfg Config, opts AppOptions, reg prometheus.Registerer, logger *slog.Logger) (floodgate.Overrides, error) {
+	tableOpts := overrides.Options{URL: cfg.RedisURL}
+	if opts.RedisClient != nil {
+		tableOpts = overrides.Options{Client: opts.RedisClient}
+	}
+	table, err := overrides.NewTable(tableOpts)
+	if err != nil {
+		return nil, fmt.Errorf("bank: overrides: %w", redactErr(err, cfg.RedisURL))
+	}
+	src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Registerer: reg, Logger: logger})
+	if err != nil {
+		table.Close()
+		return nil, fmt.Errorf("bank: overrides: %w", err)
+	}
+	// Closed in this order after the store: the Source, then its table.
+	a.closers = append(a.closers, src.Close, table.Close)
+	return src, nil
 }
 
 // Close releases the server, then the store.

@@ -34,7 +34,7 @@ func TestHammeringABlockedKeyCostsNoStoreCall(t *testing.T) {
 	ms := memstore.New(memstore.Options{})
 	defer ms.Close()
 	store := &countingStore{Store: struct{ floodgate.Store }{ms}} // hides memstore's local fast path, as Redis has none
-	l, err := newLimiter(store, cfg)
+	l, err := newLimiter(store, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/overrides"
+)
+
+// The override subcommands edit the per-key limits that services read
+// through package overrides: "customer 42 gets 1000/1m on api".
+//
+//	floodgate override set -rule api -limit 1000/1m [-algorithm ALG] [-burst N] [-ttl 24h] customer-42
+//	floodgate override get -rule api customer-42
+//	floodgate override rm  -rule api customer-42
+//	floodgate override ls  [-rule api]
+//	floodgate override set -config /etc/ratelimit -domain rl -limit 100/1m user=42
+//
+// A service whose Limiter takes an overrides.Source applies a change
+// within the Source's refresh interval (5s by default), with no restart.
+// An override keeps the rule's name: a new limit keeps the key's count, a
+// new window or algorithm starts the key afresh. -ttl makes it expire
+// (counted from now on this machine's clock); without it, it lasts until
+// rm. set also deletes the overrides that expired. With -config and
+// -domain (the service's configuration), the arguments are a descriptor's
+// entries, and the override is of the one limit that applies to it, by
+// default with that limit's algorithm. ls lists every
+// override, those without an expiry and those expired included, and the
+// entries the services skip as invalid.
+
+const overrideUsage = `usage:
+  floodgate override set -rule NAME -limit COUNT/WINDOW [-algorithm ALG] [-burst N] [-ttl DURATION] [-prefix P] [-o json] KEY
+  floodgate override get|rm -rule NAME [-prefix P] [-o json] KEY
+  floodgate override set|get|rm -config DIR -domain DOMAIN [set's flags] KEY=VALUE...
+  floodgate override ls [-rule NAME] [-prefix P] [-o json]
+Redis is REDIS_URL; services apply a change within their refresh interval (5s by default).`
+
+// overrideCmd runs "floodgate override ...": args follow "override".
+func overrideCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: override needs set, get, rm or ls\n%s", errUsage, overrideUsage)
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "set", "get", "rm", "ls":
+	default:
+		return fmt.Errorf("%w: unknown override subcommand %q\n%s", errUsage, sub, overrideUsage)
+	}
+	fs := flag.NewFlagSet("override "+sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	ruleName := fs.String("rule", "", "the rule's name, as the services name it")
+	limit := fs.String("limit", "", "set: the key's limit, COUNT/WINDOW such as 1000/1m")
+	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window, token-bucket, fixed-window or sliding-window-counter")
+	burst := fs.Int64("burst", 0, "set: the bucket capacity of a token-bucket override (0 means the limit)")
+	ttl := fs.Duration("ttl", 0, "set: how long the override lasts (0: until rm)")
+	configDir := fs.String("config", "", "set|get|rm: a directory of envoyproxy/ratelimit YAML (with -domain): the rule and key of a descriptor")
+	domain := fs.String("domain", "", "the configuration's domain (with -config)")
+	prefix := fs.String("prefix", "", "the services' key prefix (the default when empty)")
+	output := fs.String("o", "text", "output: text or json")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for Redis")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v\n%s", errUsage, err, overrideUsage)
+	}
+	if *output != "text" && *output != "json" {
+		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *output)
+	}
+	set := func(name string) bool {
+		found := false
+		fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+		return found
+	}
+	for _, name := range []string{"limit", "algorithm", "burst", "ttl"} {
+		if sub != "set" && set(name) {
+			return fmt.Errorf("%w: -%s is only for override set", errUsage, name)
+		}
+	}
+	var key string
+	switch {
+	case sub == "ls" && (fs.NArg() != 0 || *configDir != "" || *domain != ""):
+		return fmt.Errorf("%w: override ls takes no KEY nor -config, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
+	case *configDir != "" || *domain != "":
+		// A descriptor of the service's configuration: the rule and key
+		// it is decided by, and by default that rule's algorithm.
+		if *ruleName != "" {
+			return fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, overrideUsage)
+		}
+		hits, err := target("", *configDir, *domain, fs.Args())
+		if err != nil {
+			return err
+		}
+		if len(hits) != 1 {
+			names := make([]string, len(hits))
+			for i, h := range hits {
+				names[i] = h.Rule.Name
+			}
+			return fmt.Errorf("%w: %d limits apply to %v (%s): give each with -rule NAME and its KEY", errUsage, len(hits), fs.Args(), strings.Join(names, ", "))
+		}
+		*ruleName, key = hits[0].Rule.Name, hits[0].Key
+		if !set("algorithm") {
+			*algorithm = hits[0].Rule.Algorithm.String()
+		}
+	case sub != "ls" && fs.NArg() != 1:
+		return fmt.Errorf("%w: want one KEY, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
+	case sub != "ls":
+		key = fs.Arg(0)
+	}
+	if *ruleName == "" && sub != "ls" {
+		return fmt.Errorf("%w: -rule is required\n%s", errUsage, overrideUsage)
+	}
+	if *ruleName != "" {
+		// The name alone, checked as a rule's name is.
+		if err := (floodgate.Rule{Name: *ruleName, Limit: 1, Window: time.Second}).Validate(); err != nil {
+			return err
+		}
+	}
+	var entry overrides.Entry
+	if sub == "set" {
+		var err error
+		if entry, err = overrideEntry(*ruleName, *limit, *algorithm, *burst, *ttl, key); err != nil {
+			return err
+		}
+	}
+	url := getenv("REDIS_URL")
+	if url == "" {
+		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	}
+	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: *prefix, DialTimeout: *timeout})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	defer table.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	out := overrideOutput{w: stdout, json: *output == "json"}
+	switch sub {
+	case "set":
+		if err := table.Set(ctx, entry); err != nil {
+			return err
+		}
+		pruned, err := table.Prune(ctx, time.Now())
+		if err != nil {
+			return err
+		}
+		text := fmt.Sprintf("set %s; services apply it within their refresh interval (5s by default)\n", entry)
+		if pruned > 0 {
+			text += fmt.Sprintf("deleted %d expired override(s)\n", pruned)
+		}
+		return out.report(map[string]any{"set": entryJSON(entry, time.Now()), "pruned": pruned}, text)
+	case "get":
+		e, ok, err := table.Get(ctx, *ruleName, key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return out.report(map[string]any{"rule": *ruleName, "key": key, "found": false},
+				fmt.Sprintf("no override of key %q under rule %s: the rule's own limit applies\n", key, *ruleName))
+		}
+		now := time.Now()
+		text := e.String() + "\n"
+		if e.ExpiredAt(now) {
+			text = e.String() + " (expired: the rule's own limit applies)\n"
+		}
+		v := entryJSON(e, now)
+		v["found"] = true
+		return out.report(v, text)
+	case "rm":
+		ok, err := table.Delete(ctx, *ruleName, key)
+		if err != nil {
+			return err
+		}
+		text := fmt.Sprintf("removed the override of key %q under rule %s; services apply the rule's own limit within their refresh interval\n", key, *ruleName)
+		if !ok {
+			text = fmt.Sprintf("no override of key %q under rule %s\n", key, *ruleName)
+		}
+		return out.report(map[string]any{"rule": *ruleName, "key": key, "removed": ok}, text)
+	default:
+		l, err := table.List(ctx)
+		if err != nil {
+			return err
+		}
+		return listOverrides(out, l, *ruleName, time.Now())
+	}
+}
+
+// overrideEntry builds the entry of "override set" from its flags.
+func overrideEntry(rule, limit, algorithm string, burst int64, ttl time.Duration, key string) (overrides.Entry, error) {
+	if limit == "" {
+		return overrides.Entry{}, fmt.Errorf("%w: override set needs -limit COUNT/WINDOW, such as 1000/1m", errUsage)
+	}
+	alg, err := floodgate.ParseAlgorithm(algorithm)
+	if err != nil {
+		return overrides.Entry{}, err
+	}
+	r, err := floodgate.ParseLimit(rule, limit, alg)
+	if err != nil {
+		return overrides.Entry{}, err
+	}
+	if burst != 0 {
+		if r, err = r.WithBurst(burst); err != nil {
+			return overrides.Entry{}, err
+		}
+	}
+	if ttl < 0 {
+		return overrides.Entry{}, fmt.Errorf("%w: -ttl %v is negative", errUsage, ttl)
+	}
+	e := overrides.Entry{Rule: r, Key: key}
+	if ttl > 0 {
+		e.Expires = time.Now().Add(ttl).UTC().Truncate(time.Millisecond)
+	}
+	if err := e.Validate(); err != nil {
+		return overrides.Entry{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return e, nil
+}
+
+// listOverrides prints the overrides of l (those of rule, if not empty),
+// then the invalid entries.
+func listOverrides(out overrideOutput, l *overrides.Listing, rule string, now time.Time) error {
+	invalid := l.Invalid
+	if out.json {
+		enc := json.NewEncoder(out.w)
+		for _, e := range l.Entries {
+			if rule == "" || e.Rule.Name == rule {
+				if err := enc.Encode(entryJSON(e, now)); err != nil {
+					return err
+				}
+			}
+		}
+		for _, b := range invalid {
+			if err := enc.Encode(map[string]any{"invalid": true, "field": b.Field, "value": b.Value, "error": b.Err.Error()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tKEY\tLIMIT\tALGORITHM\tEXPIRES")
+	n := 0
+	for _, e := range l.Entries {
+		if rule != "" && e.Rule.Name != rule {
+			continue
+		}
+		n++
+		lim := fmt.Sprintf("%d/%v", e.Rule.Limit, e.Rule.Window)
+		alg := e.Rule.Algorithm.String()
+		if e.Rule.Burst > 0 {
+			alg += ", burst " + strconv.FormatInt(e.Rule.Burst, 10)
+		}
+		expires := "never"
+		switch {
+		case e.ExpiredAt(now):
+			expires = "expired " + e.Expires.UTC().Format(time.RFC3339)
+		case !e.Expires.IsZero():
+			expires = e.Expires.UTC().Format(time.RFC3339) + " (in " + e.Expires.Sub(now).Round(time.Second).String() + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Rule.Name, strconv.Quote(e.Key), lim, alg, expires)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out.w, "%d override(s)\n", n)
+	if len(invalid) > 0 {
+		fmt.Fprintf(out.w, "%d invalid entr(ies), skipped by the services (fix them with set, or rm them):\n", len(invalid))
+		for _, b := range invalid {
+			fmt.Fprintf(out.w, "  %q = %q: %v\n", b.Field, b.Value, b.Err)
+		}
+	}
+	return nil
+}
+
+// entryJSON is an entry as -o json prints it.
+func entryJSON(e overrides.Entry, now time.Time) map[string]any {
+	v := map[string]any{
+		"rule": e.Rule.Name, "key": e.Key, "limit": e.Rule.Limit, "window": e.Rule.Window.String(),
+		"window_ms": e.Rule.Window.Milliseconds(), "algorithm": e.Rule.Algorithm.String(), "burst": e.Rule.Burst,
+		"expires": nil, "expired": e.ExpiredAt(now),
+	}
+	if !e.Expires.IsZero() {
+		v["expires"] = e.Expires.UTC().Format(time.RFC3339Nano)
+	}
+	return v
+}
+
+// overrideOutput writes text, or one JSON object per line.
+type overrideOutput struct {
+	w    io.Writer
+	json bool
+}
+
+func (o overrideOutput) report(v map[string]any, text string) error {
+	if o.json {
+		return json.NewEncoder(o.w).Encode(v)
+	}
+	_, err := io.WriteString(o.w, text)
+	return err
+}
+
+// withOverrides returns hits with the overrides in force in Redis
+// applied, as the services' Limiters apply them, so that peek and reset
+// read and clear the state a request would use; each one applied is
+// noted on stderr. An entry the services skip as invalid is skipped here
+// too.
+func withOverrides(ctx context.Context, url, prefix string, timeout time.Duration, hits []floodgate.Hit, stderr io.Writer) ([]floodgate.Hit, error) {
+	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix, DialTimeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	defer table.Close()
+	now := time.Now()
+	out := make([]floodgate.Hit, len(hits))
+	for i, h := range hits {
+		out[i] = h
+		e, ok, err := table.Get(ctx, h.Rule.Name, h.Key)
+		switch {
+		case errors.Is(err, overrides.ErrInvalidEntry):
+			fmt.Fprintf(stderr, "floodgate: the override of key %q under rule %s is invalid, and skipped as the services skip it: %v\n", h.Key, h.Rule.Name, err)
+		case err != nil:
+			return nil, err
+		case ok && !e.ExpiredAt(now) && e.Rule != h.Rule:
+			fmt.Fprintf(stderr, "floodgate: key %q has an override under rule %s: %v (floodgate override get)\n", h.Key, h.Rule.Name, e.Rule)
+			out[i].Rule = e.Rule
+		}
+	}
+	return out, nil
+}

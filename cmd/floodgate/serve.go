@@ -1,0 +1,432 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/overrides"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
+	"github.com/floodgate-rl/floodgate/rls"
+)
+
+// serving reports whether args ask for the service: no subcommand,
+// "serve", or a flag first.
+func serving(args []string) bool {
+	return len(args) == 0 || args[0] == "serve" || strings.HasPrefix(args[0], "-")
+}
+
+// serveConfig is the service's configuration, from the environment and
+// the flags. docs/SERVICE.md lists it with envoyproxy/ratelimit's names.
+type serveConfig struct {
+	RedisURL        string        // REDIS_URL: redisstore's URL forms; empty means in memory
+	RedisPrefix     string        // CACHE_KEY_PREFIX: the Redis key prefix; empty means redisstore's
+	GRPCAddr        string        // GRPC_ADDR (or GRPC_PORT): default :8081
+	HTTPAddr        string        // HTTP_ADDR (or PORT): default :8080
+	DebugAddr       string        // DEBUG_ADDR (or DEBUG_PORT): /healthcheck, /rlconfig, /metrics apart; empty means on HTTP_ADDR
+	ConfigDir       string        // CONFIG_DIR or -config-dir (or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)
+	MergeDomains    bool          // MERGE_DOMAIN_CONFIG
+	DecisionTimeout time.Duration // DECISION_TIMEOUT: default 50ms
+	DenialCache     int           // DENIAL_CACHE_SIZE (or LOCAL_CACHE_SIZE_IN_BYTES / 300): denials answered locally; 0 (default) is off
+	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT: how long in-flight calls may take to finish; default 10s
+	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
+	LogFormat       string        // LOG_FORMAT: text or json
+}
+
+// errConfig marks a configuration that cannot be used: exit status 2.
+var errConfig = errors.New("invalid configuration")
+
+// parseServe reads the configuration, listing every problem.
+func parseServe(args []string, getenv func(string) string) (serveConfig, error) {
+	c := serveConfig{
+		GRPCAddr:        ":8081",
+		HTTPAddr:        ":8080",
+		DecisionTimeout: floodgate.DefaultTimeout,
+		ShutdownTimeout: 10 * time.Second,
+	}
+	var errs []error
+	bad := func(name, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, a...)...))
+	}
+	if len(args) > 0 && args[0] == "serve" {
+		args = args[1:]
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configDir := fs.String("config-dir", "", "the directory of envoyproxy/ratelimit YAML files (CONFIG_DIR)")
+	if err := fs.Parse(args); err != nil {
+		bad("flags", "%v (the service takes -config-dir DIR; everything else is in the environment)", err)
+	} else if fs.NArg() > 0 {
+		bad("flags", "unexpected arguments %q", fs.Args())
+	}
+
+	addr := func(name, portName string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		} else if p := getenv(portName); p != "" {
+			*dst = ":" + p
+		}
+		if *dst == "" {
+			return
+		}
+		_, port, err := net.SplitHostPort(*dst)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			bad(name, "%q is not HOST:PORT", *dst)
+		}
+	}
+	addr("GRPC_ADDR", "GRPC_PORT", &c.GRPCAddr)
+	addr("HTTP_ADDR", "PORT", &c.HTTPAddr)
+	addr("DEBUG_ADDR", "DEBUG_PORT", &c.DebugAddr)
+	// The same address twice cannot be listened on, except port 0 (any
+	// free port).
+	same := func(a, b string) bool { return a != "" && a == b && !strings.HasSuffix(a, ":0") }
+	if same(c.DebugAddr, c.HTTPAddr) {
+		bad("DEBUG_ADDR", "is HTTP_ADDR (%s); leave it empty to serve both there", c.HTTPAddr)
+	}
+	if same(c.GRPCAddr, c.HTTPAddr) || same(c.GRPCAddr, c.DebugAddr) {
+		bad("GRPC_ADDR", "%s is also an HTTP address", c.GRPCAddr)
+	}
+
+	c.ConfigDir = *configDir
+	if c.ConfigDir == "" {
+		c.ConfigDir = getenv("CONFIG_DIR")
+	}
+	if c.ConfigDir == "" && getenv("RUNTIME_ROOT") != "" {
+		// envoyproxy/ratelimit reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config.
+		c.ConfigDir = strings.TrimRight(getenv("RUNTIME_ROOT"), "/") + "/" + strings.Trim(getenv("RUNTIME_SUBDIRECTORY"), "/") + "/config"
+	}
+	if c.ConfigDir == "" {
+		bad("CONFIG_DIR", "is required (or -config-dir): the directory of envoyproxy/ratelimit YAML files")
+	}
+	if v := getenv("MERGE_DOMAIN_CONFIG"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad("MERGE_DOMAIN_CONFIG", "%q is not true or false", v)
+		}
+		c.MergeDomains = b
+	}
+
+	redisURL, err := redisURL(getenv)
+	if err != nil {
+		bad("REDIS_URL", "%v", err)
+	} else if redisURL != "" {
+		if err := (redisstore.Options{URL: redisURL}).Validate(); err != nil {
+			bad("REDIS_URL", "%v", err)
+		}
+	}
+	c.RedisURL = redisURL
+	c.RedisPrefix = getenv("CACHE_KEY_PREFIX")
+	if err := (redisstore.Options{URL: "redis://localhost", Prefix: c.RedisPrefix}).Validate(); err != nil {
+		bad("CACHE_KEY_PREFIX", "%v", err)
+	}
+
+	duration := func(name string, dst *time.Duration) {
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad(name, "%q is not a positive duration such as 50ms", v)
+			return
+		}
+		*dst = d
+	}
+	duration("DECISION_TIMEOUT", &c.DecisionTimeout)
+	count := func(name string) (int, bool) {
+		v := getenv(name)
+		if v == "" {
+			return 0, false
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			bad(name, "%q is not a whole number, 0 or more", v)
+			return 0, false
+		}
+		return n, true
+	}
+	if n, ok := count("DENIAL_CACHE_SIZE"); ok {
+		c.DenialCache = n
+	} else if n, ok := count("LOCAL_CACHE_SIZE_IN_BYTES"); ok {
+		// envoyproxy/ratelimit sizes its over-limit cache in bytes; a
+		// cached denial takes about 300.
+		c.DenialCache = n / 300
+	}
+	duration("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+
+	switch v := strings.ToLower(getenv("LOG_LEVEL")); v {
+	case "", "info":
+	case "debug":
+		c.LogLevel = slog.LevelDebug
+	case "warn", "warning":
+		c.LogLevel = slog.LevelWarn
+	case "error":
+		c.LogLevel = slog.LevelError
+	default:
+		bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", getenv("LOG_LEVEL"))
+	}
+	c.LogFormat = strings.ToLower(getenv("LOG_FORMAT"))
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("LOG_FORMAT", "%q is not text or json", getenv("LOG_FORMAT"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("%w:\n%w", errConfig, err)
+	}
+	return c, nil
+}
+
+// redisURL reads REDIS_URL in redisstore's forms, or in
+// envoyproxy/ratelimit's: HOST:PORT without a scheme (several, comma
+// separated, for REDIS_TYPE cluster; the master's name first for
+// sentinel), with REDIS_AUTH as the password and REDIS_TLS.
+func redisURL(getenv func(string) string) (string, error) {
+	v := getenv("REDIS_URL")
+	if v == "" || strings.Contains(v, "://") {
+		return v, nil
+	}
+	parts := strings.Split(v, ",")
+	typ := strings.ToLower(getenv("REDIS_TYPE"))
+	q := url.Values{}
+	switch typ {
+	case "", "single", "cluster":
+	case "sentinel":
+		if len(parts) < 2 {
+			return "", fmt.Errorf("REDIS_TYPE sentinel wants MASTER,HOST:PORT[,HOST:PORT...], got %q", v)
+		}
+		q.Set("master_set", parts[0])
+		parts = parts[1:]
+	default:
+		return "", fmt.Errorf("REDIS_TYPE %q is not single, sentinel or cluster", getenv("REDIS_TYPE"))
+	}
+	for _, p := range parts[1:] {
+		q.Add("addr", p)
+	}
+	u := url.URL{Scheme: "redis", Host: parts[0], RawQuery: q.Encode()}
+	if b, _ := strconv.ParseBool(getenv("REDIS_TLS")); b {
+		u.Scheme = "rediss"
+	}
+	if auth := getenv("REDIS_AUTH"); auth != "" {
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			u.User = url.UserPassword(user, pass)
+		} else {
+			u.User = url.UserPassword("", auth)
+		}
+	}
+	return u.String(), nil
+}
+
+// serveHooks are what tests observe of a running service.
+type serveHooks struct {
+	// ready, if set, is called with the listeners' addresses once they
+	// accept connections.
+	ready func(grpcAddr, httpAddr, debugAddr string)
+}
+
+// serve runs the service until SIGINT or SIGTERM (or ctx is done), then
+// shuts down gracefully: health checks fail first, in-flight calls
+// finish (at most SHUTDOWN_TIMEOUT), then the stores close.
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, hooks serveHooks) int {
+	cfg, err := parseServe(args, getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate:", err)
+		return 2
+	}
+	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})
+	}
+	logger := slog.New(h)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := runService(ctx, cfg, logger, hooks); err != nil {
+		logger.Error("floodgate stopped", "err", err)
+		if errors.Is(err, errConfig) {
+			fmt.Fprintln(stderr, "floodgate:", err)
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// runService builds the store, the Enforcer and the Server, serves, and
+// shuts down when ctx is done.
+func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks serveHooks) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var store floodgate.Store
+	var breaker *breakerstore.Store
+	var ovr floodgate.Overrides // per-key limits set with floodgate override; Redis only
+	if cfg.RedisURL == "" {
+		logger.Warn("REDIS_URL is empty: the limits are kept in this process's memory, per instance; set REDIS_URL to share them across instances")
+		mem := memstore.New(memstore.Options{})
+		defer mem.Close()
+		store = mem
+	} else {
+		dialCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: REDIS_URL: %w", errConfig, err)
+		}
+		defer rs.Close()
+		breaker, err = breakerstore.New(rs, breakerstore.Options{
+			Name: "redis",
+			OnStateChange: func(_ string, from, to breakerstore.State) {
+				logger.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+			},
+		})
+		if err != nil {
+			return err
+		}
+		store = breaker
+		// The overrides beside the limits, refreshed every 5s.
+		table, err := overrides.NewTable(overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
+		if err != nil {
+			return fmt.Errorf("%w: REDIS_URL: %w", errConfig, err)
+		}
+		defer table.Close()
+		loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		src, err := overrides.NewSource(loadCtx, table, overrides.SourceOptions{Registerer: reg, Logger: logger})
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer src.Close() // before the table's
+		ovr = src
+	}
+	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache, Overrides: ovr})
+	if err != nil {
+		return err
+	}
+	enf, err := enforce.New(enforce.Options{Limiter: limiter, Breaker: breaker, Registerer: reg, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer enf.Close()
+	srv, err := rls.New(rls.Options{
+		Enforcer:      enf,
+		ConfigDir:     cfg.ConfigDir,
+		ConfigOptions: rlconfig.Options{MergeDomains: cfg.MergeDomains},
+		Registerer:    reg,
+		Gatherer:      reg,
+		Logger:        logger,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)
+	}
+	defer srv.Close()
+
+	gs := grpc.NewServer(srv.GRPCServerOptions()...)
+	srv.Register(gs)
+	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	web := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	var debug *http.Server
+	if cfg.DebugAddr != "" {
+		web.Handler = publicOnly(srv.Handler())
+		debug = &http.Server{Handler: srv.DebugHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	}
+
+	var lns []net.Listener
+	listen := func(name, addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		lns = append(lns, ln)
+		return ln, nil
+	}
+	gln, err := listen("GRPC_ADDR", cfg.GRPCAddr)
+	if err != nil {
+		return err
+	}
+	hln, err := listen("HTTP_ADDR", cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	var dln net.Listener
+	if debug != nil {
+		if dln, err = listen("DEBUG_ADDR", cfg.DebugAddr); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, 3)
+	go func() { errc <- gs.Serve(gln) }()
+	go func() { errc <- web.Serve(hln) }()
+	debugAddr := ""
+	if debug != nil {
+		debugAddr = dln.Addr().String()
+		go func() { errc <- debug.Serve(dln) }()
+	}
+	logger.Info("floodgate serving", "grpc", gln.Addr().String(), "http", hln.Addr().String(), "debug", debugAddr,
+		"config_dir", cfg.ConfigDir, "redis", cfg.RedisURL != "", "decision_timeout", cfg.DecisionTimeout, "denial_cache", cfg.DenialCache)
+	if hooks.ready != nil {
+		hooks.ready(gln.Addr().String(), hln.Addr().String(), debugAddr)
+	}
+
+	var served error
+	select {
+	case served = <-errc:
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: in-flight calls finish", "timeout", cfg.ShutdownTimeout)
+	srv.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	errs := []error{served, web.Shutdown(sctx)}
+	if debug != nil {
+		errs = append(errs, debug.Shutdown(sctx))
+	}
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		gs.Stop()
+		<-stopped
+	}
+	if errors.Is(served, http.ErrServerClosed) || errors.Is(served, grpc.ErrServerStopped) {
+		errs[0] = nil
+	}
+	return errors.Join(errs...)
+}
+
+// publicOnly serves /json and /healthcheck from h and nothing else: with
+// DEBUG_ADDR set, the configuration and the metrics live there alone, as
+// envoyproxy/ratelimit keeps them on its debug port.
+func publicOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/json" && r.URL.Path != "/healthcheck" {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

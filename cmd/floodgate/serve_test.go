@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// TestServeConfiguration: every problem of the environment is listed at
+// once, with exit status 2.
+func TestServeConfiguration(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{"no configuration directory", map[string]string{}, nil, []string{"CONFIG_DIR: is required"}},
+		{"everything wrong", map[string]string{
+			"CONFIG_DIR":          "x",
+			"GRPC_ADDR":           "nowhere",
+			"HTTP_ADDR":           ":99999",
+			"DECISION_TIMEOUT":    "fast",
+			"SHUTDOWN_TIMEOUT":    "-1s",
+			"LOG_LEVEL":           "loud",
+			"LOG_FORMAT":          "xml",
+			"REDIS_URL":           "http://example",
+			"MERGE_DOMAIN_CONFIG": "perhaps",
+			"CACHE_KEY_PREFIX":    "{x}",
+			"DENIAL_CACHE_SIZE":   "-3",
+		}, nil, []string{
+			`DENIAL_CACHE_SIZE: "-3" is not a whole number`,
+			`CACHE_KEY_PREFIX: redisstore: invalid options: prefix "{x}" has a brace`,
+			`GRPC_ADDR: "nowhere" is not HOST:PORT`, `HTTP_ADDR: ":99999" is not HOST:PORT`,
+			`DECISION_TIMEOUT: "fast"`, `SHUTDOWN_TIMEOUT: "-1s"`, `LOG_LEVEL: "loud"`, `LOG_FORMAT: "xml"`,
+			"REDIS_URL: redisstore: invalid options", `MERGE_DOMAIN_CONFIG: "perhaps"`,
+		}},
+		{"same addresses", map[string]string{"CONFIG_DIR": "x", "HTTP_ADDR": ":9000", "DEBUG_ADDR": ":9000", "GRPC_ADDR": ":9000"}, nil,
+			[]string{"DEBUG_ADDR: is HTTP_ADDR", "GRPC_ADDR: :9000 is also an HTTP address"}},
+		{"a bad flag", map[string]string{}, []string{"-config", "x"}, []string{"flags: flag provided but not defined: -config", "CONFIG_DIR: is required"}},
+		{"a stray argument", map[string]string{}, []string{"serve", "-config-dir", "x", "extra"}, []string{`unexpected arguments ["extra"]`}},
+		{"envoyproxy/ratelimit's REDIS_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_TYPE": "ring"}, nil, []string{`REDIS_TYPE "ring"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var errs bytes.Buffer
+			args := tc.args
+			if args == nil {
+				args = []string{"serve"}
+			}
+			code := serve(context.Background(), args, env(tc.env), &errs, serveHooks{})
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errs.String(), w) {
+					t.Errorf("the errors do not say %q:\n%s", w, errs.String())
+				}
+			}
+		})
+	}
+}
+
+// TestRedisURLForms: envoyproxy/ratelimit's REDIS_URL (HOST:PORT, with
+// REDIS_TYPE, REDIS_AUTH, REDIS_TLS) becomes a redisstore URL.
+func TestRedisURLForms(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"REDIS_URL": "redis://r:6379/0"}, "redis://r:6379/0"},
+		{map[string]string{"REDIS_URL": "r:6379"}, "redis://r:6379"},
+		{map[string]string{"REDIS_URL": "a:1,b:2,c:3", "REDIS_TYPE": "cluster"}, "redis://a:1?addr=b%3A2&addr=c%3A3"},
+		{map[string]string{"REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_TYPE": "SENTINEL"}, "redis://s1:26379?addr=s2%3A26379&master_set=mymaster"},
+		{map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "secret", "REDIS_TLS": "true"}, "rediss://:secret@r:6379"},
+		{map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "user:secret"}, "redis://user:secret@r:6379"},
+	} {
+		got, err := redisURL(env(tc.env))
+		if err != nil || got != tc.want {
+			t.Errorf("%v: %q, %v; want %q", tc.env, got, err, tc.want)
+		}
+	}
+}
+
+// TestServeInvalidConfigDir: an invalid configuration at start exits 2,
+// listing the problems of every file.
+func TestServeInvalidConfigDir(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.yaml": "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+		"b.yaml": "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var errs bytes.Buffer
+	code := serve(context.Background(), []string{"-config-dir", dir}, env(map[string]string{"GRPC_ADDR": "127.0.0.1:0", "HTTP_ADDR": "127.0.0.1:0"}), &errs, serveHooks{})
+	if code != 2 || !strings.Contains(errs.String(), `a.yaml: a.k: invalid rate limit unit "fortnight"`) || !strings.Contains(errs.String(), "b.yaml: b.k: requests_per_unit is missing") {
+		t.Errorf("exit %d, errors:\n%s", code, errs.String())
+	}
+}
+
+// running is a service started by serve in the background.
+type running struct {
+	grpc, http, debug string
+	logs              *syncbuf.Buffer
+	cancel            context.CancelFunc
+	done              chan int
+}
+
+func startServe(t *testing.T, vars map[string]string, args ...string) *running {
+	t.Helper()
+	vars["GRPC_ADDR"], vars["HTTP_ADDR"] = "127.0.0.1:0", "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{logs: &syncbuf.Buffer{}, cancel: cancel, done: make(chan int, 1)}
+	ready := make(chan struct{})
+	var once sync.Once
+	go func() {
+		r.done <- serve(ctx, args, env(vars), r.logs, serveHooks{ready: func(g, h, d string) {
+			r.grpc, r.http, r.debug = g, h, d
+			once.Do(func() { close(ready) })
+		}})
+	}()
+	select {
+	case <-ready:
+	case code := <-r.done:
+		t.Fatalf("serve exited %d before serving:\n%s", code, r.logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not start within 10s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(15 * time.Second):
+			t.Error("serve did not stop within 15s")
+		}
+	})
+	return r
+}
+
+func (r *running) client(t *testing.T) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+func postJSON(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// TestServeExamplesInMemory is `floodgate -config-dir examples/rls/config`
+// with no Redis: it warns, and /json answers as documented.
+func TestServeExamplesInMemory(t *testing.T) {
+	r := startServe(t, map[string]string{}, "-config-dir", "../../examples/rls/config")
+	if !strings.Contains(r.logs.String(), "REDIS_URL is empty") {
+		t.Errorf("no warning about the memory store:\n%s", r.logs.String())
+	}
+	body := `{"domain":"edge","descriptors":[{"entries":[{"key":"path","value":"/login"},{"key":"remote_address","value":"192.0.2.1"}]}]}`
+	for i := range 5 {
+		if code, out := postJSON(t, "http://"+r.http+"/json", body); code != 200 || !strings.Contains(out, `"OK"`) {
+			t.Fatalf("login %d: %d %s", i+1, code, out)
+		}
+	}
+	if code, out := postJSON(t, "http://"+r.http+"/json", body); code != 429 || !strings.Contains(out, `"OVER_LIMIT"`) || !strings.Contains(out, "login_per_address") {
+		t.Fatalf("login 6: %d %s, want 429 OVER_LIMIT", code, out)
+	}
+	res, err := http.Get("http://" + r.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(b), `floodgate_rls_over_limit_total{descriptor="",domain="edge",limit="login_per_address"} 1`) ||
+		!strings.Contains(string(b), `floodgate_decisions_total{gate="edge"`) || !strings.Contains(string(b), "go_goroutines") {
+		t.Errorf("/metrics lacks the service's, the Enforcer's or the runtime's series")
+	}
+}
+
+// TestServeRedisAndGracefulShutdown serves on Redis with a debug
+// listener, then shuts down while a call waits on a frozen Redis: the
+// call finishes with its answer (the failure mode's), and serve exits 0.
+func TestServeRedisAndGracefulShutdown(t *testing.T) {
+	redis := redistest.Start(t)
+	dir := t.TempDir()
+	conf := "domain: svc\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"
+	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startServe(t, map[string]string{
+		"REDIS_URL":  redis.Addr(), // envoyproxy/ratelimit's form: HOST:PORT
+		"CONFIG_DIR": dir, "DEBUG_ADDR": "127.0.0.1:0", "DECISION_TIMEOUT": "1s", "LOG_FORMAT": "json",
+		"LOCAL_CACHE_SIZE_IN_BYTES": "30000", // envoyproxy/ratelimit's name: 100 denials
+	})
+	c := r.client(t)
+	call := func() (*rlsv3.RateLimitResponse, error) {
+		return c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "svc", Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}},
+		}}})
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := call()
+		if err != nil || resp.GetOverallCode() != want {
+			t.Fatalf("call %d: %v, %v; want %v", i+1, resp, err, want)
+		}
+	}
+	// The metrics and configuration are on DEBUG_ADDR only.
+	for addr, want := range map[string]int{r.debug: 200, r.http: 404} {
+		res, err := http.Get("http://" + addr + "/rlconfig")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("/rlconfig on %s: %d, want %d", addr, res.StatusCode, want)
+		}
+	}
+
+	if err := redis.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer redis.Cont()
+	// The denial cache answers user=u's denial again without Redis.
+	if resp, err := call(); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("a cached denial with Redis frozen: %v, %v; want OVER_LIMIT", resp, err)
+	}
+	type answer struct {
+		err  error
+		took time.Duration
+	}
+	inflight := make(chan answer, 1)
+	go func() {
+		began := time.Now()
+		_, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "svc", Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "v"}},
+		}}})
+		inflight <- answer{err, time.Since(began)}
+	}()
+	time.Sleep(200 * time.Millisecond) // the call waits on the frozen Redis
+	r.cancel()
+	a := <-inflight
+	if status.Code(a.err) != codes.Unavailable || a.took < 900*time.Millisecond {
+		t.Errorf("the call in flight: %v after %v; want the failure mode's Unavailable after the 1s budget", a.err, a.took)
+	}
+	select {
+	case code := <-r.done:
+		r.done <- code // for the cleanup
+		if code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, r.logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if !strings.Contains(r.logs.String(), `"msg":"shutting down: in-flight calls finish"`) {
+		t.Errorf("no JSON shutdown log:\n%s", r.logs.String())
+	}
+}
+
+// TestUpstreamEnvironment: envoyproxy/ratelimit's variables configure the
+// service where floodgate's own are unset.
+func TestUpstreamEnvironment(t *testing.T) {
+	c, err := parseServe(nil, env(map[string]string{
+		"RUNTIME_ROOT": "/data/", "RUNTIME_SUBDIRECTORY": "ratelimit", "GRPC_PORT": "9081", "PORT": "9080", "DEBUG_PORT": "6070",
+		"LOG_LEVEL": "WARN", "MERGE_DOMAIN_CONFIG": "true", "REDIS_URL": "redis:6379", "CACHE_KEY_PREFIX": "rl_",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := serveConfig{
+		RedisURL: "redis://redis:6379", RedisPrefix: "rl_", GRPCAddr: ":9081", HTTPAddr: ":9080", DebugAddr: ":6070",
+		ConfigDir: "/data/ratelimit/config", MergeDomains: true, DecisionTimeout: 50 * time.Millisecond,
+		ShutdownTimeout: 10 * time.Second, LogLevel: slog.LevelWarn, LogFormat: "text",
+	}
+	if c != want {
+		t.Errorf("got  %+v\nwant %+v", c, want)
+	}
+	// floodgate's own names win.
+	c, err = parseServe([]string{"-config-dir", "/etc/fg"}, env(map[string]string{"RUNTIME_ROOT": "/data", "CONFIG_DIR": "/x", "GRPC_ADDR": "127.0.0.1:1", "GRPC_PORT": "2"}))
+	if err != nil || c.ConfigDir != "/etc/fg" || c.GRPCAddr != "127.0.0.1:1" {
+		t.Errorf("%+v, %v", c, err)
+	}
+}

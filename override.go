@@ -1,0 +1,52 @@
+package floodgate
+
+import "fmt"
+
+// Overrides gives some keys of a rule a limit of their own: "customer 42
+// gets 1000/1m on api", a plan tier, a temporary raise. A [Limiter] with
+// [Options.Overrides] asks it about every hit before deciding, and checks
+// the hit against the rule it returns. Package overrides keeps such a set
+// in Redis, where an operator edits it from a shell (floodgate override
+// set), and refreshes a copy in every replica in the background.
+//
+// An override replaces the rule's limit, window, algorithm and burst; it
+// keeps the rule's name (the Limiter sets the name back if Override
+// changed it), so it applies to the same state: a key's state belongs to
+// its rule's name, algorithm and window (see [Store]). An override that
+// changes only the limit or burst therefore keeps the key's count so far,
+// and applies at once to it; one that changes the window or the algorithm
+// starts the key from a fresh state, and the state of the base rule is
+// used again, as it was left, once the override is gone. The denial cache
+// (Options.DenialCacheSize) keys on the rule in force, so a new override
+// never serves a denial cached under the old one.
+//
+// The hit is validated against the overridden rule: a cost above its
+// capacity is an [ErrInvalidHit] error, as for any rule, and so is an
+// invalid rule (an [ErrInvalidRule] error naming the override).
+// [Limiter.Check], [Limiter.Peek], [Limiter.Allow], [Limiter.AllowN],
+// [Limiter.Wait] and [Limiter.Reset] all apply overrides; [Limiter.Refund]
+// undoes what a decision recorded under the rule it was taken with.
+type Overrides interface {
+	// Override returns the rule that applies to key instead of rule, and
+	// true; or false when key has no override under rule. It is called
+	// on every decision, by many goroutines at once, so it must be safe
+	// for concurrent use, fast, and never wait on I/O: keep the set in
+	// memory and refresh it elsewhere. rule is valid.
+	Override(rule Rule, key string) (Rule, bool)
+}
+
+// overridden returns h (hit number i, valid, its cost normalized) under
+// r, the rule an override gave it, with h's rule name, validated.
+func overridden(h Hit, r Rule, i int) (Hit, error) {
+	r.Name = h.Rule.Name
+	base := h.Rule
+	h.Rule = r
+	if err := h.validate(i); err != nil {
+		return Hit{}, fmt.Errorf("override of %s for key %q: %w", base, truncate(h.Key), err)
+	}
+	return h, nil
+}
+
+// Overrides returns the overrides of [Options.Overrides], or nil: what a
+// fallback limiter (package enforce's local limits) should apply too.
+func (l *Limiter) Overrides() Overrides { return l.overrides }

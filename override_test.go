@@ -1,0 +1,280 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/overrides"
+)
+
+// mapOverrides is an Overrides an individual test edits: rule name and
+// key to the rule in force.
+type mapOverrides struct {
+	mu sync.Mutex
+	m  map[[2]string]floodgate.Rule
+}
+
+func (o *mapOverrides) Override(r floodgate.Rule, key string) (floodgate.Rule, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	x, ok := o.m[[2]string{r.Name, key}]
+	if !ok {
+		return r, false
+	}
+	return x, true
+}
+
+func (o *mapOverrides) set(name, key string, r floodgate.Rule) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[[2]string]floodgate.Rule{}
+	}
+	o.m[[2]string{name, key}] = r
+}
+
+func (o *mapOverrides) delete(name, key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, [2]string{name, key})
+}
+
+func overridden(t *testing.T, opts floodgate.Options) (*floodgate.Limiter, *mapOverrides) {
+	t.Helper()
+	o := &mapOverrides{}
+	opts.Overrides = o
+	s := memstore.New(memstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	l, err := floodgate.New(s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, o
+}
+
+// admitted counts the requests of key that rule admits in a row, up to
+// 100.
+func admitted(t *testing.T, l *floodgate.Limiter, rule floodgate.Rule, key string) int {
+	t.Helper()
+	for n := range 100 {
+		d, err := l.Allow(context.Background(), rule, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			return n
+		}
+	}
+	return 100
+}
+
+// An override gives one key its own limit, under the rule's name; other
+// keys keep the base rule.
+func TestOverrideGivesAKeyItsLimit(t *testing.T) {
+	l, o := overridden(t, floodgate.Options{})
+	api := mustRule(t, "api", 2, time.Minute)
+	// The override's own name is ignored: it applies to api's state.
+	o.set("api", "vip", mustRule(t, "other-name", 5, time.Minute))
+	d, err := l.Allow(context.Background(), api, "vip")
+	if err != nil || !d.Allowed || d.Policy != "api" || d.Limit != 5 || d.Remaining != 4 {
+		t.Fatalf("first request of vip = %+v, %v; want allowed under api with limit 5, 4 left", d, err)
+	}
+	if n := admitted(t, l, api, "vip"); n != 4 {
+		t.Errorf("vip admitted %d more; want 4 (5 in all)", n)
+	}
+	if n := admitted(t, l, api, "plain"); n != 2 {
+		t.Errorf("plain admitted %d; want the base limit 2", n)
+	}
+	if n := admitted(t, l, mustRule(t, "web", 3, time.Minute), "vip"); n != 3 {
+		t.Errorf("vip under another rule admitted %d; want that rule's 3", n)
+	}
+}
+
+// A changed limit keeps the key's count; a changed window starts a fresh
+// state, and the base rule's state is found again as it was left.
+func TestOverrideStateIdentity(t *testing.T) {
+	ctx := context.Background()
+	l, o := overridden(t, floodgate.Options{})
+	api := mustRule(t, "api", 10, time.Minute)
+	for range 3 {
+		if d, err := l.Allow(ctx, api, "k"); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	}
+	o.set("api", "k", mustRule(t, "api", 4, time.Minute))
+	if d, err := l.Allow(ctx, api, "k"); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("under a limit of 4 after 3 = %+v, %v; want the 4th allowed with 0 left (the count is kept)", d, err)
+	}
+	if d, _ := l.Allow(ctx, api, "k"); d.Allowed {
+		t.Fatal("a 5th request under a limit of 4 was allowed")
+	}
+	o.set("api", "k", mustRule(t, "api", 4, 2*time.Minute))
+	if n := admitted(t, l, api, "k"); n != 4 {
+		t.Errorf("a changed window admitted %d; want 4 from a fresh state", n)
+	}
+	o.delete("api", "k")
+	if n := admitted(t, l, api, "k"); n != 6 {
+		t.Errorf("back on the base rule, admitted %d; want 6 (10 less the 4 taken under it)", n)
+	}
+}
+
+// A check of several hits, Peek and Reset all use the rule in force.
+func TestOverrideCheckPeekReset(t *testing.T) {
+	ctx := context.Background()
+	l, o := overridden(t, floodgate.Options{})
+	ip := mustRule(t, "ip", 100, time.Minute)
+	acct := mustRule(t, "acct", 1, time.Minute)
+	o.set("acct", "a1", mustRule(t, "acct", 3, time.Hour))
+	hits := []floodgate.Hit{{Rule: ip, Key: "192.0.2.1"}, {Rule: acct, Key: "a1"}}
+	for i := range 3 {
+		d, err := l.Check(ctx, hits...)
+		if err != nil || !d.Allowed || d.Each[1].Limit != 3 || d.Each[1].Window != time.Hour || d.Each[1].Remaining != int64(2-i) {
+			t.Fatalf("check %d = %+v, %v; want allowed, acct at 3/1h with %d left", i, d, err, 2-i)
+		}
+	}
+	d, err := l.Check(ctx, hits...)
+	if err != nil || d.Allowed || d.Policy != "acct" || d.Each[0].Remaining != 97 {
+		t.Fatalf("4th check = %+v, %v; want denied by acct, ip untouched at 97", d, err)
+	}
+	p, err := l.Peek(ctx, floodgate.Hit{Rule: acct, Key: "a1"})
+	if err != nil || p.Allowed || p.Limit != 3 || p.Window != time.Hour {
+		t.Fatalf("Peek = %+v, %v; want denied under 3/1h", p, err)
+	}
+	// Reset with the base rule forgets the override's state (3/1h), not
+	// the base rule's (1/1m).
+	if err := l.Reset(ctx, acct, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := admitted(t, l, acct, "a1"); n != 3 {
+		t.Errorf("after Reset, admitted %d; want 3", n)
+	}
+}
+
+// The hit is validated against the overridden rule; a bad override is an
+// error, never a silent pass.
+func TestOverrideValidated(t *testing.T) {
+	ctx := context.Background()
+	l, o := overridden(t, floodgate.Options{})
+	api := mustRule(t, "api", 10, time.Minute)
+	o.set("api", "small", mustRule(t, "api", 2, time.Minute))
+	o.set("api", "bad", floodgate.Rule{Name: "api", Limit: 0, Window: time.Minute})
+	if _, err := l.AllowN(ctx, api, "small", 5); !errors.Is(err, floodgate.ErrInvalidHit) {
+		t.Errorf("cost 5 under an override of 2 = %v; want ErrInvalidHit", err)
+	}
+	if _, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "small", Cost: 5}); !errors.Is(err, floodgate.ErrInvalidHit) {
+		t.Errorf("Check of cost 5 under an override of 2 = %v; want ErrInvalidHit", err)
+	}
+	if d, err := l.AllowN(ctx, api, "other", 5); err != nil || !d.Allowed {
+		t.Errorf("cost 5 under the base 10 = %+v, %v; want allowed", d, err)
+	}
+	for name, call := range map[string]func() error{
+		"Allow": func() error { _, err := l.Allow(ctx, api, "bad"); return err },
+		"Check": func() error { _, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "bad"}); return err },
+		"Peek":  func() error { _, err := l.Peek(ctx, floodgate.Hit{Rule: api, Key: "bad"}); return err },
+		"Reset": func() error { return l.Reset(ctx, api, "bad") },
+	} {
+		if err := call(); !errors.Is(err, floodgate.ErrInvalidRule) {
+			t.Errorf("%s under an override of limit 0 = %v; want ErrInvalidRule", name, err)
+		}
+	}
+}
+
+// A denial cached under the base rule is not served once an override
+// raises the limit.
+func TestOverrideBypassesStaleDenial(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		t.Run("local="+strconv.FormatBool(local), func(t *testing.T) {
+			o := &mapOverrides{}
+			var s floodgate.Store = memstore.New(memstore.Options{})
+			if !local {
+				s = remote{s} // the general path, without TakeOne
+			}
+			l, err := floodgate.New(s, floodgate.Options{DenialCacheSize: 16, Overrides: o})
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := mustRule(t, "api", 1, time.Minute)
+			if n := admitted(t, l, api, "k"); n != 1 {
+				t.Fatalf("admitted %d; want 1", n)
+			}
+			o.set("api", "k", mustRule(t, "api", 3, time.Minute))
+			if n := admitted(t, l, api, "k"); n != 2 {
+				t.Errorf("after raising to 3, admitted %d; want 2 more", n)
+			}
+		})
+	}
+}
+
+// remote hides a store's LocalStore methods.
+type remote struct{ floodgate.Store }
+
+// BenchmarkAllowOverrides measures the cost of overrides on the hot path
+// (memstore, one goroutine, 10,000 keys): none configured, an empty set,
+// a set of 10,000 overrides of another rule (the rule's name misses),
+// and of the same rule (the key misses, or hits).
+func BenchmarkAllowOverrides(b *testing.B) {
+	const n = 10_000
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = "user-" + strconv.Itoa(i)
+	}
+	api := floodgate.MustRule(floodgate.NewRule("api", 1_000_000, time.Second, floodgate.TokenBucket))
+	entries := func(rule string) []overrides.Entry {
+		es := make([]overrides.Entry, n)
+		for i := range es {
+			es[i] = overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule(rule, 1_000_000, time.Second, floodgate.TokenBucket)), Key: "vip-" + strconv.Itoa(i)}
+			if rule == "api-hit" {
+				// A limit of its own, so the override is applied and
+				// the hit validated again.
+				es[i].Rule.Name, es[i].Rule.Limit, es[i].Key = "api", 999_999, ks[i]
+			}
+		}
+		return es
+	}
+	set := func(es []overrides.Entry) floodgate.Overrides {
+		s, err := overrides.NewSet(es...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if s.Len() != len(es) {
+			b.Fatalf("set of %d entries, want %d", s.Len(), len(es))
+		}
+		return s
+	}
+	cases := []struct {
+		name string
+		o    floodgate.Overrides
+	}{
+		{"none", nil},
+		{"empty", set(nil)},
+		{"10k-other-rule", set(entries("web"))},
+		{"10k-key-miss", set(entries("api"))},
+		{"10k-key-hit", set(entries("api-hit"))},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			s := memstore.New(memstore.Options{})
+			defer s.Close()
+			l, err := floodgate.New(s, floodgate.Options{Overrides: c.o})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				d, err := l.Allow(ctx, api, ks[i%n])
+				if err != nil || !d.Allowed {
+					b.Fatalf("%+v, %v", d, err)
+				}
+			}
+		})
+	}
+}

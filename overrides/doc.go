@@ -1,0 +1,89 @@
+// Package overrides gives some keys of a rule a limit of their own, held
+// in Redis and changed from a shell without a redeploy: "customer 42 gets
+// 1000/1m on api", a plan tier, a temporary raise with an expiry.
+//
+//	table, err := overrides.NewTable(overrides.Options{URL: redisURL})
+//	src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Registerer: reg, Logger: logger})
+//	defer table.Close()
+//	defer src.Close()
+//	limiter, err := floodgate.New(store, floodgate.Options{Overrides: src})
+//
+// and, from a shell, against the same Redis:
+//
+//	floodgate override set -rule api -limit 1000/1m customer-42
+//	floodgate override set -rule api -limit 5000/1m -ttl 24h customer-7
+//	floodgate override ls
+//	floodgate override rm -rule api customer-42
+//
+// An override replaces the limit, window, algorithm and burst of the rule
+// of its name for one key, as the application spells the key. It keeps
+// the rule's name, so what it does to the key's count follows the store's
+// rule (floodgate.Store): a new limit or burst keeps the count so far and
+// applies to it at once; a new window or algorithm starts the key from a
+// fresh state (and the base rule's state, as it was left, is used again
+// once the override is gone). floodgate.Overrides states the Limiter's
+// side.
+//
+// # When a change is in force
+//
+// A [Source] keeps the overrides in memory and refreshes them every
+// SourceOptions.Refresh (5s by default): a change made with the command
+// (or a [Table]) is in force in every replica within that time, plus one
+// Redis round trip. A decision never waits on Redis for an override: the
+// lookup is a map lookup in the process (BENCHMARKS.md has the cost), so
+// overrides add no round trip to the hot path. An override's expiry is
+// checked at each lookup, on the replica's clock, so it ends on time
+// whether or not a refresh ran; the replicas' clocks may disagree by the
+// skew between them.
+//
+// A refresh is one GET of a version counter that every change bumps; only
+// when it moved does the Source read the whole hash (HGETALL) and swap in
+// a new [Set]. Every SourceOptions.ReloadEvery refreshes (12: a minute by
+// default) it reads the hash even if the counter did not move, so a hash
+// edited by hand with redis-cli HSET is seen within that time. A refresh
+// that fails (Redis down) keeps the overrides loaded last, and is logged
+// and counted; a Source that never loaded starts empty, so a service can
+// start during an outage.
+//
+// # Key layout
+//
+// The overrides of a key prefix (the services' redisstore prefix, "fg:"
+// by default) are one hash and its version counter, which share the hash
+// tag {overrides}, so that they live in one Redis Cluster slot and one
+// script updates both atomically:
+//
+//	<prefix>{overrides}            HASH  field "<rule>:<key>"
+//	                                     value "limit=1000/1m0s,algorithm=sliding-window[,burst=N][,expires=RFC3339]"
+//	<prefix>{overrides}:version    STRING, incremented by every set and delete
+//
+// For example fg:{overrides} holds api:customer-42 = limit=1000/1m0s,
+// algorithm=sliding-window. Rule names have no colon, so the first colon
+// of a field ends the name; the key keeps every byte. The state keys of
+// redisstore ("<prefix>{<rule>:<key>}:...") always have a colon inside
+// their braces, so they never collide with these two.
+//
+// # Validation
+//
+// An override is validated (floodgate.Rule.Validate and a key of 1 to
+// floodgate.MaxKeyLen bytes) when it is set, and again when a Source
+// loads it: a value written by hand that does not parse or validate is
+// skipped, logged once and counted in the floodgate_overrides_invalid
+// gauge, and floodgate override ls lists it. The Limiter validates each
+// hit against the rule in force, so a request whose cost exceeds an
+// overridden capacity is an error, as it would be under any rule.
+//
+// # Metrics
+//
+// With SourceOptions.Registerer, labelled table="<prefix>{overrides}":
+// floodgate_overrides (overrides in force in the process),
+// floodgate_overrides_invalid, floodgate_overrides_refresh_errors_total
+// and floodgate_overrides_last_refresh_timestamp_seconds (alert when it
+// lags).
+//
+// # Without Redis
+//
+// A [Set] is a fixed floodgate.Overrides for a memstore service, or for
+// overrides that come from elsewhere (a plan table in the application's
+// database): build a new Set with [NewSet] and swap it in an
+// atomic.Pointer behind a floodgate.Overrides of your own.
+package overrides

@@ -1,0 +1,288 @@
+package overrides
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+func rule(t *testing.T, name string, limit int64, window time.Duration, alg floodgate.Algorithm) floodgate.Rule {
+	t.Helper()
+	r, err := floodgate.NewRule(name, limit, window, alg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Every valid entry reads back as it was stored.
+func TestEntryRoundTrip(t *testing.T) {
+	tb := rule(t, "api", 50, time.Second, floodgate.TokenBucket)
+	tb.Burst = 200
+	until := time.Date(2026, 12, 1, 0, 0, 0, 123456789, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		e     Entry
+		field string
+		value string
+	}{
+		{"plain", Entry{Rule: rule(t, "api", 1000, time.Minute, floodgate.SlidingWindow), Key: "customer-42"},
+			"api:customer-42", "limit=1000/1m0s,algorithm=sliding-window"},
+		{"burst and expiry", Entry{Rule: tb, Key: "customer-7", Expires: until},
+			"api:customer-7", "limit=50/1s,algorithm=token-bucket,burst=200,expires=2026-12-01T00:00:00.123456789Z"},
+		{"key with colons, braces and a newline", Entry{Rule: rule(t, "login", 5, 10*time.Minute, floodgate.FixedWindow), Key: "a:b{c}\nd"},
+			"login:a:b{c}\nd", "limit=5/10m0s,algorithm=fixed-window"},
+		{"counter", Entry{Rule: rule(t, "x.y-z_1", 1, time.Millisecond, floodgate.SlidingWindowCounter), Key: "k"},
+			"x.y-z_1:k", "limit=1/1ms,algorithm=sliding-window-counter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if f, v := tc.e.field(), tc.e.value(); f != tc.field || v != tc.value {
+				t.Fatalf("stored as %q = %q; want %q = %q", f, v, tc.field, tc.value)
+			}
+			got, err := parseEntry(tc.field, tc.value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Rule != tc.e.Rule || got.Key != tc.e.Key || !got.Expires.Equal(tc.e.Expires) {
+				t.Fatalf("read back %+v; want %+v", got, tc.e)
+			}
+		})
+	}
+}
+
+// A value written by hand in a shorter form reads as the CLI's.
+func TestParseEntryShortForms(t *testing.T) {
+	e, err := parseEntry("api:k", "limit=10/m")
+	if err != nil || e.Rule != rule(t, "api", 10, time.Minute, floodgate.SlidingWindow) || e.Key != "k" || !e.Expires.IsZero() {
+		t.Fatalf("limit=10/m = %+v, %v; want api 10/1m sliding-window, no expiry", e, err)
+	}
+	e, err = parseEntry("api:k", "expires=2026-12-01T01:00:00+01:00,algorithm=token-bucket,limit=3/1s")
+	if err != nil || e.Rule.Algorithm != floodgate.TokenBucket || !e.Expires.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("fields in another order = %+v, %v", e, err)
+	}
+}
+
+// Every malformed entry is refused with a reason, wrapping
+// ErrInvalidEntry (and ErrInvalidRule for a bad rule).
+func TestParseEntryRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name, field, value, want string
+		rule                     bool
+	}{
+		{"no separator", "api", "limit=1/1m", "want RULE:KEY", false},
+		{"empty key", "api:", "limit=1/1m", "key is empty", false},
+		{"bad rule name", "a b:k", "limit=1/1m", "name has", true},
+		{"empty rule name", ":k", "limit=1/1m", "name is empty", true},
+		{"no limit", "api:k", "algorithm=token-bucket", "no limit", false},
+		{"zero limit", "api:k", "limit=0/1m", "limit is 0", true},
+		{"bad window", "api:k", "limit=1/fortnight", "not a duration", true},
+		{"unknown algorithm", "api:k", "limit=1/1m,algorithm=leaky", "algorithm", true},
+		{"burst on a window", "api:k", "limit=1/1m,burst=5", "burst is only meaningful", true},
+		{"bad burst", "api:k", "limit=1/1m,algorithm=token-bucket,burst=x", "burst \"x\" is not a whole number", false},
+		{"bad expiry", "api:k", "limit=1/1m,expires=tomorrow", "not an RFC 3339 time", false},
+		{"unknown field", "api:k", "limit=1/1m,owner=bob", "unknown \"owner\"", false},
+		{"duplicate field", "api:k", "limit=1/1m,limit=2/1m", "limit given twice", false},
+		{"not NAME=VALUE", "api:k", "1000/1m", "is not NAME=VALUE", false},
+		{"empty value", "api:k", "", "is not NAME=VALUE", false},
+		{"sliding limit too high", "api:k", "limit=2000000/1m", "sliding-window log", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseEntry(tc.field, tc.value)
+			if !errors.Is(err, ErrInvalidEntry) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%q = %q: %v; want ErrInvalidEntry saying %q", tc.field, tc.value, err, tc.want)
+			}
+			if got := errors.Is(err, floodgate.ErrInvalidRule); got != tc.rule {
+				t.Errorf("errors.Is(err, ErrInvalidRule) = %v; want %v", got, tc.rule)
+			}
+		})
+	}
+}
+
+// A Set applies its entries to their rule and key only, and no longer
+// once they expired, to the nanosecond.
+func TestSetOverride(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	vip := rule(t, "api", 1000, time.Minute, floodgate.TokenBucket)
+	temp := rule(t, "api", 20, time.Minute, floodgate.SlidingWindow)
+	s := newSet([]Entry{
+		{Rule: vip, Key: "vip"},
+		{Rule: temp, Key: "temp", Expires: now.Add(time.Hour)},
+		{Rule: temp, Key: "gone", Expires: now}, // expired already: left out
+	}, clock)
+	if s.Len() != 2 || !s.next.Equal(now.Add(time.Hour)) {
+		t.Fatalf("Len = %d, next expiry %v; want 2 and %v", s.Len(), s.next, now.Add(time.Hour))
+	}
+	for _, tc := range []struct {
+		rule floodgate.Rule
+		key  string
+		want floodgate.Rule
+		ok   bool
+	}{
+		{api, "vip", vip, true},
+		{api, "temp", temp, true},
+		{api, "gone", api, false},
+		{api, "nobody", api, false},
+		{rule(t, "web", 5, time.Second, floodgate.SlidingWindow), "vip", rule(t, "web", 5, time.Second, floodgate.SlidingWindow), false},
+	} {
+		if got, ok := s.Override(tc.rule, tc.key); got != tc.want || ok != tc.ok {
+			t.Errorf("Override(%s, %q) = %v, %v; want %v, %v", tc.rule.Name, tc.key, got, ok, tc.want, tc.ok)
+		}
+	}
+	now = now.Add(time.Hour - time.Nanosecond)
+	if _, ok := s.Override(api, "temp"); !ok {
+		t.Error("temp expired a nanosecond early")
+	}
+	now = now.Add(time.Nanosecond)
+	if got, ok := s.Override(api, "temp"); ok || got != api {
+		t.Errorf("temp at its expiry = %v, %v; want the base rule", got, ok)
+	}
+	var empty *Set
+	if got, ok := empty.Override(api, "vip"); ok || got != api || empty.Len() != 0 || empty.Entries() != nil {
+		t.Error("the nil Set is not empty")
+	}
+	es := s.Entries()
+	if len(es) != 2 || es[0].Key != "temp" || !es[0].Expires.Equal(now) || es[1].Key != "vip" || es[1].Rule != vip {
+		t.Errorf("Entries = %+v; want temp (until %v) then vip", es, now)
+	}
+}
+
+// NewSet refuses invalid entries and a key given twice.
+func TestNewSetRejects(t *testing.T) {
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	for name, es := range map[string][]Entry{
+		"twice":    {{Rule: api, Key: "k"}, {Rule: api, Key: "k"}},
+		"no key":   {{Rule: api}},
+		"bad rule": {{Rule: floodgate.Rule{Name: "api", Limit: 1}, Key: "k"}},
+		"long key": {{Rule: api, Key: strings.Repeat("x", floodgate.MaxKeyLen+1)}},
+	} {
+		if _, err := NewSet(es...); !errors.Is(err, ErrInvalidEntry) {
+			t.Errorf("%s: NewSet = %v; want ErrInvalidEntry", name, err)
+		}
+	}
+	s, err := NewSet(Entry{Rule: api, Key: "k"}, Entry{Rule: rule(t, "web", 1, time.Second, floodgate.SlidingWindow), Key: "k"})
+	if err != nil || s.Len() != 2 {
+		t.Fatalf("NewSet of one key under two rules = %v, %v; want 2 entries", s, err)
+	}
+}
+
+// Two entries whose hashes collide are both found, by their strings. A
+// real collision of 64-bit hashes cannot be produced on purpose, so the
+// test makes one: B's slot of the index points at A.
+func TestSetHashCollision(t *testing.T) {
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	a := Entry{Rule: rule(t, "api", 20, time.Minute, floodgate.SlidingWindow), Key: "a"}
+	b := Entry{Rule: rule(t, "api", 30, time.Minute, floodgate.SlidingWindow), Key: "b"}
+	s := newSet([]Entry{a, b}, time.Now)
+	nh, _ := s.nameHash("api")
+	hb := s.hash(nh, "b")
+	s.index[hb] = s.index[s.hash(nh, "a")]
+	if got, ok := s.Override(api, "b"); ok {
+		t.Fatalf("b found as %v with its slot taken and no collision entry", got)
+	}
+	s.collide = map[[2]string]int32{{"api", "b"}: 1}
+	if got, ok := s.Override(api, "b"); !ok || got != b.Rule {
+		t.Errorf("b = %v, %v; want %v from the collision map", got, ok, b.Rule)
+	}
+	if got, ok := s.Override(api, "a"); !ok || got != a.Rule {
+		t.Errorf("a = %v, %v; want %v", got, ok, a.Rule)
+	}
+}
+
+// With more rule names than a lookup scans, names are found by a map.
+func TestSetManyRuleNames(t *testing.T) {
+	var es []Entry
+	for i := range scanNames + 2 {
+		es = append(es, Entry{Rule: rule(t, "r"+strconv.Itoa(i), int64(i+1), time.Minute, floodgate.SlidingWindow), Key: "k"})
+	}
+	if s := newSet(es[:scanNames], time.Now); s.byName != nil {
+		t.Errorf("%d names are found by a map; want them scanned", scanNames)
+	}
+	s := newSet(es, time.Now)
+	if s.byName == nil || len(s.names) != scanNames+2 {
+		t.Fatalf("%d names, map %v; want %d names in a map", len(s.names), s.byName != nil, scanNames+2)
+	}
+	for i, e := range es {
+		if got, ok := s.Override(rule(t, e.Rule.Name, 100, time.Minute, floodgate.SlidingWindow), "k"); !ok || got.Limit != int64(i+1) {
+			t.Errorf("%s = %v, %v; want limit %d", e.Rule.Name, got, ok, i+1)
+		}
+	}
+	if _, ok := s.Override(rule(t, "other", 1, time.Minute, floodgate.SlidingWindow), "k"); ok {
+		t.Error("a rule without overrides got one")
+	}
+}
+
+// The Bloom filter never hides an entry, and lets few misses through to
+// the map: with 10,000 entries, fewer than 1 in 200 of 100,000 other keys
+// (about 1 in 1,000 expected).
+func TestSetBloomFilter(t *testing.T) {
+	const n = 10_000
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	es := make([]Entry, n)
+	for i := range es {
+		es[i] = Entry{Rule: rule(t, "api", int64(i+1), time.Minute, floodgate.SlidingWindow), Key: "vip-" + strconv.Itoa(i)}
+	}
+	s := newSet(es, time.Now)
+	if len(s.bloom) != 4096 {
+		t.Errorf("filter of %d words for %d entries; want 4096 (16 bits each, a power of two)", len(s.bloom), n)
+	}
+	for i, e := range es {
+		if got, ok := s.Override(api, e.Key); !ok || got.Limit != int64(i+1) {
+			t.Fatalf("%s = %v, %v; want limit %d", e.Key, got, ok, i+1)
+		}
+	}
+	nh, _ := s.nameHash("api")
+	passed := 0
+	for i := range 100_000 {
+		h := s.hash(nh, "user-"+strconv.Itoa(i))
+		if b := bloomBits(h); s.bloom[h&s.mask]&b == b {
+			passed++
+		}
+	}
+	if passed >= 500 {
+		t.Errorf("%d of 100,000 misses passed the filter; want fewer than 500", passed)
+	}
+	t.Logf("%d of 100,000 misses passed the filter", passed)
+	if s := newSet(nil, time.Now); len(s.bloom) != 1 {
+		t.Errorf("empty set: filter of %d words; want 1", len(s.bloom))
+	}
+}
+
+// The edges of an entry and of its messages: a key of MaxKeyLen bytes is
+// valid, one more is not; a text of 64 bytes is quoted whole, a longer
+// one cut there.
+func TestEdges(t *testing.T) {
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	if err := (Entry{Rule: api, Key: strings.Repeat("k", floodgate.MaxKeyLen)}).Validate(); err != nil {
+		t.Errorf("a key of MaxKeyLen bytes: %v; want valid", err)
+	}
+	s64 := strings.Repeat("x", 64)
+	if got := truncate(s64); got != s64 {
+		t.Errorf("truncate of 64 bytes = %q; want it whole", got)
+	}
+	if got := truncate(s64 + "y"); got != s64+"..." {
+		t.Errorf("truncate of 65 bytes = %q; want 64 and ...", got)
+	}
+	e := Entry{Rule: api, Key: "k", Expires: time.Date(2026, 12, 1, 1, 0, 0, 0, time.FixedZone("x", 3600))}
+	if got, want := e.String(), `api: 10/1m0s sliding-window for key "k", until 2026-12-01T00:00:00Z`; got != want {
+		t.Errorf("String = %q; want %q", got, want)
+	}
+	if got, want := (Entry{Rule: api, Key: "k"}).String(), `api: 10/1m0s sliding-window for key "k", no expiry`; got != want {
+		t.Errorf("String = %q; want %q", got, want)
+	}
+	// The filter: a word per 4 entries, rounded up to a power of two.
+	for _, tc := range []struct{ entries, words int }{{0, 1}, {4, 1}, {5, 2}, {8, 2}, {9, 4}} {
+		es := make([]Entry, tc.entries)
+		for i := range es {
+			es[i] = Entry{Rule: api, Key: strconv.Itoa(i)}
+		}
+		if s := newSet(es, time.Now); len(s.bloom) != tc.words {
+			t.Errorf("%d entries: a filter of %d words; want %d", tc.entries, len(s.bloom), tc.words)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package overrides_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/overrides"
+)
+
+// A fixed set of overrides on a memstore: the enterprise customer gets 5
+// requests a minute where everyone else gets 2.
+func ExampleSet() {
+	api := floodgate.MustRule(floodgate.PerMinute("api", 2))
+	vip, err := overrides.NewSet(overrides.Entry{Rule: floodgate.MustRule(floodgate.PerMinute("api", 5)), Key: "enterprise-1"})
+	if err != nil {
+		panic(err)
+	}
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	limiter, err := floodgate.New(store, floodgate.Options{Overrides: vip})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for _, key := range []string{"free-9", "enterprise-1"} {
+		admitted := 0
+		for range 10 {
+			if d, err := limiter.Allow(ctx, api, key); err == nil && d.Allowed {
+				admitted++
+			}
+		}
+		fmt.Printf("%s: %d of 10 admitted\n", key, admitted)
+	}
+	// Output:
+	// free-9: 2 of 10 admitted
+	// enterprise-1: 5 of 10 admitted
+}
+
+// A service reads the overrides that operators set in Redis, and every
+// replica applies a change within the Source's refresh interval.
+func ExampleSource() {
+	ctx := context.Background()
+	table, err := overrides.NewTable(overrides.Options{URL: "redis://127.0.0.1:6379/0"})
+	if err != nil {
+		panic(err) // only bad options fail
+	}
+	defer table.Close()
+	src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Refresh: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer src.Close()                         // before the table
+	store := memstore.New(memstore.Options{}) // redisstore in production
+	defer store.Close()
+	limiter, err := floodgate.New(store, floodgate.Options{Overrides: src})
+	if err != nil {
+		panic(err)
+	}
+	_ = limiter
+}

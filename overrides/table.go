@@ -1,0 +1,316 @@
+package overrides
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/redis/rueidis"
+)
+
+// DefaultPrefix is the key prefix when [Options.Prefix] is empty: the
+// same as redisstore's, so that a service's overrides sit beside its
+// limits.
+const DefaultPrefix = "fg:"
+
+// DefaultDialTimeout bounds one connection attempt of a Table built from
+// a URL when [Options.DialTimeout] is zero.
+const DefaultDialTimeout = time.Second
+
+// ErrInvalidOptions reports [Options] that cannot be used.
+var ErrInvalidOptions = errors.New("overrides: invalid options")
+
+// Options locates a [Table]. Exactly one of URL and Client must be set.
+type Options struct {
+	// URL locates Redis as redisstore.Options.URL does (rueidis.ParseURL:
+	// standalone, Sentinel or Cluster). The Table owns the client it
+	// builds, connects on first use (so a service can start while Redis
+	// is down) and closes it on Close.
+	URL string
+	// Client is an existing rueidis client, used as it is and never
+	// closed by the Table.
+	Client rueidis.Client
+	// Prefix is the services' key prefix (redisstore.Options.Prefix): the
+	// overrides live in "<prefix>{overrides}". Empty means DefaultPrefix.
+	// At most 64 bytes, without braces.
+	Prefix string
+	// DialTimeout bounds one connection attempt of a Table built from
+	// URL. Zero means the URL's dial_timeout, or DefaultDialTimeout.
+	DialTimeout time.Duration
+}
+
+// Validate reports every problem with o, each wrapping
+// [ErrInvalidOptions].
+func (o Options) Validate() error {
+	var errs []error
+	switch {
+	case o.URL == "" && o.Client == nil:
+		errs = append(errs, fmt.Errorf("%w: set URL or Client", ErrInvalidOptions))
+	case o.URL != "" && o.Client != nil:
+		errs = append(errs, fmt.Errorf("%w: set only one of URL and Client", ErrInvalidOptions))
+	case o.URL != "":
+		if _, err := rueidis.ParseURL(o.URL); err != nil {
+			errs = append(errs, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err))
+		}
+	}
+	if len(o.Prefix) > 64 {
+		errs = append(errs, fmt.Errorf("%w: prefix is %d bytes long, at most 64 allowed", ErrInvalidOptions, len(o.Prefix)))
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		errs = append(errs, fmt.Errorf("%w: prefix %q has a brace, which would change the keys' Cluster hash tag", ErrInvalidOptions, o.Prefix))
+	}
+	if o.DialTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: dial timeout %v is negative", ErrInvalidOptions, o.DialTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Table is the overrides of one key prefix, in Redis: one hash, and a
+// version counter that every change through a Table bumps (see the
+// package documentation for the layout). It is what an operator edits
+// (floodgate override set|get|rm|ls) and what a [Source] reads. A Table
+// is safe for concurrent use; Close it when done.
+type Table struct {
+	hash, version string
+	opt           rueidis.ClientOption // for a Table built from a URL
+	owned         bool                 // the Table built its client and closes it
+
+	mu     sync.Mutex
+	client rueidis.Client // guarded by mu until set; nil until connected
+	closed bool           // guarded by mu
+}
+
+var (
+	//go:embed set.lua
+	setLua    string
+	setScript = rueidis.NewLuaScript(setLua)
+	//go:embed delete.lua
+	deleteLua    string
+	deleteScript = rueidis.NewLuaScript(deleteLua)
+)
+
+// NewTable returns the table that opts locates. Only bad options fail: a
+// Table built from a URL connects on first use.
+func NewTable(opts Options) (*Table, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	prefix := cmp.Or(opts.Prefix, DefaultPrefix)
+	t := &Table{hash: prefix + "{overrides}", version: prefix + "{overrides}:version", client: opts.Client}
+	if opts.URL != "" {
+		opt, err := rueidis.ParseURL(opts.URL)
+		if err != nil { // Validate parsed it already
+			return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
+		}
+		opt.DisableCache = true
+		if opts.DialTimeout > 0 {
+			opt.Dialer.Timeout = opts.DialTimeout
+		} else if opt.Dialer.Timeout == 0 {
+			opt.Dialer.Timeout = DefaultDialTimeout
+		}
+		t.opt, t.owned = opt, true
+	}
+	return t, nil
+}
+
+// Key is the name of the Redis hash that holds the overrides.
+func (t *Table) Key() string { return t.hash }
+
+// Close closes the client the Table built from a URL; a Client passed in
+// Options stays open. Later calls fail.
+func (t *Table) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.closed && t.owned && t.client != nil {
+		t.client.Close()
+	}
+	t.closed = true
+	return nil
+}
+
+// conn returns the client, connecting first if the Table was built from a
+// URL and has not connected yet. rueidis.NewClient takes no context: a
+// connection attempt lasts at most the dial timeout.
+func (t *Table) conn() (rueidis.Client, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errors.New("overrides: table is closed")
+	}
+	if t.client == nil {
+		c, err := rueidis.NewClient(t.opt)
+		if err != nil {
+			return nil, fmt.Errorf("overrides: connect: %w: %w", floodgate.ErrStoreUnavailable, err)
+		}
+		t.client = c
+	}
+	return t.client, nil
+}
+
+// Set stores e, which must be valid, replacing any override of the same
+// rule name and key.
+func (t *Table) Set(ctx context.Context, e Entry) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	c, err := t.conn()
+	if err != nil {
+		return err
+	}
+	if err := setScript.Exec(ctx, c, []string{t.hash, t.version}, []string{e.field(), e.value()}).Error(); err != nil {
+		return fmt.Errorf("overrides: set: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
+// Get returns the override of key under the rule named rule, and whether
+// there is one. An expired override is returned as well (see
+// [Entry.ExpiredAt]); a stored value that cannot be read is an error
+// wrapping [ErrInvalidEntry].
+func (t *Table) Get(ctx context.Context, rule, key string) (Entry, bool, error) {
+	c, err := t.conn()
+	if err != nil {
+		return Entry{}, false, err
+	}
+	field := rule + fieldSep + key
+	v, err := c.Do(ctx, c.B().Hget().Key(t.hash).Field(field).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("overrides: get: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	e, err := parseEntry(field, v)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	return e, true, nil
+}
+
+// Delete removes the override of key under the rule named rule, and
+// reports whether there was one.
+func (t *Table) Delete(ctx context.Context, rule, key string) (bool, error) {
+	return t.delete(ctx, rule+fieldSep+key)
+}
+
+// delete removes field; given a value, only while the field holds it.
+func (t *Table) delete(ctx context.Context, field string, value ...string) (bool, error) {
+	c, err := t.conn()
+	if err != nil {
+		return false, err
+	}
+	n, err := deleteScript.Exec(ctx, c, []string{t.hash, t.version}, append([]string{field}, value...)).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("overrides: delete: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	return n > 0, nil
+}
+
+// Listing is the content of a [Table] at one moment.
+type Listing struct {
+	// Version is the table's version counter when it was read (empty if
+	// the counter does not exist): the entries are at least that recent.
+	Version string
+	// Entries are the valid overrides, expired ones included, by rule
+	// name and key.
+	Entries []Entry
+	// Invalid are the fields whose values cannot be read, by field.
+	Invalid []Invalid
+}
+
+// Invalid is a stored override that cannot be used.
+type Invalid struct {
+	Field, Value string
+	// Err says why; it wraps ErrInvalidEntry.
+	Err error
+}
+
+// List reads every override, in one round trip.
+func (t *Table) List(ctx context.Context) (*Listing, error) {
+	v, m, err := t.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listing{Version: v, Entries: make([]Entry, 0, len(m))}
+	for f, val := range m {
+		e, err := parseEntry(f, val)
+		if err != nil {
+			l.Invalid = append(l.Invalid, Invalid{Field: f, Value: val, Err: err})
+			continue
+		}
+		l.Entries = append(l.Entries, e)
+	}
+	sortEntries(l.Entries)
+	sort.Slice(l.Invalid, func(i, j int) bool { return l.Invalid[i].Field < l.Invalid[j].Field })
+	return l, nil
+}
+
+// load reads the version counter ("" if missing) and the hash, as stored.
+func (t *Table) load(ctx context.Context) (string, map[string]string, error) {
+	c, err := t.conn()
+	if err != nil {
+		return "", nil, err
+	}
+	// Pipelined in order on the node of the hash's slot: the version is
+	// read first, so the entries are at least as recent as it.
+	rs := c.DoMulti(ctx, c.B().Get().Key(t.version).Build(), c.B().Hgetall().Key(t.hash).Build())
+	v, err := rs[0].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return "", nil, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	m, err := rs[1].AsStrMap()
+	if err != nil {
+		return "", nil, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	return v, m, nil
+}
+
+// currentVersion reads the version counter alone: what a Source checks
+// between loads. A missing counter is "".
+func (t *Table) currentVersion(ctx context.Context) (string, error) {
+	c, err := t.conn()
+	if err != nil {
+		return "", err
+	}
+	v, err := c.Do(ctx, c.B().Get().Key(t.version).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("overrides: version: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	return v, nil
+}
+
+// Prune deletes the overrides that expired by now, each only if its
+// stored value did not change meanwhile, and returns how many it deleted.
+// Sources ignore expired overrides by themselves; Prune only keeps the
+// hash small. Invalid entries are left for an operator to read.
+func (t *Table) Prune(ctx context.Context, now time.Time) (int, error) {
+	_, m, err := t.load(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for f, val := range m {
+		e, err := parseEntry(f, val)
+		if err != nil || !e.ExpiredAt(now) {
+			continue
+		}
+		ok, err := t.delete(ctx, f, val)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,421 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/rlconfig"
+)
+
+// ShouldRateLimit decides one request: every descriptor's limits are
+// checked together and recorded only if every one is within its limit.
+// It answers InvalidArgument for a request it cannot decide (see the
+// package documentation), Unavailable when the store failed and a
+// descriptor's failure_mode is error, and the context's code when ctx
+// ends first.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.shouldRateLimit(ctx, req)
+	code := "ok"
+	switch {
+	case err != nil:
+		code = toSnake(status.Code(err).String())
+	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
+		code = "over_limit"
+	}
+	s.metrics.requests.WithLabelValues(code).Inc()
+	return resp, err
+}
+
+// toSnake turns a gRPC code name ("InvalidArgument") into a metric label
+// ("invalid_argument").
+func toSnake(s string) string {
+	var b strings.Builder
+	for i, c := range s {
+		if c >= 'A' && c <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			c += 'a' - 'A'
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, "rls: "+format, args...)
+}
+
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	entries, err := requestEntries(req)
+	if err != nil {
+		return nil, err
+	}
+	ms := s.Config().MatchAll(req.GetDomain(), entries)
+	if ms[0].Outcome == rlconfig.UnknownDomain {
+		s.metrics.unknownDomain.Inc()
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
+	}
+	p, err := newPlan(req, entries, ms)
+	if err != nil {
+		return nil, err
+	}
+	g, err := s.gate(req.GetDomain())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "rls: %v", err)
+	}
+	if err := p.decide(ctx, g, s.enf.Limiter()); err != nil {
+		return nil, err
+	}
+	p.count(s.metrics, req.GetDomain())
+	return p.response(), nil
+}
+
+// requestEntries checks the request's shape and returns its descriptors'
+// entries.
+func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlconfig.Entry, error) {
+	switch {
+	case req.GetDomain() == "":
+		return nil, invalid("domain is empty")
+	case len(req.GetDescriptors()) == 0:
+		return nil, invalid("no descriptors")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return nil, invalid("%d descriptors, at most %d allowed", len(req.GetDescriptors()), MaxDescriptors)
+	}
+	out := make([][]rlconfig.Entry, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		switch {
+		case len(d.GetEntries()) == 0:
+			return nil, invalid("descriptor %d has no entries", i)
+		case len(d.GetEntries()) > MaxEntries:
+			return nil, invalid("descriptor %d has %d entries, at most %d allowed", i, len(d.GetEntries()), MaxEntries)
+		case d.GetIsNegativeHits():
+			return nil, invalid("descriptor %d: is_negative_hits is not supported", i)
+		}
+		es := make([]rlconfig.Entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			if e.GetKey() == "" {
+				return nil, invalid("descriptor %d, entry %d: key is empty", i, j)
+			}
+			es[j] = rlconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		out[i] = es
+	}
+	return out, nil
+}
+
+func okStatuses(n int) []*rlsv3.RateLimitResponse_DescriptorStatus {
+	st := make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	for i := range st {
+		st[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return st
+}
+
+// plan is one request, matched: its descriptors, the distinct hits they
+// make, and, once decided, each hit's decision.
+type plan struct {
+	descs []desc
+	hits  []planned
+
+	over       bool          // the answer is OVER_LIMIT
+	failClosed bool          // over because the store failed and a descriptor's failure_mode is closed
+	failRetry  time.Duration // that failure's wait, for Retry-After
+}
+
+// desc is one descriptor of the request.
+type desc struct {
+	match rlconfig.Match
+	cost  int64 // its hits_addend; 0 with peek
+	peek  bool
+	refs  []ref // one per limit of the match, in order
+}
+
+// ref is one limit of a descriptor and the hit that counts it; hit is -1
+// for a blocked limit (requests_per_unit 0), which is never counted.
+type ref struct {
+	limit *rlconfig.Limit
+	hit   int
+}
+
+// planned is one distinct hit: descriptors that make the same hit (the
+// same rule and key) share it, their costs summed.
+type planned struct {
+	hit  enforce.Hit
+	peek bool
+	mode rlconfig.FailureMode
+	dec  floodgate.Decision
+	have bool // dec is set
+}
+
+// newPlan builds the hits of a request's matched descriptors, refusing
+// a cost that no limit could admit.
+func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match) (*plan, error) {
+	base := int64(max(req.GetHitsAddend(), 1))
+	p := &plan{descs: make([]desc, len(ms))}
+	index := map[hitID]int{}
+	for i, m := range ms {
+		if lo := req.GetDescriptors()[i].GetLimit(); lo != nil {
+			var err error
+			if m, err = override(req.GetDomain(), entries[i], lo, m); err != nil {
+				return nil, err
+			}
+		}
+		d := desc{match: m, cost: base}
+		if ha := req.GetDescriptors()[i].GetHitsAddend(); ha != nil {
+			if ha.GetValue() > math.MaxInt64 {
+				return nil, invalid("descriptor %d: hits_addend %d is too large", i, ha.GetValue())
+			}
+			d.cost = int64(ha.GetValue())
+			d.peek = d.cost == 0
+		}
+		if m.Outcome == rlconfig.Limited && len(m.Key) > floodgate.MaxKeyLen {
+			return nil, invalid("descriptor %d: its values are %d bytes long, at most %d allowed", i, len(m.Key), floodgate.MaxKeyLen)
+		}
+		for _, l := range m.Limits {
+			if m.Outcome != rlconfig.Limited {
+				break
+			}
+			r := ref{limit: l, hit: -1}
+			if !l.Blocked() {
+				id := hitID{rule: l.Rule.Name, key: m.Key, peek: d.peek}
+				j, ok := index[id]
+				if !ok {
+					j = len(p.hits)
+					index[id] = j
+					p.hits = append(p.hits, planned{
+						hit:  enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key}, Shadow: l.ShadowMode, Failure: enforceMode(m.FailureMode, l.ShadowMode)},
+						peek: d.peek,
+						mode: m.FailureMode,
+					})
+				}
+				h := &p.hits[j].hit
+				if h.Cost > math.MaxInt64-d.cost {
+					return nil, invalid("descriptor %d: hits_addend %d is too large", i, d.cost)
+				}
+				h.Cost += d.cost
+				r.hit = j
+			}
+			d.refs = append(d.refs, r)
+		}
+		p.descs[i] = d
+	}
+	var errs []error
+	for _, h := range p.hits {
+		c := max(h.hit.Cost, 1) // a peek asks about one more hit
+		switch r := h.hit.Rule; {
+		case c > r.Capacity():
+			errs = append(errs, fmt.Errorf("hits_addend %d exceeds the capacity %d of limit %s", c, r.Capacity(), r.Name))
+		case r.Algorithm == floodgate.SlidingWindow && c > floodgate.MaxSlidingCost:
+			errs = append(errs, fmt.Errorf("hits_addend %d is above %d, the most a sliding_window limit (%s) takes at once", c, floodgate.MaxSlidingCost, r.Name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, invalid("%v", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return p, nil
+}
+
+type hitID struct {
+	rule, key string
+	peek      bool
+}
+
+// enforceMode maps a descriptor's failure_mode onto the Enforcer's. error
+// becomes closed there, and the plan turns a closed failure into a gRPC
+// error where no descriptor asked for closed (see decide). A shadow limit
+// never denies, so it fails open.
+func enforceMode(m rlconfig.FailureMode, shadow bool) enforce.FailureMode {
+	switch {
+	case shadow:
+		return enforce.FailOpen
+	case m == rlconfig.FailOpen:
+		return enforce.FailOpen
+	case m == rlconfig.FailLocal:
+		return enforce.FailLocal
+	default:
+		return enforce.FailClosed
+	}
+}
+
+// decide decides the plan's hits. A blocked limit, or a peek that would
+// be denied, makes the request over the limit at once: the counted hits
+// are then only peeked, for their figures, and nothing is recorded.
+// Otherwise the counted hits go to the gate, all-or-nothing.
+func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limiter) error {
+	for _, d := range p.descs {
+		for _, r := range d.refs {
+			if r.hit < 0 && !r.limit.ShadowMode {
+				p.over = true
+			}
+		}
+	}
+	peeks, counted := p.split()
+	failed := false // the store failed already: ask it nothing more
+	if len(peeks) > 0 {
+		if err := p.peek(ctx, lim, peeks); err != nil {
+			failed = true
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			switch p.strictest(peeks) {
+			case rlconfig.FailClosed:
+				p.over, p.failClosed, p.failRetry = true, true, enforce.MinFailRetryAfter
+			case rlconfig.FailError:
+				return status.Errorf(codes.Unavailable, "rls: the store cannot decide: %v", err)
+			}
+		}
+		for _, i := range peeks {
+			if h := p.hits[i]; h.have && !h.dec.Allowed && !h.hit.Shadow {
+				p.over = true
+			}
+		}
+	}
+	if len(counted) == 0 {
+		return nil
+	}
+	if p.over {
+		// The figures only; a store failure leaves the statuses without
+		// them, and the answer is over the limit anyway.
+		if !failed {
+			_ = p.peek(ctx, lim, counted)
+		}
+		return nil
+	}
+	if failed {
+		// The peeks failed in modes that let the request through. The
+		// counted hits take their modes too, without asking the store
+		// again, which would wait out a second budget; local passes, as
+		// for a peek.
+		switch p.strictest(counted) {
+		case rlconfig.FailClosed:
+			p.over, p.failClosed, p.failRetry = true, true, enforce.MinFailRetryAfter
+		case rlconfig.FailError:
+			return status.Errorf(codes.Unavailable, "rls: the store cannot decide")
+		}
+		return nil
+	}
+	hits := make([]enforce.Hit, len(counted))
+	for k, i := range counted {
+		hits[k] = p.hits[i].hit
+	}
+	res, err := g.Check(ctx, hits)
+	switch {
+	case errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule):
+		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
+	case err != nil:
+		return status.FromContextError(err).Err()
+	}
+	switch res.Outcome {
+	case enforce.FailedOpen:
+		// Every limit passes, without figures.
+	case enforce.FailedClosed:
+		if p.strictest(counted) != rlconfig.FailClosed {
+			return status.Errorf(codes.Unavailable, "rls: the store cannot decide: %v", res.Err)
+		}
+		p.over, p.failClosed, p.failRetry = true, true, res.FailRetryAfter()
+	default:
+		p.assign(counted, res)
+		p.over = !res.Allowed()
+	}
+	return nil
+}
+
+// split returns the indices of the peeked hits and of the counted ones.
+func (p *plan) split() (peeks, counted []int) {
+	for i, h := range p.hits {
+		if h.peek {
+			peeks = append(peeks, i)
+		} else {
+			counted = append(counted, i)
+		}
+	}
+	return peeks, counted
+}
+
+// strictest returns the strictest failure_mode among the enforced hits
+// idx: closed, then error, then local, then open.
+func (p *plan) strictest(idx []int) rlconfig.FailureMode {
+	rank := map[rlconfig.FailureMode]int{rlconfig.FailOpen: 0, rlconfig.FailLocal: 1, rlconfig.FailError: 2, rlconfig.FailClosed: 3}
+	worst := rlconfig.FailOpen
+	for _, i := range idx {
+		if h := p.hits[i]; !h.hit.Shadow && rank[h.mode] > rank[worst] {
+			worst = h.mode
+		}
+	}
+	return worst
+}
+
+// peek reads the hits idx without recording them and sets their
+// decisions, with Remaining as it is now (before the hit).
+func (p *plan) peek(ctx context.Context, lim *floodgate.Limiter, idx []int) error {
+	hits := make([]floodgate.Hit, len(idx))
+	for k, i := range idx {
+		hits[k] = p.hits[i].hit.Hit
+	}
+	d, err := lim.Peek(ctx, hits...)
+	if err != nil {
+		return err
+	}
+	ds := enforce.Each(d)
+	if len(ds) != len(idx) {
+		return nil
+	}
+	for k, i := range idx {
+		e := ds[k]
+		if d.Allowed {
+			// Peek answers as Take would, after the hit; a denied
+			// check already reports its allowed hits as before it.
+			e.Remaining += max(hits[k].Cost, 1)
+		}
+		p.hits[i].dec, p.hits[i].have = e, true
+	}
+	return nil
+}
+
+// assign sets the decisions of the counted hits idx from the gate's
+// result: the enforced ones from Decision (in order; a Local decision
+// covers the local hits only), the shadow ones from Shadow (in order, as
+// far as the store answered them). A hit left without a decision has no
+// figures in its status.
+func (p *plan) assign(idx []int, res enforce.Result) {
+	var enforced, shadow, local []int
+	for _, i := range idx {
+		switch h := p.hits[i]; {
+		case h.hit.Shadow:
+			shadow = append(shadow, i)
+		default:
+			enforced = append(enforced, i)
+			if h.hit.Failure == enforce.FailLocal {
+				local = append(local, i)
+			}
+		}
+	}
+	set := func(to []int, ds []floodgate.Decision) {
+		if len(to) < len(ds) {
+			return
+		}
+		for k, d := range ds {
+			p.hits[to[k]].dec, p.hits[to[k]].have = d, true
+		}
+	}
+	if len(enforced) > 0 {
+		ds := enforce.Each(res.Decision)
+		if res.Outcome == enforce.Local && len(ds) != len(enforced) {
+			set(local, ds)
+		} else {
+			set(enforced, ds)
+		}
+	}
+	set(shadow, res.Shadow)
+}

@@ -1,0 +1,97 @@
+// Package rls serves floodgate's limits as Envoy's rate-limit service
+// (RLS v3, envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit),
+// a drop-in for envoyproxy/ratelimit: the same YAML configuration
+// (package rlconfig), the same gRPC API and the same POST /json. A
+// [Server] decides through an [enforce.Enforcer], so it has the failure
+// modes, local fallback, breaker, metrics and logs of every other
+// floodgate transport. cmd/floodgate runs it; docs/SERVICE.md tells how
+// to switch from envoyproxy/ratelimit.
+//
+// # A request
+//
+// Each descriptor of a request is matched against its domain's
+// configuration (see [rlconfig.Config.MatchAll]: the most specific
+// match, replaces applied). Every limit that applies counts the
+// descriptor's hits_addend (the descriptor's, else the request's, else
+// 1) under a key made of the domain and the descriptor's entries. Then:
+//
+//   - All descriptors are checked together, all-or-nothing: when one is
+//     over its limit, the answer is OVER_LIMIT and nothing is recorded
+//     on any of them. (envoyproxy/ratelimit records the others.)
+//   - Identical descriptors in one request count together: two of them
+//     with a hits_addend of 1 count 2.
+//   - A descriptor hits_addend of 0 is a peek: it asks whether one more
+//     hit would be allowed now and records nothing. A peek that would be
+//     denied makes the request OVER_LIMIT.
+//   - A shadow_mode limit is counted and reported, and never denies.
+//   - A descriptor's limit override (Envoy's rate limit action with a
+//     limit) replaces what the configuration says of it, as in
+//     envoyproxy/ratelimit: a fixed window of requests_per_unit per unit
+//     (times unit_multiplier), in a configured domain.
+//   - requests_per_unit: 0 denies without counting; unlimited allows
+//     without counting; a descriptor that matches no limit, or a domain
+//     that is not configured, is OK (the latter counted in
+//     floodgate_rls_unknown_domain_total).
+//
+// The response has one status per descriptor, in the request's order:
+// its code (OVER_LIMIT when one of its own limits denied), and the
+// figures of its worst limit: current_limit (name, requests_per_unit and
+// unit; a window extension is written as the longest unit that divides
+// it with unit_multiplier, 90s as 90 SECOND, or UNKNOWN when no unit
+// divides it), limit_remaining and duration_until_reset (until the
+// quota is whole again). response_headers_to_add carries the
+// draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
+// RateLimit, one member per enforced limit ([enforce.PolicyMember],
+// [enforce.QuotaField]), and Retry-After when the answer is OVER_LIMIT.
+//
+// # When the store fails
+//
+// Each decision has the Enforcer's limiter's time budget. When the store
+// fails or does not answer in time, each descriptor takes its
+// failure_mode: error (the default) answers the gRPC error Unavailable,
+// so that Envoy's failure_mode_deny decides, as with envoyproxy/ratelimit
+// but within the budget instead of a stall; closed answers OVER_LIMIT
+// with a Retry-After of at least 5s ([enforce.MinFailRetryAfter]); open
+// answers OK; local decides with the instance's own in-memory limits.
+// In a request with several modes the strictest decides: closed, then
+// error, then local, then open. A peek that the store cannot answer takes
+// the same modes, except that local answers OK (the local limits are not
+// peeked); the other descriptors of its request then take their modes
+// too, without asking the store again, so that the request waits one
+// budget at most.
+//
+// # Input that cannot be decided
+//
+// InvalidArgument, with the reason, answers an empty domain, no
+// descriptors, a descriptor without entries or with an empty key, more
+// than [MaxDescriptors] descriptors or [MaxEntries] entries, a
+// hits_addend beyond a limit's capacity (it could never be allowed), a
+// limit override without a unit, and is_negative_hits (unsupported). A
+// message over [MaxMessageSize] is refused by gRPC (ResourceExhausted)
+// and by /json (413).
+//
+// # Configuration and reload
+//
+// [Options.ConfigDir] is watched ([rlconfig.Watcher], including the
+// ..data symbolic link swap of a Kubernetes ConfigMap): a new
+// configuration is validated whole and swapped in atomically, so a
+// request sees one configuration; an invalid one is refused, logged and
+// counted, and the old one stays.
+//
+// # Metrics
+//
+// Besides the Enforcer's (floodgate_decisions_total and the rest, with
+// the domain as gate), a Server registers, labelled by domain, limit (the
+// limit's name, or its descriptor path) and descriptor (the request's
+// values, only where detailed_metric asks, so that labels stay bounded):
+//
+//	floodgate_rls_total_hits_total     hits counted against a limit (hits_addend summed)
+//	floodgate_rls_over_limit_total     hits over a limit
+//	floodgate_rls_near_limit_total     hits within a limit that left it at least 80% used
+//	floodgate_rls_within_limit_total   hits within a limit
+//	floodgate_rls_shadow_mode_total    hits over a shadow_mode limit, let through
+//
+// and floodgate_rls_requests_total{code}, floodgate_rls_unknown_domain_total,
+// floodgate_config_load_success_total and
+// floodgate_config_load_error_total.
+package rls

@@ -1,0 +1,178 @@
+package rls_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/rls"
+)
+
+// TestFailureStatuses: with the store failing at once, each descriptor's
+// status shows its own failure mode: closed over the limit, open and
+// error passing without figures, local with the local limits' figures.
+func TestFailureStatuses(t *testing.T) {
+	fs := faultstore.New(memstore.New(memstore.Options{}))
+	svc := start(t, setup{yaml: outageConfig, store: fs})
+	fs.Set(faultstore.Fail)
+	for _, c := range []struct {
+		name      string
+		ds        []*commonv3.RateLimitDescriptor
+		overall   rlsv3.RateLimitResponse_Code
+		codes     []rlsv3.RateLimitResponse_Code
+		remaining []uint32
+	}{
+		// The local limit is 3 an hour: the first local decision leaves 2.
+		{"local alone", []*commonv3.RateLimitDescriptor{desc("local=a")}, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{2}},
+		// Local and open: the local limits decide the local hit only.
+		{"local and open", []*commonv3.RateLimitDescriptor{desc("local=a"), desc("open=a")}, ok, []rlsv3.RateLimitResponse_Code{ok, ok}, []uint32{1, 0}},
+		// The other order: the local decision still goes to the local hit.
+		{"open and local", []*commonv3.RateLimitDescriptor{desc("open=a"), desc("local=b")}, ok, []rlsv3.RateLimitResponse_Code{ok, ok}, []uint32{0, 2}},
+		{"closed and open", []*commonv3.RateLimitDescriptor{desc("open=b"), desc("closed=b")}, over, []rlsv3.RateLimitResponse_Code{ok, over}, []uint32{0, 0}},
+		{"closed and error", []*commonv3.RateLimitDescriptor{desc("err=b"), desc("closed=b")}, over, []rlsv3.RateLimitResponse_Code{ok, over}, []uint32{0, 0}},
+		{"override keeps the descriptor's mode", []*commonv3.RateLimitDescriptor{override(desc("closed=c"))}, over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0}},
+		{"override of an unlimited descriptor keeps its mode", []*commonv3.RateLimitDescriptor{override(desc("free=c"))}, over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0}},
+		{"override of an open descriptor", []*commonv3.RateLimitDescriptor{override(desc("open=c"))}, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp := svc.call(t, req("out", c.ds...))
+			expect(t, resp, c.overall, c.codes, c.remaining)
+			for i, st := range resp.GetStatuses() {
+				if st.GetCurrentLimit() == nil {
+					t.Errorf("status %d has no current_limit: the limit is known even when the store fails", i)
+				}
+			}
+			if ra := header(resp, "Retry-After"); (c.overall == over) != (ra == "5") {
+				t.Errorf("Retry-After %q", ra)
+			}
+		})
+	}
+	// A descriptor the configuration does not know, overridden: the
+	// default mode, error.
+	_, err := svc.client.ShouldRateLimit(context.Background(), req("out", override(desc("zzz=1"))))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("an override of an unconfigured descriptor with the store down: %v, want Unavailable", err)
+	}
+}
+
+func override(d *commonv3.RateLimitDescriptor) *commonv3.RateLimitDescriptor {
+	d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_MINUTE}
+	return d
+}
+
+// TestDeadline: a caller whose deadline passes first gets its context's
+// code, not a failure mode's answer.
+func TestDeadline(t *testing.T) {
+	fs := faultstore.New(memstore.New(memstore.Options{}))
+	svc := start(t, setup{yaml: outageConfig, store: fs, timeout: 5 * time.Second})
+	fs.Set(faultstore.Hang)
+	for _, ds := range [][]*commonv3.RateLimitDescriptor{{desc("open=d")}, {peekDesc("open=d")}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := svc.srv.ShouldRateLimit(ctx, req("out", ds...))
+		cancel()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("%v: %v, want DeadlineExceeded", ds, err)
+		}
+	}
+}
+
+// TestMetricFigures: near_limit counts the hits that leave a limit at
+// least 80% used, and requests_total counts the answers.
+func TestMetricFigures(t *testing.T) {
+	svc := start(t, setup{yaml: "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", store: memstore.New(memstore.Options{})})
+	labels := map[string]string{"domain": "m", "limit": "m.k", "descriptor": ""}
+	near := func() float64 { return counter(t, svc.reg, "floodgate_rls_near_limit_total", labels) }
+	for range 7 {
+		svc.call(t, req("m", desc("k=v")))
+	}
+	if near() != 0 {
+		t.Errorf("near_limit %v after 7 of 10, want 0", near())
+	}
+	svc.call(t, req("m", desc("k=v")))
+	if near() != 1 {
+		t.Errorf("near_limit %v after 8 of 10, want 1", near())
+	}
+	for range 4 {
+		svc.call(t, req("m", desc("k=v")))
+	}
+	for name, want := range map[string]float64{"floodgate_rls_near_limit_total": 3, "floodgate_rls_within_limit_total": 10, "floodgate_rls_over_limit_total": 2, "floodgate_rls_total_hits_total": 12} {
+		if got := counter(t, svc.reg, name, labels); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	for code, want := range map[string]float64{"ok": 10, "over_limit": 2} {
+		if got := counter(t, svc.reg, "floodgate_rls_requests_total", map[string]string{"code": code}); got != want {
+			t.Errorf("requests_total{code=%q} = %v, want %v", code, got, want)
+		}
+	}
+}
+
+// TestBoundsAccepted: the largest request within each bound is decided.
+func TestBoundsAccepted(t *testing.T) {
+	svc := start(t, setup{yaml: invalidConfig, store: memstore.New(memstore.Options{})})
+	many := make([]*commonv3.RateLimitDescriptor, rls.MaxDescriptors)
+	for i := range many {
+		many[i] = desc("other=x")
+	}
+	svc.call(t, req("inv", many...))
+	deep := desc()
+	for range rls.MaxEntries {
+		deep.Entries = append(deep.Entries, desc("k=v").Entries...)
+	}
+	svc.call(t, req("inv", deep))
+	log := desc("log=a")
+	log.HitsAddend = wrapperspb.UInt64(1000)
+	expect(t, svc.call(t, req("inv", log)), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{4000})
+	big := desc("user=a")
+	big.HitsAddend = wrapperspb.UInt64(1<<63 - 1)
+	_, err := svc.client.ShouldRateLimit(context.Background(), req("inv", big))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "exceeds the capacity 10") {
+		t.Errorf("hits_addend 2^63-1: %v, want InvalidArgument over the capacity", err)
+	}
+	// A key of exactly floodgate's bound ("inv/user=" and the value) is
+	// decided; one byte more is refused.
+	value := strings.Repeat("v", floodgate.MaxKeyLen-len("inv/user="))
+	expect(t, mustDecide(t, svc, req("inv", desc("user="+value))), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{9})
+	_, err = svc.srv.ShouldRateLimit(context.Background(), req("inv", desc("user="+value+"v")))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a key one byte over the bound: %v, want InvalidArgument", err)
+	}
+	// Values whose key (escaped) is over floodgate's key bound.
+	_, err = svc.srv.ShouldRateLimit(context.Background(), req("inv", desc("user="+strings.Repeat("/", 400_000))))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bytes long, at most 1048576 allowed") {
+		t.Errorf("a key over the bound: %v", err)
+	}
+}
+
+// TestHeadersOncePerHit: identical descriptors share one hit, and it is
+// one member of each field.
+func TestHeadersOncePerHit(t *testing.T) {
+	svc := start(t, setup{yaml: featureConfig, store: memstore.New(memstore.Options{})})
+	resp := svc.call(t, req("feat", desc("plain=h"), desc("plain=h"), desc("path=web")))
+	for _, field := range []string{"RateLimit-Policy", "RateLimit"} {
+		if n := strings.Count(header(resp, field), `"feat.`); n != 2 {
+			t.Errorf("%s %q: %d members, want 2 (one per distinct hit)", field, header(resp, field), n)
+		}
+	}
+}
+
+// mustDecide calls the Server in process (no gRPC message bound).
+func mustDecide(t *testing.T, svc *service, r *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := svc.srv.ShouldRateLimit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}

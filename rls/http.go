@@ -1,0 +1,116 @@
+package rls
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Handler serves the service over HTTP, as envoyproxy/ratelimit does:
+//
+//   - POST /json: a RateLimitRequest in proto3 JSON; the
+//     RateLimitResponse in proto3 JSON, with status 200 (OK) or 429
+//     (OVER_LIMIT) and the response_headers_to_add as HTTP headers. A
+//     request that cannot be decided answers 400 (bad JSON, or what
+//     gRPC answers InvalidArgument), 503 (the store failed and
+//     failure_mode is error) or 500, with the reason as text.
+//   - GET /healthcheck: 200 "OK" while serving, 503 once Shutdown began.
+//   - GET /rlconfig: the configuration in force, one limit a line.
+//   - GET /metrics: the Gatherer's metrics (Prometheus text format).
+//
+// Mount the debug routes elsewhere with [Server.DebugHandler].
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /json", s.serveJSON)
+	s.debugRoutes(mux)
+	return mux
+}
+
+// DebugHandler serves /healthcheck, /rlconfig and /metrics alone, for a
+// listener of their own (DEBUG_ADDR).
+func (s *Server) DebugHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.debugRoutes(mux)
+	return mux
+}
+
+func (s *Server) debugRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthcheck", s.serveHealth)
+	mux.HandleFunc("GET /rlconfig", s.serveConfig)
+	if s.gather != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
+	}
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if s.closing.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "shutting down\n")
+		return
+	}
+	io.WriteString(w, "OK\n")
+}
+
+func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
+	cfg := s.Config()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "# domains: %s\n# files: %s\n", strings.Join(cfg.Domains(), ", "), strings.Join(cfg.Files(), ", "))
+	io.WriteString(w, cfg.String())
+}
+
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxMessageSize))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.metrics.requests.WithLabelValues("invalid_argument").Inc()
+			http.Error(w, fmt.Sprintf("rls: the request is over %d bytes", MaxMessageSize), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "rls: reading the request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		s.metrics.requests.WithLabelValues("invalid_argument").Inc()
+		http.Error(w, "rls: the request is not a RateLimitRequest in proto3 JSON: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp, err := s.ShouldRateLimit(r.Context(), &req)
+	if err != nil {
+		code := http.StatusInternalServerError
+		switch status.Code(err) {
+		case codes.InvalidArgument:
+			code = http.StatusBadRequest
+		case codes.Unavailable:
+			code = http.StatusServiceUnavailable
+		case codes.Canceled, codes.DeadlineExceeded:
+			code = http.StatusGatewayTimeout
+		}
+		http.Error(w, status.Convert(err).Message(), code)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		http.Error(w, "rls: encoding the response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	for _, hv := range resp.GetResponseHeadersToAdd() {
+		h.Add(hv.GetKey(), hv.GetValue())
+	}
+	h.Set("Content-Type", "application/json")
+	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}

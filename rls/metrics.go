@@ -1,0 +1,94 @@
+package rls
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// nearLimitRatio is envoyproxy/ratelimit's near_limit threshold: a hit
+// that leaves a limit at least 80% used is near it.
+const nearLimitRatio = 0.8
+
+// metrics are the service's own series. The decisions, store errors and
+// breaker state are the Enforcer's (floodgate_decisions_total and the
+// rest, with the domain as their gate label).
+type metrics struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+	requests                                                 *prometheus.CounterVec
+	unknownDomain                                            prometheus.Counter
+	configLoadSuccess, configLoadError                       prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	labels := []string{"domain", "limit", "descriptor"}
+	perLimit := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_rls_" + name + "_total",
+			Help: help + " Labels: domain, limit (the limit's name, or its descriptor path), descriptor (the request's values, only where detailed_metric asks; else empty).",
+		}, labels)
+	}
+	m := &metrics{
+		totalHits:   perLimit("total_hits", "Hits counted against a limit (hits_addend summed), as envoyproxy/ratelimit's total_hits."),
+		overLimit:   perLimit("over_limit", "Hits over a limit, as envoyproxy/ratelimit's over_limit."),
+		nearLimit:   perLimit("near_limit", "Hits within a limit that left it at least 80% used, as envoyproxy/ratelimit's near_limit."),
+		withinLimit: perLimit("within_limit", "Hits within a limit, as envoyproxy/ratelimit's within_limit."),
+		shadowMode:  perLimit("shadow_mode", "Hits over a shadow_mode limit, let through, as envoyproxy/ratelimit's shadow_mode."),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_rls_requests_total",
+			Help: "ShouldRateLimit calls (gRPC and /json) by answer: ok, over_limit, or the gRPC error code (invalid_argument, unavailable, canceled, ...).",
+		}, []string{"code"}),
+		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_rls_unknown_domain_total",
+			Help: "Requests for a domain that the configuration does not have, answered OK as envoyproxy/ratelimit does.",
+		}),
+		configLoadSuccess: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_config_load_success_total",
+			Help: "Configurations loaded and put in force, the first one included.",
+		}),
+		configLoadError: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_config_load_error_total",
+			Help: "Configurations refused (invalid, or the directory could not be read); the previous one stayed in force.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
+		m.requests, m.unknownDomain, m.configLoadSuccess, m.configLoadError} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("rls: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// count adds the request's hits to the per-limit metrics, each limit by
+// its own verdict. Peeks count nothing, as their hits_addend is 0.
+func (p *plan) count(m *metrics, domain string) {
+	for _, d := range p.descs {
+		if d.peek || len(d.refs) == 0 {
+			continue
+		}
+		detail := ""
+		if d.match.DetailedMetric {
+			detail = d.match.MetricKey
+		}
+		for _, v := range p.verdicts(d) {
+			labels := []string{domain, v.limit.Label, detail}
+			n := float64(d.cost)
+			m.totalHits.WithLabelValues(labels...).Add(n)
+			if !v.have {
+				continue
+			}
+			if v.dec.Allowed {
+				m.withinLimit.WithLabelValues(labels...).Add(n)
+				if lim := v.limit.RequestsPerUnit; lim > 0 && float64(lim-v.dec.Remaining) >= nearLimitRatio*float64(lim) {
+					m.nearLimit.WithLabelValues(labels...).Add(n)
+				}
+				continue
+			}
+			m.overLimit.WithLabelValues(labels...).Add(n)
+			if v.shadow {
+				m.shadowMode.WithLabelValues(labels...).Add(n)
+			}
+		}
+	}
+}

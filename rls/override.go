@@ -1,0 +1,66 @@
+package rls
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/url"
+	"strings"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/rlconfig"
+)
+
+// override applies a descriptor's per-request limit override (Envoy's
+// rate limit action with a limit, from dynamic metadata): as in
+// envoyproxy/ratelimit, it replaces whatever the configuration says of
+// the descriptor, in a configured domain, and is never in shadow mode.
+// It counts in a fixed window aligned to the epoch, under a rule of its
+// own per domain and entry keys (its window is part of the rule's
+// state, so two overrides of one descriptor with different units count
+// apart). The descriptor keeps its configured failure_mode, or error.
+func override(domain string, entries []rlconfig.Entry, lo *commonv3.RateLimitDescriptor_RateLimitOverride, m rlconfig.Match) (rlconfig.Match, error) {
+	unit := rlconfig.Unit(lo.GetUnit())
+	if unit == rlconfig.UnitUnknown || unit.Window() == 0 {
+		return m, invalid("limit override: unit %v is not second, minute, hour, day, month or year", lo.GetUnit())
+	}
+	mult := int64(1)
+	if um := lo.GetUnitMultiplier(); um != nil && um.GetValue() > 1 {
+		mult = int64(um.GetValue())
+	}
+	window := unit.Window() * time.Duration(mult)
+	if window/time.Duration(mult) != unit.Window() {
+		return m, invalid("limit override: %d %vs is too long a window", mult, unit)
+	}
+	h := sha256.New()
+	h.Write([]byte(domain))
+	var key strings.Builder
+	key.WriteString("override/")
+	key.WriteString(url.QueryEscape(domain))
+	for _, e := range entries {
+		h.Write([]byte{0})
+		h.Write([]byte(e.Key))
+		key.WriteByte('/')
+		key.WriteString(url.QueryEscape(e.Key))
+		key.WriteByte('=')
+		key.WriteString(url.QueryEscape(e.Value))
+	}
+	name := "override-" + hex.EncodeToString(h.Sum(nil))[:16]
+	rpu := int64(lo.GetRequestsPerUnit())
+	rule, err := floodgate.NewRule(name, max(rpu, 1), window, floodgate.FixedWindow)
+	if err != nil {
+		return m, invalid("limit override: %v", err)
+	}
+	rule.Limit = rpu
+	l := &rlconfig.Limit{Rule: rule, Label: domain + ".override", Path: domain + ".override", RequestsPerUnit: rpu}
+	if mult == 1 {
+		l.Unit = unit
+	}
+	mode := rlconfig.FailError
+	if m.Outcome == rlconfig.Limited || m.Outcome == rlconfig.Unlimited {
+		mode = m.FailureMode
+	}
+	return rlconfig.Match{Outcome: rlconfig.Limited, Limits: []*rlconfig.Limit{l}, Path: l.Path, Key: key.String(), MetricKey: l.Path, FailureMode: mode}, nil
+}

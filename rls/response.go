@@ -1,0 +1,194 @@
+package rls
+
+import (
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/rlconfig"
+)
+
+// verdict is one limit of a descriptor as decided.
+type verdict struct {
+	limit  *rlconfig.Limit
+	hit    int // -1 for a blocked limit
+	dec    floodgate.Decision
+	have   bool // dec is set
+	shadow bool
+}
+
+func (v verdict) denied() bool { return v.have && !v.dec.Allowed }
+
+// verdicts returns d's limits as decided.
+func (p *plan) verdicts(d desc) []verdict {
+	vs := make([]verdict, len(d.refs))
+	for k, r := range d.refs {
+		v := verdict{limit: r.limit, hit: r.hit, shadow: r.limit.ShadowMode}
+		if r.hit < 0 {
+			w := r.limit.Rule.Window
+			v.dec = floodgate.Decision{Policy: r.limit.Rule.Name, Window: w, ResetAfter: w, RetryAfter: w}
+			v.have = true
+		} else {
+			v.dec, v.have = p.hits[r.hit].dec, p.hits[r.hit].have
+		}
+		vs[k] = v
+	}
+	return vs
+}
+
+// response builds the answer: one status per descriptor in the request's
+// order, and the RateLimit-Policy, RateLimit and (over the limit)
+// Retry-After headers over every enforced limit that has figures.
+func (p *plan) response() *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.descs))}
+	if p.over {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	var shown []floodgate.Decision
+	var policies []string
+	seen := map[int]bool{}
+	var retry time.Duration
+	for i, d := range p.descs {
+		vs := p.verdicts(d)
+		resp.Statuses[i] = p.status(d, vs)
+		for _, v := range vs {
+			if v.shadow || !v.have || (v.hit >= 0 && seen[v.hit]) {
+				continue
+			}
+			if v.hit >= 0 {
+				seen[v.hit] = true
+			}
+			r := v.limit.Rule
+			if m, err := enforce.PolicyMember(r); err == nil {
+				policies = append(policies, m)
+				shown = append(shown, v.dec)
+			}
+			if v.denied() {
+				retry = max(retry, v.dec.RetryAfter)
+			}
+		}
+	}
+	if len(shown) > 0 {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: joinList(policies)},
+			&corev3.HeaderValue{Key: "RateLimit", Value: enforce.QuotaField(shown)})
+	}
+	if p.failClosed {
+		retry = max(retry, p.failRetry)
+	}
+	if p.over && retry > 0 {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Retry-After", Value: enforce.RetryAfter(retry)})
+	}
+	return resp
+}
+
+// joinList joins structured-field list members (RFC 9651 §4.1.1).
+func joinList(members []string) string {
+	n := 0
+	for _, m := range members {
+		n += len(m) + 2
+	}
+	b := make([]byte, 0, n)
+	for i, m := range members {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, m...)
+	}
+	return string(b)
+}
+
+// status is descriptor d's status: OVER_LIMIT when one of its enforced
+// limits denied (or its store failed closed), with the figures of its
+// worst limit.
+func (p *plan) status(d desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	if len(vs) == 0 {
+		return st
+	}
+	pick := -1
+	for k, v := range vs {
+		if v.shadow {
+			continue
+		}
+		if v.denied() || p.failClosed && v.hit >= 0 && p.hits[v.hit].mode == rlconfig.FailClosed {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if pick < 0 || better(v, vs[pick]) {
+			pick = k
+		}
+	}
+	if pick < 0 { // only shadow limits: report the worst, never over
+		for k, v := range vs {
+			if pick < 0 || better(v, vs[pick]) {
+				pick = k
+			}
+		}
+	}
+	v := vs[pick]
+	st.CurrentLimit = currentLimit(v.limit)
+	if v.have {
+		st.LimitRemaining = uint32(min(max(v.dec.Remaining, 0), int64(^uint32(0))))
+		st.DurationUntilReset = durationpb.New(v.dec.ResetAfter)
+	}
+	return st
+}
+
+// better reports whether a describes a descriptor better than b: a limit
+// with figures over one without, then the worse decision (denied, the
+// longer wait, the fewer remaining, the longer reset).
+func better(a, b verdict) bool {
+	switch {
+	case a.have != b.have:
+		return a.have
+	case !a.have:
+		return false
+	case a.dec.Allowed != b.dec.Allowed:
+		return !a.dec.Allowed
+	case a.dec.RetryAfter != b.dec.RetryAfter:
+		return a.dec.RetryAfter > b.dec.RetryAfter
+	case a.dec.Remaining != b.dec.Remaining:
+		return a.dec.Remaining < b.dec.Remaining
+	default:
+		return a.dec.ResetAfter > b.dec.ResetAfter
+	}
+}
+
+// units are the RLS units that a window can be written in, longest
+// first; a window that is a whole number of one of them is that unit
+// with a unit_multiplier.
+var units = []struct {
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+}
+
+// currentLimit describes l for a status: its unit as configured, or, for
+// a window extension, the longest unit that divides the window, with
+// unit_multiplier (90s is SECOND times 90, 2h is HOUR times 2), or
+// UNKNOWN when no unit divides it (1500ms).
+func currentLimit(l *rlconfig.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	cl := &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(min(l.RequestsPerUnit, int64(^uint32(0))))}
+	if l.Unit != rlconfig.UnitUnknown {
+		cl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+		return cl
+	}
+	w := l.Rule.Window
+	for _, u := range units {
+		if w >= u.d && w%u.d == 0 && w/u.d <= time.Duration(^uint32(0)) {
+			cl.Unit = u.unit
+			cl.UnitMultiplier = wrapperspb.UInt32(uint32(w / u.d))
+			return cl
+		}
+	}
+	return cl
+}

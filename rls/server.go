@@ -1,0 +1,244 @@
+package rls
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/rlconfig"
+)
+
+// Bounds on one request. A request beyond them is refused with
+// InvalidArgument before anything is matched or counted.
+const (
+	// MaxMessageSize bounds a request's encoded size, over gRPC (the
+	// server's receive limit, see [Server.GRPCServerOptions]) and as the
+	// body of POST /json.
+	MaxMessageSize = 1 << 20
+	// MaxDescriptors bounds the descriptors of one request.
+	MaxDescriptors = 256
+	// MaxEntries bounds the entries of one descriptor.
+	MaxEntries = 64
+)
+
+// ErrInvalidOptions is wrapped by the errors of [New].
+var ErrInvalidOptions = errors.New("rls: invalid options")
+
+// Options configures a [Server]. Enforcer and one of ConfigDir and Config
+// are required; every other field has a default.
+type Options struct {
+	// Enforcer decides the hits: its Limiter's store and time budget, its
+	// local fallback, breaker, metrics and logs. The Server does not close
+	// it.
+	Enforcer *enforce.Enforcer
+	// ConfigDir is a directory of envoyproxy/ratelimit YAML files, read
+	// at New and watched for changes (see [rlconfig.Watcher]).
+	ConfigDir string
+	// Config is a fixed configuration, used when ConfigDir is empty.
+	Config *rlconfig.Config
+	// ConfigOptions are the parse options of every load of ConfigDir.
+	ConfigOptions rlconfig.Options
+	// Debounce is the Watcher's quiet time before a reload; zero means
+	// the Watcher's default (100ms).
+	Debounce time.Duration
+	// Registerer receives the service's metrics. Nil means a registry of
+	// the Server's own, which Gatherer then defaults to.
+	Registerer prometheus.Registerer
+	// Gatherer is what GET /metrics serves. Nil means the Registerer when
+	// it is also a Gatherer (a *prometheus.Registry), else nothing.
+	Gatherer prometheus.Gatherer
+	// Logger receives the reload and refusal logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is the Envoy RLS v3 rate-limit service: it matches each
+// request's descriptors against the configuration in force and decides
+// them all-or-nothing through an [enforce.Enforcer]. It implements
+// rlsv3.RateLimitServiceServer; [Server.Register] puts it, the gRPC
+// health service and reflection on a grpc.Server, and [Server.Handler]
+// serves the same over HTTP. Its methods are safe for concurrent use.
+// Close it when done.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	enf     *enforce.Enforcer
+	logger  *slog.Logger
+	watcher *rlconfig.Watcher // nil with a fixed Config
+	fixed   *rlconfig.Config
+	metrics *metrics
+	gather  prometheus.Gatherer
+	health  *health.Server
+	closing atomic.Bool
+
+	mu    sync.RWMutex
+	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
+}
+
+// New returns a Server for opts. With ConfigDir, it loads the directory
+// and starts watching it; an invalid configuration is an error that lists
+// every problem (it wraps [rlconfig.ErrInvalidConfig]).
+func New(opts Options) (*Server, error) {
+	var errs []error
+	if opts.Enforcer == nil {
+		errs = append(errs, fmt.Errorf("%w: Enforcer is required", ErrInvalidOptions))
+	}
+	if opts.ConfigDir == "" && opts.Config == nil {
+		errs = append(errs, fmt.Errorf("%w: set ConfigDir or Config", ErrInvalidOptions))
+	}
+	if opts.ConfigDir != "" && opts.Config != nil {
+		errs = append(errs, fmt.Errorf("%w: set ConfigDir or Config, not both", ErrInvalidOptions))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	reg, gather := opts.Registerer, opts.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg = r
+		if gather == nil {
+			gather = r
+		}
+	}
+	if gather == nil {
+		gather, _ = reg.(prometheus.Gatherer)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, metrics: m, gather: gather,
+		health: health.NewServer(), gates: map[string]*enforce.Gate{}}
+	if opts.ConfigDir != "" {
+		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
+			Options:  opts.ConfigOptions,
+			Debounce: opts.Debounce,
+			OnReload: s.reloaded,
+		})
+		if err != nil {
+			m.configLoadError.Inc()
+			return nil, err
+		}
+		s.watcher = w
+	}
+	m.configLoadSuccess.Inc()
+	cfg := s.Config()
+	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// reloaded logs and counts a reload that the Watcher attempted.
+func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
+	if err != nil {
+		s.metrics.configLoadError.Inc()
+		s.logger.Error("rate-limit configuration refused; the previous one stays in force", "err", err)
+		return
+	}
+	s.metrics.configLoadSuccess.Inc()
+	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+}
+
+// Config returns the configuration in force. A request reads it once, so
+// no request sees half of a reload.
+func (s *Server) Config() *rlconfig.Config {
+	if s.watcher != nil {
+		return s.watcher.Config()
+	}
+	return s.fixed
+}
+
+// Reload reads ConfigDir now, as a change to it would, and reports the
+// outcome in the logs and metrics. It returns the refusal, if any; the
+// configuration in force then stays. With a fixed Config it does nothing.
+func (s *Server) Reload() error {
+	if s.watcher == nil {
+		return nil
+	}
+	err := s.watcher.Reload()
+	s.reloaded(s.watcher.Config(), err)
+	return err
+}
+
+// gate returns the enforcement gate of domain, made on first use. Its
+// name is the "gate" label of the Enforcer's metrics.
+func (s *Server) gate(domain string) (*enforce.Gate, error) {
+	s.mu.RLock()
+	g, ok := s.gates[domain]
+	s.mu.RUnlock()
+	if ok {
+		return g, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.gates[domain]; ok {
+		return g, nil
+	}
+	g, err := s.enf.Gate(enforce.Spec{Name: gateName(domain)})
+	if err != nil {
+		return nil, err
+	}
+	s.gates[domain] = g
+	return g, nil
+}
+
+// gateName turns a domain into a gate name (the "gate" label): up to 128
+// bytes of A-Z a-z 0-9 _ . - + /, any other byte written as "_".
+func gateName(domain string) string {
+	b := []byte(domain[:min(len(domain), 128)])
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.-+/", c) >= 0) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// Register registers the rate-limit service, the standard gRPC health
+// service and server reflection on g.
+func (s *Server) Register(g *grpc.Server) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+}
+
+// GRPCServerOptions returns the options a grpc.Server for this service
+// should have: the receive limit MaxMessageSize.
+func (s *Server) GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize)}
+}
+
+// Shutdown marks the service as not serving (health checks and
+// /healthcheck fail, so load balancers drain it) without refusing
+// requests; call it before stopping the servers gracefully.
+func (s *Server) Shutdown() {
+	s.closing.Store(true)
+	s.health.Shutdown()
+}
+
+// Close stops watching the configuration directory and marks the service
+// as not serving. Requests still answer, with the configuration last in
+// force. Close is idempotent.
+func (s *Server) Close() error {
+	s.Shutdown()
+	if s.watcher != nil {
+		return s.watcher.Close()
+	}
+	return nil
+}
