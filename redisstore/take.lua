@@ -105,6 +105,12 @@ else
   end
 end
 
+-- oomFirst: every write of a ring starts with PEXPIRE, a write that
+-- cannot grow memory. Redis at maxmemory (noeviction) refuses a script's
+-- first write only if it may grow memory (SET, SETRANGE), so the writes
+-- after it go through, as the sorted set's did after ZREMRANGEBYSCORE: a
+-- full Redis keeps enforcing the limits (docs/RELIABILITY.md).
+
 -- quick decides a sliding-window hit of a group of one, and records it
 -- when allowed, in the common cases (see the ring's notes below): the
 -- ring is absent; or first needs to move by at most CHUNK entries (read in
@@ -126,6 +132,7 @@ do
     local h = redis.call('GETRANGE', key, -29, -1)
     if h == '' then
       epoch = tonumber(epoch)
+      redis.call('PEXPIRE', key, pexpire) -- first: see oomFirst
       redis.call('SET', key, string.rep(enc7(now), cost) .. packHeader(epoch, 0, cost, 0, now, now), 'PX', pexpire)
       return true, limit - cost, window, 0, epoch
     end
@@ -166,12 +173,17 @@ do
       end
       return false, math.max(0, limit - live), newest + window - now, tfirst + window - now, ep
     end
+    local append = head == 0 and count + cost < limit
+    if not append and (count ~= limit or head + cost > count) then
+      return nil, h
+    end
     local t = math.max(now, newest) -- a clock that stepped back keeps the order
     local entries = string.rep(enc7(t), cost)
-    if head == 0 and count + cost < limit then
+    redis.call('PEXPIRE', key, pexpire) -- first: see oomFirst
+    if append then
       -- Append, the header after the new entries.
       redis.call('SETRANGE', key, 7 * count, entries .. packHeader(ep, 0, count + cost, first, tfirst, t))
-    elseif count == limit and head + cost <= count then
+    else
       -- Full: overwrite the cost oldest, which have left the window
       -- (live + cost <= limit = count), up to the last slot.
       local header = packHeader(ep, (head + cost) % count, count, first - cost, tfirst, t)
@@ -181,10 +193,7 @@ do
         redis.call('SETRANGE', key, 7 * head, entries)
         redis.call('SETRANGE', key, 7 * count, header)
       end
-    else
-      return nil, h
     end
-    redis.call('PEXPIRE', key, pexpire)
     return true, limit - live - cost, window, 0, ep
   end
 end
@@ -409,6 +418,7 @@ local function ringRewrite(r, cost, t, window)
   if #s ~= W * r.count + HDR then
     malformed(r.key)
   end
+  redis.call('PEXPIRE', r.key, ttl(window)) -- first: see oomFirst
   redis.call('SET', r.key, s, 'PX', ttl(window))
 end
 
@@ -416,6 +426,7 @@ end
 -- check read it (nil: none; epoch is then the new ring's).
 local function recordSliding(key, cost, limit, window, epoch, r)
   if r == nil then
+    redis.call('PEXPIRE', key, ttl(window)) -- first: see oomFirst
     redis.call('SET', key, string.rep(enc7(now), cost) ..
       ringHeader({ep = tonumber(epoch), head = 0, count = cost, first = 0, tfirst = now, newest = now}),
       'PX', ttl(window))
@@ -433,6 +444,7 @@ local function recordSliding(key, cost, limit, window, epoch, r)
     ringRewrite(r, cost, t, window)
     return
   end
+  redis.call('PEXPIRE', key, ttl(window)) -- first: see oomFirst
   if r.count < limit then
     -- Not full (head is 0), and stays so: append, the header after the new entries.
     r.count, r.newest = r.count + cost, t
@@ -454,7 +466,6 @@ local function recordSliding(key, cost, limit, window, epoch, r)
       redis.call('SETRANGE', key, W * count, ringHeader(r))
     end
   end
-  redis.call('PEXPIRE', key, ttl(window))
 end
 
 local function bucket(key, cost, capacity, interval)
