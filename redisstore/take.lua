@@ -113,11 +113,10 @@ end
 
 -- quick decides a sliding-window hit of a group of one, and records it
 -- when allowed, in the common cases (see the ring's notes below): the
--- ring is absent; or first needs to move by at most CHUNK entries (read in
--- one GETRANGE), and then the hit is denied, or appended to a ring that
--- stays below its limit, or overwrites the oldest slots of a full ring
--- without wrapping. It writes with one SET, or with one or two SETRANGEs
--- and a PEXPIRE. It returns allowed (true or false), remaining,
+-- ring is absent; or first needs to move by at most 8 entries (read in one
+-- GETRANGE), and then the hit is denied, or appended to a ring that stays
+-- below its limit, or overwrites the oldest slots of a full ring without
+-- wrapping. It writes a PEXPIRE, then one SET or one or two SETRANGEs. It returns allowed (true or false), remaining,
 -- reset_after, retry_after and the ring's epoch; or nil and the header it
 -- read (nil if none), for the general path to take over.
 local quick
@@ -269,9 +268,10 @@ end
 --
 -- Every take reads the header alone (GETRANGE of the last 29 bytes), and
 -- reads entries only to move first past entries that have just left the
--- window: usually none or one, read in one GETRANGE of a few slots. An
--- append writes its entries and the header, which follows them, in one
--- SETRANGE; an overwrite writes the slots and the header; then PEXPIRE.
+-- window: usually none or one, read in one GETRANGE of a few slots. A
+-- write sets the TTL first (PEXPIRE: see oomFirst); then an append writes
+-- its entries and the header, which follows them, in one SETRANGE, and an
+-- overwrite the slots and the header.
 -- The string is written whole (SET, with the TTL) when it is created, when
 -- it becomes full (so that Redis allocates it exactly), when every entry
 -- has left the window (it shrinks to the new ones) and when the limit
