@@ -13,10 +13,10 @@ type Algorithm uint8
 
 const (
 	// SlidingWindow is an exact sliding-window log: a request is admitted when
-	// fewer than Limit requests were admitted in the last Window. It stores one
-	// entry per admitted request (in Redis about 40 bytes each up to 128
-	// entries, about 100 beyond), so its memory grows with Limit, which is
-	// capped at MaxSlidingLimit. It is the zero value and the default.
+	// fewer than Limit requests were admitted in the last Window. It keeps
+	// the times of the last Limit admitted requests, 7 bytes each in Redis,
+	// so its memory grows with Limit (7 KB a key at 1,000), which is capped at
+	// MaxSlidingLimit. It is the zero value and the default.
 	SlidingWindow Algorithm = iota
 	// TokenBucket is a token bucket of capacity Burst refilled at Limit tokens
 	// per Window, computed as GCRA: O(1) state (one timestamp per key) and

@@ -123,9 +123,7 @@ type Stamp struct {
 	// of the take that creates the state into 48 bits, so two states of
 	// one key share an epoch with a chance of about 2^-48 (and a caller
 	// of the store that reuses an id makes them share it). Zero means no
-	// state: redisstore's sliding window, whose members name their take,
-	// needs none; for any other state a stamp of epoch zero credits
-	// nothing.
+	// state: a stamp no Take gave, which credits nothing.
 	Epoch uint64
 }
 

@@ -14,11 +14,10 @@ import (
 type entry struct {
 	// ring holds a sliding-window rule's last admitted requests, one time
 	// per unit of cost, in admission order from index head (the oldest),
-	// wrapping once it holds Limit of them. A request of cost n is
-	// admitted exactly when the n-th oldest of the last Limit times has
-	// left the window, and admitting it overwrites the n oldest: the same
-	// decisions as redisstore's sorted set, which keeps every admitted
-	// request in the window.
+	// wrapping once it holds Limit of them: the same ring as redisstore's
+	// (take.lua). A request of cost n is admitted exactly when the n-th
+	// oldest of the last Limit times has left the window, and admitting
+	// it overwrites the n oldest.
 	ring []int64
 	head int
 	// tat is a token bucket's theoretical arrival time; count and window

@@ -25,10 +25,10 @@ import (
 //     the slots after it are only peeked, for the decision's figures.
 //  2. roll back: once a slot denies (or fails), the slots already taken
 //     are refunded with the take's id and each hit's stamp. The refund
-//     script is idempotent (members removed by name; a tombstone per take
-//     id for the other algorithms), so a roll-back may be retried; and it
-//     credits only what provably remains of the take, so a retry after a
-//     window boundary credits nothing.
+//     script is idempotent (a tombstone per take id), so a roll-back may
+//     be retried; and it credits only what provably remains of the take,
+//     so a retry after a window boundary credits nothing. A slot whose
+//     take failed (it may have run) has no stamp, and is left to expire.
 //
 // Each slot's script enforces its keys' limits atomically and counts the
 // reservations of checks in flight, so no key ever admits more than its
@@ -146,12 +146,11 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 		}
 		if err != nil {
 			// The slots before i recorded; slot i may have (a script
-			// that timed out may still have run). Only its sliding
-			// windows can be rolled back blindly: removing members by
-			// name never frees more than the take added, while any
-			// other algorithm would be credited for a take that may
-			// never have happened. Those wait for their expiry.
-			s.rollback(ctx, id, append(taken, slidingReceipts(g.hits)...))
+			// that timed out may still have run), but without its reply
+			// there is no stamp to refund it by, and a refund of a take
+			// that never happened would credit someone else's: its state
+			// is left to expire (over-denial, never over-admission).
+			s.rollback(ctx, id, taken)
 			return nil, err
 		}
 		for j, r := range res {
@@ -244,18 +243,6 @@ func reservationLife(taken []floodgate.Receipt) time.Duration {
 		d = max(d, algo.Life(r.Hit.Rule, r.Hit.Cost))
 	}
 	return d
-}
-
-// slidingReceipts returns receipts for the sliding-window hits of hits,
-// which a refund removes by the take's id, stamp or none.
-func slidingReceipts(hits []floodgate.Hit) []floodgate.Receipt {
-	var out []floodgate.Receipt
-	for _, h := range hits {
-		if h.Rule.Algorithm == floodgate.SlidingWindow {
-			out = append(out, floodgate.Receipt{Hit: h})
-		}
-	}
-	return out
 }
 
 func allAllowed(res []floodgate.Result) bool {

@@ -146,10 +146,7 @@ func slotState(t *testing.T, c rueidis.Client, s *Store, rule floodgate.Rule, ke
 	t.Helper()
 	k := stateKey(s, rule, key)
 	if rule.Algorithm == floodgate.SlidingWindow {
-		n, err := c.Do(ctx(t), c.B().Zcard().Key(k).Build()).AsInt64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		n := ringLen(t, c, k)
 		if n == 0 {
 			return ""
 		}

@@ -128,13 +128,7 @@ func testMultiKey(t *testing.T, ls []*floodgate.Limiter, store *Store, c rueidis
 		}
 		// Count what Redis holds: each key must hold exactly what was
 		// admitted through it, and no more than its limit.
-		zcard := func(rule floodgate.Rule, key string) int64 {
-			n, err := c.Do(ctx(t), c.B().Zcard().Key(stateKey(store, rule, key)).Build()).AsInt64()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
+		zcard := func(rule floodgate.Rule, key string) int64 { return ringLen(t, c, stateKey(store, rule, key)) }
 		if n := zcard(acctRule, acct); n != perAcct {
 			t.Fatalf("round %d: account holds %d entries, %d admitted", round, n, perAcct)
 		}

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -25,12 +26,37 @@ func TestDifferentialAgainstMemstore(t *testing.T) {
 	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
 		t.Run(alg.String(), func(t *testing.T) {
 			t.Parallel()
-			differential(t, alg, 4_000)
+			differential(t, alg, trace{limit: 5, minCost: 1, maxCost: 2, maxStep: 200 * time.Millisecond}, 4_000)
 		})
 	}
 }
 
-func differential(t *testing.T, alg floodgate.Algorithm, ops int) {
+// TestDifferentialLongRing replays traces on sliding windows of limits 40
+// and 7 (costs 1 to 3, and always 2): rings that fill, wrap (a cost of 2
+// that overwrites the last slot and the first), and lose more than 8
+// entries at once (which take.lua's quick path leaves to the general
+// path).
+func TestDifferentialLongRing(t *testing.T) {
+	for _, tr := range []trace{
+		{limit: 40, minCost: 1, maxCost: 3, maxStep: 40 * time.Millisecond},
+		{limit: 7, minCost: 2, maxCost: 2, maxStep: 100 * time.Millisecond}, // full rings whose takes wrap
+	} {
+		t.Run(fmt.Sprintf("limit %d", tr.limit), func(t *testing.T) {
+			t.Parallel()
+			differential(t, floodgate.SlidingWindow, tr, 4_000)
+		})
+	}
+}
+
+// trace is the shape of a differential trace: the rule's limit (per
+// second), the least and largest cost of a hit and the longest step of the
+// clock.
+type trace struct {
+	limit, minCost, maxCost int64
+	maxStep                 time.Duration
+}
+
+func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 	ctx := context.Background()
 	clock := storetest.NewFakeClock()
 	mini := miniredis.RunT(t)
@@ -49,7 +75,7 @@ func differential(t *testing.T, alg floodgate.Algorithm, ops int) {
 	defer ms.Close()
 	// Limits and windows whose intervals are whole microseconds, so that
 	// the store's microseconds and memstore's nanoseconds agree exactly.
-	rule, err := floodgate.NewRule("diff", 5, time.Second, alg)
+	rule, err := floodgate.NewRule("diff", tr.limit, time.Second, alg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +90,7 @@ func differential(t *testing.T, alg floodgate.Algorithm, ops int) {
 	stats := map[string]int{}
 	for i := range ops {
 		if rng.IntN(3) == 0 {
-			d := time.Duration(rng.Int64N(200_000)) * time.Microsecond
+			d := time.Duration(rng.Int64N(tr.maxStep.Microseconds())) * time.Microsecond
 			clock.Advance(d)
 			mini.SetTime(clock.Now())
 			mini.FastForward(d)
@@ -101,9 +127,9 @@ func differential(t *testing.T, alg floodgate.Algorithm, ops int) {
 			}
 			stats["refund"]++
 		default:
-			hits := []floodgate.Hit{{Rule: rule, Key: "a", Cost: 1 + rng.Int64N(2)}}
+			hits := []floodgate.Hit{{Rule: rule, Key: "a", Cost: tr.minCost + rng.Int64N(tr.maxCost-tr.minCost+1)}}
 			if rng.IntN(2) == 0 {
-				hits = append(hits, floodgate.Hit{Rule: rule, Key: "b", Cost: 1 + rng.Int64N(2)})
+				hits = append(hits, floodgate.Hit{Rule: rule, Key: "b", Cost: tr.minCost + rng.Int64N(tr.maxCost-tr.minCost+1)})
 			}
 			var got [2]floodgate.Decision
 			for s, l := range ls {
@@ -162,4 +188,66 @@ func btoi(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// TestRingWrapsExactly walks a ring of limit 3 on a controlled clock until
+// a take of cost 2 overwrites its last slot and its first (the ring's
+// wrap), then checks that both of that take's times count: a denial of
+// cost 3 names the second, in slot 0, as the time that frees room, as
+// memstore does.
+func TestRingWrapsExactly(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewFakeClock()
+	mini := miniredis.RunT(t)
+	mini.SetTime(clock.Now())
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mini.Addr()}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	rs, err := redisstore.New(ctx, redisstore.Options{Client: rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	ms := memstore.New(memstore.Options{Now: clock.Now})
+	defer ms.Close()
+	rule, err := floodgate.NewRule("wrap", 3, time.Second, floodgate.SlidingWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms2 := time.Millisecond
+	for i, step := range []struct {
+		at        time.Duration // since the first take
+		cost      int64
+		allowed   bool
+		remaining int64
+		retry     time.Duration
+	}{
+		{0, 1, true, 2, 0},
+		{100 * ms2, 1, true, 1, 0},
+		{200 * ms2, 1, true, 0, 0},           // full: slots 0, 1, 2
+		{1050 * ms2, 1, true, 0, 0},          // the first left: slot 0, head 1
+		{1150 * ms2, 1, true, 0, 0},          // slot 1, head 2
+		{2060 * ms2, 2, true, 0, 0},          // 0.2 and 1.05 left: slots 2 and 0
+		{2500 * ms2, 3, false, 1, 560 * ms2}, // room for 3 once the wrapped take's second time (slot 0) leaves, at 3.06
+		{3100 * ms2, 2, true, 1, 0},
+	} {
+		now := storetest.NewFakeClock().Now().Add(step.at)
+		if d := now.Sub(clock.Now()); d > 0 {
+			clock.Advance(d)
+			mini.SetTime(clock.Now())
+			mini.FastForward(d)
+		}
+		for name, s := range map[string]floodgate.Store{"memstore": ms, "redisstore": rs} {
+			res, err := s.Take(ctx, fmt.Sprintf("take-%d", i), []floodgate.Hit{{Rule: rule, Key: "k", Cost: step.cost}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := res[0]
+			if r.Allowed != step.allowed || r.Remaining != step.remaining || r.RetryAfter != step.retry {
+				t.Fatalf("%s, step %d at %v, cost %d: allowed %v, remaining %d, retry %v; want %v, %d, %v", name, i, step.at, step.cost, r.Allowed, r.Remaining, r.RetryAfter, step.allowed, step.remaining, step.retry)
+			}
+		}
+	}
 }

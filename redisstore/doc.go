@@ -40,10 +40,11 @@
 // its key ends with the algorithm's letter and the window, as
 // time.Duration writes it:
 //
-//	<prefix>{<rule>:<key>}:s:<window>        sliding window: ZSET of admitted
-//	                                         requests, score = server time in µs,
-//	                                         member = the take's id (id.1, id.2,
-//	                                         ... for a cost above 1)
+//	<prefix>{<rule>:<key>}:l:<window>        sliding window: string, a ring of the
+//	                                         last Limit admitted times in µs, 7 bytes
+//	                                         each, then a 29-byte header (epoch, head,
+//	                                         count, the first live entry and its time,
+//	                                         the newest time; see take.lua)
 //	<prefix>{<rule>:<key>}:t:<window>        token bucket: string "<TAT>:<epoch>",
 //	                                         the theoretical arrival time in µs
 //	<prefix>{<rule>:<key>}:f:<window>        fixed window: string
@@ -55,9 +56,11 @@
 //	                                         fixed window or counter: "1", so a
 //	                                         refund credits once
 //
-// For example fg:{pix:acct-42}:s:1m0s. A rule whose window or algorithm
+// For example fg:{pix:acct-42}:l:1m0s. A rule whose window or algorithm
 // changes (a rolling deploy) starts from fresh keys, once; a changed limit
-// or burst keeps them.
+// or burst keeps them. The sorted set that earlier versions kept for a
+// sliding window had the letter s: its keys are never read, and expire
+// with their windows.
 //
 // The epoch names a state: the take that creates it (the key is absent)
 // writes 52 bits of a hash of its id, and later takes keep it. Take
@@ -85,9 +88,10 @@
 // # Memory
 //
 // A token bucket, fixed window or counter takes about 120-136 bytes per
-// key whatever its limit; a sliding window about 40 bytes per admitted
-// request up to 128 of them and about 100 beyond (102 KB at a limit of
-// 1,000). Prefer the sliding window for small limits that must be exact
+// key whatever its limit; a sliding window 7 bytes per request of its
+// limit and about 130-200 bytes more in jemalloc's size classes (200 bytes
+// at a limit of 10, 7,256 at 1,000). Prefer the sliding window for small
+// limits that must be exact
 // (login, PIX transfers), the token bucket for large ones (API quotas).
 // docs/CLUSTER.md in the repository has the measured table, on a
 // standalone server and on a Cluster node, and how to size a deployment.

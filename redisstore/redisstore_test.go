@@ -86,7 +86,7 @@ func TestKeyLayout(t *testing.T) {
 		alg       floodgate.Algorithm
 		want      string
 	}{
-		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:s:1m0s"},
+		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:l:1m0s"},
 		{"pix", "acct-42", floodgate.TokenBucket, "fg:{pix:acct-42}:t:1m0s"},
 		{"api", "192.0.2.1", floodgate.FixedWindow, "fg:{api:192.0.2.1}:f:1m0s"},
 		{"api", "192.0.2.1", floodgate.SlidingWindowCounter, "fg:{api:192.0.2.1}:c:1m0s"},
@@ -123,8 +123,8 @@ func TestHostileKeysHaveOneHashTag(t *testing.T) {
 		if _, err := s.Take(ctx(t), "id1", []floodgate.Hit{{Rule: r, Key: k, Cost: 1}}); err != nil {
 			t.Fatalf("key %.20q: %v", k, err)
 		}
-		if n, err := c.Do(ctx(t), c.B().Zcard().Key(key).Build()).AsInt64(); err != nil || n != 1 {
-			t.Errorf("key %.20q: ZCARD %s = %d, %v; want 1", k, key, n, err)
+		if n := ringLen(t, c, key); n != 1 {
+			t.Errorf("key %.20q: ring %s holds %d, want 1", k, key, n)
 		}
 	}
 }
@@ -153,7 +153,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := s.tag("ttl", "k")
-	want := []string{tag + "s:1m0s", tag + "t:1m0s", tag + "f:1m0s", tag + "c:1m0s", tag + "r:t:1m0s:take-1", tag + "r:f:1m0s:take-1", tag + "r:c:1m0s:take-1"}
+	want := []string{tag + "l:1m0s", tag + "t:1m0s", tag + "f:1m0s", tag + "c:1m0s", tag + "r:l:1m0s:take-1", tag + "r:t:1m0s:take-1", tag + "r:f:1m0s:take-1", tag + "r:c:1m0s:take-1"}
 	slices.Sort(keys)
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {
@@ -182,9 +182,9 @@ func p(t testing.TB, alg floodgate.Algorithm) hitParams {
 	return hp
 }
 
-// TestMembersAreUniqueInOneInstant records two takes in one script call,
-// where TIME is frozen: both must count.
-func TestMembersAreUniqueInOneInstant(t *testing.T) {
+// TestOneInstantCountsEveryUnit records three takes in one script call,
+// where TIME is frozen: every unit of each must count, at one instant.
+func TestOneInstantCountsEveryUnit(t *testing.T) {
 	s := newStore(t)
 	c := rawClient(t)
 	r := mustRule(t, "same", 10, time.Minute, floodgate.SlidingWindow)
@@ -196,18 +196,56 @@ func TestMembersAreUniqueInOneInstant(t *testing.T) {
 	if len(res) != 3 || res[0][0].Remaining != 9 || res[1][0].Remaining != 8 || res[2][0].Remaining != 5 {
 		t.Fatalf("got %+v; each group must see what the groups before it recorded", res)
 	}
-	members, err := c.Do(ctx(t), c.B().Zrange().Key(stateKey(s, r, "k")).Min("0").Max("-1").Withscores().Build()).AsZScores()
-	if err != nil {
-		t.Fatal(err)
+	epoch, head, times := ring(t, c, stateKey(s, r, "k"))
+	if len(times) != 5 || head != 0 || epoch != res[0][0].Stamp.Epoch || res[2][0].Stamp.Epoch != epoch {
+		t.Fatalf("ring epoch %d, head %d, times %v; want 5 times, head 0, the epoch of the first take (%d) kept by the others", epoch, head, times, res[0][0].Stamp.Epoch)
 	}
-	if len(members) != 5 {
-		t.Fatalf("members %v; want 5, one per unit of cost", members)
-	}
-	for _, m := range members[1:] {
-		if m.Score != members[0].Score {
-			t.Fatalf("members %v; one script call must see one instant", members)
+	for _, at := range times {
+		if at != res[0][0].Stamp.At.UnixMicro() {
+			t.Fatalf("times %v; one script call must see one instant, the stamp's %d", times, res[0][0].Stamp.At.UnixMicro())
 		}
 	}
+}
+
+// ring reads a sliding window's ring (see take.lua): its epoch, head and
+// times in admission order.
+func ring(t testing.TB, c rueidis.Client, key string) (epoch uint64, head int, times []int64) {
+	t.Helper()
+	v, err := c.Do(ctx(t), c.B().Get().Key(key).Build()).AsBytes()
+	if rueidis.IsRedisNil(err) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	le := func(b []byte) uint64 { // little-endian, any width
+		var x uint64
+		for i := len(b) - 1; i >= 0; i-- {
+			x = x<<8 | uint64(b[i])
+		}
+		return x
+	}
+	// 7-byte entries, then a 29-byte header: epoch, head, count, first,
+	// tfirst, newest.
+	const w, hdr = 7, 29
+	if len(v) < hdr+w || (len(v)-hdr)%w != 0 {
+		t.Fatalf("ring %s: %d bytes", key, len(v))
+	}
+	h := v[len(v)-hdr:]
+	epoch, head = le(h[:6]), int(le(h[6:9]))
+	count, first := int(le(h[9:12])), int(le(h[12:15]))
+	tfirst, newest := int64(le(h[15:22])), int64(le(h[22:29]))
+	if len(v) != hdr+w*count || head >= count || first > count {
+		t.Fatalf("ring %s: %d bytes for %d entries, head %d, first %d", key, len(v), count, head, first)
+	}
+	for i := range count {
+		off := w * ((head + i) % count)
+		times = append(times, int64(le(v[off:off+w])))
+	}
+	if times[count-1] != newest || (first < count && times[first] != tfirst) {
+		t.Fatalf("ring %s: times %v, first %d; header says tfirst %d, newest %d", key, times, first, tfirst, newest)
+	}
+	return epoch, head, times
 }
 
 // TestGroupsAreIndependent checks that a denied group of a batched call
@@ -538,12 +576,9 @@ func TestTimeIsTheServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := serverTime(t, c)
-	z, err := c.Do(ctx(t), c.B().Zscore().Key(stateKey(s, r, "k")).Member("id").Build()).AsFloat64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if int64(z) < before || int64(z) > after {
-		t.Fatalf("score %d not within the server's TIME %d..%d (µs)", int64(z), before, after)
+	_, _, times := ring(t, c, stateKey(s, r, "k"))
+	if len(times) != 1 || times[0] < before || times[0] > after {
+		t.Fatalf("ring times %v; want one within the server's TIME %d..%d (µs)", times, before, after)
 	}
 }
 
@@ -591,4 +626,12 @@ func runGroups(ctx context.Context, s *Store, groups []group) ([][]floodgate.Res
 		return nil, err
 	}
 	return parseValues(v, sizes, true)
+}
+
+// ringLen is how many times a sliding window's ring holds (0 when the key
+// does not exist): what it recorded and has not overwritten.
+func ringLen(t testing.TB, c rueidis.Client, key string) int64 {
+	t.Helper()
+	_, _, times := ring(t, c, key)
+	return int64(len(times))
 }

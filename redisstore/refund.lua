@@ -6,29 +6,30 @@
 -- KEYS: two keys per hit, in the order of the hits:
 --   the state key    <prefix>{<rule>:<key>}:<alg>:<window> (see take.lua)
 --   a tombstone key  <prefix>{<rule>:<key>}:r:<alg>:<window>:<id>, a tiny
---                    string that marks the refund as done (passed but
---                    unused for a sliding window)
+--                    string that marks the refund as done
 -- ARGV[1]  id, the take's identifier
 -- then for each hit, 5 values:
 --   alg     "s" sliding window, "t" token bucket, "f" fixed window, "c"
 --           sliding-window counter
 --   cost    units the hit counted for
---   window  "s": unused; "t": the emission interval T in us; "f", "c": the
---           window W in us
+--   window  "t": the emission interval T in us; "s", "f", "c": the window W
+--           in us
 --   at      the server time of the take, in us (take.lua's reply)
 --   epoch   the epoch of the state that recorded the hit (take.lua's
 --           reply); a state with another epoch does not hold the take
 -- Reply: an integer, the number of hits whose state the refund changed.
--- Sliding window: ZREM the take's members (id, id.1, ...), naturally
--- idempotent; an id that Take never recorded changes nothing.
+-- Sliding window: once per id (SET tombstone NX), while the take's time is
+-- in the window, remove cost entries of that time from the ring and write
+-- back its live entries, in order (O(limit), on a rare path).
 -- Token bucket: once per id (SET tombstone NX), move the TAT back by
 -- max(0, cost * T - (now - at)), not before now.
 -- Fixed window and sliding-window counter: only if at and now lie in the
 -- same window, once per id, lower the current window's count by cost, not
 -- below 0; otherwise credit nothing.
 -- A tombstone lives as long as a later refund of id could still credit
--- something: a token bucket's credit runs out within cost * T - (now -
--- at), and a window's once the window ends. No credit, no tombstone.
+-- something: a sliding window's once the take leaves the window, a token
+-- bucket's credit within cost * T - (now - at), and a window's once the
+-- window ends. No credit, no tombstone.
 -- Time: redis.call('TIME'), integer microseconds.
 -- Requires Redis 5.0 or later (see take.lua).
 
@@ -53,6 +54,30 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
+-- The sliding window's ring (take.lua): entries of 7 bytes, then a
+-- header of 29 (epoch, head, count, first, tfirst, newest), fixed-width
+-- little-endian integers in plain Lua.
+local W, HDR = 7, 29
+
+local function enc(x, n)
+  local b = {}
+  for i = 1, n do
+    local r = x % 256
+    b[i] = r
+    x = (x - r) / 256
+  end
+  return string.char(unpack(b))
+end
+
+-- dec returns the n-byte integer at s[i].
+local function dec(s, i, n)
+  local v = 0
+  for j = i + n - 1, i, -1 do
+    v = v * 256 + string.byte(s, j)
+  end
+  return v
+end
+
 local id = ARGV[1]
 local changed = 0
 local ai = 2
@@ -68,19 +93,42 @@ while ki <= #KEYS do
   ki = ki + 2
   ai = ai + 5
   if alg == 's' then
-    local i = 0
-    while i < cost do
-      local args = {'ZREM', key}
-      local last = math.min(cost, i + 100)
-      while i < last do
-        if i == 0 then
-          args[#args + 1] = id
-        else
-          args[#args + 1] = id .. '.' .. i
-        end
-        i = i + 1
+    -- Remove cost entries of the take's time from the ring, if the take
+    -- still weighs (its time is in the window) on the state it was
+    -- recorded in, once; entries of one time are alike, whichever take
+    -- of that instant recorded them. The ring is written back with its
+    -- live entries only, in order.
+    local stored = redis.call('GET', key)
+    local h = stored and #stored - HDR + 1
+    if stored and #stored >= HDR and dec(stored, h, 6) == tonumber(epoch) and at > now - window and
+        redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(at + window - now, 1000))) then
+      local head, count = dec(stored, h + 6, 3), dec(stored, h + 9, 3)
+      if count == 0 or head >= count or #stored ~= W * count + HDR then
+        error('redisstore: sliding window ' .. key .. ': malformed state')
       end
-      if redis.call(unpack(args)) > 0 then
+      local kept, removed = {}, 0
+      for i = count - 1, 0, -1 do -- newest first
+        local v = dec(stored, W * ((head + i) % count) + 1, W)
+        if removed < cost and v == at then
+          removed = removed + 1
+        elseif v > now - window then
+          kept[#kept + 1] = v
+        end
+      end
+      local pttl = redis.call('PTTL', key)
+      if removed > 0 then
+        if #kept == 0 or pttl <= 0 then
+          redis.call('DEL', key)
+        else
+          local parts = {}
+          for i = #kept, 1, -1 do -- back to oldest first
+            parts[#parts + 1] = enc(kept[i], W)
+          end
+          -- epoch, head 0, count, first 0, tfirst, newest
+          parts[#parts + 1] = string.sub(stored, h, h + 5) .. enc(0, 3) .. enc(#kept, 3) .. enc(0, 3) ..
+            enc(kept[#kept], W) .. enc(kept[1], W)
+          redis.call('SET', key, table.concat(parts), 'PX', pttl)
+        end
         changed = changed + 1
       end
     end

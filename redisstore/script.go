@@ -131,12 +131,24 @@ func (s *Store) tag(name, key string) string {
 	return s.prefix + "{" + name + ":" + keyenc.Encode(key) + "}:"
 }
 
+// keyLetters are the algorithms' letters in their state keys: the
+// scripts' letters, but "l" for the sliding window's ring, which the
+// sorted set of earlier versions kept under "s". A replica of either
+// version never reads the other's keys (a GETRANGE of a sorted set would
+// fail with WRONGTYPE, and a ZADD of a string).
+var keyLetters = [...]string{
+	floodgate.SlidingWindow:        "l",
+	floodgate.TokenBucket:          "t",
+	floodgate.FixedWindow:          "f",
+	floodgate.SlidingWindowCounter: "c",
+}
+
 // stateSuffix is the end of a rule's state keys, after the tag: the
-// algorithm's letter and the window, "s:1m0s". The window is part of the
-// state's identity (floodgate.Store), so that a rule whose window changes
-// starts fresh instead of reading another window's state.
+// algorithm's key letter and the window, "l:1m0s". The window is part of
+// the state's identity (floodgate.Store), so that a rule whose window
+// changes starts fresh instead of reading another window's state.
 func stateSuffix(r floodgate.Rule) string {
-	return suffixes[r.Algorithm] + ":" + r.Window.String()
+	return keyLetters[r.Algorithm] + ":" + r.Window.String()
 }
 
 // hitParams is what the scripts need of a hit.
@@ -239,8 +251,8 @@ func result(v [5]int64) (floodgate.Result, error) {
 	}, nil
 }
 
-// maxEpoch bounds the epochs the scripts store: 48 bits, exact in Lua's
-// doubles.
+// maxEpoch bounds the epochs the scripts store: 48 bits, the sliding
+// window ring's header field (and exact in Lua's doubles).
 const maxEpoch = 1<<48 - 1
 
 // epochOf returns the epoch of a state that the take id creates: 48 bits

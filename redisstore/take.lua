@@ -5,8 +5,8 @@
 --
 -- KEYS: one state key per hit, in the order of the hits over all groups,
 -- <prefix>{<rule>:<key>}:<alg>:<window> (see the package documentation):
---   s  sliding window  ZSET, one member per unit of cost of an admitted
---                      request, score = server time in us
+--   s  sliding window  string, a ring of the admitted requests' times in
+--                      us (see the ring's notes below)
 --   t  token bucket    string "<TAT>:<epoch>", the theoretical arrival time
 --                      in us
 --   f  fixed window    string "<window index>:<count>:<epoch>"
@@ -19,8 +19,8 @@
 --          records nothing and writes nothing (Peek)
 -- ARGV[2]  number of groups G
 -- then for each group:
---   id      the take's identifier; members of a sliding window are id,
---           id.1, id.2, ... for a cost of 1, 2, 3, ...
+--   id      the take's identifier (unused by the script: refunds name
+--           takes by their stamp)
 --   epoch   the epoch of a state this group creates: a positive integer
 --           below 2^52
 --   n       number of hits of the group
@@ -34,40 +34,181 @@
 -- Reply: a flat array of integers: the server time in us, then 5 per hit,
 -- in KEYS order: allowed (1 or 0), remaining, reset_after (us),
 -- retry_after (us; 0 when allowed), and the epoch of the state that
--- recorded the hit (0 when nothing was recorded, and for a sliding
--- window). A hit of a denied group may report allowed 1: it was within its
+-- recorded the hit (0 when nothing was recorded). A hit of a denied group may report allowed 1: it was within its
 -- own limit, but nothing of its group was recorded.
 -- Time: redis.call('TIME'), integer microseconds; never a client's clock.
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
--- before writing; ZADD NX needs 3.0.2).
+-- before writing).
 
 local record = ARGV[1] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- Fast path: a call of one group of one sliding-window hit of cost 1 that
--- records, the common case at light load (a Take sent alone). It does what
--- the general path below does for it, without building the general path's
--- functions, which costs a few microseconds per call; a denial falls
--- through to the general path, which reports its durations.
-if ARGV[1] == '1' and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' and ARGV[7] == '1' then
-  local key, id = KEYS[1], ARGV[3]
-  local limit, window = tonumber(ARGV[8]), tonumber(ARGV[9])
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
-  local n = redis.call('ZCARD', key)
-  if n < limit then
-    local score = string.format('%.0f', now)
-    if redis.call('ZADD', key, 'NX', score, id) == 0 then
-      local seq = 0 -- a reused id: see recordSliding
-      repeat
-        seq = seq + 1
-      until redis.call('ZADD', key, 'NX', score, id .. '#' .. score .. '.' .. seq) == 1
-    end
-    -- window / 1000 is correctly rounded and window < 2^53, so its ceiling
-    -- is exact.
-    redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(window / 1000)))
-    return {now, 1, limit - n - 1, window, 0, 0}
+local char, byte, floor = string.char, string.byte, math.floor
+
+-- Fixed-width little-endian integers (0 to 2^53): Redis's struct library
+-- where there is one (a C call per header or entry), plain Lua elsewhere
+-- (miniredis, which the demo embeds, has no struct library).
+-- enc7 and dec7 encode and decode an entry (7 bytes); packHeader and
+-- headerFields the ring's header (29 bytes: see the ring's notes below).
+local enc7, dec7, packHeader, headerFields
+local struct = rawget(_G, 'struct')
+if struct then
+  local pack, unpack = struct.pack, struct.unpack
+  enc7 = function(x)
+    return pack('<I7', x)
   end
+  dec7 = function(s, i)
+    return (unpack('<I7', s, i))
+  end
+  packHeader = function(ep, head, count, first, tfirst, newest)
+    return pack('<I6I3I3I3I7I7', ep, head, count, first, tfirst, newest)
+  end
+  headerFields = function(s, i)
+    return unpack('<I6I3I3I3I7I7', s, i)
+  end
+else
+  enc7 = function(x)
+    local b1 = x % 256
+    x = (x - b1) / 256
+    local b2 = x % 256
+    x = (x - b2) / 256
+    local b3 = x % 256
+    x = (x - b3) / 256
+    local b4 = x % 256
+    x = (x - b4) / 256
+    local b5 = x % 256
+    x = (x - b5) / 256
+    local b6 = x % 256
+    return char(b1, b2, b3, b4, b5, b6, (x - b6) / 256)
+  end
+  local function enc3(x)
+    return char(x % 256, floor(x / 256) % 256, floor(x / 65536))
+  end
+  local function dec(s, i, n)
+    local v = 0
+    for j = i + n - 1, i, -1 do
+      v = v * 256 + byte(s, j)
+    end
+    return v
+  end
+  dec7 = function(s, i)
+    return dec(s, i, 7)
+  end
+  packHeader = function(ep, head, count, first, tfirst, newest)
+    return string.sub(enc7(ep), 1, 6) .. enc3(head) .. enc3(count) .. enc3(first) .. enc7(tfirst) ..
+      enc7(newest)
+  end
+  headerFields = function(s, i)
+    return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), dec(s, i + 15, 7),
+      dec(s, i + 22, 7)
+  end
+end
+
+-- oomFirst: every write of a ring starts with PEXPIRE, a write that
+-- cannot grow memory. Redis at maxmemory (noeviction) refuses a script's
+-- first write only if it may grow memory (SET, SETRANGE), so the writes
+-- after it go through, as the sorted set's did after ZREMRANGEBYSCORE: a
+-- full Redis keeps enforcing the limits (docs/RELIABILITY.md).
+
+-- quick decides a sliding-window hit of a group of one, and records it
+-- when allowed, in the common cases (see the ring's notes below): the
+-- ring is absent; or first needs to move by at most 8 entries (read in one
+-- GETRANGE), and then the hit is denied, or appended to a ring that stays
+-- below its limit, or overwrites the oldest slots of a full ring without
+-- wrapping. It writes a PEXPIRE, then one SET or one or two SETRANGEs. It returns allowed (true or false), remaining,
+-- reset_after, retry_after and the ring's epoch; or nil and the header it
+-- read (nil if none), for the general path to take over.
+local quick
+do
+  local lastWindow, pexpire
+  quick = function(key, cost, limit, window, epoch)
+    if window ~= lastWindow then
+      -- window / 1000 is correctly rounded and window < 2^53, so its
+      -- ceiling is exact.
+      lastWindow, pexpire = window, string.format('%.0f', math.ceil(window / 1000))
+    end
+    local h = redis.call('GETRANGE', key, -29, -1)
+    if h == '' then
+      epoch = tonumber(epoch)
+      redis.call('PEXPIRE', key, pexpire) -- first: see oomFirst
+      redis.call('SET', key, string.rep(enc7(now), cost) .. packHeader(epoch, 0, cost, 0, now, now), 'PX', pexpire)
+      return true, limit - cost, window, 0, epoch
+    end
+    if #h ~= 29 then
+      return nil, h
+    end
+    local ep, head, count, first, tfirst, newest = headerFields(h, 1)
+    if count == 0 or head >= count or first >= count then
+      return nil, h -- all gone (or malformed): the general path
+    end
+    local cut = now - window
+    if tfirst <= cut then
+      -- Read up to 8 entries after first, up to the ring's last slot.
+      local slot = (head + first + 1) % count
+      local n = math.min(8, count - first - 1, count - slot)
+      if n < 1 then
+        return nil, h
+      end
+      local v = redis.call('GETRANGE', key, 7 * slot, 7 * (slot + n) - 1)
+      if #v ~= 7 * n then
+        return nil, h
+      end
+      local i = 0
+      repeat
+        i = i + 1
+        tfirst = dec7(v, 7 * (i - 1) + 1)
+      until tfirst > cut or i == n
+      if tfirst <= cut then
+        return nil, h -- further than the entries read
+      end
+      first = first + i
+    end
+    local live = count - first
+    if live + cost > limit then
+      -- The entry whose leaving frees room for cost, if it is first.
+      if count + cost - limit - 1 ~= first then
+        return nil, h
+      end
+      return false, math.max(0, limit - live), newest + window - now, tfirst + window - now, ep
+    end
+    local append = head == 0 and count + cost < limit
+    if not append and (count ~= limit or head + cost > count) then
+      return nil, h
+    end
+    local t = math.max(now, newest) -- a clock that stepped back keeps the order
+    local entries = string.rep(enc7(t), cost)
+    redis.call('PEXPIRE', key, pexpire) -- first: see oomFirst
+    if append then
+      -- Append, the header after the new entries.
+      redis.call('SETRANGE', key, 7 * count, entries .. packHeader(ep, 0, count + cost, first, tfirst, t))
+    else
+      -- Full: overwrite the cost oldest, which have left the window
+      -- (live + cost <= limit = count), up to the last slot.
+      local header = packHeader(ep, (head + cost) % count, count, first - cost, tfirst, t)
+      if head + cost == count then
+        redis.call('SETRANGE', key, 7 * head, entries .. header)
+      else
+        redis.call('SETRANGE', key, 7 * head, entries)
+        redis.call('SETRANGE', key, 7 * count, header)
+      end
+    end
+    return true, limit - live - cost, window, 0, ep
+  end
+end
+
+-- Fast path: a call of one group of one sliding-window hit that records,
+-- the common case at light load (a Take sent alone). Where quick does not
+-- decide it, the general path below does, from the header quick read;
+-- quick spares it building the general path's functions, which costs
+-- several microseconds per call.
+local header
+if record and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' then
+  local ok, remaining, reset, retry, ep = quick(KEYS[1], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[4])
+  if ok ~= nil then
+    return {now, ok and 1 or 0, remaining, reset, retry, ok and ep or 0}
+  end
+  header = remaining
 end
 
 -- Integer arithmetic on doubles: every value stays below 2^53, where
@@ -94,16 +235,9 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- Strings computed once per call: the time, and the trim cutoff and TTL
--- of the last window seen (one rule's window, usually).
-local nowstr = fmt(now)
-local cutWindow, cutStr, ttlWindow, ttlStr
-local function cutoff(window)
-  if window ~= cutWindow then
-    cutWindow, cutStr = window, fmt(now - window)
-  end
-  return cutStr
-end
+-- The TTL of the last window seen (one rule's window, usually), formatted
+-- once per call.
+local ttlWindow, ttlStr
 local function ttl(window)
   if window ~= ttlWindow then
     ttlWindow, ttlStr = window, fmt(ceildiv(window, 1000))
@@ -113,65 +247,225 @@ end
 
 -- Each check returns allowed, remaining, reset_after, retry_after, when
 -- allowed the value that record needs (nil for a sliding window), and the
--- epoch of the state it found (nil if none).
--- Checks write nothing, except that a sliding window in record mode first
--- trims the entries that left the window (which changes no count).
+-- epoch of the state it found (nil if none). Checks write nothing.
 
-local function sliding(key, cost, limit, window)
-  local n
-  if record then
-    -- Trim, then count what is left, all in (now-window, now]: on a
-    -- compact (listpack) set this is cheaper than ZCOUNT, which walks the
-    -- entries in range.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff(window))
-    n = redis.call('ZCARD', key)
-  else
-    n = redis.call('ZCOUNT', key, '(' .. cutoff(window), '+inf')
-  end
-  if n + cost <= limit then
-    return true, limit - n - cost, window, 0
-  end
-  local after = '(' .. cutoff(window)
-  local k = n + cost - limit - 1 -- the entry whose expiry frees enough room
-  local kth = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', fmt(k), '1')
-  local newest = redis.call('ZREVRANGEBYSCORE', key, '+inf', after, 'WITHSCORES', 'LIMIT', '0', '1')
-  if kth[2] == nil or newest[2] == nil then
-    error('redisstore: sliding window ' .. key .. ': cost above the limit')
-  end
-  return false, math.max(0, limit - n), tonumber(newest[2]) + window - now,
-    tonumber(kth[2]) + window - now
+-- The sliding-window log is a ring of the admitted requests' times (see
+-- the package documentation), the string "<entries><header>":
+--   entries  count slots of 7 bytes, each a time in µs, little-endian, in
+--            admission order from the slot head (the oldest), wrapping
+--            once count is the limit (until then head is 0)
+--   header   29 bytes, little-endian: epoch (6), head (3), count (3),
+--            first (3), tfirst (7), newest (7)
+-- first is the index (0 the oldest) of the oldest entry that was still in
+-- the window at the last write: the entries before it have left the window
+-- for good, as a sorted set's trimmed members have. tfirst is that entry's
+-- time (the newest's when first is count), newest the newest entry's.
+-- A key never needs more than its last limit admitted times: a request of
+-- cost n is admitted exactly when the live entries (first to count - 1,
+-- once first has moved past those that left the window since) number at
+-- most limit - n, and admitting it overwrites n entries that left the
+-- window (the oldest) or appends. Times never decrease along the ring.
+--
+-- Every take reads the header alone (GETRANGE of the last 29 bytes), and
+-- reads entries only to move first past entries that have just left the
+-- window: usually none or one, read in one GETRANGE of a few slots. A
+-- write sets the TTL first (PEXPIRE: see oomFirst); then an append writes
+-- its entries and the header, which follows them, in one SETRANGE, and an
+-- overwrite the slots and the header.
+-- The string is written whole (SET, with the TTL) when it is created, when
+-- it becomes full (so that Redis allocates it exactly), when every entry
+-- has left the window (it shrinks to the new ones) and when the limit
+-- changed. (Reading and writing small rings whole, one GETRANGE and one
+-- SET, was measured and cost Redis more per take than this, even at 4
+-- entries: the SET of a new value costs more than a SETRANGE and a
+-- PEXPIRE.)
+local W, HDR = 7, 29
+-- CHUNK is how many entries one read brings when first must move.
+local CHUNK = 8
+
+-- ringHeader encodes the header of a ring r.
+local function ringHeader(r)
+  return packHeader(r.ep, r.head, r.count, r.first, r.tfirst, r.newest)
 end
 
-local function recordSliding(key, id, cost, window)
-  local added
-  if cost == 1 then
-    added = redis.call('ZADD', key, 'NX', nowstr, id)
-  else
-    added = 0
-    local i = 0
-    while i < cost do -- in chunks, to stay clear of Lua's stack limit
-      local args = {'ZADD', key, 'NX'}
-      local last = math.min(cost, i + 100)
-      while i < last do
-        args[#args + 1] = nowstr
-        if i == 0 then
-          args[#args + 1] = id
-        else
-          args[#args + 1] = id .. '.' .. i
-        end
-        i = i + 1
+local function malformed(key)
+  error('redisstore: sliding window ' .. key .. ': malformed state')
+end
+
+-- ringOpen reads the header of the ring of key (h, when the caller read
+-- it already): a table with the key and the header's fields, or nil if
+-- there is no ring.
+local function ringOpen(key, h)
+  h = h or redis.call('GETRANGE', key, -HDR, -1)
+  if h == '' then
+    return nil
+  end
+  if #h ~= HDR then
+    malformed(key)
+  end
+  local ep, head, count, first, tfirst, newest = headerFields(h, 1)
+  if count == 0 or head >= count or first > count then
+    malformed(key)
+  end
+  return {key = key, ep = ep, head = head, count = count, first = first, tfirst = tfirst, newest = newest}
+end
+
+-- ringRead returns the times of the entries i to j (0 the oldest; j - i <
+-- count) of the ring r, in a table indexed from i, with at most two
+-- GETRANGEs (one unless they wrap).
+local function ringRead(r, i, j)
+  local out = {}
+  while i <= j do
+    local slot = (r.head + i) % r.count
+    local n = math.min(j - i + 1, r.count - slot) -- up to the last slot
+    local v = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
+    if #v ~= W * n then
+      malformed(r.key)
+    end
+    for k = 0, n - 1 do
+      out[i + k] = dec7(v, W * k + 1)
+    end
+    i = i + n
+  end
+  return out
+end
+
+-- ringAt returns the time of the entry i of the ring r.
+local function ringAt(r, i)
+  if i == r.first then
+    return r.tfirst
+  end
+  return ringRead(r, i, i)[i]
+end
+
+-- ringTrim moves r.first past the entries that have left the window
+-- (times at or before cut): usually none, or a few read in one GETRANGE;
+-- a binary search beyond those.
+local function ringTrim(r, cut)
+  if r.first == r.count or r.tfirst > cut then
+    return
+  end
+  if r.newest <= cut then
+    r.first, r.tfirst = r.count, r.newest
+    return
+  end
+  -- Entry lo has left the window, entry hi (the newest at first) has not.
+  local lo, hi, thi = r.first, r.count - 1, r.newest
+  local last = math.min(hi - 1, lo + CHUNK)
+  if last > lo then
+    local ts = ringRead(r, lo + 1, last)
+    for i = lo + 1, last do
+      if ts[i] > cut then
+        r.first, r.tfirst = i, ts[i]
+        return
       end
-      added = added + redis.call(unpack(args))
+    end
+    lo = last
+  end
+  while hi - lo > 1 do
+    local mid = floor((lo + hi) / 2)
+    local tm = ringAt(r, mid)
+    if tm > cut then
+      hi, thi = mid, tm
+    else
+      lo = mid
     end
   end
-  -- A caller that reuses an id must still be counted: add the members
-  -- that already existed under names of their own.
-  local seq = 0
-  while added < cost do
-    seq = seq + 1
-    added = added + redis.call('ZADD', key, 'NX', nowstr, id .. '#' .. nowstr .. '.' .. seq)
+  r.first, r.tfirst = hi, thi
+end
+
+-- sliding checks a sliding-window hit (h: its header, if read already);
+-- when allowed, its value is the
+-- ring it read, trimmed (nil for a new one), which recordSliding writes.
+local function sliding(key, cost, limit, window, h)
+  local r = ringOpen(key, h)
+  if r == nil then
+    return true, limit - cost, window, 0, nil, nil
   end
-  redis.call('PEXPIRE', key, ttl(window))
+  ringTrim(r, now - window)
+  local live = r.count - r.first
+  if live + cost <= limit then
+    return true, limit - live - cost, window, 0, r, r.ep
+  end
+  -- The entry whose leaving frees room for cost: live, as live + cost >
+  -- limit puts it at or after first, whatever the ring's count against
+  -- the limit.
+  local frees = ringAt(r, r.count + cost - limit - 1)
+  return false, math.max(0, limit - live), r.newest + window - now, frees + window - now, nil, r.ep
+end
+
+-- ringRewrite writes the ring r whole, keeping only its live entries
+-- (first to count - 1) and appending cost entries at t: head 0, first 0,
+-- allocated exactly.
+local function ringRewrite(r, cost, t, window)
+  local parts = {}
+  if r.first < r.count then
+    local slot = (r.head + r.first) % r.count
+    local live = r.count - r.first
+    local n = math.min(live, r.count - slot)
+    parts[1] = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
+    if n < live then
+      parts[2] = redis.call('GETRANGE', r.key, 0, W * (live - n) - 1)
+    end
+    r.count, r.tfirst = live + cost, r.tfirst
+  else
+    r.count, r.tfirst = cost, t
+  end
+  parts[#parts + 1] = string.rep(enc7(t), cost)
+  r.head, r.first, r.newest = 0, 0, t
+  parts[#parts + 1] = ringHeader(r)
+  local s = table.concat(parts)
+  if #s ~= W * r.count + HDR then
+    malformed(r.key)
+  end
+  redis.call('PEXPIRE', r.key, ttl(window)) -- first: see oomFirst
+  redis.call('SET', r.key, s, 'PX', ttl(window))
+end
+
+-- recordSliding records cost requests at now in the ring r of key, as its
+-- check read it (nil: none; epoch is then the new ring's).
+local function recordSliding(key, cost, limit, window, epoch, r)
+  if r == nil then
+    redis.call('PEXPIRE', key, ttl(window)) -- first: see oomFirst
+    redis.call('SET', key, string.rep(enc7(now), cost) ..
+      ringHeader({ep = tonumber(epoch), head = 0, count = cost, first = 0, tfirst = now, newest = now}),
+      'PX', ttl(window))
+    return
+  end
+  local t = math.max(now, r.newest) -- a clock that stepped back keeps the order
+  if r.first == r.count then
+    r.tfirst = t -- the first live entry is the first new one
+  end
+  local entry = enc7(t)
+  if r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) then
+    -- Every entry has left the window, or the limit changed since the
+    -- ring filled, or it fills up now: write it whole, one SET that also
+    -- sets the TTL.
+    ringRewrite(r, cost, t, window)
+    return
+  end
+  redis.call('PEXPIRE', key, ttl(window)) -- first: see oomFirst
+  if r.count < limit then
+    -- Not full (head is 0), and stays so: append, the header after the new entries.
+    r.count, r.newest = r.count + cost, t
+    redis.call('SETRANGE', key, W * (r.count - cost), string.rep(entry, cost) .. ringHeader(r))
+  else
+    -- Full: overwrite the cost oldest, which have left the window
+    -- (live + cost <= limit = count), wrapping.
+    local head, count = r.head, r.count
+    local n = math.min(cost, count - head)
+    r.head, r.first, r.newest = (head + cost) % count, r.first - cost, t
+    if n == cost and head + n == count then
+      -- The last slots: the header follows them.
+      redis.call('SETRANGE', key, W * head, string.rep(entry, n) .. ringHeader(r))
+    else
+      redis.call('SETRANGE', key, W * head, string.rep(entry, n))
+      if cost > n then
+        redis.call('SETRANGE', key, 0, string.rep(entry, cost - n))
+      end
+      redis.call('SETRANGE', key, W * count, ringHeader(r))
+    end
+  end
 end
 
 local function bucket(key, cost, capacity, interval)
@@ -219,11 +513,22 @@ local function fixed(key, cost, limit, window)
   return false, math.max(0, limit - count), left, left, nil, ep
 end
 
+-- rewritten maps the sliding windows this call has written to the group
+-- (its index) that wrote them last.
+local rewritten, group = {}, 0
+
 -- write records an allowed hit: val and left are what its check returned,
 -- ep the epoch of its state.
-local function write(key, id, alg, cost, window, val, left, ep)
+local function write(key, id, alg, cost, limit, window, val, left, ep)
   if alg == 's' then
-    recordSliding(key, id, cost, window)
+    if rewritten[key] == group then
+      -- A group that names the key twice: the ring its check read is
+      -- stale.
+      val = ringOpen(key)
+      ringTrim(val, now - window)
+    end
+    recordSliding(key, cost, limit, window, ep, val)
+    rewritten[key] = group
   elseif alg == 't' then
     redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', fmt(ceildiv(val - now, 1000)))
   else
@@ -290,8 +595,9 @@ local out = {now}
 local o = 1 -- values in out
 local ki = 1 -- next key
 local ai = 3 -- next argument
-local algs, costs, windows, vals, lefts, eps -- per hit of a group of several
-for _ = 1, tonumber(ARGV[2]) do
+local algs, costs, limits, windows, vals, lefts, eps -- per hit of a group of several
+for g = 1, tonumber(ARGV[2]) do
+  group = g
   local id = ARGV[ai]
   local epoch = ARGV[ai + 1]
   local n = tonumber(ARGV[ai + 2])
@@ -299,7 +605,7 @@ for _ = 1, tonumber(ARGV[2]) do
   local all = true
   local k0, o0 = ki, o
   if n > 1 and algs == nil then
-    algs, costs, windows, vals, lefts, eps = {}, {}, {}, {}, {}, {}
+    algs, costs, limits, windows, vals, lefts, eps = {}, {}, {}, {}, {}, {}, {}
   end
   for h = 1, n do
     local alg = ARGV[ai]
@@ -310,8 +616,22 @@ for _ = 1, tonumber(ARGV[2]) do
     ai = ai + 4
     ki = ki + 1
     local ok, remaining, reset, retry, val, ep
-    if alg == 's' then
-      ok, remaining, reset, retry = sliding(key, cost, limit, window)
+    local quickly = false
+    if alg == 's' and n == 1 and record and header == nil then
+      -- A group of one sliding-window hit that quick may record at once
+      -- (unless the fast path above tried already, and left its header).
+      ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)
+      if ok ~= nil then
+        quickly = true
+      else
+        header, remaining = remaining, nil
+      end
+    end
+    if quickly then
+      header = nil
+    elseif alg == 's' then
+      ok, remaining, reset, retry, val, ep = sliding(key, cost, limit, window, header)
+      header = nil
     elseif alg == 't' then
       local capacity, interval = limit, window
       ok, remaining, reset, retry, val, ep = bucket(key, cost, capacity, interval)
@@ -331,23 +651,21 @@ for _ = 1, tonumber(ARGV[2]) do
     if n == 1 then
       -- A group of one hit records at once.
       if ok and record then
-        write(key, id, alg, cost, window, val, reset, ep)
-        if alg ~= 's' then
-          out[o + 5] = tonumber(ep)
+        if not quickly then
+          write(key, id, alg, cost, limit, window, val, reset, ep)
         end
+        out[o + 5] = tonumber(ep)
       end
     else
       all = all and ok
-      algs[h], costs[h], windows[h], vals[h], lefts[h], eps[h] = alg, cost, window, val, reset, ep
+      algs[h], costs[h], limits[h], windows[h], vals[h], lefts[h], eps[h] = alg, cost, limit, window, val, reset, ep
     end
     o = o + 5
   end
   if n > 1 and record and all then
     for h = 1, n do
-      write(KEYS[k0 + h - 1], id, algs[h], costs[h], windows[h], vals[h], lefts[h], eps[h])
-      if algs[h] ~= 's' then
-        out[o0 + 5 * h] = tonumber(eps[h])
-      end
+      write(KEYS[k0 + h - 1], id, algs[h], costs[h], limits[h], windows[h], vals[h], lefts[h], eps[h])
+      out[o0 + 5 * h] = tonumber(eps[h])
     end
   end
 end
