@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/redis/rueidis"
 )
 
@@ -105,15 +106,9 @@ func NewTable(opts Options) (*Table, error) {
 	prefix := cmp.Or(opts.Prefix, DefaultPrefix)
 	t := &Table{hash: prefix + "{overrides}", version: prefix + "{overrides}:version", client: opts.Client}
 	if opts.URL != "" {
-		opt, err := rueidis.ParseURL(opts.URL)
+		opt, err := redisopt.FromURL(opts.URL, opts.DialTimeout, DefaultDialTimeout)
 		if err != nil { // Validate parsed it already
 			return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
-		}
-		opt.DisableCache = true
-		if opts.DialTimeout > 0 {
-			opt.Dialer.Timeout = opts.DialTimeout
-		} else if opt.Dialer.Timeout == 0 {
-			opt.Dialer.Timeout = DefaultDialTimeout
 		}
 		t.opt, t.owned = opt, true
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/redis/rueidis"
 )
 
@@ -157,15 +158,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	case opts.Conn != nil:
 		s.conn = opts.Conn
 	default:
-		opt, err := rueidis.ParseURL(opts.URL)
+		opt, err := redisopt.FromURL(opts.URL, opts.DialTimeout, DefaultDialTimeout)
 		if err != nil { // Validate parsed it already
 			return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
-		}
-		opt.DisableCache = true
-		if opts.DialTimeout > 0 {
-			opt.Dialer.Timeout = opts.DialTimeout
-		} else if opt.Dialer.Timeout == 0 {
-			opt.Dialer.Timeout = DefaultDialTimeout
 		}
 		if opt.ConnWriteTimeout == 0 {
 			opt.ConnWriteTimeout = DefaultWriteTimeout
