@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/internal/promtest"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -57,33 +58,10 @@ func (v *env) gate(t *testing.T, s enforce.Spec) *enforce.Gate {
 	return g
 }
 
-// metric sums the values of the series of name whose labels include want.
+// metric sums the values of the series of name whose labels agree with want.
 func (v *env) metric(t *testing.T, name string, want map[string]string) float64 {
 	t.Helper()
-	mfs, err := v.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for k, w := range want {
-				if got[k] != w {
-					continue series
-				}
-			}
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
+	return promtest.Sum(t, v.reg, name, want)
 }
 
 func rule(name string, limit int64) floodgate.Rule {
