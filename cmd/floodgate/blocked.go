@@ -61,23 +61,23 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 	configDir := fs.String("config", "", "a directory of envoyproxy/ratelimit YAML (with -domain)")
 	limitsFile := fs.String("limits-file", "", "a library's live limits, envoy-format YAML as rlconfig.NewRules reads it (with -domain)")
 	domain := fs.String("domain", "", "the configuration's domain (with -config or -limits-file): every counted limit of it")
-	prefix := fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)")
+	c := commonFlags(fs, "how long to wait for each Redis call")
+	prefix, output, timeout := c.prefix, c.output, c.timeout
 	limit := fs.Int("limit", 100, "list at most this many keys")
 	progress := fs.Duration("progress", 2*time.Second, "a progress line on stderr this often once the scan runs this long (0: never)")
-	output := fs.String("o", "text", "output: text or json")
-	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for each Redis call")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
+	}
+	if err := c.check(); err != nil {
+		return err
 	}
 	switch {
 	case fs.NArg() > 0:
 		return fmt.Errorf("%w: blocked takes no arguments, got %q\n%s", errUsage, fs.Args(), usage)
-	case *output != "text" && *output != "json":
-		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *output)
 	case *limit < 1:
 		return fmt.Errorf("%w: -limit %d: want at least 1", errUsage, *limit)
-	case *timeout <= 0 || *progress < 0:
-		return fmt.Errorf("%w: -timeout must be positive and -progress not negative", errUsage)
+	case *progress < 0:
+		return fmt.Errorf("%w: -progress %v: want zero or more", errUsage, *progress)
 	}
 	rules, err := blockedRules(specs, *configDir, *limitsFile, *domain)
 	if err != nil {

@@ -84,6 +84,33 @@ const usage = `usage:
   floodgate override set|get|rm|ls ...   per-key limits (floodgate override for its usage)
 Redis is REDIS_URL.`
 
+// common holds the flags that every subcommand of the store takes.
+type common struct {
+	prefix, output *string
+	timeout        *time.Duration
+}
+
+// commonFlags defines -prefix, -o and -timeout on fs.
+func commonFlags(fs *flag.FlagSet, timeoutHelp string) common {
+	return common{
+		prefix:  fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)"),
+		output:  fs.String("o", "text", "output: text or json"),
+		timeout: fs.Duration("timeout", 5*time.Second, timeoutHelp),
+	}
+}
+
+// check refuses an -o other than text or json and a -timeout that is not
+// positive (which would fail every Redis call, reported as Redis's fault).
+func (c common) check() error {
+	switch {
+	case *c.output != "text" && *c.output != "json":
+		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *c.output)
+	case *c.timeout <= 0:
+		return fmt.Errorf("%w: -timeout %v: want a positive duration", errUsage, *c.timeout)
+	}
+	return nil
+}
+
 func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("%w: no subcommand\n%s", errUsage, usage)
@@ -103,14 +130,13 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	ruleSpec := fs.String("rule", "", "the rule: name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]")
 	configDir := fs.String("config", "", "a directory of envoyproxy/ratelimit YAML (with -domain)")
 	domain := fs.String("domain", "", "the configuration's domain (with -config)")
-	prefix := fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)")
-	output := fs.String("o", "text", "output: text or json")
-	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for Redis")
+	c := commonFlags(fs, "how long to wait for Redis")
+	prefix, output, timeout := c.prefix, c.output, c.timeout
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
 	}
-	if *output != "text" && *output != "json" {
-		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *output)
+	if err := c.check(); err != nil {
+		return err
 	}
 	hits, err := target(*ruleSpec, *configDir, *domain, fs.Args())
 	if err != nil {

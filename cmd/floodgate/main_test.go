@@ -97,6 +97,7 @@ func TestBadInputAndUnreachableRedis(t *testing.T) {
 		{"bad algorithm", url, []string{"reset", "-rule", "name=a,limit=1/1m,algorithm=leaky", "k"}, 2, "unknown algorithm"},
 		{"burst on a log", url, []string{"reset", "-rule", "name=a,limit=1/1m,burst=5", "k"}, 2, "burst"},
 		{"bad output", url, []string{"peek", "-rule", "name=a,limit=1/1m", "-o", "yaml", "k"}, 2, "want text or json"},
+		{"zero timeout", url, []string{"peek", "-rule", "name=a,limit=1/1m", "-timeout", "0s", "k"}, 2, "-timeout 0s: want a positive duration"},
 		{"no REDIS_URL", "", []string{"peek", "-rule", "name=a,limit=1/1m", "k"}, 2, "REDIS_URL is empty"},
 		{"bad REDIS_URL", "http://x", []string{"peek", "-rule", "name=a,limit=1/1m", "k"}, 2, "invalid options"},
 		{"Redis down", "redis://127.0.0.1:1", []string{"peek", "-timeout", "300ms", "-rule", "name=a,limit=1/1m", "k"}, 1, "store unavailable"},

@@ -64,14 +64,13 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	ttl := fs.Duration("ttl", 0, "set: how long the override lasts (0: until rm)")
 	configDir := fs.String("config", "", "set|get|rm: a directory of envoyproxy/ratelimit YAML (with -domain): the rule and key of a descriptor")
 	domain := fs.String("domain", "", "the configuration's domain (with -config)")
-	prefix := fs.String("prefix", "", "the services' key prefix (the default when empty)")
-	output := fs.String("o", "text", "output: text or json")
-	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for Redis")
+	c := commonFlags(fs, "how long to wait for Redis")
+	prefix, output, timeout := c.prefix, c.output, c.timeout
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v\n%s", errUsage, err, overrideUsage)
 	}
-	if *output != "text" && *output != "json" {
-		return fmt.Errorf("%w: -o %q: want text or json", errUsage, *output)
+	if err := c.check(); err != nil {
+		return err
 	}
 	set := func(name string) bool {
 		found := false

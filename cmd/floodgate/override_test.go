@@ -217,6 +217,7 @@ func TestOverrideErrors(t *testing.T) {
 		{"negative ttl", dead, []string{"override", "set", "-rule", "api", "-limit", "5/1m", "-ttl", "-1h", "k"}, 2, "negative"},
 		{"limit on get", dead, []string{"override", "get", "-rule", "api", "-limit", "5/1m", "k"}, 2, "-limit is only for override set"},
 		{"bad output", dead, []string{"override", "ls", "-o", "yaml"}, 2, `-o "yaml"`},
+		{"negative timeout", dead, []string{"override", "ls", "-timeout", "-1s"}, 2, "-timeout -1s: want a positive duration"},
 		{"bad prefix", dead, []string{"override", "ls", "-prefix", "a{"}, 2, "brace"},
 		{"-config and -rule", dead, []string{"override", "get", "-config", "x", "-domain", "d", "-rule", "api", "k=v"}, 2, "not -rule"},
 		{"ls with -config", dead, []string{"override", "ls", "-config", "x"}, 2, "takes no KEY nor -config"},
