@@ -46,7 +46,8 @@ type Decision struct {
 // allocation). The Decision owns them: they are copies of the caller's
 // hits.
 type ticket struct {
-	id       string
+	taken    bool   // the decision recorded something
+	id       string // empty for a LocalStore's takes
 	one      Receipt
 	receipts []Receipt
 }
@@ -63,10 +64,12 @@ func (d Decision) LogValue() slog.Value {
 }
 
 // decide builds the decision for hits from the store's results: the worst
-// result on top, every hit's own decision in Each.
-func decide(id string, hits []Hit, results []Result) Decision {
+// result on top, every hit's own decision in Each. taken says whether the
+// results are a Take's (id its id), which an allowed decision can refund,
+// or a Peek's.
+func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 	if len(hits) == 1 {
-		return decideOne(id, hits[0], results[0])
+		return decideOne(taken, id, hits[0], results[0])
 	}
 	each := make([]Decision, len(hits))
 	allowed := true
@@ -99,21 +102,20 @@ func decide(id string, hits []Hit, results []Result) Decision {
 	}
 	d := each[worst]
 	d.Allowed = allowed
-	if allowed && id != "" {
+	if allowed && taken {
 		receipts := make([]Receipt, len(hits))
 		for i := range each {
 			receipts[i] = Receipt{Hit: hits[i], Stamp: results[i].Stamp}
-			each[i].ticket = ticket{id: id, one: receipts[i]}
+			each[i].ticket = ticket{taken: true, id: id, one: receipts[i]}
 		}
-		d.ticket = ticket{id: id, receipts: receipts}
+		d.ticket = ticket{taken: true, id: id, receipts: receipts}
 	}
 	d.Each = each
 	return d
 }
 
-// decideOne builds the decision of a single-hit check. It allocates
-// nothing.
-func decideOne(id string, h Hit, r Result) Decision {
+// decideOne is decide of a single hit. It allocates nothing.
+func decideOne(taken bool, id string, h Hit, r Result) Decision {
 	d := Decision{
 		Allowed:    r.Allowed,
 		Policy:     h.Rule.Name,
@@ -123,8 +125,8 @@ func decideOne(id string, h Hit, r Result) Decision {
 		ResetAfter: r.ResetAfter,
 		RetryAfter: r.RetryAfter,
 	}
-	if r.Allowed && id != "" {
-		d.ticket = ticket{id: id, one: Receipt{Hit: h, Stamp: r.Stamp}}
+	if r.Allowed && taken {
+		d.ticket = ticket{taken: true, id: id, one: Receipt{Hit: h, Stamp: r.Stamp}}
 	}
 	return d
 }

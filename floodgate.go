@@ -133,12 +133,11 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 		}
 	}
 	sent := l.denials.clock()
-	id := l.ids.next()
-	r, err := l.local.TakeOne(ctx, id, h)
+	r, err := l.local.TakeOne(ctx, h)
 	if err != nil {
 		return Decision{}, storeError("take", err)
 	}
-	d := decideOne(id, h, r)
+	d := decideOne(true, "", h, r)
 	if !d.Allowed && l.denials != nil {
 		hs := [1]Hit{h}
 		l.denials.add(p, hs[:], d, sent)
@@ -167,7 +166,10 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 		}
 	}
 	sent := l.denials.clock()
-	id := l.ids.next()
+	var id string
+	if l.local == nil {
+		id = l.ids.next() // a LocalStore needs none (see LocalStore)
+	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
 	results, err := l.store.Take(ctx, id, hits)
@@ -177,7 +179,7 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("take", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	d := decide(id, hits, results)
+	d := decide(true, id, hits, results)
 	if !d.Allowed && l.denials != nil {
 		l.denials.add(p, hits, d, sent)
 	}
@@ -199,7 +201,7 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("peek", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	return decide("", hits, results), nil
+	return decide(false, "", hits, results), nil
 }
 
 // Refund undoes what an allowed decision recorded, for example the
@@ -214,7 +216,7 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 // time since the decision; and nothing once the key was Reset since the
 // decision (see [Store.Refund]). Refund promptly.
 func (l *Limiter) Refund(ctx context.Context, d Decision) error {
-	if !d.Allowed || d.ticket.id == "" {
+	if !d.Allowed || !d.ticket.taken {
 		return nil
 	}
 	receipts := d.ticket.receipts

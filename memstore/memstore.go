@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,6 +131,11 @@ func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry
 	}
 	sh.epochs++
 	e := &entry{epoch: sh.epochs, k: *k, next: sh.entries[h]}
+	if !k.digest {
+		// The caller's key may be a slice of a larger buffer (a
+		// request's headers): keep a copy, not that buffer.
+		e.k.key = strings.Clone(k.key)
+	}
 	sh.entries[h] = e
 	sh.n++
 	return e
@@ -157,15 +163,23 @@ func (sh *shard) del(h uint64, k *entryKey) {
 
 // entryKey is a state's identity (floodgate.Store): the rule's name,
 // algorithm and window, and the key, as in the Redis store's key layout.
+// A key longer than keyenc.MaxPlain is held as its digest (digest set,
+// so that no key held as is can equal a digest), which bounds the memory
+// of a key at a few dozen bytes.
 type entryKey struct {
 	rule   string
 	alg    floodgate.Algorithm
+	digest bool
 	window time.Duration
 	key    string
 }
 
 func keyOf(h floodgate.Hit) entryKey {
-	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: keyenc.Encode(h.Key)}
+	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key}
+	if len(k.key) > keyenc.MaxPlain {
+		k.key, k.digest = keyenc.Encode(k.key), true
+	}
+	return k
 }
 
 // New returns a store and starts its janitor.
@@ -223,10 +237,12 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Take implements [floodgate.Store].
-func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+// Take implements [floodgate.Store]. It tells takes apart by their
+// stamps ([floodgate.Stamp.Take]), so it needs no id: it ignores the one
+// it is given.
+func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if len(hits) == 1 {
-		r, err := s.TakeOne(ctx, id, hits[0])
+		r, err := s.TakeOne(ctx, hits[0])
 		if err != nil {
 			return nil, err
 		}
@@ -243,7 +259,7 @@ func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 			return results
 		}
 		for i, h := range hits {
-			results[i].Stamp = es[i].record(now, id, h)
+			results[i].Stamp = es[i].record(now, h)
 		}
 		return results
 	})
@@ -252,7 +268,7 @@ func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 // TakeOne implements [floodgate.LocalStore]: Take of one hit, which
 // allocates nothing once the key is known (a sliding window's log grows
 // by doubling, and reuses its room as entries leave the window).
-func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodgate.Result, error) {
+func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result, error) {
 	if err := s.usable(ctx); err != nil {
 		return floodgate.Result{}, err
 	}
@@ -268,7 +284,7 @@ func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodg
 	}
 	r := e.check(now, h)
 	if r.Allowed {
-		r.Stamp = e.record(now, id, h)
+		r.Stamp = e.record(now, h)
 	}
 	if e.expires <= now {
 		sh.del(hash, &k)
@@ -290,15 +306,16 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 }
 
 // Refund implements [floodgate.Store]. A key the store does not hold
-// has nothing to refund, and is not created.
-func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+// has nothing to refund, and is not created. It finds the takes by their
+// stamps, ignoring id, so that it is idempotent per receipt.
+func (s *Store) Refund(ctx context.Context, _ string, receipts []floodgate.Receipt) error {
 	hits := make([]floodgate.Hit, len(receipts))
 	for i, r := range receipts {
 		hits[i] = r.Hit
 	}
 	_, err := s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
 		for i, r := range receipts {
-			es[i].refund(now, id, r.Hit, r.Stamp)
+			es[i].refund(now, r.Hit, r.Stamp)
 		}
 		return nil
 	})
