@@ -69,7 +69,9 @@ func (d Decision) LogValue() slog.Value {
 // or a Peek's.
 func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 	if len(hits) == 1 {
-		return decideOne(taken, id, hits[0], results[0])
+		var d Decision
+		d.decideOne(taken, id, &hits[0], &results[0])
+		return d
 	}
 	each := make([]Decision, len(hits))
 	allowed := true
@@ -114,21 +116,17 @@ func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 	return d
 }
 
-// decideOne is decide of a single hit. It allocates nothing.
-func decideOne(taken bool, id string, h Hit, r Result) Decision {
-	d := Decision{
-		Allowed:    r.Allowed,
-		Policy:     h.Rule.Name,
-		Limit:      h.Rule.Limit,
-		Window:     h.Rule.Window,
-		Remaining:  r.Remaining,
-		ResetAfter: r.ResetAfter,
-		RetryAfter: r.RetryAfter,
-	}
+// decideOne is decide of a single hit, written into d, which is zero. It
+// allocates nothing, and copies no Decision: single-hit checks are the hot
+// path of a memory store.
+func (d *Decision) decideOne(taken bool, id string, h *Hit, r *Result) {
+	d.Allowed = r.Allowed
+	d.Policy, d.Limit, d.Window = h.Rule.Name, h.Rule.Limit, h.Rule.Window
+	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, r.RetryAfter
 	if r.Allowed && taken {
-		d.ticket = ticket{taken: true, id: id, one: Receipt{Hit: h, Stamp: r.Stamp}}
+		d.ticket.taken, d.ticket.id = true, id
+		d.ticket.one = Receipt{Hit: *h, Stamp: r.Stamp}
 	}
-	return d
 }
 
 // worse reports whether a is a worse outcome than b: denied beats allowed,

@@ -98,7 +98,7 @@ func (l *Limiter) AllowN(ctx context.Context, rule Rule, key string, n int64) (D
 
 // one is Check of a single hit. It takes the hit by value so that, with a
 // LocalStore, a decision allocates nothing.
-func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
+func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {
 	if err := h.validate(0); err != nil {
 		return Decision{}, err
 	}
@@ -106,7 +106,6 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 	if l.overrides != nil {
 		// Inline, so that a key without an override pays only the lookup.
 		if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
-			var err error
 			if h, err = overridden(h, r, 0); err != nil {
 				return Decision{}, err
 			}
@@ -137,7 +136,7 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 	if err != nil {
 		return Decision{}, storeError("take", err)
 	}
-	d := decideOne(true, "", h, r)
+	d.decideOne(true, "", &h, &r)
 	if !d.Allowed && l.denials != nil {
 		hs := [1]Hit{h}
 		l.denials.add(p, hs[:], d, sent)

@@ -42,7 +42,7 @@ type entry struct {
 
 // check returns what taking h now would answer, trimming expired state but
 // recording nothing.
-func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
+func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 	r := h.Rule
 	limit, window, cost := r.Limit, int64(r.Window), h.Cost
 	switch r.Algorithm {
@@ -92,7 +92,7 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 
 // record adds h to the entry; check must have allowed it at the same now.
 // It returns the hit's stamp.
-func (e *entry) record(now int64, h floodgate.Hit) floodgate.Stamp {
+func (e *entry) record(now int64, h *floodgate.Hit) floodgate.Stamp {
 	r := h.Rule
 	cost := h.Cost
 	switch r.Algorithm {
@@ -170,7 +170,7 @@ func (e *entry) add(now, cost, limit, window int64) {
 // refund undoes, once, what the hit h recorded with stamp st, as far as
 // it provably still weighs on the entry: the proof is
 // floodgate.Store.Refund's.
-func (e *entry) refund(now int64, h floodgate.Hit, st floodgate.Stamp) {
+func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 	r := h.Rule
 	cost := h.Cost
 	if st.Epoch == 0 || st.Epoch != e.epoch || st.Take == 0 || st.Take > e.takes {

@@ -174,7 +174,7 @@ type entryKey struct {
 	key    string
 }
 
-func keyOf(h floodgate.Hit) entryKey {
+func keyOf(h *floodgate.Hit) entryKey {
 	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key}
 	if len(k.key) > keyenc.MaxPlain {
 		k.key, k.digest = keyenc.Encode(k.key), true
@@ -251,15 +251,15 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 	return s.apply(ctx, hits, true, func(now int64, es []*entry) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		allowed := true
-		for i, h := range hits {
-			results[i] = es[i].check(now, h)
+		for i := range hits {
+			results[i] = es[i].check(now, &hits[i])
 			allowed = allowed && results[i].Allowed
 		}
 		if !allowed {
 			return results
 		}
-		for i, h := range hits {
-			results[i].Stamp = es[i].record(now, h)
+		for i := range hits {
+			results[i].Stamp = es[i].record(now, &hits[i])
 		}
 		return results
 	})
@@ -272,7 +272,7 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result,
 	if err := s.usable(ctx); err != nil {
 		return floodgate.Result{}, err
 	}
-	k := keyOf(h)
+	k := keyOf(&h)
 	hash := s.hash(&k)
 	sh := s.shard(hash)
 	sh.mu.Lock()
@@ -282,9 +282,9 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result,
 		sh.mu.Unlock()
 		return floodgate.Result{}, s.full()
 	}
-	r := e.check(now, h)
+	r := e.check(now, &h)
 	if r.Allowed {
-		r.Stamp = e.record(now, h)
+		r.Stamp = e.record(now, &h)
 	}
 	if e.expires <= now {
 		sh.del(hash, &k)
@@ -298,8 +298,8 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result,
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	return s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
-		for i, h := range hits {
-			results[i] = es[i].check(now, h)
+		for i := range hits {
+			results[i] = es[i].check(now, &hits[i])
 		}
 		return results
 	})
@@ -314,8 +314,8 @@ func (s *Store) Refund(ctx context.Context, _ string, receipts []floodgate.Recei
 		hits[i] = r.Hit
 	}
 	_, err := s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
-		for i, r := range receipts {
-			es[i].refund(now, r.Hit, r.Stamp)
+		for i := range receipts {
+			es[i].refund(now, &receipts[i].Hit, receipts[i].Stamp)
 		}
 		return nil
 	})
@@ -327,7 +327,7 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	k := keyOf(floodgate.Hit{Rule: rule, Key: key})
+	k := keyOf(&floodgate.Hit{Rule: rule, Key: key})
 	h := s.hash(&k)
 	sh := s.shard(h)
 	sh.mu.Lock()
@@ -366,8 +366,8 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 	keys := make([]entryKey, len(hits))
 	hashes := make([]uint64, len(hits))
 	idx := make([]uint64, len(hits))
-	for i, h := range hits {
-		keys[i] = keyOf(h)
+	for i := range hits {
+		keys[i] = keyOf(&hits[i])
 		hashes[i] = s.hash(&keys[i])
 		idx[i] = hashes[i] & s.mask
 	}
