@@ -185,7 +185,9 @@ type Spec struct {
 	Shadow bool
 	// MaxDelay slows down before it rejects: a request denied with a
 	// retry-after of at most MaxDelay waits that long and is decided
-	// again, for at most MaxDelay in all. Zero means no waiting.
+	// again, for at most MaxDelay in all, and never past its context's
+	// deadline: a wait that would outlast it is not started, and the
+	// denial is the answer at once. Zero means no waiting.
 	MaxDelay time.Duration
 	// MaxWaiters bounds the requests of this gate waiting at once; a
 	// request over the bound is denied at once. Zero means
@@ -536,8 +538,14 @@ func (g *Gate) throttle(ctx context.Context, hits []floodgate.Hit, modes []Failu
 	defer func() { g.waiting.Add(-1); g.m.waiting.Dec() }()
 	// The first wait may take all of MaxDelay, as throttles allowed; each
 	// later one must fit in what is left of it.
-	deadline := time.Now().Add(g.spec.MaxDelay)
-	for left := g.spec.MaxDelay; g.throttles(res) && res.Decision.RetryAfter <= left; left = time.Until(deadline) {
+	first, deadline := g.spec.MaxDelay, time.Now().Add(g.spec.MaxDelay)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		// Like floodgate.Limiter.Wait: no waiting for quota that comes
+		// after the caller stopped listening (a gRPC call's deadline); the
+		// denial, with its retry-after, is the better answer now.
+		first, deadline = time.Until(d), d
+	}
+	for left := first; g.throttles(res) && res.Decision.RetryAfter <= left; left = time.Until(deadline) {
 		t := time.NewTimer(max(res.Decision.RetryAfter, time.Millisecond))
 		select {
 		case <-ctx.Done():

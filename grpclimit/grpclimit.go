@@ -95,7 +95,9 @@ type Method struct {
 	Opaque bool
 	// MaxDelay slows down before it rejects: a call denied with a wait of
 	// at most MaxDelay waits and is decided again, for at most MaxDelay in
-	// all. Zero means no waiting. A stream open waits the same way.
+	// all, and never past the call's deadline (a call whose deadline
+	// comes first is denied at once, with its RetryInfo). Zero means no
+	// waiting. A stream open waits the same way.
 	MaxDelay time.Duration
 	// MaxWaiters bounds the calls of this method waiting at once; a call
 	// over the bound is denied at once. Zero means the enforce default.
