@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 	"github.com/redis/rueidis"
@@ -40,6 +41,9 @@ type blockedKey struct {
 	key    string // as the store wrote it: the key, or its digest "~..."
 	node   string // the Redis node it was found on
 	result floodgate.Result
+	// override: rule is the key's override (floodgate override), not
+	// the rule asked for.
+	override bool
 }
 
 // hashed reports a key the store keeps as a digest (keyenc.Encode).
@@ -109,6 +113,9 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer store.Close()
+	if err := rules.loadOverrides(ctx, client, *prefix, *timeout, stderr); err != nil {
+		return err
+	}
 	s := &scanner{
 		store: store, conn: conn, prefix: cmp.Or(*prefix, redisstore.DefaultPrefix),
 		rules: rules, limit: *limit, timeout: *timeout,
@@ -128,6 +135,14 @@ type ruleSet struct {
 	one   *floodgate.Rule           // the only fixed rule, if there is one
 	live  *rlconfig.Rules           // the live limits' rule of each key
 	count int                       // the rules or limits, for the summary
+	names map[string]bool           // the rules' names
+	// overrides are the per-key overrides (floodgate override) in force
+	// of the rules' names, by "<name>:<stored key>": a key that has one
+	// is judged by the override's rule, as the services judge it.
+	overrides map[string]floodgate.Rule
+	// anyWindow: an override has another algorithm or window than the
+	// only rule, so that its state keys end otherwise.
+	anyWindow bool
 }
 
 // blockedRules returns the rules floodgate blocked lists the keys of: the
@@ -176,11 +191,16 @@ func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSe
 			return nil, fmt.Errorf("%w: domain %q has no counted limit in %s (domains: %q)", errUsage, domain, cmp.Or(configDir, limitsFile), cfg.Domains())
 		}
 		if limitsFile != "" {
-			return &ruleSet{live: rlconfig.NewRules(domain, func() *rlconfig.Config { return cfg }), count: len(rules)}, nil
+			rs := &ruleSet{live: rlconfig.NewRules(domain, func() *rlconfig.Config { return cfg }), count: len(rules), names: map[string]bool{}}
+			for _, r := range rules {
+				rs.names[r.Name] = true
+			}
+			return rs, nil
 		}
 	}
-	rs := &ruleSet{byTag: map[string]floodgate.Rule{}, count: len(rules)}
+	rs := &ruleSet{byTag: map[string]floodgate.Rule{}, count: len(rules), names: map[string]bool{}}
 	for _, r := range rules {
+		rs.names[r.Name] = true
 		id := r.Name + "}:" + stateSuffix(r)
 		if o, dup := rs.byTag[id]; dup && o != r {
 			return nil, fmt.Errorf("%w: rules %v and %v share their keys (one name, algorithm and window): give one", errUsage, o, r)
@@ -202,10 +222,47 @@ func loadFile(file string) (*rlconfig.Config, error) {
 	return rlconfig.Parse(map[string][]byte{filepath.Base(file): data}, rlconfig.Options{})
 }
 
+// loadOverrides reads the overrides in force of the set's rule names from
+// the table of prefix, through client: the services' overrides, which
+// floodgate blocked must judge keys by. An invalid entry is skipped, as
+// the services skip it, and said on stderr.
+func (rs *ruleSet) loadOverrides(ctx context.Context, client rueidis.Client, prefix string, timeout time.Duration, stderr io.Writer) error {
+	table, err := overrides.NewTable(overrides.Options{Client: client, Prefix: prefix})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	defer table.Close()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	l, err := table.List(cctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range l.Invalid {
+		fmt.Fprintf(stderr, "floodgate: an invalid override is skipped, as the services skip it: %v\n", b.Err)
+	}
+	now := time.Now()
+	rs.overrides = map[string]floodgate.Rule{}
+	for _, e := range l.Entries {
+		if !rs.names[e.Rule.Name] || e.ExpiredAt(now) {
+			continue
+		}
+		rs.overrides[e.Rule.Name+":"+keyenc.Encode(e.Key)] = e.Rule
+		if rs.one != nil && stateSuffix(e.Rule) != stateSuffix(*rs.one) {
+			rs.anyWindow = true
+		}
+	}
+	return nil
+}
+
 // pattern is the SCAN pattern of the rules' state keys under prefix: one
-// rule's exactly, or else every state key, which rule tells apart.
+// rule's exactly (of any window if an override may have moved a key to
+// another), or else every state key, which rule tells apart.
 func (rs *ruleSet) pattern(prefix string) string {
 	if r := rs.one; r != nil {
+		if rs.anyWindow {
+			return globEscape(prefix+"{"+r.Name+":") + "*"
+		}
 		return globEscape(prefix+"{"+r.Name+":") + "*" + globEscape("}:"+stateSuffix(*r))
 	}
 	return globEscape(prefix) + "{*"
@@ -217,7 +274,14 @@ func (rs *ruleSet) pattern(prefix string) string {
 // the name's, counted by the service's algorithm unless the file names
 // one. A hashed key is matched by its digest, so a value of its
 // own, which the digest hides, is not seen: the name's limit applies.
+// A key with an override has the override's rule, whatever the set's.
 func (rs *ruleSet) rule(name, key, suffix string) (floodgate.Rule, bool) {
+	if o, ok := rs.overrides[name+":"+key]; ok {
+		// The override's state is the key's; any other state of the key
+		// under the name (the base rule's, of another window) is dormant
+		// while the override lasts.
+		return o, stateSuffix(o) == suffix
+	}
 	if rs.live == nil {
 		r, ok := rs.byTag[name+"}:"+suffix]
 		return r, ok
@@ -276,8 +340,9 @@ type scanner struct {
 
 // candidate is a state key found by SCAN, with its rule.
 type candidate struct {
-	rule floodgate.Rule
-	key  string // as in the store: plain, or the digest "~..."
+	rule     floodgate.Rule
+	key      string // as in the store: plain, or the digest "~..."
+	override bool   // rule is the key's override
 }
 
 // run scans every master for the rules' state keys.
@@ -370,8 +435,9 @@ func (s *scanner) parse(k string) (candidate, bool) {
 	if !ok || key == "" {
 		return candidate{}, false
 	}
+	_, override := s.rules.overrides[name+":"+key]
 	r, ok := s.rules.rule(name, key, suffix)
-	return candidate{rule: r, key: key}, ok
+	return candidate{rule: r, key: key, override: override}, ok
 }
 
 // peek asks the store about a batch of keys found on node addr, and keeps
@@ -421,7 +487,7 @@ func (s *scanner) peek(ctx context.Context, addr string, batch []candidate) erro
 	for i, g := range groups {
 		for j, c := range g {
 			if r := res[i][j]; !r.Allowed {
-				s.found = append(s.found, blockedKey{rule: c.rule, key: c.key, node: addr, result: r})
+				s.found = append(s.found, blockedKey{rule: c.rule, key: c.key, node: addr, result: r, override: c.override})
 			}
 		}
 	}
@@ -457,7 +523,7 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 	if output == "json" {
 		for _, b := range s.found {
 			v := map[string]any{
-				"rule": b.rule.String(), "policy": b.rule.Name, "key": b.key, "hashed": b.hashed(), "node": b.node,
+				"rule": b.rule.String(), "policy": b.rule.Name, "key": b.key, "hashed": b.hashed(), "override": b.override, "node": b.node,
 				"remaining": b.result.Remaining, "retry_after_ms": b.result.RetryAfter.Milliseconds(),
 				"reset_after_ms": b.result.ResetAfter.Milliseconds(),
 			}
@@ -476,6 +542,9 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		if b.hashed() {
 			key += " (hashed)"
 			hashed = true
+		}
+		if b.override {
+			key += fmt.Sprintf(" (override %d/%v)", b.rule.Limit, b.rule.Window)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", b.rule.Name, key, b.result.Remaining,
 			b.result.RetryAfter.Round(time.Millisecond), b.result.ResetAfter.Round(time.Millisecond))

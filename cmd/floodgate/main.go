@@ -20,7 +20,8 @@
 // limit that applies to it is peeked or reset.
 //
 // A key with an override (floodgate override) is peeked at or reset under
-// the override's rule, as the services decide it, with a note on stderr.
+// the override's rule, as the services decide it, with a note on stderr;
+// floodgate blocked judges it by the override too, and marks it.
 //
 // What the command cannot see: a rule given with another name, window or
 // algorithm than the service's reads a fresh key; a service with a

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/overrides"
+)
+
+// floodgate blocked judges a key with an override (floodgate override)
+// by the override's rule, as the services do and as peek and reset do: a
+// key blocked under a lower override is listed (in the override's state,
+// whether or not its window is the base rule's), a key over the base
+// limit but within a raised override is not, and the base rule's state
+// of a key whose override moved it to another window, dormant, is not.
+func TestBlockedFollowsOverrides(t *testing.T) {
+	ctx := context.Background()
+	url := "redis://" + redistest.Addr(t)
+	prefix := "blkovr" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	base := floodgate.MustRule(floodgate.NewRule("api", 5, time.Minute, floodgate.SlidingWindow))
+	lower := floodgate.MustRule(floodgate.NewRule("api", 2, time.Minute, floodgate.SlidingWindow))   // same state as base
+	raised := floodgate.MustRule(floodgate.NewRule("api", 50, time.Minute, floodgate.SlidingWindow)) // same state as base
+	hourly := floodgate.MustRule(floodgate.NewRule("api", 2, time.Hour, floodgate.SlidingWindow))    // a state of its own
+	l := newLimiter(t, url, prefix)
+	take := func(r floodgate.Rule, key string, n int) {
+		t.Helper()
+		for range n {
+			if d, err := l.Allow(ctx, r, key); err != nil || !d.Allowed {
+				t.Fatalf("take %s under %v: %+v, %v", key, r, d, err)
+			}
+		}
+	}
+	take(base, "plain", 5)   // blocked under the base rule: listed
+	take(lower, "low", 2)    // blocked under its override of 2: listed
+	take(base, "high", 5)    // over the base limit, within its override of 50: not listed
+	take(raised, "high", 1)  //
+	take(base, "moved", 5)   // the base state, dormant while the hourly override holds: not listed
+	take(hourly, "moved", 2) // blocked under the hourly override: listed
+	take(base, "expired", 5) // an expired override no longer applies: listed
+	for _, e := range []overrides.Entry{
+		{Rule: lower, Key: "low"}, {Rule: raised, Key: "high"}, {Rule: hourly, Key: "moved"},
+		{Rule: lower, Key: "unused"}, // an override of a key with no state: nothing to list
+	} {
+		if err := table.Set(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := table.Set(ctx, overrides.Entry{Rule: raised, Key: "expired", Expires: time.Now().Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, url, "blocked", "-rule", "name=api,limit=5/1m", "-prefix", prefix, "-o", "json")
+	if code != 0 {
+		t.Fatalf("blocked = %d %q %q", code, out, errs)
+	}
+	got := parseListed(t, out)
+	want := map[string]floodgate.Rule{"api plain": base, "api low": lower, "api moved": hourly, "api expired": base}
+	for k, r := range want {
+		l, ok := got[k]
+		if !ok {
+			t.Errorf("%s not listed; want it blocked under %v", k, r)
+			continue
+		}
+		if l.Rule != r.String() || l.Remaining != 0 || l.RetryAfterMS <= 0 || l.RetryAfterMS > r.Window.Milliseconds() {
+			t.Errorf("%s listed as %+v; want rule %v, 0 left, a retry-after within its window", k, l, r)
+		}
+	}
+	for k, l := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s listed (%+v), but a request of it would be allowed under its override", k, l)
+		}
+	}
+}
