@@ -379,18 +379,25 @@ func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
 // rules that come with each request (an RLS domain's descriptors). The
 // error is non-nil only when ctx is done (nobody waits for the answer) or
 // an enforced hit is invalid (it wraps floodgate.ErrInvalidHit or
-// ErrInvalidRule: the caller's input is at fault, not the store, so no
-// failure mode applies); an invalid shadow hit is skipped.
+// ErrInvalidRule, or ErrInvalid for a failure mode that does not exist:
+// the caller's input is at fault, not the store, so no failure mode
+// applies); an invalid shadow hit is skipped.
 //
 // A request with no enforced hit is Skipped, and counted so if it has no
 // shadow hit either.
 func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
 	var enforced, shadow []floodgate.Hit
 	var modes []FailureMode
-	for _, h := range hits {
+	for i, h := range hits {
 		if h.Shadow {
 			shadow = append(shadow, h.Hit)
 			continue
+		}
+		if h.Failure > FailOpen {
+			// Refused before the store is asked: a mode from an
+			// unchecked value would otherwise fail open in an outage.
+			err := fmt.Errorf("%w: gate %q: hit %d (%s): unknown failure mode %d", ErrInvalid, g.spec.Name, i, h.Rule.Name, h.Failure)
+			return Result{Outcome: FailedClosed, Err: err}, err
 		}
 		enforced = append(enforced, h.Hit)
 		modes = append(modes, h.Failure)
