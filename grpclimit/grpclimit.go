@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -149,6 +152,8 @@ type method struct {
 	live        bool              // a limit has a Source: rules may differ from the Method's
 	overridden  bool              // the Limiter has overrides: so may the rules of decisions
 	opaqueRetry time.Duration     // the RetryInfo of an opaque denial
+	logger      *slog.Logger      // the Enforcer's
+	panicked    []atomic.Bool     // by limit: its Key panicked, which was logged
 }
 
 // New returns a Limiter for opts, or an error listing every bad method,
@@ -288,7 +293,8 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	if m.Opaque && m.MaxDelay > 0 {
 		bad("Opaque cannot be combined with MaxDelay: the wait would tell how long each key has left")
 	}
-	b := &method{Method: m, policies: make(map[string]string, len(m.Limits)), overridden: e.Limiter().Overrides() != nil}
+	b := &method{Method: m, policies: make(map[string]string, len(m.Limits)), overridden: e.Limiter().Overrides() != nil,
+		logger: e.Logger(), panicked: make([]atomic.Bool, len(m.Limits))}
 	b.Limits = slices.Clone(m.Limits) // the caller may reuse its slice
 	spec := enforce.Spec{Name: name, Failure: m.Failure, Shadow: m.Shadow, MaxDelay: m.MaxDelay, MaxWaiters: m.MaxWaiters}
 	for i, lim := range b.Limits {
@@ -407,9 +413,9 @@ func (l *Limiter) method(name string) *method {
 // Result) or the status error of a denial.
 func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) (context.Context, error) {
 	var buf [4]string
-	keys := buf[:0]
-	for _, lim := range m.Limits {
-		keys = append(keys, lim.Key(ctx)) // the gate digests a key too long for the store
+	keys, err := m.keys(ctx, buf[:0])
+	if err != nil {
+		return ctx, err
 	}
 	hits := m.gate.Hits(ctx, keys)
 	res, err := m.gate.Check(ctx, hits)
@@ -430,6 +436,29 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 		return ctx, m.deny(res, hits)
 	}
 	return context.WithValue(ctx, resultKey{}, res), nil
+}
+
+// keys appends the key of each limit for the call to keys (the gate
+// digests a key too long for the store). A KeyFunc that panics fails the
+// call with codes.Internal, and the first panic of each limit is logged
+// with its stack: gRPC recovers no panic, so one call that trips a key
+// function's bug would otherwise stop the server for every client.
+func (m *method) keys(ctx context.Context, keys []string) (_ []string, err error) {
+	i := 0
+	defer func() {
+		if p := recover(); p != nil {
+			if !m.panicked[i].Swap(true) {
+				m.logger.LogAttrs(ctx, slog.LevelError, "floodgate: a rate-limit key function panicked; its calls fail with codes.Internal. Logged once per limit",
+					slog.String("method", m.spec.Name), slog.String("policy", m.Limits[i].Rule.Name),
+					slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
+			}
+			err = status.Error(codes.Internal, "the rate limit could not be checked: its key function failed")
+		}
+	}()
+	for ; i < len(m.Limits); i++ {
+		keys = append(keys, m.Limits[i].Key(ctx))
+	}
+	return keys, nil
 }
 
 // stream is a server stream whose context carries the Result.
