@@ -69,8 +69,8 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 	prefix, output, timeout := c.prefix, c.output, c.timeout
 	limit := fs.Int("limit", 100, "list at most this many keys")
 	progress := fs.Duration("progress", 2*time.Second, "a progress line on stderr this often once the scan runs this long (0: never)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
+	if err := parseFlags(fs, args, usage); err != nil {
+		return err
 	}
 	if err := c.check(); err != nil {
 		return err

@@ -61,13 +61,45 @@ func main() {
 // errUsage marks bad input: exit status 2.
 var errUsage = errors.New("usage")
 
+// helpRequested is the error of a subcommand asked for help (-h, -help):
+// its usage goes to stdout, and the exit status is 0.
+type helpRequested struct{ usage string }
+
+func (h helpRequested) Error() string { return "help requested" }
+
+// parseFlags parses args into fs: an error wrapping errUsage that shows
+// usage, or helpRequested when the user asked for help.
+func parseFlags(fs *flag.FlagSet, args []string, usage string) error {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return helpRequested{usage}
+	case err != nil:
+		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
+	}
+	return nil
+}
+
+// isHelpFlag reports whether arg asks for help.
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h"
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "help" || isHelpFlag(args[0])) {
+		fmt.Fprintln(stdout, usage)
+		return 0
+	}
 	if serving(args) {
 		return serve(ctx, args, getenv, stderr, serveHooks{})
 	}
 	err := dispatch(ctx, args, getenv, stdout, stderr)
+	var help helpRequested
 	switch {
 	case err == nil:
+		return 0
+	case errors.As(err, &help):
+		fmt.Fprintln(stdout, help.usage)
 		return 0
 	case errors.Is(err, errUsage) || errors.Is(err, floodgate.ErrInvalidRule) || errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, redisstore.ErrInvalidOptions):
 		fmt.Fprintln(stderr, "floodgate:", err)
@@ -79,6 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 const usage = `usage:
+  floodgate [serve] [-config-dir DIR]    the rate-limit service, configured from the environment (docs/SERVICE.md)
   floodgate peek|reset -rule 'name=NAME,limit=COUNT/WINDOW[,algorithm=ALG][,burst=N]' [-prefix P] [-o json] KEY
   floodgate peek|reset -config DIR -domain DOMAIN [-prefix P] [-o json] KEY=VALUE...
 ` + blockedUsage + `
@@ -133,8 +166,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	domain := fs.String("domain", "", "the configuration's domain (with -config)")
 	c := commonFlags(fs, "how long to wait for Redis")
 	prefix, output, timeout := c.prefix, c.output, c.timeout
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v\n%s", errUsage, err, usage)
+	if err := parseFlags(fs, args, usage); err != nil {
+		return err
 	}
 	if err := c.check(); err != nil {
 		return err

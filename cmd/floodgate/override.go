@@ -66,8 +66,8 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	domain := fs.String("domain", "", "the configuration's domain (with -config)")
 	c := commonFlags(fs, "how long to wait for Redis")
 	prefix, output, timeout := c.prefix, c.output, c.timeout
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v\n%s", errUsage, err, overrideUsage)
+	if err := parseFlags(fs, args, overrideUsage); err != nil {
+		return err
 	}
 	if err := c.check(); err != nil {
 		return err
