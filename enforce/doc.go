@@ -51,4 +51,9 @@
 //	floodgate_throttled_total{gate,result}          result: allowed, denied, rejected, canceled
 //	floodgate_throttle_waiting{gate}                requests waiting now
 //	floodgate_breaker_state                         0 closed, 1 half-open, 2 open (with Options.Breaker)
+//
+// A gate's policy label values are its Spec's rule names, and the names of
+// the rules that come with the requests ([Gate.Check]) up to
+// [MaxPolicyLabels] of them; the rest are counted under "(other)", so
+// that no client input creates series without bound.
 package enforce

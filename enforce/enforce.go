@@ -33,6 +33,13 @@ const (
 	// the store's circuit breaker is open, the wait is its remaining open
 	// time if that is longer.
 	MinFailRetryAfter = 5 * time.Second
+	// MaxPolicyLabels bounds the policies of rules that come with the
+	// requests ([Gate.Check] of rules not among the Spec's limits, such as
+	// an RLS caller's per-descriptor limit overrides) that one gate counts
+	// under their own name in floodgate_decisions_total; the others are
+	// counted under the policy "(other)", so that no client creates
+	// series without bound. The Spec's own limits do not count against it.
+	MaxPolicyLabels = 1000
 )
 
 // ErrInvalid is wrapped by the errors of [New] and [Enforcer.Gate] about
@@ -233,6 +240,11 @@ func (e *Enforcer) Gate(s Spec) (*Gate, error) {
 		names[i] = lim.Rule.Name
 	}
 	g.m = e.metrics.gate(s.Name, names)
+	g.m.warn = func() {
+		e.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: a gate counts more policies that come with the requests than enforce.MaxPolicyLabels; "+
+			"the others are counted under the policy \"(other)\" in floodgate_decisions_total. Logged once",
+			slog.String("gate", s.Name), slog.Int("max", MaxPolicyLabels))
+	}
 	g.skipWarned = make([]atomic.Bool, len(g.spec.Limits))
 	g.badSource = make([]atomic.Bool, len(g.spec.Limits))
 	e.gates = append(e.gates, g)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,7 +105,17 @@ type gateMetrics struct {
 	waiting   prometheus.Gauge
 	skipped   []prometheus.Counter // by limit of the Spec
 	policies  sync.Map             // policy name -> *[counters]prometheus.Counter
+	// dynamic counts the policies bound on first use (request-borne
+	// rules), at most MaxPolicyLabels; capped is set once the others go
+	// to otherPolicy, and warn tells it once.
+	dynamic atomic.Int64
+	capped  atomic.Bool
+	warn    func()
 }
+
+// otherPolicy is the policy label of the request-borne policies past
+// MaxPolicyLabels: no rule's name, which has no parentheses.
+const otherPolicy = "(other)"
 
 func (m *metrics) gate(name string, policies []string) *gateMetrics {
 	gm := &gateMetrics{
@@ -121,9 +132,9 @@ func (m *metrics) gate(name string, policies []string) *gateMetrics {
 	for _, r := range []string{"allowed", "denied", "rejected", "canceled"} {
 		gm.throttled[r] = m.throttled.WithLabelValues(name, r)
 	}
-	gm.policy("")
+	gm.bind("")
 	for _, p := range policies {
-		gm.policy(p)
+		gm.bind(p)
 		gm.skipped = append(gm.skipped, m.skipped.WithLabelValues(name, p))
 	}
 	return gm
@@ -131,8 +142,26 @@ func (m *metrics) gate(name string, policies []string) *gateMetrics {
 
 // policy returns the decision counters of policy p: those of the Spec's
 // limits are bound when the gate is built, others (rules that come with
-// the request) on first use.
+// the request) on first use, up to MaxPolicyLabels of them; the rest
+// share the counters of otherPolicy.
 func (gm *gateMetrics) policy(p string) *[counters]prometheus.Counter {
+	if cs, ok := gm.policies.Load(p); ok {
+		return cs.(*[counters]prometheus.Counter)
+	}
+	if gm.dynamic.Add(1) > MaxPolicyLabels {
+		if !gm.capped.Swap(true) && gm.warn != nil {
+			gm.warn()
+		}
+		p = otherPolicy
+		if cs, ok := gm.policies.Load(p); ok {
+			return cs.(*[counters]prometheus.Counter)
+		}
+	}
+	return gm.bind(p)
+}
+
+// bind returns the decision counters of policy p, binding them if new.
+func (gm *gateMetrics) bind(p string) *[counters]prometheus.Counter {
 	if cs, ok := gm.policies.Load(p); ok {
 		return cs.(*[counters]prometheus.Counter)
 	}
