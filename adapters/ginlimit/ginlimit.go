@@ -18,7 +18,10 @@
 package ginlimit
 
 import (
+	"fmt"
 	"net/http"
+	"reflect"
+	"strconv"
 
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/gin-gonic/gin"
@@ -58,15 +61,56 @@ func Result(c *gin.Context) (httplimit.Result, bool) {
 }
 
 // Principal hands httplimit the authenticated principal that gin's
-// authentication middleware set under key (c.Set(key, id), a string), for
-// limits keyed by httplimit.Principal. Put it after authentication and
-// before Middleware. A request without one goes on without a principal,
-// and its per-principal limits follow their Missing policy.
+// authentication middleware set under key (c.Set(key, id)), for limits
+// keyed by httplimit.Principal. The id may be a string, an integer of any
+// size (a database key: 42 and "42" are the same principal) or a
+// fmt.Stringer (its String()); any other type, like a missing or empty
+// id, leaves the request without a principal, and its per-principal
+// limits follow their Missing policy (a skip is counted in
+// floodgate_skipped_limits_total and logged once). Put it after
+// authentication and before Middleware.
 func Principal(key string) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if id := c.GetString(key); id != "" {
-			c.Request = c.Request.WithContext(httplimit.WithPrincipal(c.Request.Context(), id))
+		if v, ok := c.Get(key); ok {
+			if id := principal(v); id != "" {
+				c.Request = c.Request.WithContext(httplimit.WithPrincipal(c.Request.Context(), id))
+			}
 		}
 		c.Next()
 	}
+}
+
+// principal returns the text of an id: a string, an integer or a
+// fmt.Stringer; "" for any other type.
+func principal(v any) string {
+	switch id := v.(type) {
+	case string:
+		return id
+	case int:
+		return strconv.FormatInt(int64(id), 10)
+	case int8:
+		return strconv.FormatInt(int64(id), 10)
+	case int16:
+		return strconv.FormatInt(int64(id), 10)
+	case int32:
+		return strconv.FormatInt(int64(id), 10)
+	case int64:
+		return strconv.FormatInt(id, 10)
+	case uint:
+		return strconv.FormatUint(uint64(id), 10)
+	case uint8:
+		return strconv.FormatUint(uint64(id), 10)
+	case uint16:
+		return strconv.FormatUint(uint64(id), 10)
+	case uint32:
+		return strconv.FormatUint(uint64(id), 10)
+	case uint64:
+		return strconv.FormatUint(id, 10)
+	case fmt.Stringer:
+		if rv := reflect.ValueOf(id); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return "" // no user: a nil *User would panic in String
+		}
+		return id.String()
+	}
+	return ""
 }
