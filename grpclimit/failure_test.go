@@ -239,3 +239,26 @@ func TestThrottle(t *testing.T) {
 		t.Errorf("throttled{result=allowed} = %v, want 1", got)
 	}
 }
+
+// A throttled method does not wait past the call's deadline: a call whose
+// deadline comes before the quota gets ResourceExhausted with the real
+// wait at once, not DeadlineExceeded after waiting for nothing.
+func TestThrottleHonoursTheCallDeadline(t *testing.T) {
+	ms := memstore.New(memstore.Options{}) // the real clock: the wait is real
+	defer ms.Close()
+	e := newEnv(t, envOptions{store: ms})
+	const window = 10 * time.Second
+	c, _ := e.serve(t, grpclimit.Options{Methods: map[string]grpclimit.Method{
+		emptyCall: {MaxDelay: time.Minute, Limits: []grpclimit.Limit{{Rule: rule(t, "slow", 1, window), Key: grpclimit.ClientIP(nil)}}},
+	}})
+	if a := empty(t, c, context.Background()); a.err != nil {
+		t.Fatal(a.err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	a := empty(t, c, ctx)
+	if took := time.Since(start); a.st.Code() != codes.ResourceExhausted || a.retry <= time.Second || a.retry > window || took >= time.Second {
+		t.Errorf("call with a 1s deadline: %v, RetryInfo %v, after %v; want ResourceExhausted at once, with the wait of about %v", a.err, a.retry, took, window)
+	}
+}
