@@ -61,13 +61,16 @@ func Principal(r *http.Request) string {
 
 // Join keys requests by all of fs together ("this account from this IP"):
 // the parts are length-prefixed, so no two different combinations share a
-// key. The key is "" if any part is.
+// key. The key is "" if any part is. The key of "alice" from 192.0.2.1 is
+// "5:alice9:192.0.2.1": how floodgate peek, reset and override take it.
 func Join(fs ...KeyFunc) KeyFunc { return keyfunc.Join(fs...) }
 
 // First keys requests by the first of fs that has a key (the principal if
 // authenticated, else the client IP). The key records which function
 // answered, so that a principal named "203.0.113.9" never shares the
-// address's quota. It is "" when none has a key.
+// address's quota: the key of principal "alice" is "0:alice", of the
+// second function's "192.0.2.1" "1:192.0.2.1" (how floodgate peek, reset
+// and override take them). It is "" when none has a key.
 func First(fs ...KeyFunc) KeyFunc { return keyfunc.First(fs...) }
 
 // Missing says what a [Limit] does with a request whose [KeyFunc]
