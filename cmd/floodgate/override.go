@@ -59,7 +59,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	fs.SetOutput(io.Discard)
 	ruleName := fs.String("rule", "", "the rule's name, as the services name it")
 	limit := fs.String("limit", "", "set: the key's limit, COUNT/WINDOW such as 1000/1m")
-	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window, token-bucket, fixed-window or sliding-window-counter")
+	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window (the default, up to floodgate.MaxShorthandLimit), token-bucket, fixed-window or sliding-window-counter")
 	burst := fs.Int64("burst", 0, "set: the bucket capacity of a token-bucket override (0 means the limit)")
 	ttl := fs.Duration("ttl", 0, "set: how long the override lasts (0: until rm)")
 	configDir := fs.String("config", "", "set|get|rm: a directory of envoyproxy/ratelimit YAML (with -domain): the rule and key of a descriptor")
@@ -126,6 +126,15 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		var err error
 		if entry, err = overrideEntry(*ruleName, *limit, *algorithm, *burst, *ttl, key); err != nil {
 			return err
+		}
+		if !set("algorithm") && *configDir == "" && entry.Rule.Limit > floodgate.MaxShorthandLimit {
+			// The default, as the shorthands' (floodgate.PerMinute), and
+			// refused above the same bound: the log would cost 7 bytes
+			// in Redis per request of the limit, per key.
+			return fmt.Errorf("%w: -limit %s without -algorithm: the default sliding-window log keeps every request (7 bytes each in Redis: %d KB per key); "+
+				"above %d, give -algorithm token-bucket or sliding-window-counter (a few dozen bytes a key), or -algorithm sliding-window to insist. "+
+				"A rule's state belongs to its algorithm: give the rule's own to keep the key's count",
+				errUsage, *limit, entry.Rule.Limit*7/1000, floodgate.MaxShorthandLimit)
 		}
 	}
 	url := getenv("REDIS_URL")
