@@ -18,8 +18,14 @@ import (
 // limit but within a raised override is not, and the base rule's state
 // of a key whose override moved it to another window, dormant, is not.
 func TestBlockedFollowsOverrides(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	for name, url := range map[string]string{"standalone": "redis://" + redistest.Addr(t), "cluster": cluster.URL()} {
+		t.Run(name, func(t *testing.T) { blockedFollowsOverrides(t, url) })
+	}
+}
+
+func blockedFollowsOverrides(t *testing.T, url string) {
 	ctx := context.Background()
-	url := "redis://" + redistest.Addr(t)
 	prefix := "blkovr" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
 	if err != nil {

@@ -29,8 +29,8 @@
 // most, even after a reset. -o json writes one object per line, one per
 // limit; a key that starts with "-" goes after "--".
 //
-// Exit status: 0 done, 1 Redis failed or could not be reached, 2 bad
-// input.
+// Exit status: 0 done (or help shown: -h, help), 1 Redis failed or could
+// not be reached, 2 bad input.
 //
 // Run with no subcommand (or "serve", or only -config-dir DIR), floodgate
 // is the rate-limit service: Envoy's RLS v3 over gRPC and POST /json,
