@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/keyenc"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/overrides"
 )
@@ -52,9 +53,12 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 	take(base, "moved", 5)   // the base state, dormant while the hourly override holds: not listed
 	take(hourly, "moved", 2) // blocked under the hourly override: listed
 	take(base, "expired", 5) // an expired override no longer applies: listed
+	hashed := "{tenant} 42"  // kept as a digest by the store
+	take(lower, hashed, 2)   // blocked under its override: listed by its digest
 	for _, e := range []overrides.Entry{
 		{Rule: lower, Key: "low"}, {Rule: raised, Key: "high"}, {Rule: hourly, Key: "moved"},
 		{Rule: lower, Key: "unused"}, // an override of a key with no state: nothing to list
+		{Rule: lower, Key: hashed},
 	} {
 		if err := table.Set(ctx, e); err != nil {
 			t.Fatal(err)
@@ -68,7 +72,8 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 		t.Fatalf("blocked = %d %q %q", code, out, errs)
 	}
 	got := parseListed(t, out)
-	want := map[string]floodgate.Rule{"api plain": base, "api low": lower, "api moved": hourly, "api expired": base}
+	want := map[string]floodgate.Rule{"api plain": base, "api low": lower, "api moved": hourly, "api expired": base,
+		"api " + keyenc.Encode(hashed): lower}
 	for k, r := range want {
 		l, ok := got[k]
 		if !ok {
