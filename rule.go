@@ -160,7 +160,7 @@ func PerHour(name string, limit int64) (Rule, error) {
 
 func shorthand(name string, limit int64, window time.Duration) (Rule, error) {
 	if limit > MaxShorthandLimit {
-		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps every request of the window (about 100 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
+		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps the time of every request of the window (7 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
 			ErrInvalidRule, name, limit, window, MaxShorthandLimit)
 	}
 	return NewRule(name, limit, window, SlidingWindow)
