@@ -46,7 +46,8 @@ type Decision struct {
 // allocation). The Decision owns them: they are copies of the caller's
 // hits.
 type ticket struct {
-	id       string
+	taken    bool   // the decision recorded something
+	id       string // empty for a LocalStore's takes
 	one      Receipt
 	receipts []Receipt
 }
@@ -63,10 +64,14 @@ func (d Decision) LogValue() slog.Value {
 }
 
 // decide builds the decision for hits from the store's results: the worst
-// result on top, every hit's own decision in Each.
-func decide(id string, hits []Hit, results []Result) Decision {
+// result on top, every hit's own decision in Each. taken says whether the
+// results are a Take's (id its id), which an allowed decision can refund,
+// or a Peek's.
+func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 	if len(hits) == 1 {
-		return decideOne(id, hits[0], results[0])
+		var d Decision
+		d.decideOne(taken, id, &hits[0], &results[0])
+		return d
 	}
 	each := make([]Decision, len(hits))
 	allowed := true
@@ -99,34 +104,29 @@ func decide(id string, hits []Hit, results []Result) Decision {
 	}
 	d := each[worst]
 	d.Allowed = allowed
-	if allowed && id != "" {
+	if allowed && taken {
 		receipts := make([]Receipt, len(hits))
 		for i := range each {
 			receipts[i] = Receipt{Hit: hits[i], Stamp: results[i].Stamp}
-			each[i].ticket = ticket{id: id, one: receipts[i]}
+			each[i].ticket = ticket{taken: true, id: id, one: receipts[i]}
 		}
-		d.ticket = ticket{id: id, receipts: receipts}
+		d.ticket = ticket{taken: true, id: id, receipts: receipts}
 	}
 	d.Each = each
 	return d
 }
 
-// decideOne builds the decision of a single-hit check. It allocates
-// nothing.
-func decideOne(id string, h Hit, r Result) Decision {
-	d := Decision{
-		Allowed:    r.Allowed,
-		Policy:     h.Rule.Name,
-		Limit:      h.Rule.Limit,
-		Window:     h.Rule.Window,
-		Remaining:  r.Remaining,
-		ResetAfter: r.ResetAfter,
-		RetryAfter: r.RetryAfter,
+// decideOne is decide of a single hit, written into d, which is zero. It
+// allocates nothing, and copies no Decision: single-hit checks are the hot
+// path of a memory store.
+func (d *Decision) decideOne(taken bool, id string, h *Hit, r *Result) {
+	d.Allowed = r.Allowed
+	d.Policy, d.Limit, d.Window = h.Rule.Name, h.Rule.Limit, h.Rule.Window
+	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, r.RetryAfter
+	if r.Allowed && taken {
+		d.ticket.taken, d.ticket.id = true, id
+		d.ticket.one = Receipt{Hit: *h, Stamp: r.Stamp}
 	}
-	if r.Allowed && id != "" {
-		d.ticket = ticket{id: id, one: Receipt{Hit: h, Stamp: r.Stamp}}
-	}
-	return d
 }
 
 // worse reports whether a is a worse outcome than b: denied beats allowed,

@@ -41,8 +41,10 @@ func (s *countingStore) count() int {
 // single-hit path.
 type localCountingStore struct{ *countingStore }
 
-func (s localCountingStore) TakeOne(ctx context.Context, id string, h Hit) (Result, error) {
-	r, err := s.Take(ctx, id, []Hit{h})
+var _ LocalStore = localCountingStore{}
+
+func (s localCountingStore) TakeOne(ctx context.Context, h Hit) (Result, error) {
+	r, err := s.Take(ctx, "", []Hit{h})
 	return r[0], err
 }
 

@@ -98,7 +98,7 @@ func (l *Limiter) AllowN(ctx context.Context, rule Rule, key string, n int64) (D
 
 // one is Check of a single hit. It takes the hit by value so that, with a
 // LocalStore, a decision allocates nothing.
-func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
+func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {
 	if err := h.validate(0); err != nil {
 		return Decision{}, err
 	}
@@ -106,7 +106,6 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 	if l.overrides != nil {
 		// Inline, so that a key without an override pays only the lookup.
 		if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
-			var err error
 			if h, err = overridden(h, r, 0); err != nil {
 				return Decision{}, err
 			}
@@ -133,12 +132,11 @@ func (l *Limiter) one(ctx context.Context, h Hit) (Decision, error) {
 		}
 	}
 	sent := l.denials.clock()
-	id := l.ids.next()
-	r, err := l.local.TakeOne(ctx, id, h)
+	r, err := l.local.TakeOne(ctx, h)
 	if err != nil {
 		return Decision{}, storeError("take", err)
 	}
-	d := decideOne(id, h, r)
+	d.decideOne(true, "", &h, &r)
 	if !d.Allowed && l.denials != nil {
 		hs := [1]Hit{h}
 		l.denials.add(p, hs[:], d, sent)
@@ -167,7 +165,10 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 		}
 	}
 	sent := l.denials.clock()
-	id := l.ids.next()
+	var id string
+	if l.local == nil {
+		id = l.ids.next() // a LocalStore needs none (see LocalStore)
+	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
 	results, err := l.store.Take(ctx, id, hits)
@@ -177,7 +178,7 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("take", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	d := decide(id, hits, results)
+	d := decide(true, id, hits, results)
 	if !d.Allowed && l.denials != nil {
 		l.denials.add(p, hits, d, sent)
 	}
@@ -199,7 +200,7 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("peek", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	return decide("", hits, results), nil
+	return decide(false, "", hits, results), nil
 }
 
 // Refund undoes what an allowed decision recorded, for example the
@@ -214,7 +215,7 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 // time since the decision; and nothing once the key was Reset since the
 // decision (see [Store.Refund]). Refund promptly.
 func (l *Limiter) Refund(ctx context.Context, d Decision) error {
-	if !d.Allowed || d.ticket.id == "" {
+	if !d.Allowed || !d.ticket.taken {
 		return nil
 	}
 	receipts := d.ticket.receipts
@@ -285,6 +286,9 @@ func (l *Limiter) Wait(ctx context.Context, maxDelay time.Duration, hits ...Hit)
 func (l *Limiter) budget(ctx context.Context) (context.Context, context.CancelFunc) {
 	if l.timeout < 0 || l.local != nil {
 		return ctx, func() {}
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.timeout {
+		return ctx, func() {} // the caller's is as tight: spare a timer
 	}
 	return context.WithTimeout(ctx, l.timeout)
 }

@@ -160,7 +160,7 @@ func PerHour(name string, limit int64) (Rule, error) {
 
 func shorthand(name string, limit int64, window time.Duration) (Rule, error) {
 	if limit > MaxShorthandLimit {
-		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps every request of the window (about 100 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
+		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps the time of every request of the window (7 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
 			ErrInvalidRule, name, limit, window, MaxShorthandLimit)
 	}
 	return NewRule(name, limit, window, SlidingWindow)
@@ -192,7 +192,7 @@ func (r Rule) Validate() error {
 		bad("name is empty")
 	} else if len(r.Name) > MaxNameLen {
 		bad("name is %d bytes long, at most %d allowed", len(r.Name), MaxNameLen)
-	} else if i := strings.IndexFunc(r.Name, func(c rune) bool { return !isNameByte(c) }); i >= 0 {
+	} else if i := badNameByte(r.Name); i >= 0 {
 		bad("name has %q at byte %d; use only A-Z a-z 0-9 _ . -", r.Name[i], i)
 	}
 	if r.Limit < 1 {
@@ -228,8 +228,16 @@ func (r Rule) Validate() error {
 	return errors.Join(errs...)
 }
 
-func isNameByte(c rune) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+// badNameByte returns the index of the first byte of name that a rule's
+// name may not hold, or -1. (A loop over bytes: every decision validates
+// its rule.)
+func badNameByte(name string) int {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return i
+		}
+	}
+	return -1
 }
 
 // String formats r as "name: 10/1m0s sliding-window" (with ", burst N" for a

@@ -23,7 +23,7 @@ func BenchmarkPeers(b *testing.B) {
 				if p.redis && addr == "" {
 					b.Skip("FLOODGATE_REDIS_ADDR is not set")
 				}
-				prefix := "fgbench:" + b.Name() + ":"
+				prefix := newPrefix()
 				l, err := p.build(addr, prefix)
 				if err != nil {
 					b.Fatal(err)

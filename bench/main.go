@@ -181,15 +181,22 @@ func mainErr(args []string, out io.Writer) error {
 	return nil
 }
 
+// newPrefix returns a fresh prefix for a limiter's keys (Redis keys, and
+// the key set): short, so that prefixed keys stay below the length from
+// which floodgate keeps a digest of a key instead of the key.
+func newPrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "fgbench:" + hex.EncodeToString(b[:]) + ":"
+}
+
 // runGroup builds a fresh limiter of each peer, warms each up (a fifth of
 // d), then measures them in turns: rounds rounds of d/rounds each.
 func runGroup(group []peer, w workload, g int, addr string, d time.Duration, rounds int, redisCPU func() time.Duration) []result {
 	runs := make([]*cellRun, len(group))
 	results := make([]result, len(group))
 	for i, p := range group {
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		prefix := "fgbench:" + hex.EncodeToString(b[:]) + ":"
+		prefix := newPrefix()
 		l, err := p.build(addr, prefix)
 		if err != nil {
 			results[i].err = err

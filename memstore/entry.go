@@ -24,12 +24,14 @@ type entry struct {
 	// are a fixed window's count and index, and prev, for a sliding-window
 	// counter, the count of the window before.
 	tat, count, window, prev int64
-	// refunded records the take ids already refunded (until when to
-	// remember them), so that Refund is idempotent.
-	refunded map[string]int64
+	// refunded records the takes already refunded, by their
+	// floodgate.Stamp.Take (until when to remember them), so that Refund
+	// is idempotent.
+	refunded map[uint64]int64
 	// epoch names the entry's state (floodgate.Stamp.Epoch): every entry
 	// created, or reused once expired, gets a new one from its shard.
-	epoch uint64
+	// takes counts the hits the state recorded: each hit's Stamp.Take.
+	epoch, takes uint64
 	// expires is when the entry stops mattering and may be dropped.
 	expires int64
 	// k is the entry's key, and next the next entry whose key has the same
@@ -40,7 +42,7 @@ type entry struct {
 
 // check returns what taking h now would answer, trimming expired state but
 // recording nothing.
-func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
+func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 	r := h.Rule
 	limit, window, cost := r.Limit, int64(r.Window), h.Cost
 	switch r.Algorithm {
@@ -90,7 +92,7 @@ func (e *entry) check(now int64, h floodgate.Hit) floodgate.Result {
 
 // record adds h to the entry; check must have allowed it at the same now.
 // It returns the hit's stamp.
-func (e *entry) record(now int64, id string, h floodgate.Hit) floodgate.Stamp {
+func (e *entry) record(now int64, h *floodgate.Hit) floodgate.Stamp {
 	r := h.Rule
 	cost := h.Cost
 	switch r.Algorithm {
@@ -107,7 +109,8 @@ func (e *entry) record(now int64, id string, h floodgate.Hit) floodgate.Stamp {
 		e.add(now, cost, r.Limit, int64(r.Window))
 		e.expires = max(e.expires, now+int64(r.Window))
 	}
-	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch}
+	e.takes++
+	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch, Take: e.takes}
 }
 
 // at returns the time of the ring's entry i, 0 the oldest.
@@ -164,14 +167,14 @@ func (e *entry) add(now, cost, limit, window int64) {
 	}
 }
 
-// refund undoes, once, what the take id recorded for h with stamp st, as
-// far as it provably still weighs on the entry: the proof is
+// refund undoes, once, what the hit h recorded with stamp st, as far as
+// it provably still weighs on the entry: the proof is
 // floodgate.Store.Refund's.
-func (e *entry) refund(now int64, id string, h floodgate.Hit, st floodgate.Stamp) {
+func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 	r := h.Rule
 	cost := h.Cost
-	if st.Epoch == 0 || st.Epoch != e.epoch {
-		return // the take was recorded in a state that is gone
+	if st.Epoch == 0 || st.Epoch != e.epoch || st.Take == 0 || st.Take > e.takes {
+		return // the hit was recorded in a state that is gone, or never
 	}
 	window := int64(r.Window)
 	at := st.At.UnixNano()
@@ -192,14 +195,14 @@ func (e *entry) refund(now int64, id string, h floodgate.Hit, st floodgate.Stamp
 	}
 	if credit == 0 {
 		// Nothing to undo, now or later: age only grows, so no later
-		// refund of id credits anything either.
+		// refund of the hit credits anything either.
 		return
 	}
-	if _, done := e.refunded[id]; done {
+	if _, done := e.refunded[st.Take]; done {
 		return
 	}
 	if e.refunded == nil {
-		e.refunded = make(map[string]int64)
+		e.refunded = make(map[uint64]int64)
 	}
 	for k, t := range e.refunded {
 		if t <= now {
@@ -216,7 +219,7 @@ func (e *entry) refund(now int64, id string, h floodgate.Hit, st floodgate.Stamp
 	case floodgate.SlidingWindow:
 		until = at + window
 	}
-	e.refunded[id] = until
+	e.refunded[st.Take] = until
 	e.expires = max(e.expires, until)
 	switch r.Algorithm {
 	case floodgate.TokenBucket:

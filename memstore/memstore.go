@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,6 +131,11 @@ func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry
 	}
 	sh.epochs++
 	e := &entry{epoch: sh.epochs, k: *k, next: sh.entries[h]}
+	if !k.digest {
+		// The caller's key may be a slice of a larger buffer (a
+		// request's headers): keep a copy, not that buffer.
+		e.k.key = strings.Clone(k.key)
+	}
 	sh.entries[h] = e
 	sh.n++
 	return e
@@ -157,15 +163,23 @@ func (sh *shard) del(h uint64, k *entryKey) {
 
 // entryKey is a state's identity (floodgate.Store): the rule's name,
 // algorithm and window, and the key, as in the Redis store's key layout.
+// A key longer than keyenc.MaxPlain is held as its digest (digest set,
+// so that no key held as is can equal a digest), which bounds the memory
+// of a key at a few dozen bytes.
 type entryKey struct {
 	rule   string
 	alg    floodgate.Algorithm
+	digest bool
 	window time.Duration
 	key    string
 }
 
-func keyOf(h floodgate.Hit) entryKey {
-	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: keyenc.Encode(h.Key)}
+func keyOf(h *floodgate.Hit) entryKey {
+	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key}
+	if len(k.key) > keyenc.MaxPlain {
+		k.key, k.digest = keyenc.Encode(k.key), true
+	}
+	return k
 }
 
 // New returns a store and starts its janitor.
@@ -223,27 +237,29 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Take implements [floodgate.Store].
-func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+// Take implements [floodgate.Store]. It tells takes apart by their
+// stamps ([floodgate.Stamp.Take]), so it needs no id: it ignores the one
+// it is given.
+func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if len(hits) == 1 {
-		r, err := s.TakeOne(ctx, id, hits[0])
+		r, err := s.TakeOne(ctx, hits[0])
 		if err != nil {
 			return nil, err
 		}
 		return []floodgate.Result{r}, nil
 	}
-	return s.apply(ctx, hits, true, func(now int64, es []*entry) []floodgate.Result {
+	return s.apply(ctx, hits, true, func(now int64, slots []slot) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		allowed := true
-		for i, h := range hits {
-			results[i] = es[i].check(now, h)
+		for i := range hits {
+			results[i] = slots[i].e.check(now, &hits[i])
 			allowed = allowed && results[i].Allowed
 		}
 		if !allowed {
 			return results
 		}
-		for i, h := range hits {
-			results[i].Stamp = es[i].record(now, id, h)
+		for i := range hits {
+			results[i].Stamp = slots[i].e.record(now, &hits[i])
 		}
 		return results
 	})
@@ -252,11 +268,11 @@ func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 // TakeOne implements [floodgate.LocalStore]: Take of one hit, which
 // allocates nothing once the key is known (a sliding window's log grows
 // by doubling, and reuses its room as entries leave the window).
-func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodgate.Result, error) {
+func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result, error) {
 	if err := s.usable(ctx); err != nil {
 		return floodgate.Result{}, err
 	}
-	k := keyOf(h)
+	k := keyOf(&h)
 	hash := s.hash(&k)
 	sh := s.shard(hash)
 	sh.mu.Lock()
@@ -266,9 +282,9 @@ func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodg
 		sh.mu.Unlock()
 		return floodgate.Result{}, s.full()
 	}
-	r := e.check(now, h)
+	r := e.check(now, &h)
 	if r.Allowed {
-		r.Stamp = e.record(now, id, h)
+		r.Stamp = e.record(now, &h)
 	}
 	if e.expires <= now {
 		sh.del(hash, &k)
@@ -280,25 +296,26 @@ func (s *Store) TakeOne(ctx context.Context, id string, h floodgate.Hit) (floodg
 // Peek implements [floodgate.Store]. A key the store does not hold is
 // peeked as fresh, and is not created.
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
+	return s.apply(ctx, hits, false, func(now int64, slots []slot) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
-		for i, h := range hits {
-			results[i] = es[i].check(now, h)
+		for i := range hits {
+			results[i] = slots[i].e.check(now, &hits[i])
 		}
 		return results
 	})
 }
 
 // Refund implements [floodgate.Store]. A key the store does not hold
-// has nothing to refund, and is not created.
-func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+// has nothing to refund, and is not created. It finds the takes by their
+// stamps, ignoring id, so that it is idempotent per receipt.
+func (s *Store) Refund(ctx context.Context, _ string, receipts []floodgate.Receipt) error {
 	hits := make([]floodgate.Hit, len(receipts))
 	for i, r := range receipts {
 		hits[i] = r.Hit
 	}
-	_, err := s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
-		for i, r := range receipts {
-			es[i].refund(now, id, r.Hit, r.Stamp)
+	_, err := s.apply(ctx, hits, false, func(now int64, slots []slot) []floodgate.Result {
+		for i := range receipts {
+			slots[i].e.refund(now, &receipts[i].Hit, receipts[i].Stamp)
 		}
 		return nil
 	})
@@ -310,7 +327,7 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	k := keyOf(floodgate.Hit{Rule: rule, Key: key})
+	k := keyOf(&floodgate.Hit{Rule: rule, Key: key})
 	h := s.hash(&k)
 	sh := s.shard(h)
 	sh.mu.Lock()
@@ -337,67 +354,76 @@ func (s *Store) usable(ctx context.Context) error {
 	return nil
 }
 
+// slot is what apply finds for one hit: its key, hash and entry.
+type slot struct {
+	k    entryKey
+	hash uint64
+	e    *entry
+	held bool // whether e is in the store
+}
+
 // apply locks the shards of hits in index order (so that concurrent
 // multi-key calls cannot deadlock), finds their entries, and runs f on them
 // at one instant. With create, it creates the entries it does not find (and
 // fails with ErrFull at the bound); without, f gets a fresh entry that the
 // store does not keep for each key it does not hold.
-func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f func(now int64, es []*entry) []floodgate.Result) ([]floodgate.Result, error) {
+func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f func(now int64, slots []slot) []floodgate.Result) ([]floodgate.Result, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
-	keys := make([]entryKey, len(hits))
-	hashes := make([]uint64, len(hits))
-	idx := make([]uint64, len(hits))
-	for i, h := range hits {
-		keys[i] = keyOf(h)
-		hashes[i] = s.hash(&keys[i])
-		idx[i] = hashes[i] & s.mask
+	slots := make([]slot, len(hits))
+	var buf [8]uint64
+	locked := buf[:0] // the shards to lock, in order
+	for i := range hits {
+		slots[i].k = keyOf(&hits[i])
+		slots[i].hash = s.hash(&slots[i].k)
+		locked = append(locked, slots[i].hash&s.mask)
 	}
-	locked := slices.Clone(idx)
 	slices.Sort(locked)
 	locked = slices.Compact(locked)
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
-	defer func() {
-		for _, i := range locked {
-			s.shards[i].mu.Unlock()
-		}
-	}()
+	defer s.unlock(locked)
 	now := s.nowNS()
-	es := make([]*entry, len(hits))
-	var held []bool // without create: whether es[i] is in the store
-	if !create {
-		held = make([]bool, len(hits))
-	}
-	for i := range keys {
+	for i := range slots {
+		sl := &slots[i]
+		sh := s.shard(sl.hash)
 		if !create {
-			es[i] = s.shards[idx[i]].get(hashes[i], &keys[i])
-			if held[i] = es[i] != nil; !held[i] {
-				es[i] = &entry{}
+			if sl.e = sh.get(sl.hash, &sl.k); sl.e != nil {
+				sl.held = true
+			} else {
+				sl.e = &entry{}
 			}
 			continue
 		}
-		if es[i] = s.shards[idx[i]].getOrCreate(hashes[i], &keys[i], now, s.perShard); es[i] == nil {
+		if sl.e = sh.getOrCreate(sl.hash, &sl.k, now, s.perShard); sl.e == nil {
 			// Leave no empty entry behind for the hits before this one.
-			for j := range i {
-				if es[j].expires <= now {
-					s.shards[idx[j]].del(hashes[j], &keys[j])
+			for _, prev := range slots[:i] {
+				if prev.e.expires <= now {
+					s.shard(prev.hash).del(prev.hash, &prev.k)
 				}
 			}
 			return nil, s.full()
 		}
+		sl.held = true
 	}
-	results := f(now, es)
+	results := f(now, slots)
 	// Drop entries that hold nothing, such as those of a denied or peeked
 	// first hit, so that probing keys does not grow the map.
-	for i := range keys {
-		if es[i].expires <= now && (create || held[i]) {
-			s.shards[idx[i]].del(hashes[i], &keys[i])
+	for i := range slots {
+		if sl := &slots[i]; sl.held && sl.e.expires <= now {
+			s.shard(sl.hash).del(sl.hash, &sl.k)
 		}
 	}
 	return results, nil
+}
+
+// unlock unlocks the shards of indexes locked.
+func (s *Store) unlock(locked []uint64) {
+	for _, i := range locked {
+		s.shards[i].mu.Unlock()
+	}
 }
 
 // hash hashes k once, for both its shard (the low bits) and the shard's

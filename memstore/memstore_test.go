@@ -5,12 +5,14 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/keyenc"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
@@ -219,4 +221,71 @@ func receipts(hits []floodgate.Hit) []floodgate.Receipt {
 		out[i] = floodgate.Receipt{Hit: h, Stamp: floodgate.Stamp{At: time.Now(), Epoch: math.MaxUint64}}
 	}
 	return out
+}
+
+// TestRefundFindsTakesByStamp: memstore ignores ids and tells takes apart
+// by Stamp.Take, so a receipt credits only if the state gave its Take, and
+// only once; a second take of the same instant keeps its own credit.
+func TestRefundFindsTakesByStamp(t *testing.T) {
+	clock := storetest.NewFakeClock()
+	s := memstore.New(memstore.Options{Now: clock.Now})
+	defer s.Close()
+	ctx := context.Background()
+	r, _ := floodgate.NewRule("stamps", 3, time.Minute, floodgate.SlidingWindow)
+	h := floodgate.Hit{Rule: r, Key: "k", Cost: 1}
+	var stamps []floodgate.Stamp
+	for range 2 { // two takes at one instant: the same At and Epoch
+		res, err := s.Take(ctx, "", []floodgate.Hit{h})
+		if err != nil || !res[0].Allowed {
+			t.Fatalf("take: %+v, %v", res, err)
+		}
+		stamps = append(stamps, res[0].Stamp)
+	}
+	a, b := stamps[0], stamps[1]
+	if a.Take != 1 || b.Take != 2 || a.At != b.At || a.Epoch != b.Epoch || a.Epoch == 0 {
+		t.Fatalf("stamps %+v, %+v; want Takes 1 and 2 of one epoch, at one instant", a, b)
+	}
+	forged := func(take uint64) floodgate.Stamp { return floodgate.Stamp{At: a.At, Epoch: a.Epoch, Take: take} }
+	for _, step := range []struct {
+		name      string
+		stamp     floodgate.Stamp
+		remaining int64 // Peek's, after the refund
+	}{
+		{"a Take of zero, which no take gets", forged(0), 0},
+		{"a Take the state never gave", forged(3), 0},
+		{"a", a, 1},
+		{"a again", a, 1},
+		{"b, of the same instant as a", b, 2},
+		{"b again", b, 2},
+	} {
+		if err := s.Refund(ctx, "any id", []floodgate.Receipt{{Hit: h, Stamp: step.stamp}}); err != nil {
+			t.Fatalf("refund %s: %v", step.name, err)
+		}
+		res, err := s.Peek(ctx, []floodgate.Hit{h})
+		if err != nil || res[0].Remaining != step.remaining {
+			t.Fatalf("after refunding %s: Peek %+v, %v; want %d remaining", step.name, res, err, step.remaining)
+		}
+	}
+}
+
+// TestLongKeyDigestIsNotAKey: a key too long to keep is held as its
+// digest, and a short key spelling that digest is another key.
+func TestLongKeyDigestIsNotAKey(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	l, _ := floodgate.New(s, floodgate.Options{})
+	ctx := context.Background()
+	r, _ := floodgate.PerMinute("digest", 1)
+	long := strings.Repeat("k", keyenc.MaxPlain+1)
+	for _, key := range []string{keyenc.Encode(long), long, long + "x"} {
+		if d, err := l.Allow(ctx, r, key); err != nil || !d.Allowed {
+			t.Fatalf("first hit of %q: %+v, %v; want allowed, a key of its own", key, d, err)
+		}
+		if d, err := l.Allow(ctx, r, key); err != nil || d.Allowed {
+			t.Fatalf("second hit of %q: %+v, %v; want denied", key, d, err)
+		}
+	}
+	if n := s.Len(); n != 3 {
+		t.Fatalf("%d keys held, want 3", n)
+	}
 }

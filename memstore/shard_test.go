@@ -11,21 +11,26 @@ import (
 // one chain, and each stays reachable and deletable on its own.
 func TestShardChainsCollidingHashes(t *testing.T) {
 	sh := &shard{entries: map[uint64]*entry{}}
-	keys := []entryKey{{"a", floodgate.SlidingWindow, time.Minute, "k"}, {"b", floodgate.SlidingWindow, time.Minute, "k"}, {"a", floodgate.TokenBucket, time.Minute, "k"}}
+	keys := []entryKey{
+		{rule: "a", alg: floodgate.SlidingWindow, window: time.Minute, key: "k"},
+		{rule: "b", alg: floodgate.SlidingWindow, window: time.Minute, key: "k"},
+		{rule: "a", alg: floodgate.TokenBucket, window: time.Minute, key: "k"},
+		{rule: "a", alg: floodgate.SlidingWindow, window: time.Minute, key: "k", digest: true}, // a digest equal to a key held as is
+	}
 	const h = 42 // one hash for all: a forced collision
 	for i := range keys {
 		e := sh.getOrCreate(h, &keys[i], 0, 0)
 		e.count = int64(i + 1)
 	}
-	if sh.n != 3 || len(sh.entries) != 1 {
-		t.Fatalf("n = %d, map holds %d; want 3 entries in one chain", sh.n, len(sh.entries))
+	if sh.n != len(keys) || len(sh.entries) != 1 {
+		t.Fatalf("n = %d, map holds %d; want %d entries in one chain", sh.n, len(sh.entries), len(keys))
 	}
 	for i := range keys {
 		if e := sh.get(h, &keys[i]); e == nil || e.count != int64(i+1) {
 			t.Fatalf("get %v = %+v; want the entry with count %d", keys[i], e, i+1)
 		}
 	}
-	for _, del := range []int{1, 2, 0} { // middle, head, last
+	for _, del := range []int{1, 3, 2, 0} { // middle, head, head, last
 		sh.del(h, &keys[del])
 		if sh.get(h, &keys[del]) != nil {
 			t.Fatalf("entry %v still there after del", keys[del])
