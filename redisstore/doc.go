@@ -73,7 +73,7 @@
 // floodgate.ErrStoreUnavailable rather than miscount.
 //
 // The epoch names a state: the take that creates it (the key is absent)
-// writes 52 bits of a hash of its id, and later takes keep it. Take
+// writes 48 bits of a hash of its id, and later takes keep it. Take
 // replies with each recorded hit's epoch and the server time, which the
 // Limiter hands back to Refund: a refund credits only the state its take
 // was recorded in (so nothing after a Reset or an expiry), and measures
