@@ -14,8 +14,8 @@ type Algorithm uint8
 const (
 	// SlidingWindow is an exact sliding-window log: a request is admitted when
 	// fewer than Limit requests were admitted in the last Window. It keeps
-	// the times of the last Limit admitted requests, 7 bytes each in Redis,
-	// so its memory grows with Limit (7 KB a key at 1,000), which is capped at
+	// the times of the last Limit admitted requests, 6 bytes each in Redis,
+	// so its memory grows with Limit (6 KB a key at 1,000), which is capped at
 	// MaxSlidingLimit. It is the zero value and the default.
 	SlidingWindow Algorithm = iota
 	// TokenBucket is a token bucket of capacity Burst refilled at Limit tokens
@@ -160,7 +160,7 @@ func PerHour(name string, limit int64) (Rule, error) {
 
 func shorthand(name string, limit int64, window time.Duration) (Rule, error) {
 	if limit > MaxShorthandLimit {
-		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps the time of every request of the window (7 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
+		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps the time of every request of the window (6 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
 			ErrInvalidRule, name, limit, window, MaxShorthandLimit)
 	}
 	return NewRule(name, limit, window, SlidingWindow)
