@@ -151,8 +151,8 @@ type Receipt struct {
 //
 // It also tells takes apart by their stamps ([Stamp.Take]) rather than by
 // ids, so the Limiter gives its takes none: the id of its Take and Refund
-// calls is empty. (Generating a unique id costed a memstore decision a
-// tenth of its time.)
+// calls is empty. (A unique id per take cost a memstore decision a tenth
+// of its time.)
 type LocalStore interface {
 	Store
 	// TakeOne is Take of the single hit h.
