@@ -129,12 +129,12 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		}
 		if !set("algorithm") && *configDir == "" && entry.Rule.Limit > floodgate.MaxShorthandLimit {
 			// The default, as the shorthands' (floodgate.PerMinute), and
-			// refused above the same bound: the log would cost 7 bytes
+			// refused above the same bound: the log would cost 6 bytes
 			// in Redis per request of the limit, per key.
-			return fmt.Errorf("%w: -limit %s without -algorithm: the default sliding-window log keeps every request (7 bytes each in Redis: %d KB per key); "+
+			return fmt.Errorf("%w: -limit %s without -algorithm: the default sliding-window log keeps every request (6 bytes each in Redis: %d KB per key); "+
 				"above %d, give -algorithm token-bucket or sliding-window-counter (a few dozen bytes a key), or -algorithm sliding-window to insist. "+
 				"A rule's state belongs to its algorithm: give the rule's own to keep the key's count",
-				errUsage, *limit, entry.Rule.Limit*7/1000, floodgate.MaxShorthandLimit)
+				errUsage, *limit, entry.Rule.Limit*6/1000, floodgate.MaxShorthandLimit)
 		}
 	}
 	url := getenv("REDIS_URL")

@@ -13,7 +13,7 @@ import (
 // override set picks the sliding-window log when -algorithm is not given,
 // as the shorthands (floodgate.PerMinute...) do, and like them refuses to
 // pick it for a limit above floodgate.MaxShorthandLimit, whose log would
-// cost kilobytes to megabytes per key in Redis (7 bytes a request: 700 KB
+// cost kilobytes to megabytes per key in Redis (6 bytes a request: 600 KB
 // at 100000/1h): it names the O(1) algorithms. Given explicitly, any
 // algorithm takes any limit.
 func TestOverrideSetRefusesACostlyDefault(t *testing.T) {
