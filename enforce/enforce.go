@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -157,7 +158,8 @@ type Limit struct {
 	// that the limit changes without a restart (rlconfig.Rules reads it
 	// from envoy-format YAML that a Watcher reloads on change). Rule is
 	// the rule whenever Source has none for the key, or gives one of
-	// another name or an invalid one. A rule from Source keeps Rule's name,
+	// another name or an invalid one, or panics (the first refusal is
+	// logged). A rule from Source keeps Rule's name,
 	// so a changed limit keeps the counts, and a changed window or
 	// algorithm starts them afresh (a key's state belongs to the rule's
 	// name, algorithm and window).
@@ -355,15 +357,17 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 }
 
 // sourced returns the rule that limit i's Source gives key, or base when
-// it gives none, one of another name, or an invalid one; the first
-// refused rule of each limit is logged, since the source's limit then does
-// not apply.
+// it gives none, one of another name, or an invalid one, or panics; the
+// first refused rule of each limit is logged, since the source's limit
+// then does not apply.
 func (g *Gate) sourced(ctx context.Context, i int, base floodgate.Rule, key string) floodgate.Rule {
-	r, ok := g.spec.Limits[i].Source.Rule(base, key)
-	if !ok {
+	r, ok, err := g.askSource(i, base, key)
+	if err == nil && !ok {
 		return base
 	}
-	err := r.Validate()
+	if err == nil {
+		err = r.Validate()
+	}
 	if err == nil && r.Name != base.Name {
 		err = fmt.Errorf("the source named it %q, not %q", r.Name, base.Name)
 	}
@@ -375,6 +379,20 @@ func (g *Gate) sourced(ctx context.Context, i int, base floodgate.Rule, key stri
 			slog.String("gate", g.spec.Name), slog.String("policy", base.Name), slog.Any("error", err))
 	}
 	return base
+}
+
+// askSource asks limit i's Source for the rule of key. A Source that
+// panics (a bug that a request's key trips) gives an error: the limit's
+// own rule then applies, rather than the panic stopping a server that
+// does not recover panics (gRPC's).
+func (g *Gate) askSource(i int, base floodgate.Rule, key string) (r floodgate.Rule, ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the source panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	r, ok = g.spec.Limits[i].Source.Rule(base, key)
+	return r, ok, nil
 }
 
 // Decide checks the request whose keys are keys: Check(ctx, g.Hits(ctx,
