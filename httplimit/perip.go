@@ -21,7 +21,11 @@ import (
 // proxy instead. The rule is an exact sliding-window log up to
 // floodgate.MaxShorthandLimit requests and a sliding-window counter above
 // (its memory does not grow with the limit), named "ip-<limit>-per-<window>"
-// so that two PerIP limits never share a count. A store that fails lets
+// so that PerIP limits of other limits or windows never share a count.
+// Two PerIP of the same limit and window do share one, on every route
+// they guard and in every replica (one per-IP quota over those routes,
+// as one rule in a store must be): for a count per route, build a Route
+// per route, each with a rule of its own name. A store that fails lets
 // requests through (FailOpen: a limiter down must not take the service
 // down), and there are no metrics or logs: build a Limiter with New for a
 // failure mode, metrics and logs of your choosing. PerIP starts no

@@ -80,3 +80,27 @@ func TestPerIPWithoutAnAddress(t *testing.T) {
 		t.Fatalf("statuses %v; want 200 then 429: addressless peers share one count", codes)
 	}
 }
+
+// Two PerIP of the same limit and window are one rule: the routes they
+// guard share each address's count, as the doc says.
+func TestPerIPOfOneLimitSharesItsCount(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	l, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	a, b := httplimit.PerIP(l, 2, time.Minute)(ok), httplimit.PerIP(l, 2, time.Minute)(ok)
+	var codes []int
+	for _, h := range []http.Handler{a, b, a, b} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = "192.0.2.5:1"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		codes = append(codes, rec.Code)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 || codes[3] != 429 {
+		t.Fatalf("statuses %v over routes a, b, a, b; want 200 200 429 429: one count of 2 for both", codes)
+	}
+}
