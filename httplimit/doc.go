@@ -50,8 +50,8 @@
 // seconds, rounded up and at least 1 (1.2s gives 2, 0.3s gives 1),
 // Cache-Control: no-store, and an RFC 9457 application/problem+json body
 // ([Problem]) of type [QuotaExceeded] naming the violated policies.
-// [Route.Deny] replaces the body. Retry-After is never sent on other
-// statuses.
+// [Route.Deny] replaces the body. Retry-After is sent with 429 and 503
+// only (RFC 9110 §10.2.3), never on other statuses.
 //
 // An opaque route ([Route.Opaque]) answers every denial with the same
 // bytes, whichever limit refused it, and sends no per-limit fields at all:
@@ -66,7 +66,7 @@
 // per-replica in-memory limits, [FailClosed] denies, [FailOpen] allows.
 // Put a breakerstore in front of the store so that a dead store costs
 // nothing once its breaker is open; it is probed and taken back by itself.
-// A fail-closed 429 sends a Retry-After of [MinFailRetryAfter] (5s), or the
+// A fail-closed 429 (or 503) sends a Retry-After of [MinFailRetryAfter] (5s), or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted in the metrics, and logged at most once per route per
 // [Options.LogInterval] (5s), each line saying how many more it stands

@@ -157,6 +157,14 @@ func (rt *route) opaqueRetryAfter(res Result) string {
 	return enforce.RetryAfter(longest)
 }
 
+// retries reports whether an answer of status carries Retry-After: 429,
+// and 503, whose Retry-After says how long the service is unavailable to
+// the client (RFC 9110 §10.2.3) and keeps a fail-closed route's clients
+// from retrying every second.
+func retries(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
+}
+
 // deny answers a request that res does not allow.
 func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 	h := w.Header()
@@ -170,14 +178,14 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 		if res.Outcome == FailedClosed {
 			p.Status = rt.failStatus
 		}
-		if p.Status == http.StatusTooManyRequests {
+		if retries(p.Status) {
 			h.Set("Retry-After", rt.opaqueRetryAfter(res))
 		}
 	case res.Outcome == FailedClosed:
 		wait := res.FailRetryAfter()
 		p = Problem{Type: "about:blank", Title: http.StatusText(rt.failStatus), Status: rt.failStatus,
 			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", enforce.Seconds(wait))}
-		if p.Status == http.StatusTooManyRequests {
+		if retries(p.Status) {
 			h.Set("Retry-After", enforce.RetryAfter(wait))
 		}
 	default:
@@ -192,7 +200,7 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 		}
 		p = Problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status, ViolatedPolicies: violated,
 			Detail: fmt.Sprintf("Quota exceeded: %sretry after %d s.", detail.String(), max(1, enforce.Seconds(d.RetryAfter)))}
-		if p.Status == http.StatusTooManyRequests {
+		if retries(p.Status) {
 			h.Set("Retry-After", enforce.RetryAfter(d.RetryAfter))
 		}
 	}

@@ -215,8 +215,8 @@ func TestStatusAndBodyOverrides(t *testing.T) {
 	if rec.Code != 503 || rec.Body.String() != "slow down (r)" {
 		t.Fatalf("got %d %q, want 503 from the custom Deny", rec.Code, rec.Body)
 	}
-	if rec.Header().Get("Retry-After") != "" {
-		t.Errorf("Retry-After on a 503: it is sent only with 429")
+	if got := rec.Header().Get("Retry-After"); got != "60" {
+		t.Errorf("Retry-After on a 503: %q, want 60 (RFC 9110 §10.2.3: how long the service is unavailable to the client)", got)
 	}
 	if rec.Header().Get("Cache-Control") != "no-store" || rec.Header().Get("RateLimit") == "" {
 		t.Errorf("the middleware's fields must be set before Deny runs: %v", rec.Header())
@@ -316,7 +316,7 @@ func TestFailClosedAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		status     int
 		retryAfter string
-	}{{0, "5"}, {503, ""}} { // 5: MinFailRetryAfter, not an invitation to retry every second
+	}{{0, "5"}, {503, "5"}, {500, ""}} { // 5: MinFailRetryAfter, not an invitation to retry every second; 503 carries it too (RFC 9110 §10.2.3)
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			e := newEnv(t, envOptions{})
 			h := e.handler(t, httplimit.Route{Failure: httplimit.FailClosed, FailStatus: tc.status,

@@ -198,9 +198,10 @@ type Route struct {
 	// DefaultMaxWaiters (100).
 	MaxWaiters int
 	// Status is the status of a denial. Zero means 429. Retry-After is
-	// sent only with 429.
+	// sent only with 429 and 503 (RFC 9110 §10.2.3).
 	Status int
-	// FailStatus is the status of a fail-closed denial. Zero means 429.
+	// FailStatus is the status of a fail-closed denial. Zero means 429;
+	// 503 is apt too, and also carries Retry-After.
 	FailStatus int
 	// Deny writes a denial, after the middleware has set Cache-Control,
 	// Retry-After and the rate-limit fields. Nil means p.ServeHTTP: an

@@ -166,7 +166,7 @@ func TestThrottleLocalDenials(t *testing.T) {
 
 // TestOpaqueFailClosedStatus: an opaque route answers a denial with Status
 // and a fail-closed request with FailStatus, each with Retry-After only
-// when it is 429, and the same body otherwise.
+// when it is 429 or 503, and the same body otherwise.
 func TestOpaqueFailClosedStatus(t *testing.T) {
 	for _, tc := range []struct {
 		status, failStatus     int
@@ -188,7 +188,7 @@ func TestOpaqueFailClosedStatus(t *testing.T) {
 				t.Fatalf("%s: %d, want %d", what, rec.Code, want)
 			}
 			retry := ""
-			if want == 429 {
+			if want == 429 || want == 503 {
 				retry = "90"
 			}
 			if got := rec.Header().Get("Retry-After"); got != retry {
