@@ -82,8 +82,9 @@ type Store interface {
 	//     Crediting no more leaves the bucket no fuller than had the take
 	//     never happened.
 	//
-	// It is idempotent: a second Refund of the same id and hit changes
-	// nothing, whatever happened to the key in between. Stores remember a
+	// It is idempotent: a second Refund of the same id and hit (of the
+	// same receipt, for a store that sets [Stamp.Take]) changes nothing,
+	// whatever happened to the key in between. Stores remember a
 	// refund done for as long as a later one could still credit anything
 	// (now only grows, so once the credit above is zero it stays zero). A
 	// receipt that Take never gave credits nothing.

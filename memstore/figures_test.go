@@ -432,7 +432,7 @@ func TestSlidingWindowLimitChangedOnAFullRing(t *testing.T) {
 		g.expect("1s", s, three, fig{true, 1, time.Minute, 0})
 		g.expect("2s", s, three, fig{true, 0, time.Minute, 0})
 		g.expect("61s: 0s has left, the ring wraps", 59*s, three, fig{true, 1, time.Minute, 0}) // 1s, 2s, 61s
-		g.expect("62s, limit 5", s, five, fig{true, 3, time.Minute, 0})                       // 2s has left
+		g.expect("62s, limit 5", s, five, fig{true, 3, time.Minute, 0})                         // 2s has left
 		five.Cost = 3
 		g.expect("62s, 3 more", 0, five, fig{true, 0, time.Minute, 0}) // 61s, 62s x4
 		five.Cost = 1
@@ -449,8 +449,8 @@ func TestSlidingWindowLimitChangedOnAFullRing(t *testing.T) {
 		// Five live times against a limit of 3: the third oldest (2s)
 		// must leave before one more fits.
 		g.expect("10s, limit 3", 6*s, three, fig{false, 0, 54 * s, 52 * s})
-		g.expect("62s", 52*s, three, fig{true, 0, time.Minute, 0})   // 3s, 4s, 62s
-		g.expect("63s", s, three, fig{true, 0, time.Minute, 0})      // 4s, 62s, 63s
+		g.expect("62s", 52*s, three, fig{true, 0, time.Minute, 0})     // 3s, 4s, 62s
+		g.expect("63s", s, three, fig{true, 0, time.Minute, 0})        // 4s, 62s, 63s
 		g.expect("63s, full", 0, three, fig{false, 0, time.Minute, s}) // 4s leaves at 64s
 		g.expect("64s", s, three, fig{true, 0, time.Minute, 0})
 	})
