@@ -55,7 +55,12 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 	take(base, "expired", 5) // an expired override no longer applies: listed
 	hashed := "{tenant} 42"  // kept as a digest by the store
 	take(lower, hashed, 2)   // blocked under its override: listed by its digest
+	// A rule not asked for, blocked under an override of its own: not
+	// listed, though every state key is scanned when two rules are asked.
+	other := floodgate.MustRule(floodgate.NewRule("other", 1, time.Minute, floodgate.SlidingWindow))
+	take(other, "o", 1)
 	for _, e := range []overrides.Entry{
+		{Rule: other, Key: "o"},
 		{Rule: lower, Key: "low"}, {Rule: raised, Key: "high"}, {Rule: hourly, Key: "moved"},
 		{Rule: lower, Key: "unused"}, // an override of a key with no state: nothing to list
 		{Rule: lower, Key: hashed},
@@ -67,26 +72,36 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 	if err := table.Set(ctx, overrides.Entry{Rule: raised, Key: "expired", Expires: time.Now().Add(-time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := cli(t, url, "blocked", "-rule", "name=api,limit=5/1m", "-prefix", prefix, "-o", "json")
+	want := map[string]floodgate.Rule{"api plain": base, "api low": lower, "api moved": hourly, "api expired": base,
+		"api " + keyenc.Encode(hashed): lower}
+	// One rule (one window scanned, widened for the moved key), then two.
+	for _, rules := range [][]string{{"-rule", "name=api,limit=5/1m"}, {"-rule", "name=api,limit=5/1m", "-rule", "name=unused,limit=1/1m"}} {
+		blockedListsAsOverridden(t, url, prefix, rules, want)
+	}
+}
+
+// blockedListsAsOverridden runs floodgate blocked for rules and checks
+// that it lists exactly want, by "policy key", with their rules.
+func blockedListsAsOverridden(t *testing.T, url, prefix string, rules []string, want map[string]floodgate.Rule) {
+	t.Helper()
+	code, out, errs := cli(t, url, append([]string{"blocked", "-prefix", prefix, "-o", "json"}, rules...)...)
 	if code != 0 {
 		t.Fatalf("blocked = %d %q %q", code, out, errs)
 	}
 	got := parseListed(t, out)
-	want := map[string]floodgate.Rule{"api plain": base, "api low": lower, "api moved": hourly, "api expired": base,
-		"api " + keyenc.Encode(hashed): lower}
 	for k, r := range want {
 		l, ok := got[k]
 		if !ok {
-			t.Errorf("%s not listed; want it blocked under %v", k, r)
+			t.Errorf("%v: %s not listed; want it blocked under %v", rules, k, r)
 			continue
 		}
 		if l.Rule != r.String() || l.Remaining != 0 || l.RetryAfterMS <= 0 || l.RetryAfterMS > r.Window.Milliseconds() {
-			t.Errorf("%s listed as %+v; want rule %v, 0 left, a retry-after within its window", k, l, r)
+			t.Errorf("%v: %s listed as %+v; want rule %v, 0 left, a retry-after within its window", rules, k, l, r)
 		}
 	}
 	for k, l := range got {
 		if _, ok := want[k]; !ok {
-			t.Errorf("%s listed (%+v), but a request of it would be allowed under its override", k, l)
+			t.Errorf("%v: %s listed (%+v), but it is not blocked under a rule asked for, as its override has it", rules, k, l)
 		}
 	}
 }
