@@ -66,6 +66,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.metrics.unknownDomain.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
+	if s.shadow {
+		shadowed(ms)
+	}
 	p, err := newPlan(req, entries, ms)
 	if err != nil {
 		return nil, err
@@ -79,6 +82,20 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	p.count(s.metrics, req.GetDomain())
 	return p.response(), nil
+}
+
+// shadowed puts every limit of ms in shadow mode (Options.ShadowMode).
+// The configuration's limits are shared, so each is copied.
+func shadowed(ms []rlconfig.Match) {
+	for i := range ms {
+		ls := make([]*rlconfig.Limit, len(ms[i].Limits))
+		for j, l := range ms[i].Limits {
+			c := *l
+			c.ShadowMode = true
+			ls[j] = &c
+		}
+		ms[i].Limits = ls
+	}
 }
 
 // requestEntries checks the request's shape and returns its descriptors'

@@ -48,6 +48,7 @@ type setup struct {
 	store   floodgate.Store
 	timeout time.Duration // the decision budget; zero means 2s
 	breaker *breakerstore.Store
+	shadow  bool // Options.ShadowMode
 }
 
 // start starts an instance that t's cleanup stops.
@@ -69,7 +70,7 @@ func start(t testing.TB, s setup) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, Debounce: 20 * time.Millisecond})
+	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, Debounce: 20 * time.Millisecond, ShadowMode: s.shadow})
 	if err != nil {
 		t.Fatal(err)
 	}

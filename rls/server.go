@@ -61,6 +61,11 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives the reload and refusal logs; nil discards them.
 	Logger *slog.Logger
+	// ShadowMode puts every configured limit in shadow mode, as
+	// envoyproxy/ratelimit's SHADOW_MODE does: the limits are counted and
+	// reported in the metrics, and never deny. A request's own limit
+	// override (a descriptor's limit) is still enforced.
+	ShadowMode bool
 }
 
 // Server is the Envoy RLS v3 rate-limit service: it matches each
@@ -77,6 +82,7 @@ type Server struct {
 	logger  *slog.Logger
 	watcher *rlconfig.Watcher // nil with a fixed Config
 	fixed   *rlconfig.Config
+	shadow  bool // Options.ShadowMode
 	metrics *metrics
 	gather  prometheus.Gatherer
 	health  *health.Server
@@ -122,7 +128,7 @@ func New(opts Options) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, metrics: m, gather: gather,
+	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, shadow: opts.ShadowMode, metrics: m, gather: gather,
 		health: health.NewServer(), gates: map[string]*enforce.Gate{}}
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +52,7 @@ type serveConfig struct {
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT: how long in-flight calls may take to finish; default 10s
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
 	LogFormat       string        // LOG_FORMAT: text or json
+	ShadowMode      bool          // SHADOW_MODE: every configured limit in shadow mode
 }
 
 // errConfig marks a configuration that cannot be used: exit status 2.
@@ -80,11 +82,16 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		bad("flags", "unexpected arguments %q", fs.Args())
 	}
 
-	addr := func(name, portName string, dst *string) {
+	// envoyproxy/ratelimit's HOST:PORT pairs, when floodgate's *_ADDR is
+	// unset: a host alone listens on upstream's default port.
+	addr := func(name, hostName, portName, defaultPort string, dst *string) {
 		if v := getenv(name); v != "" {
 			*dst = v
-		} else if p := getenv(portName); p != "" {
-			*dst = ":" + p
+		} else if h, p := getenv(hostName), getenv(portName); h != "" || p != "" {
+			if p == "" {
+				p = defaultPort
+			}
+			*dst = net.JoinHostPort(h, p)
 		}
 		if *dst == "" {
 			return
@@ -94,9 +101,9 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 			bad(name, "%q is not HOST:PORT", *dst)
 		}
 	}
-	addr("GRPC_ADDR", "GRPC_PORT", &c.GRPCAddr)
-	addr("HTTP_ADDR", "PORT", &c.HTTPAddr)
-	addr("DEBUG_ADDR", "DEBUG_PORT", &c.DebugAddr)
+	addr("GRPC_ADDR", "GRPC_HOST", "GRPC_PORT", "8081", &c.GRPCAddr)
+	addr("HTTP_ADDR", "HOST", "PORT", "8080", &c.HTTPAddr)
+	addr("DEBUG_ADDR", "DEBUG_HOST", "DEBUG_PORT", "6070", &c.DebugAddr)
 	// The same address twice cannot be listened on, except port 0 (any
 	// free port).
 	same := func(a, b string) bool { return a != "" && a == b && !strings.HasSuffix(a, ":0") }
@@ -112,8 +119,14 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		c.ConfigDir = getenv("CONFIG_DIR")
 	}
 	if c.ConfigDir == "" && getenv("RUNTIME_ROOT") != "" {
-		// envoyproxy/ratelimit reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config.
-		c.ConfigDir = strings.TrimRight(getenv("RUNTIME_ROOT"), "/") + "/" + strings.Trim(getenv("RUNTIME_SUBDIRECTORY"), "/") + "/config"
+		// envoyproxy/ratelimit reads
+		// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, the last
+		// one config by default.
+		app := getenv("RUNTIME_APPDIRECTORY")
+		if app == "" {
+			app = "config"
+		}
+		c.ConfigDir = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), app)
 	}
 	if c.ConfigDir == "" {
 		bad("CONFIG_DIR", "is required (or -config-dir): the directory of envoyproxy/ratelimit YAML files")
@@ -124,6 +137,52 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 			bad("MERGE_DOMAIN_CONFIG", "%q is not true or false", v)
 		}
 		c.MergeDomains = b
+	}
+
+	// envoyproxy/ratelimit's booleans, read as it reads them.
+	boolean := func(name string) bool {
+		v := getenv(name)
+		if v == "" {
+			return false
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(name, "%q is not true or false", v)
+		}
+		return b
+	}
+	c.ShadowMode = boolean("SHADOW_MODE")
+	// What envoyproxy/ratelimit does and floodgate cannot: refused, so
+	// that no deployment switches and silently loses it.
+	for _, u := range []struct{ name, why string }{
+		{"GRPC_UDS", "listen on TCP with GRPC_ADDR"},
+		{"GRPC_SERVER_USE_TLS", "the service serves plain gRPC; terminate TLS in front of it"},
+		{"GRPC_SERVER_TLS_CERT", "the service serves plain gRPC; terminate TLS in front of it"},
+		{"GRPC_SERVER_TLS_KEY", "the service serves plain gRPC; terminate TLS in front of it"},
+		{"GRPC_CLIENT_TLS_CACERT", "the service does not authenticate its clients; terminate mTLS in front of it"},
+		{"GRPC_CLIENT_TLS_SAN", "the service does not authenticate its clients; terminate mTLS in front of it"},
+		{"REDIS_TLS_CLIENT_CERT", "Redis TLS uses the system's roots, without a client certificate"},
+		{"REDIS_TLS_CLIENT_KEY", "Redis TLS uses the system's roots, without a client certificate"},
+		{"REDIS_TLS_CACERT", "Redis TLS uses the system's roots"},
+		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "Redis TLS always verifies the host name"},
+		{"REDIS_SENTINEL_AUTH", "Sentinel is asked without a password"},
+		{"QUOTA_MODE", "quota mode is not interpreted"},
+		{"RESPONSE_DYNAMIC_METADATA", "the response carries no dynamic metadata"},
+	} {
+		v := getenv(u.name)
+		if v == "" {
+			continue
+		}
+		if b, err := strconv.ParseBool(v); err == nil && !b {
+			continue // false: what floodgate does
+		}
+		bad(u.name, "%q is not supported: %s", v, u.why)
+	}
+	if v := getenv("BACKEND_TYPE"); v != "" && !strings.EqualFold(v, "redis") {
+		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
+	}
+	if v := getenv("CONFIG_TYPE"); v != "" && !strings.EqualFold(v, "FILE") {
+		bad("CONFIG_TYPE", "%q is not supported: files (CONFIG_DIR) only", v)
 	}
 
 	redisURL, err := redisURL(getenv)
@@ -201,32 +260,74 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 // redisURL reads REDIS_URL in redisstore's forms, or in
 // envoyproxy/ratelimit's: HOST:PORT without a scheme (several, comma
 // separated, for REDIS_TYPE cluster; the master's name first for
-// sentinel), with REDIS_AUTH as the password and REDIS_TLS.
+// sentinel) or a socket's path (REDIS_SOCKET_TYPE unix), with REDIS_AUTH
+// as the password and REDIS_TLS. Beside a URL, those variables must
+// agree with it or be unset: none is dropped unseen.
 func redisURL(getenv func(string) string) (string, error) {
 	v := getenv("REDIS_URL")
-	if v == "" || strings.Contains(v, "://") {
-		return v, nil
-	}
-	parts := strings.Split(v, ",")
 	typ := strings.ToLower(getenv("REDIS_TYPE"))
-	q := url.Values{}
 	switch typ {
-	case "", "single", "cluster":
-	case "sentinel":
-		if len(parts) < 2 {
-			return "", fmt.Errorf("REDIS_TYPE sentinel wants MASTER,HOST:PORT[,HOST:PORT...], got %q", v)
-		}
-		q.Set("master_set", parts[0])
-		parts = parts[1:]
+	case "", "single", "cluster", "sentinel":
 	default:
 		return "", fmt.Errorf("REDIS_TYPE %q is not single, sentinel or cluster", getenv("REDIS_TYPE"))
 	}
-	for _, p := range parts[1:] {
-		q.Add("addr", p)
+	tls := false
+	if t := getenv("REDIS_TLS"); t != "" {
+		var err error
+		if tls, err = strconv.ParseBool(t); err != nil {
+			return "", fmt.Errorf("REDIS_TLS %q is not true or false", t)
+		}
 	}
-	u := url.URL{Scheme: "redis", Host: parts[0], RawQuery: q.Encode()}
-	if b, _ := strconv.ParseBool(getenv("REDIS_TLS")); b {
-		u.Scheme = "rediss"
+	st := strings.ToLower(getenv("REDIS_SOCKET_TYPE"))
+	if st != "" && st != "tcp" && st != "unix" {
+		return "", fmt.Errorf("REDIS_SOCKET_TYPE %q is not tcp or unix", getenv("REDIS_SOCKET_TYPE"))
+	}
+	if v == "" {
+		return "", nil
+	}
+	if strings.Contains(v, "://") {
+		// A URL says it all: the variables that would say it otherwise
+		// must not be dropped unseen.
+		switch {
+		case tls && !strings.HasPrefix(v, "rediss://"):
+			return "", errors.New("REDIS_TLS is true but REDIS_URL is not a rediss:// URL; write rediss://")
+		case getenv("REDIS_AUTH") != "":
+			return "", errors.New("REDIS_AUTH is set beside a REDIS_URL URL; write the password in the URL (redis://user:password@host:port)")
+		case st == "unix" && !strings.HasPrefix(v, "unix://"):
+			return "", errors.New("REDIS_SOCKET_TYPE is unix but REDIS_URL is not a unix:// URL")
+		case typ == "sentinel" && !strings.Contains(v, "master_set="):
+			return "", errors.New("REDIS_TYPE is sentinel but REDIS_URL has no ?master_set=; write it in the URL")
+		}
+		return v, nil
+	}
+	var u url.URL
+	if st == "unix" || strings.HasPrefix(v, "/") {
+		// envoyproxy/ratelimit's socket path.
+		if tls {
+			return "", errors.New("REDIS_TLS is true for a unix socket; TLS is for TCP")
+		}
+		if abs, err := filepath.Abs(v); err == nil {
+			v = abs
+		}
+		u = url.URL{Scheme: "unix", Path: v}
+	} else {
+		u = url.URL{Scheme: "redis"}
+		if tls {
+			u.Scheme = "rediss"
+		}
+		parts := strings.Split(v, ",")
+		q := url.Values{}
+		if typ == "sentinel" {
+			if len(parts) < 2 {
+				return "", fmt.Errorf("REDIS_TYPE sentinel wants MASTER,HOST:PORT[,HOST:PORT...], got %q", v)
+			}
+			q.Set("master_set", parts[0])
+			parts = parts[1:]
+		}
+		for _, p := range parts[1:] {
+			q.Add("addr", p)
+		}
+		u.Host, u.RawQuery = parts[0], q.Encode()
 	}
 	if auth := getenv("REDIS_AUTH"); auth != "" {
 		if user, pass, ok := strings.Cut(auth, ":"); ok {
@@ -335,6 +436,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		Registerer:    reg,
 		Gatherer:      reg,
 		Logger:        logger,
+		ShadowMode:    cfg.ShadowMode,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)

@@ -62,6 +62,29 @@ func TestServeConfiguration(t *testing.T) {
 		{"a bad flag", map[string]string{}, []string{"-config", "x"}, []string{"flags: flag provided but not defined: -config", "CONFIG_DIR: is required"}},
 		{"a stray argument", map[string]string{}, []string{"serve", "-config-dir", "x", "extra"}, []string{`unexpected arguments ["extra"]`}},
 		{"envoyproxy/ratelimit's REDIS_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_TYPE": "ring"}, nil, []string{`REDIS_TYPE "ring"`}},
+		{"REDIS_TYPE beside a URL", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "redis://a:1", "REDIS_TYPE": "ring"}, nil, []string{`REDIS_TYPE "ring"`}},
+		{"REDIS_TLS not a boolean", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_TLS": "yes"}, nil, []string{`REDIS_TLS "yes" is not true or false`}},
+		{"REDIS_TLS beside a plain URL", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "redis://a:1", "REDIS_TLS": "true"}, nil, []string{"REDIS_TLS is true but REDIS_URL is not a rediss:// URL"}},
+		{"REDIS_AUTH beside a URL", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "redis://a:1", "REDIS_AUTH": "pw"}, nil, []string{"REDIS_AUTH is set beside a REDIS_URL URL"}},
+		{"sentinel beside a URL without its master", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "redis://a:1", "REDIS_TYPE": "sentinel"}, nil, []string{"REDIS_URL has no ?master_set="}},
+		{"REDIS_SOCKET_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "udp"}, nil, []string{`REDIS_SOCKET_TYPE "udp" is not tcp or unix`}},
+		{"TLS over a unix socket", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "/r.sock", "REDIS_TLS": "1"}, nil, []string{"REDIS_TLS is true for a unix socket"}},
+		{"envoyproxy/ratelimit's features that floodgate lacks", map[string]string{
+			"CONFIG_DIR": "x", "GRPC_UDS": "/run/rl.sock", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem",
+			"GRPC_SERVER_TLS_KEY": "/k.pem", "GRPC_CLIENT_TLS_CACERT": "/ca.pem", "GRPC_CLIENT_TLS_SAN": "envoy",
+			"REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CLIENT_KEY": "/rk.pem", "REDIS_TLS_CACERT": "/rca.pem",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw", "QUOTA_MODE": "true",
+			"RESPONSE_DYNAMIC_METADATA": "TRUE", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_SOTW", "SHADOW_MODE": "sometimes",
+		}, nil, []string{
+			`GRPC_UDS: "/run/rl.sock" is not supported`, `GRPC_SERVER_USE_TLS: "true" is not supported`,
+			`GRPC_SERVER_TLS_CERT: "/c.pem" is not supported`, `GRPC_SERVER_TLS_KEY: "/k.pem" is not supported`,
+			`GRPC_CLIENT_TLS_CACERT: "/ca.pem" is not supported`, `GRPC_CLIENT_TLS_SAN: "envoy" is not supported`,
+			`REDIS_TLS_CLIENT_CERT: "/rc.pem" is not supported`, `REDIS_TLS_CLIENT_KEY: "/rk.pem" is not supported`,
+			`REDIS_TLS_CACERT: "/rca.pem" is not supported`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
+			`REDIS_SENTINEL_AUTH: "pw" is not supported`, `QUOTA_MODE: "true" is not supported`,
+			`RESPONSE_DYNAMIC_METADATA: "TRUE" is not supported`, `BACKEND_TYPE: "memcache" is not supported`,
+			`CONFIG_TYPE: "GRPC_XDS_SOTW" is not supported`, `SHADOW_MODE: "sometimes" is not true or false`,
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var errs bytes.Buffer
@@ -95,6 +118,11 @@ func TestRedisURLForms(t *testing.T) {
 		{map[string]string{"REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_TYPE": "SENTINEL"}, "redis://s1:26379?addr=s2%3A26379&master_set=mymaster"},
 		{map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "secret", "REDIS_TLS": "true"}, "rediss://:secret@r:6379"},
 		{map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "user:secret"}, "redis://user:secret@r:6379"},
+		{map[string]string{"REDIS_URL": "rediss://r:6379", "REDIS_TLS": "true", "REDIS_TYPE": "single"}, "rediss://r:6379"},
+		{map[string]string{"REDIS_URL": "redis://s:26379?master_set=m", "REDIS_TYPE": "sentinel", "REDIS_TLS": "false"}, "redis://s:26379?master_set=m"},
+		{map[string]string{"REDIS_URL": "/var/run/redis.sock", "REDIS_SOCKET_TYPE": "unix", "REDIS_AUTH": "secret"}, "unix://:secret@/var/run/redis.sock"},
+		{map[string]string{"REDIS_URL": "/var/run/redis.sock"}, "unix:///var/run/redis.sock"},
+		{map[string]string{"REDIS_URL": "r:6379", "REDIS_SOCKET_TYPE": "TCP"}, "redis://r:6379"},
 	} {
 		got, err := redisURL(env(tc.env))
 		if err != nil || got != tc.want {
@@ -306,6 +334,18 @@ func TestUpstreamEnvironment(t *testing.T) {
 	}
 	if c != want {
 		t.Errorf("got  %+v\nwant %+v", c, want)
+	}
+	// envoyproxy/ratelimit's hosts: a host alone takes upstream's port,
+	// and RUNTIME_APPDIRECTORY names the last directory.
+	c, err = parseServe(nil, env(map[string]string{
+		"RUNTIME_ROOT": "/data", "RUNTIME_APPDIRECTORY": "limits", "HOST": "127.0.0.1", "PORT": "9080",
+		"GRPC_HOST": "10.0.0.1", "DEBUG_HOST": "::1", "SHADOW_MODE": "true", "QUOTA_MODE": "false", "BACKEND_TYPE": "redis", "CONFIG_TYPE": "FILE",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != "127.0.0.1:9080" || c.GRPCAddr != "10.0.0.1:8081" || c.DebugAddr != "[::1]:6070" || c.ConfigDir != "/data/limits" || !c.ShadowMode {
+		t.Errorf("hosts, application directory and shadow mode: %+v", c)
 	}
 	// floodgate's own names win.
 	c, err = parseServe([]string{"-config-dir", "/etc/fg"}, env(map[string]string{"RUNTIME_ROOT": "/data", "CONFIG_DIR": "/x", "GRPC_ADDR": "127.0.0.1:1", "GRPC_PORT": "2"}))
