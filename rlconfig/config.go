@@ -19,6 +19,11 @@ import (
 // the Watcher find in a configuration.
 var ErrInvalidConfig = errors.New("rlconfig: invalid configuration")
 
+// MaxFileSize bounds the size of one configuration file that LoadDir and
+// the Watcher read: 16 MiB, sixteen times what a Kubernetes ConfigMap
+// holds.
+const MaxFileSize = 16 << 20
+
 // Options tunes how a configuration is read. The zero value reads it as
 // envoyproxy/ratelimit does by default.
 type Options struct {
@@ -140,7 +145,8 @@ func (c *Config) String() string {
 // subdirectories, and not names starting with a dot, such as the
 // ..data entries of a Kubernetes ConfigMap volume; symbolic links are
 // followed, and a dangling one is a removed file) and parses them
-// together with [Parse].
+// together with [Parse]. A file that is not a regular file (a FIFO, a
+// device) or holds more than [MaxFileSize] bytes is refused.
 func LoadDir(dir string, opts Options) (*Config, error) {
 	files, err := readDir(dir, "")
 	if err != nil {
@@ -174,6 +180,13 @@ func readDir(dir, only string) (map[string][]byte, error) {
 		}
 		if st.IsDir() {
 			continue
+		}
+		if !st.Mode().IsRegular() {
+			// A FIFO would block the read for ever, a device never end.
+			return nil, fmt.Errorf("%w: %s: not a regular file (%v)", ErrInvalidConfig, p, st.Mode().Type())
+		}
+		if st.Size() > MaxFileSize {
+			return nil, fmt.Errorf("%w: %s: %d bytes, more than the %d a configuration file may hold", ErrInvalidConfig, p, st.Size(), MaxFileSize)
 		}
 		data, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -387,6 +388,49 @@ func TestLoadDir(t *testing.T) {
 	}
 	if _, err := rlconfig.LoadDir(filepath.Join(dir, "missing"), rlconfig.Options{}); err == nil || errors.Is(err, rlconfig.ErrInvalidConfig) {
 		t.Errorf("missing directory: %v", err)
+	}
+}
+
+// TestLoadDirOddFiles: a configuration file that is a FIFO, a device or
+// too large is refused at once, naming it; reading it would block for
+// ever or exhaust the memory.
+func TestLoadDirOddFiles(t *testing.T) {
+	fifo := writeDir(t, map[string]string{"a.yaml": "domain: a\n"})
+	if err := syscall.Mkfifo(filepath.Join(fifo, "b.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	device := writeDir(t, map[string]string{"a.yaml": "domain: a\n"})
+	if err := os.Symlink("/dev/zero", filepath.Join(device, "zero.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	big := writeDir(t, map[string]string{"a.yaml": "domain: a\n"})
+	if err := os.WriteFile(filepath.Join(big, "big.yaml"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(big, "big.yaml"), rlconfig.MaxFileSize+1); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]string{fifo: "b.yaml: not a regular file", device: "zero.yaml: not a regular file", big: "big.yaml: 16777217 bytes, more than the 16777216"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := rlconfig.LoadDir(dir, rlconfig.Options{})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, rlconfig.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+				t.Errorf("LoadDir: %v, want an invalid configuration saying %q", err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("LoadDir did not return within 5s (want %q)", want)
+		}
+	}
+	// Exactly the bound is read.
+	if err := os.Truncate(filepath.Join(big, "big.yaml"), rlconfig.MaxFileSize); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rlconfig.LoadDir(big, rlconfig.Options{}); err == nil || strings.Contains(err.Error(), "more than") {
+		t.Errorf("a file of exactly MaxFileSize: %v, want it read (and refused as a file of NUL bytes)", err)
 	}
 }
 
