@@ -40,6 +40,7 @@ type Config struct {
 	domains map[string]*node
 	limits  []*Limit
 	files   []string
+	skipped []string
 }
 
 // node is one descriptor of the tree; a domain's root is a node without
@@ -131,6 +132,18 @@ func (c *Config) Files() []string {
 	return append([]string(nil), c.files...)
 }
 
+// Skipped returns what [LoadDir] or a [Watcher] found in the directory
+// and did not read, sorted: files not named *.yaml or *.yml, and
+// subdirectories (with a trailing "/"); dot files are not listed.
+// envoyproxy/ratelimit reads every file of its directory, subdirectories
+// included, so a service switching from it should warn of each.
+func (c *Config) Skipped() []string {
+	if c == nil {
+		return nil
+	}
+	return append([]string(nil), c.skipped...)
+}
+
 // String lists the configuration's limits, one a line.
 func (c *Config) String() string {
 	var b strings.Builder
@@ -148,24 +161,37 @@ func (c *Config) String() string {
 // together with [Parse]. A file that is not a regular file (a FIFO, a
 // device) or holds more than [MaxFileSize] bytes is refused.
 func LoadDir(dir string, opts Options) (*Config, error) {
-	files, err := readDir(dir, "")
+	files, skipped, err := readDir(dir, "")
 	if err != nil {
 		return nil, err
 	}
-	return Parse(files, opts)
+	return parseDir(files, skipped, opts)
+}
+
+// parseDir parses the files of a directory and records what it skipped.
+func parseDir(files map[string][]byte, skipped []string, opts Options) (*Config, error) {
+	cfg, err := Parse(files, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.skipped = skipped
+	return cfg, nil
 }
 
 // readDir reads the configuration files of dir, or only the one named
-// only when it is not empty.
-func readDir(dir, only string) (map[string][]byte, error) {
+// only when it is not empty. It also returns, sorted, the names of what
+// it did not read (see [Config.Skipped]); none with only.
+func readDir(dir, only string) (map[string][]byte, []string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("rlconfig: read directory: %w", err)
+		return nil, nil, fmt.Errorf("rlconfig: read directory: %w", err)
 	}
 	files := map[string][]byte{}
+	var skipped []string
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) || only != "" && name != only {
+		yaml := strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
+		if strings.HasPrefix(name, ".") || only != "" && name != only {
 			continue
 		}
 		p := filepath.Join(dir, name)
@@ -176,28 +202,38 @@ func readDir(dir, only string) (map[string][]byte, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("rlconfig: %w", err)
+			if !yaml {
+				skipped = append(skipped, name)
+				continue
+			}
+			return nil, nil, fmt.Errorf("rlconfig: %w", err)
 		}
 		if st.IsDir() {
+			skipped = append(skipped, name+"/")
+			continue
+		}
+		if !yaml {
+			skipped = append(skipped, name)
 			continue
 		}
 		if !st.Mode().IsRegular() {
 			// A FIFO would block the read for ever, a device never end.
-			return nil, fmt.Errorf("%w: %s: not a regular file (%v)", ErrInvalidConfig, p, st.Mode().Type())
+			return nil, nil, fmt.Errorf("%w: %s: not a regular file (%v)", ErrInvalidConfig, p, st.Mode().Type())
 		}
 		if st.Size() > MaxFileSize {
-			return nil, fmt.Errorf("%w: %s: %d bytes, more than the %d a configuration file may hold", ErrInvalidConfig, p, st.Size(), MaxFileSize)
+			return nil, nil, fmt.Errorf("%w: %s: %d bytes, more than the %d a configuration file may hold", ErrInvalidConfig, p, st.Size(), MaxFileSize)
 		}
 		data, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("rlconfig: %w", err)
+			return nil, nil, fmt.Errorf("rlconfig: %w", err)
 		}
 		files[name] = data
 	}
-	return files, nil
+	sort.Strings(skipped)
+	return files, skipped, nil
 }
 
 // Parse reads a configuration from files (file name to contents), each

@@ -382,6 +382,11 @@ func TestLoadDir(t *testing.T) {
 	if f := cfg.Files(); !reflect.DeepEqual(f, []string{"a.yaml", "b.yml"}) {
 		t.Errorf("Files = %v", f)
 	}
+	// What envoyproxy/ratelimit would have read is reported, not dropped
+	// unseen.
+	if s := cfg.Skipped(); !reflect.DeepEqual(s, []string{"c.yaml~", "notes.txt", "sub.yaml/"}) {
+		t.Errorf("Skipped = %v", s)
+	}
 	empty, err := rlconfig.LoadDir(t.TempDir(), rlconfig.Options{})
 	if err != nil || len(empty.Domains()) != 0 {
 		t.Errorf("empty directory: %v %v", empty, err)

@@ -147,7 +147,7 @@ func (w *Watcher) load() (*Config, error) {
 
 // read reads and parses the watched files.
 func (w *Watcher) read() (*Config, error) {
-	files, err := readDir(w.dir, w.only)
+	files, skipped, err := readDir(w.dir, w.only)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (w *Watcher) read() (*Config, error) {
 		// configuration that would drop every limit.
 		return nil, fmt.Errorf("rlconfig: %s: %w", filepath.Join(w.dir, w.only), os.ErrNotExist)
 	}
-	return Parse(files, w.opts.Options)
+	return parseDir(files, skipped, w.opts.Options)
 }
 
 // Close stops watching and waits for the Watcher's goroutine to end, so

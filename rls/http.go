@@ -64,6 +64,9 @@ func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
 	cfg := s.Config()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintf(w, "# domains: %s\n# files: %s\n", strings.Join(cfg.Domains(), ", "), strings.Join(cfg.Files(), ", "))
+	if sk := cfg.Skipped(); len(sk) > 0 {
+		fmt.Fprintf(w, "# not read (not *.yaml or *.yml, or a subdirectory): %s\n", strings.Join(sk, ", "))
+	}
 	io.WriteString(w, cfg.String())
 }
 

@@ -145,6 +145,7 @@ func New(opts Options) (*Server, error) {
 	m.configLoadSuccess.Inc()
 	cfg := s.Config()
 	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	s.warnSkipped(cfg)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s, nil
@@ -159,6 +160,16 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 	}
 	s.metrics.configLoadSuccess.Inc()
 	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	s.warnSkipped(cfg)
+}
+
+// warnSkipped logs what the configuration directory holds and was not
+// read, which envoyproxy/ratelimit would have read.
+func (s *Server) warnSkipped(cfg *rlconfig.Config) {
+	if sk := cfg.Skipped(); len(sk) > 0 {
+		s.logger.Warn("entries of the configuration directory not read: floodgate reads the *.yaml and *.yml files at its top level, "+
+			"where envoyproxy/ratelimit reads every file, subdirectories included; rename or move them to apply their limits", "skipped", sk)
+	}
 }
 
 // Config returns the configuration in force. A request reads it once, so
