@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,6 +88,8 @@ type Server struct {
 	gather  prometheus.Gatherer
 	health  *health.Server
 	closing atomic.Bool
+	drained chan struct{} // closed by Shutdown: health watches end
+	drain   sync.Once
 
 	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
@@ -129,7 +132,7 @@ func New(opts Options) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, shadow: opts.ShadowMode, metrics: m, gather: gather,
-		health: health.NewServer(), gates: map[string]*enforce.Gate{}}
+		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
 			Options:  opts.ConfigOptions,
@@ -231,8 +234,66 @@ func gateName(domain string) string {
 // service and server reflection on g.
 func (s *Server) Register(g *grpc.Server) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
-	healthpb.RegisterHealthServer(g, s.health)
+	healthpb.RegisterHealthServer(g, healthService{s.health, s.drained})
 	reflection.Register(g)
+}
+
+// healthService is the standard health service, whose Watch streams end
+// once the Server is shut down: a stream never ends by itself, and
+// grpc.Server.GracefulStop waits for every stream.
+type healthService struct {
+	*health.Server
+	drained <-chan struct{}
+}
+
+// Watch streams the status of req's service until the client leaves or
+// the Server is shut down; then it sends the last status (NOT_SERVING)
+// and ends.
+func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.drained:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ws := &watchStream{Health_WatchServer: stream, ctx: ctx, last: -1}
+	err := h.Server.Watch(req, ws)
+	select {
+	case <-h.drained:
+		if stream.Context().Err() != nil {
+			return err
+		}
+		// The inner Watch has returned, so no other Send runs: send the
+		// status at shutdown unless it was the last one sent.
+		st := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
+		if res, err := h.Server.Check(stream.Context(), req); err == nil {
+			st = res.GetStatus()
+		}
+		if st == ws.last {
+			return nil
+		}
+		return stream.Send(&healthpb.HealthCheckResponse{Status: st})
+	default:
+		return err
+	}
+}
+
+// watchStream is a Watch stream whose context ends at shutdown, and which
+// remembers the last status sent.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx  context.Context
+	last healthpb.HealthCheckResponse_ServingStatus // -1 before any
+}
+
+func (w *watchStream) Context() context.Context { return w.ctx }
+
+func (w *watchStream) Send(res *healthpb.HealthCheckResponse) error {
+	w.last = res.GetStatus()
+	return w.Health_WatchServer.Send(res)
 }
 
 // GRPCServerOptions returns the options a grpc.Server for this service
@@ -247,6 +308,7 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 func (s *Server) Shutdown() {
 	s.closing.Store(true)
 	s.health.Shutdown()
+	s.drain.Do(func() { close(s.drained) })
 }
 
 // Close stops watching the configuration directory and marks the service

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -351,5 +352,36 @@ func TestUpstreamEnvironment(t *testing.T) {
 	c, err = parseServe([]string{"-config-dir", "/etc/fg"}, env(map[string]string{"RUNTIME_ROOT": "/data", "CONFIG_DIR": "/x", "GRPC_ADDR": "127.0.0.1:1", "GRPC_PORT": "2"}))
 	if err != nil || c.ConfigDir != "/etc/fg" || c.GRPCAddr != "127.0.0.1:1" {
 		t.Errorf("%+v, %v", c, err)
+	}
+}
+
+// TestServeShutdownWithHealthWatch: a client watching the gRPC health
+// service does not hold the exit for SHUTDOWN_TIMEOUT; it sees
+// NOT_SERVING and its stream ends.
+func TestServeShutdownWithHealthWatch(t *testing.T) {
+	r := startServe(t, map[string]string{"SHUTDOWN_TIMEOUT": "10s"}, "-config-dir", "../../examples/rls/config")
+	conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := w.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch: %v, %v", m, err)
+	}
+	began := time.Now()
+	r.cancel()
+	if m, err := w.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("watch at shutdown: %v, %v; want NOT_SERVING", m, err)
+	}
+	code := <-r.done
+	r.done <- code // for the cleanup
+	if took := time.Since(began); code != 0 || took > 3*time.Second {
+		t.Errorf("exit %d after %v; want 0 at once, not after SHUTDOWN_TIMEOUT", code, took)
 	}
 }
