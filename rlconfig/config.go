@@ -295,7 +295,7 @@ func (p *parser) file(name string, data []byte) {
 		return
 	}
 	def := inherited{alg: floodgate.FixedWindow}
-	p.extensions(name, raw.Domain, &def, raw.Algorithm, raw.Burst, raw.FailureMode)
+	p.extensions(name, raw.Domain, &def, raw.Algorithm, int64(raw.Burst), raw.FailureMode)
 
 	root, seen := p.cfg.domains[raw.Domain]
 	if seen && !p.opts.MergeDomains {
@@ -362,7 +362,7 @@ func (p *parser) descriptors(file, domain string, parent *node, raws []rawDescri
 			p.problem(file, path, "share_threshold needs a wildcard value (one holding *)")
 		}
 		d := def
-		p.extensions(file, path, &d, rd.Algorithm, rd.Burst, rd.FailureMode)
+		p.extensions(file, path, &d, rd.Algorithm, int64(rd.Burst), rd.FailureMode)
 		n.failure = d.failure
 		n.detailedMetric, n.valueToMetric, n.shareThreshold = rd.DetailedMetric, rd.ValueToMetric, rd.ShareThreshold
 		n.metadata = rd.Metadata
@@ -472,10 +472,10 @@ func (p *parser) limit(file, domain, path string, segs []segment, j, count int, 
 	case *rl.RequestsPerUnit < 0 || *rl.RequestsPerUnit > math.MaxUint32:
 		bad("requests_per_unit %d is outside 0 to %d", *rl.RequestsPerUnit, uint32(math.MaxUint32))
 	default:
-		l.RequestsPerUnit = *rl.RequestsPerUnit
+		l.RequestsPerUnit = int64(*rl.RequestsPerUnit)
 	}
 	d := def
-	p.extensions(file, where, &d, rl.Algorithm, rl.Burst, "")
+	p.extensions(file, where, &d, rl.Algorithm, int64(rl.Burst), "")
 	if len(p.errs) > nerr {
 		return nil
 	}

@@ -80,6 +80,8 @@ descriptors:
 			[]string{"a.yaml: d.k: requests_per_unit is missing"}},
 		{"negative requests_per_unit", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n"},
 			[]string{"requests_per_unit -1 is outside 0 to 4294967295"}},
+		{"fractional requests_per_unit and burst", map[string]string{"a.yaml": "domain: d\nalgorithm: token_bucket\nburst: 2.5\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0.5}\n"},
+			[]string{"a.yaml: line 3: burst 2.5 is not a whole number", "a.yaml: line 6: requests_per_unit 0.5 is not a whole number"}},
 		{"unlimited with unit", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unlimited: true}\n"},
 			[]string{"a.yaml: d.k: unit must not be set on an unlimited limit"}},
 		{"replaces empty", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]}\n"},
@@ -475,5 +477,21 @@ descriptors:
 	m := cfg.Match("api", e("user", "ana"))
 	if m.Outcome != rlconfig.Limited || len(m.Limits) != 3 || m.FailureMode != rlconfig.FailOpen || !m.Limits[2].ShadowMode {
 		t.Errorf("doc example: %+v", m)
+	}
+}
+
+// TestWholeNumbers: requests_per_unit and burst take an integer in any
+// YAML form, or a float without fraction.
+func TestWholeNumbers(t *testing.T) {
+	for _, tc := range []struct{ rpu, burst string }{{"1e3", "2.0"}, {"0x3e8", "2"}, {"1000.0", "0o2"}} {
+		y := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: " + tc.rpu + ", algorithm: token_bucket, burst: " + tc.burst + "}\n"
+		cfg, err := rlconfig.Parse(map[string][]byte{"a.yaml": []byte(y)}, rlconfig.Options{})
+		if err != nil {
+			t.Errorf("%v: %v", tc, err)
+			continue
+		}
+		if l := cfg.Limits()[0]; l.RequestsPerUnit != 1000 || l.Rule.Burst != 2 {
+			t.Errorf("%v: %d per second, burst %d; want 1000 and 2", tc, l.RequestsPerUnit, l.Rule.Burst)
+		}
 	}
 }

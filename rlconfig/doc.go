@@ -92,6 +92,9 @@
 //     0 and denies every request; write 0 to mean that.
 //   - A file with several YAML documents; envoyproxy/ratelimit reads the
 //     first.
+//   - A requests_per_unit (or burst) with a fraction: the YAML decoder
+//     truncates it, so envoyproxy/ratelimit reads 0.5 as 0 and denies
+//     every request. 1e3 and 1000.0 are whole, and read.
 //
 // Keys and values are matched as pairs. envoyproxy/ratelimit joins them
 // into one "key_value" string, so there key "a" with value "b_c" collides
