@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
@@ -50,6 +51,8 @@ type serveConfig struct {
 	DecisionTimeout time.Duration // DECISION_TIMEOUT: default 50ms
 	DenialCache     int           // DENIAL_CACHE_SIZE (or LOCAL_CACHE_SIZE_IN_BYTES / 300): denials answered locally; 0 (default) is off
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT: how long in-flight calls may take to finish; default 10s
+	MaxConnAge      time.Duration // GRPC_MAX_CONNECTION_AGE: a gRPC connection is sent GOAWAY after it; default 24h, as upstream
+	MaxConnAgeGrace time.Duration // GRPC_MAX_CONNECTION_AGE_GRACE: then closed this much later; default 1h, as upstream
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
 	LogFormat       string        // LOG_FORMAT: text or json
 	ShadowMode      bool          // SHADOW_MODE: every configured limit in shadow mode
@@ -65,6 +68,8 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		HTTPAddr:        ":8080",
 		DecisionTimeout: floodgate.DefaultTimeout,
 		ShutdownTimeout: 10 * time.Second,
+		MaxConnAge:      24 * time.Hour,
+		MaxConnAgeGrace: time.Hour,
 	}
 	var errs []error
 	bad := func(name, format string, a ...any) {
@@ -232,6 +237,8 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		c.DenialCache = n / 300
 	}
 	duration("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	duration("GRPC_MAX_CONNECTION_AGE", &c.MaxConnAge)
+	duration("GRPC_MAX_CONNECTION_AGE_GRACE", &c.MaxConnAgeGrace)
 
 	switch v := strings.ToLower(getenv("LOG_LEVEL")); v {
 	case "", "info":
@@ -443,7 +450,9 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	}
 	defer srv.Close()
 
-	gs := grpc.NewServer(srv.GRPCServerOptions()...)
+	gs := grpc.NewServer(append(srv.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
+	}))...)
 	srv.Register(gs)
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	web := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}

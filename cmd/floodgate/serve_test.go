@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -40,18 +41,20 @@ func TestServeConfiguration(t *testing.T) {
 	}{
 		{"no configuration directory", map[string]string{}, nil, []string{"CONFIG_DIR: is required"}},
 		{"everything wrong", map[string]string{
-			"CONFIG_DIR":          "x",
-			"GRPC_ADDR":           "nowhere",
-			"HTTP_ADDR":           ":99999",
-			"DECISION_TIMEOUT":    "fast",
-			"SHUTDOWN_TIMEOUT":    "-1s",
-			"LOG_LEVEL":           "loud",
-			"LOG_FORMAT":          "xml",
-			"REDIS_URL":           "http://example",
-			"MERGE_DOMAIN_CONFIG": "perhaps",
-			"CACHE_KEY_PREFIX":    "{x}",
-			"DENIAL_CACHE_SIZE":   "-3",
+			"CONFIG_DIR":              "x",
+			"GRPC_ADDR":               "nowhere",
+			"HTTP_ADDR":               ":99999",
+			"DECISION_TIMEOUT":        "fast",
+			"SHUTDOWN_TIMEOUT":        "-1s",
+			"LOG_LEVEL":               "loud",
+			"LOG_FORMAT":              "xml",
+			"REDIS_URL":               "http://example",
+			"MERGE_DOMAIN_CONFIG":     "perhaps",
+			"CACHE_KEY_PREFIX":        "{x}",
+			"DENIAL_CACHE_SIZE":       "-3",
+			"GRPC_MAX_CONNECTION_AGE": "0s", "GRPC_MAX_CONNECTION_AGE_GRACE": "soon",
 		}, nil, []string{
+			`GRPC_MAX_CONNECTION_AGE: "0s" is not a positive duration`, `GRPC_MAX_CONNECTION_AGE_GRACE: "soon" is not a positive duration`,
 			`DENIAL_CACHE_SIZE: "-3" is not a whole number`,
 			`CACHE_KEY_PREFIX: redisstore: invalid options: prefix "{x}" has a brace`,
 			`GRPC_ADDR: "nowhere" is not HOST:PORT`, `HTTP_ADDR: ":99999" is not HOST:PORT`,
@@ -332,6 +335,7 @@ func TestUpstreamEnvironment(t *testing.T) {
 		RedisURL: "redis://redis:6379", RedisPrefix: "rl_", GRPCAddr: ":9081", HTTPAddr: ":9080", DebugAddr: ":6070",
 		ConfigDir: "/data/ratelimit/config", MergeDomains: true, DecisionTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, LogLevel: slog.LevelWarn, LogFormat: "text",
+		MaxConnAge: 24 * time.Hour, MaxConnAgeGrace: time.Hour,
 	}
 	if c != want {
 		t.Errorf("got  %+v\nwant %+v", c, want)
@@ -383,5 +387,29 @@ func TestServeShutdownWithHealthWatch(t *testing.T) {
 	r.done <- code // for the cleanup
 	if took := time.Since(began); code != 0 || took > 3*time.Second {
 		t.Errorf("exit %d after %v; want 0 at once, not after SHUTDOWN_TIMEOUT", code, took)
+	}
+}
+
+// TestServeMaxConnectionAge: GRPC_MAX_CONNECTION_AGE, as upstream, sends
+// a gRPC connection GOAWAY once it is that old, so clients spread over
+// instances added since; the client reconnects and its calls go on.
+func TestServeMaxConnectionAge(t *testing.T) {
+	r := startServe(t, map[string]string{"GRPC_MAX_CONNECTION_AGE": "200ms", "GRPC_MAX_CONNECTION_AGE_GRACE": "100ms"}, "-config-dir", "../../examples/rls/config")
+	conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	var before, after peer.Peer
+	if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Peer(&before)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Peer(&after)); err != nil {
+		t.Fatalf("after the connection's age: %v", err)
+	}
+	if after.LocalAddr.String() == before.LocalAddr.String() {
+		t.Errorf("one connection (from %s) after 1s; want a new one after 200ms", before.LocalAddr)
 	}
 }
