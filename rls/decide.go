@@ -80,7 +80,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err := p.decide(ctx, g, s.enf.Limiter()); err != nil {
 		return nil, err
 	}
-	p.count(s.metrics, req.GetDomain())
+	p.count(s.metrics, req.GetDomain(), s.near)
 	return p.response(), nil
 }
 

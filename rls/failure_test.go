@@ -111,6 +111,14 @@ func TestMetricFigures(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
+	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO, 0.5: near from 5 of 10.
+	half := start(t, setup{yaml: "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", store: memstore.New(memstore.Options{}), near: 0.5})
+	for range 6 {
+		half.call(t, req("m", desc("k=v")))
+	}
+	if got := counter(t, half.reg, "floodgate_rls_near_limit_total", labels); got != 2 {
+		t.Errorf("near_limit %v after 6 of 10 with a ratio of 0.5, want 2 (the 5th and the 6th)", got)
+	}
 	for code, want := range map[string]float64{"ok": 10, "over_limit": 2} {
 		if got := counter(t, svc.reg, "floodgate_rls_requests_total", map[string]string{"code": code}); got != want {
 			t.Errorf("requests_total{code=%q} = %v, want %v", code, got, want)

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,11 @@ type Options struct {
 	// reported in the metrics, and never deny. A request's own limit
 	// override (a descriptor's limit) is still enforced.
 	ShadowMode bool
+	// NearLimitRatio is the share of a limit that a hit must leave used
+	// to count as near it (floodgate_rls_near_limit_total), as
+	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
+	// means 0.8.
+	NearLimitRatio float64
 }
 
 // Server is the Envoy RLS v3 rate-limit service: it matches each
@@ -83,7 +89,8 @@ type Server struct {
 	logger  *slog.Logger
 	watcher *rlconfig.Watcher // nil with a fixed Config
 	fixed   *rlconfig.Config
-	shadow  bool // Options.ShadowMode
+	shadow  bool    // Options.ShadowMode
+	near    float64 // Options.NearLimitRatio, or its default
 	metrics *metrics
 	gather  prometheus.Gatherer
 	health  *health.Server
@@ -109,6 +116,9 @@ func New(opts Options) (*Server, error) {
 	if opts.ConfigDir != "" && opts.Config != nil {
 		errs = append(errs, fmt.Errorf("%w: set ConfigDir or Config, not both", ErrInvalidOptions))
 	}
+	if r := opts.NearLimitRatio; !(r >= 0 && r <= 1) {
+		errs = append(errs, fmt.Errorf("%w: NearLimitRatio %v is not above 0 and at most 1", ErrInvalidOptions, r))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -131,7 +141,7 @@ func New(opts Options) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, shadow: opts.ShadowMode, metrics: m, gather: gather,
+	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, shadow: opts.ShadowMode, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{

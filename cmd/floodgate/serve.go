@@ -56,6 +56,7 @@ type serveConfig struct {
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
 	LogFormat       string        // LOG_FORMAT: text or json
 	ShadowMode      bool          // SHADOW_MODE: every configured limit in shadow mode
+	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 }
 
 // errConfig marks a configuration that cannot be used: exit status 2.
@@ -157,6 +158,13 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		return b
 	}
 	c.ShadowMode = boolean("SHADOW_MODE")
+	if v := getenv("NEAR_LIMIT_RATIO"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(r > 0 && r <= 1) {
+			bad("NEAR_LIMIT_RATIO", "%q is not a number above 0 and at most 1", v)
+		}
+		c.NearLimitRatio = r
+	}
 	// What envoyproxy/ratelimit does and floodgate cannot: refused, so
 	// that no deployment switches and silently loses it.
 	for _, u := range []struct{ name, why string }{
@@ -437,13 +445,14 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	}
 	defer enf.Close()
 	srv, err := rls.New(rls.Options{
-		Enforcer:      enf,
-		ConfigDir:     cfg.ConfigDir,
-		ConfigOptions: rlconfig.Options{MergeDomains: cfg.MergeDomains},
-		Registerer:    reg,
-		Gatherer:      reg,
-		Logger:        logger,
-		ShadowMode:    cfg.ShadowMode,
+		Enforcer:       enf,
+		ConfigDir:      cfg.ConfigDir,
+		ConfigOptions:  rlconfig.Options{MergeDomains: cfg.MergeDomains},
+		Registerer:     reg,
+		Gatherer:       reg,
+		Logger:         logger,
+		ShadowMode:     cfg.ShadowMode,
+		NearLimitRatio: cfg.NearLimitRatio,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)

@@ -52,8 +52,9 @@ func TestServeConfiguration(t *testing.T) {
 			"MERGE_DOMAIN_CONFIG":     "perhaps",
 			"CACHE_KEY_PREFIX":        "{x}",
 			"DENIAL_CACHE_SIZE":       "-3",
-			"GRPC_MAX_CONNECTION_AGE": "0s", "GRPC_MAX_CONNECTION_AGE_GRACE": "soon",
+			"GRPC_MAX_CONNECTION_AGE": "0s", "GRPC_MAX_CONNECTION_AGE_GRACE": "soon", "NEAR_LIMIT_RATIO": "1.2",
 		}, nil, []string{
+			`NEAR_LIMIT_RATIO: "1.2" is not a number above 0 and at most 1`,
 			`GRPC_MAX_CONNECTION_AGE: "0s" is not a positive duration`, `GRPC_MAX_CONNECTION_AGE_GRACE: "soon" is not a positive duration`,
 			`DENIAL_CACHE_SIZE: "-3" is not a whole number`,
 			`CACHE_KEY_PREFIX: redisstore: invalid options: prefix "{x}" has a brace`,
@@ -344,12 +345,12 @@ func TestUpstreamEnvironment(t *testing.T) {
 	// and RUNTIME_APPDIRECTORY names the last directory.
 	c, err = parseServe(nil, env(map[string]string{
 		"RUNTIME_ROOT": "/data", "RUNTIME_APPDIRECTORY": "limits", "HOST": "127.0.0.1", "PORT": "9080",
-		"GRPC_HOST": "10.0.0.1", "DEBUG_HOST": "::1", "SHADOW_MODE": "true", "QUOTA_MODE": "false", "BACKEND_TYPE": "redis", "CONFIG_TYPE": "FILE",
+		"GRPC_HOST": "10.0.0.1", "DEBUG_HOST": "::1", "SHADOW_MODE": "true", "NEAR_LIMIT_RATIO": "0.9", "QUOTA_MODE": "false", "BACKEND_TYPE": "redis", "CONFIG_TYPE": "FILE",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.HTTPAddr != "127.0.0.1:9080" || c.GRPCAddr != "10.0.0.1:8081" || c.DebugAddr != "[::1]:6070" || c.ConfigDir != "/data/limits" || !c.ShadowMode {
+	if c.HTTPAddr != "127.0.0.1:9080" || c.GRPCAddr != "10.0.0.1:8081" || c.DebugAddr != "[::1]:6070" || c.ConfigDir != "/data/limits" || !c.ShadowMode || c.NearLimitRatio != 0.9 {
 		t.Errorf("hosts, application directory and shadow mode: %+v", c)
 	}
 	// floodgate's own names win.
