@@ -248,11 +248,40 @@ func (w *Watcher) watchLinks() {
 		w.links[parent][name] = true
 	}
 	add(w.dir)
-	for p := filepath.Dir(w.dir); p != filepath.Dir(p); p = filepath.Dir(p) {
-		if st, err := os.Lstat(p); err == nil && st.Mode()&os.ModeSymlink != 0 {
-			add(p)
+	// Every symbolic link met resolving the path, the targets' own
+	// included (a directory linked to RUNTIME_ROOT/config, RUNTIME_ROOT
+	// itself a link that is swapped), up to 40 as the kernel allows.
+	path := w.dir
+	for range 40 {
+		link, rest := firstLink(path)
+		if link == "" {
+			return
+		}
+		add(link)
+		target, err := os.Readlink(link)
+		if err != nil {
+			return
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(link), target)
+		}
+		path = filepath.Join(target, rest)
+	}
+}
+
+// firstLink returns the first prefix of the absolute path p, from the
+// root down, that is a symbolic link, and the rest of p after it; "" when
+// none is.
+func firstLink(p string) (link, rest string) {
+	parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), string(filepath.Separator)), string(filepath.Separator))
+	q := string(filepath.Separator)
+	for i, part := range parts {
+		q = filepath.Join(q, part)
+		if st, err := os.Lstat(q); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			return q, filepath.Join(parts[i+1:]...)
 		}
 	}
+	return "", ""
 }
 
 func (w *Watcher) report(cfg *Config, err error) {
