@@ -158,7 +158,9 @@ func (c *Config) String() string {
 // subdirectories, and not names starting with a dot, such as the
 // ..data entries of a Kubernetes ConfigMap volume; symbolic links are
 // followed, and a dangling one is a removed file) and parses them
-// together with [Parse]. A file that is not a regular file (a FIFO, a
+// together with [Parse]. In a ConfigMap volume (dir holds a ..data link
+// to a directory), the files of the version that ..data names are read,
+// all of one version. A file that is not a regular file (a FIFO, a
 // device) or holds more than [MaxFileSize] bytes is refused.
 func LoadDir(dir string, opts Options) (*Config, error) {
 	files, skipped, err := readDir(dir, "")
@@ -181,7 +183,34 @@ func parseDir(files map[string][]byte, skipped []string, opts Options) (*Config,
 // readDir reads the configuration files of dir, or only the one named
 // only when it is not empty. It also returns, sorted, the names of what
 // it did not read (see [Config.Skipped]); none with only.
+//
+// A Kubernetes ConfigMap volume holds its files in the directory that its
+// ..data link names, swapped whole on each update; the names in dir are
+// links into it, made and removed around the swap. Its files are read
+// from one resolution of ..data, and read again if ..data was swapped
+// meanwhile, so that a read never mixes two versions (a domain moved from
+// one file to another would be lost or doubled) nor misses a file whose
+// link is not made yet.
 func readDir(dir, only string) (map[string][]byte, []string, error) {
+	link := filepath.Join(dir, "..data")
+	for range 100 {
+		data, err := filepath.EvalSymlinks(link)
+		if err != nil {
+			break // not a ConfigMap volume
+		}
+		if st, err := os.Stat(data); err != nil || !st.IsDir() {
+			break
+		}
+		files, skipped, err := readFiles(data, only)
+		if now, _ := filepath.EvalSymlinks(link); now == data {
+			return files, skipped, err
+		}
+	}
+	return readFiles(dir, only)
+}
+
+// readFiles reads the configuration files of dir, as readDir does.
+func readFiles(dir, only string) (map[string][]byte, []string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rlconfig: read directory: %w", err)
