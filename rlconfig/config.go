@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -160,7 +162,8 @@ func (c *Config) String() string {
 // followed, and a dangling one is a removed file) and parses them
 // together with [Parse]. In a ConfigMap volume (dir holds a ..data link
 // to a directory), the files of the version that ..data names are read,
-// all of one version. A file that is not a regular file (a FIFO, a
+// all of one version, with any file of dir that is not a link into
+// ..data. A file that is not a regular file (a FIFO, a
 // device) or holds more than [MaxFileSize] bytes is refused.
 func LoadDir(dir string, opts Options) (*Config, error) {
 	files, skipped, err := readDir(dir, "")
@@ -186,11 +189,13 @@ func parseDir(files map[string][]byte, skipped []string, opts Options) (*Config,
 //
 // A Kubernetes ConfigMap volume holds its files in the directory that its
 // ..data link names, swapped whole on each update; the names in dir are
-// links into it, made and removed around the swap. Its files are read
-// from one resolution of ..data, and read again if ..data was swapped
-// meanwhile, so that a read never mixes two versions (a domain moved from
-// one file to another would be lost or doubled) nor misses a file whose
-// link is not made yet.
+// links into ..data, made and removed around the swap. Those files are
+// read from one resolution of ..data, and read again if ..data was
+// swapped meanwhile, so that a read never mixes two versions (a domain
+// moved from one file to another would be lost or doubled) nor misses a
+// file whose link is not made yet. An entry of dir that is not a link
+// into ..data is read as in any directory, and wins over the version's
+// file of its name.
 func readDir(dir, only string) (map[string][]byte, []string, error) {
 	link := filepath.Join(dir, "..data")
 	for range 100 {
@@ -201,16 +206,24 @@ func readDir(dir, only string) (map[string][]byte, []string, error) {
 		if st, err := os.Stat(data); err != nil || !st.IsDir() {
 			break
 		}
-		files, skipped, err := readFiles(data, only)
+		files, skipped, err := readFiles(data, only, false)
+		if err == nil {
+			var own map[string][]byte
+			var ownSkipped []string
+			own, ownSkipped, err = readFiles(dir, only, true)
+			maps.Copy(files, own)
+			skipped = slices.Compact(slices.Sorted(slices.Values(append(skipped, ownSkipped...))))
+		}
 		if now, _ := filepath.EvalSymlinks(link); now == data {
 			return files, skipped, err
 		}
 	}
-	return readFiles(dir, only)
+	return readFiles(dir, only, false)
 }
 
-// readFiles reads the configuration files of dir, as readDir does.
-func readFiles(dir, only string) (map[string][]byte, []string, error) {
+// readFiles reads the configuration files of dir, as readDir does;
+// without the entries that are links into ..data when views is set.
+func readFiles(dir, only string, views bool) (map[string][]byte, []string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rlconfig: read directory: %w", err)
@@ -224,6 +237,11 @@ func readFiles(dir, only string) (map[string][]byte, []string, error) {
 			continue
 		}
 		p := filepath.Join(dir, name)
+		if views {
+			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(filepath.Clean(t), "..data"+string(filepath.Separator)) {
+				continue // the version's file, read from ..data
+			}
+		}
 		st, err := os.Stat(p) // follows a symbolic link
 		if errors.Is(err, os.ErrNotExist) {
 			// Removed since the listing, or a link left dangling for a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -94,5 +95,33 @@ func TestConfigMapSwapIsAtomic(t *testing.T) {
 	wg.Wait()
 	if mixed > 0 || failed > 0 {
 		t.Errorf("of %d reloads during swaps, %d mixed two versions and %d failed; want none", reloads, mixed, failed)
+	}
+}
+
+// TestConfigMapWithOwnFiles: beside a ConfigMap's links into ..data, a
+// file of the directory's own (a copied volume being edited) is read, and
+// wins over the version's file of its name; the version's file whose
+// link is not made yet is read too.
+func TestConfigMapWithOwnFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "..v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"a.yaml": limitFile("1"), "b.yaml": "domain: b\n", "new.yaml": "domain: new\n"} {
+		write(t, filepath.Join(dir, "..v1", name), body)
+	}
+	symlink(t, "..v1", filepath.Join(dir, "..data"))
+	symlink(t, filepath.Join("..data", "b.yaml"), filepath.Join(dir, "b.yaml"))
+	write(t, filepath.Join(dir, "a.yaml"), limitFile("7"))
+	write(t, filepath.Join(dir, "own.yaml"), "domain: own\n")
+	cfg, err := rlconfig.LoadDir(dir, rlconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := limitOf(cfg); got != 7 {
+		t.Errorf("limit %d, want the directory's own a.yaml's 7", got)
+	}
+	if got := cfg.Domains(); !slices.Equal(got, []string{"b", "d", "new", "own"}) {
+		t.Errorf("domains %v, want b, d, new and own", got)
 	}
 }
