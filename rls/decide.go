@@ -66,10 +66,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.metrics.unknownDomain.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
-	if s.shadow {
-		shadowed(ms)
-	}
-	p, err := newPlan(req, entries, ms)
+	p, err := newPlan(req, entries, ms, s.shadow)
 	if err != nil {
 		return nil, err
 	}
@@ -84,18 +81,17 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return p.response(), nil
 }
 
-// shadowed puts every limit of ms in shadow mode (Options.ShadowMode).
+// shadowed returns m with every limit in shadow mode (Options.ShadowMode).
 // The configuration's limits are shared, so each is copied.
-func shadowed(ms []rlconfig.Match) {
-	for i := range ms {
-		ls := make([]*rlconfig.Limit, len(ms[i].Limits))
-		for j, l := range ms[i].Limits {
-			c := *l
-			c.ShadowMode = true
-			ls[j] = &c
-		}
-		ms[i].Limits = ls
+func shadowed(m rlconfig.Match) rlconfig.Match {
+	ls := make([]*rlconfig.Limit, len(m.Limits))
+	for j, l := range m.Limits {
+		c := *l
+		c.ShadowMode = true
+		ls[j] = &c
 	}
+	m.Limits = ls
+	return m
 }
 
 // requestEntries checks the request's shape and returns its descriptors'
@@ -176,8 +172,9 @@ type planned struct {
 }
 
 // newPlan builds the hits of a request's matched descriptors, refusing
-// a cost that no limit could admit.
-func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match) (*plan, error) {
+// a cost that no limit could admit; with shadow, every limit (a limit
+// override's too) is in shadow mode.
+func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match, shadow bool) (*plan, error) {
 	base := int64(max(req.GetHitsAddend(), 1))
 	p := &plan{descs: make([]desc, len(ms))}
 	index := map[hitID]int{}
@@ -187,6 +184,9 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 			if m, err = override(req.GetDomain(), entries[i], lo, m); err != nil {
 				return nil, err
 			}
+		}
+		if shadow {
+			m = shadowed(m)
 		}
 		d := desc{match: m, cost: base}
 		if ha := req.GetDescriptors()[i].GetHitsAddend(); ha != nil {

@@ -24,8 +24,8 @@
 //     hit would be allowed now and records nothing. A peek that would be
 //     denied makes the request OVER_LIMIT.
 //   - A shadow_mode limit is counted and reported, and never denies;
-//     [Options.ShadowMode] makes every configured limit one
-//     (envoyproxy/ratelimit's SHADOW_MODE), a limit override excepted.
+//     [Options.ShadowMode] makes every limit one, limit overrides
+//     included (envoyproxy/ratelimit's SHADOW_MODE).
 //   - A descriptor's limit override (Envoy's rate limit action with a
 //     limit) replaces what the configuration says of it, as in
 //     envoyproxy/ratelimit: a fixed window of requests_per_unit per unit

@@ -63,10 +63,11 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives the reload and refusal logs; nil discards them.
 	Logger *slog.Logger
-	// ShadowMode puts every configured limit in shadow mode, as
+	// ShadowMode puts every limit in shadow mode, as
 	// envoyproxy/ratelimit's SHADOW_MODE does: the limits are counted and
 	// reported in the metrics, and never deny. A request's own limit
-	// override (a descriptor's limit) is still enforced.
+	// override (a descriptor's limit) too: upstream answers OK whatever
+	// any limit says.
 	ShadowMode bool
 	// NearLimitRatio is the share of a limit that a hit must leave used
 	// to count as near it (floodgate_rls_near_limit_total), as

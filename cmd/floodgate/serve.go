@@ -55,7 +55,7 @@ type serveConfig struct {
 	MaxConnAgeGrace time.Duration // GRPC_MAX_CONNECTION_AGE_GRACE: then closed this much later; default 1h, as upstream
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
 	LogFormat       string        // LOG_FORMAT: text or json
-	ShadowMode      bool          // SHADOW_MODE: every configured limit in shadow mode
+	ShadowMode      bool          // SHADOW_MODE: every limit in shadow mode
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 }
 
