@@ -162,6 +162,9 @@ func New(opts Options) (*Server, error) {
 	s.warnSkipped(cfg)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	// The name envoyproxy/ratelimit serves its health under: the probes
+	// and Envoy health checks of a switching deployment ask for it.
+	s.health.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
 	return s, nil
 }
 
