@@ -180,12 +180,23 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 	s.warnSkipped(cfg)
 }
 
-// warnSkipped logs what the configuration directory holds and was not
-// read, which envoyproxy/ratelimit would have read.
+// warnSkipped logs what of the configuration envoyproxy/ratelimit would
+// apply and the Server does not: what the directory holds and was not
+// read, and the limits in quota_mode, which are enforced as any other.
 func (s *Server) warnSkipped(cfg *rlconfig.Config) {
 	if sk := cfg.Skipped(); len(sk) > 0 {
 		s.logger.Warn("entries of the configuration directory not read: floodgate reads the *.yaml and *.yml files at its top level, "+
 			"where envoyproxy/ratelimit reads every file, subdirectories included; rename or move them to apply their limits", "skipped", sk)
+	}
+	var quota []string
+	for _, l := range cfg.Limits() {
+		if l.QuotaMode {
+			quota = append(quota, l.Label)
+		}
+	}
+	if len(quota) > 0 {
+		s.logger.Warn("quota_mode is not interpreted: these limits deny as any other, where envoyproxy/ratelimit lets a request "+
+			"through while one of its quota_mode descriptors has quota left", "limits", quota)
 	}
 }
 

@@ -19,10 +19,11 @@ import (
 // directory, subdirectories included; floodgate reads the *.yaml and
 // *.yml files at the top. What it does not read is logged as a warning
 // at start and at each reload, and listed by /rlconfig, so a switching
-// deployment does not lose limits unseen.
+// deployment does not lose limits unseen; so is a quota_mode limit,
+// which floodgate enforces as any other.
 func TestSkippedFilesWarned(t *testing.T) {
 	dir := configDir(t, map[string]string{
-		"a.yaml":   "domain: a\n",
+		"a.yaml":   "domain: a\ndescriptors:\n  - key: q\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
 		"edge":     "domain: edge\n",
 		".hidden":  "domain: h\n",
 		"notes.md": "# notes\n",
@@ -48,6 +49,9 @@ func TestSkippedFilesWarned(t *testing.T) {
 	if want := `level=WARN msg="entries of the configuration directory not read`; strings.Count(logs.String(), want) != 1 ||
 		!strings.Contains(logs.String(), "skipped=\"[edge more/ notes.md]\"") {
 		t.Errorf("the start's logs do not warn once of edge, more/ and notes.md:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="quota_mode is not interpreted`) || !strings.Contains(logs.String(), "limits=[a.q]") {
+		t.Errorf("the start's logs do not warn that a.q's quota_mode is not interpreted:\n%s", logs.String())
 	}
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
