@@ -59,6 +59,30 @@ type serveConfig struct {
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 }
 
+// serveUsage is what -h prints: the service's flag and environment, in
+// brief; docs/SERVICE.md has the rest.
+const serveUsage = `usage: floodgate [serve] [-config-dir DIR]
+
+Envoy's rate-limit service (RLS v3 on gRPC, POST /json on HTTP) on the
+envoyproxy/ratelimit YAML files of DIR (or CONFIG_DIR), configured by the
+environment, envoyproxy/ratelimit's names read where floodgate's are unset:
+
+  CONFIG_DIR            or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY
+  REDIS_URL             redis://, rediss://, unix:// or HOST:PORT; empty: in memory
+                        (REDIS_TYPE, REDIS_AUTH, REDIS_TLS, REDIS_SOCKET_TYPE)
+  CACHE_KEY_PREFIX      the Redis key prefix (fg:)
+  GRPC_ADDR             :8081 (GRPC_HOST, GRPC_PORT)
+  HTTP_ADDR             :8080 (HOST, PORT)
+  DEBUG_ADDR            /rlconfig and /metrics apart (DEBUG_HOST, DEBUG_PORT)
+  DECISION_TIMEOUT      50ms, the budget of one decision
+  SHUTDOWN_TIMEOUT      10s
+  MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
+  (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
+
+Every problem is listed at start, with exit status 2. docs/SERVICE.md
+tells the rest.
+`
+
 // errConfig marks a configuration that cannot be used: exit status 2.
 var errConfig = errors.New("invalid configuration")
 
@@ -82,7 +106,9 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	configDir := fs.String("config-dir", "", "the directory of envoyproxy/ratelimit YAML files (CONFIG_DIR)")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return c, err
+	} else if err != nil {
 		bad("flags", "%v (the service takes -config-dir DIR; everything else is in the environment)", err)
 	} else if fs.NArg() > 0 {
 		bad("flags", "unexpected arguments %q", fs.Args())
@@ -366,6 +392,10 @@ type serveHooks struct {
 // finish (at most SHUTDOWN_TIMEOUT), then the stores close.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, hooks serveHooks) int {
 	cfg, err := parseServe(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		io.WriteString(stderr, serveUsage)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "floodgate:", err)
 		return 2

@@ -414,3 +414,15 @@ func TestServeMaxConnectionAge(t *testing.T) {
 		t.Errorf("one connection (from %s) after 1s; want a new one after 200ms", before.LocalAddr)
 	}
 }
+
+// TestServeHelp: -h prints the service's usage, exit 0, rather than
+// refusing to start.
+func TestServeHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"serve", "-help"}} {
+		var errs bytes.Buffer
+		if code := serve(context.Background(), args, env(map[string]string{}), &errs, serveHooks{}); code != 0 ||
+			!strings.HasPrefix(errs.String(), "usage: floodgate [serve] [-config-dir DIR]") || strings.Contains(errs.String(), "is required") {
+			t.Errorf("%v: exit %d:\n%s", args, code, errs.String())
+		}
+	}
+}
