@@ -287,6 +287,9 @@ func (l *Limiter) budget(ctx context.Context) (context.Context, context.CancelFu
 	if l.timeout < 0 || l.local != nil {
 		return ctx, func() {}
 	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.timeout {
+		return ctx, func() {} // the caller's is as tight: spare a timer
+	}
 	return context.WithTimeout(ctx, l.timeout)
 }
 

@@ -140,6 +140,48 @@ func TestStoreFailures(t *testing.T) {
 	}
 }
 
+// deadlineStore records the deadline of the context each Take gets.
+type deadlineStore struct {
+	floodgate.Store
+	got []time.Time
+}
+
+func (s *deadlineStore) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	d, _ := ctx.Deadline()
+	s.got = append(s.got, d)
+	return make([]floodgate.Result, len(hits)), nil
+}
+
+// TestBudgetIsTheTighterDeadline: a store's call gets the Limiter's budget
+// unless the caller's own deadline comes first, which it then keeps as it
+// is.
+func TestBudgetIsTheTighterDeadline(t *testing.T) {
+	s := &deadlineStore{}
+	l, err := floodgate.New(s, floodgate.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustRule(t, "budget", 1, time.Minute)
+	soon, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	late, cancelLate := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelLate()
+	start := time.Now()
+	for _, ctx := range []context.Context{soon, late, context.Background()} {
+		if _, err := l.Allow(ctx, r, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want, _ := soon.Deadline(); !s.got[0].Equal(want) {
+		t.Errorf("caller's deadline in 100ms: the store got %v, want the caller's %v", s.got[0], want)
+	}
+	for i, name := range []string{"in an hour", "none"} {
+		if got := s.got[i+1]; got.Before(start.Add(time.Second)) || got.After(time.Now().Add(time.Second)) {
+			t.Errorf("caller's deadline %s: the store got %v, want the Limiter's budget of 1s after %v", name, got, start)
+		}
+	}
+}
+
 func TestRefundOfDenialIsNoop(t *testing.T) {
 	l := newLimiter(t)
 	r := mustRule(t, "r", 1, time.Minute)

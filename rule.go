@@ -14,8 +14,8 @@ type Algorithm uint8
 const (
 	// SlidingWindow is an exact sliding-window log: a request is admitted when
 	// fewer than Limit requests were admitted in the last Window. It keeps
-	// the times of the last Limit admitted requests, 7 bytes each in Redis,
-	// so its memory grows with Limit (7 KB a key at 1,000), which is capped at
+	// the times of the last Limit admitted requests, 6 bytes each in Redis,
+	// so its memory grows with Limit (6 KB a key at 1,000), which is capped at
 	// MaxSlidingLimit. It is the zero value and the default.
 	SlidingWindow Algorithm = iota
 	// TokenBucket is a token bucket of capacity Burst refilled at Limit tokens
@@ -133,8 +133,8 @@ func NewRule(name string, limit int64, window time.Duration, alg Algorithm) (Rul
 
 // MaxShorthandLimit is the highest limit of the shorthands [PerSecond],
 // [PerMinute] and [PerHour]. They give an exact sliding-window log, whose
-// memory grows with the limit: in Redis a ring of 7 bytes per request of
-// the limit (200 bytes a key at 10, 856 at 100, 7,256 at 1,000), in
+// memory grows with the limit: in Redis a ring of 6 bytes per request of
+// the limit (200 bytes a key at 10, 728 at 100, 6,232 at 1,000), in
 // memory 8. Above it they refuse the limit and name the O(1)
 // algorithms, so that a large quota never picks the costly one by
 // default; NewRule takes any algorithm at any limit.
@@ -160,7 +160,7 @@ func PerHour(name string, limit int64) (Rule, error) {
 
 func shorthand(name string, limit int64, window time.Duration) (Rule, error) {
 	if limit > MaxShorthandLimit {
-		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps every request of the window (about 100 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
+		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps the time of every request of the window (6 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
 			ErrInvalidRule, name, limit, window, MaxShorthandLimit)
 	}
 	return NewRule(name, limit, window, SlidingWindow)

@@ -82,8 +82,9 @@ type Store interface {
 	//     Crediting no more leaves the bucket no fuller than had the take
 	//     never happened.
 	//
-	// It is idempotent: a second Refund of the same id and hit changes
-	// nothing, whatever happened to the key in between. Stores remember a
+	// It is idempotent: a second Refund of the same id and hit (of the
+	// same receipt, for a store that sets [Stamp.Take]) changes nothing,
+	// whatever happened to the key in between. Stores remember a
 	// refund done for as long as a later one could still credit anything
 	// (now only grows, so once the credit above is zero it stays zero). A
 	// receipt that Take never gave credits nothing.
@@ -151,8 +152,8 @@ type Receipt struct {
 //
 // It also tells takes apart by their stamps ([Stamp.Take]) rather than by
 // ids, so the Limiter gives its takes none: the id of its Take and Refund
-// calls is empty. (Generating a unique id costed a memstore decision a
-// tenth of its time.)
+// calls is empty. (A unique id per take cost a memstore decision a tenth
+// of its time.)
 type LocalStore interface {
 	Store
 	// TakeOne is Take of the single hit h.

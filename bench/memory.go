@@ -70,7 +70,7 @@ func memoryTable(ctx context.Context, addr string, out io.Writer) error {
 					return fmt.Errorf("filling %v key: %+v, %w", alg, d, err)
 				}
 			}
-			suffix := map[floodgate.Algorithm]string{floodgate.SlidingWindow: "l", floodgate.TokenBucket: "t", floodgate.FixedWindow: "f", floodgate.SlidingWindowCounter: "c"}[alg]
+			suffix := map[floodgate.Algorithm]string{floodgate.SlidingWindow: "w", floodgate.TokenBucket: "t", floodgate.FixedWindow: "f", floodgate.SlidingWindowCounter: "c"}[alg]
 			// The key layout of redisstore's package documentation.
 			n, err := usage(redisstore.DefaultPrefix + "{login:" + key + "}:" + suffix + ":" + r.Window.String())
 			if err != nil {

@@ -418,3 +418,40 @@ func TestExpiredEntryStartsANewState(t *testing.T) {
 	g.refund(floodgate.Hit{Rule: r, Key: "k", Cost: 3}, "take-1", a.Stamp) // 2s of credit, for a state that is gone
 	g.peek("after the refund", floodgate.Hit{Rule: r, Key: "k", Cost: 1}, fig{true, 1, 2 * time.Second, 0})
 }
+
+// TestSlidingWindowLimitChangedOnAFullRing: a rule's limit changes (a
+// deploy) while its ring is full or wrapped, and the ring keeps the times
+// that matter, in order: 60s windows, one take a second.
+func TestSlidingWindowLimitChangedOnAFullRing(t *testing.T) {
+	s := time.Second
+	forBothPaths(t, func(t *testing.T, g *rig) {
+		// Raised on a wrapped ring: 3, then 5.
+		three := floodgate.Hit{Rule: mustRule(t, 3, time.Minute, floodgate.SlidingWindow, 0), Key: "up", Cost: 1}
+		five := floodgate.Hit{Rule: mustRule(t, 5, time.Minute, floodgate.SlidingWindow, 0), Key: "up", Cost: 1}
+		g.expect("0s", 0, three, fig{true, 2, time.Minute, 0})
+		g.expect("1s", s, three, fig{true, 1, time.Minute, 0})
+		g.expect("2s", s, three, fig{true, 0, time.Minute, 0})
+		g.expect("61s: 0s has left, the ring wraps", 59*s, three, fig{true, 1, time.Minute, 0}) // 1s, 2s, 61s
+		g.expect("62s, limit 5", s, five, fig{true, 3, time.Minute, 0})                         // 2s has left
+		five.Cost = 3
+		g.expect("62s, 3 more", 0, five, fig{true, 0, time.Minute, 0}) // 61s, 62s x4
+		five.Cost = 1
+		g.expect("63s, full", s, five, fig{false, 0, 59 * s, 58 * s})
+		g.peek("63s, cost 2", floodgate.Hit{Rule: five.Rule, Key: "up", Cost: 2}, fig{false, 0, 59 * s, 59 * s})
+	})
+	forBothPaths(t, func(t *testing.T, g *rig) {
+		// Lowered on a full ring: 5, then 3.
+		five := floodgate.Hit{Rule: mustRule(t, 5, time.Minute, floodgate.SlidingWindow, 0), Key: "down", Cost: 1}
+		three := floodgate.Hit{Rule: mustRule(t, 3, time.Minute, floodgate.SlidingWindow, 0), Key: "down", Cost: 1}
+		for i := range int64(5) {
+			g.expect(fmt.Sprintf("%ds", i), min(time.Duration(i), 1)*s, five, fig{true, 4 - i, time.Minute, 0})
+		}
+		// Five live times against a limit of 3: the third oldest (2s)
+		// must leave before one more fits.
+		g.expect("10s, limit 3", 6*s, three, fig{false, 0, 54 * s, 52 * s})
+		g.expect("62s", 52*s, three, fig{true, 0, time.Minute, 0})     // 3s, 4s, 62s
+		g.expect("63s", s, three, fig{true, 0, time.Minute, 0})        // 4s, 62s, 63s
+		g.expect("63s, full", 0, three, fig{false, 0, time.Minute, s}) // 4s leaves at 64s
+		g.expect("64s", s, three, fig{true, 0, time.Minute, 0})
+	})
+}

@@ -248,18 +248,18 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 		}
 		return []floodgate.Result{r}, nil
 	}
-	return s.apply(ctx, hits, true, func(now int64, es []*entry) []floodgate.Result {
+	return s.apply(ctx, hits, true, func(now int64, slots []slot) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		allowed := true
 		for i := range hits {
-			results[i] = es[i].check(now, &hits[i])
+			results[i] = slots[i].e.check(now, &hits[i])
 			allowed = allowed && results[i].Allowed
 		}
 		if !allowed {
 			return results
 		}
 		for i := range hits {
-			results[i].Stamp = es[i].record(now, &hits[i])
+			results[i].Stamp = slots[i].e.record(now, &hits[i])
 		}
 		return results
 	})
@@ -296,10 +296,10 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result,
 // Peek implements [floodgate.Store]. A key the store does not hold is
 // peeked as fresh, and is not created.
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
+	return s.apply(ctx, hits, false, func(now int64, slots []slot) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		for i := range hits {
-			results[i] = es[i].check(now, &hits[i])
+			results[i] = slots[i].e.check(now, &hits[i])
 		}
 		return results
 	})
@@ -313,9 +313,9 @@ func (s *Store) Refund(ctx context.Context, _ string, receipts []floodgate.Recei
 	for i, r := range receipts {
 		hits[i] = r.Hit
 	}
-	_, err := s.apply(ctx, hits, false, func(now int64, es []*entry) []floodgate.Result {
+	_, err := s.apply(ctx, hits, false, func(now int64, slots []slot) []floodgate.Result {
 		for i := range receipts {
-			es[i].refund(now, &receipts[i].Hit, receipts[i].Stamp)
+			slots[i].e.refund(now, &receipts[i].Hit, receipts[i].Stamp)
 		}
 		return nil
 	})
@@ -354,67 +354,76 @@ func (s *Store) usable(ctx context.Context) error {
 	return nil
 }
 
+// slot is what apply finds for one hit: its key, hash and entry.
+type slot struct {
+	k    entryKey
+	hash uint64
+	e    *entry
+	held bool // whether e is in the store
+}
+
 // apply locks the shards of hits in index order (so that concurrent
 // multi-key calls cannot deadlock), finds their entries, and runs f on them
 // at one instant. With create, it creates the entries it does not find (and
 // fails with ErrFull at the bound); without, f gets a fresh entry that the
 // store does not keep for each key it does not hold.
-func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f func(now int64, es []*entry) []floodgate.Result) ([]floodgate.Result, error) {
+func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f func(now int64, slots []slot) []floodgate.Result) ([]floodgate.Result, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
-	keys := make([]entryKey, len(hits))
-	hashes := make([]uint64, len(hits))
-	idx := make([]uint64, len(hits))
+	slots := make([]slot, len(hits))
+	var buf [8]uint64
+	locked := buf[:0] // the shards to lock, in order
 	for i := range hits {
-		keys[i] = keyOf(&hits[i])
-		hashes[i] = s.hash(&keys[i])
-		idx[i] = hashes[i] & s.mask
+		slots[i].k = keyOf(&hits[i])
+		slots[i].hash = s.hash(&slots[i].k)
+		locked = append(locked, slots[i].hash&s.mask)
 	}
-	locked := slices.Clone(idx)
 	slices.Sort(locked)
 	locked = slices.Compact(locked)
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
-	defer func() {
-		for _, i := range locked {
-			s.shards[i].mu.Unlock()
-		}
-	}()
+	defer s.unlock(locked)
 	now := s.nowNS()
-	es := make([]*entry, len(hits))
-	var held []bool // without create: whether es[i] is in the store
-	if !create {
-		held = make([]bool, len(hits))
-	}
-	for i := range keys {
+	for i := range slots {
+		sl := &slots[i]
+		sh := s.shard(sl.hash)
 		if !create {
-			es[i] = s.shards[idx[i]].get(hashes[i], &keys[i])
-			if held[i] = es[i] != nil; !held[i] {
-				es[i] = &entry{}
+			if sl.e = sh.get(sl.hash, &sl.k); sl.e != nil {
+				sl.held = true
+			} else {
+				sl.e = &entry{}
 			}
 			continue
 		}
-		if es[i] = s.shards[idx[i]].getOrCreate(hashes[i], &keys[i], now, s.perShard); es[i] == nil {
+		if sl.e = sh.getOrCreate(sl.hash, &sl.k, now, s.perShard); sl.e == nil {
 			// Leave no empty entry behind for the hits before this one.
-			for j := range i {
-				if es[j].expires <= now {
-					s.shards[idx[j]].del(hashes[j], &keys[j])
+			for _, prev := range slots[:i] {
+				if prev.e.expires <= now {
+					s.shard(prev.hash).del(prev.hash, &prev.k)
 				}
 			}
 			return nil, s.full()
 		}
+		sl.held = true
 	}
-	results := f(now, es)
+	results := f(now, slots)
 	// Drop entries that hold nothing, such as those of a denied or peeked
 	// first hit, so that probing keys does not grow the map.
-	for i := range keys {
-		if es[i].expires <= now && (create || held[i]) {
-			s.shards[idx[i]].del(hashes[i], &keys[i])
+	for i := range slots {
+		if sl := &slots[i]; sl.held && sl.e.expires <= now {
+			s.shard(sl.hash).del(sl.hash, &sl.k)
 		}
 	}
 	return results, nil
+}
+
+// unlock unlocks the shards of indexes locked.
+func (s *Store) unlock(locked []uint64) {
+	for _, i := range locked {
+		s.shards[i].mu.Unlock()
+	}
 }
 
 // hash hashes k once, for both its shard (the low bits) and the shard's

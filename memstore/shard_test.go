@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -40,4 +41,24 @@ func TestShardChainsCollidingHashes(t *testing.T) {
 		t.Fatalf("n = %d, map holds %d after deleting everything", sh.n, len(sh.entries))
 	}
 	sh.del(h, &keys[0]) // deleting a missing key is a no-op
+}
+
+// TestRingHoldsWhatItsWindowHolds: a ring below its limit drops the times
+// that have left the window when it records, so that a key of a high
+// limit holds its window's requests, not its limit's.
+func TestRingHoldsWhatItsWindowHolds(t *testing.T) {
+	const window = int64(time.Minute)
+	e := &entry{}
+	for i := range int64(10) {
+		e.add(i, 1, 1000, window)
+	}
+	if len(e.ring) != 10 {
+		t.Fatalf("ring of %d times after 10 takes, want 10", len(e.ring))
+	}
+	now := 5 + window // the times 0 to 5 have left the window
+	e.add(now, 2, 1000, window)
+	want := []int64{6, 7, 8, 9, now, now}
+	if !slices.Equal(e.ring, want) || e.head != 0 {
+		t.Fatalf("ring %v (head %d), want %v", e.ring, e.head, want)
+	}
 }

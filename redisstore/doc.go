@@ -40,11 +40,12 @@
 // its key ends with the algorithm's letter and the window, as
 // time.Duration writes it:
 //
-//	<prefix>{<rule>:<key>}:l:<window>        sliding window: string, a ring of the
-//	                                         last Limit admitted times in µs, 7 bytes
-//	                                         each, then a 29-byte header (epoch, head,
-//	                                         count, the first live entry and its time,
-//	                                         the newest time; see take.lua)
+//	<prefix>{<rule>:<key>}:w:<window>        sliding window: string, a ring of the
+//	                                         last Limit admitted times, 6 bytes each
+//	                                         (µs after a base time), then a 34-byte
+//	                                         header (epoch, head, count, the first live
+//	                                         entry, the base, the first live entry's
+//	                                         time, the newest time; see take.lua)
 //	<prefix>{<rule>:<key>}:t:<window>        token bucket: string "<TAT>:<epoch>",
 //	                                         the theoretical arrival time in µs
 //	<prefix>{<rule>:<key>}:f:<window>        fixed window: string
@@ -52,18 +53,27 @@
 //	<prefix>{<rule>:<key>}:c:<window>        sliding-window counter: string
 //	                                         "<window index>:<previous count>:<count>:<epoch>"
 //	<prefix>{<rule>:<key>}:r:<alg>:<window>:<id>
-//	                                         refund tombstone of a token bucket,
-//	                                         fixed window or counter: "1", so a
-//	                                         refund credits once
+//	                                         refund tombstone: "1", so a refund
+//	                                         credits once
 //
-// For example fg:{pix:acct-42}:l:1m0s. A rule whose window or algorithm
+// For example fg:{pix:acct-42}:w:1m0s. A rule whose window or algorithm
 // changes (a rolling deploy) starts from fresh keys, once; a changed limit
-// or burst keeps them. The sorted set that earlier versions kept for a
-// sliding window had the letter s: its keys are never read, and expire
-// with their windows.
+// or burst keeps them. Earlier versions kept a sliding window under other
+// letters: s (a sorted set) and l (a ring of 7-byte times). Those keys are
+// never read, and expire with their windows: at the upgrade every
+// sliding-window key starts afresh, once, and during a rolling deploy the
+// old and the new replicas count separately, so up to twice a limit may
+// pass until the old replicas are gone.
+//
+// A ring's times are offsets below 2^48 µs (8.9 years) from its base.
+// A take whose time would not fit rewrites the ring with its oldest live
+// time as the new base, which always fits a window of up to 8.9 years. A
+// longer window (a Rule allows ten years) whose ring still holds an entry
+// 8.9 years old fails its takes with an error wrapping
+// floodgate.ErrStoreUnavailable rather than miscount.
 //
 // The epoch names a state: the take that creates it (the key is absent)
-// writes 52 bits of a hash of its id, and later takes keep it. Take
+// writes 48 bits of a hash of its id, and later takes keep it. Take
 // replies with each recorded hit's epoch and the server time, which the
 // Limiter hands back to Refund: a refund credits only the state its take
 // was recorded in (so nothing after a Reset or an expiry), and measures
@@ -88,10 +98,10 @@
 // # Memory
 //
 // A token bucket, fixed window or counter takes about 120-136 bytes per
-// key whatever its limit; a sliding window 7 bytes per request of its
+// key whatever its limit; a sliding window 6 bytes per request of its
 // limit and about 130-200 bytes more in jemalloc's size classes (200 bytes
-// at a limit of 10, 7,256 at 1,000). Prefer the sliding window for small
-// limits that must be exact
+// at a limit of 10, 728 at 100, 6,232 at 1,000, 32,856 at 5,000). Prefer
+// the sliding window for small limits that must be exact
 // (login, PIX transfers), the token bucket for large ones (API quotas).
 // docs/CLUSTER.md in the repository has the measured table, on a
 // standalone server and on a Cluster node, and how to size a deployment.

@@ -36,13 +36,14 @@ func TestMemoryUsage(t *testing.T) {
 		limit int64
 		max   int64
 	}{
-		// The sliding window's ring: 7 bytes per request and 29 of
+		// The sliding window's ring: 6 bytes per request and 34 of
 		// header, in jemalloc's size classes, and the key (measured:
-		// 200, 856, 7,256 and 41,048 bytes).
+		// 200, 728, 6,232 and 32,856 bytes; 200, 856, 7,256 and 41,048
+		// with 7-byte times and a 29-byte header).
 		{floodgate.SlidingWindow, 10, 200},
-		{floodgate.SlidingWindow, 100, 870},
-		{floodgate.SlidingWindow, 1000, 7_300},
-		{floodgate.SlidingWindow, 5000, 41_100},
+		{floodgate.SlidingWindow, 100, 740},
+		{floodgate.SlidingWindow, 1000, 6_300},
+		{floodgate.SlidingWindow, 5000, 33_000},
 		{floodgate.TokenBucket, 100, 140},
 		{floodgate.FixedWindow, 100, 128},
 	} {

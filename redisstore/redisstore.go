@@ -59,7 +59,7 @@ type Options struct {
 	// client wrapped by package goredisadapter. The store uses it as it is
 	// and does not close it.
 	Conn Conn
-	// Prefix starts every key: "<prefix>{<rule>:<key>}:l:1m0s" (see the
+	// Prefix starts every key: "<prefix>{<rule>:<key>}:w:1m0s" (see the
 	// package documentation). Zero means DefaultPrefix ("fg:"). At most
 	// MaxPrefixLen bytes, without braces (a brace would move the Cluster
 	// hash tag). Services that share one Redis and use the same rule

@@ -86,7 +86,7 @@ func TestKeyLayout(t *testing.T) {
 		alg       floodgate.Algorithm
 		want      string
 	}{
-		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:l:1m0s"},
+		{"login", "alice@example.com", floodgate.SlidingWindow, "fg:{login:alice@example.com}:w:1m0s"},
 		{"pix", "acct-42", floodgate.TokenBucket, "fg:{pix:acct-42}:t:1m0s"},
 		{"api", "192.0.2.1", floodgate.FixedWindow, "fg:{api:192.0.2.1}:f:1m0s"},
 		{"api", "192.0.2.1", floodgate.SlidingWindowCounter, "fg:{api:192.0.2.1}:c:1m0s"},
@@ -153,7 +153,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := s.tag("ttl", "k")
-	want := []string{tag + "l:1m0s", tag + "t:1m0s", tag + "f:1m0s", tag + "c:1m0s", tag + "r:l:1m0s:take-1", tag + "r:t:1m0s:take-1", tag + "r:f:1m0s:take-1", tag + "r:c:1m0s:take-1"}
+	want := []string{tag + "w:1m0s", tag + "t:1m0s", tag + "f:1m0s", tag + "c:1m0s", tag + "r:w:1m0s:take-1", tag + "r:t:1m0s:take-1", tag + "r:f:1m0s:take-1", tag + "r:c:1m0s:take-1"}
 	slices.Sort(keys)
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {
@@ -225,22 +225,24 @@ func ring(t testing.TB, c rueidis.Client, key string) (epoch uint64, head int, t
 		}
 		return x
 	}
-	// 7-byte entries, then a 29-byte header: epoch, head, count, first,
-	// tfirst, newest.
-	const w, hdr = 7, 29
+	// 6-byte entries, then a 34-byte header: epoch, head, count, first,
+	// base, tfirst, newest. Entries, tfirst and newest are offsets from
+	// base.
+	const w, hdr = 6, 34
 	if len(v) < hdr+w || (len(v)-hdr)%w != 0 {
 		t.Fatalf("ring %s: %d bytes", key, len(v))
 	}
 	h := v[len(v)-hdr:]
 	epoch, head = le(h[:6]), int(le(h[6:9]))
 	count, first := int(le(h[9:12])), int(le(h[12:15]))
-	tfirst, newest := int64(le(h[15:22])), int64(le(h[22:29]))
+	base := int64(le(h[15:22]))
+	tfirst, newest := base+int64(le(h[22:28])), base+int64(le(h[28:34]))
 	if len(v) != hdr+w*count || head >= count || first > count {
 		t.Fatalf("ring %s: %d bytes for %d entries, head %d, first %d", key, len(v), count, head, first)
 	}
 	for i := range count {
 		off := w * ((head + i) % count)
-		times = append(times, int64(le(v[off:off+w])))
+		times = append(times, base+int64(le(v[off:off+w])))
 	}
 	if times[count-1] != newest || (first < count && times[first] != tfirst) {
 		t.Fatalf("ring %s: times %v, first %d; header says tfirst %d, newest %d", key, times, first, tfirst, newest)

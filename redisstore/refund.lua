@@ -54,10 +54,11 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- The sliding window's ring (take.lua): entries of 7 bytes, then a
--- header of 29 (epoch, head, count, first, tfirst, newest), fixed-width
--- little-endian integers in plain Lua.
-local W, HDR = 7, 29
+-- The sliding window's ring (take.lua): entries of 6 bytes, then a
+-- header of 34 (epoch 6, head 3, count 3, first 3, base 7, tfirst 6,
+-- newest 6), fixed-width little-endian integers in plain Lua. Entries,
+-- tfirst and newest are offsets from base.
+local W, HDR = 6, 34
 
 local function enc(x, n)
   local b = {}
@@ -106,9 +107,12 @@ while ki <= #KEYS do
       if count == 0 or head >= count or #stored ~= W * count + HDR then
         error('redisstore: sliding window ' .. key .. ': malformed state')
       end
+      -- Every entry kept fits the base it was written with: the base
+      -- stays.
+      local base = dec(stored, h + 15, 7)
       local kept, removed = {}, 0
       for i = count - 1, 0, -1 do -- newest first
-        local v = dec(stored, W * ((head + i) % count) + 1, W)
+        local v = base + dec(stored, W * ((head + i) % count) + 1, W)
         if removed < cost and v == at then
           removed = removed + 1
         elseif v > now - window then
@@ -122,11 +126,11 @@ while ki <= #KEYS do
         else
           local parts = {}
           for i = #kept, 1, -1 do -- back to oldest first
-            parts[#parts + 1] = enc(kept[i], W)
+            parts[#parts + 1] = enc(kept[i] - base, W)
           end
-          -- epoch, head 0, count, first 0, tfirst, newest
+          -- epoch, head 0, count, first 0, base, tfirst, newest
           parts[#parts + 1] = string.sub(stored, h, h + 5) .. enc(0, 3) .. enc(#kept, 3) .. enc(0, 3) ..
-            enc(kept[#kept], W) .. enc(kept[1], W)
+            string.sub(stored, h + 15, h + 21) .. enc(kept[#kept] - base, W) .. enc(kept[1] - base, W)
           redis.call('SET', key, table.concat(parts), 'PX', pttl)
         end
         changed = changed + 1

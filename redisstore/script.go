@@ -132,19 +132,20 @@ func (s *Store) tag(name, key string) string {
 }
 
 // keyLetters are the algorithms' letters in their state keys: the
-// scripts' letters, but "l" for the sliding window's ring, which the
-// sorted set of earlier versions kept under "s". A replica of either
-// version never reads the other's keys (a GETRANGE of a sorted set would
-// fail with WRONGTYPE, and a ZADD of a string).
+// scripts' letters, but "w" for the sliding window's ring of 6-byte
+// times. Earlier versions kept the sliding window under "s" (a sorted
+// set) and "l" (a ring of 7-byte times). A replica of one version never
+// reads another's keys: a GETRANGE of a sorted set would fail with
+// WRONGTYPE, and a ring of another layout would be misread.
 var keyLetters = [...]string{
-	floodgate.SlidingWindow:        "l",
+	floodgate.SlidingWindow:        "w",
 	floodgate.TokenBucket:          "t",
 	floodgate.FixedWindow:          "f",
 	floodgate.SlidingWindowCounter: "c",
 }
 
 // stateSuffix is the end of a rule's state keys, after the tag: the
-// algorithm's key letter and the window, "l:1m0s". The window is part of
+// algorithm's key letter and the window, "w:1m0s". The window is part of
 // the state's identity (floodgate.Store), so that a rule whose window
 // changes starts fresh instead of reading another window's state.
 func stateSuffix(r floodgate.Rule) string {

@@ -125,7 +125,7 @@ func TestParams(t *testing.T) {
 		hit  floodgate.Hit
 		want hitParams
 	}{
-		{"sliding", floodgate.Hit{Rule: rule(10, time.Minute, floodgate.SlidingWindow, 0), Cost: 1}, hitParams{"s", "l:1m0s", 1, 10, 60_000_000}},
+		{"sliding", floodgate.Hit{Rule: rule(10, time.Minute, floodgate.SlidingWindow, 0), Cost: 1}, hitParams{"s", "w:1m0s", 1, 10, 60_000_000}},
 		{"fixed at the limit", floodgate.Hit{Rule: rule(10, 1500*time.Millisecond, floodgate.FixedWindow, 0), Cost: 10}, hitParams{"f", "f:1.5s", 10, 10, 1_500_000}},
 		{"counter", floodgate.Hit{Rule: rule(7, time.Second, floodgate.SlidingWindowCounter, 0), Cost: 2}, hitParams{"c", "c:1s", 2, 7, 1_000_000}},
 		// 3 per second: T = 333334µs, rounded up.

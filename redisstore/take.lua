@@ -49,41 +49,36 @@ local char, byte, floor = string.char, string.byte, math.floor
 -- Fixed-width little-endian integers (0 to 2^53): Redis's struct library
 -- where there is one (a C call per header or entry), plain Lua elsewhere
 -- (miniredis, which the demo embeds, has no struct library).
--- enc7 and dec7 encode and decode an entry (7 bytes); packHeader and
--- headerFields the ring's header (29 bytes: see the ring's notes below).
-local enc7, dec7, packHeader, headerFields
+-- enc6 and dec6 encode and decode an entry, a time as its offset from the
+-- ring's base (6 bytes); packHeader and headerFields the ring's header (34
+-- bytes: see the ring's notes below), whose tfirst and newest they take
+-- and give as times.
+local enc6, dec6, packHeader, headerFields
 local struct = rawget(_G, 'struct')
 if struct then
   local pack, unpack = struct.pack, struct.unpack
-  enc7 = function(x)
-    return pack('<I7', x)
+  enc6 = function(x)
+    return pack('<I6', x)
   end
-  dec7 = function(s, i)
-    return (unpack('<I7', s, i))
+  dec6 = function(s, i)
+    return (unpack('<I6', s, i))
   end
-  packHeader = function(ep, head, count, first, tfirst, newest)
-    return pack('<I6I3I3I3I7I7', ep, head, count, first, tfirst, newest)
+  packHeader = function(ep, head, count, first, base, tfirst, newest)
+    return pack('<I6I3I3I3I7I6I6', ep, head, count, first, base, tfirst - base, newest - base)
   end
   headerFields = function(s, i)
-    return unpack('<I6I3I3I3I7I7', s, i)
+    local ep, head, count, first, base, tfirst, newest = unpack('<I6I3I3I3I7I6I6', s, i)
+    return ep, head, count, first, base, base + tfirst, base + newest
   end
 else
-  enc7 = function(x)
-    local b1 = x % 256
-    x = (x - b1) / 256
-    local b2 = x % 256
-    x = (x - b2) / 256
-    local b3 = x % 256
-    x = (x - b3) / 256
-    local b4 = x % 256
-    x = (x - b4) / 256
-    local b5 = x % 256
-    x = (x - b5) / 256
-    local b6 = x % 256
-    return char(b1, b2, b3, b4, b5, b6, (x - b6) / 256)
-  end
-  local function enc3(x)
-    return char(x % 256, floor(x / 256) % 256, floor(x / 65536))
+  local function enc(x, n)
+    local b = {}
+    for j = 1, n do
+      local r = x % 256
+      b[j] = r
+      x = (x - r) / 256
+    end
+    return char(unpack(b))
   end
   local function dec(s, i, n)
     local v = 0
@@ -92,18 +87,27 @@ else
     end
     return v
   end
-  dec7 = function(s, i)
-    return dec(s, i, 7)
+  enc6 = function(x)
+    return enc(x, 6)
   end
-  packHeader = function(ep, head, count, first, tfirst, newest)
-    return string.sub(enc7(ep), 1, 6) .. enc3(head) .. enc3(count) .. enc3(first) .. enc7(tfirst) ..
-      enc7(newest)
+  dec6 = function(s, i)
+    return dec(s, i, 6)
+  end
+  packHeader = function(ep, head, count, first, base, tfirst, newest)
+    return enc(ep, 6) .. enc(head, 3) .. enc(count, 3) .. enc(first, 3) .. enc(base, 7) ..
+      enc(tfirst - base, 6) .. enc(newest - base, 6)
   end
   headerFields = function(s, i)
-    return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), dec(s, i + 15, 7),
-      dec(s, i + 22, 7)
+    local base = dec(s, i + 15, 7)
+    return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), base,
+      base + dec(s, i + 22, 6), base + dec(s, i + 28, 6)
   end
 end
+
+-- W and HDR are the widths of the ring's entries and header. SPAN bounds
+-- an entry's offset from the ring's base: below 2^48 us (8.9 years). A
+-- write whose time would not fit rebases the ring (ringRewrite).
+local W, HDR, SPAN = 6, 34, 2 ^ 48
 
 -- oomFirst: every write of a ring starts with PEXPIRE, a write that
 -- cannot grow memory. Redis at maxmemory (noeviction) refuses a script's
@@ -128,17 +132,17 @@ do
       -- ceiling is exact.
       lastWindow, pexpire = window, string.format('%.0f', math.ceil(window / 1000))
     end
-    local h = redis.call('GETRANGE', key, -29, -1)
+    local h = redis.call('GETRANGE', key, -HDR, -1)
     if h == '' then
       epoch = tonumber(epoch)
       redis.call('PEXPIRE', key, pexpire) -- first: see oomFirst
-      redis.call('SET', key, string.rep(enc7(now), cost) .. packHeader(epoch, 0, cost, 0, now, now), 'PX', pexpire)
+      redis.call('SET', key, string.rep(enc6(0), cost) .. packHeader(epoch, 0, cost, 0, now, now, now), 'PX', pexpire)
       return true, limit - cost, window, 0, epoch
     end
-    if #h ~= 29 then
+    if #h ~= HDR then
       return nil, h
     end
-    local ep, head, count, first, tfirst, newest = headerFields(h, 1)
+    local ep, head, count, first, base, tfirst, newest = headerFields(h, 1)
     if count == 0 or head >= count or first >= count then
       return nil, h -- all gone (or malformed): the general path
     end
@@ -150,14 +154,14 @@ do
       if n < 1 then
         return nil, h
       end
-      local v = redis.call('GETRANGE', key, 7 * slot, 7 * (slot + n) - 1)
-      if #v ~= 7 * n then
+      local v = redis.call('GETRANGE', key, W * slot, W * (slot + n) - 1)
+      if #v ~= W * n then
         return nil, h
       end
       local i = 0
       repeat
         i = i + 1
-        tfirst = dec7(v, 7 * (i - 1) + 1)
+        tfirst = base + dec6(v, W * (i - 1) + 1)
       until tfirst > cut or i == n
       if tfirst <= cut then
         return nil, h -- further than the entries read
@@ -177,20 +181,23 @@ do
       return nil, h
     end
     local t = math.max(now, newest) -- a clock that stepped back keeps the order
-    local entries = string.rep(enc7(t), cost)
+    if t - base >= SPAN then
+      return nil, h -- the general path rebases the ring
+    end
+    local entries = string.rep(enc6(t - base), cost)
     redis.call('PEXPIRE', key, pexpire) -- first: see oomFirst
     if append then
       -- Append, the header after the new entries.
-      redis.call('SETRANGE', key, 7 * count, entries .. packHeader(ep, 0, count + cost, first, tfirst, t))
+      redis.call('SETRANGE', key, W * count, entries .. packHeader(ep, 0, count + cost, first, base, tfirst, t))
     else
       -- Full: overwrite the cost oldest, which have left the window
       -- (live + cost <= limit = count), up to the last slot.
-      local header = packHeader(ep, (head + cost) % count, count, first - cost, tfirst, t)
+      local header = packHeader(ep, (head + cost) % count, count, first - cost, base, tfirst, t)
       if head + cost == count then
-        redis.call('SETRANGE', key, 7 * head, entries .. header)
+        redis.call('SETRANGE', key, W * head, entries .. header)
       else
-        redis.call('SETRANGE', key, 7 * head, entries)
-        redis.call('SETRANGE', key, 7 * count, header)
+        redis.call('SETRANGE', key, W * head, entries)
+        redis.call('SETRANGE', key, W * count, header)
       end
     end
     return true, limit - live - cost, window, 0, ep
@@ -251,22 +258,31 @@ end
 
 -- The sliding-window log is a ring of the admitted requests' times (see
 -- the package documentation), the string "<entries><header>":
---   entries  count slots of 7 bytes, each a time in µs, little-endian, in
---            admission order from the slot head (the oldest), wrapping
---            once count is the limit (until then head is 0)
---   header   29 bytes, little-endian: epoch (6), head (3), count (3),
---            first (3), tfirst (7), newest (7)
+--   entries  count slots of 6 bytes, each a time as its offset in µs
+--            from base, little-endian, in admission order from the slot
+--            head (the oldest), wrapping once count is the limit (until
+--            then head is 0)
+--   header   34 bytes, little-endian: epoch (6), head (3), count (3),
+--            first (3), base (7), tfirst (6), newest (6)
 -- first is the index (0 the oldest) of the oldest entry that was still in
 -- the window at the last write: the entries before it have left the window
 -- for good, as a sorted set's trimmed members have. tfirst is that entry's
--- time (the newest's when first is count), newest the newest entry's.
+-- time (the newest's when first is count), newest the newest entry's, both
+-- as offsets from base, like the entries.
+-- base is a time in µs at or before every entry's: the ring's creation's,
+-- or that of its oldest live entry when it was last rebased. Offsets stay
+-- below SPAN (2^48 µs, 8.9 years): a write whose time would not fit
+-- rewrites the ring whole, with the time of its oldest live entry as the
+-- new base (ringRewrite). That fits whenever the window is at most SPAN;
+-- a longer window (Rule allows ten years) whose ring keeps an entry 8.9
+-- years old fails the take with an error rather than miscount.
 -- A key never needs more than its last limit admitted times: a request of
 -- cost n is admitted exactly when the live entries (first to count - 1,
 -- once first has moved past those that left the window since) number at
 -- most limit - n, and admitting it overwrites n entries that left the
 -- window (the oldest) or appends. Times never decrease along the ring.
 --
--- Every take reads the header alone (GETRANGE of the last 29 bytes), and
+-- Every take reads the header alone (GETRANGE of the last 34 bytes), and
 -- reads entries only to move first past entries that have just left the
 -- window: usually none or one, read in one GETRANGE of a few slots. A
 -- write sets the TTL first (PEXPIRE: see oomFirst); then an append writes
@@ -279,13 +295,12 @@ end
 -- SET, was measured and cost Redis more per take than this, even at 4
 -- entries: the SET of a new value costs more than a SETRANGE and a
 -- PEXPIRE.)
-local W, HDR = 7, 29
 -- CHUNK is how many entries one read brings when first must move.
 local CHUNK = 8
 
 -- ringHeader encodes the header of a ring r.
 local function ringHeader(r)
-  return packHeader(r.ep, r.head, r.count, r.first, r.tfirst, r.newest)
+  return packHeader(r.ep, r.head, r.count, r.first, r.base, r.tfirst, r.newest)
 end
 
 local function malformed(key)
@@ -303,11 +318,12 @@ local function ringOpen(key, h)
   if #h ~= HDR then
     malformed(key)
   end
-  local ep, head, count, first, tfirst, newest = headerFields(h, 1)
+  local ep, head, count, first, base, tfirst, newest = headerFields(h, 1)
   if count == 0 or head >= count or first > count then
     malformed(key)
   end
-  return {key = key, ep = ep, head = head, count = count, first = first, tfirst = tfirst, newest = newest}
+  return {key = key, ep = ep, head = head, count = count, first = first, base = base, tfirst = tfirst,
+    newest = newest}
 end
 
 -- ringRead returns the times of the entries i to j (0 the oldest; j - i <
@@ -323,7 +339,7 @@ local function ringRead(r, i, j)
       malformed(r.key)
     end
     for k = 0, n - 1 do
-      out[i + k] = dec7(v, W * k + 1)
+      out[i + k] = r.base + dec6(v, W * k + 1)
     end
     i = i + n
   end
@@ -396,23 +412,36 @@ end
 
 -- ringRewrite writes the ring r whole, keeping only its live entries
 -- (first to count - 1) and appending cost entries at t: head 0, first 0,
--- allocated exactly.
+-- allocated exactly. It rebases the ring when it keeps nothing (base t),
+-- or when t would not fit the base (base the oldest live entry's time,
+-- every live entry decoded and encoded again); otherwise it copies the
+-- live entries as they are.
 local function ringRewrite(r, cost, t, window)
   local parts = {}
-  if r.first < r.count then
+  local live = r.count - r.first
+  if live == 0 then
+    r.base, r.tfirst = t, t
+  elseif t - r.base >= SPAN then
+    if t - r.tfirst >= SPAN then
+      -- Only a window longer than SPAN keeps such an entry.
+      error('redisstore: sliding window ' .. r.key .. ': an entry in the window is 2^48 us (8.9 years) old, ' ..
+        'beyond what the ring holds')
+    end
+    local ts = ringRead(r, r.first, r.count - 1)
+    for i = r.first, r.count - 1 do
+      parts[#parts + 1] = enc6(ts[i] - r.tfirst)
+    end
+    r.base = r.tfirst
+  else
     local slot = (r.head + r.first) % r.count
-    local live = r.count - r.first
     local n = math.min(live, r.count - slot)
     parts[1] = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
     if n < live then
       parts[2] = redis.call('GETRANGE', r.key, 0, W * (live - n) - 1)
     end
-    r.count, r.tfirst = live + cost, r.tfirst
-  else
-    r.count, r.tfirst = cost, t
   end
-  parts[#parts + 1] = string.rep(enc7(t), cost)
-  r.head, r.first, r.newest = 0, 0, t
+  parts[#parts + 1] = string.rep(enc6(t - r.base), cost)
+  r.count, r.head, r.first, r.newest = live + cost, 0, 0, t
   parts[#parts + 1] = ringHeader(r)
   local s = table.concat(parts)
   if #s ~= W * r.count + HDR then
@@ -427,23 +456,21 @@ end
 local function recordSliding(key, cost, limit, window, epoch, r)
   if r == nil then
     redis.call('PEXPIRE', key, ttl(window)) -- first: see oomFirst
-    redis.call('SET', key, string.rep(enc7(now), cost) ..
-      ringHeader({ep = tonumber(epoch), head = 0, count = cost, first = 0, tfirst = now, newest = now}),
+    redis.call('SET', key, string.rep(enc6(0), cost) ..
+      ringHeader({ep = tonumber(epoch), head = 0, count = cost, first = 0, base = now, tfirst = now, newest = now}),
       'PX', ttl(window))
     return
   end
   local t = math.max(now, r.newest) -- a clock that stepped back keeps the order
-  if r.first == r.count then
-    r.tfirst = t -- the first live entry is the first new one
-  end
-  local entry = enc7(t)
-  if r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) then
+  if r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) or
+      t - r.base >= SPAN then
     -- Every entry has left the window, or the limit changed since the
-    -- ring filled, or it fills up now: write it whole, one SET that also
-    -- sets the TTL.
+    -- ring filled, or it fills up now, or t does not fit the base: write
+    -- it whole, one SET that also sets the TTL.
     ringRewrite(r, cost, t, window)
     return
   end
+  local entry = enc6(t - r.base)
   redis.call('PEXPIRE', key, ttl(window)) -- first: see oomFirst
   if r.count < limit then
     -- Not full (head is 0), and stays so: append, the header after the new entries.

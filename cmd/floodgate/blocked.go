@@ -246,10 +246,10 @@ func domainOf(domains []string, path string) string {
 
 // stateSuffix is the end of a rule's state keys after the hash tag, as
 // redisstore's key layout documents it: the algorithm's letter and the
-// window ("l:10m0s").
+// window ("w:10m0s").
 func stateSuffix(r floodgate.Rule) string {
 	letter := map[floodgate.Algorithm]string{
-		floodgate.SlidingWindow: "l", floodgate.TokenBucket: "t",
+		floodgate.SlidingWindow: "w", floodgate.TokenBucket: "t",
 		floodgate.FixedWindow: "f", floodgate.SlidingWindowCounter: "c",
 	}[r.Algorithm]
 	return letter + ":" + r.Window.String()
