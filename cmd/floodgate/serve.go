@@ -55,6 +55,12 @@ type serveConfig struct {
 	MaxConnAgeGrace time.Duration // GRPC_MAX_CONNECTION_AGE_GRACE: then closed this much later; default 1h, as upstream
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
 	LogFormat       string        // LOG_FORMAT: text or json
+
+	// Not from the environment: the HTTP listeners' bounds, so that a
+	// client trickling a body or holding idle connections cannot keep
+	// them (and their memory) for ever.
+	httpReadTimeout time.Duration // a whole request, its 1 MiB body included: 30s
+	httpIdleTimeout time.Duration // an idle keep-alive connection: 2m
 	ShadowMode      bool          // SHADOW_MODE: every limit in shadow mode
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 }
@@ -95,6 +101,8 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		ShutdownTimeout: 10 * time.Second,
 		MaxConnAge:      24 * time.Hour,
 		MaxConnAgeGrace: time.Hour,
+		httpReadTimeout: 30 * time.Second,
+		httpIdleTimeout: 2 * time.Minute,
 	}
 	var errs []error
 	bad := func(name, format string, a ...any) {
@@ -494,11 +502,15 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	}))...)
 	srv.Register(gs)
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
-	web := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	httpServer := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, cfg.httpReadTimeout),
+			ReadTimeout: cfg.httpReadTimeout, IdleTimeout: cfg.httpIdleTimeout, ErrorLog: errLog}
+	}
+	web := httpServer(srv.Handler())
 	var debug *http.Server
 	if cfg.DebugAddr != "" {
 		web.Handler = publicOnly(srv.Handler())
-		debug = &http.Server{Handler: srv.DebugHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		debug = httpServer(srv.DebugHandler())
 	}
 
 	var lns []net.Listener

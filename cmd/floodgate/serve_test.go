@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -337,6 +339,7 @@ func TestUpstreamEnvironment(t *testing.T) {
 		ConfigDir: "/data/ratelimit/config", MergeDomains: true, DecisionTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, LogLevel: slog.LevelWarn, LogFormat: "text",
 		MaxConnAge: 24 * time.Hour, MaxConnAgeGrace: time.Hour,
+		httpReadTimeout: 30 * time.Second, httpIdleTimeout: 2 * time.Minute,
 	}
 	if c != want {
 		t.Errorf("got  %+v\nwant %+v", c, want)
@@ -425,4 +428,56 @@ func TestServeHelp(t *testing.T) {
 			t.Errorf("%v: exit %d:\n%s", args, code, errs.String())
 		}
 	}
+}
+
+// TestServeHTTPBounds: a client trickling a /json body, or keeping an
+// idle connection, loses its connection after the HTTP listener's bounds
+// (shortened here) instead of holding it for ever.
+func TestServeHTTPBounds(t *testing.T) {
+	cfg, err := parseServe([]string{"-config-dir", "../../examples/rls/config"}, env(map[string]string{"GRPC_ADDR": "127.0.0.1:0", "HTTP_ADDR": "127.0.0.1:0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.httpReadTimeout, cfg.httpIdleTimeout = 300*time.Millisecond, 300*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runService(ctx, cfg, slog.New(slog.DiscardHandler), serveHooks{ready: func(_, h, _ string) { addr <- h }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runService: %v", err)
+		}
+	}()
+	web := <-addr
+	// closedWithin reads conn until the server closes it, failing after d.
+	closedWithin := func(what string, conn net.Conn, d time.Duration) {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(d))
+		if _, err := io.Copy(io.Discard, conn); err != nil {
+			t.Errorf("%s: the connection is still open after %v: %v", what, d, err)
+		}
+	}
+	slow, err := net.Dial("tcp", web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	io.WriteString(slow, "POST /json HTTP/1.1\r\nHost: fg\r\nContent-Length: 1000\r\n\r\n{")
+	closedWithin("a body trickled", slow, 3*time.Second)
+
+	idle, err := net.Dial("tcp", web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	io.WriteString(idle, "GET /healthcheck HTTP/1.1\r\nHost: fg\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(idle), nil)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("healthcheck: %v, %v", res, err)
+	}
+	res.Body.Close()
+	closedWithin("an idle connection", idle, 3*time.Second)
 }
