@@ -284,11 +284,11 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 
 	switch v := strings.ToLower(getenv("LOG_LEVEL")); v {
 	case "", "info":
-	case "debug":
+	case "debug", "trace": // trace: envoyproxy/ratelimit's (logrus's) finest
 		c.LogLevel = slog.LevelDebug
 	case "warn", "warning":
 		c.LogLevel = slog.LevelWarn
-	case "error":
+	case "error", "fatal", "panic": // logrus's coarsest, as upstream takes them
 		c.LogLevel = slog.LevelError
 	default:
 		bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", getenv("LOG_LEVEL"))

@@ -481,3 +481,15 @@ func TestServeHTTPBounds(t *testing.T) {
 	res.Body.Close()
 	closedWithin("an idle connection", idle, 3*time.Second)
 }
+
+// TestServeLogLevels: every LOG_LEVEL envoyproxy/ratelimit takes (its
+// logger's levels) starts the service, at the nearest slog level.
+func TestServeLogLevels(t *testing.T) {
+	for v, want := range map[string]slog.Level{"TRACE": slog.LevelDebug, "debug": slog.LevelDebug, "": slog.LevelInfo, "Info": slog.LevelInfo,
+		"warning": slog.LevelWarn, "WARN": slog.LevelWarn, "error": slog.LevelError, "fatal": slog.LevelError, "PANIC": slog.LevelError} {
+		c, err := parseServe(nil, env(map[string]string{"CONFIG_DIR": "x", "LOG_LEVEL": v}))
+		if err != nil || c.LogLevel != want {
+			t.Errorf("LOG_LEVEL %q: %v, %v; want %v", v, c.LogLevel, err, want)
+		}
+	}
+}
