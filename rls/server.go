@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -159,7 +160,7 @@ func New(opts Options) (*Server, error) {
 	m.configLoadSuccess.Inc()
 	cfg := s.Config()
 	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
-	s.warnSkipped(cfg)
+	s.warnConfig(cfg)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	// The name envoyproxy/ratelimit serves its health under: the probes
@@ -177,22 +178,37 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 	}
 	s.metrics.configLoadSuccess.Inc()
 	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
-	s.warnSkipped(cfg)
+	s.warnConfig(cfg)
 }
 
-// warnSkipped logs what of the configuration envoyproxy/ratelimit would
+// warnConfig logs what of the configuration envoyproxy/ratelimit would
 // apply and the Server does not: what the directory holds and was not
-// read, and the limits in quota_mode, which are enforced as any other.
-func (s *Server) warnSkipped(cfg *rlconfig.Config) {
+// read, and the limits in quota_mode, which are enforced as any other;
+// and a replaces that names no limit, which does nothing there either.
+func (s *Server) warnConfig(cfg *rlconfig.Config) {
 	if sk := cfg.Skipped(); len(sk) > 0 {
 		s.logger.Warn("entries of the configuration directory not read: floodgate reads the *.yaml and *.yml files at its top level, "+
 			"where envoyproxy/ratelimit reads every file, subdirectories included; rename or move them to apply their limits", "skipped", sk)
 	}
-	var quota []string
+	var quota, dangling []string
+	named := map[string]bool{}
 	for _, l := range cfg.Limits() {
 		if l.QuotaMode {
 			quota = append(quota, l.Label)
 		}
+		if l.Name != "" {
+			named[l.Name] = true
+		}
+	}
+	for _, l := range cfg.Limits() {
+		for _, r := range l.Replaces {
+			if !named[r] {
+				dangling = append(dangling, l.Label+" replaces "+strconv.Quote(r))
+			}
+		}
+	}
+	if len(dangling) > 0 {
+		s.logger.Warn("a replaces names no limit of the configuration, and replaces nothing", "replaces", dangling)
 	}
 	if len(quota) > 0 {
 		s.logger.Warn("quota_mode is not interpreted: these limits deny as any other, where envoyproxy/ratelimit lets a request "+
