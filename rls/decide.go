@@ -169,6 +169,9 @@ type planned struct {
 	mode rlconfig.FailureMode
 	dec  floodgate.Decision
 	have bool // dec is set
+	// oversize marks a shadow hit beyond its limit's capacity: over the
+	// limit without asking the store, which would refuse it.
+	oversize bool
 }
 
 // newPlan builds the hits of a request's matched descriptors, refusing
@@ -228,13 +231,22 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 		p.descs[i] = d
 	}
 	var errs []error
-	for _, h := range p.hits {
+	for i, h := range p.hits {
 		c := max(h.hit.Cost, 1) // a peek asks about one more hit
+		var err error
 		switch r := h.hit.Rule; {
 		case c > r.Capacity():
-			errs = append(errs, fmt.Errorf("hits_addend %d exceeds the capacity %d of limit %s", c, r.Capacity(), r.Name))
+			err = fmt.Errorf("hits_addend %d exceeds the capacity %d of limit %s", c, r.Capacity(), r.Name)
 		case r.Algorithm == floodgate.SlidingWindow && c > floodgate.MaxSlidingCost:
-			errs = append(errs, fmt.Errorf("hits_addend %d is above %d, the most a sliding_window limit (%s) takes at once", c, floodgate.MaxSlidingCost, r.Name))
+			err = fmt.Errorf("hits_addend %d is above %d, the most a sliding_window limit (%s) takes at once", c, floodgate.MaxSlidingCost, r.Name)
+		}
+		switch {
+		case err == nil:
+		case h.hit.Shadow:
+			// A limit on trial never fails a request: it is over.
+			p.hits[i].oversize = true
+		default:
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -348,9 +360,13 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limit
 	return nil
 }
 
-// split returns the indices of the peeked hits and of the counted ones.
+// split returns the indices of the peeked hits and of the counted ones,
+// leaving out the oversize ones.
 func (p *plan) split() (peeks, counted []int) {
 	for i, h := range p.hits {
+		if h.oversize {
+			continue // over without asking
+		}
 		if h.peek {
 			peeks = append(peeks, i)
 		} else {

@@ -67,7 +67,8 @@
 // InvalidArgument, with the reason, answers an empty domain, no
 // descriptors, a descriptor without entries or with an empty key, more
 // than [MaxDescriptors] descriptors or [MaxEntries] entries, a
-// hits_addend beyond a limit's capacity (it could never be allowed), a
+// hits_addend beyond an enforced limit's capacity (it could never be
+// allowed; beyond a shadow_mode limit's, that limit is over), a
 // limit override without a unit, and is_negative_hits (unsupported). A
 // message over [MaxMessageSize] is refused by gRPC (ResourceExhausted)
 // and by /json (413).

@@ -1,11 +1,14 @@
 package rls_test
 
 import (
+	"context"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestGlobalShadowMode is envoyproxy/ratelimit's SHADOW_MODE: every
@@ -40,5 +43,52 @@ descriptors:
 	}
 	if got := counter(t, svc.reg, "floodgate_rls_shadow_mode_total", map[string]string{"domain": "sh", "limit": "sh.override", "descriptor": ""}); got != 1 {
 		t.Errorf("shadow_mode{limit=sh.override} %v, want 1", got)
+	}
+}
+
+// TestShadowBeyondCapacity: a hits_addend beyond a shadow_mode limit's
+// capacity is over that limit, counted as such, and never an error: a
+// limit on trial must not fail requests (an InvalidArgument is a denial
+// under Envoy's failure_mode_deny). Beyond an enforced limit's capacity
+// it is still InvalidArgument.
+func TestShadowBeyondCapacity(t *testing.T) {
+	for _, global := range []bool{false, true} {
+		svc := start(t, setup{shadow: global, store: freshRedis(t), yaml: `domain: sb
+descriptors:
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: trial2
+    shadow_mode: true
+    rate_limits: [{window: 1h, requests_per_unit: 5, algorithm: sliding_window}]
+  - key: real
+    rate_limit: {unit: hour, requests_per_unit: 50}
+`})
+		r := req("sb", desc("trial=a"), desc("trial2=a"), desc("real=a"))
+		r.HitsAddend = 10
+		resp, err := svc.client.ShouldRateLimit(context.Background(), r)
+		if err != nil {
+			t.Fatalf("shadow %v: %v", global, err)
+		}
+		if resp.GetOverallCode() != ok {
+			t.Errorf("shadow %v: overall %v, want OK", global, resp.GetOverallCode())
+		}
+		for label, want := range map[string]float64{"sb.trial": 10, "sb.trial2": 10} {
+			if got := counter(t, svc.reg, "floodgate_rls_shadow_mode_total", map[string]string{"domain": "sb", "limit": label, "descriptor": ""}); got != want {
+				t.Errorf("shadow %v: shadow_mode{limit=%s} %v, want %v", global, label, got, want)
+			}
+		}
+		// The enforced limit counted its 10 (unless shadowed too).
+		wantLeft := uint32(40)
+		if st := resp.GetStatuses()[2]; !global && st.GetLimitRemaining() != wantLeft {
+			t.Errorf("real=a: limit_remaining %d, want %d", st.GetLimitRemaining(), wantLeft)
+		}
+		if !global {
+			big := req("sb", desc("real=b"))
+			big.HitsAddend = 51
+			if _, err := svc.client.ShouldRateLimit(context.Background(), big); status.Code(err) != codes.InvalidArgument {
+				t.Errorf("51 on an enforced limit of 50: %v, want InvalidArgument", err)
+			}
+		}
 	}
 }
