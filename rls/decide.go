@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -169,14 +168,14 @@ type planned struct {
 	mode rlconfig.FailureMode
 	dec  floodgate.Decision
 	have bool // dec is set
-	// oversize marks a shadow hit beyond its limit's capacity: over the
-	// limit without asking the store, which would refuse it.
+	// oversize marks a hit beyond what its limit could ever admit: over
+	// the limit without asking the store, which would refuse it.
 	oversize bool
 }
 
-// newPlan builds the hits of a request's matched descriptors, refusing
-// a cost that no limit could admit; with shadow, every limit (a limit
-// override's too) is in shadow mode.
+// newPlan builds the hits of a request's matched descriptors, marking
+// oversize a hit whose cost its limit could never admit; with shadow,
+// every limit (a limit override's too) is in shadow mode.
 func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match, shadow bool) (*plan, error) {
 	base := int64(max(req.GetHitsAddend(), 1))
 	p := &plan{descs: make([]desc, len(ms))}
@@ -193,10 +192,8 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 		}
 		d := desc{match: m, cost: base}
 		if ha := req.GetDescriptors()[i].GetHitsAddend(); ha != nil {
-			if ha.GetValue() > math.MaxInt64 {
-				return nil, invalid("descriptor %d: hits_addend %d is too large", i, ha.GetValue())
-			}
-			d.cost = int64(ha.GetValue())
+			// Beyond int64, it is beyond every capacity all the same.
+			d.cost = int64(min(ha.GetValue(), math.MaxInt64))
 			d.peek = d.cost == 0
 		}
 		if m.Outcome == rlconfig.Limited && len(m.Key) > floodgate.MaxKeyLen {
@@ -220,37 +217,20 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 					})
 				}
 				h := &p.hits[j].hit
-				if h.Cost > math.MaxInt64-d.cost {
-					return nil, invalid("descriptor %d: hits_addend %d is too large", i, d.cost)
-				}
-				h.Cost += d.cost
+				h.Cost += min(d.cost, math.MaxInt64-h.Cost) // at most MaxInt64: beyond every capacity
 				r.hit = j
 			}
 			d.refs = append(d.refs, r)
 		}
 		p.descs[i] = d
 	}
-	var errs []error
+	// A cost that a limit could never admit is over it, as upstream
+	// answers, and not an error: Envoy lets a request through on an
+	// error by default, and a hits_addend may come from the request.
 	for i, h := range p.hits {
 		c := max(h.hit.Cost, 1) // a peek asks about one more hit
-		var err error
-		switch r := h.hit.Rule; {
-		case c > r.Capacity():
-			err = fmt.Errorf("hits_addend %d exceeds the capacity %d of limit %s", c, r.Capacity(), r.Name)
-		case r.Algorithm == floodgate.SlidingWindow && c > floodgate.MaxSlidingCost:
-			err = fmt.Errorf("hits_addend %d is above %d, the most a sliding_window limit (%s) takes at once", c, floodgate.MaxSlidingCost, r.Name)
-		}
-		switch {
-		case err == nil:
-		case h.hit.Shadow:
-			// A limit on trial never fails a request: it is over.
-			p.hits[i].oversize = true
-		default:
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, invalid("%v", strings.ReplaceAll(err.Error(), "\n", "; "))
+		r := h.hit.Rule
+		p.hits[i].oversize = c > r.Capacity() || r.Algorithm == floodgate.SlidingWindow && c > floodgate.MaxSlidingCost
 	}
 	return p, nil
 }
@@ -277,14 +257,14 @@ func enforceMode(m rlconfig.FailureMode, shadow bool) enforce.FailureMode {
 	}
 }
 
-// decide decides the plan's hits. A blocked limit, or a peek that would
-// be denied, makes the request over the limit at once: the counted hits
+// decide decides the plan's hits. A blocked limit, an oversize hit, or a
+// peek that would be denied, makes the request over the limit at once: the counted hits
 // are then only peeked, for their figures, and nothing is recorded.
 // Otherwise the counted hits go to the gate, all-or-nothing.
 func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limiter) error {
 	for _, d := range p.descs {
 		for _, r := range d.refs {
-			if r.hit < 0 && !r.limit.ShadowMode {
+			if (r.hit < 0 || p.hits[r.hit].oversize) && !r.limit.ShadowMode {
 				p.over = true
 			}
 		}

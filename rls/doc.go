@@ -30,6 +30,12 @@
 //     limit) replaces what the configuration says of it, as in
 //     envoyproxy/ratelimit: a fixed window of requests_per_unit per unit
 //     (times unit_multiplier), in a configured domain.
+//   - A hits_addend that a limit could never admit (beyond its capacity,
+//     or beyond [floodgate.MaxSlidingCost] for a sliding window) is over
+//     that limit without asking the store, as envoyproxy/ratelimit
+//     answers it; not an error, which Envoy's filter lets through by
+//     default (failure_mode_deny: false), while a hits_addend may come
+//     from a request header.
 //   - requests_per_unit: 0 denies without counting; unlimited allows
 //     without counting; a descriptor that matches no limit, or a domain
 //     that is not configured, is OK (the latter counted in
@@ -67,8 +73,6 @@
 // InvalidArgument, with the reason, answers an empty domain, no
 // descriptors, a descriptor without entries or with an empty key, more
 // than [MaxDescriptors] descriptors or [MaxEntries] entries, a
-// hits_addend beyond an enforced limit's capacity (it could never be
-// allowed; beyond a shadow_mode limit's, that limit is over), a
 // limit override without a unit, and is_negative_hits (unsupported). A
 // message over [MaxMessageSize] is refused by gRPC (ResourceExhausted)
 // and by /json (413).

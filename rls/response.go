@@ -31,8 +31,8 @@ func (p *plan) verdicts(d desc) []verdict {
 	for k, r := range d.refs {
 		v := verdict{limit: r.limit, hit: r.hit, shadow: r.limit.ShadowMode}
 		if r.hit < 0 || p.hits[r.hit].oversize {
-			// Blocked, or a shadow hit beyond the capacity: over the
-			// limit for a whole window.
+			// Blocked, or a hit beyond what the limit could ever admit:
+			// over the limit for a whole window.
 			w := r.limit.Rule.Window
 			v.dec = floodgate.Decision{Policy: r.limit.Rule.Name, Window: w, ResetAfter: w, RetryAfter: w}
 			v.have = true

@@ -7,8 +7,6 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // TestGlobalShadowMode is envoyproxy/ratelimit's SHADOW_MODE: every
@@ -47,10 +45,8 @@ descriptors:
 }
 
 // TestShadowBeyondCapacity: a hits_addend beyond a shadow_mode limit's
-// capacity is over that limit, counted as such, and never an error: a
-// limit on trial must not fail requests (an InvalidArgument is a denial
-// under Envoy's failure_mode_deny). Beyond an enforced limit's capacity
-// it is still InvalidArgument.
+// capacity is over that limit, counted as such, and lets the request
+// through; beyond an enforced limit's, the request is OVER_LIMIT.
 func TestShadowBeyondCapacity(t *testing.T) {
 	for _, global := range []bool{false, true} {
 		svc := start(t, setup{shadow: global, store: freshRedis(t), yaml: `domain: sb
@@ -86,8 +82,8 @@ descriptors:
 		if !global {
 			big := req("sb", desc("real=b"))
 			big.HitsAddend = 51
-			if _, err := svc.client.ShouldRateLimit(context.Background(), big); status.Code(err) != codes.InvalidArgument {
-				t.Errorf("51 on an enforced limit of 50: %v, want InvalidArgument", err)
+			if resp, err := svc.client.ShouldRateLimit(context.Background(), big); err != nil || resp.GetOverallCode() != over {
+				t.Errorf("51 on an enforced limit of 50: %v, %v; want OVER_LIMIT", resp.GetOverallCode(), err)
 			}
 		}
 	}
