@@ -2,6 +2,8 @@ package rls
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"math"
 	"strings"
@@ -196,8 +198,14 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 			d.cost = int64(min(ha.GetValue(), math.MaxInt64))
 			d.peek = d.cost == 0
 		}
-		if m.Outcome == rlconfig.Limited && len(m.Key) > floodgate.MaxKeyLen {
-			return nil, invalid("descriptor %d: its values are %d bytes long, at most %d allowed", i, len(m.Key), floodgate.MaxKeyLen)
+		if len(m.Key) > floodgate.MaxKeyLen {
+			// Escaped, the values can outgrow a hit's key (a "/" takes
+			// three bytes): count them under their digest, as enforce
+			// does, rather than refuse a request that a client's values
+			// alone made too long (an error, which Envoy lets through by
+			// default).
+			sum := sha256.Sum256([]byte(m.Key))
+			m.Key = "sha256:" + hex.EncodeToString(sum[:])
 		}
 		for _, l := range m.Limits {
 			if m.Outcome != rlconfig.Limited {
