@@ -198,33 +198,60 @@ func parseDir(files map[string][]byte, skipped []string, opts Options) (*Config,
 // file of its name.
 func readDir(dir, only string) (map[string][]byte, []string, error) {
 	link := filepath.Join(dir, "..data")
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		return readFiles(dir, only, plain) // not a ConfigMap volume
+	}
 	for range 100 {
 		data, err := filepath.EvalSymlinks(link)
-		if err != nil {
-			break // not a ConfigMap volume
+		var st os.FileInfo
+		if err == nil {
+			st, err = os.Stat(data)
 		}
-		if st, err := os.Stat(data); err != nil || !st.IsDir() {
-			break
+		if errors.Is(err, os.ErrNotExist) {
+			time.Sleep(time.Millisecond) // swapped and removed meanwhile
+			continue
 		}
-		files, skipped, err := readFiles(data, only, false)
+		if err != nil || !st.IsDir() {
+			return readFiles(dir, only, plain) // ..data names no directory
+		}
+		// A version never changes once ..data names it; it is only
+		// removed after the next swap. Read whole, it is one version.
+		files, skipped, err := readFiles(data, only, asVersion)
+		if errors.Is(err, errVanished) {
+			time.Sleep(time.Millisecond) // swapped and removed: read the next one
+			continue
+		}
 		if err == nil {
 			var own map[string][]byte
 			var ownSkipped []string
-			own, ownSkipped, err = readFiles(dir, only, true)
+			own, ownSkipped, err = readFiles(dir, only, skipViews)
 			maps.Copy(files, own)
 			skipped = slices.Compact(slices.Sorted(slices.Values(append(skipped, ownSkipped...))))
 		}
-		if now, _ := filepath.EvalSymlinks(link); now == data {
-			return files, skipped, err
-		}
+		return files, skipped, err
 	}
-	return readFiles(dir, only, false)
+	// Removed under each of 100 reads: no version could be read whole,
+	// and the one in force stays.
+	return nil, nil, fmt.Errorf("rlconfig: %s: each version vanished while it was read, 100 times", link)
 }
 
-// readFiles reads the configuration files of dir, as readDir does;
-// without the entries that are links into ..data when views is set.
-func readFiles(dir, only string, views bool) (map[string][]byte, []string, error) {
+// errVanished reports a ConfigMap version removed while it was read.
+var errVanished = errors.New("rlconfig: the version vanished while it was read")
+
+// How readFiles reads a directory.
+const (
+	plain     = iota // any directory: a file gone since the listing is a removed file
+	asVersion        // a ConfigMap version: a file gone is the version removed (errVanished)
+	skipViews        // a ConfigMap volume: its links into ..data are skipped
+)
+
+// readFiles reads the configuration files of dir, as readDir does, in
+// one of the modes plain, asVersion and skipViews.
+func readFiles(dir, only string, mode int) (map[string][]byte, []string, error) {
 	ents, err := os.ReadDir(dir)
+	if mode == asVersion && errors.Is(err, os.ErrNotExist) {
+		return nil, nil, errVanished
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("rlconfig: read directory: %w", err)
 	}
@@ -237,13 +264,16 @@ func readFiles(dir, only string, views bool) (map[string][]byte, []string, error
 			continue
 		}
 		p := filepath.Join(dir, name)
-		if views {
+		if mode == skipViews {
 			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(filepath.Clean(t), "..data"+string(filepath.Separator)) {
 				continue // the version's file, read from ..data
 			}
 		}
 		st, err := os.Stat(p) // follows a symbolic link
 		if errors.Is(err, os.ErrNotExist) {
+			if mode == asVersion {
+				return nil, nil, errVanished
+			}
 			// Removed since the listing, or a link left dangling for a
 			// moment by a ConfigMap update: the file is gone.
 			continue
@@ -272,6 +302,9 @@ func readFiles(dir, only string, views bool) (map[string][]byte, []string, error
 		}
 		data, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
+			if mode == asVersion {
+				return nil, nil, errVanished
+			}
 			continue
 		}
 		if err != nil {

@@ -68,6 +68,7 @@ func TestConfigMapSwapIsAtomic(t *testing.T) {
 				return
 			default:
 				version(v)
+				time.Sleep(5 * time.Millisecond) // a swap every few ms, far beyond a kubelet's pace
 			}
 		}
 	}()
