@@ -190,8 +190,9 @@ func parseDir(files map[string][]byte, skipped []string, opts Options) (*Config,
 // A Kubernetes ConfigMap volume holds its files in the directory that its
 // ..data link names, swapped whole on each update; the names in dir are
 // links into ..data, made and removed around the swap. Those files are
-// read from one resolution of ..data, and read again if ..data was
-// swapped meanwhile, so that a read never mixes two versions (a domain
+// read from one resolution of ..data (a version never changes, it is
+// only removed after the next swap; one removed mid-read is read again
+// from the next), so that a read never mixes two versions (a domain
 // moved from one file to another would be lost or doubled) nor misses a
 // file whose link is not made yet. An entry of dir that is not a link
 // into ..data is read as in any directory, and wins over the version's
