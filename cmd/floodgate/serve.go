@@ -234,10 +234,11 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 
 	redisURL, err := redisURL(getenv)
 	if err != nil {
-		bad("REDIS_URL", "%v", err)
+		bad("REDIS_URL", "%s", redact(err.Error(), getenv("REDIS_URL")))
 	} else if redisURL != "" {
 		if err := (redisstore.Options{URL: redisURL}).Validate(); err != nil {
-			bad("REDIS_URL", "%v", err)
+			// A URL that does not parse is quoted whole, password too.
+			bad("REDIS_URL", "%s", redact(err.Error(), getenv("REDIS_URL"), redisURL))
 		}
 	}
 	c.RedisURL = redisURL
@@ -388,6 +389,33 @@ func redisURL(getenv func(string) string) (string, error) {
 	return u.String(), nil
 }
 
+// redact returns msg with each of the Redis URLs' passwords, as written
+// and as escaped, replaced by "xxxxx": an error parsing a URL quotes it
+// whole.
+func redact(msg string, urls ...string) string {
+	for _, u := range urls {
+		_, rest, ok := strings.Cut(u, "://")
+		if !ok {
+			continue
+		}
+		i := strings.LastIndex(rest, "@")
+		if i < 0 {
+			continue
+		}
+		_, pass, _ := strings.Cut(rest[:i], ":")
+		forms := []string{pass}
+		if p, err := url.PathUnescape(pass); err == nil {
+			forms = append(forms, p)
+		}
+		for _, f := range forms {
+			if f != "" {
+				msg = strings.ReplaceAll(msg, f, "xxxxx")
+			}
+		}
+	}
+	return msg
+}
+
 // serveHooks are what tests observe of a running service.
 type serveHooks struct {
 	// ready, if set, is called with the listeners' addresses once they
@@ -445,7 +473,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%w: REDIS_URL: %w", errConfig, err)
+			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redact(err.Error(), cfg.RedisURL))
 		}
 		defer rs.Close()
 		breaker, err = breakerstore.New(rs, breakerstore.Options{
@@ -461,7 +489,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		// The overrides beside the limits, refreshed every 5s.
 		table, err := overrides.NewTable(overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 		if err != nil {
-			return fmt.Errorf("%w: REDIS_URL: %w", errConfig, err)
+			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redact(err.Error(), cfg.RedisURL))
 		}
 		defer table.Close()
 		loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -493,3 +493,23 @@ func TestServeLogLevels(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRedactsRedisPasswords: a REDIS_URL that does not parse is
+// quoted by the error, and its password (or REDIS_AUTH's, in the URL
+// built from it) must not reach the logs.
+func TestServeRedactsRedisPasswords(t *testing.T) {
+	for _, vars := range []map[string]string{
+		{"REDIS_URL": "redis://:hunter2@host:99x"},
+		{"REDIS_URL": "rediss://user:hun%2Fter2@[::1"},
+		{"REDIS_URL": "host:99x", "REDIS_AUTH": "hunter2"},
+		{"REDIS_URL": "host:99x", "REDIS_AUTH": "user:hun/ter2"},
+	} {
+		vars["CONFIG_DIR"] = "x"
+		var errs bytes.Buffer
+		code := serve(context.Background(), nil, env(vars), &errs, serveHooks{})
+		if code != 2 || !strings.Contains(errs.String(), "REDIS_URL: ") || !strings.Contains(errs.String(), "xxxxx") ||
+			strings.Contains(errs.String(), "hunter2") || strings.Contains(errs.String(), "ter2") {
+			t.Errorf("%v: exit %d:\n%s", vars, code, errs.String())
+		}
+	}
+}
