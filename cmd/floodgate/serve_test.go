@@ -26,6 +26,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 func env(m map[string]string) func(string) string {
@@ -511,5 +512,24 @@ func TestServeRedactsRedisPasswords(t *testing.T) {
 			strings.Contains(errs.String(), "hunter2") || strings.Contains(errs.String(), "ter2") {
 			t.Errorf("%v: exit %d:\n%s", vars, code, errs.String())
 		}
+	}
+}
+
+// TestRedisOptionErrorsHidePasswords: the options of every package that
+// dials Redis from a URL should not quote its password in their errors.
+// floodgate serve redacts them (redact); the subcommands (peek, reset,
+// blocked, override) print them as they come.
+func TestRedisOptionErrorsHidePasswords(t *testing.T) {
+	t.Skip("BUG: redisstore.Options.Validate, redisstore.New and overrides.NewTable quote an unparsable URL whole, " +
+		"password included (url.Parse's error, through internal/redisopt.FromURL): `REDIS_URL=redis://:hunter2@host:99x floodgate peek ...` " +
+		"prints hunter2. The fix belongs in internal/redisopt (redact the URL in its errors), not in cmd/floodgate.")
+	const u = "redis://:hunter2@host:99x"
+	if err := (redisstore.Options{URL: u}).Validate(); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("redisstore.Options.Validate: %v", err)
+	}
+	var out, errs bytes.Buffer
+	run(context.Background(), []string{"peek", "-rule", "name=login,limit=5/10m", "alice"}, env(map[string]string{"REDIS_URL": u}), &out, &errs)
+	if strings.Contains(errs.String(), "hunter2") {
+		t.Errorf("floodgate peek prints the password:\n%s", errs.String())
 	}
 }
