@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 func env(m map[string]string) func(string) string {
@@ -531,5 +532,33 @@ func TestRedisOptionErrorsHidePasswords(t *testing.T) {
 	run(context.Background(), []string{"peek", "-rule", "name=login,limit=5/10m", "alice"}, env(map[string]string{"REDIS_URL": u}), &out, &errs)
 	if strings.Contains(errs.String(), "hunter2") {
 		t.Errorf("floodgate peek prints the password:\n%s", errs.String())
+	}
+}
+
+// TestDeployConfig: the configuration deploy/compose.yaml mounts loads,
+// with nothing of its directory left unread, and limits as its comments
+// say.
+func TestDeployConfig(t *testing.T) {
+	cfg, err := rlconfig.LoadDir("../../deploy/rls", rlconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sk := cfg.Skipped(); len(sk) != 0 {
+		t.Errorf("entries not read: %v", sk)
+	}
+	for _, c := range []struct {
+		entries []rlconfig.Entry
+		want    string
+	}{
+		{[]rlconfig.Entry{{Key: "remote_address", Value: "192.0.2.1"}}, "edge.remote_address: 5/minute sliding-window"},
+		{[]rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "192.0.2.1"}}, "edge.path.remote_address: 100/minute fixed-window"},
+	} {
+		m := cfg.Match("edge", c.entries)
+		if len(m.Limits) != 1 || m.Limits[0].String() != c.want {
+			t.Errorf("%v: %v, want %s", c.entries, m.Limits, c.want)
+		}
+	}
+	if m := cfg.Match("edge", []rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "a"}}); m.FailureMode != rlconfig.FailOpen {
+		t.Errorf("path and address: failure_mode %v, want open", m.FailureMode)
 	}
 }
