@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -18,6 +20,11 @@ import (
 // ErrInvalidConfig is wrapped by every problem that Parse, LoadDir and
 // the Watcher find in a configuration.
 var ErrInvalidConfig = errors.New("rlconfig: invalid configuration")
+
+// MaxFileSize bounds the size of one configuration file that LoadDir and
+// the Watcher read: 16 MiB, sixteen times what a Kubernetes ConfigMap
+// holds.
+const MaxFileSize = 16 << 20
 
 // Options tunes how a configuration is read. The zero value reads it as
 // envoyproxy/ratelimit does by default.
@@ -35,6 +42,7 @@ type Config struct {
 	domains map[string]*node
 	limits  []*Limit
 	files   []string
+	skipped []string
 }
 
 // node is one descriptor of the tree; a domain's root is a node without
@@ -126,6 +134,18 @@ func (c *Config) Files() []string {
 	return append([]string(nil), c.files...)
 }
 
+// Skipped returns what [LoadDir] or a [Watcher] found in the directory
+// and did not read, sorted: files not named *.yaml or *.yml, and
+// subdirectories (with a trailing "/"); dot files are not listed.
+// envoyproxy/ratelimit reads every file of its directory, subdirectories
+// included, so a service switching from it should warn of each.
+func (c *Config) Skipped() []string {
+	if c == nil {
+		return nil
+	}
+	return append([]string(nil), c.skipped...)
+}
+
 // String lists the configuration's limits, one a line.
 func (c *Config) String() string {
 	var b strings.Builder
@@ -140,51 +160,161 @@ func (c *Config) String() string {
 // subdirectories, and not names starting with a dot, such as the
 // ..data entries of a Kubernetes ConfigMap volume; symbolic links are
 // followed, and a dangling one is a removed file) and parses them
-// together with [Parse].
+// together with [Parse]. In a ConfigMap volume (dir holds a ..data link
+// to a directory), the files of the version that ..data names are read,
+// all of one version, with any file of dir that is not a link into
+// ..data. A file that is not a regular file (a FIFO, a
+// device) or holds more than [MaxFileSize] bytes is refused.
 func LoadDir(dir string, opts Options) (*Config, error) {
-	files, err := readDir(dir, "")
+	files, skipped, err := readDir(dir, "")
 	if err != nil {
 		return nil, err
 	}
-	return Parse(files, opts)
+	return parseDir(files, skipped, opts)
+}
+
+// parseDir parses the files of a directory and records what it skipped.
+func parseDir(files map[string][]byte, skipped []string, opts Options) (*Config, error) {
+	cfg, err := Parse(files, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.skipped = skipped
+	return cfg, nil
 }
 
 // readDir reads the configuration files of dir, or only the one named
-// only when it is not empty.
-func readDir(dir, only string) (map[string][]byte, error) {
+// only when it is not empty. It also returns, sorted, the names of what
+// it did not read (see [Config.Skipped]); none with only.
+//
+// A Kubernetes ConfigMap volume holds its files in the directory that its
+// ..data link names, swapped whole on each update; the names in dir are
+// links into ..data, made and removed around the swap. Those files are
+// read from one resolution of ..data (a version never changes, it is
+// only removed after the next swap; one removed mid-read is read again
+// from the next), so that a read never mixes two versions (a domain
+// moved from one file to another would be lost or doubled) nor misses a
+// file whose link is not made yet. An entry of dir that is not a link
+// into ..data is read as in any directory, and wins over the version's
+// file of its name.
+func readDir(dir, only string) (map[string][]byte, []string, error) {
+	link := filepath.Join(dir, "..data")
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		return readFiles(dir, only, plain) // not a ConfigMap volume
+	}
+	for range 100 {
+		data, err := filepath.EvalSymlinks(link)
+		var st os.FileInfo
+		if err == nil {
+			st, err = os.Stat(data)
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			time.Sleep(time.Millisecond) // swapped and removed meanwhile
+			continue
+		}
+		if err != nil || !st.IsDir() {
+			return readFiles(dir, only, plain) // ..data names no directory
+		}
+		// A version never changes once ..data names it; it is only
+		// removed after the next swap. Read whole, it is one version.
+		files, skipped, err := readFiles(data, only, asVersion)
+		if errors.Is(err, errVanished) {
+			time.Sleep(time.Millisecond) // swapped and removed: read the next one
+			continue
+		}
+		if err == nil {
+			var own map[string][]byte
+			var ownSkipped []string
+			own, ownSkipped, err = readFiles(dir, only, skipViews)
+			maps.Copy(files, own)
+			skipped = slices.Compact(slices.Sorted(slices.Values(append(skipped, ownSkipped...))))
+		}
+		return files, skipped, err
+	}
+	// Removed under each of 100 reads: no version could be read whole,
+	// and the one in force stays.
+	return nil, nil, fmt.Errorf("rlconfig: %s: each version vanished while it was read, 100 times", link)
+}
+
+// errVanished reports a ConfigMap version removed while it was read.
+var errVanished = errors.New("rlconfig: the version vanished while it was read")
+
+// How readFiles reads a directory.
+const (
+	plain     = iota // any directory: a file gone since the listing is a removed file
+	asVersion        // a ConfigMap version: a file gone is the version removed (errVanished)
+	skipViews        // a ConfigMap volume: its links into ..data are skipped
+)
+
+// readFiles reads the configuration files of dir, as readDir does, in
+// one of the modes plain, asVersion and skipViews.
+func readFiles(dir, only string, mode int) (map[string][]byte, []string, error) {
 	ents, err := os.ReadDir(dir)
+	if mode == asVersion && errors.Is(err, os.ErrNotExist) {
+		return nil, nil, errVanished
+	}
 	if err != nil {
-		return nil, fmt.Errorf("rlconfig: read directory: %w", err)
+		return nil, nil, fmt.Errorf("rlconfig: read directory: %w", err)
 	}
 	files := map[string][]byte{}
+	var skipped []string
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) || only != "" && name != only {
+		yaml := strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
+		if strings.HasPrefix(name, ".") || only != "" && name != only {
 			continue
 		}
 		p := filepath.Join(dir, name)
+		if mode == skipViews {
+			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(filepath.Clean(t), "..data"+string(filepath.Separator)) {
+				continue // the version's file, read from ..data
+			}
+		}
 		st, err := os.Stat(p) // follows a symbolic link
 		if errors.Is(err, os.ErrNotExist) {
+			if mode == asVersion {
+				return nil, nil, errVanished
+			}
 			// Removed since the listing, or a link left dangling for a
 			// moment by a ConfigMap update: the file is gone.
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("rlconfig: %w", err)
+			if !yaml {
+				skipped = append(skipped, name)
+				continue
+			}
+			return nil, nil, fmt.Errorf("rlconfig: %w", err)
 		}
 		if st.IsDir() {
+			skipped = append(skipped, name+"/")
 			continue
+		}
+		if !yaml {
+			skipped = append(skipped, name)
+			continue
+		}
+		if !st.Mode().IsRegular() {
+			// A FIFO would block the read for ever, a device never end.
+			return nil, nil, fmt.Errorf("%w: %s: not a regular file (%v)", ErrInvalidConfig, p, st.Mode().Type())
+		}
+		if st.Size() > MaxFileSize {
+			return nil, nil, fmt.Errorf("%w: %s: %d bytes, more than the %d a configuration file may hold", ErrInvalidConfig, p, st.Size(), MaxFileSize)
 		}
 		data, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
+			if mode == asVersion {
+				return nil, nil, errVanished
+			}
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("rlconfig: %w", err)
+			return nil, nil, fmt.Errorf("rlconfig: %w", err)
 		}
 		files[name] = data
 	}
-	return files, nil
+	sort.Strings(skipped)
+	return files, skipped, nil
 }
 
 // Parse reads a configuration from files (file name to contents), each
@@ -246,7 +376,7 @@ func (p *parser) file(name string, data []byte) {
 		return
 	}
 	def := inherited{alg: floodgate.FixedWindow}
-	p.extensions(name, raw.Domain, &def, raw.Algorithm, raw.Burst, raw.FailureMode)
+	p.extensions(name, raw.Domain, &def, raw.Algorithm, int64(raw.Burst), raw.FailureMode)
 
 	root, seen := p.cfg.domains[raw.Domain]
 	if seen && !p.opts.MergeDomains {
@@ -313,7 +443,7 @@ func (p *parser) descriptors(file, domain string, parent *node, raws []rawDescri
 			p.problem(file, path, "share_threshold needs a wildcard value (one holding *)")
 		}
 		d := def
-		p.extensions(file, path, &d, rd.Algorithm, rd.Burst, rd.FailureMode)
+		p.extensions(file, path, &d, rd.Algorithm, int64(rd.Burst), rd.FailureMode)
 		n.failure = d.failure
 		n.detailedMetric, n.valueToMetric, n.shareThreshold = rd.DetailedMetric, rd.ValueToMetric, rd.ShareThreshold
 		n.metadata = rd.Metadata
@@ -423,10 +553,10 @@ func (p *parser) limit(file, domain, path string, segs []segment, j, count int, 
 	case *rl.RequestsPerUnit < 0 || *rl.RequestsPerUnit > math.MaxUint32:
 		bad("requests_per_unit %d is outside 0 to %d", *rl.RequestsPerUnit, uint32(math.MaxUint32))
 	default:
-		l.RequestsPerUnit = *rl.RequestsPerUnit
+		l.RequestsPerUnit = int64(*rl.RequestsPerUnit)
 	}
 	d := def
-	p.extensions(file, where, &d, rl.Algorithm, rl.Burst, "")
+	p.extensions(file, where, &d, rl.Algorithm, int64(rl.Burst), "")
 	if len(p.errs) > nerr {
 		return nil
 	}

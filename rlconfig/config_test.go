@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,6 +80,8 @@ descriptors:
 			[]string{"a.yaml: d.k: requests_per_unit is missing"}},
 		{"negative requests_per_unit", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n"},
 			[]string{"requests_per_unit -1 is outside 0 to 4294967295"}},
+		{"fractional requests_per_unit and burst", map[string]string{"a.yaml": "domain: d\nalgorithm: token_bucket\nburst: 2.5\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0.5}\n"},
+			[]string{"a.yaml: line 3: burst 2.5 is not a whole number", "a.yaml: line 6: requests_per_unit 0.5 is not a whole number"}},
 		{"unlimited with unit", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unlimited: true}\n"},
 			[]string{"a.yaml: d.k: unit must not be set on an unlimited limit"}},
 		{"replaces empty", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]}\n"},
@@ -381,12 +384,60 @@ func TestLoadDir(t *testing.T) {
 	if f := cfg.Files(); !reflect.DeepEqual(f, []string{"a.yaml", "b.yml"}) {
 		t.Errorf("Files = %v", f)
 	}
+	// What envoyproxy/ratelimit would have read is reported, not dropped
+	// unseen.
+	if s := cfg.Skipped(); !reflect.DeepEqual(s, []string{"c.yaml~", "notes.txt", "sub.yaml/"}) {
+		t.Errorf("Skipped = %v", s)
+	}
 	empty, err := rlconfig.LoadDir(t.TempDir(), rlconfig.Options{})
 	if err != nil || len(empty.Domains()) != 0 {
 		t.Errorf("empty directory: %v %v", empty, err)
 	}
 	if _, err := rlconfig.LoadDir(filepath.Join(dir, "missing"), rlconfig.Options{}); err == nil || errors.Is(err, rlconfig.ErrInvalidConfig) {
 		t.Errorf("missing directory: %v", err)
+	}
+}
+
+// TestLoadDirOddFiles: a configuration file that is a FIFO, a device or
+// too large is refused at once, naming it; reading it would block for
+// ever or exhaust the memory.
+func TestLoadDirOddFiles(t *testing.T) {
+	fifo := writeDir(t, map[string]string{"a.yaml": "domain: a\n"})
+	if err := syscall.Mkfifo(filepath.Join(fifo, "b.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	device := writeDir(t, map[string]string{"a.yaml": "domain: a\n"})
+	if err := os.Symlink("/dev/zero", filepath.Join(device, "zero.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	big := writeDir(t, map[string]string{"a.yaml": "domain: a\n"})
+	if err := os.WriteFile(filepath.Join(big, "big.yaml"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(big, "big.yaml"), rlconfig.MaxFileSize+1); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]string{fifo: "b.yaml: not a regular file", device: "zero.yaml: not a regular file", big: "big.yaml: 16777217 bytes, more than the 16777216"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := rlconfig.LoadDir(dir, rlconfig.Options{})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, rlconfig.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+				t.Errorf("LoadDir: %v, want an invalid configuration saying %q", err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("LoadDir did not return within 5s (want %q)", want)
+		}
+	}
+	// Exactly the bound is read.
+	if err := os.Truncate(filepath.Join(big, "big.yaml"), rlconfig.MaxFileSize); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rlconfig.LoadDir(big, rlconfig.Options{}); err == nil || strings.Contains(err.Error(), "more than") {
+		t.Errorf("a file of exactly MaxFileSize: %v, want it read (and refused as a file of NUL bytes)", err)
 	}
 }
 
@@ -426,5 +477,21 @@ descriptors:
 	m := cfg.Match("api", e("user", "ana"))
 	if m.Outcome != rlconfig.Limited || len(m.Limits) != 3 || m.FailureMode != rlconfig.FailOpen || !m.Limits[2].ShadowMode {
 		t.Errorf("doc example: %+v", m)
+	}
+}
+
+// TestWholeNumbers: requests_per_unit and burst take an integer in any
+// YAML form, or a float without fraction.
+func TestWholeNumbers(t *testing.T) {
+	for _, tc := range []struct{ rpu, burst string }{{"1e3", "2.0"}, {"0x3e8", "2"}, {"1000.0", "0o2"}} {
+		y := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: " + tc.rpu + ", algorithm: token_bucket, burst: " + tc.burst + "}\n"
+		cfg, err := rlconfig.Parse(map[string][]byte{"a.yaml": []byte(y)}, rlconfig.Options{})
+		if err != nil {
+			t.Errorf("%v: %v", tc, err)
+			continue
+		}
+		if l := cfg.Limits()[0]; l.RequestsPerUnit != 1000 || l.Rule.Burst != 2 {
+			t.Errorf("%v: %d per second, burst %d; want 1000 and 2", tc, l.RequestsPerUnit, l.Rule.Burst)
+		}
 	}
 }

@@ -92,12 +92,17 @@
 //     0 and denies every request; write 0 to mean that.
 //   - A file with several YAML documents; envoyproxy/ratelimit reads the
 //     first.
+//   - A requests_per_unit (or burst) with a fraction: the YAML decoder
+//     truncates it, so envoyproxy/ratelimit reads 0.5 as 0 and denies
+//     every request. 1e3 and 1000.0 are whole, and read.
 //
 // Keys and values are matched as pairs. envoyproxy/ratelimit joins them
 // into one "key_value" string, so there key "a" with value "b_c" collides
 // with key "a_b" with value "c", and a wildcard can reach across the
-// underscore into the key. Files whose names start with a dot and
-// subdirectories are not read. quota_mode is carried on [Limit] and not
+// underscore into the key. Files whose names start with a dot, files
+// not named *.yaml or *.yml, and subdirectories are not read, where
+// envoyproxy/ratelimit reads them all; [Config.Skipped] lists them (but
+// the dot files), for a service to warn of. quota_mode is carried on [Limit] and not
 // interpreted. The per-request limit override of the RLS API and loading
 // from an xDS server are not part of this package.
 //
@@ -105,6 +110,7 @@
 //
 // A [Watcher] holds the configuration of a directory and reloads it on
 // every change, including the ..data symbolic link swap of a Kubernetes
-// ConfigMap volume. An invalid configuration is refused with every
+// ConfigMap volume and the swap of any symbolic link on the directory's
+// path (envoyproxy/ratelimit's RUNTIME_ROOT). An invalid configuration is refused with every
 // problem listed, and the old one stays in force.
 package rlconfig

@@ -62,9 +62,9 @@ func FuzzMatch(f *testing.F) {
 	f.Add("**", "k", "*", "k=v\nn=1")
 	f.Fuzz(func(t *testing.T, pattern, key, value, more string) {
 		file := rawFile{Domain: "d", Descriptors: []rawDescriptor{
-			{Key: "k", Value: pattern, RateLimit: &rawLimit{Unit: "second", RequestsPerUnit: ptr(int64(1))},
-				Descriptors: []rawDescriptor{{Key: "n", RateLimit: &rawLimit{Unit: "minute", RequestsPerUnit: ptr(int64(2))}}}},
-			{Key: "k", RateLimit: &rawLimit{Unit: "hour", RequestsPerUnit: ptr(int64(3))}},
+			{Key: "k", Value: pattern, RateLimit: &rawLimit{Unit: "second", RequestsPerUnit: ptr(requestsPerUnit(1))},
+				Descriptors: []rawDescriptor{{Key: "n", RateLimit: &rawLimit{Unit: "minute", RequestsPerUnit: ptr(requestsPerUnit(2))}}}},
+			{Key: "k", RateLimit: &rawLimit{Unit: "hour", RequestsPerUnit: ptr(requestsPerUnit(3))}},
 		}}
 		data, err := yaml.Marshal(file)
 		if err != nil {

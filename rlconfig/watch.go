@@ -37,7 +37,8 @@ type WatchOptions struct {
 // when the directory changes. It sees files written in place, added or
 // removed, and the atomic swap of the ..data symbolic link that
 // Kubernetes performs on a mounted ConfigMap, as well as a swap of the
-// directory itself when it is a symbolic link. A new configuration is
+// directory itself, or of any directory above it, when it is a symbolic
+// link (envoyproxy/ratelimit's RUNTIME_ROOT). A new configuration is
 // validated whole and replaces the old one atomically; an invalid one is
 // refused and the old one stays in force. Its methods are safe for
 // concurrent use. Close it when done.
@@ -52,6 +53,14 @@ type Watcher struct {
 	wg       sync.WaitGroup
 	closeErr error
 	once     sync.Once
+
+	// links maps each directory watched besides dir to the names in it
+	// whose change swaps what dir names: dir's own name in its parent,
+	// and every symbolic link on dir's path in its own parent (an
+	// envoyproxy/ratelimit RUNTIME_ROOT swapped above RUNTIME_ROOT/
+	// RUNTIME_SUBDIRECTORY/config). Only the Watcher's goroutine uses it
+	// once watching has started.
+	links map[string]map[string]bool
 }
 
 // Watch loads the configuration in dir with [LoadDir] and starts
@@ -89,17 +98,18 @@ func watch(dir, only string, opts WatchOptions) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)
 	}
-	// The directory itself, and its parent to see the directory's own
-	// symbolic link swapped. Watch before the first read, so that no
-	// change slips between the two.
+	// The directory itself first, and then (watchLinks) the parents of
+	// its name and of each symbolic link on its path, to see any of them
+	// swapped. Watch before the first read, so that no change slips
+	// between the two.
 	if err := fsw.Add(dir); err != nil {
 		fsw.Close()
 		return nil, fmt.Errorf("rlconfig: watch %s: %w", dir, err)
 	}
-	// The parent is watched at best: where it cannot be, a swap of the
-	// directory's own link goes unseen, and every other change is seen.
-	_ = fsw.Add(filepath.Dir(filepath.Clean(dir)))
 	w := &Watcher{dir: dir, only: only, opts: opts, fsw: fsw, done: make(chan struct{})}
+	// The parents are watched at best: where one cannot be, a swap of
+	// its link goes unseen, and every other change is seen.
+	w.watchLinks()
 	cfg, err := w.read()
 	if err != nil {
 		fsw.Close()
@@ -137,7 +147,7 @@ func (w *Watcher) load() (*Config, error) {
 
 // read reads and parses the watched files.
 func (w *Watcher) read() (*Config, error) {
-	files, err := readDir(w.dir, w.only)
+	files, skipped, err := readDir(w.dir, w.only)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +156,7 @@ func (w *Watcher) read() (*Config, error) {
 		// configuration that would drop every limit.
 		return nil, fmt.Errorf("rlconfig: %s: %w", filepath.Join(w.dir, w.only), os.ErrNotExist)
 	}
-	return Parse(files, w.opts.Options)
+	return parseDir(files, skipped, w.opts.Options)
 }
 
 // Close stops watching and waits for the Watcher's goroutine to end, so
@@ -169,8 +179,6 @@ func (w *Watcher) loop() {
 	var pending bool    // an event waits for the timer
 	var since time.Time // when the first waiting event came
 	maxDelay := 10 * w.opts.Debounce
-	base := filepath.Base(filepath.Clean(w.dir))
-	parent := filepath.Dir(filepath.Clean(w.dir))
 	for {
 		select {
 		case <-w.done:
@@ -179,15 +187,14 @@ func (w *Watcher) loop() {
 			if !ok {
 				return
 			}
-			if filepath.Dir(ev.Name) == parent && filepath.Base(ev.Name) != base {
-				continue // a sibling of the directory: not ours
-			}
-			if filepath.Dir(ev.Name) == parent {
-				// The directory (or its symbolic link) was replaced:
-				// watch what the name points at now. A failure shows
-				// in the reload that follows.
-				_ = w.fsw.Remove(w.dir)
-				_ = w.fsw.Add(w.dir)
+			if names, ok := w.links[filepath.Dir(ev.Name)]; ok {
+				if !names[filepath.Base(ev.Name)] {
+					continue // a sibling of the directory or of a link: not ours
+				}
+				// The directory, or a symbolic link on its path, was
+				// replaced: watch what the path names now. A failure
+				// shows in the reload that follows.
+				w.watchLinks()
 			}
 			// Wait for quiet, but never more than maxDelay after the
 			// first event: a directory written without pause is still
@@ -217,6 +224,64 @@ func (w *Watcher) loop() {
 			w.report(w.load())
 		}
 	}
+}
+
+// watchLinks (re)starts watching dir and the parents of its name and of
+// every symbolic link on its path, as the path resolves now, and records
+// them in links.
+func (w *Watcher) watchLinks() {
+	_ = w.fsw.Remove(w.dir)
+	_ = w.fsw.Add(w.dir)
+	for parent := range w.links {
+		_ = w.fsw.Remove(parent)
+	}
+	w.links = map[string]map[string]bool{}
+	add := func(p string) {
+		parent, name := filepath.Dir(p), filepath.Base(p)
+		if parent == p {
+			return // the root has no parent
+		}
+		if w.links[parent] == nil {
+			w.links[parent] = map[string]bool{}
+			_ = w.fsw.Add(parent)
+		}
+		w.links[parent][name] = true
+	}
+	add(w.dir)
+	// Every symbolic link met resolving the path, the targets' own
+	// included (a directory linked to RUNTIME_ROOT/config, RUNTIME_ROOT
+	// itself a link that is swapped), up to 40 as the kernel allows.
+	path := w.dir
+	for range 40 {
+		link, rest := firstLink(path)
+		if link == "" {
+			return
+		}
+		add(link)
+		target, err := os.Readlink(link)
+		if err != nil {
+			return
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(link), target)
+		}
+		path = filepath.Join(target, rest)
+	}
+}
+
+// firstLink returns the first prefix of the absolute path p, from the
+// root down, that is a symbolic link, and the rest of p after it; "" when
+// none is.
+func firstLink(p string) (link, rest string) {
+	parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), string(filepath.Separator)), string(filepath.Separator))
+	q := string(filepath.Separator)
+	for i, part := range parts {
+		q = filepath.Join(q, part)
+		if st, err := os.Lstat(q); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			return q, filepath.Join(parts[i+1:]...)
+		}
+	}
+	return "", ""
 }
 
 func (w *Watcher) report(cfg *Config, err error) {

@@ -314,3 +314,63 @@ func TestWatchFile(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRuntimeRootSwap swaps a symbolic link above the watched
+// directory, as envoyproxy/ratelimit's deployments swap RUNTIME_ROOT
+// (/srv/runtime_data/current) while the configuration is read from
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config.
+func TestWatchRuntimeRootSwap(t *testing.T) {
+	root := t.TempDir()
+	for v, n := range map[string]string{"v1": "1", "v2": "2"} {
+		if err := os.MkdirAll(filepath.Join(root, v, "ratelimit", "config"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(root, v, "ratelimit", "config", "a.yaml"), limitFile(n))
+	}
+	current := filepath.Join(root, "current")
+	symlink(t, "v1", current)
+	w, ch := watch(t, filepath.Join(current, "ratelimit", "config"))
+	if got := limitOf(w.Config()); got != 1 {
+		t.Fatalf("first limit %d", got)
+	}
+	symlink(t, "v2", filepath.Join(root, "next"))
+	if err := os.Rename(filepath.Join(root, "next"), current); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ch, "after the runtime root swap", succeeded(2))
+
+	// Edits in the new target are seen too, and none in the old one.
+	write(t, filepath.Join(root, "v1", "ratelimit", "config", "a.yaml"), limitFile("9"))
+	write(t, filepath.Join(root, "v2", "ratelimit", "config", "a.yaml"), limitFile("3"))
+	waitFor(t, ch, "after an edit in the new directory", succeeded(3))
+	if got := limitOf(w.Config()); got != 3 {
+		t.Errorf("limit %d after editing the old and the new directory, want the new one's 3", got)
+	}
+}
+
+// TestWatchLinkToSwappedRoot watches a symbolic link to a directory under
+// a runtime root that is itself a link, swapped: the link met resolving
+// the first link is watched too.
+func TestWatchLinkToSwappedRoot(t *testing.T) {
+	root := t.TempDir()
+	for v, n := range map[string]string{"v1": "1", "v2": "2"} {
+		if err := os.MkdirAll(filepath.Join(root, v, "config"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(root, v, "config", "a.yaml"), limitFile(n))
+	}
+	symlink(t, "v1", filepath.Join(root, "current"))
+	if err := os.Mkdir(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, filepath.Join("..", "current", "config"), filepath.Join(root, "etc", "ratelimit"))
+	w, ch := watch(t, filepath.Join(root, "etc", "ratelimit"))
+	if got := limitOf(w.Config()); got != 1 {
+		t.Fatalf("first limit %d", got)
+	}
+	symlink(t, "v2", filepath.Join(root, "next"))
+	if err := os.Rename(filepath.Join(root, "next"), filepath.Join(root, "current")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ch, "after the swap of the root the link points under", succeeded(2))
+}

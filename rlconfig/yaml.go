@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -19,7 +21,7 @@ type rawFile struct {
 
 	// Extensions: defaults for every descriptor of the domain.
 	Algorithm   string `yaml:"algorithm"`
-	Burst       int64  `yaml:"burst"`
+	Burst       burst  `yaml:"burst"`
 	FailureMode string `yaml:"failure_mode"`
 }
 
@@ -38,26 +40,56 @@ type rawDescriptor struct {
 	// Extensions.
 	RateLimits  []rawLimit `yaml:"rate_limits"`
 	Algorithm   string     `yaml:"algorithm"`
-	Burst       int64      `yaml:"burst"`
+	Burst       burst      `yaml:"burst"`
 	FailureMode string     `yaml:"failure_mode"`
 }
 
 type rawLimit struct {
-	Unit            string       `yaml:"unit"`
-	RequestsPerUnit *int64       `yaml:"requests_per_unit"`
-	Unlimited       bool         `yaml:"unlimited"`
-	Name            string       `yaml:"name"`
-	Replaces        []rawReplace `yaml:"replaces"`
+	Unit            string           `yaml:"unit"`
+	RequestsPerUnit *requestsPerUnit `yaml:"requests_per_unit"`
+	Unlimited       bool             `yaml:"unlimited"`
+	Name            string           `yaml:"name"`
+	Replaces        []rawReplace     `yaml:"replaces"`
 
 	// Extensions.
 	Window     string `yaml:"window"`
 	Algorithm  string `yaml:"algorithm"`
-	Burst      int64  `yaml:"burst"`
+	Burst      burst  `yaml:"burst"`
 	ShadowMode *bool  `yaml:"shadow_mode"`
 }
 
 type rawReplace struct {
 	Name string `yaml:"name"`
+}
+
+// requestsPerUnit and burst are counts written as YAML numbers: an
+// integer, or a float with no fraction (1e3). The decoder would truncate
+// 0.5 to 0 unasked, which for requests_per_unit blocks every request.
+type (
+	requestsPerUnit int64
+	burst           int64
+)
+
+// UnmarshalYAML decodes an integer, refusing a fraction.
+func (n *requestsPerUnit) UnmarshalYAML(v *yaml.Node) error {
+	return decodeWhole(v, "requests_per_unit", (*int64)(n))
+}
+
+// UnmarshalYAML decodes an integer, refusing a fraction.
+func (n *burst) UnmarshalYAML(v *yaml.Node) error { return decodeWhole(v, "burst", (*int64)(n)) }
+
+func decodeWhole(v *yaml.Node, field string, dst *int64) error {
+	var n int64
+	if err := v.Decode(&n); err != nil {
+		return err
+	}
+	if v.ShortTag() == "!!float" {
+		if f, err := strconv.ParseFloat(strings.ReplaceAll(v.Value, "_", ""), 64); err != nil || f != math.Trunc(f) {
+			return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s %s is not a whole number", v.Line, field, v.Value)}}
+		}
+	}
+	*dst = n
+	return nil
 }
 
 // yamlTypeNames turns the decoder's Go type names into the names a

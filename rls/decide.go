@@ -2,8 +2,9 @@ package rls
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -66,7 +67,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.metrics.unknownDomain.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
-	p, err := newPlan(req, entries, ms)
+	p, err := newPlan(req, entries, ms, s.shadow)
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +78,21 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err := p.decide(ctx, g, s.enf.Limiter()); err != nil {
 		return nil, err
 	}
-	p.count(s.metrics, req.GetDomain())
+	p.count(s.metrics, req.GetDomain(), s.near)
 	return p.response(), nil
+}
+
+// shadowed returns m with every limit in shadow mode (Options.ShadowMode).
+// The configuration's limits are shared, so each is copied.
+func shadowed(m rlconfig.Match) rlconfig.Match {
+	ls := make([]*rlconfig.Limit, len(m.Limits))
+	for j, l := range m.Limits {
+		c := *l
+		c.ShadowMode = true
+		ls[j] = &c
+	}
+	m.Limits = ls
+	return m
 }
 
 // requestEntries checks the request's shape and returns its descriptors'
@@ -156,11 +170,15 @@ type planned struct {
 	mode rlconfig.FailureMode
 	dec  floodgate.Decision
 	have bool // dec is set
+	// oversize marks a hit beyond what its limit could ever admit: over
+	// the limit without asking the store, which would refuse it.
+	oversize bool
 }
 
-// newPlan builds the hits of a request's matched descriptors, refusing
-// a cost that no limit could admit.
-func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match) (*plan, error) {
+// newPlan builds the hits of a request's matched descriptors, marking
+// oversize a hit whose cost its limit could never admit; with shadow,
+// every limit (a limit override's too) is in shadow mode.
+func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match, shadow bool) (*plan, error) {
 	base := int64(max(req.GetHitsAddend(), 1))
 	p := &plan{descs: make([]desc, len(ms))}
 	index := map[hitID]int{}
@@ -171,16 +189,23 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 				return nil, err
 			}
 		}
+		if shadow {
+			m = shadowed(m)
+		}
 		d := desc{match: m, cost: base}
 		if ha := req.GetDescriptors()[i].GetHitsAddend(); ha != nil {
-			if ha.GetValue() > math.MaxInt64 {
-				return nil, invalid("descriptor %d: hits_addend %d is too large", i, ha.GetValue())
-			}
-			d.cost = int64(ha.GetValue())
+			// Beyond int64, it is beyond every capacity all the same.
+			d.cost = int64(min(ha.GetValue(), math.MaxInt64))
 			d.peek = d.cost == 0
 		}
-		if m.Outcome == rlconfig.Limited && len(m.Key) > floodgate.MaxKeyLen {
-			return nil, invalid("descriptor %d: its values are %d bytes long, at most %d allowed", i, len(m.Key), floodgate.MaxKeyLen)
+		if len(m.Key) > floodgate.MaxKeyLen {
+			// Escaped, the values can outgrow a hit's key (a "/" takes
+			// three bytes): count them under their digest, as enforce
+			// does, rather than refuse a request that a client's values
+			// alone made too long (an error, which Envoy lets through by
+			// default).
+			sum := sha256.Sum256([]byte(m.Key))
+			m.Key = "sha256:" + hex.EncodeToString(sum[:])
 		}
 		for _, l := range m.Limits {
 			if m.Outcome != rlconfig.Limited {
@@ -200,28 +225,20 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 					})
 				}
 				h := &p.hits[j].hit
-				if h.Cost > math.MaxInt64-d.cost {
-					return nil, invalid("descriptor %d: hits_addend %d is too large", i, d.cost)
-				}
-				h.Cost += d.cost
+				h.Cost += min(d.cost, math.MaxInt64-h.Cost) // at most MaxInt64: beyond every capacity
 				r.hit = j
 			}
 			d.refs = append(d.refs, r)
 		}
 		p.descs[i] = d
 	}
-	var errs []error
-	for _, h := range p.hits {
+	// A cost that a limit could never admit is over it, as upstream
+	// answers, and not an error: Envoy lets a request through on an
+	// error by default, and a hits_addend may come from the request.
+	for i, h := range p.hits {
 		c := max(h.hit.Cost, 1) // a peek asks about one more hit
-		switch r := h.hit.Rule; {
-		case c > r.Capacity():
-			errs = append(errs, fmt.Errorf("hits_addend %d exceeds the capacity %d of limit %s", c, r.Capacity(), r.Name))
-		case r.Algorithm == floodgate.SlidingWindow && c > floodgate.MaxSlidingCost:
-			errs = append(errs, fmt.Errorf("hits_addend %d is above %d, the most a sliding_window limit (%s) takes at once", c, floodgate.MaxSlidingCost, r.Name))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, invalid("%v", strings.ReplaceAll(err.Error(), "\n", "; "))
+		r := h.hit.Rule
+		p.hits[i].oversize = c > r.Capacity() || r.Algorithm == floodgate.SlidingWindow && c > floodgate.MaxSlidingCost
 	}
 	return p, nil
 }
@@ -248,14 +265,14 @@ func enforceMode(m rlconfig.FailureMode, shadow bool) enforce.FailureMode {
 	}
 }
 
-// decide decides the plan's hits. A blocked limit, or a peek that would
-// be denied, makes the request over the limit at once: the counted hits
+// decide decides the plan's hits. A blocked limit, an oversize hit, or a
+// peek that would be denied, makes the request over the limit at once: the counted hits
 // are then only peeked, for their figures, and nothing is recorded.
 // Otherwise the counted hits go to the gate, all-or-nothing.
 func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limiter) error {
 	for _, d := range p.descs {
 		for _, r := range d.refs {
-			if r.hit < 0 && !r.limit.ShadowMode {
+			if (r.hit < 0 || p.hits[r.hit].oversize) && !r.limit.ShadowMode {
 				p.over = true
 			}
 		}
@@ -331,9 +348,13 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limit
 	return nil
 }
 
-// split returns the indices of the peeked hits and of the counted ones.
+// split returns the indices of the peeked hits and of the counted ones,
+// leaving out the oversize ones.
 func (p *plan) split() (peeks, counted []int) {
 	for i, h := range p.hits {
+		if h.oversize {
+			continue // over without asking
+		}
 		if h.peek {
 			peeks = append(peeks, i)
 		} else {

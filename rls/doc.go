@@ -23,11 +23,19 @@
 //   - A descriptor hits_addend of 0 is a peek: it asks whether one more
 //     hit would be allowed now and records nothing. A peek that would be
 //     denied makes the request OVER_LIMIT.
-//   - A shadow_mode limit is counted and reported, and never denies.
+//   - A shadow_mode limit is counted and reported, and never denies;
+//     [Options.ShadowMode] makes every limit one, limit overrides
+//     included (envoyproxy/ratelimit's SHADOW_MODE).
 //   - A descriptor's limit override (Envoy's rate limit action with a
 //     limit) replaces what the configuration says of it, as in
 //     envoyproxy/ratelimit: a fixed window of requests_per_unit per unit
 //     (times unit_multiplier), in a configured domain.
+//   - A hits_addend that a limit could never admit (beyond its capacity,
+//     or beyond [floodgate.MaxSlidingCost] for a sliding window) is over
+//     that limit without asking the store, as envoyproxy/ratelimit
+//     answers it; not an error, which Envoy's filter lets through by
+//     default (failure_mode_deny: false), while a hits_addend may come
+//     from a request header.
 //   - requests_per_unit: 0 denies without counting; unlimited allows
 //     without counting; a descriptor that matches no limit, or a domain
 //     that is not configured, is OK (the latter counted in
@@ -65,7 +73,6 @@
 // InvalidArgument, with the reason, answers an empty domain, no
 // descriptors, a descriptor without entries or with an empty key, more
 // than [MaxDescriptors] descriptors or [MaxEntries] entries, a
-// hits_addend beyond a limit's capacity (it could never be allowed), a
 // limit override without a unit, and is_negative_hits (unsupported). A
 // message over [MaxMessageSize] is refused by gRPC (ResourceExhausted)
 // and by /json (413).
@@ -73,10 +80,13 @@
 // # Configuration and reload
 //
 // [Options.ConfigDir] is watched ([rlconfig.Watcher], including the
-// ..data symbolic link swap of a Kubernetes ConfigMap): a new
+// ..data symbolic link swap of a Kubernetes ConfigMap, read one version
+// whole, and a swapped link on the directory's path): a new
 // configuration is validated whole and swapped in atomically, so a
 // request sees one configuration; an invalid one is refused, logged and
-// counted, and the old one stays.
+// counted, and the old one stays. What the directory holds and is not
+// read (files not named *.yaml or *.yml, subdirectories) is logged as a
+// warning at each load and listed by /rlconfig.
 //
 // # Metrics
 //
@@ -87,7 +97,7 @@
 //
 //	floodgate_rls_total_hits_total     hits counted against a limit (hits_addend summed)
 //	floodgate_rls_over_limit_total     hits over a limit
-//	floodgate_rls_near_limit_total     hits within a limit that left it at least 80% used
+//	floodgate_rls_near_limit_total     hits within a limit that left it at least Options.NearLimitRatio (80%) used
 //	floodgate_rls_within_limit_total   hits within a limit
 //	floodgate_rls_shadow_mode_total    hits over a shadow_mode limit, let through
 //

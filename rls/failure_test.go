@@ -111,6 +111,14 @@ func TestMetricFigures(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
+	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO, 0.5: near from 5 of 10.
+	half := start(t, setup{yaml: "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", store: memstore.New(memstore.Options{}), near: 0.5})
+	for range 6 {
+		half.call(t, req("m", desc("k=v")))
+	}
+	if got := counter(t, half.reg, "floodgate_rls_near_limit_total", labels); got != 2 {
+		t.Errorf("near_limit %v after 6 of 10 with a ratio of 0.5, want 2 (the 5th and the 6th)", got)
+	}
 	for code, want := range map[string]float64{"ok": 10, "over_limit": 2} {
 		if got := counter(t, svc.reg, "floodgate_rls_requests_total", map[string]string{"code": code}); got != want {
 			t.Errorf("requests_total{code=%q} = %v, want %v", code, got, want)
@@ -136,22 +144,28 @@ func TestBoundsAccepted(t *testing.T) {
 	expect(t, svc.call(t, req("inv", log)), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{4000})
 	big := desc("user=a")
 	big.HitsAddend = wrapperspb.UInt64(1<<63 - 1)
-	_, err := svc.client.ShouldRateLimit(context.Background(), req("inv", big))
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "exceeds the capacity 10") {
-		t.Errorf("hits_addend 2^63-1: %v, want InvalidArgument over the capacity", err)
+	resp, err := svc.client.ShouldRateLimit(context.Background(), req("inv", big))
+	if err != nil || resp.GetOverallCode() != over {
+		t.Errorf("hits_addend 2^63-1: %v, %v; want OVER_LIMIT", resp.GetOverallCode(), err)
 	}
 	// A key of exactly floodgate's bound ("inv/user=" and the value) is
-	// decided; one byte more is refused.
+	// decided; one byte more is decided under its digest, apart from the
+	// first; and so are values whose key (escaped: "/" is "%2F") is over
+	// the bound, though the request is not. Each is counted on its own.
 	value := strings.Repeat("v", floodgate.MaxKeyLen-len("inv/user="))
-	expect(t, mustDecide(t, svc, req("inv", desc("user="+value))), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{9})
-	_, err = svc.srv.ShouldRateLimit(context.Background(), req("inv", desc("user="+value+"v")))
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("a key one byte over the bound: %v, want InvalidArgument", err)
-	}
-	// Values whose key (escaped) is over floodgate's key bound.
-	_, err = svc.srv.ShouldRateLimit(context.Background(), req("inv", desc("user="+strings.Repeat("/", 400_000))))
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bytes long, at most 1048576 allowed") {
-		t.Errorf("a key over the bound: %v", err)
+	slashes := "user=" + strings.Repeat("/", 400_000)
+	for _, c := range []struct {
+		req  *rlsv3.RateLimitRequest
+		left uint32
+	}{
+		{req("inv", desc("user="+value)), 9},
+		{req("inv", desc("user="+value+"v")), 9},
+		{req("inv", desc("user="+value+"v")), 8},
+		{req("inv", desc(slashes)), 9},
+		{req("inv", desc(slashes+"x")), 9},
+		{req("inv", desc(slashes)), 8},
+	} {
+		expect(t, mustDecide(t, svc, c.req), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{c.left})
 	}
 }
 

@@ -20,8 +20,9 @@ import (
 //     RateLimitResponse in proto3 JSON, with status 200 (OK) or 429
 //     (OVER_LIMIT) and the response_headers_to_add as HTTP headers. A
 //     request that cannot be decided answers 400 (bad JSON, or what
-//     gRPC answers InvalidArgument), 503 (the store failed and
-//     failure_mode is error) or 500, with the reason as text.
+//     gRPC answers InvalidArgument), 413 (a body over MaxMessageSize),
+//     503 (the store failed and failure_mode is error), 504 (the
+//     request's context ended first) or 500, with the reason as text.
 //   - GET /healthcheck: 200 "OK" while serving, 503 once Shutdown began.
 //   - GET /rlconfig: the configuration in force, one limit a line.
 //   - GET /metrics: the Gatherer's metrics (Prometheus text format).
@@ -64,6 +65,9 @@ func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
 	cfg := s.Config()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintf(w, "# domains: %s\n# files: %s\n", strings.Join(cfg.Domains(), ", "), strings.Join(cfg.Files(), ", "))
+	if sk := cfg.Skipped(); len(sk) > 0 {
+		fmt.Fprintf(w, "# not read (not *.yaml or *.yml, or a subdirectory): %s\n", strings.Join(sk, ", "))
+	}
 	io.WriteString(w, cfg.String())
 }
 

@@ -6,9 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// nearLimitRatio is envoyproxy/ratelimit's near_limit threshold: a hit
-// that leaves a limit at least 80% used is near it.
-const nearLimitRatio = 0.8
+// defaultNearLimitRatio is envoyproxy/ratelimit's default near_limit
+// threshold: a hit that leaves a limit at least 80% used is near it.
+const defaultNearLimitRatio = 0.8
 
 // metrics are the service's own series. The decisions, store errors and
 // breaker state are the Enforcer's (floodgate_decisions_total and the
@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		totalHits:   perLimit("total_hits", "Hits counted against a limit (hits_addend summed), as envoyproxy/ratelimit's total_hits."),
 		overLimit:   perLimit("over_limit", "Hits over a limit, as envoyproxy/ratelimit's over_limit."),
-		nearLimit:   perLimit("near_limit", "Hits within a limit that left it at least 80% used, as envoyproxy/ratelimit's near_limit."),
+		nearLimit:   perLimit("near_limit", "Hits within a limit that left it at least NearLimitRatio (80% by default) used, as envoyproxy/ratelimit's near_limit."),
 		withinLimit: perLimit("within_limit", "Hits within a limit, as envoyproxy/ratelimit's within_limit."),
 		shadowMode:  perLimit("shadow_mode", "Hits over a shadow_mode limit, let through, as envoyproxy/ratelimit's shadow_mode."),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // count adds the request's hits to the per-limit metrics, each limit by
 // its own verdict. Peeks count nothing, as their hits_addend is 0.
-func (p *plan) count(m *metrics, domain string) {
+func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 	for _, d := range p.descs {
 		if d.peek || len(d.refs) == 0 {
 			continue
@@ -80,7 +80,7 @@ func (p *plan) count(m *metrics, domain string) {
 			}
 			if v.dec.Allowed {
 				m.withinLimit.WithLabelValues(labels...).Add(n)
-				if lim := v.limit.RequestsPerUnit; lim > 0 && float64(lim-v.dec.Remaining) >= nearLimitRatio*float64(lim) {
+				if lim := v.limit.RequestsPerUnit; lim > 0 && float64(lim-v.dec.Remaining) >= nearRatio*float64(lim) {
 					m.nearLimit.WithLabelValues(labels...).Add(n)
 				}
 				continue

@@ -30,7 +30,9 @@ func (p *plan) verdicts(d desc) []verdict {
 	vs := make([]verdict, len(d.refs))
 	for k, r := range d.refs {
 		v := verdict{limit: r.limit, hit: r.hit, shadow: r.limit.ShadowMode}
-		if r.hit < 0 {
+		if r.hit < 0 || p.hits[r.hit].oversize {
+			// Blocked, or a hit beyond what the limit could ever admit:
+			// over the limit for a whole window.
 			w := r.limit.Rule.Window
 			v.dec = floodgate.Decision{Policy: r.limit.Rule.Name, Window: w, ResetAfter: w, RetryAfter: w}
 			v.have = true

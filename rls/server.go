@@ -1,9 +1,12 @@
 package rls
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +64,17 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives the reload and refusal logs; nil discards them.
 	Logger *slog.Logger
+	// ShadowMode puts every limit in shadow mode, as
+	// envoyproxy/ratelimit's SHADOW_MODE does: the limits are counted and
+	// reported in the metrics, and never deny. A request's own limit
+	// override (a descriptor's limit) too: upstream answers OK whatever
+	// any limit says.
+	ShadowMode bool
+	// NearLimitRatio is the share of a limit that a hit must leave used
+	// to count as near it (floodgate_rls_near_limit_total), as
+	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
+	// means 0.8.
+	NearLimitRatio float64
 }
 
 // Server is the Envoy RLS v3 rate-limit service: it matches each
@@ -77,10 +91,14 @@ type Server struct {
 	logger  *slog.Logger
 	watcher *rlconfig.Watcher // nil with a fixed Config
 	fixed   *rlconfig.Config
+	shadow  bool    // Options.ShadowMode
+	near    float64 // Options.NearLimitRatio, or its default
 	metrics *metrics
 	gather  prometheus.Gatherer
 	health  *health.Server
 	closing atomic.Bool
+	drained chan struct{} // closed by Shutdown: health watches end
+	drain   sync.Once
 
 	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
@@ -99,6 +117,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.ConfigDir != "" && opts.Config != nil {
 		errs = append(errs, fmt.Errorf("%w: set ConfigDir or Config, not both", ErrInvalidOptions))
+	}
+	if r := opts.NearLimitRatio; !(r >= 0 && r <= 1) {
+		errs = append(errs, fmt.Errorf("%w: NearLimitRatio %v is not above 0 and at most 1", ErrInvalidOptions, r))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -122,8 +143,8 @@ func New(opts Options) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, metrics: m, gather: gather,
-		health: health.NewServer(), gates: map[string]*enforce.Gate{}}
+	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, shadow: opts.ShadowMode, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
+		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
 			Options:  opts.ConfigOptions,
@@ -139,8 +160,12 @@ func New(opts Options) (*Server, error) {
 	m.configLoadSuccess.Inc()
 	cfg := s.Config()
 	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	s.warnConfig(cfg)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	// The name envoyproxy/ratelimit serves its health under: the probes
+	// and Envoy health checks of a switching deployment ask for it.
+	s.health.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
 	return s, nil
 }
 
@@ -153,6 +178,42 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 	}
 	s.metrics.configLoadSuccess.Inc()
 	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	s.warnConfig(cfg)
+}
+
+// warnConfig logs what of the configuration envoyproxy/ratelimit would
+// apply and the Server does not: what the directory holds and was not
+// read, and the limits in quota_mode, which are enforced as any other;
+// and a replaces that names no limit, which does nothing there either.
+func (s *Server) warnConfig(cfg *rlconfig.Config) {
+	if sk := cfg.Skipped(); len(sk) > 0 {
+		s.logger.Warn("entries of the configuration directory not read: floodgate reads the *.yaml and *.yml files at its top level, "+
+			"where envoyproxy/ratelimit reads every file, subdirectories included; rename or move them to apply their limits", "skipped", sk)
+	}
+	var quota, dangling []string
+	named := map[string]bool{}
+	for _, l := range cfg.Limits() {
+		if l.QuotaMode {
+			quota = append(quota, l.Label)
+		}
+		if l.Name != "" {
+			named[l.Name] = true
+		}
+	}
+	for _, l := range cfg.Limits() {
+		for _, r := range l.Replaces {
+			if !named[r] {
+				dangling = append(dangling, l.Label+" replaces "+strconv.Quote(r))
+			}
+		}
+	}
+	if len(dangling) > 0 {
+		s.logger.Warn("a replaces names no limit of the configuration, and replaces nothing", "replaces", dangling)
+	}
+	if len(quota) > 0 {
+		s.logger.Warn("quota_mode is not interpreted: these limits deny as any other, where envoyproxy/ratelimit lets a request "+
+			"through while one of its quota_mode descriptors has quota left", "limits", quota)
+	}
 }
 
 // Config returns the configuration in force. A request reads it once, so
@@ -214,8 +275,66 @@ func gateName(domain string) string {
 // service and server reflection on g.
 func (s *Server) Register(g *grpc.Server) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
-	healthpb.RegisterHealthServer(g, s.health)
+	healthpb.RegisterHealthServer(g, healthService{s.health, s.drained})
 	reflection.Register(g)
+}
+
+// healthService is the standard health service, whose Watch streams end
+// once the Server is shut down: a stream never ends by itself, and
+// grpc.Server.GracefulStop waits for every stream.
+type healthService struct {
+	*health.Server
+	drained <-chan struct{}
+}
+
+// Watch streams the status of req's service until the client leaves or
+// the Server is shut down; then it sends the last status (NOT_SERVING)
+// and ends.
+func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.drained:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ws := &watchStream{Health_WatchServer: stream, ctx: ctx, last: -1}
+	err := h.Server.Watch(req, ws)
+	select {
+	case <-h.drained:
+		if stream.Context().Err() != nil {
+			return err
+		}
+		// The inner Watch has returned, so no other Send runs: send the
+		// status at shutdown unless it was the last one sent.
+		st := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
+		if res, err := h.Server.Check(stream.Context(), req); err == nil {
+			st = res.GetStatus()
+		}
+		if st == ws.last {
+			return nil
+		}
+		return stream.Send(&healthpb.HealthCheckResponse{Status: st})
+	default:
+		return err
+	}
+}
+
+// watchStream is a Watch stream whose context ends at shutdown, and which
+// remembers the last status sent.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx  context.Context
+	last healthpb.HealthCheckResponse_ServingStatus // -1 before any
+}
+
+func (w *watchStream) Context() context.Context { return w.ctx }
+
+func (w *watchStream) Send(res *healthpb.HealthCheckResponse) error {
+	w.last = res.GetStatus()
+	return w.Health_WatchServer.Send(res)
 }
 
 // GRPCServerOptions returns the options a grpc.Server for this service
@@ -230,6 +349,7 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 func (s *Server) Shutdown() {
 	s.closing.Store(true)
 	s.health.Shutdown()
+	s.drain.Do(func() { close(s.drained) })
 }
 
 // Close stops watching the configuration directory and marks the service

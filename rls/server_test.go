@@ -39,6 +39,8 @@ func TestNewOptions(t *testing.T) {
 	}{
 		{rls.Options{}, []string{"Enforcer is required", "set ConfigDir or Config"}, true},
 		{rls.Options{Enforcer: enf, Config: cfg, ConfigDir: "x"}, []string{"not both"}, true},
+		{rls.Options{Enforcer: enf, Config: cfg, NearLimitRatio: -0.1}, []string{"NearLimitRatio -0.1 is not above 0 and at most 1"}, true},
+		{rls.Options{Enforcer: enf, Config: cfg, NearLimitRatio: 1.5}, []string{"NearLimitRatio 1.5 is not above 0 and at most 1"}, true},
 		{rls.Options{Enforcer: enf, ConfigDir: t.TempDir() + "/missing"}, []string{"rlconfig"}, false},
 	} {
 		_, err := rls.New(c.opts)

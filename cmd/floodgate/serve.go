@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
@@ -49,9 +51,43 @@ type serveConfig struct {
 	DecisionTimeout time.Duration // DECISION_TIMEOUT: default 50ms
 	DenialCache     int           // DENIAL_CACHE_SIZE (or LOCAL_CACHE_SIZE_IN_BYTES / 300): denials answered locally; 0 (default) is off
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT: how long in-flight calls may take to finish; default 10s
+	MaxConnAge      time.Duration // GRPC_MAX_CONNECTION_AGE: a gRPC connection is sent GOAWAY after it; default 24h, as upstream
+	MaxConnAgeGrace time.Duration // GRPC_MAX_CONNECTION_AGE_GRACE: then closed this much later; default 1h, as upstream
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
 	LogFormat       string        // LOG_FORMAT: text or json
+
+	// Not from the environment: the HTTP listeners' bounds, so that a
+	// client trickling a body or holding idle connections cannot keep
+	// them (and their memory) for ever.
+	httpReadTimeout time.Duration // a whole request, its 1 MiB body included: 30s
+	httpIdleTimeout time.Duration // an idle keep-alive connection: 2m
+	ShadowMode      bool          // SHADOW_MODE: every limit in shadow mode
+	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 }
+
+// serveUsage is what -h prints: the service's flag and environment, in
+// brief; docs/SERVICE.md has the rest.
+const serveUsage = `usage: floodgate [serve] [-config-dir DIR]
+
+Envoy's rate-limit service (RLS v3 on gRPC, POST /json on HTTP) on the
+envoyproxy/ratelimit YAML files of DIR (or CONFIG_DIR), configured by the
+environment, envoyproxy/ratelimit's names read where floodgate's are unset:
+
+  CONFIG_DIR            or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY
+  REDIS_URL             redis://, rediss://, unix:// or HOST:PORT; empty: in memory
+                        (REDIS_TYPE, REDIS_AUTH, REDIS_TLS, REDIS_SOCKET_TYPE)
+  CACHE_KEY_PREFIX      the Redis key prefix (fg:)
+  GRPC_ADDR             :8081 (GRPC_HOST, GRPC_PORT)
+  HTTP_ADDR             :8080 (HOST, PORT)
+  DEBUG_ADDR            /rlconfig and /metrics apart (DEBUG_HOST, DEBUG_PORT)
+  DECISION_TIMEOUT      50ms, the budget of one decision
+  SHUTDOWN_TIMEOUT      10s
+  MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
+  (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
+
+Every problem is listed at start, with exit status 2. docs/SERVICE.md
+tells the rest.
+`
 
 // errConfig marks a configuration that cannot be used: exit status 2.
 var errConfig = errors.New("invalid configuration")
@@ -63,6 +99,10 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		HTTPAddr:        ":8080",
 		DecisionTimeout: floodgate.DefaultTimeout,
 		ShutdownTimeout: 10 * time.Second,
+		MaxConnAge:      24 * time.Hour,
+		MaxConnAgeGrace: time.Hour,
+		httpReadTimeout: 30 * time.Second,
+		httpIdleTimeout: 2 * time.Minute,
 	}
 	var errs []error
 	bad := func(name, format string, a ...any) {
@@ -74,17 +114,24 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	configDir := fs.String("config-dir", "", "the directory of envoyproxy/ratelimit YAML files (CONFIG_DIR)")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return c, err
+	} else if err != nil {
 		bad("flags", "%v (the service takes -config-dir DIR; everything else is in the environment)", err)
 	} else if fs.NArg() > 0 {
 		bad("flags", "unexpected arguments %q", fs.Args())
 	}
 
-	addr := func(name, portName string, dst *string) {
+	// envoyproxy/ratelimit's HOST:PORT pairs, when floodgate's *_ADDR is
+	// unset: a host alone listens on upstream's default port.
+	addr := func(name, hostName, portName, defaultPort string, dst *string) {
 		if v := getenv(name); v != "" {
 			*dst = v
-		} else if p := getenv(portName); p != "" {
-			*dst = ":" + p
+		} else if h, p := getenv(hostName), getenv(portName); h != "" || p != "" {
+			if p == "" {
+				p = defaultPort
+			}
+			*dst = net.JoinHostPort(h, p)
 		}
 		if *dst == "" {
 			return
@@ -94,9 +141,9 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 			bad(name, "%q is not HOST:PORT", *dst)
 		}
 	}
-	addr("GRPC_ADDR", "GRPC_PORT", &c.GRPCAddr)
-	addr("HTTP_ADDR", "PORT", &c.HTTPAddr)
-	addr("DEBUG_ADDR", "DEBUG_PORT", &c.DebugAddr)
+	addr("GRPC_ADDR", "GRPC_HOST", "GRPC_PORT", "8081", &c.GRPCAddr)
+	addr("HTTP_ADDR", "HOST", "PORT", "8080", &c.HTTPAddr)
+	addr("DEBUG_ADDR", "DEBUG_HOST", "DEBUG_PORT", "6070", &c.DebugAddr)
 	// The same address twice cannot be listened on, except port 0 (any
 	// free port).
 	same := func(a, b string) bool { return a != "" && a == b && !strings.HasSuffix(a, ":0") }
@@ -112,8 +159,14 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		c.ConfigDir = getenv("CONFIG_DIR")
 	}
 	if c.ConfigDir == "" && getenv("RUNTIME_ROOT") != "" {
-		// envoyproxy/ratelimit reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config.
-		c.ConfigDir = strings.TrimRight(getenv("RUNTIME_ROOT"), "/") + "/" + strings.Trim(getenv("RUNTIME_SUBDIRECTORY"), "/") + "/config"
+		// envoyproxy/ratelimit reads
+		// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, the last
+		// one config by default.
+		app := getenv("RUNTIME_APPDIRECTORY")
+		if app == "" {
+			app = "config"
+		}
+		c.ConfigDir = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), app)
 	}
 	if c.ConfigDir == "" {
 		bad("CONFIG_DIR", "is required (or -config-dir): the directory of envoyproxy/ratelimit YAML files")
@@ -126,12 +179,66 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		c.MergeDomains = b
 	}
 
+	// envoyproxy/ratelimit's booleans, read as it reads them.
+	boolean := func(name string) bool {
+		v := getenv(name)
+		if v == "" {
+			return false
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(name, "%q is not true or false", v)
+		}
+		return b
+	}
+	c.ShadowMode = boolean("SHADOW_MODE")
+	if v := getenv("NEAR_LIMIT_RATIO"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(r > 0 && r <= 1) {
+			bad("NEAR_LIMIT_RATIO", "%q is not a number above 0 and at most 1", v)
+		}
+		c.NearLimitRatio = r
+	}
+	// What envoyproxy/ratelimit does and floodgate cannot: refused, so
+	// that no deployment switches and silently loses it.
+	for _, u := range []struct{ name, why string }{
+		{"GRPC_UDS", "listen on TCP with GRPC_ADDR"},
+		{"GRPC_SERVER_USE_TLS", "the service serves plain gRPC; terminate TLS in front of it"},
+		{"GRPC_SERVER_TLS_CERT", "the service serves plain gRPC; terminate TLS in front of it"},
+		{"GRPC_SERVER_TLS_KEY", "the service serves plain gRPC; terminate TLS in front of it"},
+		{"GRPC_CLIENT_TLS_CACERT", "the service does not authenticate its clients; terminate mTLS in front of it"},
+		{"GRPC_CLIENT_TLS_SAN", "the service does not authenticate its clients; terminate mTLS in front of it"},
+		{"REDIS_TLS_CLIENT_CERT", "Redis TLS uses the system's roots, without a client certificate"},
+		{"REDIS_TLS_CLIENT_KEY", "Redis TLS uses the system's roots, without a client certificate"},
+		{"REDIS_TLS_CACERT", "Redis TLS uses the system's roots"},
+		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "Redis TLS always verifies the host name"},
+		{"REDIS_SENTINEL_AUTH", "Sentinel is asked without a password"},
+		{"QUOTA_MODE", "quota mode is not interpreted"},
+		{"RESPONSE_DYNAMIC_METADATA", "the response carries no dynamic metadata"},
+	} {
+		v := getenv(u.name)
+		if v == "" {
+			continue
+		}
+		if b, err := strconv.ParseBool(v); err == nil && !b {
+			continue // false: what floodgate does
+		}
+		bad(u.name, "%q is not supported: %s", v, u.why)
+	}
+	if v := getenv("BACKEND_TYPE"); v != "" && !strings.EqualFold(v, "redis") {
+		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
+	}
+	if v := getenv("CONFIG_TYPE"); v != "" && !strings.EqualFold(v, "FILE") {
+		bad("CONFIG_TYPE", "%q is not supported: files (CONFIG_DIR) only", v)
+	}
+
 	redisURL, err := redisURL(getenv)
 	if err != nil {
-		bad("REDIS_URL", "%v", err)
+		bad("REDIS_URL", "%s", redact(err.Error(), getenv("REDIS_URL")))
 	} else if redisURL != "" {
 		if err := (redisstore.Options{URL: redisURL}).Validate(); err != nil {
-			bad("REDIS_URL", "%v", err)
+			// A URL that does not parse is quoted whole, password too.
+			bad("REDIS_URL", "%s", redact(err.Error(), getenv("REDIS_URL"), redisURL))
 		}
 	}
 	c.RedisURL = redisURL
@@ -173,14 +280,16 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		c.DenialCache = n / 300
 	}
 	duration("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	duration("GRPC_MAX_CONNECTION_AGE", &c.MaxConnAge)
+	duration("GRPC_MAX_CONNECTION_AGE_GRACE", &c.MaxConnAgeGrace)
 
 	switch v := strings.ToLower(getenv("LOG_LEVEL")); v {
 	case "", "info":
-	case "debug":
+	case "debug", "trace": // trace: envoyproxy/ratelimit's (logrus's) finest
 		c.LogLevel = slog.LevelDebug
 	case "warn", "warning":
 		c.LogLevel = slog.LevelWarn
-	case "error":
+	case "error", "fatal", "panic": // logrus's coarsest, as upstream takes them
 		c.LogLevel = slog.LevelError
 	default:
 		bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", getenv("LOG_LEVEL"))
@@ -201,32 +310,74 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 // redisURL reads REDIS_URL in redisstore's forms, or in
 // envoyproxy/ratelimit's: HOST:PORT without a scheme (several, comma
 // separated, for REDIS_TYPE cluster; the master's name first for
-// sentinel), with REDIS_AUTH as the password and REDIS_TLS.
+// sentinel) or a socket's path (REDIS_SOCKET_TYPE unix), with REDIS_AUTH
+// as the password and REDIS_TLS. Beside a URL, those variables must
+// agree with it or be unset: none is dropped unseen.
 func redisURL(getenv func(string) string) (string, error) {
 	v := getenv("REDIS_URL")
-	if v == "" || strings.Contains(v, "://") {
-		return v, nil
-	}
-	parts := strings.Split(v, ",")
 	typ := strings.ToLower(getenv("REDIS_TYPE"))
-	q := url.Values{}
 	switch typ {
-	case "", "single", "cluster":
-	case "sentinel":
-		if len(parts) < 2 {
-			return "", fmt.Errorf("REDIS_TYPE sentinel wants MASTER,HOST:PORT[,HOST:PORT...], got %q", v)
-		}
-		q.Set("master_set", parts[0])
-		parts = parts[1:]
+	case "", "single", "cluster", "sentinel":
 	default:
 		return "", fmt.Errorf("REDIS_TYPE %q is not single, sentinel or cluster", getenv("REDIS_TYPE"))
 	}
-	for _, p := range parts[1:] {
-		q.Add("addr", p)
+	tls := false
+	if t := getenv("REDIS_TLS"); t != "" {
+		var err error
+		if tls, err = strconv.ParseBool(t); err != nil {
+			return "", fmt.Errorf("REDIS_TLS %q is not true or false", t)
+		}
 	}
-	u := url.URL{Scheme: "redis", Host: parts[0], RawQuery: q.Encode()}
-	if b, _ := strconv.ParseBool(getenv("REDIS_TLS")); b {
-		u.Scheme = "rediss"
+	st := strings.ToLower(getenv("REDIS_SOCKET_TYPE"))
+	if st != "" && st != "tcp" && st != "unix" {
+		return "", fmt.Errorf("REDIS_SOCKET_TYPE %q is not tcp or unix", getenv("REDIS_SOCKET_TYPE"))
+	}
+	if v == "" {
+		return "", nil
+	}
+	if strings.Contains(v, "://") {
+		// A URL says it all: the variables that would say it otherwise
+		// must not be dropped unseen.
+		switch {
+		case tls && !strings.HasPrefix(v, "rediss://"):
+			return "", errors.New("REDIS_TLS is true but REDIS_URL is not a rediss:// URL; write rediss://")
+		case getenv("REDIS_AUTH") != "":
+			return "", errors.New("REDIS_AUTH is set beside a REDIS_URL URL; write the password in the URL (redis://user:password@host:port)")
+		case st == "unix" && !strings.HasPrefix(v, "unix://"):
+			return "", errors.New("REDIS_SOCKET_TYPE is unix but REDIS_URL is not a unix:// URL")
+		case typ == "sentinel" && !strings.Contains(v, "master_set="):
+			return "", errors.New("REDIS_TYPE is sentinel but REDIS_URL has no ?master_set=; write it in the URL")
+		}
+		return v, nil
+	}
+	var u url.URL
+	if st == "unix" || strings.HasPrefix(v, "/") {
+		// envoyproxy/ratelimit's socket path.
+		if tls {
+			return "", errors.New("REDIS_TLS is true for a unix socket; TLS is for TCP")
+		}
+		if abs, err := filepath.Abs(v); err == nil {
+			v = abs
+		}
+		u = url.URL{Scheme: "unix", Path: v}
+	} else {
+		u = url.URL{Scheme: "redis"}
+		if tls {
+			u.Scheme = "rediss"
+		}
+		parts := strings.Split(v, ",")
+		q := url.Values{}
+		if typ == "sentinel" {
+			if len(parts) < 2 {
+				return "", fmt.Errorf("REDIS_TYPE sentinel wants MASTER,HOST:PORT[,HOST:PORT...], got %q", v)
+			}
+			q.Set("master_set", parts[0])
+			parts = parts[1:]
+		}
+		for _, p := range parts[1:] {
+			q.Add("addr", p)
+		}
+		u.Host, u.RawQuery = parts[0], q.Encode()
 	}
 	if auth := getenv("REDIS_AUTH"); auth != "" {
 		if user, pass, ok := strings.Cut(auth, ":"); ok {
@@ -236,6 +387,33 @@ func redisURL(getenv func(string) string) (string, error) {
 		}
 	}
 	return u.String(), nil
+}
+
+// redact returns msg with each of the Redis URLs' passwords, as written
+// and as escaped, replaced by "xxxxx": an error parsing a URL quotes it
+// whole.
+func redact(msg string, urls ...string) string {
+	for _, u := range urls {
+		_, rest, ok := strings.Cut(u, "://")
+		if !ok {
+			continue
+		}
+		i := strings.LastIndex(rest, "@")
+		if i < 0 {
+			continue
+		}
+		_, pass, _ := strings.Cut(rest[:i], ":")
+		forms := []string{pass}
+		if p, err := url.PathUnescape(pass); err == nil {
+			forms = append(forms, p)
+		}
+		for _, f := range forms {
+			if f != "" {
+				msg = strings.ReplaceAll(msg, f, "xxxxx")
+			}
+		}
+	}
+	return msg
 }
 
 // serveHooks are what tests observe of a running service.
@@ -250,6 +428,10 @@ type serveHooks struct {
 // finish (at most SHUTDOWN_TIMEOUT), then the stores close.
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, hooks serveHooks) int {
 	cfg, err := parseServe(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		io.WriteString(stderr, serveUsage)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "floodgate:", err)
 		return 2
@@ -291,7 +473,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%w: REDIS_URL: %w", errConfig, err)
+			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redact(err.Error(), cfg.RedisURL))
 		}
 		defer rs.Close()
 		breaker, err = breakerstore.New(rs, breakerstore.Options{
@@ -307,7 +489,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		// The overrides beside the limits, refreshed every 5s.
 		table, err := overrides.NewTable(overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 		if err != nil {
-			return fmt.Errorf("%w: REDIS_URL: %w", errConfig, err)
+			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redact(err.Error(), cfg.RedisURL))
 		}
 		defer table.Close()
 		loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -329,26 +511,34 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	}
 	defer enf.Close()
 	srv, err := rls.New(rls.Options{
-		Enforcer:      enf,
-		ConfigDir:     cfg.ConfigDir,
-		ConfigOptions: rlconfig.Options{MergeDomains: cfg.MergeDomains},
-		Registerer:    reg,
-		Gatherer:      reg,
-		Logger:        logger,
+		Enforcer:       enf,
+		ConfigDir:      cfg.ConfigDir,
+		ConfigOptions:  rlconfig.Options{MergeDomains: cfg.MergeDomains},
+		Registerer:     reg,
+		Gatherer:       reg,
+		Logger:         logger,
+		ShadowMode:     cfg.ShadowMode,
+		NearLimitRatio: cfg.NearLimitRatio,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)
 	}
 	defer srv.Close()
 
-	gs := grpc.NewServer(srv.GRPCServerOptions()...)
+	gs := grpc.NewServer(append(srv.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
+	}))...)
 	srv.Register(gs)
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
-	web := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	httpServer := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, cfg.httpReadTimeout),
+			ReadTimeout: cfg.httpReadTimeout, IdleTimeout: cfg.httpIdleTimeout, ErrorLog: errLog}
+	}
+	web := httpServer(srv.Handler())
 	var debug *http.Server
 	if cfg.DebugAddr != "" {
 		web.Handler = publicOnly(srv.Handler())
-		debug = &http.Server{Handler: srv.DebugHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		debug = httpServer(srv.DebugHandler())
 	}
 
 	var lns []net.Listener

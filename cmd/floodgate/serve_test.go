@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,10 +20,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 func env(m map[string]string) func(string) string {
@@ -39,18 +45,21 @@ func TestServeConfiguration(t *testing.T) {
 	}{
 		{"no configuration directory", map[string]string{}, nil, []string{"CONFIG_DIR: is required"}},
 		{"everything wrong", map[string]string{
-			"CONFIG_DIR":          "x",
-			"GRPC_ADDR":           "nowhere",
-			"HTTP_ADDR":           ":99999",
-			"DECISION_TIMEOUT":    "fast",
-			"SHUTDOWN_TIMEOUT":    "-1s",
-			"LOG_LEVEL":           "loud",
-			"LOG_FORMAT":          "xml",
-			"REDIS_URL":           "http://example",
-			"MERGE_DOMAIN_CONFIG": "perhaps",
-			"CACHE_KEY_PREFIX":    "{x}",
-			"DENIAL_CACHE_SIZE":   "-3",
+			"CONFIG_DIR":              "x",
+			"GRPC_ADDR":               "nowhere",
+			"HTTP_ADDR":               ":99999",
+			"DECISION_TIMEOUT":        "fast",
+			"SHUTDOWN_TIMEOUT":        "-1s",
+			"LOG_LEVEL":               "loud",
+			"LOG_FORMAT":              "xml",
+			"REDIS_URL":               "http://example",
+			"MERGE_DOMAIN_CONFIG":     "perhaps",
+			"CACHE_KEY_PREFIX":        "{x}",
+			"DENIAL_CACHE_SIZE":       "-3",
+			"GRPC_MAX_CONNECTION_AGE": "0s", "GRPC_MAX_CONNECTION_AGE_GRACE": "soon", "NEAR_LIMIT_RATIO": "1.2",
 		}, nil, []string{
+			`NEAR_LIMIT_RATIO: "1.2" is not a number above 0 and at most 1`,
+			`GRPC_MAX_CONNECTION_AGE: "0s" is not a positive duration`, `GRPC_MAX_CONNECTION_AGE_GRACE: "soon" is not a positive duration`,
 			`DENIAL_CACHE_SIZE: "-3" is not a whole number`,
 			`CACHE_KEY_PREFIX: redisstore: invalid options: prefix "{x}" has a brace`,
 			`GRPC_ADDR: "nowhere" is not HOST:PORT`, `HTTP_ADDR: ":99999" is not HOST:PORT`,
@@ -62,6 +71,29 @@ func TestServeConfiguration(t *testing.T) {
 		{"a bad flag", map[string]string{}, []string{"-config", "x"}, []string{"flags: flag provided but not defined: -config", "CONFIG_DIR: is required"}},
 		{"a stray argument", map[string]string{}, []string{"serve", "-config-dir", "x", "extra"}, []string{`unexpected arguments ["extra"]`}},
 		{"envoyproxy/ratelimit's REDIS_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_TYPE": "ring"}, nil, []string{`REDIS_TYPE "ring"`}},
+		{"REDIS_TYPE beside a URL", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "redis://a:1", "REDIS_TYPE": "ring"}, nil, []string{`REDIS_TYPE "ring"`}},
+		{"REDIS_TLS not a boolean", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_TLS": "yes"}, nil, []string{`REDIS_TLS "yes" is not true or false`}},
+		{"REDIS_TLS beside a plain URL", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "redis://a:1", "REDIS_TLS": "true"}, nil, []string{"REDIS_TLS is true but REDIS_URL is not a rediss:// URL"}},
+		{"REDIS_AUTH beside a URL", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "redis://a:1", "REDIS_AUTH": "pw"}, nil, []string{"REDIS_AUTH is set beside a REDIS_URL URL"}},
+		{"sentinel beside a URL without its master", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "redis://a:1", "REDIS_TYPE": "sentinel"}, nil, []string{"REDIS_URL has no ?master_set="}},
+		{"REDIS_SOCKET_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "udp"}, nil, []string{`REDIS_SOCKET_TYPE "udp" is not tcp or unix`}},
+		{"TLS over a unix socket", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "/r.sock", "REDIS_TLS": "1"}, nil, []string{"REDIS_TLS is true for a unix socket"}},
+		{"envoyproxy/ratelimit's features that floodgate lacks", map[string]string{
+			"CONFIG_DIR": "x", "GRPC_UDS": "/run/rl.sock", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem",
+			"GRPC_SERVER_TLS_KEY": "/k.pem", "GRPC_CLIENT_TLS_CACERT": "/ca.pem", "GRPC_CLIENT_TLS_SAN": "envoy",
+			"REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CLIENT_KEY": "/rk.pem", "REDIS_TLS_CACERT": "/rca.pem",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw", "QUOTA_MODE": "true",
+			"RESPONSE_DYNAMIC_METADATA": "TRUE", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_SOTW", "SHADOW_MODE": "sometimes",
+		}, nil, []string{
+			`GRPC_UDS: "/run/rl.sock" is not supported`, `GRPC_SERVER_USE_TLS: "true" is not supported`,
+			`GRPC_SERVER_TLS_CERT: "/c.pem" is not supported`, `GRPC_SERVER_TLS_KEY: "/k.pem" is not supported`,
+			`GRPC_CLIENT_TLS_CACERT: "/ca.pem" is not supported`, `GRPC_CLIENT_TLS_SAN: "envoy" is not supported`,
+			`REDIS_TLS_CLIENT_CERT: "/rc.pem" is not supported`, `REDIS_TLS_CLIENT_KEY: "/rk.pem" is not supported`,
+			`REDIS_TLS_CACERT: "/rca.pem" is not supported`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
+			`REDIS_SENTINEL_AUTH: "pw" is not supported`, `QUOTA_MODE: "true" is not supported`,
+			`RESPONSE_DYNAMIC_METADATA: "TRUE" is not supported`, `BACKEND_TYPE: "memcache" is not supported`,
+			`CONFIG_TYPE: "GRPC_XDS_SOTW" is not supported`, `SHADOW_MODE: "sometimes" is not true or false`,
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var errs bytes.Buffer
@@ -95,6 +127,11 @@ func TestRedisURLForms(t *testing.T) {
 		{map[string]string{"REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_TYPE": "SENTINEL"}, "redis://s1:26379?addr=s2%3A26379&master_set=mymaster"},
 		{map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "secret", "REDIS_TLS": "true"}, "rediss://:secret@r:6379"},
 		{map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "user:secret"}, "redis://user:secret@r:6379"},
+		{map[string]string{"REDIS_URL": "rediss://r:6379", "REDIS_TLS": "true", "REDIS_TYPE": "single"}, "rediss://r:6379"},
+		{map[string]string{"REDIS_URL": "redis://s:26379?master_set=m", "REDIS_TYPE": "sentinel", "REDIS_TLS": "false"}, "redis://s:26379?master_set=m"},
+		{map[string]string{"REDIS_URL": "/var/run/redis.sock", "REDIS_SOCKET_TYPE": "unix", "REDIS_AUTH": "secret"}, "unix://:secret@/var/run/redis.sock"},
+		{map[string]string{"REDIS_URL": "/var/run/redis.sock"}, "unix:///var/run/redis.sock"},
+		{map[string]string{"REDIS_URL": "r:6379", "REDIS_SOCKET_TYPE": "TCP"}, "redis://r:6379"},
 	} {
 		got, err := redisURL(env(tc.env))
 		if err != nil || got != tc.want {
@@ -303,13 +340,225 @@ func TestUpstreamEnvironment(t *testing.T) {
 		RedisURL: "redis://redis:6379", RedisPrefix: "rl_", GRPCAddr: ":9081", HTTPAddr: ":9080", DebugAddr: ":6070",
 		ConfigDir: "/data/ratelimit/config", MergeDomains: true, DecisionTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, LogLevel: slog.LevelWarn, LogFormat: "text",
+		MaxConnAge: 24 * time.Hour, MaxConnAgeGrace: time.Hour,
+		httpReadTimeout: 30 * time.Second, httpIdleTimeout: 2 * time.Minute,
 	}
 	if c != want {
 		t.Errorf("got  %+v\nwant %+v", c, want)
+	}
+	// envoyproxy/ratelimit's hosts: a host alone takes upstream's port,
+	// and RUNTIME_APPDIRECTORY names the last directory.
+	c, err = parseServe(nil, env(map[string]string{
+		"RUNTIME_ROOT": "/data", "RUNTIME_APPDIRECTORY": "limits", "HOST": "127.0.0.1", "PORT": "9080",
+		"GRPC_HOST": "10.0.0.1", "DEBUG_HOST": "::1", "SHADOW_MODE": "true", "NEAR_LIMIT_RATIO": "0.9", "QUOTA_MODE": "false", "BACKEND_TYPE": "redis", "CONFIG_TYPE": "FILE",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != "127.0.0.1:9080" || c.GRPCAddr != "10.0.0.1:8081" || c.DebugAddr != "[::1]:6070" || c.ConfigDir != "/data/limits" || !c.ShadowMode || c.NearLimitRatio != 0.9 {
+		t.Errorf("hosts, application directory and shadow mode: %+v", c)
 	}
 	// floodgate's own names win.
 	c, err = parseServe([]string{"-config-dir", "/etc/fg"}, env(map[string]string{"RUNTIME_ROOT": "/data", "CONFIG_DIR": "/x", "GRPC_ADDR": "127.0.0.1:1", "GRPC_PORT": "2"}))
 	if err != nil || c.ConfigDir != "/etc/fg" || c.GRPCAddr != "127.0.0.1:1" {
 		t.Errorf("%+v, %v", c, err)
+	}
+}
+
+// TestServeShutdownWithHealthWatch: a client watching the gRPC health
+// service does not hold the exit for SHUTDOWN_TIMEOUT; it sees
+// NOT_SERVING and its stream ends.
+func TestServeShutdownWithHealthWatch(t *testing.T) {
+	r := startServe(t, map[string]string{"SHUTDOWN_TIMEOUT": "10s"}, "-config-dir", "../../examples/rls/config")
+	conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := w.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch: %v, %v", m, err)
+	}
+	began := time.Now()
+	r.cancel()
+	if m, err := w.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("watch at shutdown: %v, %v; want NOT_SERVING", m, err)
+	}
+	code := <-r.done
+	r.done <- code // for the cleanup
+	if took := time.Since(began); code != 0 || took > 3*time.Second {
+		t.Errorf("exit %d after %v; want 0 at once, not after SHUTDOWN_TIMEOUT", code, took)
+	}
+}
+
+// TestServeMaxConnectionAge: GRPC_MAX_CONNECTION_AGE, as upstream, sends
+// a gRPC connection GOAWAY once it is that old, so clients spread over
+// instances added since; the client reconnects and its calls go on.
+func TestServeMaxConnectionAge(t *testing.T) {
+	r := startServe(t, map[string]string{"GRPC_MAX_CONNECTION_AGE": "200ms", "GRPC_MAX_CONNECTION_AGE_GRACE": "100ms"}, "-config-dir", "../../examples/rls/config")
+	conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	var before, after peer.Peer
+	if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Peer(&before)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Peer(&after)); err != nil {
+		t.Fatalf("after the connection's age: %v", err)
+	}
+	if after.LocalAddr.String() == before.LocalAddr.String() {
+		t.Errorf("one connection (from %s) after 1s; want a new one after 200ms", before.LocalAddr)
+	}
+}
+
+// TestServeHelp: -h prints the service's usage, exit 0, rather than
+// refusing to start.
+func TestServeHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"serve", "-help"}} {
+		var errs bytes.Buffer
+		if code := serve(context.Background(), args, env(map[string]string{}), &errs, serveHooks{}); code != 0 ||
+			!strings.HasPrefix(errs.String(), "usage: floodgate [serve] [-config-dir DIR]") || strings.Contains(errs.String(), "is required") {
+			t.Errorf("%v: exit %d:\n%s", args, code, errs.String())
+		}
+	}
+}
+
+// TestServeHTTPBounds: a client trickling a /json body, or keeping an
+// idle connection, loses its connection after the HTTP listener's bounds
+// (shortened here) instead of holding it for ever.
+func TestServeHTTPBounds(t *testing.T) {
+	cfg, err := parseServe([]string{"-config-dir", "../../examples/rls/config"}, env(map[string]string{"GRPC_ADDR": "127.0.0.1:0", "HTTP_ADDR": "127.0.0.1:0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.httpReadTimeout, cfg.httpIdleTimeout = 300*time.Millisecond, 300*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runService(ctx, cfg, slog.New(slog.DiscardHandler), serveHooks{ready: func(_, h, _ string) { addr <- h }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runService: %v", err)
+		}
+	}()
+	web := <-addr
+	// closedWithin reads conn until the server closes it, failing after d.
+	closedWithin := func(what string, conn net.Conn, d time.Duration) {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(d))
+		if _, err := io.Copy(io.Discard, conn); err != nil {
+			t.Errorf("%s: the connection is still open after %v: %v", what, d, err)
+		}
+	}
+	slow, err := net.Dial("tcp", web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	io.WriteString(slow, "POST /json HTTP/1.1\r\nHost: fg\r\nContent-Length: 1000\r\n\r\n{")
+	closedWithin("a body trickled", slow, 3*time.Second)
+
+	idle, err := net.Dial("tcp", web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	io.WriteString(idle, "GET /healthcheck HTTP/1.1\r\nHost: fg\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(idle), nil)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("healthcheck: %v, %v", res, err)
+	}
+	res.Body.Close()
+	closedWithin("an idle connection", idle, 3*time.Second)
+}
+
+// TestServeLogLevels: every LOG_LEVEL envoyproxy/ratelimit takes (its
+// logger's levels) starts the service, at the nearest slog level.
+func TestServeLogLevels(t *testing.T) {
+	for v, want := range map[string]slog.Level{"TRACE": slog.LevelDebug, "debug": slog.LevelDebug, "": slog.LevelInfo, "Info": slog.LevelInfo,
+		"warning": slog.LevelWarn, "WARN": slog.LevelWarn, "error": slog.LevelError, "fatal": slog.LevelError, "PANIC": slog.LevelError} {
+		c, err := parseServe(nil, env(map[string]string{"CONFIG_DIR": "x", "LOG_LEVEL": v}))
+		if err != nil || c.LogLevel != want {
+			t.Errorf("LOG_LEVEL %q: %v, %v; want %v", v, c.LogLevel, err, want)
+		}
+	}
+}
+
+// TestServeRedactsRedisPasswords: a REDIS_URL that does not parse is
+// quoted by the error, and its password (or REDIS_AUTH's, in the URL
+// built from it) must not reach the logs.
+func TestServeRedactsRedisPasswords(t *testing.T) {
+	for _, vars := range []map[string]string{
+		{"REDIS_URL": "redis://:hunter2@host:99x"},
+		{"REDIS_URL": "rediss://user:hun%2Fter2@[::1"},
+		{"REDIS_URL": "host:99x", "REDIS_AUTH": "hunter2"},
+		{"REDIS_URL": "host:99x", "REDIS_AUTH": "user:hun/ter2"},
+	} {
+		vars["CONFIG_DIR"] = "x"
+		var errs bytes.Buffer
+		code := serve(context.Background(), nil, env(vars), &errs, serveHooks{})
+		if code != 2 || !strings.Contains(errs.String(), "REDIS_URL: ") || !strings.Contains(errs.String(), "xxxxx") ||
+			strings.Contains(errs.String(), "hunter2") || strings.Contains(errs.String(), "ter2") {
+			t.Errorf("%v: exit %d:\n%s", vars, code, errs.String())
+		}
+	}
+}
+
+// TestRedisOptionErrorsHidePasswords: the options of every package that
+// dials Redis from a URL should not quote its password in their errors.
+// floodgate serve redacts them (redact); the subcommands (peek, reset,
+// blocked, override) print them as they come.
+func TestRedisOptionErrorsHidePasswords(t *testing.T) {
+	t.Skip("BUG: redisstore.Options.Validate, redisstore.New and overrides.NewTable quote an unparsable URL whole, " +
+		"password included (url.Parse's error, through internal/redisopt.FromURL): `REDIS_URL=redis://:hunter2@host:99x floodgate peek ...` " +
+		"prints hunter2. The fix belongs in internal/redisopt (redact the URL in its errors), not in cmd/floodgate.")
+	const u = "redis://:hunter2@host:99x"
+	if err := (redisstore.Options{URL: u}).Validate(); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("redisstore.Options.Validate: %v", err)
+	}
+	var out, errs bytes.Buffer
+	run(context.Background(), []string{"peek", "-rule", "name=login,limit=5/10m", "alice"}, env(map[string]string{"REDIS_URL": u}), &out, &errs)
+	if strings.Contains(errs.String(), "hunter2") {
+		t.Errorf("floodgate peek prints the password:\n%s", errs.String())
+	}
+}
+
+// TestDeployConfig: the configuration deploy/compose.yaml mounts loads,
+// with nothing of its directory left unread, and limits as its comments
+// say.
+func TestDeployConfig(t *testing.T) {
+	cfg, err := rlconfig.LoadDir("../../deploy/rls", rlconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sk := cfg.Skipped(); len(sk) != 0 {
+		t.Errorf("entries not read: %v", sk)
+	}
+	for _, c := range []struct {
+		entries []rlconfig.Entry
+		want    string
+	}{
+		{[]rlconfig.Entry{{Key: "remote_address", Value: "192.0.2.1"}}, "edge.remote_address: 5/minute sliding-window"},
+		{[]rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "192.0.2.1"}}, "edge.path.remote_address: 100/minute fixed-window"},
+	} {
+		m := cfg.Match("edge", c.entries)
+		if len(m.Limits) != 1 || m.Limits[0].String() != c.want {
+			t.Errorf("%v: %v, want %s", c.entries, m.Limits, c.want)
+		}
+	}
+	if m := cfg.Match("edge", []rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "a"}}); m.FailureMode != rlconfig.FailOpen {
+		t.Errorf("path and address: failure_mode %v, want open", m.FailureMode)
 	}
 }
