@@ -57,7 +57,7 @@ func (o Options) Validate() error {
 	case o.URL != "" && o.Client != nil:
 		errs = append(errs, fmt.Errorf("%w: set only one of URL and Client", ErrInvalidOptions))
 	case o.URL != "":
-		if _, err := rueidis.ParseURL(o.URL); err != nil {
+		if _, err := redisopt.FromURL(o.URL, 0, 0); err != nil {
 			errs = append(errs, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err))
 		}
 	}

@@ -99,7 +99,7 @@ func (o Options) Validate() error {
 	case set > 1:
 		bad("set only one of URL, Client and Conn")
 	case o.URL != "":
-		if _, err := rueidis.ParseURL(o.URL); err != nil {
+		if _, err := redisopt.FromURL(o.URL, 0, 0); err != nil {
 			bad("URL: %v", err)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -234,11 +235,11 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 
 	redisURL, err := redisURL(getenv)
 	if err != nil {
-		bad("REDIS_URL", "%s", redact(err.Error(), getenv("REDIS_URL")))
+		bad("REDIS_URL", "%s", redisopt.Redact(err.Error(), getenv("REDIS_URL")))
 	} else if redisURL != "" {
 		if err := (redisstore.Options{URL: redisURL}).Validate(); err != nil {
 			// A URL that does not parse is quoted whole, password too.
-			bad("REDIS_URL", "%s", redact(err.Error(), getenv("REDIS_URL"), redisURL))
+			bad("REDIS_URL", "%s", redisopt.Redact(err.Error(), getenv("REDIS_URL"), redisURL))
 		}
 	}
 	c.RedisURL = redisURL
@@ -389,33 +390,6 @@ func redisURL(getenv func(string) string) (string, error) {
 	return u.String(), nil
 }
 
-// redact returns msg with each of the Redis URLs' passwords, as written
-// and as escaped, replaced by "xxxxx": an error parsing a URL quotes it
-// whole.
-func redact(msg string, urls ...string) string {
-	for _, u := range urls {
-		_, rest, ok := strings.Cut(u, "://")
-		if !ok {
-			continue
-		}
-		i := strings.LastIndex(rest, "@")
-		if i < 0 {
-			continue
-		}
-		_, pass, _ := strings.Cut(rest[:i], ":")
-		forms := []string{pass}
-		if p, err := url.PathUnescape(pass); err == nil {
-			forms = append(forms, p)
-		}
-		for _, f := range forms {
-			if f != "" {
-				msg = strings.ReplaceAll(msg, f, "xxxxx")
-			}
-		}
-	}
-	return msg
-}
-
 // serveHooks are what tests observe of a running service.
 type serveHooks struct {
 	// ready, if set, is called with the listeners' addresses once they
@@ -473,7 +447,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redact(err.Error(), cfg.RedisURL))
+			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redisopt.Redact(err.Error(), cfg.RedisURL))
 		}
 		defer rs.Close()
 		breaker, err = breakerstore.New(rs, breakerstore.Options{
@@ -489,7 +463,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		// The overrides beside the limits, refreshed every 5s.
 		table, err := overrides.NewTable(overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 		if err != nil {
-			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redact(err.Error(), cfg.RedisURL))
+			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redisopt.Redact(err.Error(), cfg.RedisURL))
 		}
 		defer table.Close()
 		loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)

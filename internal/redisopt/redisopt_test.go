@@ -31,3 +31,17 @@ func TestFromURL(t *testing.T) {
 		t.Error("ftp://x parsed")
 	}
 }
+
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ msg, url, want string }{
+		{`parse "redis://:hunter2@h:9x": invalid port`, "redis://:hunter2@h:9x", `parse "redis://:xxxxx@h:9x": invalid port`},
+		{`bad "rediss://u:hun%2Fter@[::1" and hun/ter`, "rediss://u:hun%2Fter@[::1", `bad "rediss://u:xxxxx@[::1" and xxxxx`},
+		{`no password in "redis://u@h"`, "redis://u@h", `no password in "redis://u@h"`},
+		{`not a URL: h:6379`, "h:6379", `not a URL: h:6379`},
+		{`p@ss in "redis://:p@ss@h"`, "redis://:p@ss@h", `xxxxx in "redis://:xxxxx@h"`},
+	} {
+		if got := redisopt.Redact(tc.msg, tc.url); got != tc.want {
+			t.Errorf("Redact(%q, %q) = %q, want %q", tc.msg, tc.url, got, tc.want)
+		}
+	}
+}
