@@ -182,6 +182,78 @@ func TestBudgetIsTheTighterDeadline(t *testing.T) {
 	}
 }
 
+// idStore records the ids of the Takes and Refunds it forwards to its
+// store.
+type idStore struct {
+	floodgate.Store
+	takes, refunds []string
+}
+
+func (s *idStore) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	s.takes = append(s.takes, id)
+	return s.Store.Take(ctx, id, hits)
+}
+
+func (s *idStore) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+	s.refunds = append(s.refunds, id)
+	return s.Store.Refund(ctx, id, receipts)
+}
+
+// localIDStore is an idStore whose store is a LocalStore.
+type localIDStore struct{ *idStore }
+
+func (s localIDStore) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result, error) {
+	return s.Store.(floodgate.LocalStore).TakeOne(ctx, h)
+}
+
+// TestTakeIds: a store gets a fresh id for every Take, and its Refund
+// gets the take's own; a LocalStore gets none (see LocalStore), and its
+// refunds still undo each take once.
+func TestTakeIds(t *testing.T) {
+	a := mustRule(t, "ids-a", 2, time.Minute)
+	b := mustRule(t, "ids-b", 2, time.Minute)
+	for _, local := range []bool{false, true} {
+		ms := memstore.New(memstore.Options{})
+		defer ms.Close()
+		ids := &idStore{Store: ms}
+		var s floodgate.Store = ids
+		if local {
+			s = localIDStore{ids}
+		}
+		l, err := floodgate.New(s, floodgate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var ds []floodgate.Decision
+		for range 2 {
+			d, err := l.Check(ctx, floodgate.Hit{Rule: a, Key: "k"}, floodgate.Hit{Rule: b, Key: "k"})
+			if err != nil || !d.Allowed {
+				t.Fatalf("local %v: check: %+v, %v", local, d, err)
+			}
+			ds = append(ds, d)
+		}
+		for _, d := range ds {
+			if err := l.Refund(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := ""
+		if !local {
+			if len(ids.takes) != 2 || ids.takes[0] == "" || ids.takes[1] == "" || ids.takes[0] == ids.takes[1] {
+				t.Fatalf("a store's takes got ids %q, want two distinct ones", ids.takes)
+			}
+			want = ids.takes[0]
+		}
+		if len(ids.takes) != 2 || len(ids.refunds) != 2 || ids.refunds[0] != want || ids.refunds[1] != ids.takes[1] {
+			t.Errorf("local %v: takes got ids %q, refunds %q; want the takes' own (none for a LocalStore)", local, ids.takes, ids.refunds)
+		}
+		if d, _ := l.Peek(ctx, floodgate.Hit{Rule: a, Key: "k"}); d.Remaining != 1 {
+			t.Errorf("local %v: after both refunds, %d remaining; want 1 (2, less the peeked hit)", local, d.Remaining)
+		}
+	}
+}
+
 func TestRefundOfDenialIsNoop(t *testing.T) {
 	l := newLimiter(t)
 	r := mustRule(t, "r", 1, time.Minute)
