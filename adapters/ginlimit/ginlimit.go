@@ -80,37 +80,23 @@ func Principal(key string) gin.HandlerFunc {
 	}
 }
 
-// principal returns the text of an id: a string, an integer or a
-// fmt.Stringer; "" for any other type.
+// principal returns the text of an id: a string, an integer (of any
+// integer type, named ones such as a UserID included) or a fmt.Stringer;
+// "" for any other type.
 func principal(v any) string {
-	switch id := v.(type) {
-	case string:
-		return id
-	case int:
-		return strconv.FormatInt(int64(id), 10)
-	case int8:
-		return strconv.FormatInt(int64(id), 10)
-	case int16:
-		return strconv.FormatInt(int64(id), 10)
-	case int32:
-		return strconv.FormatInt(int64(id), 10)
-	case int64:
-		return strconv.FormatInt(id, 10)
-	case uint:
-		return strconv.FormatUint(uint64(id), 10)
-	case uint8:
-		return strconv.FormatUint(uint64(id), 10)
-	case uint16:
-		return strconv.FormatUint(uint64(id), 10)
-	case uint32:
-		return strconv.FormatUint(uint64(id), 10)
-	case uint64:
-		return strconv.FormatUint(id, 10)
-	case fmt.Stringer:
+	if id, ok := v.(fmt.Stringer); ok {
 		if rv := reflect.ValueOf(id); rv.Kind() == reflect.Pointer && rv.IsNil() {
 			return "" // no user: a nil *User would panic in String
 		}
 		return id.String()
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.String:
+		return rv.String()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(rv.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.FormatUint(rv.Uint(), 10)
 	}
 	return ""
 }

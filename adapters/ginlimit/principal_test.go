@@ -15,6 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// userID is a named integer type, as a database's ids often are.
+type userID int64
+
 // accountID is an id type of the kind an ORM gives, with a String method.
 type accountID struct{ n int }
 
@@ -39,6 +42,7 @@ func TestPrincipalOfAnyIDType(t *testing.T) {
 		{"string", func(n int) any { return strconv.Itoa(n) }, 1},
 		{"int", func(n int) any { return n }, "1"},
 		{"uint64", func(n int) any { return uint64(n) }, int8(1)},
+		{"named integer", func(n int) any { return userID(n) }, "1"},
 		{"Stringer", func(n int) any { return accountID{n} }, "acct-1"},
 		{"pointer Stringer", func(n int) any { return &user{"u" + strconv.Itoa(n)} }, "u1"},
 	} {
