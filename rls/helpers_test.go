@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rls"
 )
@@ -95,6 +96,24 @@ func start(t testing.TB, s setup) *service {
 		enf.Close()
 	})
 	return &service{srv: srv, client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, url: hs.URL, reg: reg}
+}
+
+// memEnforcer returns an Enforcer on a memstore Limiter, both closed when
+// the test ends.
+func memEnforcer(t testing.TB) *enforce.Enforcer {
+	t.Helper()
+	store := memstore.New(memstore.Options{})
+	t.Cleanup(func() { store.Close() })
+	lim, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enf, err := enforce.New(enforce.Options{Limiter: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { enf.Close() })
+	return enf
 }
 
 // configDir writes files to a fresh directory.

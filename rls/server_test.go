@@ -9,9 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 	"github.com/floodgate-rl/floodgate/rls"
 )
@@ -19,15 +16,7 @@ import (
 // TestNewOptions: New lists every problem of its options, and a fixed
 // Config with no Registerer serves its own metrics.
 func TestNewOptions(t *testing.T) {
-	lim, err := floodgate.New(memstore.New(memstore.Options{}), floodgate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	enf, err := enforce.New(enforce.Options{Limiter: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enf.Close()
+	enf := memEnforcer(t)
 	cfg, err := rlconfig.Parse(map[string][]byte{"a.yaml": []byte(featureConfig)}, rlconfig.Options{})
 	if err != nil {
 		t.Fatal(err)

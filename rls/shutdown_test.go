@@ -12,9 +12,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/rls"
 )
 
@@ -23,15 +20,7 @@ import (
 // then the end of its stream, so that the server's GracefulStop is not
 // held until its deadline by a stream that never ends.
 func TestShutdownEndsHealthWatches(t *testing.T) {
-	lim, err := floodgate.New(memstore.New(memstore.Options{}), floodgate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	enf, err := enforce.New(enforce.Options{Limiter: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enf.Close()
+	enf := memEnforcer(t)
 	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: configDir(t, map[string]string{"a.yaml": "domain: a\n"})})
 	if err != nil {
 		t.Fatal(err)

@@ -8,10 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
-	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/rls"
 )
 
@@ -32,15 +29,7 @@ func TestSkippedFilesWarned(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "more"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	lim, err := floodgate.New(memstore.New(memstore.Options{}), floodgate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	enf, err := enforce.New(enforce.Options{Limiter: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enf.Close()
+	enf := memEnforcer(t)
 	var logs syncbuf.Buffer
 	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
