@@ -289,3 +289,43 @@ func TestLongKeyDigestIsNotAKey(t *testing.T) {
 		t.Fatalf("%d keys held, want 3", n)
 	}
 }
+
+// TestRefundOnAnotherStoreCreditsNothing: a Decision refunded on a Limiter
+// whose store did not take it (a second memstore, such as another
+// Limiter's or a fallback's) must credit nothing there, whatever the
+// algorithm: a receipt that the store's Take never gave credits nothing.
+func TestRefundOnAnotherStoreCreditsNothing(t *testing.T) {
+	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clock := storetest.NewFakeClock() // one clock: the same instants in both stores
+			ctx := context.Background()
+			r, err := floodgate.NewRule("other", 1, time.Minute, alg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			limiter := func() *floodgate.Limiter {
+				s := memstore.New(memstore.Options{Now: clock.Now})
+				t.Cleanup(func() { s.Close() })
+				l, err := floodgate.New(s, floodgate.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			a, b := limiter(), limiter()
+			da, err := a.Allow(ctx, r, "k")
+			if err != nil || !da.Allowed {
+				t.Fatalf("take on a: %+v, %v", da, err)
+			}
+			if db, err := b.Allow(ctx, r, "k"); err != nil || !db.Allowed {
+				t.Fatalf("take on b: %+v, %v", db, err)
+			}
+			if err := b.Refund(ctx, da); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := b.Allow(ctx, r, "k"); err != nil || d.Allowed {
+				t.Fatalf("after refunding a's decision on b, b's next take: %+v, %v; want denied (b's key holds its own take, at the limit of 1)", d, err)
+			}
+		})
+	}
+}
