@@ -329,3 +329,40 @@ func TestRefundOnAnotherStoreCreditsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestRefundOfAnotherKeysStampCreditsNothing: a receipt whose stamp a take
+// of another key gave (a caller of Store.Refund that mixes up its
+// receipts) credits nothing, whichever shards the two keys live in.
+func TestRefundOfAnotherKeysStampCreditsNothing(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	ctx := context.Background()
+	r, _ := floodgate.NewRule("mixed", 1, time.Hour, floodgate.FixedWindow)
+	const n = 64
+	hits := make([]floodgate.Hit, n)
+	stamps := make([]floodgate.Stamp, n)
+	for i := range hits {
+		hits[i] = floodgate.Hit{Rule: r, Key: "k" + strconv.Itoa(i), Cost: 1}
+		res, err := s.Take(ctx, "", hits[i:i+1])
+		if err != nil || !res[0].Allowed {
+			t.Fatalf("take of %s: %+v, %v", hits[i].Key, res, err)
+		}
+		stamps[i] = res[0].Stamp
+	}
+	for i := range hits {
+		for j := range stamps {
+			if i == j {
+				continue
+			}
+			if err := s.Refund(ctx, "", []floodgate.Receipt{{Hit: hits[i], Stamp: stamps[j]}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, h := range hits {
+		res, err := s.Peek(ctx, []floodgate.Hit{h})
+		if err != nil || res[0].Allowed {
+			t.Fatalf("%s, after refunds of the other keys' stamps: %+v, %v; want still denied (limit 1, one take held)", h.Key, res, err)
+		}
+	}
+}
