@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/goleak"
 
@@ -364,5 +365,35 @@ func TestRefundOfAnotherKeysStampCreditsNothing(t *testing.T) {
 		if err != nil || res[0].Allowed {
 			t.Fatalf("%s, after refunds of the other keys' stamps: %+v, %v; want still denied (limit 1, one take held)", h.Key, res, err)
 		}
+	}
+}
+
+// TestKeyOfAReusedBufferIsCopied: a caller that reads its keys into a
+// reused buffer (unsafe.String over a request's bytes) and overwrites the
+// buffer after the call must not change the key memstore holds: the
+// state stays the key's, and another key stays another's.
+func TestKeyOfAReusedBufferIsCopied(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	ctx := context.Background()
+	r, _ := floodgate.NewRule("reused", 1, time.Hour, floodgate.SlidingWindow)
+	buf := []byte("alice")
+	take := func(key string) bool {
+		t.Helper()
+		res, err := s.Take(ctx, "", []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Allowed
+	}
+	if !take(unsafe.String(&buf[0], len(buf))) {
+		t.Fatal("first take of alice denied")
+	}
+	copy(buf, "mallo") // the buffer now spells another key
+	if take("alice") {
+		t.Error("alice's second take allowed: the state was lost when the caller's buffer changed (limit 1)")
+	}
+	if !take("mallo") {
+		t.Error("mallo's first take denied: it found alice's state under the bytes the caller overwrote")
 	}
 }
