@@ -80,3 +80,85 @@ func TestClockStepBackKeepsTheRing(t *testing.T) {
 		})
 	}
 }
+
+// TestRefundAfterClockStepBack: a take made while the server's clock was
+// behind the ring's newest time is recorded at that newest time, not at
+// the take's own (its stamp's); its refund must still find it and credit
+// it, on both stores (memstore on the same clock as the reference). The
+// last step checks that such a refund never frees more than its take.
+func TestRefundAfterClockStepBack(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewFakeClock()
+	mini := miniredis.RunT(t)
+	mini.SetTime(clock.Now())
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mini.Addr()}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	rs, err := redisstore.New(ctx, redisstore.Options{Client: rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	ms := memstore.New(memstore.Options{Now: clock.Now})
+	defer ms.Close()
+	rule, err := floodgate.NewRule("backrefund", 3, 10*time.Second, floodgate.SlidingWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores := []struct {
+		name string
+		l    *floodgate.Limiter
+	}{{"memstore", nil}, {"redisstore", nil}}
+	for i, s := range []floodgate.Store{ms, rs} {
+		if stores[i].l, err = floodgate.New(s, floodgate.Options{Timeout: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func(d time.Duration) {
+		clock.Advance(d)
+		mini.SetTime(clock.Now())
+		if d > 0 {
+			mini.FastForward(d)
+		}
+	}
+	var taken [2][]floodgate.Decision
+	take := func(want bool) {
+		t.Helper()
+		for i, s := range stores {
+			d, err := s.l.Allow(ctx, rule, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != want {
+				t.Fatalf("%s at %v: allowed %v, want %v", s.name, clock.Now().Format("15:04:05.000"), d.Allowed, want)
+			}
+			taken[i] = append(taken[i], d)
+		}
+	}
+	refund := func(n int) {
+		t.Helper()
+		for i, s := range stores {
+			if err := s.l.Refund(ctx, taken[i][n]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	take(true)             // 0 at T
+	step(-2 * time.Second) // the clock steps back
+	take(true)             // 1 stamped T-2s, recorded at T
+	step(time.Second)
+	take(true)  // 2 stamped T-1s, recorded at T
+	take(false) // full
+	refund(1)   // frees one
+	take(true)  // 4, at T-1s: recorded at T
+	take(false) // full again: the refund freed one, not more
+	refund(1)   // again: nothing
+	take(false)
+	refund(2)
+	refund(4)
+	take(true)
+	take(true)
+	take(false)
+}
