@@ -1,7 +1,6 @@
 package memstore
 
 import (
-	"slices"
 	"sort"
 	"time"
 
@@ -232,20 +231,27 @@ func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 	}
 }
 
-// remove takes up to n times equal to at out of the ring, newest first
-// (times of one instant are alike, whichever take recorded them), and
-// leaves it in order from index 0.
+// remove takes out of the ring up to n of its oldest times at or after at,
+// the time of the take refunded, and leaves it in order from index 0.
+//
+// A take is recorded at its own time, at, or, when the clock stepped
+// back behind the ring's newest time, at that newest time (add keeps the
+// ring in order). So the oldest times from at on are its own, or times of
+// its instant (alike, whichever take recorded them), or times older than
+// its own: the times left, in order, are each at least those the ring
+// would hold had the refunded takes never happened, so it never admits
+// sooner than that (TestRefundNeverFreesMoreThanItsTake). Without a step
+// back, these are the times equal to at.
 func (e *entry) remove(at, n int64) {
 	count := int64(len(e.ring))
 	kept := make([]int64, 0, count)
-	for i := count - 1; i >= 0; i-- {
-		if v := e.at(i); n > 0 && v == at {
+	for i := range count {
+		if v := e.at(i); n > 0 && v >= at {
 			n--
 		} else {
 			kept = append(kept, v)
 		}
 	}
-	slices.Reverse(kept)
 	e.ring, e.head = kept, 0
 }
 

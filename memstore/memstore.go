@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -93,7 +94,10 @@ type shard struct {
 	// that a flood of new keys cannot make every check scan the shard.
 	nextFullSweep int64 // guarded by mu
 	// epochs is the last epoch given to an entry of this shard (a key
-	// always lives in one shard, so its epochs never repeat).
+	// always lives in one shard, so its epochs never repeat). It starts
+	// at a random value, so that another store's epochs (another
+	// Limiter's, whose Decision a caller refunds here) match its own only
+	// by a chance of about 2^-64: every store's would start at 1.
 	epochs uint64   // guarded by mu
 	_      [16]byte // keeps two shards' locks off one cache line
 }
@@ -114,8 +118,7 @@ func (sh *shard) get(h uint64, k *entryKey) *entry {
 func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry {
 	if e := sh.get(h, k); e != nil {
 		if e.expires <= now && e.epoch != 0 {
-			sh.epochs++
-			*e = entry{ring: e.ring[:0], epoch: sh.epochs, k: e.k, next: e.next}
+			*e = entry{ring: e.ring[:0], epoch: sh.nextEpoch(), k: e.k, next: e.next}
 		}
 		return e
 	}
@@ -129,8 +132,7 @@ func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry
 			return nil
 		}
 	}
-	sh.epochs++
-	e := &entry{epoch: sh.epochs, k: *k, next: sh.entries[h]}
+	e := &entry{epoch: sh.nextEpoch(), k: *k, next: sh.entries[h]}
 	if !k.digest {
 		// The caller's key may be a slice of a larger buffer (a
 		// request's headers): keep a copy, not that buffer.
@@ -139,6 +141,15 @@ func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry
 	sh.entries[h] = e
 	sh.n++
 	return e
+}
+
+// nextEpoch returns a new epoch for an entry of the shard, never zero
+// (a stamp no take gave). sh.mu must be held.
+func (sh *shard) nextEpoch() uint64 {
+	if sh.epochs++; sh.epochs == 0 {
+		sh.epochs++
+	}
+	return sh.epochs
 }
 
 // del removes the entry of k, if any. sh.mu must be held.
@@ -206,6 +217,7 @@ func New(opts Options) *Store {
 	s.baseNS = s.base.UnixNano()
 	for i := range s.shards {
 		s.shards[i].entries = make(map[uint64]*entry)
+		s.shards[i].epochs = rand.Uint64()
 	}
 	interval := opts.SweepInterval
 	if interval <= 0 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/goleak"
 
@@ -287,5 +288,112 @@ func TestLongKeyDigestIsNotAKey(t *testing.T) {
 	}
 	if n := s.Len(); n != 3 {
 		t.Fatalf("%d keys held, want 3", n)
+	}
+}
+
+// TestRefundOnAnotherStoreCreditsNothing: a Decision refunded on a Limiter
+// whose store did not take it (a second memstore, such as another
+// Limiter's or a fallback's) must credit nothing there, whatever the
+// algorithm: a receipt that the store's Take never gave credits nothing.
+func TestRefundOnAnotherStoreCreditsNothing(t *testing.T) {
+	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clock := storetest.NewFakeClock() // one clock: the same instants in both stores
+			ctx := context.Background()
+			r, err := floodgate.NewRule("other", 1, time.Minute, alg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			limiter := func() *floodgate.Limiter {
+				s := memstore.New(memstore.Options{Now: clock.Now})
+				t.Cleanup(func() { s.Close() })
+				l, err := floodgate.New(s, floodgate.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			a, b := limiter(), limiter()
+			da, err := a.Allow(ctx, r, "k")
+			if err != nil || !da.Allowed {
+				t.Fatalf("take on a: %+v, %v", da, err)
+			}
+			if db, err := b.Allow(ctx, r, "k"); err != nil || !db.Allowed {
+				t.Fatalf("take on b: %+v, %v", db, err)
+			}
+			if err := b.Refund(ctx, da); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := b.Allow(ctx, r, "k"); err != nil || d.Allowed {
+				t.Fatalf("after refunding a's decision on b, b's next take: %+v, %v; want denied (b's key holds its own take, at the limit of 1)", d, err)
+			}
+		})
+	}
+}
+
+// TestRefundOfAnotherKeysStampCreditsNothing: a receipt whose stamp a take
+// of another key gave (a caller of Store.Refund that mixes up its
+// receipts) credits nothing, whichever shards the two keys live in.
+func TestRefundOfAnotherKeysStampCreditsNothing(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	ctx := context.Background()
+	r, _ := floodgate.NewRule("mixed", 1, time.Hour, floodgate.FixedWindow)
+	const n = 64
+	hits := make([]floodgate.Hit, n)
+	stamps := make([]floodgate.Stamp, n)
+	for i := range hits {
+		hits[i] = floodgate.Hit{Rule: r, Key: "k" + strconv.Itoa(i), Cost: 1}
+		res, err := s.Take(ctx, "", hits[i:i+1])
+		if err != nil || !res[0].Allowed {
+			t.Fatalf("take of %s: %+v, %v", hits[i].Key, res, err)
+		}
+		stamps[i] = res[0].Stamp
+	}
+	for i := range hits {
+		for j := range stamps {
+			if i == j {
+				continue
+			}
+			if err := s.Refund(ctx, "", []floodgate.Receipt{{Hit: hits[i], Stamp: stamps[j]}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, h := range hits {
+		res, err := s.Peek(ctx, []floodgate.Hit{h})
+		if err != nil || res[0].Allowed {
+			t.Fatalf("%s, after refunds of the other keys' stamps: %+v, %v; want still denied (limit 1, one take held)", h.Key, res, err)
+		}
+	}
+}
+
+// TestKeyOfAReusedBufferIsCopied: a caller that reads its keys into a
+// reused buffer (unsafe.String over a request's bytes) and overwrites the
+// buffer after the call must not change the key memstore holds: the
+// state stays the key's, and another key stays another's.
+func TestKeyOfAReusedBufferIsCopied(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	ctx := context.Background()
+	r, _ := floodgate.NewRule("reused", 1, time.Hour, floodgate.SlidingWindow)
+	buf := []byte("alice")
+	take := func(key string) bool {
+		t.Helper()
+		res, err := s.Take(ctx, "", []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Allowed
+	}
+	if !take(unsafe.String(&buf[0], len(buf))) {
+		t.Fatal("first take of alice denied")
+	}
+	copy(buf, "mallo") // the buffer now spells another key
+	if take("alice") {
+		t.Error("alice's second take allowed: the state was lost when the caller's buffer changed (limit 1)")
+	}
+	if !take("mallo") {
+		t.Error("mallo's first take denied: it found alice's state under the bytes the caller overwrote")
 	}
 }

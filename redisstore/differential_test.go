@@ -48,12 +48,32 @@ func TestDifferentialLongRing(t *testing.T) {
 	}
 }
 
+// TestDifferentialLimitChanges replays traces whose checks name the rule
+// at one of several limits (one name and window: one state), as a
+// configuration reloaded between requests does: rings that shrink below
+// their count, grow while wrapped, and are refunded across a change.
+func TestDifferentialLimitChanges(t *testing.T) {
+	for _, tr := range []trace{
+		{limit: 6, minCost: 1, maxCost: 2, maxStep: 150 * time.Millisecond, limits: []int64{6, 3, 10}},
+		{limit: 12, minCost: 1, maxCost: 3, maxStep: 60 * time.Millisecond, limits: []int64{12, 5, 20, 9}},
+	} {
+		for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+			t.Run(fmt.Sprintf("%s limits %v", alg, tr.limits), func(t *testing.T) {
+				t.Parallel()
+				differential(t, alg, tr, 4_000)
+			})
+		}
+	}
+}
+
 // trace is the shape of a differential trace: the rule's limit (per
 // second), the least and largest cost of a hit and the longest step of the
-// clock.
+// clock; limits, if any, are limits the rule changes to at random before
+// each operation.
 type trace struct {
 	limit, minCost, maxCost int64
 	maxStep                 time.Duration
+	limits                  []int64
 }
 
 func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
@@ -79,6 +99,14 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rules := []floodgate.Rule{rule}
+	for _, limit := range tr.limits {
+		r, err := floodgate.NewRule("diff", limit, time.Second, alg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules = append(rules, r)
+	}
 	var ls [2]*floodgate.Limiter // memstore, redisstore
 	for i, s := range []floodgate.Store{ms, rs} {
 		if ls[i], err = floodgate.New(s, floodgate.Options{Timeout: 10 * time.Second}); err != nil {
@@ -94,6 +122,9 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 			clock.Advance(d)
 			mini.SetTime(clock.Now())
 			mini.FastForward(d)
+		}
+		if len(tr.limits) > 0 {
+			rule = rules[rng.IntN(len(rules))]
 		}
 		switch op := rng.IntN(20); {
 		case op == 0:

@@ -19,8 +19,9 @@
 --           reply); a state with another epoch does not hold the take
 -- Reply: an integer, the number of hits whose state the refund changed.
 -- Sliding window: once per id (SET tombstone NX), while the take's time is
--- in the window, remove cost entries of that time from the ring and write
--- back its live entries, in order (O(limit), on a rare path).
+-- in the window, remove the cost oldest entries at or after that time from
+-- the ring and write back its live entries, in order (O(limit), on a rare
+-- path).
 -- Token bucket: once per id (SET tombstone NX), move the TAT back by
 -- max(0, cost * T - (now - at)), not before now.
 -- Fixed window and sliding-window counter: only if at and now lie in the
@@ -94,11 +95,15 @@ while ki <= #KEYS do
   ki = ki + 2
   ai = ai + 5
   if alg == 's' then
-    -- Remove cost entries of the take's time from the ring, if the take
-    -- still weighs (its time is in the window) on the state it was
-    -- recorded in, once; entries of one time are alike, whichever take
-    -- of that instant recorded them. The ring is written back with its
-    -- live entries only, in order.
+    -- Remove the cost oldest entries at or after the take's time from
+    -- the ring, if the take still weighs (its time is in the window) on
+    -- the state it was recorded in, once. They are the take's own, or
+    -- entries of its instant (alike, whichever take recorded them), or
+    -- entries older than its own where the server's clock had stepped
+    -- back behind the ring's newest entry, which take.lua then records
+    -- the take at: never more than the take holds (memstore's
+    -- entry.remove). The ring is written back with its live entries
+    -- only, in order.
     local stored = redis.call('GET', key)
     local h = stored and #stored - HDR + 1
     if stored and #stored >= HDR and dec(stored, h, 6) == tonumber(epoch) and at > now - window and
@@ -111,9 +116,9 @@ while ki <= #KEYS do
       -- stays.
       local base = dec(stored, h + 15, 7)
       local kept, removed = {}, 0
-      for i = count - 1, 0, -1 do -- newest first
+      for i = 0, count - 1 do -- oldest first
         local v = base + dec(stored, W * ((head + i) % count) + 1, W)
-        if removed < cost and v == at then
+        if removed < cost and v >= at then
           removed = removed + 1
         elseif v > now - window then
           kept[#kept + 1] = v
@@ -125,12 +130,12 @@ while ki <= #KEYS do
           redis.call('DEL', key)
         else
           local parts = {}
-          for i = #kept, 1, -1 do -- back to oldest first
+          for i = 1, #kept do
             parts[#parts + 1] = enc(kept[i] - base, W)
           end
           -- epoch, head 0, count, first 0, base, tfirst, newest
           parts[#parts + 1] = string.sub(stored, h, h + 5) .. enc(0, 3) .. enc(#kept, 3) .. enc(0, 3) ..
-            string.sub(stored, h + 15, h + 21) .. enc(kept[#kept] - base, W) .. enc(kept[1] - base, W)
+            string.sub(stored, h + 15, h + 21) .. enc(kept[1] - base, W) .. enc(kept[#kept] - base, W)
           redis.call('SET', key, table.concat(parts), 'PX', pttl)
         end
         changed = changed + 1

@@ -185,7 +185,13 @@ do
       return nil, h -- the general path rebases the ring
     end
     local entries = string.rep(enc6(t - base), cost)
-    redis.call('PEXPIRE', key, pexpire) -- first: see oomFirst
+    local px = pexpire
+    if t > now then
+      -- A clock that stepped back: the ring lives until t leaves the
+      -- window, not a window from now (see ringTTL).
+      px = string.format('%.0f', math.ceil((t - now + window) / 1000))
+    end
+    redis.call('PEXPIRE', key, px) -- first: see oomFirst
     if append then
       -- Append, the header after the new entries.
       redis.call('SETRANGE', key, W * count, entries .. packHeader(ep, 0, count + cost, first, base, tfirst, t))
@@ -297,6 +303,17 @@ end
 -- PEXPIRE.)
 -- CHUNK is how many entries one read brings when first must move.
 local CHUNK = 8
+
+-- ringTTL returns the TTL of a ring whose newest entry is t: a window
+-- from t. t is now but where the clock stepped back (a failover to a
+-- server whose clock is behind), and the entries written at t weigh until
+-- t + window, whatever now says.
+local function ringTTL(t, window)
+  if t > now then
+    return fmt(ceildiv(t - now + window, 1000))
+  end
+  return ttl(window)
+end
 
 -- ringHeader encodes the header of a ring r.
 local function ringHeader(r)
@@ -447,8 +464,8 @@ local function ringRewrite(r, cost, t, window)
   if #s ~= W * r.count + HDR then
     malformed(r.key)
   end
-  redis.call('PEXPIRE', r.key, ttl(window)) -- first: see oomFirst
-  redis.call('SET', r.key, s, 'PX', ttl(window))
+  redis.call('PEXPIRE', r.key, ringTTL(t, window)) -- first: see oomFirst
+  redis.call('SET', r.key, s, 'PX', ringTTL(t, window))
 end
 
 -- recordSliding records cost requests at now in the ring r of key, as its
@@ -471,7 +488,7 @@ local function recordSliding(key, cost, limit, window, epoch, r)
     return
   end
   local entry = enc6(t - r.base)
-  redis.call('PEXPIRE', key, ttl(window)) -- first: see oomFirst
+  redis.call('PEXPIRE', key, ringTTL(t, window)) -- first: see oomFirst
   if r.count < limit then
     -- Not full (head is 0), and stays so: append, the header after the new entries.
     r.count, r.newest = r.count + cost, t

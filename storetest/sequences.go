@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,42 @@ import (
 // cached denial outliving one hit's wait, and rules that share a name but
 // not a window or an algorithm (a rolling deploy that changes a limit).
 var sequences = []testCase{
+	{"ConcurrentRefundsOfEachAndTheWholeCreditOnce", func(t *testing.T, e env, l *floodgate.Limiter) {
+		// A handler that refunds the whole decision while others refund
+		// its hits one by one, all at once: each key is credited its one
+		// take, once.
+		for _, alg := range algorithms {
+			a := floodgate.Hit{Rule: rule(t, "cra", 2, hour, alg), Key: key(t)}
+			b := floodgate.Hit{Rule: rule(t, "crb", 2, hour, alg), Key: key(t)}
+			align(t, e, l, a)
+			check(t, l, a, b)
+			d := check(t, l, a, b)
+			if !d.Allowed || len(d.Each) != 2 {
+				t.Fatalf("%v: second of a limit of 2: %+v; want allowed", alg, d)
+			}
+			var wg sync.WaitGroup
+			for i := range 24 {
+				target := d
+				if i%3 > 0 {
+					target = d.Each[i%3-1]
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := l.Refund(context.Background(), target); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			if d := check(t, l, a, b); !d.Allowed {
+				t.Fatalf("%v: after 24 concurrent refunds of one decision and of its hits: %+v; want one take of each key credited", alg, d)
+			}
+			if d := check(t, l, a, b); d.Allowed {
+				t.Fatalf("%v: after 24 concurrent refunds of one decision and of its hits, two more takes allowed (%+v); Refund must credit each hit once, whether refunded whole or by its Each", alg, d)
+			}
+		}
+	}},
 	{"RefundAfterResetCreditsNothing", func(t *testing.T, e env, l *floodgate.Limiter) {
 		// A request in flight (cost 2), support unlocks the account, the
 		// account uses its fresh quota, then the old request refunds: the

@@ -5,7 +5,9 @@ package redisopt
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +23,7 @@ import (
 func FromURL(u string, dial, def time.Duration) (rueidis.ClientOption, error) {
 	opt, err := rueidis.ParseURL(u)
 	if err != nil {
-		return rueidis.ClientOption{}, errors.New(Redact(err.Error(), u))
+		return rueidis.ClientOption{}, parseError(u, err)
 	}
 	opt.DisableCache = true
 	if dial > 0 {
@@ -32,8 +34,68 @@ func FromURL(u string, dial, def time.Duration) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-// Redact returns msg with the password of each of the URLs, as written and
-// as unescaped, replaced by "xxxxx". It reads the password as a URL's
+// parseError returns err, the error of parsing u, without u's password.
+// A URL whose password holds an unescaped / ? # or % does not parse, and
+// the parser then quotes pieces of the password on their own (as a port,
+// or an escape) and the URL cut where it stopped reading (at a #), which
+// no search for the password finds. So it quotes u with everything before
+// its last @ (user and password, as far as they can be told apart)
+// replaced by xxxxx, and the parser's reason with every quoted piece of
+// that part replaced too.
+func parseError(u string, err error) error {
+	scheme, rest, ok := strings.Cut(u, "://")
+	at := strings.LastIndex(rest, "@")
+	var ue *url.Error
+	if !ok || at < 0 || !errors.As(err, &ue) {
+		return errors.New(Redact(err.Error(), u))
+	}
+	return fmt.Errorf("%s %q: %s", ue.Op, scheme+"://xxxxx"+rest[at:], redactQuoted(ue.Err.Error(), rest[:at]))
+}
+
+// redactQuoted returns msg with each of its quoted strings (as %q writes
+// them) that shares a piece with secret replaced by "xxxxx".
+func redactQuoted(msg, secret string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(msg, '"')
+		if i < 0 {
+			break
+		}
+		q, err := strconv.QuotedPrefix(msg[i:])
+		if err != nil {
+			break
+		}
+		b.WriteString(msg[:i])
+		if s, err := strconv.Unquote(q); err != nil || overlaps(s, secret) {
+			b.WriteString(`"xxxxx"`)
+		} else {
+			b.WriteString(q)
+		}
+		msg = msg[i+len(q):]
+	}
+	b.WriteString(msg)
+	return b.String()
+}
+
+// overlaps reports whether s is a piece of secret, or begins with its end
+// or ends with its start (a piece read across its edge).
+func overlaps(s, secret string) bool {
+	if s == "" || secret == "" {
+		return false
+	}
+	if strings.Contains(secret, s) {
+		return true
+	}
+	for n := 1; n < len(s); n++ {
+		if strings.HasSuffix(secret, s[:n]) || strings.HasPrefix(secret, s[len(s)-n:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// Redact returns msg with the password of each of the URLs, as written,
+// as unescaped and as %q escapes them, replaced by "xxxxx". It reads the password as a URL's
 // userinfo even when the URL does not parse.
 func Redact(msg string, urls ...string) string {
 	for _, u := range urls {
@@ -49,6 +111,11 @@ func Redact(msg string, urls ...string) string {
 		forms := []string{pass}
 		if p, err := url.PathUnescape(pass); err == nil {
 			forms = append(forms, p)
+		}
+		for _, f := range forms {
+			if q := strconv.Quote(f); q[1:len(q)-1] != f {
+				forms = append(forms, q[1:len(q)-1]) // a control byte as \x01
+			}
 		}
 		for _, f := range forms {
 			if f != "" {
