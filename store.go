@@ -120,11 +120,13 @@ type Stamp struct {
 	// Epoch names the state of the key that recorded the hit. A store
 	// gives every new state of a key (the first take after the key was
 	// empty, reset or expired) an epoch that no earlier state of that key
-	// had, and never zero: memstore counts them; redisstore hashes the id
-	// of the take that creates the state into 48 bits, so two states of
-	// one key share an epoch with a chance of about 2^-48 (and a caller
-	// of the store that reuses an id makes them share it). Zero means no
-	// state: a stamp no Take gave, which credits nothing.
+	// had, and never zero: memstore counts them from a random start per
+	// shard (so that another store's stamps match its own by chance
+	// alone); redisstore hashes the id of the take that creates the state
+	// into 48 bits, so two states of one key share an epoch with a chance
+	// of about 2^-48 (and a caller of the store that reuses an id makes
+	// them share it). Zero means no state: a stamp no Take gave, which
+	// credits nothing.
 	Epoch uint64
 	// Take, when not zero, tells the takes of one state apart: a store
 	// that sets it (memstore) gives each hit it records a Take that no
