@@ -6,12 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/memstore"
-	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/storetest"
-	"github.com/redis/rueidis"
 )
 
 // TestClockStepBackKeepsTheRing: when the server's clock steps back (a
@@ -27,21 +23,7 @@ func TestClockStepBackKeepsTheRing(t *testing.T) {
 	for _, keys := range [][]string{{"k"}, {"k", "other"}} {
 		t.Run(fmt.Sprintf("%d keys", len(keys)), func(t *testing.T) {
 			ctx := context.Background()
-			clock := storetest.NewFakeClock()
-			mini := miniredis.RunT(t)
-			mini.SetTime(clock.Now())
-			rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mini.Addr()}, ForceSingleClient: true, DisableCache: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rc.Close()
-			rs, err := redisstore.New(ctx, redisstore.Options{Client: rc})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rs.Close()
-			ms := memstore.New(memstore.Options{Now: clock.Now})
-			defer ms.Close()
+			clock, mini, rs, ms := miniAndMemstore(t)
 			rule, err := floodgate.NewRule("back", 2, 10*time.Second, floodgate.SlidingWindow)
 			if err != nil {
 				t.Fatal(err)
@@ -88,21 +70,7 @@ func TestClockStepBackKeepsTheRing(t *testing.T) {
 // last step checks that such a refund never frees more than its take.
 func TestRefundAfterClockStepBack(t *testing.T) {
 	ctx := context.Background()
-	clock := storetest.NewFakeClock()
-	mini := miniredis.RunT(t)
-	mini.SetTime(clock.Now())
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mini.Addr()}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	rs, err := redisstore.New(ctx, redisstore.Options{Client: rc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
-	ms := memstore.New(memstore.Options{Now: clock.Now})
-	defer ms.Close()
+	clock, mini, rs, ms := miniAndMemstore(t)
 	rule, err := floodgate.NewRule("backrefund", 3, 10*time.Second, floodgate.SlidingWindow)
 	if err != nil {
 		t.Fatal(err)

@@ -66,6 +66,29 @@ func TestDifferentialLimitChanges(t *testing.T) {
 	}
 }
 
+// miniAndMemstore returns a fake clock, a miniredis on it, a redisstore on
+// that miniredis and a memstore on the same clock (the reference), all
+// closed when the test ends.
+func miniAndMemstore(t *testing.T) (*storetest.FakeClock, *miniredis.Miniredis, *redisstore.Store, *memstore.Store) {
+	t.Helper()
+	clock := storetest.NewFakeClock()
+	mini := miniredis.RunT(t)
+	mini.SetTime(clock.Now())
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mini.Addr()}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	rs, err := redisstore.New(context.Background(), redisstore.Options{Client: rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	ms := memstore.New(memstore.Options{Now: clock.Now})
+	t.Cleanup(func() { ms.Close() })
+	return clock, mini, rs, ms
+}
+
 // trace is the shape of a differential trace: the rule's limit (per
 // second), the least and largest cost of a hit and the longest step of the
 // clock; limits, if any, are limits the rule changes to at random before
@@ -78,21 +101,7 @@ type trace struct {
 
 func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 	ctx := context.Background()
-	clock := storetest.NewFakeClock()
-	mini := miniredis.RunT(t)
-	mini.SetTime(clock.Now())
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mini.Addr()}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	rs, err := redisstore.New(ctx, redisstore.Options{Client: rc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
-	ms := memstore.New(memstore.Options{Now: clock.Now})
-	defer ms.Close()
+	clock, mini, rs, ms := miniAndMemstore(t)
 	// Limits and windows whose intervals are whole microseconds, so that
 	// the store's microseconds and memstore's nanoseconds agree exactly.
 	rule, err := floodgate.NewRule("diff", tr.limit, time.Second, alg)
@@ -228,21 +237,7 @@ func btoi(b bool) int64 {
 // memstore does.
 func TestRingWrapsExactly(t *testing.T) {
 	ctx := context.Background()
-	clock := storetest.NewFakeClock()
-	mini := miniredis.RunT(t)
-	mini.SetTime(clock.Now())
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mini.Addr()}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	rs, err := redisstore.New(ctx, redisstore.Options{Client: rc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
-	ms := memstore.New(memstore.Options{Now: clock.Now})
-	defer ms.Close()
+	clock, mini, rs, ms := miniAndMemstore(t)
 	rule, err := floodgate.NewRule("wrap", 3, time.Second, floodgate.SlidingWindow)
 	if err != nil {
 		t.Fatal(err)
