@@ -222,6 +222,13 @@ func readDir(dir, only string) (map[string][]byte, []string, error) {
 			time.Sleep(time.Millisecond) // swapped and removed: read the next one
 			continue
 		}
+		if again, _ := filepath.EvalSymlinks(link); again != data {
+			// Swapped during the read: the version may have lost files
+			// to its removal before the listing, which no read error
+			// shows. Still named after the read, it was whole.
+			time.Sleep(time.Millisecond)
+			continue
+		}
 		if err == nil {
 			var own map[string][]byte
 			var ownSkipped []string
