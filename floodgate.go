@@ -99,17 +99,8 @@ func (l *Limiter) AllowN(ctx context.Context, rule Rule, key string, n int64) (D
 // one is Check of a single hit. It takes the hit by value so that, with a
 // LocalStore, a decision allocates nothing.
 func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {
-	if err := h.validate(0); err != nil {
+	if h, err = l.inForce(h, 0); err != nil {
 		return Decision{}, err
-	}
-	h.Cost = h.cost() // stores see costs of 1 to capacity
-	if l.overrides != nil {
-		// Inline, so that a key without an override pays only the lookup.
-		if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
-			if h, err = overridden(h, r, 0); err != nil {
-				return Decision{}, err
-			}
-		}
 	}
 	if l.local == nil {
 		// A cached denial, without allocating; otherwise the general path
@@ -300,26 +291,25 @@ func storeError(op string, err error) error {
 	return fmt.Errorf("floodgate: %s: %w: %w", op, ErrStoreUnavailable, err)
 }
 
-// own validates hits and returns a copy of them with their costs
-// normalized (zero means 1) and the Limiter's overrides applied, which the
-// Limiter may keep: a caller may reuse its slice.
+// own returns a copy of hits, each under the rule in force for its key
+// (see inForce) and validated against it, which the Limiter may keep: a
+// caller may reuse its slice.
 func (l *Limiter) own(hits []Hit) ([]Hit, error) {
-	if err := validate(hits); err != nil {
-		return nil, err
+	if len(hits) == 0 {
+		return nil, fmt.Errorf("%w: no hits to check", ErrInvalidHit)
 	}
 	out := make([]Hit, len(hits))
 	var errs []error
 	for i, h := range hits {
-		h.Cost = h.cost()
-		if l.overrides != nil {
-			if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
-				var err error
-				if h, err = overridden(h, r, i); err != nil {
-					errs = append(errs, err)
-				}
+		for j := range i {
+			if hits[j].Rule.Name == h.Rule.Name && hits[j].Key == h.Key {
+				errs = append(errs, fmt.Errorf("%w: hits %d and %d both name key %q under rule %s; use one hit with Cost", ErrInvalidHit, j, i, truncate(h.Key), h.Rule.Name))
 			}
 		}
-		out[i] = h
+		var err error
+		if out[i], err = l.inForce(h, i); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -327,22 +317,30 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 	return out, nil
 }
 
-func validate(hits []Hit) error {
-	if len(hits) == 0 {
-		return fmt.Errorf("%w: no hits to check", ErrInvalidHit)
-	}
-	var errs []error
-	for i, h := range hits {
-		if err := h.validate(i); err != nil {
-			errs = append(errs, err)
-		}
-		for j := range i {
-			if hits[j].Rule.Name == h.Rule.Name && hits[j].Key == h.Key {
-				errs = append(errs, fmt.Errorf("%w: hits %d and %d both name key %q under rule %s; use one hit with Cost", ErrInvalidHit, j, i, truncate(h.Key), h.Rule.Name))
+// inForce returns hit number i under the rule in force for its key (its
+// override, under the rule's own name, when [Options.Overrides] has one),
+// validated against that rule, with its cost normalized (zero means 1):
+// the rule in force, not the caller's, bounds the cost, so an override
+// that raises a limit raises the largest cost admitted too. The valid
+// case without an override allocates nothing.
+func (l *Limiter) inForce(h Hit, i int) (Hit, error) {
+	if l.overrides != nil && h.Rule.Validate() == nil {
+		if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
+			base := h.Rule
+			r.Name = base.Name
+			h.Rule = r
+			if err := h.validate(i); err != nil {
+				return Hit{}, fmt.Errorf("override of %s for key %q: %w", base, truncate(h.Key), err)
 			}
+			h.Cost = h.cost()
+			return h, nil
 		}
 	}
-	return errors.Join(errs...)
+	if err := h.validate(i); err != nil {
+		return Hit{}, err
+	}
+	h.Cost = h.cost() // stores see costs of 1 to capacity
+	return h, nil
 }
 
 // validate checks hit number i on its own. The valid case allocates

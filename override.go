@@ -1,7 +1,5 @@
 package floodgate
 
-import "fmt"
-
 // Overrides gives some keys of a rule a limit of their own: "customer 42
 // gets 1000/1m on api", a plan tier, a temporary raise. A [Limiter] with
 // [Options.Overrides] asks it about every hit before deciding, and checks
@@ -33,18 +31,6 @@ type Overrides interface {
 	// for concurrent use, fast, and never wait on I/O: keep the set in
 	// memory and refresh it elsewhere. rule is valid.
 	Override(rule Rule, key string) (Rule, bool)
-}
-
-// overridden returns h (hit number i, valid, its cost normalized) under
-// r, the rule an override gave it, with h's rule name, validated.
-func overridden(h Hit, r Rule, i int) (Hit, error) {
-	r.Name = h.Rule.Name
-	base := h.Rule
-	h.Rule = r
-	if err := h.validate(i); err != nil {
-		return Hit{}, fmt.Errorf("override of %s for key %q: %w", base, truncate(h.Key), err)
-	}
-	return h, nil
 }
 
 // Overrides returns the overrides of [Options.Overrides], or nil: what a

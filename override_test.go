@@ -278,3 +278,47 @@ func BenchmarkAllowOverrides(b *testing.B) {
 		})
 	}
 }
+
+// A hit's cost is validated against the rule in force: an override that
+// raises the limit raises the largest cost admitted, on every method and
+// on both store paths (issue 23, behaviour 3: base 10/1m, override
+// 1000/1m, cost 50 was refused as above the base's capacity 10).
+func TestOverrideRaisesTheLargestCost(t *testing.T) {
+	ctx := context.Background()
+	for _, local := range []bool{true, false} {
+		t.Run("local="+strconv.FormatBool(local), func(t *testing.T) {
+			o := &mapOverrides{}
+			var s floodgate.Store = memstore.New(memstore.Options{})
+			if !local {
+				s = remote{s}
+			}
+			l, err := floodgate.New(s, floodgate.Options{Overrides: o})
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := mustRule(t, "api", 10, time.Minute)
+			o.set("api", "big", mustRule(t, "api", 1000, time.Minute))
+			d, err := l.AllowN(ctx, api, "big", 50)
+			if err != nil || !d.Allowed || d.Limit != 1000 || d.Remaining != 950 {
+				t.Fatalf("AllowN(50) = %+v, %v; want allowed under 1000 with 950 left", d, err)
+			}
+			p, err := l.Peek(ctx, floodgate.Hit{Rule: api, Key: "big", Cost: 50})
+			if err != nil || !p.Allowed || p.Limit != 1000 || p.Remaining != 900 {
+				t.Fatalf("Peek(50) = %+v, %v; want allowed under 1000 with 900 left after it", p, err)
+			}
+			c, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "big", Cost: 50}, floodgate.Hit{Rule: api, Key: "other"})
+			if err != nil || !c.Allowed || c.Each[0].Remaining != 900 || c.Each[1].Limit != 10 || c.Each[1].Remaining != 9 {
+				t.Fatalf("Check = %+v, %v; want allowed, big at 900 of 1000, other at 9 of 10", c, err)
+			}
+			// The base rule still bounds the keys without an override.
+			if _, err := l.AllowN(ctx, api, "other", 50); !errors.Is(err, floodgate.ErrInvalidHit) {
+				t.Fatalf("AllowN(50) without an override = %v; want ErrInvalidHit", err)
+			}
+			// And an override that lowers the limit lowers the bound.
+			o.set("api", "small", mustRule(t, "api", 2, time.Minute))
+			if _, err := l.AllowN(ctx, api, "small", 3); !errors.Is(err, floodgate.ErrInvalidHit) {
+				t.Fatalf("AllowN(3) under an override of 2 = %v; want ErrInvalidHit", err)
+			}
+		})
+	}
+}
