@@ -317,30 +317,37 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 	return out, nil
 }
 
-// inForce returns hit number i under the rule in force for its key (its
-// override, under the rule's own name, when [Options.Overrides] has one),
-// validated against that rule, with its cost normalized (zero means 1):
-// the rule in force, not the caller's, bounds the cost, so an override
-// that raises a limit raises the largest cost admitted too. The valid
-// case without an override allocates nothing.
+// InForce returns h under the rule in force for its key (its override,
+// under h's rule name, when [Options.Overrides] has one; h's own rule
+// otherwise), with its cost normalized (zero means 1), and h's problems
+// under that rule: an error wrapping [ErrInvalidHit] or [ErrInvalidRule],
+// such as a cost above the capacity of the rule in force. The hit is
+// returned under the rule in force even then, so that a caller can report
+// the limit that refused it. Check, Peek, Allow and Reset resolve their
+// hits this way; a caller resolves ahead only to report, or to treat a
+// cost beyond every admission as a denial (the RLS service does, as
+// envoyproxy/ratelimit answers).
+func (l *Limiter) InForce(h Hit) (Hit, error) { return l.inForce(h, 0) }
+
+// inForce is InForce of hit number i. The valid case without an override
+// allocates nothing.
 func (l *Limiter) inForce(h Hit, i int) (Hit, error) {
 	if l.overrides != nil && h.Rule.Validate() == nil {
 		if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
 			base := h.Rule
 			r.Name = base.Name
 			h.Rule = r
-			if err := h.validate(i); err != nil {
-				return Hit{}, fmt.Errorf("override of %s for key %q: %w", base, truncate(h.Key), err)
-			}
+			err := h.validate(i)
 			h.Cost = h.cost()
+			if err != nil {
+				return h, fmt.Errorf("override of %s for key %q: %w", base, truncate(h.Key), err)
+			}
 			return h, nil
 		}
 	}
-	if err := h.validate(i); err != nil {
-		return Hit{}, err
-	}
+	err := h.validate(i)
 	h.Cost = h.cost() // stores see costs of 1 to capacity
-	return h, nil
+	return h, err
 }
 
 // validate checks hit number i on its own. The valid case allocates

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -60,7 +59,7 @@ type Options struct {
 	// key with a limit of its own keeps it, per replica, during an outage.
 	Local *floodgate.Limiter
 	// Breaker, if set, is exported as the floodgate_breaker_state gauge.
-	Breaker *breakerstore.Store
+	Breaker Breaker
 	// Registerer receives the metrics (see the package doc). Nil means no
 	// metrics are registered.
 	Registerer prometheus.Registerer
@@ -290,7 +289,7 @@ func (e *Enforcer) validate(s Spec) (*Gate, error) {
 	if s.Name == "" || len(s.Name) > 128 || strings.Trim(s.Name, nameChars) != "" {
 		bad("name must be 1 to 128 bytes of A-Z a-z 0-9 _ . - + /")
 	}
-	if s.Failure > FailOpen {
+	if !s.Failure.valid() {
 		bad("unknown failure mode %d", s.Failure)
 	}
 	if s.MaxDelay < 0 {
@@ -318,10 +317,15 @@ type Hit struct {
 	// Shadow checks and counts the hit on its own but never lets it deny
 	// (see Limit.Shadow).
 	Shadow bool
+	// Policy is the name the hit is reported under (the decisions'
+	// Policy, the metrics' policy label, the logs): the name a
+	// configuration gave the limit. Empty means the rule's name, which
+	// also names its state in the store.
+	Policy string
 	// Failure is what the hit does when the store fails. With several
-	// modes in one check, any FailClosed hit fails the request closed;
-	// otherwise the FailLocal hits are decided by the local limiter and
-	// the FailOpen ones pass.
+	// modes in one check, the strictest decides (see FailureMode); when
+	// it is FailLocal, the FailLocal hits are decided by the local
+	// limiter and the FailOpen ones pass.
 	Failure FailureMode
 }
 
@@ -406,7 +410,8 @@ func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
 // waiting if the gate throttles; then, if the request is admitted, each
 // shadow hit on its own. Every decision is counted and degraded ones are
 // logged. Rules need not be among the Spec's limits: a gate may check
-// rules that come with each request (an RLS domain's descriptors). The
+// rules that come with each request (an RLS domain's descriptors). A key
+// longer than floodgate.MaxKeyLen is replaced by its SHA-256 digest. The
 // error is non-nil only when ctx is done (nobody waits for the answer) or
 // an enforced hit is invalid (it wraps floodgate.ErrInvalidHit or
 // ErrInvalidRule, or ErrInvalid for a failure mode that does not exist:
@@ -416,27 +421,51 @@ func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
 // A request with no enforced hit is Skipped, and counted so if it has no
 // shadow hit either.
 func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
-	var enforced, shadow []floodgate.Hit
-	var modes []FailureMode
+	return g.run(ctx, hits, true)
+}
+
+// Peek is Check that records nothing: what Check would decide now, each
+// hit's Remaining as after it, with the same failure modes, metrics and
+// logs, and no waiting. The shadow hits are peeked together, for a
+// request that the enforced ones admit.
+func (g *Gate) Peek(ctx context.Context, hits []Hit) (Result, error) {
+	return g.run(ctx, hits, false)
+}
+
+// ask decides hits with l, recording them if record (one hit goes
+// through AllowN, which the core serves faster), or peeks at them.
+func ask(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit, record bool) (floodgate.Decision, error) {
+	switch {
+	case !record:
+		return l.Peek(ctx, hits...)
+	case len(hits) == 1:
+		return l.AllowN(ctx, hits[0].Rule, hits[0].Key, hits[0].Cost)
+	}
+	return l.Check(ctx, hits...)
+}
+
+func (g *Gate) run(ctx context.Context, hits []Hit, record bool) (Result, error) {
+	var enforced, shadow []Hit
 	for i, h := range hits {
+		h.Key = fitKey(h.Key)
 		if h.Shadow {
-			shadow = append(shadow, h.Hit)
+			shadow = append(shadow, h)
 			continue
 		}
-		if h.Failure > FailOpen {
+		if !h.Failure.valid() {
 			// Refused before the store is asked: a mode from an
 			// unchecked value would otherwise fail open in an outage.
 			err := fmt.Errorf("%w: gate %q: hit %d (%s): unknown failure mode %d", ErrInvalid, g.spec.Name, i, h.Rule.Name, h.Failure)
 			return Result{Outcome: FailedClosed, Err: err}, err
 		}
-		enforced = append(enforced, h.Hit)
-		modes = append(modes, h.Failure)
+		enforced = append(enforced, h)
 	}
 	res := Result{Outcome: Skipped}
 	if len(enforced) > 0 {
 		var err error
-		if res, err = g.decide(ctx, enforced, modes); err == nil && g.spec.MaxDelay > 0 && g.throttles(res) {
-			res, err = g.throttle(ctx, enforced, modes, res)
+		res, err = g.decide(ctx, enforced, record)
+		if err == nil && record && g.spec.MaxDelay > 0 && g.throttles(res) {
+			res, err = g.throttle(ctx, enforced, res)
 		}
 		if err != nil {
 			// Refused, not admitted, for a caller that looks only at
@@ -451,20 +480,22 @@ func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
 	// or when no enforced hit asked it: a failing store would make each
 	// of them wait out its own budget.
 	if len(shadow) > 0 && (len(enforced) == 0 || res.Outcome == Allowed) {
-		res.Shadow, res.shadowHits = g.shadow(ctx, shadow)
+		res.Shadow, res.shadowHits = g.shadow(ctx, shadow, record)
 	}
 	return res, nil
 }
 
-// decide checks hits against the store and, if the store fails, applies
+// decide asks the store about hits and, if the store fails, applies
 // their failure modes. It returns an error only when ctx is done or a hit
-// is invalid.
-func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []FailureMode) (Result, error) {
+// is invalid. The decisions report each hit under its Policy.
+func (g *Gate) decide(ctx context.Context, hits []Hit, record bool) (Result, error) {
 	start := time.Now()
-	d, err := check(ctx, g.e.limiter, hits)
+	core := coreHits(hits)
+	d, err := ask(ctx, g.e.limiter, core, record)
 	g.m.latency.Observe(time.Since(start).Seconds())
 	if err == nil {
-		res := Result{Outcome: Allowed, Decision: d, limiter: g.e.limiter, hits: hits}
+		rename(&d, hits)
+		res := Result{Outcome: Allowed, Decision: d, limiter: g.e.limiter, hits: core}
 		if !d.Allowed {
 			res.Outcome = Denied
 		}
@@ -477,25 +508,55 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 		return Result{}, err // the caller's input, not the store, is at fault
 	}
 	g.m.storeError(err)
-	res := Result{Outcome: FailedOpen, Err: err} // no hits: nothing counted them
-	mode := FailOpen
-	var local []floodgate.Hit
-	for i, m := range modes {
-		switch m {
-		case FailClosed:
-			mode = FailClosed
-		case FailLocal:
-			local = append(local, hits[i])
+	return g.failed(ctx, hits, err, record, start), nil
+}
+
+// Failed returns what the failure modes of hits decide when the store
+// failed with err, without asking it again, counted and logged as any
+// degraded decision: for a transport whose earlier call in the same
+// request (a peek) found the store failing, so that the request does not
+// wait out a second budget. The FailLocal hits are recorded by the local
+// limits.
+func (g *Gate) Failed(ctx context.Context, hits []Hit, err error) Result {
+	var enforced []Hit
+	for _, h := range hits {
+		if !h.Shadow && h.Failure.valid() {
+			h.Key = fitKey(h.Key)
+			enforced = append(enforced, h)
 		}
 	}
-	switch {
-	case mode == FailClosed:
+	if len(enforced) == 0 {
+		return Result{Outcome: Skipped}
+	}
+	res := g.failed(ctx, enforced, err, true, time.Now())
+	g.m.decision(res)
+	return res
+}
+
+// failed applies the failure modes of hits to the store's error err.
+func (g *Gate) failed(ctx context.Context, hits []Hit, err error, record bool, start time.Time) Result {
+	res := Result{Outcome: FailedOpen, Err: err} // no hits: nothing counted them
+	mode := FailOpen
+	var local []Hit
+	for _, h := range hits {
+		if failureRank[h.Failure] > failureRank[mode] {
+			mode = h.Failure
+		}
+		if h.Failure == FailLocal {
+			local = append(local, h)
+		}
+	}
+	switch mode {
+	case FailClosed:
 		res.Outcome = FailedClosed
-	case len(local) > 0:
-		mode = FailLocal
+	case FailError:
+		res.Outcome = Errored
+	case FailLocal:
 		res.Outcome = FailedClosed // unless the local limits decide
-		if d, lerr := check(ctx, g.e.local, local); lerr == nil {
-			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: local}
+		lcore := coreHits(local)
+		if d, lerr := ask(ctx, g.e.local, lcore, record); lerr == nil {
+			rename(&d, local)
+			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: lcore}
 		}
 	}
 	g.log.do(start, func(held int) { // may run later, from a timer: no request context
@@ -503,7 +564,38 @@ func (g *Gate) decide(ctx context.Context, hits []floodgate.Hit, modes []Failure
 			slog.String("gate", g.spec.Name), slog.String("failure_mode", mode.String()),
 			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
 	})
-	return res, nil
+	return res
+}
+
+// coreHits returns the core's hits of hs.
+func coreHits(hs []Hit) []floodgate.Hit {
+	out := make([]floodgate.Hit, len(hs))
+	for i, h := range hs {
+		out[i] = h.Hit
+	}
+	return out
+}
+
+// rename reports each decision of d, the decision on hits, under its
+// hit's Policy, where one is set.
+func rename(d *floodgate.Decision, hits []Hit) {
+	top := -1
+	for i, h := range hits {
+		if d.Each != nil && i < len(d.Each) {
+			if top < 0 && d.Each[i].Policy == d.Policy {
+				top = i
+			}
+			if h.Policy != "" {
+				d.Each[i].Policy = h.Policy
+			}
+		}
+	}
+	switch {
+	case d.Each == nil && len(hits) == 1 && hits[0].Policy != "":
+		d.Policy = hits[0].Policy
+	case top >= 0:
+		d.Policy = d.Each[top].Policy
+	}
 }
 
 // fitKey returns k, or its digest if it is too long for a hit.
@@ -515,24 +607,16 @@ func fitKey(k string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// check decides hits with l; one hit goes through AllowN, which the core
-// serves faster.
-func check(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit) (floodgate.Decision, error) {
-	if len(hits) == 1 {
-		return l.AllowN(ctx, hits[0].Rule, hits[0].Key, hits[0].Cost)
-	}
-	return l.Check(ctx, hits...)
-}
-
 // shadow checks each shadow hit on its own, recording it if within its
-// limit, and counts and logs what it would have done. A store that fails
+// limit (and record), and counts and logs what it would have done. A store that fails
 // decides nothing, and counts nothing; an invalid hit is skipped. It
 // returns the decisions and the hits they decided.
-func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Decision, []floodgate.Hit) {
+func (g *Gate) shadow(ctx context.Context, hits []Hit, record bool) ([]floodgate.Decision, []floodgate.Hit) {
 	out := make([]floodgate.Decision, 0, len(hits))
 	checked := make([]floodgate.Hit, 0, len(hits))
-	for _, h := range hits {
-		d, err := check(ctx, g.e.limiter, []floodgate.Hit{h})
+	for _, sh := range hits {
+		h := sh.Hit
+		d, err := ask(ctx, g.e.limiter, []floodgate.Hit{h}, record)
 		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
 			continue // the caller's input, not the store, is at fault: a shadow hit never fails a request
 		}
@@ -542,9 +626,10 @@ func (g *Gate) shadow(ctx context.Context, hits []floodgate.Hit) ([]floodgate.De
 			}
 			break // the store failed: the others would wait out their budgets too
 		}
+		rename(&d, []Hit{sh})
 		out = append(out, d)
 		checked = append(checked, h)
-		g.m.shadowed(h.Rule.Name, d.Allowed)
+		g.m.shadowed(d.Policy, d.Allowed)
 		if !d.Allowed {
 			g.shadowLog.do(time.Now(), func(held int) {
 				g.e.logger.LogAttrs(context.Background(), slog.LevelInfo, "floodgate: a shadow limit would have denied a request",
@@ -565,7 +650,7 @@ func (g *Gate) throttles(res Result) bool {
 // throttle waits for quota while the denial's RetryAfter fits in what is
 // left of MaxDelay, deciding again after each wait. It returns ctx's error
 // as soon as the client goes away.
-func (g *Gate) throttle(ctx context.Context, hits []floodgate.Hit, modes []FailureMode, res Result) (Result, error) {
+func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, error) {
 	if g.waiting.Add(1) > g.maxWaiters {
 		g.waiting.Add(-1)
 		g.m.throttled["rejected"].Inc()
@@ -592,7 +677,7 @@ func (g *Gate) throttle(ctx context.Context, hits []floodgate.Hit, modes []Failu
 		case <-t.C:
 		}
 		var err error
-		if res, err = g.decide(ctx, hits, modes); err != nil {
+		if res, err = g.decide(ctx, hits, true); err != nil {
 			g.m.throttled["canceled"].Inc()
 			return res, err
 		}
@@ -603,4 +688,14 @@ func (g *Gate) throttle(ctx context.Context, hits []floodgate.Hit, modes []Failu
 		g.m.throttled["denied"].Inc()
 	}
 	return res, nil
+}
+
+// InForce returns h as a check decides it: its key replaced by its digest
+// if longer than floodgate.MaxKeyLen, under the rule in force for that
+// key, with its problems under that rule (see floodgate.Limiter.InForce):
+// for a transport that reports the limit in force before deciding, or
+// answers a cost beyond every admission as a denial.
+func (e *Enforcer) InForce(h floodgate.Hit) (floodgate.Hit, error) {
+	h.Key = fitKey(h.Key)
+	return e.limiter.InForce(h)
 }

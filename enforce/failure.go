@@ -7,7 +7,12 @@ import (
 )
 
 // FailureMode is what a check does when the store cannot decide in time:
-// it is down, frozen, or its circuit breaker is open.
+// it is down, frozen, or its circuit breaker is open. It is the one
+// failure mode of every surface: HTTP routes and gRPC methods default to
+// FailLocal (the zero value), RLS descriptors to FailError (rlconfig's
+// failure_mode, as envoyproxy/ratelimit answers). With several modes in
+// one check, the strictest decides: closed, then error, then local, then
+// open.
 type FailureMode uint8
 
 const (
@@ -22,11 +27,18 @@ const (
 	// FailOpen lets the request through, unlimited. For what availability
 	// matters more than the limit: reads.
 	FailOpen
+	// FailError decides nothing and lets the caller decide: the Outcome is
+	// Errored, which the RLS service answers with Unavailable (Envoy's
+	// failure_mode_deny chooses), HTTP with 503 and gRPC with Unavailable.
+	FailError
 )
 
-var failureNames = [...]string{FailLocal: "local", FailClosed: "closed", FailOpen: "open"}
+var failureNames = [...]string{FailLocal: "local", FailClosed: "closed", FailOpen: "open", FailError: "error"}
 
-// String returns "local", "closed" or "open".
+// failureRank orders the modes from the most lenient to the strictest.
+var failureRank = [...]uint8{FailOpen: 0, FailLocal: 1, FailError: 2, FailClosed: 3}
+
+// String returns "local", "closed", "open" or "error".
 func (m FailureMode) String() string {
 	if int(m) < len(failureNames) {
 		return failureNames[m]
@@ -34,14 +46,18 @@ func (m FailureMode) String() string {
 	return fmt.Sprintf("FailureMode(%d)", m)
 }
 
-// ParseFailureMode returns the mode named s: "local", "closed" or "open".
+// valid reports whether m is one of the modes.
+func (m FailureMode) valid() bool { return int(m) < len(failureNames) }
+
+// ParseFailureMode returns the mode named s: "local", "closed", "open" or
+// "error".
 func ParseFailureMode(s string) (FailureMode, error) {
 	for m, name := range failureNames {
 		if s == name {
 			return FailureMode(m), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown failure mode %q (want local, closed or open)", ErrInvalid, s)
+	return 0, fmt.Errorf("%w: unknown failure mode %q (want local, closed, open or error)", ErrInvalid, s)
 }
 
 // sometimes writes at most one log line per interval and counts the events

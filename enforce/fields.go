@@ -68,15 +68,32 @@ func plainName(name string) bool {
 
 // QuotaField serializes the RateLimit field of ds, one list member per
 // decision: "pix";r=7;t=42, joined by ", ". r is the requests left and t
-// the seconds, rounded up, until the quota is whole again. It is written
-// by hand because it runs on every request: a policy name is 1-64 bytes of
-// [A-Za-z0-9_.-] (floodgate.Rule.Validate), which an sf-string carries as
-// it is, and r and t are clamped to the sf-integer range; the tests parse
-// every field back with httpsfv.
+// the seconds, rounded up, until the quota is whole again. A rule's name
+// (1-64 bytes of [A-Za-z0-9_.-], floodgate.Rule.Validate) is an sf-string
+// as it is, so its member is written by hand: it runs on every request.
+// Any other name (one a configuration gave, "login#2") goes through
+// httpsfv, which escapes it, or refuses it and the member is left out. r
+// and t are clamped to the sf-integer range; the tests parse every field
+// back with httpsfv.
 func QuotaField(ds []floodgate.Decision) string {
 	b := make([]byte, 0, 32*len(ds))
-	for i, e := range ds {
-		if i > 0 {
+	for _, e := range ds {
+		sep := len(b) > 0
+		if !plainName(e.Policy) {
+			it := httpsfv.NewItem(e.Policy)
+			it.Params.Add("r", sfInt(e.Remaining))
+			it.Params.Add("t", sfInt(Seconds(e.ResetAfter)))
+			m, err := httpsfv.Marshal(httpsfv.List{it})
+			if err != nil {
+				continue
+			}
+			if sep {
+				b = append(b, ", "...)
+			}
+			b = append(b, m...)
+			continue
+		}
+		if sep {
 			b = append(b, ", "...)
 		}
 		b = append(b, '"')

@@ -4,12 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
-	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
 )
+
+// Breaker is a circuit breaker in front of the store whose state the
+// Enforcer exports (floodgate_breaker_state): a *breakerstore.Store.
+type Breaker interface {
+	State() gobreaker.State
+}
+
+// nilPointer reports whether v holds a nil pointer: a *breakerstore.Store
+// variable that was never set, when the store has no breaker.
+func nilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
 
 // metrics holds the collectors of one Enforcer. They exist even without a
 // registerer, so that counting never needs a nil check.
@@ -22,7 +37,7 @@ type metrics struct {
 	skipped   *prometheus.CounterVec   // gate, policy
 }
 
-func newMetrics(reg prometheus.Registerer, breaker *breakerstore.Store) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, breaker Breaker) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
@@ -60,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, breaker *breakerstore.Store) (*metric
 	cs := []named{{"floodgate_decisions_total", m.decisions}, {"floodgate_store_duration_seconds", m.latency},
 		{"floodgate_store_errors_total", m.errors}, {"floodgate_throttled_total", m.throttled},
 		{"floodgate_throttle_waiting", m.waiting}, {"floodgate_skipped_limits_total", m.skipped}}
-	if breaker != nil {
+	if breaker != nil && !nilPointer(breaker) {
 		cs = append(cs, named{"floodgate_breaker_state", prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "floodgate_breaker_state",
 			Help: "State of the store's circuit breaker: 0 closed, 1 half-open, 2 open.",
@@ -194,8 +209,9 @@ func (gm *gateMetrics) shadowed(policy string, allowed bool) {
 
 func (gm *gateMetrics) storeError(err error) {
 	reason := "error"
+	var open interface{ RetryAfter() time.Duration } // breakerstore.OpenError
 	switch {
-	case errors.Is(err, breakerstore.ErrOpen):
+	case errors.As(err, &open):
 		reason = "breaker_open"
 	case errors.Is(err, context.DeadlineExceeded):
 		reason = "timeout"

@@ -27,14 +27,19 @@ const (
 	// Skipped: no limit enforced a decision: each skipped the request for
 	// want of a key, or they are all shadow limits.
 	Skipped
+	// Errored: the store failed and a hit's failure mode is FailError:
+	// nothing was decided, and the caller answers with an error (the RLS
+	// service's Unavailable, which Envoy lets through by default). It is
+	// not fail-closed: the request may well have gone through.
+	Errored
 
 	outcomes = iota
 )
 
-var outcomeNames = [outcomes]string{"allowed", "denied", "failed_open", "failed_closed", "local", "skipped"}
+var outcomeNames = [outcomes]string{"allowed", "denied", "failed_open", "failed_closed", "local", "skipped", "error"}
 
 // String returns the outcome's metric label: "allowed", "denied",
-// "failed_open", "failed_closed", "local" or "skipped".
+// "failed_open", "failed_closed", "local", "skipped" or "error".
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
 		return outcomeNames[o]
@@ -56,7 +61,7 @@ type Result struct {
 	// none); a denied one is not checked against them.
 	Shadow []floodgate.Decision
 	// Err is the store's error when it failed to decide (Outcome
-	// FailedOpen, FailedClosed or Local); nil otherwise.
+	// FailedOpen, FailedClosed, Local or Errored); nil otherwise.
 	Err error
 
 	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
@@ -68,7 +73,7 @@ type Result struct {
 // and Decide return with an error is FailedClosed: it reports false.
 func (r Result) Allowed() bool {
 	switch r.Outcome {
-	case Denied, FailedClosed:
+	case Denied, FailedClosed, Errored:
 		return false
 	case Local:
 		return r.Decision.Allowed

@@ -58,7 +58,7 @@ func TestSometimesWritesAtTheInterval(t *testing.T) {
 
 // TestFailureModeString names the modes, and an unknown one by number.
 func TestFailureModeString(t *testing.T) {
-	for m, want := range map[FailureMode]string{FailLocal: "local", FailClosed: "closed", FailOpen: "open", 3: "FailureMode(3)", 200: "FailureMode(200)"} {
+	for m, want := range map[FailureMode]string{FailLocal: "local", FailClosed: "closed", FailOpen: "open", FailError: "error", 4: "FailureMode(4)", 200: "FailureMode(200)"} {
 		if got := m.String(); got != want {
 			t.Errorf("FailureMode(%d).String() = %q; want %q", uint8(m), got, want)
 		}

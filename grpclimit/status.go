@@ -74,7 +74,7 @@ func (m *method) member(d floodgate.Decision) string {
 // policies. hits are what was checked, with the rules in force.
 func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 	switch {
-	case res.Outcome == enforce.FailedClosed:
+	case res.Outcome == enforce.FailedClosed || res.Outcome == enforce.Errored:
 		wait := res.FailRetryAfter()
 		return withDetails(status.New(codes.Unavailable,
 			fmt.Sprintf("the rate limit could not be checked; retry after %s s", enforce.RetryAfter(wait))), retryInfo(wait))

@@ -144,7 +144,7 @@ func (rt *route) member(e floodgate.Decision) string {
 // too, so the answer still does not tell which one denied. A fail-closed
 // denial waits at least res.FailRetryAfter, as every fail-closed one does.
 func (rt *route) opaqueRetryAfter(res Result) string {
-	if res.Outcome == FailedClosed {
+	if refusedByFailure(res) {
 		return enforce.RetryAfter(max(rt.longest, res.FailRetryAfter()))
 	}
 	if !rt.live {
@@ -165,6 +165,21 @@ func retries(status int) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
 }
 
+// refusedByFailure reports whether res refused a request because the
+// store failed: fail-closed, or the error failure mode.
+func refusedByFailure(res Result) bool {
+	return res.Outcome == FailedClosed || res.Outcome == enforce.Errored
+}
+
+// failed returns the status of a request refused because the store
+// failed: the route's FailStatus, or 503 under the error failure mode.
+func (rt *route) failed(res Result) int {
+	if res.Outcome == enforce.Errored {
+		return http.StatusServiceUnavailable
+	}
+	return rt.failStatus
+}
+
 // deny answers a request that res does not allow.
 func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 	h := w.Header()
@@ -175,15 +190,15 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 		p = Problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status,
 			Detail:           "Too many requests. Try again later.",
 			ViolatedPolicies: []string{rt.Name}}
-		if res.Outcome == FailedClosed {
-			p.Status = rt.failStatus
+		if refusedByFailure(res) {
+			p.Status = rt.failed(res)
 		}
 		if retries(p.Status) {
 			h.Set("Retry-After", rt.opaqueRetryAfter(res))
 		}
-	case res.Outcome == FailedClosed:
-		wait := res.FailRetryAfter()
-		p = Problem{Type: "about:blank", Title: http.StatusText(rt.failStatus), Status: rt.failStatus,
+	case refusedByFailure(res):
+		wait, status := res.FailRetryAfter(), rt.failed(res)
+		p = Problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
 			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", enforce.Seconds(wait))}
 		if retries(p.Status) {
 			h.Set("Retry-After", enforce.RetryAfter(wait))

@@ -309,7 +309,7 @@ func TestDecisionMetricsNameThePolicy(t *testing.T) {
 
 // TestOutcomeString names the outcomes, and "unknown" past the last.
 func TestOutcomeString(t *testing.T) {
-	for o, want := range map[httplimit.Outcome]string{httplimit.Allowed: "allowed", httplimit.Skipped: "skipped", httplimit.Skipped + 1: "unknown", 255: "unknown"} {
+	for o, want := range map[httplimit.Outcome]string{httplimit.Allowed: "allowed", httplimit.Skipped: "skipped", httplimit.Skipped + 1: "error", httplimit.Skipped + 2: "unknown", 255: "unknown"} {
 		if got := o.String(); got != want {
 			t.Errorf("Outcome(%d).String() = %q; want %q", uint8(o), got, want)
 		}

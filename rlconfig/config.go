@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 )
 
 // ErrInvalidConfig is wrapped by every problem that Parse, LoadDir and
@@ -59,7 +60,7 @@ type node struct {
 
 	limits         []*Limit
 	unlimited      bool
-	failure        FailureMode
+	failure        enforce.FailureMode
 	detailedMetric bool
 	valueToMetric  bool
 	shareThreshold bool
@@ -359,7 +360,7 @@ type inherited struct {
 	alg     floodgate.Algorithm
 	algSet  bool // the file names alg, at this level or above
 	burst   int64
-	failure FailureMode
+	failure enforce.FailureMode
 }
 
 func (p *parser) problem(file, path, format string, args ...any) {
@@ -382,7 +383,7 @@ func (p *parser) file(name string, data []byte) {
 		p.problem(name, "", "domain is empty or missing")
 		return
 	}
-	def := inherited{alg: floodgate.FixedWindow}
+	def := inherited{alg: floodgate.FixedWindow, failure: enforce.FailError}
 	p.extensions(name, raw.Domain, &def, raw.Algorithm, int64(raw.Burst), raw.FailureMode)
 
 	root, seen := p.cfg.domains[raw.Domain]
@@ -413,9 +414,9 @@ func (p *parser) extensions(file, path string, def *inherited, alg string, burst
 		def.burst = burst
 	}
 	if failure != "" {
-		m, err := parseFailureMode(failure)
+		m, err := enforce.ParseFailureMode(failure)
 		if err != nil {
-			p.problem(file, path, "%v", err)
+			p.problem(file, path, "unknown failure_mode %q (want error, closed, open or local)", failure)
 		} else {
 			def.failure = m
 		}

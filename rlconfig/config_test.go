@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -248,20 +249,20 @@ descriptors:
 		name    string
 		domain  string
 		entries []rlconfig.Entry
-		failure rlconfig.FailureMode
+		failure enforce.FailureMode
 		want    []r
 	}{
-		{"unchanged file: fixed window, error", "plain", e("k", "x"), rlconfig.FailError,
+		{"unchanged file: fixed window, error", "plain", e("k", "x"), enforce.FailError,
 			[]r{{10, time.Minute, floodgate.FixedWindow, 0, rlconfig.Minute, false, "plain.k"}}},
-		{"domain defaults", "ext", e("inherit", "x"), rlconfig.FailOpen,
+		{"domain defaults", "ext", e("inherit", "x"), enforce.FailOpen,
 			[]r{{10, time.Minute, floodgate.SlidingWindow, 0, rlconfig.Minute, false, "ext.inherit"}}},
-		{"descriptor overrides", "ext", e("bucket", "x"), rlconfig.FailLocal,
+		{"descriptor overrides", "ext", e("bucket", "x"), enforce.FailLocal,
 			[]r{{5, time.Second, floodgate.TokenBucket, 20, rlconfig.Second, false, "ext.bucket"}}},
-		{"nested inherits the descriptor", "ext", e("bucket", "x", "nested", "y"), rlconfig.FailLocal,
+		{"nested inherits the descriptor", "ext", e("bucket", "x", "nested", "y"), enforce.FailLocal,
 			[]r{{30, 90 * time.Second, floodgate.TokenBucket, 20, rlconfig.UnitUnknown, false, "ext.bucket.nested"}}},
-		{"an algorithm resets the burst", "ext", e("bucket", "x", "reset", "y"), rlconfig.FailClosed,
+		{"an algorithm resets the burst", "ext", e("bucket", "x", "reset", "y"), enforce.FailClosed,
 			[]r{{30, time.Minute, floodgate.FixedWindow, 0, rlconfig.Minute, false, "ext.bucket.reset"}}},
-		{"rate_limits", "ext", e("multi", "x"), rlconfig.FailError, []r{
+		{"rate_limits", "ext", e("multi", "x"), enforce.FailError, []r{
 			{10, time.Second, floodgate.TokenBucket, 20, rlconfig.Second, false, "ext.multi"},
 			{300, 90 * time.Second, floodgate.SlidingWindow, 0, rlconfig.UnitUnknown, true, "ext.multi#2"},
 			{10000, 24 * time.Hour, floodgate.SlidingWindowCounter, 0, rlconfig.Day, true, "daily"},
@@ -475,7 +476,7 @@ descriptors:
          shadow_mode: true}
 `})
 	m := cfg.Match("api", e("user", "ana"))
-	if m.Outcome != rlconfig.Limited || len(m.Limits) != 3 || m.FailureMode != rlconfig.FailOpen || !m.Limits[2].ShadowMode {
+	if m.Outcome != rlconfig.Limited || len(m.Limits) != 3 || m.FailureMode != enforce.FailOpen || !m.Limits[2].ShadowMode {
 		t.Errorf("doc example: %+v", m)
 	}
 }

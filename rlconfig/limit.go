@@ -81,41 +81,6 @@ func unitOf(w time.Duration) Unit {
 	return UnitUnknown
 }
 
-// FailureMode is what a descriptor's limits do when the store cannot
-// decide in time. The zero value is FailError.
-type FailureMode uint8
-
-const (
-	// FailError answers with an error, so that the caller (Envoy's
-	// failure_mode_deny) decides. It is the default.
-	FailError FailureMode = iota
-	// FailClosed answers over the limit.
-	FailClosed
-	// FailOpen answers within the limit.
-	FailOpen
-	// FailLocal decides with per-instance limits.
-	FailLocal
-)
-
-var failureModeNames = [...]string{FailError: "error", FailClosed: "closed", FailOpen: "open", FailLocal: "local"}
-
-// String returns the mode as a configuration writes it ("open").
-func (m FailureMode) String() string {
-	if int(m) < len(failureModeNames) {
-		return failureModeNames[m]
-	}
-	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
-}
-
-func parseFailureMode(s string) (FailureMode, error) {
-	for m, name := range failureModeNames {
-		if s == name {
-			return FailureMode(m), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown failure_mode %q (want error, closed, open or local)", s)
-}
-
 // parseAlgorithm reads the configuration's algorithm names, which spell
 // floodgate's names with underscores ("token_bucket").
 func parseAlgorithm(s string) (floodgate.Algorithm, error) {

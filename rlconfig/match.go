@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 )
 
 // Entry is one key/value pair of a request's descriptor.
@@ -74,7 +75,7 @@ type Match struct {
 	// DetailedMetric is the matched descriptor's detailed_metric flag.
 	DetailedMetric bool
 	// FailureMode is what the limits do when the store cannot decide.
-	FailureMode FailureMode
+	FailureMode enforce.FailureMode
 	// Metadata is the matched descriptor's metadata, as written; shared
 	// and read-only.
 	Metadata map[string]any

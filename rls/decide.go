@@ -2,8 +2,6 @@ package rls
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"math"
 	"strings"
@@ -67,7 +65,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.metrics.unknownDomain.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
-	p, err := newPlan(req, entries, ms, s.shadow)
+	p, err := newPlan(req, entries, ms, s.shadow, s.enf)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +73,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "rls: %v", err)
 	}
-	if err := p.decide(ctx, g, s.enf.Limiter()); err != nil {
+	if err := p.decide(ctx, g); err != nil {
 		return nil, err
 	}
 	p.count(s.metrics, req.GetDomain(), s.near)
@@ -163,22 +161,24 @@ type ref struct {
 }
 
 // planned is one distinct hit: descriptors that make the same hit (the
-// same rule and key) share it, their costs summed.
+// same rule and key) share it, their costs summed. Its rule is the rule
+// in force for its key (an override's), which its status reports.
 type planned struct {
 	hit  enforce.Hit
 	peek bool
-	mode rlconfig.FailureMode
 	dec  floodgate.Decision
 	have bool // dec is set
-	// oversize marks a hit beyond what its limit could ever admit: over
-	// the limit without asking the store, which would refuse it.
+	// oversize marks a hit beyond what the rule in force could ever
+	// admit: over the limit without asking the store, which would refuse
+	// it.
 	oversize bool
 }
 
-// newPlan builds the hits of a request's matched descriptors, marking
-// oversize a hit whose cost its limit could never admit; with shadow,
-// every limit (a limit override's too) is in shadow mode.
-func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match, shadow bool) (*plan, error) {
+// newPlan builds the hits of a request's matched descriptors, each under
+// the rule in force for its key, marking oversize a hit whose cost that
+// rule could never admit; with shadow, every limit (a limit override's
+// too) is in shadow mode.
+func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match, shadow bool, enf *enforce.Enforcer) (*plan, error) {
 	base := int64(max(req.GetHitsAddend(), 1))
 	p := &plan{descs: make([]desc, len(ms))}
 	index := map[hitID]int{}
@@ -198,30 +198,26 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 			d.cost = int64(min(ha.GetValue(), math.MaxInt64))
 			d.peek = d.cost == 0
 		}
-		if len(m.Key) > floodgate.MaxKeyLen {
-			// Escaped, the values can outgrow a hit's key (a "/" takes
-			// three bytes): count them under their digest, as enforce
-			// does, rather than refuse a request that a client's values
-			// alone made too long (an error, which Envoy lets through by
-			// default).
-			sum := sha256.Sum256([]byte(m.Key))
-			m.Key = "sha256:" + hex.EncodeToString(sum[:])
-		}
 		for _, l := range m.Limits {
 			if m.Outcome != rlconfig.Limited {
 				break
 			}
 			r := ref{limit: l, hit: -1}
 			if !l.Blocked() {
-				id := hitID{rule: l.Rule.Name, key: m.Key, peek: d.peek}
+				// Distinct rules never share a hit: two per-request
+				// overrides of one descriptor count apart.
+				id := hitID{rule: l.Rule, key: m.Key, peek: d.peek}
 				j, ok := index[id]
 				if !ok {
 					j = len(p.hits)
 					index[id] = j
+					mode := m.FailureMode
+					if l.ShadowMode {
+						mode = enforce.FailOpen // a shadow limit never denies
+					}
 					p.hits = append(p.hits, planned{
-						hit:  enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key}, Shadow: l.ShadowMode, Failure: enforceMode(m.FailureMode, l.ShadowMode)},
+						hit:  enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key}, Shadow: l.ShadowMode, Policy: l.Label, Failure: mode},
 						peek: d.peek,
-						mode: m.FailureMode,
 					})
 				}
 				h := &p.hits[j].hit
@@ -232,44 +228,36 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 		}
 		p.descs[i] = d
 	}
-	// A cost that a limit could never admit is over it, as upstream
-	// answers, and not an error: Envoy lets a request through on an
-	// error by default, and a hits_addend may come from the request.
-	for i, h := range p.hits {
-		c := max(h.hit.Cost, 1) // a peek asks about one more hit
-		r := h.hit.Rule
-		p.hits[i].oversize = c > r.Capacity() || r.Algorithm == floodgate.SlidingWindow && c > floodgate.MaxSlidingCost
+	// A cost that the rule in force could never admit is over it, as
+	// upstream answers, and not an error: Envoy lets a request through on
+	// an error by default, and a hits_addend may come from the request.
+	for i := range p.hits {
+		h := &p.hits[i].hit
+		cost := h.Cost
+		in, err := enf.InForce(floodgate.Hit{Rule: h.Rule, Key: h.Key, Cost: max(cost, 1)}) // a peek asks about one more hit
+		switch {
+		case errors.Is(err, floodgate.ErrInvalidRule):
+			return nil, status.Errorf(codes.Internal, "rls: the limit in force for a descriptor is invalid")
+		case err != nil:
+			p.hits[i].oversize = true
+		}
+		h.Rule, h.Key = in.Rule, in.Key
 	}
 	return p, nil
 }
 
 type hitID struct {
-	rule, key string
-	peek      bool
+	rule floodgate.Rule
+	key  string
+	peek bool
 }
 
-// enforceMode maps a descriptor's failure_mode onto the Enforcer's. error
-// becomes closed there, and the plan turns a closed failure into a gRPC
-// error where no descriptor asked for closed (see decide). A shadow limit
-// never denies, so it fails open.
-func enforceMode(m rlconfig.FailureMode, shadow bool) enforce.FailureMode {
-	switch {
-	case shadow:
-		return enforce.FailOpen
-	case m == rlconfig.FailOpen:
-		return enforce.FailOpen
-	case m == rlconfig.FailLocal:
-		return enforce.FailLocal
-	default:
-		return enforce.FailClosed
-	}
-}
-
-// decide decides the plan's hits. A blocked limit, an oversize hit, or a
-// peek that would be denied, makes the request over the limit at once: the counted hits
-// are then only peeked, for their figures, and nothing is recorded.
-// Otherwise the counted hits go to the gate, all-or-nothing.
-func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limiter) error {
+// decide decides the plan's hits through the gate. A blocked limit, an
+// oversize hit, or a peek that would be denied, makes the request over
+// the limit at once: the counted hits are then only peeked, for their
+// figures, and nothing is recorded. Otherwise the counted hits are
+// checked, all-or-nothing. The gate applies each hit's failure mode.
+func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 	for _, d := range p.descs {
 		for _, r := range d.refs {
 			if (r.hit < 0 || p.hits[r.hit].oversize) && !r.limit.ShadowMode {
@@ -278,55 +266,39 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limit
 		}
 	}
 	peeks, counted := p.split()
-	failed := false // the store failed already: ask it nothing more
+	var failed error // the store failed already: ask it nothing more
 	if len(peeks) > 0 {
-		if err := p.peek(ctx, lim, peeks); err != nil {
-			failed = true
-			if ctx.Err() != nil {
-				return status.FromContextError(ctx.Err()).Err()
-			}
-			switch p.strictest(peeks) {
-			case rlconfig.FailClosed:
-				p.over, p.failClosed, p.failRetry = true, true, enforce.MinFailRetryAfter
-			case rlconfig.FailError:
-				return status.Errorf(codes.Unavailable, "rls: the store cannot decide: %v", err)
-			}
+		res, err := g.Peek(ctx, p.enforceHits(peeks))
+		if err := p.settle(peeks, res, err, true); err != nil {
+			return err
 		}
-		for _, i := range peeks {
-			if h := p.hits[i]; h.have && !h.dec.Allowed && !h.hit.Shadow {
-				p.over = true
-			}
-		}
+		failed = res.Err
 	}
-	if len(counted) == 0 {
+	switch {
+	case len(counted) == 0:
 		return nil
-	}
-	if p.over {
-		// The figures only; a store failure leaves the statuses without
+	case p.over:
+		// The figures only; a failed store leaves the statuses without
 		// them, and the answer is over the limit anyway.
-		if !failed {
-			_ = p.peek(ctx, lim, counted)
+		if failed == nil {
+			res, err := g.Peek(ctx, p.enforceHits(counted))
+			if err == nil && res.Err == nil {
+				p.assign(counted, res, true)
+			}
 		}
 		return nil
+	case failed != nil:
+		return p.settle(counted, g.Failed(ctx, p.enforceHits(counted), failed), nil, false)
 	}
-	if failed {
-		// The peeks failed in modes that let the request through. The
-		// counted hits take their modes too, without asking the store
-		// again, which would wait out a second budget; local passes, as
-		// for a peek.
-		switch p.strictest(counted) {
-		case rlconfig.FailClosed:
-			p.over, p.failClosed, p.failRetry = true, true, enforce.MinFailRetryAfter
-		case rlconfig.FailError:
-			return status.Errorf(codes.Unavailable, "rls: the store cannot decide")
-		}
-		return nil
-	}
-	hits := make([]enforce.Hit, len(counted))
-	for k, i := range counted {
-		hits[k] = p.hits[i].hit
-	}
-	res, err := g.Check(ctx, hits)
+	res, err := g.Check(ctx, p.enforceHits(counted))
+	return p.settle(counted, res, err, false)
+}
+
+// settle takes the gate's answer on the hits idx: their decisions, and
+// whether the request is over the limit. The store's failure answers as
+// the gate's outcome says: over the limit (failed closed), Unavailable
+// (the error failure_mode: Envoy decides), or within (failed open).
+func (p *plan) settle(idx []int, res enforce.Result, err error, peeked bool) error {
 	switch {
 	case errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule):
 		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
@@ -336,16 +308,25 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate, lim *floodgate.Limit
 	switch res.Outcome {
 	case enforce.FailedOpen:
 		// Every limit passes, without figures.
+	case enforce.Errored:
+		// No store error text: it may name keys.
+		return status.Error(codes.Unavailable, "rls: the rate-limit store cannot decide")
 	case enforce.FailedClosed:
-		if p.strictest(counted) != rlconfig.FailClosed {
-			return status.Errorf(codes.Unavailable, "rls: the store cannot decide: %v", res.Err)
-		}
-		p.over, p.failClosed, p.failRetry = true, true, res.FailRetryAfter()
+		p.over, p.failClosed, p.failRetry = true, true, max(p.failRetry, res.FailRetryAfter())
 	default:
-		p.assign(counted, res)
-		p.over = !res.Allowed()
+		p.assign(idx, res, peeked)
+		p.over = p.over || !res.Allowed()
 	}
 	return nil
+}
+
+// enforceHits returns the hits idx.
+func (p *plan) enforceHits(idx []int) []enforce.Hit {
+	hits := make([]enforce.Hit, len(idx))
+	for k, i := range idx {
+		hits[k] = p.hits[i].hit
+	}
+	return hits
 }
 
 // split returns the indices of the peeked hits and of the counted ones,
@@ -364,52 +345,15 @@ func (p *plan) split() (peeks, counted []int) {
 	return peeks, counted
 }
 
-// strictest returns the strictest failure_mode among the enforced hits
-// idx: closed, then error, then local, then open.
-func (p *plan) strictest(idx []int) rlconfig.FailureMode {
-	rank := map[rlconfig.FailureMode]int{rlconfig.FailOpen: 0, rlconfig.FailLocal: 1, rlconfig.FailError: 2, rlconfig.FailClosed: 3}
-	worst := rlconfig.FailOpen
-	for _, i := range idx {
-		if h := p.hits[i]; !h.hit.Shadow && rank[h.mode] > rank[worst] {
-			worst = h.mode
-		}
-	}
-	return worst
-}
-
-// peek reads the hits idx without recording them and sets their
-// decisions, with Remaining as it is now (before the hit).
-func (p *plan) peek(ctx context.Context, lim *floodgate.Limiter, idx []int) error {
-	hits := make([]floodgate.Hit, len(idx))
-	for k, i := range idx {
-		hits[k] = p.hits[i].hit.Hit
-	}
-	d, err := lim.Peek(ctx, hits...)
-	if err != nil {
-		return err
-	}
-	ds := enforce.Each(d)
-	if len(ds) != len(idx) {
-		return nil
-	}
-	for k, i := range idx {
-		e := ds[k]
-		if d.Allowed {
-			// Peek answers as Take would, after the hit; a denied
-			// check already reports its allowed hits as before it.
-			e.Remaining += max(hits[k].Cost, 1)
-		}
-		p.hits[i].dec, p.hits[i].have = e, true
-	}
-	return nil
-}
-
-// assign sets the decisions of the counted hits idx from the gate's
-// result: the enforced ones from Decision (in order; a Local decision
-// covers the local hits only), the shadow ones from Shadow (in order, as
-// far as the store answered them). A hit left without a decision has no
-// figures in its status.
-func (p *plan) assign(idx []int, res enforce.Result) {
+// assign sets the decisions of the hits idx from the gate's result: the
+// enforced ones from Decision (in order; a Local decision covers the
+// local hits only), the shadow ones from Shadow (in order, as far as the
+// store answered them). A hit left without a decision has no figures in
+// its status. A peek's figures are as now, before the hit it asked
+// about: a peek that allowed every hit reports them as after it (a
+// denied one already reports its allowed hits as before), and nothing
+// was recorded.
+func (p *plan) assign(idx []int, res enforce.Result, peeked bool) {
 	var enforced, shadow, local []int
 	for _, i := range idx {
 		switch h := p.hits[i]; {
@@ -422,21 +366,28 @@ func (p *plan) assign(idx []int, res enforce.Result) {
 			}
 		}
 	}
-	set := func(to []int, ds []floodgate.Decision) {
+	set := func(to []int, ds []floodgate.Decision, allowed bool) {
 		if len(to) < len(ds) {
 			return
 		}
 		for k, d := range ds {
+			if peeked && allowed {
+				d.Remaining += max(p.hits[to[k]].hit.Cost, 1)
+			}
 			p.hits[to[k]].dec, p.hits[to[k]].have = d, true
 		}
 	}
-	if len(enforced) > 0 {
+	if len(enforced) > 0 && res.Outcome != enforce.Skipped {
 		ds := enforce.Each(res.Decision)
 		if res.Outcome == enforce.Local && len(ds) != len(enforced) {
-			set(local, ds)
+			set(local, ds, res.Decision.Allowed)
 		} else {
-			set(enforced, ds)
+			set(enforced, ds, res.Decision.Allowed)
 		}
 	}
-	set(shadow, res.Shadow)
+	for k, d := range res.Shadow { // each peeked on its own
+		if k < len(shadow) {
+			set(shadow[k:k+1], []floodgate.Decision{d}, d.Allowed)
+		}
+	}
 }

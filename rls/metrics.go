@@ -80,7 +80,7 @@ func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 			}
 			if v.dec.Allowed {
 				m.withinLimit.WithLabelValues(labels...).Add(n)
-				if lim := v.limit.RequestsPerUnit; lim > 0 && float64(lim-v.dec.Remaining) >= nearRatio*float64(lim) {
+				if lim := v.dec.Limit; lim > 0 && float64(lim-v.dec.Remaining) >= nearRatio*float64(lim) {
 					m.nearLimit.WithLabelValues(labels...).Add(n)
 				}
 				continue

@@ -3,6 +3,7 @@ package rls
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -18,9 +20,8 @@ import (
 // envoyproxy/ratelimit, it replaces whatever the configuration says of
 // the descriptor, in a configured domain, and is never in shadow mode.
 // It counts in a fixed window aligned to the epoch, under a rule of its
-// own per domain and entry keys (its window is part of the rule's
-// state, so two overrides of one descriptor with different units count
-// apart). The descriptor keeps its configured failure_mode, or error.
+// own per domain, entry keys, limit and window (so two overrides of one
+// descriptor count apart). The descriptor keeps its configured failure_mode, or error.
 func override(domain string, entries []rlconfig.Entry, lo *commonv3.RateLimitDescriptor_RateLimitOverride, m rlconfig.Match) (rlconfig.Match, error) {
 	unit := rlconfig.Unit(lo.GetUnit())
 	if unit == rlconfig.UnitUnknown || unit.Window() == 0 {
@@ -47,8 +48,12 @@ func override(domain string, entries []rlconfig.Entry, lo *commonv3.RateLimitDes
 		key.WriteByte('=')
 		key.WriteString(url.QueryEscape(e.Value))
 	}
-	name := "override-" + hex.EncodeToString(h.Sum(nil))[:16]
 	rpu := int64(lo.GetRequestsPerUnit())
+	// The limit and window name the rule too: two overrides of one
+	// descriptor in one request are two rules, each checked, never one
+	// hit that only the first would count.
+	fmt.Fprintf(h, "\x00%d\x00%d", rpu, window)
+	name := "override-" + hex.EncodeToString(h.Sum(nil))[:16]
 	rule, err := floodgate.NewRule(name, max(rpu, 1), window, floodgate.FixedWindow)
 	if err != nil {
 		return m, invalid("limit override: %v", err)
@@ -58,7 +63,7 @@ func override(domain string, entries []rlconfig.Entry, lo *commonv3.RateLimitDes
 	if mult == 1 {
 		l.Unit = unit
 	}
-	mode := rlconfig.FailError
+	mode := enforce.FailError
 	if m.Outcome == rlconfig.Limited || m.Outcome == rlconfig.Unlimited {
 		mode = m.FailureMode
 	}

@@ -17,7 +17,8 @@ import (
 // verdict is one limit of a descriptor as decided.
 type verdict struct {
 	limit  *rlconfig.Limit
-	hit    int // -1 for a blocked limit
+	rule   floodgate.Rule // the rule in force: an override's, if its key has one
+	hit    int            // -1 for a blocked limit
 	dec    floodgate.Decision
 	have   bool // dec is set
 	shadow bool
@@ -29,12 +30,15 @@ func (v verdict) denied() bool { return v.have && !v.dec.Allowed }
 func (p *plan) verdicts(d desc) []verdict {
 	vs := make([]verdict, len(d.refs))
 	for k, r := range d.refs {
-		v := verdict{limit: r.limit, hit: r.hit, shadow: r.limit.ShadowMode}
+		v := verdict{limit: r.limit, rule: r.limit.Rule, hit: r.hit, shadow: r.limit.ShadowMode}
+		if r.hit >= 0 {
+			v.rule = p.hits[r.hit].hit.Rule
+		}
 		if r.hit < 0 || p.hits[r.hit].oversize {
 			// Blocked, or a hit beyond what the limit could ever admit:
 			// over the limit for a whole window.
-			w := r.limit.Rule.Window
-			v.dec = floodgate.Decision{Policy: r.limit.Rule.Name, Window: w, ResetAfter: w, RetryAfter: w}
+			w := v.rule.Window
+			v.dec = floodgate.Decision{Policy: r.limit.Label, Limit: v.rule.Limit, Window: w, ResetAfter: w, RetryAfter: w}
 			v.have = true
 		} else {
 			v.dec, v.have = p.hits[r.hit].dec, p.hits[r.hit].have
@@ -66,7 +70,8 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 			if v.hit >= 0 {
 				seen[v.hit] = true
 			}
-			r := v.limit.Rule
+			// The rule in force, under the limit's name.
+			r := floodgate.Rule{Name: v.limit.Label, Limit: v.rule.Limit, Window: v.rule.Window}
 			if m, err := enforce.PolicyMember(r); err == nil {
 				policies = append(policies, m)
 				shown = append(shown, v.dec)
@@ -125,7 +130,7 @@ func (p *plan) status(d desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorS
 		if v.shadow {
 			continue
 		}
-		if v.denied() || p.failClosed && v.hit >= 0 && p.hits[v.hit].mode == rlconfig.FailClosed {
+		if v.denied() || p.failClosed && v.hit >= 0 && p.hits[v.hit].hit.Failure == enforce.FailClosed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if pick < 0 || better(v, vs[pick]) {
@@ -140,7 +145,7 @@ func (p *plan) status(d desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorS
 		}
 	}
 	v := vs[pick]
-	st.CurrentLimit = currentLimit(v.limit)
+	st.CurrentLimit = currentLimit(v.limit, v.rule)
 	if v.have {
 		st.LimitRemaining = uint32(min(max(v.dec.Remaining, 0), int64(^uint32(0))))
 		st.DurationUntilReset = durationpb.New(v.dec.ResetAfter)
@@ -181,17 +186,18 @@ var units = []struct {
 	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
 }
 
-// currentLimit describes l for a status: its unit as configured, or, for
-// a window extension, the longest unit that divides the window, with
-// unit_multiplier (90s is SECOND times 90, 2h is HOUR times 2), or
-// UNKNOWN when no unit divides it (1500ms).
-func currentLimit(l *rlconfig.Limit) *rlsv3.RateLimitResponse_RateLimit {
-	cl := &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(min(l.RequestsPerUnit, int64(^uint32(0))))}
-	if l.Unit != rlconfig.UnitUnknown {
+// currentLimit describes l for a status, under r, the rule in force (an
+// override's limit and window, if its key has one): its unit as
+// configured, or, for another window, the longest unit that divides the
+// window, with unit_multiplier (90s is SECOND times 90, 2h is HOUR times
+// 2), or UNKNOWN when no unit divides it (1500ms).
+func currentLimit(l *rlconfig.Limit, r floodgate.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	cl := &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(min(max(r.Limit, 0), int64(^uint32(0))))}
+	if l.Unit != rlconfig.UnitUnknown && l.Unit.Window() == r.Window {
 		cl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
 		return cl
 	}
-	w := l.Rule.Window
+	w := r.Window
 	for _, u := range units {
 		if w >= u.d && w%u.d == 0 && w/u.d <= time.Duration(^uint32(0)) {
 			cl.Unit = u.unit

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/overrides"
@@ -566,7 +567,7 @@ func TestDeployConfig(t *testing.T) {
 			t.Errorf("%v: %v, want %s", c.entries, m.Limits, c.want)
 		}
 	}
-	if m := cfg.Match("edge", []rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "a"}}); m.FailureMode != rlconfig.FailOpen {
+	if m := cfg.Match("edge", []rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "a"}}); m.FailureMode != enforce.FailOpen {
 		t.Errorf("path and address: failure_mode %v, want open", m.FailureMode)
 	}
 }
