@@ -44,6 +44,7 @@ type Config struct {
 	limits  []*Limit
 	files   []string
 	skipped []string
+	ignored []string
 }
 
 // node is one descriptor of the tree; a domain's root is a node without
@@ -145,6 +146,18 @@ func (c *Config) Skipped() []string {
 		return nil
 	}
 	return append([]string(nil), c.skipped...)
+}
+
+// Ignored lists the settings of the configuration that have no effect
+// where they are written, each as "file: path: what", in file order:
+// shadow_mode on a descriptor without a rate_limit, which
+// envoyproxy/ratelimit accepts and ignores, so its children's limits
+// deny. A service loading the configuration should warn of each.
+func (c *Config) Ignored() []string {
+	if c == nil {
+		return nil
+	}
+	return append([]string(nil), c.ignored...)
 }
 
 // String lists the configuration's limits, one a line.
@@ -473,6 +486,10 @@ func (p *parser) descriptors(file, domain string, parent *node, raws []rawDescri
 				}
 			}
 			lims = rd.RateLimits
+		}
+		if rd.ShadowMode && len(lims) == 0 {
+			p.cfg.ignored = append(p.cfg.ignored, file+": "+path+": shadow_mode on a descriptor without a rate_limit has no effect; "+
+				"the limits of the descriptors under it still deny (set shadow_mode beside each rate_limit)")
 		}
 		for j, rl := range lims {
 			l := p.limit(file, domain, path, nsegs, j, len(lims), rl, rd, d)

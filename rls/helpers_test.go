@@ -51,6 +51,8 @@ type setup struct {
 	breaker *breakerstore.Store
 	shadow  bool    // Options.ShadowMode
 	near    float64 // Options.NearLimitRatio
+	// overrides gives keys limits of their own (floodgate.Options.Overrides).
+	overrides floodgate.Overrides
 }
 
 // start starts an instance that t's cleanup stops.
@@ -63,7 +65,7 @@ func start(t testing.TB, s setup) *service {
 	if timeout == 0 {
 		timeout = 2 * time.Second
 	}
-	lim, err := floodgate.New(s.store, floodgate.Options{Timeout: timeout})
+	lim, err := floodgate.New(s.store, floodgate.Options{Timeout: timeout, Overrides: s.overrides})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,8 +195,8 @@ func header(resp *rlsv3.RateLimitResponse, key string) string {
 	return ""
 }
 
-// counter returns the value of the counter name with the given labels
-// (all of them), or 0.
+// counter returns the value of the counter (or gauge) name with the
+// given labels (all of them), or 0.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -207,7 +209,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 		}
 		for _, m := range mf.GetMetric() {
 			if matches(m, labels) {
-				return m.GetCounter().GetValue()
+				return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}

@@ -18,6 +18,7 @@ type metrics struct {
 	requests                                                 *prometheus.CounterVec
 	unknownDomain                                            prometheus.Counter
 	configLoadSuccess, configLoadError                       prometheus.Counter
+	configIgnored                                            prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,9 +51,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "floodgate_config_load_error_total",
 			Help: "Configurations refused (invalid, or the directory could not be read); the previous one stayed in force.",
 		}),
+		configIgnored: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_ignored_settings",
+			Help: "Settings of the configuration in force that have no effect as written (each logged at every load): shadow_mode on a descriptor without a rate_limit, quota_mode, a replaces that names no limit, files of the directory not read.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-		m.requests, m.unknownDomain, m.configLoadSuccess, m.configLoadError} {
+		m.requests, m.unknownDomain, m.configLoadSuccess, m.configLoadError, m.configIgnored} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: register metrics: %w", err)
 		}

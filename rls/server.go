@@ -184,7 +184,9 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 // warnConfig logs what of the configuration envoyproxy/ratelimit would
 // apply and the Server does not: what the directory holds and was not
 // read, and the limits in quota_mode, which are enforced as any other;
-// and a replaces that names no limit, which does nothing there either.
+// and what does nothing there either: a replaces that names no limit,
+// shadow_mode on a descriptor without a rate_limit. It counts them all
+// in floodgate_config_ignored_settings.
 func (s *Server) warnConfig(cfg *rlconfig.Config) {
 	if sk := cfg.Skipped(); len(sk) > 0 {
 		s.logger.Warn("entries of the configuration directory not read: floodgate reads the *.yaml and *.yml files at its top level, "+
@@ -214,6 +216,11 @@ func (s *Server) warnConfig(cfg *rlconfig.Config) {
 		s.logger.Warn("quota_mode is not interpreted: these limits deny as any other, where envoyproxy/ratelimit lets a request "+
 			"through while one of its quota_mode descriptors has quota left", "limits", quota)
 	}
+	ignored := cfg.Ignored()
+	for _, ig := range ignored {
+		s.logger.Warn("a setting of the configuration has no effect", "setting", ig)
+	}
+	s.metrics.configIgnored.Set(float64(len(cfg.Skipped()) + len(dangling) + len(quota) + len(ignored)))
 }
 
 // Config returns the configuration in force. A request reads it once, so
