@@ -202,4 +202,3 @@ func TestShadowModeWithoutALimitIsReported(t *testing.T) {
 	expect(t, svc.call(t, r), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0})
 	expect(t, svc.call(t, r), over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0})
 }
-
