@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -46,9 +48,13 @@ type Options struct {
 	// always cached, and memory stays bounded.
 	DenialCacheSize int
 	// Overrides, when set, gives some keys of a rule a limit of their own
-	// (see [Overrides]; package overrides keeps them in Redis). Nil means
-	// none, at no cost to a decision.
+	// (see [Overrides]: package overrides keeps them in Redis, and
+	// rlconfig.Rules reads live limits from envoy-format files; [Overlay]
+	// stacks them). Nil means none, at no cost to a decision.
 	Overrides Overrides
+	// Logger receives the line about the first override the Limiter could
+	// not use. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Limiter checks hits against a [Store]. It is safe for concurrent use; one
@@ -63,6 +69,8 @@ type Limiter struct {
 	timeout   time.Duration
 	denials   *denialCache // nil when Options.DenialCacheSize is 0
 	overrides Overrides    // nil when Options.Overrides is
+	logger    *slog.Logger
+	refused   atomic.Bool // an override was refused: logged once
 	ids       ids
 }
 
@@ -74,7 +82,10 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if opts.DenialCacheSize < 0 {
 		return nil, fmt.Errorf("floodgate: New: denial cache size %d is negative", opts.DenialCacheSize)
 	}
-	l := &Limiter{store: store, timeout: opts.Timeout, overrides: opts.Overrides}
+	l := &Limiter{store: store, timeout: opts.Timeout, overrides: opts.Overrides, logger: opts.Logger}
+	if l.logger == nil {
+		l.logger = slog.Default()
+	}
 	l.local, _ = store.(LocalStore)
 	if l.timeout == 0 {
 		l.timeout = DefaultTimeout
@@ -318,10 +329,11 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 }
 
 // InForce returns h under the rule in force for its key (its override,
-// under h's rule name, when [Options.Overrides] has one; h's own rule
-// otherwise), with its cost normalized (zero means 1), and h's problems
-// under that rule: an error wrapping [ErrInvalidHit] or [ErrInvalidRule],
-// such as a cost above the capacity of the rule in force. The hit is
+// under h's rule name, when [Options.Overrides] has a usable one; h's own
+// rule otherwise), with its cost normalized (zero means 1), and h's
+// problems under that rule: an error wrapping [ErrInvalidHit] or
+// [ErrInvalidRule], such as a cost above the capacity of the rule in
+// force. The hit is
 // returned under the rule in force even then, so that a caller can report
 // the limit that refused it. Check, Peek, Allow and Reset resolve their
 // hits this way; a caller resolves ahead only to report, or to treat a
@@ -333,9 +345,8 @@ func (l *Limiter) InForce(h Hit) (Hit, error) { return l.inForce(h, 0) }
 // allocates nothing.
 func (l *Limiter) inForce(h Hit, i int) (Hit, error) {
 	if l.overrides != nil && h.Rule.Validate() == nil {
-		if r, ok := l.overrides.Override(h.Rule, h.Key); ok && r != h.Rule {
+		if r, ok := l.override(h.Rule, h.Key); ok && r != h.Rule {
 			base := h.Rule
-			r.Name = base.Name
 			h.Rule = r
 			err := h.validate(i)
 			h.Cost = h.cost()
@@ -348,6 +359,39 @@ func (l *Limiter) inForce(h Hit, i int) (Hit, error) {
 	err := h.validate(i)
 	h.Cost = h.cost() // stores see costs of 1 to capacity
 	return h, err
+}
+
+// override returns the rule that Options.Overrides gives key in place of
+// base, under base's name (a key's state belongs to its rule's name), and
+// whether it gives one. A rule it cannot use, invalid or the panic of a
+// buggy Overrides that a key trips, is no override: base applies and the
+// first such refusal is logged. An override only ever changes a limit: an
+// operator's mistake must neither switch the limit off nor fail the
+// requests it limits (which Envoy, on an error, lets through).
+func (l *Limiter) override(base Rule, key string) (r Rule, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.refuse(base, fmt.Errorf("the overrides panicked: %v", p))
+			r, ok = base, false
+		}
+	}()
+	if r, ok = l.overrides.Override(base, key); !ok {
+		return base, false
+	}
+	r.Name = base.Name
+	if err := r.Validate(); err != nil {
+		l.refuse(base, err)
+		return base, false
+	}
+	return r, true
+}
+
+// refuse logs the first override the Limiter could not use.
+func (l *Limiter) refuse(base Rule, err error) {
+	if !l.refused.Swap(true) {
+		l.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: an override could not be used; the rule's own limit applies. Logged once",
+			slog.String("rule", base.Name), slog.Any("error", err))
+	}
 }
 
 // validate checks hit number i on its own. The valid case allocates

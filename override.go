@@ -19,8 +19,12 @@ package floodgate
 // never serves a denial cached under the old one.
 //
 // The hit is validated against the overridden rule: a cost above its
-// capacity is an [ErrInvalidHit] error, as for any rule, and so is an
-// invalid rule (an [ErrInvalidRule] error naming the override).
+// capacity is an [ErrInvalidHit] error, as for any rule, and an override
+// that raises the limit raises the largest cost admitted. An override
+// the Limiter cannot use (an invalid rule, or an Override that panics)
+// is no override: the rule's own limit applies, and the first such is
+// logged (Options.Logger), since a mistake in an override must never
+// switch a limit off or fail the requests it limits.
 // [Limiter.Check], [Limiter.Peek], [Limiter.Allow], [Limiter.AllowN],
 // [Limiter.Wait] and [Limiter.Reset] all apply overrides; [Limiter.Refund]
 // undoes what a decision recorded under the rule it was taken with.
@@ -36,3 +40,34 @@ type Overrides interface {
 // Overrides returns the overrides of [Options.Overrides], or nil: what a
 // fallback limiter (package enforce's local limits) should apply too.
 func (l *Limiter) Overrides() Overrides { return l.overrides }
+
+// Overlay returns the overrides that give a key the rule of the first of
+// os that has one for it: per-key overrides from Redis over the live
+// limits of a file, say. Nil elements are skipped: with none left, it is
+// nil (no overrides, at no cost to a decision); with one, that one.
+func Overlay(os ...Overrides) Overrides {
+	var o overlay
+	for _, x := range os {
+		if x != nil {
+			o = append(o, x)
+		}
+	}
+	switch len(o) {
+	case 0:
+		return nil
+	case 1:
+		return o[0]
+	}
+	return o
+}
+
+type overlay []Overrides
+
+func (o overlay) Override(rule Rule, key string) (Rule, bool) {
+	for _, x := range o {
+		if r, ok := x.Override(rule, key); ok {
+			return r, true
+		}
+	}
+	return rule, false
+}

@@ -1,9 +1,12 @@
 package floodgate_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,14 +159,25 @@ func TestOverrideCheckPeekReset(t *testing.T) {
 	}
 }
 
-// The hit is validated against the overridden rule; a bad override is an
-// error, never a silent pass.
+// The hit is validated against the overridden rule. An override the
+// Limiter cannot use (an invalid rule, or a panic of the Overrides that a
+// key trips) is no override: the rule's own limit applies, on every
+// method, and the first refusal is logged; a mistake in an override never
+// switches a limit off or fails the requests it limits.
 func TestOverrideValidated(t *testing.T) {
 	ctx := context.Background()
-	l, o := overridden(t, floodgate.Options{})
+	var logs syncBuffer
+	o := &mapOverrides{}
+	s := memstore.New(memstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	l, err := floodgate.New(s, floodgate.Options{Overrides: panicking{o}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	api := mustRule(t, "api", 10, time.Minute)
 	o.set("api", "small", mustRule(t, "api", 2, time.Minute))
 	o.set("api", "bad", floodgate.Rule{Name: "api", Limit: 0, Window: time.Minute})
+	o.set("api", "renamed", mustRule(t, "other", 3, time.Minute))
 	if _, err := l.AllowN(ctx, api, "small", 5); !errors.Is(err, floodgate.ErrInvalidHit) {
 		t.Errorf("cost 5 under an override of 2 = %v; want ErrInvalidHit", err)
 	}
@@ -173,15 +187,83 @@ func TestOverrideValidated(t *testing.T) {
 	if d, err := l.AllowN(ctx, api, "other", 5); err != nil || !d.Allowed {
 		t.Errorf("cost 5 under the base 10 = %+v, %v; want allowed", d, err)
 	}
-	for name, call := range map[string]func() error{
-		"Allow": func() error { _, err := l.Allow(ctx, api, "bad"); return err },
-		"Check": func() error { _, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "bad"}); return err },
-		"Peek":  func() error { _, err := l.Peek(ctx, floodgate.Hit{Rule: api, Key: "bad"}); return err },
-		"Reset": func() error { return l.Reset(ctx, api, "bad") },
-	} {
-		if err := call(); !errors.Is(err, floodgate.ErrInvalidRule) {
-			t.Errorf("%s under an override of limit 0 = %v; want ErrInvalidRule", name, err)
+	// The override's rule keeps the rule's name: the state is api's.
+	if d, err := l.Allow(ctx, api, "renamed"); err != nil || d.Policy != "api" || d.Limit != 3 || d.Remaining != 2 {
+		t.Errorf("an override named other = %+v, %v; want api's state under a limit of 3", d, err)
+	}
+	for _, key := range []string{"bad", "panic"} {
+		for i := range 11 {
+			d, err := l.Allow(ctx, api, key)
+			if err != nil || d.Allowed != (i < 10) || d.Limit != 10 {
+				t.Fatalf("request %d of %s = %+v, %v; want the base 10/1m", i+1, key, d, err)
+			}
 		}
+		p, err := l.Peek(ctx, floodgate.Hit{Rule: api, Key: key})
+		if err != nil || p.Allowed || p.Limit != 10 {
+			t.Errorf("Peek of %s = %+v, %v; want denied under the base 10", key, p, err)
+		}
+		if err := l.Reset(ctx, api, key); err != nil {
+			t.Errorf("Reset of %s = %v", key, err)
+		}
+		if d, err := l.Allow(ctx, api, key); err != nil || !d.Allowed || d.Remaining != 9 {
+			t.Errorf("after Reset of %s = %+v, %v; want the base's count forgotten", key, d, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "an override could not be used"); n != 1 {
+		t.Errorf("%d log lines about unusable overrides, want 1:\n%s", n, logs.String())
+	}
+}
+
+// panicking is an Overrides with a bug that the key "panic" trips.
+type panicking struct{ floodgate.Overrides }
+
+func (p panicking) Override(r floodgate.Rule, key string) (floodgate.Rule, bool) {
+	if key == "panic" {
+		var m map[string]int
+		m[key]++ // assignment to a nil map
+	}
+	return p.Overrides.Override(r, key)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Overlay gives a key the rule of the first overrides that has one.
+func TestOverlay(t *testing.T) {
+	top, under := &mapOverrides{}, &mapOverrides{}
+	top.set("api", "a", mustRule(t, "api", 5, time.Minute))
+	under.set("api", "a", mustRule(t, "api", 7, time.Minute))
+	under.set("api", "b", mustRule(t, "api", 9, time.Minute))
+	o := floodgate.Overlay(top, nil, under)
+	api := mustRule(t, "api", 1, time.Minute)
+	for key, want := range map[string]int64{"a": 5, "b": 9} {
+		if r, ok := o.Override(api, key); !ok || r.Limit != want {
+			t.Errorf("Override(%s) = %v, %v; want limit %d", key, r, ok, want)
+		}
+	}
+	if r, ok := o.Override(api, "c"); ok || r != api {
+		t.Errorf("Override(c) = %v, %v; want none", r, ok)
+	}
+	if o := floodgate.Overlay(nil, nil); o != nil {
+		t.Errorf("Overlay of nils = %v; want nil, no overrides", o)
+	}
+	if o := floodgate.Overlay(nil, top); o != floodgate.Overrides(top) {
+		t.Errorf("Overlay of one = %v; want that one", o)
 	}
 }
 

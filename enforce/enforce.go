@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -153,25 +152,6 @@ type Limit struct {
 	// shadow_allowed or shadow_denied under the limit's policy; shadow
 	// denials are logged, at most one line per LogInterval.
 	Shadow bool
-	// Source, if set, gives the limit's rule when each request comes, so
-	// that the limit changes without a restart (rlconfig.Rules reads it
-	// from envoy-format YAML that a Watcher reloads on change). Rule is
-	// the rule whenever Source has none for the key, or gives one of
-	// another name or an invalid one, or panics (the first refusal is
-	// logged). A rule from Source keeps Rule's name,
-	// so a changed limit keeps the counts, and a changed window or
-	// algorithm starts them afresh (a key's state belongs to the rule's
-	// name, algorithm and window).
-	Source RuleSource
-}
-
-// RuleSource gives a limit its rule at the time of a request: live
-// limits. rlconfig.Rules is one.
-type RuleSource interface {
-	// Rule returns the rule that applies to key in place of base (the
-	// limit's own rule), and false when the source has none. It is called
-	// on every request: it must be fast and safe for concurrent use.
-	Rule(base floodgate.Rule, key string) (floodgate.Rule, bool)
 }
 
 // Spec describes a gate: the limits of one route, method or domain, and
@@ -213,7 +193,6 @@ type Gate struct {
 	shadowLog  sometimes
 	waiting    atomic.Int64
 	skipWarned []atomic.Bool // by limit: the first skip of each is logged
-	badSource  []atomic.Bool // by limit: the first invalid rule of its Source is logged
 }
 
 const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+/"
@@ -247,7 +226,6 @@ func (e *Enforcer) Gate(s Spec) (*Gate, error) {
 			slog.String("gate", s.Name), slog.Int("max", MaxPolicyLabels))
 	}
 	g.skipWarned = make([]atomic.Bool, len(g.spec.Limits))
-	g.badSource = make([]atomic.Bool, len(g.spec.Limits))
 	e.gates = append(e.gates, g)
 	return g, nil
 }
@@ -337,8 +315,7 @@ type Hit struct {
 // before authentication) would otherwise limit nobody, silently. Keys
 // beyond the Spec's limits are ignored; missing ones are "". A key longer
 // than floodgate.MaxKeyLen is replaced by its SHA-256 digest, so that no
-// request's key makes an invalid hit. A limit with a Source gets the rule
-// its source gives for the key.
+// request's key makes an invalid hit.
 func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 	hits := make([]Hit, 0, len(g.spec.Limits))
 	for i, lim := range g.spec.Limits {
@@ -351,52 +328,9 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 			}
 			continue
 		}
-		key, rule := fitKey(keys[i]), lim.Rule
-		if lim.Source != nil {
-			rule = g.sourced(ctx, i, rule, key)
-		}
-		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: rule, Key: key}, Shadow: lim.Shadow, Failure: g.spec.Failure})
+		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: lim.Rule, Key: fitKey(keys[i])}, Shadow: lim.Shadow, Failure: g.spec.Failure})
 	}
 	return hits
-}
-
-// sourced returns the rule that limit i's Source gives key, or base when
-// it gives none, one of another name, or an invalid one, or panics; the
-// first refused rule of each limit is logged, since the source's limit
-// then does not apply.
-func (g *Gate) sourced(ctx context.Context, i int, base floodgate.Rule, key string) floodgate.Rule {
-	r, ok, err := g.askSource(i, base, key)
-	if err == nil && !ok {
-		return base
-	}
-	if err == nil {
-		err = r.Validate()
-	}
-	if err == nil && r.Name != base.Name {
-		err = fmt.Errorf("the source named it %q, not %q", r.Name, base.Name)
-	}
-	if err == nil {
-		return r
-	}
-	if !g.badSource[i].Swap(true) {
-		g.e.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a limit's source gave a rule it cannot use; the limit's own rule applies. Logged once",
-			slog.String("gate", g.spec.Name), slog.String("policy", base.Name), slog.Any("error", err))
-	}
-	return base
-}
-
-// askSource asks limit i's Source for the rule of key. A Source that
-// panics (a bug that a request's key trips) gives an error: the limit's
-// own rule then applies, rather than the panic stopping a server that
-// does not recover panics (gRPC's).
-func (g *Gate) askSource(i int, base floodgate.Rule, key string) (r floodgate.Rule, ok bool, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("the source panicked: %v\n%s", p, debug.Stack())
-		}
-	}()
-	r, ok = g.spec.Limits[i].Source.Rule(base, key)
-	return r, ok, nil
 }
 
 // Decide checks the request whose keys are keys: Check(ctx, g.Hits(ctx,

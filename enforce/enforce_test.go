@@ -32,12 +32,15 @@ type env struct {
 	logs  *bytes.Buffer
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvOverridden(t, nil) }
+
+// newEnvOverridden is newEnv with a Limiter that applies o.
+func newEnvOverridden(t *testing.T, o floodgate.Overrides) *env {
 	t.Helper()
 	ms := memstore.New(memstore.Options{})
 	t.Cleanup(func() { ms.Close() })
 	v := &env{fault: faultstore.New(ms), reg: prometheus.NewRegistry(), logs: new(bytes.Buffer)}
-	lim, err := floodgate.New(v.fault, floodgate.Options{Timeout: 20 * time.Millisecond})
+	lim, err := floodgate.New(v.fault, floodgate.Options{Timeout: 20 * time.Millisecond, Overrides: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,35 +321,6 @@ func TestRefundByPolicy(t *testing.T) {
 }
 
 // source gives the rules of its map by key.
-type source map[string]floodgate.Rule
-
-func (s source) Rule(_ floodgate.Rule, key string) (floodgate.Rule, bool) {
-	r, ok := s[key]
-	return r, ok
-}
-
-// A limit's source gives each key its rule, under the limit's own name;
-// a rule of another name, or an invalid one, leaves the limit's own.
-func TestSourcesGiveEachKeyItsRule(t *testing.T) {
-	v := newEnv(t)
-	live := source{
-		"vip":    rule("user", 3),
-		"other":  rule("someone-else", 3),
-		"broken": {Name: "user", Limit: 0, Window: time.Minute},
-	}
-	g := v.gate(t, enforce.Spec{Name: "api", Limits: []enforce.Limit{{Rule: rule("user", 1), Source: live}}})
-	for key, want := range map[string]int64{"vip": 3, "other": 1, "broken": 1, "plain": 1} {
-		hits := g.Hits(t.Context(), []string{key})
-		if len(hits) != 1 || hits[0].Rule.Name != "user" || hits[0].Rule.Limit != want {
-			t.Errorf("key %q: hits %+v, want one of rule user with limit %d", key, hits, want)
-		}
-	}
-	g.Hits(t.Context(), []string{"broken"})
-	if n := strings.Count(v.logs.String(), "source gave a rule it cannot use"); n != 1 {
-		t.Errorf("%d log lines about refused source rules, want 1 (the first only):\n%s", n, v.logs)
-	}
-}
-
 // PolicyMember writes what httpsfv would, for every name: by hand for a
 // rule's plain name, escaped by httpsfv for any other.
 func TestPolicyMemberMatchesHTTPSFV(t *testing.T) {

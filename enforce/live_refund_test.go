@@ -12,7 +12,7 @@ import (
 // windowSource gives every key its base rule with the window it holds.
 type windowSource struct{ window atomic.Int64 }
 
-func (s *windowSource) Rule(base floodgate.Rule, _ string) (floodgate.Rule, bool) {
+func (s *windowSource) Override(base floodgate.Rule, _ string) (floodgate.Rule, bool) {
 	base.Window = time.Duration(s.window.Load())
 	return base, true
 }
@@ -21,10 +21,10 @@ func (s *windowSource) Rule(base floodgate.Rule, _ string) (floodgate.Rule, bool
 // rule changed its window between the take and the refund: the minute's
 // count is given back, and the hour's, never taken, is not credited.
 func TestRefundAfterTheLiveWindowChanged(t *testing.T) {
-	v := newEnv(t)
 	src := &windowSource{}
 	src.window.Store(int64(time.Minute))
-	g := v.gate(t, enforce.Spec{Name: "live-refund", Limits: []enforce.Limit{{Rule: rule("live-refund", 1), Source: src}}})
+	v := newEnvOverridden(t, src)
+	g := v.gate(t, enforce.Spec{Name: "live-refund", Limits: []enforce.Limit{{Rule: rule("live-refund", 1)}}})
 	res, err := g.Decide(t.Context(), []string{"k"})
 	if err != nil || !res.Allowed() || res.Decision.Window != time.Minute {
 		t.Fatalf("first take: %+v, %v; want allowed under the minute", res.Decision, err)

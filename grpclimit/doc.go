@@ -52,8 +52,9 @@
 // and the first one is logged, since a per-user limit installed before
 // authentication would otherwise limit nobody, unnoticed. The limits of a
 // method are checked together, all-or-nothing, and the worst is reported.
-// A limit with a [Limit.Source] is live: its rule comes from the source
-// (rlconfig.Rules reloads envoy-format YAML) when each call comes.
+// Live limits (rlconfig.Rules reloads envoy-format YAML) and per-key
+// overrides are the Limiter's (floodgate.Options.Overrides): every call
+// is decided, and reported, under the rule in force for its key.
 //
 // # Answers
 //

@@ -121,15 +121,7 @@ type Limit struct {
 	// limit is rolled out. Its outcome is counted as shadow_allowed or
 	// shadow_denied; it sends no metadata and is not refunded.
 	Shadow bool
-	// Source, if set, gives the limit's rule when each call comes: a live
-	// limit (see enforce.Limit.Source). The metadata and the QuotaFailure
-	// report the rule in force.
-	Source RuleSource
 }
-
-// RuleSource gives a limit its rule at the time of a call: live limits.
-// rlconfig.Rules is one.
-type RuleSource = enforce.RuleSource
 
 // Limiter holds the interceptors' per-method gates. Build it with [New];
 // it is safe for concurrent use, and its methods never change after New.
@@ -149,7 +141,6 @@ type method struct {
 	policies    map[string]string // the ratelimit-policy member of each rule name
 	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
 	enforced    int               // how many limits are not in shadow mode
-	live        bool              // a limit has a Source: rules may differ from the Method's
 	overridden  bool              // the Limiter has overrides: so may the rules of decisions
 	opaqueRetry time.Duration     // the RetryInfo of an opaque denial
 	logger      *slog.Logger      // the Enforcer's
@@ -309,11 +300,10 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 			bad("Limits[%d]: %w", i, err)
 		}
 		b.policies[lim.Rule.Name] = member
-		b.live = b.live || lim.Source != nil
 		if !lim.Shadow && !m.Shadow { // a shadow limit makes nobody wait
 			b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
 		}
-		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 	}
 	var all []string
 	for _, lim := range b.Limits {

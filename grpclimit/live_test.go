@@ -12,26 +12,27 @@ import (
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
-var _ grpclimit.RuleSource = (*rlconfig.Rules)(nil)
+var _ floodgate.Overrides = (*rlconfig.Rules)(nil)
 
 // source gives the rules of its map by key.
 type source map[string]floodgate.Rule
 
-func (s source) Rule(_ floodgate.Rule, key string) (floodgate.Rule, bool) {
+func (s source) Override(_ floodgate.Rule, key string) (floodgate.Rule, bool) {
 	r, ok := s[key]
 	return r, ok
 }
 
-// A limit with a Source decides by the rule the source gives for the key,
-// and reports it; other keys get the limit's own rule.
+// Under live rules (the Limiter's overrides), a call is decided by the
+// rule the source gives for the key, and reported so; other keys get the
+// limit's own rule.
 func TestLiveRules(t *testing.T) {
-	e := newEnv(t, envOptions{})
 	live := source{
 		"alice":   rule(t, "user", 1, time.Minute),
-		"mallory": rule(t, "other-name", 1, time.Minute), // ignored: not the limit's name
+		"mallory": rule(t, "other-name", 1, time.Minute), // under the limit's own name: the state is user's
 		"carol":   rule(t, "user", 1, 10*time.Minute),
 	}
-	user := grpclimit.Limit{Rule: rule(t, "user", 3, time.Minute), Key: grpclimit.Principal, Source: live}
+	e := newEnv(t, envOptions{overrides: live})
+	user := grpclimit.Limit{Rule: rule(t, "user", 3, time.Minute), Key: grpclimit.Principal}
 	c, _ := e.serve(t, grpclimit.Options{Methods: map[string]grpclimit.Method{
 		emptyCall: {Limits: []grpclimit.Limit{user}},
 		unaryCall: {Opaque: true, Limits: []grpclimit.Limit{user}},
@@ -44,7 +45,7 @@ func TestLiveRules(t *testing.T) {
 		{"alice", codes.OK, `"user";q=1;w=60`, `"user";r=0;t=60`},
 		{"alice", codes.ResourceExhausted, `"user";q=1;w=60`, `"user";r=0;t=60`},
 		{"bob", codes.OK, `"user";q=3;w=60`, `"user";r=2;t=60`},
-		{"mallory", codes.OK, `"user";q=3;w=60`, `"user";r=2;t=60`},
+		{"mallory", codes.OK, `"user";q=1;w=60`, `"user";r=0;t=60`},
 	} {
 		a := empty(t, c, withMD(userKey, step.user))
 		if a.st.Code() != step.code {

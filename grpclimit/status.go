@@ -38,7 +38,7 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 	}
 	ds := enforce.Each(res.Decision)
 	policy := m.allPolicies
-	if len(ds) != m.enforced || m.live || m.overridden { // some limits skipped the call, or rules may be live or overridden
+	if len(ds) != m.enforced || m.overridden { // some limits skipped the call, or rules may be overridden (or live)
 		var b strings.Builder
 		for i, d := range ds {
 			if i > 0 {
@@ -55,9 +55,9 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 }
 
 // member returns the ratelimit-policy member of the rule that decided d:
-// the method's, or the one a live source or an override gave.
+// the method's, or the one an override (or a live limit) gave.
 func (m *method) member(d floodgate.Decision) string {
-	if p, ok := m.policies[d.Policy]; ok && !m.live && !m.overridden {
+	if p, ok := m.policies[d.Policy]; ok && !m.overridden {
 		return p
 	}
 	p, err := enforce.PolicyMember(floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window})
@@ -80,10 +80,8 @@ func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 			fmt.Sprintf("the rate limit could not be checked; retry after %s s", enforce.RetryAfter(wait))), retryInfo(wait))
 	case m.Opaque:
 		wait := m.opaqueRetry
-		for _, h := range hits { // a live rule's window may be longer
-			if !h.Shadow {
-				wait = max(wait, h.Rule.Window)
-			}
+		for _, e := range enforce.Each(res.Decision) { // the rule in force may have a longer window
+			wait = max(wait, e.Window)
 		}
 		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(wait))
 	}

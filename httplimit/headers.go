@@ -89,7 +89,7 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		ds = one[:]
 	}
 	policy := rt.allPolicies
-	if len(ds) != len(rt.Limits) || rt.live || rt.overridden {
+	if len(ds) != len(rt.Limits) || rt.overridden {
 		var b strings.Builder
 		for i, e := range ds {
 			if i > 0 {
@@ -126,9 +126,9 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 }
 
 // member returns the RateLimit-Policy member of the rule that decided e:
-// the route's, or the one a live source or an override gave.
+// the route's, or the one an override (or a live limit) gave.
 func (rt *route) member(e floodgate.Decision) string {
-	if m, ok := rt.policies[e.Policy]; ok && !rt.live && !rt.overridden {
+	if m, ok := rt.policies[e.Policy]; ok && !rt.overridden {
 		return m
 	}
 	m, err := enforce.PolicyMember(floodgate.Rule{Name: e.Policy, Limit: e.Limit, Window: e.Window})
@@ -147,7 +147,7 @@ func (rt *route) opaqueRetryAfter(res Result) string {
 	if refusedByFailure(res) {
 		return enforce.RetryAfter(max(rt.longest, res.FailRetryAfter()))
 	}
-	if !rt.live {
+	if !rt.overridden {
 		return rt.opaqueRetry
 	}
 	longest := rt.longest

@@ -39,6 +39,8 @@ type envOptions struct {
 	store   floodgate.Store     // zero means the fake-clock memstore
 	bare    bool                // no fault injector: the limiter sees the store itself
 	breaker *breakerstore.Store // exported as floodgate_breaker_state by an Enforcer of the env's own
+	// overrides gives keys rules of their own: per-key overrides, live limits.
+	overrides floodgate.Overrides
 }
 
 func newEnv(t testing.TB, eo envOptions) *env {
@@ -57,7 +59,7 @@ func newEnv(t testing.TB, eo envOptions) *env {
 	if eo.timeout == 0 {
 		eo.timeout = 20 * time.Millisecond
 	}
-	lim, err := floodgate.New(store, floodgate.Options{Timeout: eo.timeout})
+	lim, err := floodgate.New(store, floodgate.Options{Timeout: eo.timeout, Overrides: eo.overrides})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,15 +151,7 @@ type Limit struct {
 	// denials are logged, at most one line per LogInterval. Shadow limits
 	// send no rate-limit fields and are not refunded by Result.Refund.
 	Shadow bool
-	// Source, if set, gives the limit's rule when each request comes: a
-	// live limit (see enforce.Limit.Source). The RateLimit-Policy field
-	// reports the rule in force.
-	Source RuleSource
 }
-
-// RuleSource gives a limit its rule at the time of a request: live
-// limits. rlconfig.Rules is one.
-type RuleSource = enforce.RuleSource
 
 // Route configures the middleware of one route.
 type Route struct {
@@ -221,8 +213,7 @@ type route struct {
 	allPolicies string            // the RateLimit-Policy of a request that every limit checks
 	opaqueRetry string            // Retry-After of an opaque denial
 	longest     time.Duration     // the longest window of the Route's enforced rules
-	live        bool              // a limit has a Source: rules may differ from the Route's
-	overridden  bool              // the Limiter has overrides: so may the rules of decisions
+	overridden  bool              // the Limiter has overrides: the rules of decisions may differ from the Route's
 	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
 }
 
@@ -258,14 +249,13 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	var names []string
 	var longest time.Duration
 	for i, lim := range r.Limits {
-		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow, Source: lim.Source})
+		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 		if lim.Key == nil {
 			bad("limit %d (%s): Key is nil", i, lim.Rule.Name)
 		}
 		if lim.Missing > Share {
 			bad("limit %d (%s): unknown Missing %d", i, lim.Rule.Name, lim.Missing)
 		}
-		r.live = r.live || lim.Source != nil
 		if lim.Rule.Validate() != nil {
 			continue // the gate says what is wrong
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
-// A limit with a live source follows the configuration file: per key
+// A limit under live limits (the Limiter's overrides) follows the configuration file: per key
 // values, a reload that raises the limit keeps the count, an invalid file
 // keeps the old limits, and the fields report the rule in force.
 func TestLiveLimitsFollowTheFile(t *testing.T) {
@@ -40,9 +40,9 @@ descriptors:
 		t.Fatal(err)
 	}
 	defer w.Close()
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{overrides: rlconfig.NewRules("bank", w.Config)})
 	h := e.handler(t, httplimit.Route{Limits: []httplimit.Limit{{
-		Rule: rule(t, "pix", 2, time.Minute), Key: httplimit.Header("Account"), Source: rlconfig.NewRules("bank", w.Config)}}})
+		Rule: rule(t, "pix", 2, time.Minute), Key: httplimit.Header("Account")}}})
 	admitted := func(account string, n int) (ok int, last answer) {
 		for range n {
 			rec := do(h, "192.0.2.1:1", "Account", account)

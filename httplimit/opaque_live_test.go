@@ -10,22 +10,22 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 )
 
-// sourceFunc is a RuleSource of a function.
+// sourceFunc is an Overrides of a function.
 type sourceFunc func(base floodgate.Rule, key string) (floodgate.Rule, bool)
 
-func (f sourceFunc) Rule(base floodgate.Rule, key string) (floodgate.Rule, bool) { return f(base, key) }
+func (f sourceFunc) Override(base floodgate.Rule, key string) (floodgate.Rule, bool) { return f(base, key) }
 
 // An opaque route's Retry-After bounds every limit's wait (its longest
 // window), the rules a live source gives included: a source that moves a
 // limit to an hourly window must not leave the answer saying a minute.
 func TestOpaqueRetryAfterCoversALiveWindow(t *testing.T) {
-	e := newEnv(t, envOptions{})
 	hourly := sourceFunc(func(base floodgate.Rule, _ string) (floodgate.Rule, bool) {
 		base.Window = time.Hour
 		return base, true
 	})
+	e := newEnv(t, envOptions{overrides: hourly})
 	h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Limits: []httplimit.Limit{
-		{Rule: rule(t, "opaque-live", 1, time.Minute), Key: httplimit.Header("X-Account"), Source: hourly},
+		{Rule: rule(t, "opaque-live", 1, time.Minute), Key: httplimit.Header("X-Account")},
 	}})
 	if rec := do(h, "192.0.2.1:1", "X-Account", "a"); rec.Code != http.StatusOK {
 		t.Fatalf("first request: %d", rec.Code)

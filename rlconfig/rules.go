@@ -3,8 +3,9 @@ package rlconfig
 import "github.com/floodgate-rl/floodgate"
 
 // Rules gives a library's limits their rules from a configuration that
-// may change while the process runs: the live limits of httplimit
-// (Limit.Source) and of any caller that asks per request. The rule of the
+// may change while the process runs: live limits, as a floodgate.Overrides
+// of the Limiter (floodgate.Options.Overrides; floodgate.Overlay puts
+// per-key overrides over them). The rule of the
 // limit named N for key K is that of the descriptor (N, K) in the domain:
 //
 //	domain: bank
@@ -32,6 +33,8 @@ type Rules struct {
 	config func() *Config
 }
 
+var _ floodgate.Overrides = (*Rules)(nil)
+
 // NewRules returns the rules of domain in the configuration that config
 // returns on each call: a [Watcher]'s Config method, for limits that
 // follow the files, or a function returning one parsed Config.
@@ -39,9 +42,9 @@ func NewRules(domain string, config func() *Config) *Rules {
 	return &Rules{domain: domain, config: config}
 }
 
-// Rule returns the rule that the configuration gives key in place of
+// Override returns the rule that the configuration gives key in place of
 // base, and whether it gives one.
-func (r *Rules) Rule(base floodgate.Rule, key string) (floodgate.Rule, bool) {
+func (r *Rules) Override(base floodgate.Rule, key string) (floodgate.Rule, bool) {
 	m := r.config().Match(r.domain, []Entry{{Key: base.Name, Value: key}})
 	if m.Outcome != Limited {
 		return floodgate.Rule{}, false

@@ -25,7 +25,7 @@ descriptors:
 	}
 	rules := rlconfig.NewRules("app", func() *rlconfig.Config { return cfg })
 	pix := floodgate.MustRule(floodgate.NewRule("pix", 10, time.Minute, floodgate.SlidingWindow))
-	if got, ok := rules.Rule(pix, "trial"); ok {
+	if got, ok := rules.Override(pix, "trial"); ok {
 		t.Fatalf("Rule of a shadow_mode descriptor = %v, true; want none (a shadow limit must not deny)", got)
 	}
 }

@@ -55,12 +55,12 @@ descriptors:
 		{floodgate.Rule{Name: "other"}, "k", floodgate.Rule{}, false},
 	}
 	for _, tc := range cases {
-		got, ok := rules.Rule(tc.base, tc.key)
+		got, ok := rules.Override(tc.base, tc.key)
 		if ok != tc.ok || got != tc.want {
 			t.Errorf("Rule(%v, %q) = %+v, %v; want %+v, %v", tc.base, tc.key, got, ok, tc.want, tc.ok)
 		}
 	}
-	if got, ok := rlconfig.NewRules("nowhere", func() *rlconfig.Config { return cfg }).Rule(pix, "acct-1"); ok {
+	if got, ok := rlconfig.NewRules("nowhere", func() *rlconfig.Config { return cfg }).Override(pix, "acct-1"); ok {
 		t.Errorf("an unknown domain gave %v", got)
 	}
 }

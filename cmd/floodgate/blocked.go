@@ -289,7 +289,7 @@ func (rs *ruleSet) rule(name, key, suffix string) (floodgate.Rule, bool) {
 	// A file that names no algorithm keeps the service's, which only the
 	// key's suffix tells: try each.
 	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.FixedWindow, floodgate.TokenBucket, floodgate.SlidingWindowCounter} {
-		if r, ok := rs.live.Rule(floodgate.Rule{Name: name, Algorithm: alg}, key); ok && stateSuffix(r) == suffix {
+		if r, ok := rs.live.Override(floodgate.Rule{Name: name, Algorithm: alg}, key); ok && stateSuffix(r) == suffix {
 			return r, true
 		}
 	}

@@ -336,7 +336,7 @@ descriptors:
 	ctx := context.Background()
 	l := newLimiter(t, url, prefix)
 	for key, n := range map[string]int{"acct-1": 2, "acct-42": 3, "acct-7": 5, "acct 9": 2} {
-		rule, ok := live.Rule(floodgate.Rule{Name: "pix", Algorithm: floodgate.FixedWindow}, key)
+		rule, ok := live.Override(floodgate.Rule{Name: "pix", Algorithm: floodgate.FixedWindow}, key)
 		if !ok {
 			t.Fatalf("no rule for %q", key)
 		}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
-	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -98,17 +97,18 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 			return nil, err
 		}
 	}
-	limiter, err := newLimiter(store, cfg, ovr)
-	if err != nil {
-		a.Close()
-		return nil, err
-	}
 	limits, err := a.watchLimits(cfg.LimitsFile, reg, logger)
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
-	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Limits: limits, Breaker: a.breaker, Ready: ready, Users: users, Ledger: ledger, Logger: logger, Registry: reg})
+	// A key's override from Redis over the file's live limits.
+	limiter, err := newLimiter(store, cfg, floodgate.Overlay(ovr, limits))
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	srv, err := NewServer(Deps{Config: cfg, Limiter: limiter, Breaker: a.breaker, Ready: ready, Users: users, Ledger: ledger, Logger: logger, Registry: reg})
 	if err != nil {
 		a.Close()
 		return nil, err
@@ -125,7 +125,7 @@ const limitsDomain = "bank"
 // or nil when file is empty. Each reload is logged and counted in
 // floodgate_config_load_success_total or floodgate_config_load_error_total;
 // a refused file keeps the limits in force.
-func (a *App) watchLimits(file string, reg prometheus.Registerer, logger *slog.Logger) (httplimit.RuleSource, error) {
+func (a *App) watchLimits(file string, reg prometheus.Registerer, logger *slog.Logger) (floodgate.Overrides, error) {
 	if file == "" {
 		return nil, nil
 	}

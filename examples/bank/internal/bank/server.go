@@ -28,10 +28,6 @@ type Deps struct {
 	Config Config
 	// Limiter decides against the shared store (Redis, or memory).
 	Limiter *floodgate.Limiter
-	// Limits, if set, gives the limits' rules on each request (live
-	// limits, from LIMITS_FILE); the Config's rules apply where it has
-	// none.
-	Limits httplimit.RuleSource
 	// Breaker is the store's circuit breaker, exported as the
 	// floodgate_breaker_state gauge; nil without one.
 	Breaker *breakerstore.Store
@@ -154,9 +150,6 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	for _, rt := range routes {
-		for i := range rt.route.Limits {
-			rt.route.Limits[i].Source = d.Limits
-		}
 		denied := newTally(d.Logger, "rate limited", slog.String("route", rt.route.Name))
 		s.denied = append(s.denied, denied)
 		rt.route.Deny = func(w http.ResponseWriter, r *http.Request, p httplimit.Problem) {
