@@ -13,7 +13,9 @@ import (
 // sourceFunc is an Overrides of a function.
 type sourceFunc func(base floodgate.Rule, key string) (floodgate.Rule, bool)
 
-func (f sourceFunc) Override(base floodgate.Rule, key string) (floodgate.Rule, bool) { return f(base, key) }
+func (f sourceFunc) Override(base floodgate.Rule, key string) (floodgate.Rule, bool) {
+	return f(base, key)
+}
 
 // An opaque route's Retry-After bounds every limit's wait (its longest
 // window), the rules a live source gives included: a source that moves a
