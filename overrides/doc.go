@@ -64,13 +64,23 @@
 //
 // # Validation
 //
-// An override is validated (floodgate.Rule.Validate and a key of 1 to
-// floodgate.MaxKeyLen bytes) when it is set, and again when a Source
-// loads it: a value written by hand that does not parse or validate is
-// skipped, logged once and counted in the floodgate_overrides_invalid
-// gauge, and floodgate override ls lists it. The Limiter validates each
-// hit against the rule in force, so a request whose cost exceeds an
-// overridden capacity is an error, as it would be under any rule.
+// An override is validated ([Entry.Validate]) when it is set, and again
+// when a Source loads it. Its rule must pass floodgate.Rule.Validate, the
+// bounds of every rule (a sliding-window log of at most
+// floodgate.MaxSlidingLimit, a limit or burst of at most
+// floodgate.MaxLimit, a window of at most floodgate.MaxWindow, a
+// sliding-window counter whose limit times window stays exact), and a
+// token bucket must refill at most one token a microsecond, the stores'
+// resolution: 2^51 per ten years is refused, 1000/1ms is the fastest of a
+// millisecond. Its key is 1 to floodgate.MaxKeyLen bytes, and its expiry
+// is absent (no expiry) or a time in the years 0 to 9999: a stored
+// expires=0001-01-01T00:00:00Z, the zero time, is refused rather than
+// read as no expiry. A value written by hand that does not parse or
+// validate is skipped, logged once and counted in the
+// floodgate_overrides_invalid gauge, and floodgate override ls lists it.
+// The Limiter validates each hit against the rule in force, so a request
+// whose cost exceeds an overridden capacity is an error, as it would be
+// under any rule.
 //
 // # Metrics
 //
