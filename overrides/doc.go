@@ -36,6 +36,15 @@
 // whether or not a refresh ran; the replicas' clocks may disagree by the
 // skew between them.
 //
+// A table holds at most [MaxEntries] (10,000) overrides: every replica
+// keeps them all in memory and reads them all again at least once a
+// minute. [Table.Set] refuses a new one beyond that with an error
+// wrapping [ErrTableFull] (after deleting the expired ones, which make
+// room). A table written past the bound by hand is read up to it: the
+// first MaxEntries fields by byte order load, the same in every replica,
+// and the rest are refused, listed by floodgate override ls, counted in
+// floodgate_overrides_invalid and logged in one line.
+//
 // A refresh is one GET of a version counter that every change bumps; only
 // when it moved does the Source read the whole hash (HGETALL) and swap in
 // a new [Set]. Every SourceOptions.ReloadEvery refreshes (12: a minute by
@@ -61,6 +70,11 @@
 // of a field ends the name; the key keeps every byte. The state keys of
 // redisstore ("<prefix>{<rule>:<key>}:...") always have a colon inside
 // their braces, so they never collide with these two.
+//
+// Write access to the overrides key is as trusted as write access to the
+// limits themselves: whoever can write the hash can give any key any
+// limit within the bounds below, so grant it (Redis ACLs) as you would
+// the services' configuration.
 //
 // # Validation
 //
