@@ -2,7 +2,6 @@ package memstore_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -66,34 +65,6 @@ func TestWindowsBefore1970(t *testing.T) {
 				t.Fatalf("a refund in the next window: Remaining %d, want 2 (the new window's count is 0)", r.Remaining)
 			}
 		})
-	}
-}
-
-// TestFullShardIsSweptAtMostOnceASecond: at the MaxKeys bound, a new key
-// makes the shard collect its expired keys, but a sweep that found no
-// room is not repeated for a second, so that a flood of new keys cannot
-// make every check scan the shard.
-func TestFullShardIsSweptAtMostOnceASecond(t *testing.T) {
-	g := newRig(t, false, memstore.Options{Shards: 1, MaxKeys: 1})
-	r := mustRule(t, 1, 100*time.Millisecond, floodgate.SlidingWindow, 0)
-	ctx := context.Background()
-	newKey := func(k string) error {
-		_, err := g.s.Take(ctx, "id-"+k, []floodgate.Hit{{Rule: r, Key: k, Cost: 1}})
-		return err
-	}
-	if err := newKey("a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := newKey("b"); !errors.Is(err, memstore.ErrFull) {
-		t.Fatalf("a second key at the bound: %v, want ErrFull", err)
-	}
-	g.clock.Advance(time.Second - 1) // "a" expired long ago
-	if err := newKey("b"); !errors.Is(err, memstore.ErrFull) {
-		t.Fatalf("within a second of a sweep that found no room: %v, want ErrFull", err)
-	}
-	g.clock.Advance(1)
-	if err := newKey("b"); err != nil {
-		t.Fatalf("a second after it: %v; the shard must be swept and make room", err)
 	}
 }
 

@@ -37,6 +37,9 @@ type entry struct {
 	// hash (see shard).
 	k    entryKey
 	next *entry
+	// queued is 1 + the entry's index in its shard's queue, or 0 when
+	// it is not in it (the store is unbounded): see reclaim.go.
+	queued int
 }
 
 // check returns what taking h now would answer, trimming expired state but

@@ -330,8 +330,8 @@ func TestRefundIsRememberedUntilItCouldNoLongerCredit(t *testing.T) {
 
 // TestFullStoreLeavesNoEntryBehind: a multi-key Take that fails at the
 // MaxKeys bound on its second hit must not keep the entry it created for
-// the first, which would hold a slot and nothing else. (A sweep would
-// collect it, but a full shard is swept at most once a second.)
+// the first, which would hold a slot and nothing else until a check
+// reclaimed it.
 func TestFullStoreLeavesNoEntryBehind(t *testing.T) {
 	g := newRig(t, false, memstore.Options{Shards: 1, MaxKeys: 2})
 	ctx := context.Background()

@@ -5,7 +5,8 @@
 //
 // State is sharded by key so that unrelated keys do not contend. Expired
 // entries are collected by one janitor goroutine per Store, which Close
-// stops.
+// stops, and, in a shard that holds its share of Options.MaxKeys, by the
+// check that needs room for a new key.
 package memstore
 
 import (
@@ -39,13 +40,22 @@ type Options struct {
 	// one minute.
 	SweepInterval time.Duration
 	// MaxKeys bounds the keys held, so that a flood of unique keys cannot
-	// exhaust memory. At the bound, the shard's expired keys are collected
-	// at once (at most once a second per shard); if none is, a check that needs a new key fails with ErrFull (and the
+	// exhaust memory. At the bound, a check that needs a new key first
+	// reclaims keys whose state no longer weighs (it would answer as a
+	// fresh key's: a fixed window whose window ended, a token bucket
+	// refilled, a counter whose next window ended, a log whose times all
+	// left the window), earliest first, looking at no more than a few keys
+	// per check whatever the store holds. If none can be, the check fails
+	// with an error wrapping ErrFull and floodgate.ErrStoreUnavailable (the
 	// caller's failure policy decides), while every key already held keeps
 	// its state: a limit in force is never reset to make room. Rejected
-	// counts these failures. Peek and Refund never create keys, so they
-	// never fail at the bound. Zero means 1,000,000 (a few hundred bytes
-	// each for small limits); negative means no bound.
+	// counts these failures. A key weighs as long as its rule says: under
+	// a 5-per-day log, a day after its last take. So a flood of distinct
+	// keys under day windows fills the store for up to a day; size MaxKeys
+	// for the keys the long windows hold. Peek and Refund never create
+	// keys, so they never fail at the bound. Zero means 1,000,000 (a few
+	// hundred bytes each for small limits, and 24 more for the order in
+	// which they stop weighing); negative means no bound.
 	//
 	// The bound is enforced per shard: each of the Shards shards holds at
 	// most MaxKeys/Shards keys (rounded up), so the store may refuse a new
@@ -54,8 +64,11 @@ type Options struct {
 	MaxKeys int
 }
 
-// ErrFull reports that the store holds MaxKeys keys, none of them expired,
-// and cannot take a new one.
+// ErrFull reports that a check needed a new key while the key's shard
+// held its share of Options.MaxKeys, every one of them still weighing.
+// The error returned wraps floodgate.ErrStoreUnavailable as well, so that
+// the caller's failure policy answers; errors.Is(err, ErrFull) tells it
+// apart from an outage, for a metric (Store.Rejected counts them too).
 var ErrFull = errors.New("memstore: full")
 
 // DefaultMaxKeys is the bound on keys when Options.MaxKeys is zero.
@@ -90,9 +103,9 @@ type shard struct {
 	// through entry.next.
 	entries map[uint64]*entry // guarded by mu
 	n       int               // guarded by mu; entries, chained ones included
-	// nextFullSweep is when a full shard may next be swept for room, so
-	// that a flood of new keys cannot make every check scan the shard.
-	nextFullSweep int64 // guarded by mu
+	// queue holds the entries, in a bounded store, in the order they stop
+	// weighing, for a full shard to reclaim the first (see reclaim.go).
+	queue []queued // guarded by mu
 	// epochs is the last epoch given to an entry of this shard (a key
 	// always lives in one shard, so its epochs never repeat). It starts
 	// at a random value, so that another store's epochs (another
@@ -112,25 +125,21 @@ func (sh *shard) get(h uint64, k *entryKey) *entry {
 }
 
 // getOrCreate returns the entry of k, creating it if needed, or nil if the
-// shard is full (it holds limit entries and none has expired). An entry
-// that has expired (it holds nothing that matters any more) starts afresh,
-// with a new epoch. sh.mu must be held.
-func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry {
+// shard holds limit entries (limit > 0) and reclaiming found none that no
+// longer weighs. An entry that has expired (it holds nothing that matters
+// any more) starts afresh, with a new epoch. sh.mu must be held.
+func (sh *shard) getOrCreate(seed maphash.Seed, h uint64, k *entryKey, now int64, limit int) *entry {
 	if e := sh.get(h, k); e != nil {
 		if e.expires <= now && e.epoch != 0 {
-			*e = entry{ring: e.ring[:0], epoch: sh.nextEpoch(), k: e.k, next: e.next}
+			*e = entry{ring: e.ring[:0], epoch: sh.nextEpoch(), k: e.k, next: e.next, queued: e.queued}
+			if limit > 0 {
+				sh.enqueue(e, now+1) // not reclaimable under this check
+			}
 		}
 		return e
 	}
-	if limit > 0 && sh.n >= limit {
-		if now < sh.nextFullSweep {
-			return nil
-		}
-		sh.sweep(now)
-		if sh.n >= limit {
-			sh.nextFullSweep = now + int64(time.Second)
-			return nil
-		}
+	if limit > 0 && sh.n >= limit && !sh.reclaim(seed, now, limit) {
+		return nil
 	}
 	e := &entry{epoch: sh.nextEpoch(), k: *k, next: sh.entries[h]}
 	if !k.digest {
@@ -140,6 +149,9 @@ func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int) *entry
 	}
 	sh.entries[h] = e
 	sh.n++
+	if limit > 0 {
+		sh.enqueue(e, now+1) // not reclaimable under this check
+	}
 	return e
 }
 
@@ -167,6 +179,7 @@ func (sh *shard) del(h uint64, k *entryKey) {
 		default:
 			delete(sh.entries, h)
 		}
+		sh.dequeue(e)
 		sh.n--
 		return
 	}
@@ -289,7 +302,7 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result,
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
-	e := sh.getOrCreate(hash, &k, now, s.perShard)
+	e := sh.getOrCreate(s.seed, hash, &k, now, s.perShard)
 	if e == nil {
 		sh.mu.Unlock()
 		return floodgate.Result{}, s.full()
@@ -409,7 +422,7 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 			}
 			continue
 		}
-		if sl.e = sh.getOrCreate(sl.hash, &sl.k, now, s.perShard); sl.e == nil {
+		if sl.e = sh.getOrCreate(s.seed, sl.hash, &sl.k, now, s.perShard); sl.e == nil {
 			// Leave no empty entry behind for the hits before this one.
 			for _, prev := range slots[:i] {
 				if prev.e.expires <= now {
@@ -440,8 +453,10 @@ func (s *Store) unlock(locked []uint64) {
 
 // hash hashes k once, for both its shard (the low bits) and the shard's
 // map.
-func (s *Store) hash(k *entryKey) uint64 {
-	return keyenc.Identity(s.seed, k.rule, uint8(k.alg), k.window, k.key)
+func (s *Store) hash(k *entryKey) uint64 { return identity(s.seed, k) }
+
+func identity(seed maphash.Seed, k *entryKey) uint64 {
+	return keyenc.Identity(seed, k.rule, uint8(k.alg), k.window, k.key)
 }
 
 func (s *Store) shard(h uint64) *shard { return &s.shards[h&s.mask] }
@@ -484,7 +499,7 @@ func (sh *shard) sweep(now int64) {
 // full counts a check refused at the bound and returns its error.
 func (s *Store) full() error {
 	s.rejected.Add(1)
-	return fmt.Errorf("memstore: %w: %d keys held, none expired", ErrFull, s.perShard*len(s.shards))
+	return fmt.Errorf("%w: %d keys held, none reclaimable: %w", ErrFull, s.perShard*len(s.shards), floodgate.ErrStoreUnavailable)
 }
 
 // Rejected returns how many checks failed with ErrFull: export it as a

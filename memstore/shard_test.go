@@ -1,7 +1,10 @@
 package memstore
 
 import (
+	"hash/maphash"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,7 +23,7 @@ func TestShardChainsCollidingHashes(t *testing.T) {
 	}
 	const h = 42 // one hash for all: a forced collision
 	for i := range keys {
-		e := sh.getOrCreate(h, &keys[i], 0, 0)
+		e := sh.getOrCreate(maphash.MakeSeed(), h, &keys[i], 0, 0)
 		e.count = int64(i + 1)
 	}
 	if sh.n != len(keys) || len(sh.entries) != 1 {
@@ -60,5 +63,101 @@ func TestRingHoldsWhatItsWindowHolds(t *testing.T) {
 	want := []int64{6, 7, 8, 9, now, now}
 	if !slices.Equal(e.ring, want) || e.head != 0 {
 		t.Fatalf("ring %v (head %d), want %v", e.ring, e.head, want)
+	}
+}
+
+// TestQueueStaysAHeap: through random enqueues, moves and removals, a
+// shard's queue stays a min-heap by time, each entry knows its place in
+// it, and a removed entry leaves no trace.
+func TestQueueStaysAHeap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	sh := &shard{}
+	var in []*entry
+	check := func(step int) {
+		t.Helper()
+		if len(sh.queue) != len(in) {
+			t.Fatalf("step %d: queue of %d, want %d", step, len(sh.queue), len(in))
+		}
+		for i, q := range sh.queue {
+			if q.e.queued != i+1 {
+				t.Fatalf("step %d: entry at %d thinks it is at %d", step, i, q.e.queued-1)
+			}
+			if i > 0 && sh.queue[(i-1)/2].at > q.at {
+				t.Fatalf("step %d: element %d (%d) is earlier than its parent (%d)", step, i, q.at, sh.queue[(i-1)/2].at)
+			}
+		}
+		if c := cap(sh.queue); c > len(sh.queue) && sh.queue[:c][len(sh.queue)].e != nil {
+			t.Fatalf("step %d: the queue keeps a removed entry", step)
+		}
+	}
+	for step := range 5000 {
+		switch op := rng.IntN(3); {
+		case op == 0 || len(in) == 0:
+			e := &entry{}
+			sh.enqueue(e, rng.Int64N(100))
+			in = append(in, e)
+		case op == 1:
+			sh.enqueue(in[rng.IntN(len(in))], rng.Int64N(100))
+		default:
+			i := rng.IntN(len(in))
+			e := in[i]
+			sh.dequeue(e)
+			if e.queued != 0 {
+				t.Fatalf("step %d: a removed entry thinks it is queued", step)
+			}
+			in = slices.Delete(in, i, i+1)
+		}
+		check(step)
+	}
+}
+
+// TestReclaimLooksAtAFewEntriesPerCheck: in a full shard of 1,000 keys
+// whose queue times are all out of date (takes raised their expiries
+// since) and one of which no longer weighs, each check that needs room
+// moves at most reclaimSteps of them to their place, so it finds the one
+// that no longer weighs within 1,000/reclaimSteps checks, never by
+// scanning the shard; once the queue is up to date, a check finds at its
+// head that nothing can be reclaimed and moves nothing.
+func TestReclaimLooksAtAFewEntriesPerCheck(t *testing.T) {
+	const n = 1000
+	seed := maphash.MakeSeed()
+	sh := &shard{entries: map[uint64]*entry{}}
+	key := func(i int) entryKey { return entryKey{rule: "r", window: time.Minute, key: strconv.Itoa(i)} }
+	for i := range n {
+		k := key(i)
+		e := sh.getOrCreate(seed, identity(seed, &k), &k, 0, n) // queued at 1
+		e.expires = 1000
+		if i == n/2 {
+			e.expires = 5
+		}
+	}
+	stale := func() int {
+		c := 0
+		for _, q := range sh.queue {
+			if q.at == 1 {
+				c++
+			}
+		}
+		return c
+	}
+	const now = 10
+	checks := 0
+	for before := stale(); !sh.reclaim(seed, now, n); before = stale() {
+		if moved := before - stale(); moved < 1 || moved > reclaimSteps {
+			t.Fatalf("check %d moved %d entries; want 1 to %d", checks, moved, reclaimSteps)
+		}
+		if checks++; checks > n/reclaimSteps {
+			t.Fatalf("no room after %d checks", checks)
+		}
+	}
+	if gone := key(n / 2); sh.n != n-1 || sh.get(identity(seed, &gone), &gone) != nil {
+		t.Fatalf("n = %d after reclaiming; want %d, without the key that no longer weighed", sh.n, n-1)
+	}
+	for stale() > 0 {
+		sh.reclaim(seed, now, n-1)
+	}
+	queue := slices.Clone(sh.queue)
+	if sh.reclaim(seed, now, n-1) || !slices.Equal(queue, sh.queue) {
+		t.Fatal("a check of an up-to-date queue of keys that all weigh reclaimed or moved something")
 	}
 }

@@ -36,6 +36,15 @@
 // whether or not a refresh ran; the replicas' clocks may disagree by the
 // skew between them.
 //
+// A table holds at most [MaxEntries] (10,000) overrides: every replica
+// keeps them all in memory and reads them all again at least once a
+// minute. [Table.Set] refuses a new one beyond that with an error
+// wrapping [ErrTableFull] (after deleting the expired ones, which make
+// room). A table written past the bound by hand is read up to it: the
+// first MaxEntries fields by byte order load, the same in every replica,
+// and the rest are refused, listed by floodgate override ls, counted in
+// floodgate_overrides_invalid and logged in one line.
+//
 // A refresh is one GET of a version counter that every change bumps; only
 // when it moved does the Source read the whole hash (HGETALL) and swap in
 // a new [Set]. Every SourceOptions.ReloadEvery refreshes (12: a minute by
@@ -62,15 +71,30 @@
 // redisstore ("<prefix>{<rule>:<key>}:...") always have a colon inside
 // their braces, so they never collide with these two.
 //
+// Write access to the overrides key is as trusted as write access to the
+// limits themselves: whoever can write the hash can give any key any
+// limit within the bounds below, so grant it (Redis ACLs) as you would
+// the services' configuration.
+//
 // # Validation
 //
-// An override is validated (floodgate.Rule.Validate and a key of 1 to
-// floodgate.MaxKeyLen bytes) when it is set, and again when a Source
-// loads it: a value written by hand that does not parse or validate is
-// skipped, logged once and counted in the floodgate_overrides_invalid
-// gauge, and floodgate override ls lists it. The Limiter validates each
-// hit against the rule in force, so a request whose cost exceeds an
-// overridden capacity is an error, as it would be under any rule.
+// An override is validated ([Entry.Validate]) when it is set, and again
+// when a Source loads it. Its rule must pass floodgate.Rule.Validate, the
+// bounds of every rule (a sliding-window log of at most
+// floodgate.MaxSlidingLimit, a limit or burst of at most
+// floodgate.MaxLimit, a window of at most floodgate.MaxWindow, a
+// sliding-window counter whose limit times window stays exact), and a
+// token bucket must refill at most one token a microsecond, the stores'
+// resolution: 2^51 per ten years is refused, 1000/1ms is the fastest of a
+// millisecond. Its key is 1 to floodgate.MaxKeyLen bytes, and its expiry
+// is absent (no expiry) or a time in the years 0 to 9999: a stored
+// expires=0001-01-01T00:00:00Z, the zero time, is refused rather than
+// read as no expiry. A value written by hand that does not parse or
+// validate is skipped, logged once and counted in the
+// floodgate_overrides_invalid gauge, and floodgate override ls lists it.
+// The Limiter validates each hit against the rule in force, so a request
+// whose cost exceeds an overridden capacity is an error, as it would be
+// under any rule.
 //
 // # Metrics
 //

@@ -27,21 +27,38 @@ type Entry struct {
 	// floodgate.Hit, before any encoding): 1 to floodgate.MaxKeyLen bytes,
 	// any bytes.
 	Key string
-	// Expires is when the override ends; the zero Time means never.
+	// Expires is when the override ends; the zero Time means never (and
+	// is stored as no expiry at all: a stored expiry of the zero time is
+	// refused as invalid).
 	Expires time.Time
 }
 
-// Validate reports every problem with e, each wrapping [ErrInvalidEntry].
+// Validate reports every problem with e, each wrapping [ErrInvalidEntry]
+// (and floodgate.ErrInvalidRule for a problem with its rule). The rule
+// must pass floodgate.Rule.Validate and, for a token bucket, refill at
+// most one token a microsecond (see the package documentation); the key
+// must be 1 to floodgate.MaxKeyLen bytes; a non-zero Expires must lie in
+// the years 0 to 9999, which its stored form (RFC 3339) holds.
 func (e Entry) Validate() error {
 	var errs []error
 	if err := e.Rule.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidEntry, err))
+	} else if us := int64(e.Rule.Window / time.Microsecond); e.Rule.Algorithm == floodgate.TokenBucket && e.Rule.Limit > us {
+		// The stores refill a bucket one token per emission interval,
+		// Window/Limit rounded up to a whole microsecond (internal/algo):
+		// a faster rule would be enforced at one token a microsecond
+		// while its Decisions report its own limit.
+		errs = append(errs, fmt.Errorf("%w: %w: rule %q: %d per %v is more than a token a microsecond, the fastest a token bucket refills; at most %d per %v, or a fixed window",
+			ErrInvalidEntry, floodgate.ErrInvalidRule, e.Rule.Name, e.Rule.Limit, e.Rule.Window, us, e.Rule.Window))
 	}
 	switch {
 	case e.Key == "":
 		errs = append(errs, fmt.Errorf("%w: key is empty", ErrInvalidEntry))
 	case len(e.Key) > floodgate.MaxKeyLen:
 		errs = append(errs, fmt.Errorf("%w: key is %d bytes, at most %d allowed", ErrInvalidEntry, len(e.Key), floodgate.MaxKeyLen))
+	}
+	if y := e.Expires.UTC().Year(); !e.Expires.IsZero() && (y < 0 || y > 9999) {
+		errs = append(errs, fmt.Errorf("%w: expires %v is outside the years 0 to 9999 that its stored form (RFC 3339) holds", ErrInvalidEntry, e.Expires.UTC()))
 	}
 	return errors.Join(errs...)
 }
@@ -130,6 +147,12 @@ func parseEntry(field, value string) (Entry, error) {
 	if x, ok := fields["expires"]; ok {
 		if e.Expires, err = time.Parse(time.RFC3339Nano, x); err != nil {
 			return Entry{}, fmt.Errorf("%w: field %q: expires %q is not an RFC 3339 time", ErrInvalidEntry, truncate(field), x)
+		}
+		if e.Expires.IsZero() {
+			// The zero Time is how an Entry says "no expiry"; stored, no
+			// expiry is no expires at all. An explicit zero is refused,
+			// not read as "never".
+			return Entry{}, fmt.Errorf("%w: field %q: expires %q is the zero time, which is not an expiry: leave expires out for an override that lasts until it is removed", ErrInvalidEntry, truncate(field), x)
 		}
 	}
 	if err := e.Validate(); err != nil {

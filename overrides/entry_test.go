@@ -89,6 +89,9 @@ func TestParseEntryRejects(t *testing.T) {
 		{"not NAME=VALUE", "api:k", "1000/1m", "is not NAME=VALUE", false},
 		{"empty value", "api:k", "", "is not NAME=VALUE", false},
 		{"sliding limit too high", "api:k", "limit=2000000/1m", "sliding-window log", true},
+		{"zero expiry", "api:k", "limit=1/1m,expires=0001-01-01T00:00:00Z", "zero time", false},
+		{"zero expiry in another zone", "api:k", "limit=1/1m,expires=0001-01-01T01:00:00+01:00", "zero time", false},
+		{"token bucket past a token a microsecond", "api:k", "limit=2251799813685248/87600h,algorithm=token-bucket", "a token a microsecond", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseEntry(tc.field, tc.value)
@@ -99,6 +102,81 @@ func TestParseEntryRejects(t *testing.T) {
 				t.Errorf("errors.Is(err, ErrInvalidRule) = %v; want %v", got, tc.rule)
 			}
 		})
+	}
+}
+
+// An entry's rule must be one the stores hold as it is stated: the core's
+// bounds (floodgate.Rule.Validate) and, for a token bucket, at most one
+// token a microsecond, the stores' resolution (a faster one is enforced
+// at one a microsecond while its Decisions report the rule's limit).
+// Each bound is checked on both sides.
+func TestEntryRuleBounds(t *testing.T) {
+	tenYears := floodgate.MaxWindow
+	for _, tc := range []struct {
+		name string
+		rule floodgate.Rule
+		want string // "" if valid
+	}{
+		{"token bucket of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.TokenBucket}, "a token a microsecond"},
+		{"token bucket of one a microsecond", floodgate.Rule{Name: "api", Limit: 1000, Window: time.Millisecond, Algorithm: floodgate.TokenBucket}, ""},
+		{"token bucket of one more", floodgate.Rule{Name: "api", Limit: 1001, Window: time.Millisecond, Algorithm: floodgate.TokenBucket}, "a token a microsecond"},
+		{"token bucket of one a microsecond for ten years", floodgate.Rule{Name: "api", Limit: int64(tenYears / time.Microsecond), Window: tenYears, Algorithm: floodgate.TokenBucket}, ""},
+		{"token bucket of one a microsecond, bursting to ten years of it", floodgate.Rule{Name: "api", Limit: 1000, Window: time.Millisecond, Algorithm: floodgate.TokenBucket, Burst: int64(tenYears / time.Microsecond)}, ""},
+		{"fixed window of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.FixedWindow}, ""},
+		{"fixed window past 2^51", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit + 1, Window: tenYears, Algorithm: floodgate.FixedWindow}, "above"},
+		{"sliding window at its cap", floodgate.Rule{Name: "api", Limit: floodgate.MaxSlidingLimit, Window: time.Minute}, ""},
+		{"sliding window past its cap", floodgate.Rule{Name: "api", Limit: floodgate.MaxSlidingLimit + 1, Window: time.Minute}, "sliding-window log"},
+		{"counter of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.SlidingWindowCounter}, "too high for a sliding-window counter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := Entry{Rule: tc.rule, Key: "k"}
+			for how, err := range map[string]error{"Validate": e.Validate(), "NewSet": func() error { _, err := NewSet(e); return err }()} {
+				if tc.want == "" {
+					if err != nil {
+						t.Errorf("%s(%v) = %v; want valid", how, tc.rule, err)
+					}
+					continue
+				}
+				if !errors.Is(err, ErrInvalidEntry) || !errors.Is(err, floodgate.ErrInvalidRule) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s(%v) = %v; want ErrInvalidEntry and ErrInvalidRule saying %q", how, tc.rule, err, tc.want)
+				}
+			}
+			// The stored form is held to the same bounds when it is read.
+			if _, err := parseEntry(e.field(), e.value()); (err == nil) != (tc.want == "") {
+				t.Errorf("parseEntry(%q) = %v; want valid %v", e.value(), err, tc.want == "")
+			}
+		})
+	}
+}
+
+// An expiry is stored as RFC 3339, which holds the years 0000 to 9999: an
+// entry whose expiry it cannot hold is refused when set, not written in a
+// form that every Source would then skip. The zero Time is no expiry.
+func TestEntryExpiryBounds(t *testing.T) {
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	for _, tc := range []struct {
+		expires time.Time
+		valid   bool
+	}{
+		{time.Time{}, true},
+		{time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), true},
+		{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), false},
+		{time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), true}, // expired long ago, but not the zero Time
+		{time.Date(0, 12, 31, 0, 0, 0, 0, time.UTC), true},
+		{time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC), false},
+	} {
+		e := Entry{Rule: api, Key: "k", Expires: tc.expires}
+		err := e.Validate()
+		if (err == nil) != tc.valid || err != nil && !errors.Is(err, ErrInvalidEntry) {
+			t.Errorf("Validate with expiry %v = %v; want valid %v", tc.expires, err, tc.valid)
+		}
+		if err != nil {
+			continue
+		}
+		back, err := parseEntry(e.field(), e.value())
+		if err != nil || !back.Expires.Equal(e.Expires) {
+			t.Errorf("expiry %v stored as %q reads back as %v, %v", tc.expires, e.value(), back.Expires, err)
+		}
 	}
 }
 

@@ -38,13 +38,15 @@ type SourceOptions struct {
 	// means DefaultReloadEvery (12); 1 reads it on every refresh.
 	ReloadEvery int
 	// Logger receives the failed refreshes (the first of an outage, then
-	// one line every 12, and the recovery) and the invalid entries (each
-	// once, when it first appears). Nil discards.
+	// one line every 12, and the recovery), the invalid entries (each
+	// once, when it first appears) and the entries refused beyond
+	// MaxEntries (one line whenever their number changes). Nil discards.
 	Logger *slog.Logger
 	// Registerer, if set, receives the Source's metrics, labelled with
 	// the table's key: floodgate_overrides (overrides in force),
-	// floodgate_overrides_invalid (stored entries skipped as invalid at
-	// the last load), floodgate_overrides_refresh_errors_total and
+	// floodgate_overrides_invalid (stored entries skipped as invalid, or
+	// refused beyond MaxEntries, at the last load),
+	// floodgate_overrides_refresh_errors_total and
 	// floodgate_overrides_last_refresh_timestamp_seconds.
 	Registerer prometheus.Registerer
 	// Now is the clock that expires overrides; nil means time.Now.
@@ -88,6 +90,7 @@ type Source struct {
 	loaded   bool              // a full load succeeded
 	since    int               // refreshes since the last full load
 	reported map[string]string // invalid fields already logged, and their values
+	excess   int               // entries refused beyond MaxEntries at the last load
 	failing  int               // refreshes failed in a row
 
 	stop context.CancelFunc // ends the refresher's context
@@ -142,7 +145,7 @@ func (s *Source) newMetrics(reg prometheus.Registerer) error {
 		count: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_overrides", ConstLabels: labels,
 			Help: "Per-key overrides in force in this process."}),
 		invalid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_overrides_invalid", ConstLabels: labels,
-			Help: "Stored overrides skipped as invalid at the last load (floodgate override ls lists them)."}),
+			Help: "Stored overrides skipped as invalid, or refused beyond MaxEntries, at the last load (floodgate override ls lists them)."}),
 		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_overrides_last_refresh_timestamp_seconds", ConstLabels: labels,
 			Help: "When the overrides were last refreshed from Redis (Unix time)."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_overrides_refresh_errors_total", ConstLabels: labels,
@@ -245,10 +248,19 @@ func (s *Source) expire() {
 }
 
 // report logs the invalid entries not logged yet (or changed since), once
-// each. s.mu is held.
+// each, and the entries refused beyond MaxEntries in one line, whenever
+// their number changes. s.mu is held.
 func (s *Source) report(ctx context.Context, invalid []Invalid) {
-	now := make(map[string]string, len(invalid))
+	now := make(map[string]string, min(len(invalid), MaxEntries))
+	excess, first := 0, ""
 	for _, b := range invalid {
+		if errors.Is(b.Err, ErrTableFull) {
+			if excess == 0 {
+				first = b.Field
+			}
+			excess++
+			continue
+		}
 		now[b.Field] = b.Value
 		if v, ok := s.reported[b.Field]; ok && v == b.Value {
 			continue
@@ -258,6 +270,12 @@ func (s *Source) report(ctx context.Context, invalid []Invalid) {
 			slog.String("value", truncate(b.Value)), slog.Any("error", b.Err))
 	}
 	s.reported = now
+	if excess != s.excess && excess > 0 {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "overrides: the table holds more overrides than MaxEntries; those beyond, by byte order of their fields, are refused (floodgate override ls lists them)",
+			slog.String("table", s.table.Key()), slog.Int("max_entries", MaxEntries), slog.Int("refused", excess),
+			slog.String("first_refused", truncate(first)))
+	}
+	s.excess = excess
 }
 
 // run refreshes every Refresh until ctx is done (Close).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,23 @@ const DefaultDialTimeout = time.Second
 
 // ErrInvalidOptions reports [Options] that cannot be used.
 var ErrInvalidOptions = errors.New("overrides: invalid options")
+
+// MaxEntries is the most overrides a [Table] holds. Every replica's
+// [Source] keeps all of them in memory and reads them all again at least
+// once a minute (measured: about 150 bytes kept per entry, and about
+// 1 KB allocated per entry at each full load): at 10,000, some 2 MB kept
+// and 10 MB of garbage a minute per replica.
+// [Table.Set] refuses a new override beyond it with an error wrapping
+// [ErrTableFull]; a Source that finds more (written by hand) loads the
+// first MaxEntries fields by byte order and refuses the rest, listed as
+// invalid, logged and counted. An application with more per-key limits
+// than this keeps them in its own store and builds a [Set] from it.
+const MaxEntries = 10_000
+
+// ErrTableFull reports an override refused because its table holds
+// MaxEntries overrides already: by [Table.Set], and as the reason of each
+// entry a load refuses beyond MaxEntries ([Listing].Invalid).
+var ErrTableFull = errors.New("overrides: table full")
 
 // Options locates a [Table]. Exactly one of URL and Client must be set.
 type Options struct {
@@ -150,25 +168,57 @@ func (t *Table) conn() (rueidis.Client, error) {
 }
 
 // Set stores e, which must be valid, replacing any override of the same
-// rule name and key.
+// rule name and key. A new override into a table that holds MaxEntries
+// already first deletes the overrides that expired by this machine's
+// clock ([Table.Prune]); if that makes no room, Set writes nothing and
+// returns an error wrapping [ErrTableFull].
 func (t *Table) Set(ctx context.Context, e Entry) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
-	c, err := t.conn()
+	held, err := t.set(ctx, e)
+	if err == nil && held > 0 {
+		var pruned int
+		if pruned, err = t.Prune(ctx, time.Now()); err == nil && pruned > 0 {
+			held, err = t.set(ctx, e)
+		}
+	}
 	if err != nil {
 		return err
 	}
-	if err := setScript.Exec(ctx, c, []string{t.hash, t.version}, []string{e.field(), e.value()}).Error(); err != nil {
-		return fmt.Errorf("overrides: set: %w: %w", floodgate.ErrStoreUnavailable, err)
+	if held > 0 {
+		return fmt.Errorf("%w: %s holds %d overrides, the most a table holds (MaxEntries is %d): remove some (floodgate override rm) before adding key %q under rule %s",
+			ErrTableFull, t.hash, held, MaxEntries, truncate(e.Key), e.Rule.Name)
 	}
 	return nil
+}
+
+// set runs set.lua: 0 when e is stored, or the number of fields the
+// table holds when it refused e as a new field beyond MaxEntries.
+func (t *Table) set(ctx context.Context, e Entry) (int64, error) {
+	c, err := t.conn()
+	if err != nil {
+		return 0, err
+	}
+	reply, err := setScript.Exec(ctx, c, []string{t.hash, t.version}, []string{e.field(), e.value(), strconv.Itoa(MaxEntries)}).AsIntSlice()
+	if err != nil {
+		return 0, fmt.Errorf("overrides: set: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	if len(reply) != 2 || reply[0] != 0 && reply[0] != 1 {
+		return 0, fmt.Errorf("overrides: set: %w: unexpected reply %v", floodgate.ErrStoreUnavailable, reply)
+	}
+	if reply[0] == 1 {
+		return 0, nil
+	}
+	return max(reply[1], 1), nil
 }
 
 // Get returns the override of key under the rule named rule, and whether
 // there is one. An expired override is returned as well (see
 // [Entry.ExpiredAt]); a stored value that cannot be read is an error
-// wrapping [ErrInvalidEntry].
+// wrapping [ErrInvalidEntry]. Get reads one field: in a table written
+// past MaxEntries by hand it may return an override that Sources refuse
+// ([Table.List] tells which).
 func (t *Table) Get(ctx context.Context, rule, key string) (Entry, bool, error) {
 	c, err := t.conn()
 	if err != nil {
@@ -216,7 +266,8 @@ type Listing struct {
 	// Entries are the valid overrides, expired ones included, by rule
 	// name and key.
 	Entries []Entry
-	// Invalid are the fields whose values cannot be read, by field.
+	// Invalid are the fields whose values cannot be read or that lie
+	// beyond MaxEntries, by field.
 	Invalid []Invalid
 }
 
@@ -227,23 +278,44 @@ type Invalid struct {
 	Err error
 }
 
-// List reads every override, in one round trip.
+// List reads every override, in one round trip. Of a table that holds
+// more than MaxEntries fields (written by hand), it reads the first
+// MaxEntries by byte order, as a [Source] does, and lists the others as
+// Invalid, each with the same error wrapping [ErrTableFull] and
+// [ErrInvalidEntry], unparsed.
 func (t *Table) List(ctx context.Context) (*Listing, error) {
 	v, m, err := t.load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Version: v, Entries: make([]Entry, 0, len(m))}
-	for f, val := range m {
-		e, err := parseEntry(f, val)
+	fields := make([]string, 0, len(m))
+	for f := range m {
+		fields = append(fields, f)
+	}
+	sort.Strings(fields)
+	var excess []string
+	if len(fields) > MaxEntries {
+		fields, excess = fields[:MaxEntries], fields[MaxEntries:]
+	}
+	l := &Listing{Version: v, Entries: make([]Entry, 0, len(fields))}
+	for _, f := range fields {
+		e, err := parseEntry(f, m[f])
 		if err != nil {
-			l.Invalid = append(l.Invalid, Invalid{Field: f, Value: val, Err: err})
+			l.Invalid = append(l.Invalid, Invalid{Field: f, Value: m[f], Err: err})
 			continue
 		}
 		l.Entries = append(l.Entries, e)
 	}
+	if len(excess) > 0 {
+		// One error for all of them: a table written far past the bound
+		// costs no error per entry refused.
+		err := fmt.Errorf("%w: %w: %s holds %d overrides, %d more than MaxEntries: the fields after the first %d by byte order are refused",
+			ErrInvalidEntry, ErrTableFull, t.hash, len(m), len(excess), MaxEntries)
+		for _, f := range excess {
+			l.Invalid = append(l.Invalid, Invalid{Field: f, Value: m[f], Err: err})
+		}
+	}
 	sortEntries(l.Entries)
-	sort.Slice(l.Invalid, func(i, j int) bool { return l.Invalid[i].Field < l.Invalid[j].Field })
 	return l, nil
 }
 

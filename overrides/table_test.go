@@ -3,8 +3,10 @@ package overrides_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -342,5 +344,113 @@ func TestOptionsRejected(t *testing.T) {
 	}
 	if mfs, _ := reg.Gather(); len(mfs) != 4 {
 		t.Errorf("after the refused Source, %d metrics registered; want the first Source's 4", len(mfs))
+	}
+}
+
+// A table holds at most MaxEntries overrides. Set refuses a new one
+// beyond it (after deleting the expired ones, which make room), with an
+// error wrapping ErrTableFull, and writes nothing; replacing one is not
+// adding one. A table written past the bound by hand loads the first
+// MaxEntries fields by byte order, whichever were written last, and
+// refuses the rest: listed as invalid with ErrTableFull, counted, and
+// logged in one line, not one per entry.
+func TestTableCap(t *testing.T) {
+	ctx := context.Background()
+	addr := redistest.Addr(t)
+	tb := table(t, "redis://"+addr, prefix(t))
+	redis := func(args ...string) string {
+		t.Helper()
+		v, err := redistest.Command(addr, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	fill := []string{"HSET", tb.Key()}
+	for i := range overrides.MaxEntries {
+		v := "limit=5/1m"
+		if i == 5000 {
+			v += ",expires=2020-01-01T00:00:00Z"
+		}
+		fill = append(fill, fmt.Sprintf("api:k%05d", i), v)
+	}
+	redis(fill...)
+	api := mustRule(t, "api", 1, time.Minute)
+	set := func(key string, limit int64) error {
+		return tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", limit, time.Minute), Key: key})
+	}
+	if err := set("new", 9); err != nil {
+		t.Fatalf("Set into a full table holding an expired override = %v; want it pruned to make room", err)
+	}
+	if n := redis("HLEN", tb.Key()); n != strconv.Itoa(overrides.MaxEntries) {
+		t.Fatalf("HLEN = %s after the set; want %d (api:k05000 pruned, api:new added)", n, overrides.MaxEntries)
+	}
+	version := redis("GET", tb.Key()+":version")
+	err := set("new2", 9)
+	if !errors.Is(err, overrides.ErrTableFull) || !strings.Contains(err.Error(), fmt.Sprintf("holds %d overrides", overrides.MaxEntries)) {
+		t.Fatalf("Set of a new override into a full table = %v; want ErrTableFull naming the %d held", err, overrides.MaxEntries)
+	}
+	if errors.Is(err, floodgate.ErrStoreUnavailable) || errors.Is(err, overrides.ErrInvalidEntry) {
+		t.Errorf("the refusal %v wraps ErrStoreUnavailable or ErrInvalidEntry; it is neither", err)
+	}
+	if _, ok, _ := tb.Get(ctx, "api", "new2"); ok || redis("GET", tb.Key()+":version") != version || redis("HLEN", tb.Key()) != strconv.Itoa(overrides.MaxEntries) {
+		t.Fatal("a refused Set wrote the override or bumped the version")
+	}
+	if err := set("k00001", 7); err != nil {
+		t.Fatalf("Set replacing an override of a full table = %v; want it replaced", err)
+	}
+
+	// Past the bound by hand: three fields that sort before every other.
+	redis("HSET", tb.Key(), "api:a-1", "limit=6/1m", "api:a-2", "limit=6/1m", "api:a-3", "limit=6/1m")
+	l, err := tb.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Entries) != overrides.MaxEntries || len(l.Invalid) != 3 {
+		t.Fatalf("List of %d fields: %d entries, %d invalid; want %d and 3", overrides.MaxEntries+3, len(l.Entries), len(l.Invalid), overrides.MaxEntries)
+	}
+	for i, want := range []string{"api:k09998", "api:k09999", "api:new"} {
+		b := l.Invalid[i]
+		if b.Field != want || !errors.Is(b.Err, overrides.ErrTableFull) || !errors.Is(b.Err, overrides.ErrInvalidEntry) {
+			t.Errorf("refused entry %d = %+v; want %s, the last by byte order, with ErrTableFull", i, b, want)
+		}
+	}
+	var logs syncbuf.Buffer
+	reg := prometheus.NewRegistry()
+	src, err := overrides.NewSource(ctx, tb, overrides.SourceOptions{Refresh: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if n := src.Current().Len(); n != overrides.MaxEntries {
+		t.Fatalf("the Source loaded %d; want %d", n, overrides.MaxEntries)
+	}
+	if r, ok := src.Override(api, "a-1"); !ok || r.Limit != 6 {
+		t.Errorf("a-1, written last but first by byte order = %v, %v; want its 6/1m", r, ok)
+	}
+	if r, ok := src.Override(api, "k09999"); ok {
+		t.Errorf("k09999, beyond the bound = %v; want refused", r)
+	}
+	if r, ok := src.Override(api, "new"); ok {
+		t.Errorf("new, set through the Table before the hand edit but last by byte order = %v; want refused", r)
+	}
+	if g := metric(t, reg, "floodgate_overrides_invalid"); g != 3 {
+		t.Errorf("floodgate_overrides_invalid = %v; want the 3 refused", g)
+	}
+	if err := set("k00001", 8); err != nil { // a change: the next refresh loads it all again
+		t.Fatal(err)
+	}
+	if err := src.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := src.Override(api, "k00001"); r.Limit != 8 {
+		t.Fatalf("k00001 after a change and a refresh = %v; want 8/1m", r)
+	}
+	out := logs.String()
+	if c := strings.Count(out, "more overrides than MaxEntries"); c != 1 || !strings.Contains(out, "refused=3") || !strings.Contains(out, `first_refused=api:k09998`) {
+		t.Errorf("%d lines about the excess; want 1, naming the 3 refused and the first of them:\n%s", c, out)
+	}
+	if strings.Contains(out, "skipping an invalid entry") {
+		t.Errorf("an entry refused beyond the bound logged a line of its own:\n%s", out)
 	}
 }
