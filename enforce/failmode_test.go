@@ -2,10 +2,17 @@ package enforce_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/internal/promtest"
+	"github.com/floodgate-rl/floodgate/memstore"
 )
 
 // A hit built by hand with a failure mode that does not exist (a value
@@ -35,5 +42,37 @@ func TestUnknownFailureModeIsAnError(t *testing.T) {
 				t.Errorf("the valid hit afterwards: %v, %v; want allowed (nothing was recorded)", res.Outcome, err)
 			}
 		})
+	}
+}
+
+// A memory store full of keys that still weigh refuses a new one, and
+// the route's failure mode answers; the refusal is counted as the store
+// being full, not as an error of unknown cause (issue 25, finding 4).
+func TestFullMemoryStoreIsCounted(t *testing.T) {
+	ms := memstore.New(memstore.Options{Shards: 1, MaxKeys: 2})
+	t.Cleanup(func() { ms.Close() })
+	lim, err := floodgate.New(ms, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e, err := enforce.New(enforce.Options{Limiter: lim, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	day := floodgate.MustRule(floodgate.NewRule("daily", 5, 24*time.Hour, floodgate.FixedWindow))
+	g, err := e.Gate(enforce.Spec{Name: "full", Failure: enforce.FailClosed, Limits: []enforce.Limit{{Rule: day}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []enforce.Outcome{enforce.Allowed, enforce.Allowed, enforce.FailedClosed} {
+		res, err := g.Decide(t.Context(), []string{fmt.Sprint("client-", i)})
+		if err != nil || res.Outcome != want {
+			t.Fatalf("client %d: %v, %v; want %v", i, res.Outcome, err, want)
+		}
+	}
+	if got := promtest.Sum(t, reg, "floodgate_store_errors_total", map[string]string{"gate": "full", "reason": "full"}); got != 1 {
+		t.Errorf("store errors of reason full = %v, want 1", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 )
@@ -50,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, breaker Breaker) (*metrics, error) {
 		}, []string{"gate"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
-			Help: "Decisions the store failed, by reason (timeout, breaker_open, error).",
+			Help: "Decisions the store failed, by reason (timeout, breaker_open, full: a memory store with no key it can reclaim, error).",
 		}, []string{"gate", "reason"}),
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_throttled_total",
@@ -141,7 +142,7 @@ func (m *metrics) gate(name string, policies []string) *gateMetrics {
 		throttled: make(map[string]prometheus.Counter),
 		waiting:   m.waiting.WithLabelValues(name),
 	}
-	for _, r := range []string{"timeout", "breaker_open", "error"} {
+	for _, r := range []string{"timeout", "breaker_open", "full", "error"} {
 		gm.errors[r] = m.errors.WithLabelValues(name, r)
 	}
 	for _, r := range []string{"allowed", "denied", "rejected", "canceled"} {
@@ -213,6 +214,8 @@ func (gm *gateMetrics) storeError(err error) {
 	switch {
 	case errors.As(err, &open):
 		reason = "breaker_open"
+	case errors.Is(err, memstore.ErrFull):
+		reason = "full"
 	case errors.Is(err, context.DeadlineExceeded):
 		reason = "timeout"
 	}
