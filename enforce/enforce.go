@@ -198,18 +198,38 @@ type Gate struct {
 const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+/"
 
 // Gate returns the gate of s, or an error listing everything wrong with
-// s, each wrapping [ErrInvalid]. One rule name means one rule in all the
-// gates of e: rules that share a name (and algorithm and window) share
-// one count in the store, so a 2/min limit would be denied by the traffic
-// of a 100/min one. A limit whose rule has another gate's rule name with
-// other parameters is refused.
+// s, each wrapping [ErrInvalid]: Gates of one spec.
 func (e *Enforcer) Gate(s Spec) (*Gate, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	g, err := e.validate(s)
+	gs, err := e.Gates(s)
 	if err != nil {
 		return nil, err
 	}
+	return gs[0], nil
+}
+
+// Gates returns the gates of specs, in order, or builds none and returns
+// an error listing everything wrong with them, each wrapping
+// [ErrInvalid]: the routes or methods of one transport, built together.
+// One rule name means one rule in all the gates of e: rules that share a
+// name (and algorithm and window) share one count in the store, so a
+// 2/min limit would be denied by the traffic of a 100/min one. A limit
+// whose rule has another gate's rule name with other parameters, in specs
+// or in a gate built before, is refused.
+func (e *Enforcer) Gates(specs ...Spec) ([]*Gate, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	gs, err := e.validate(specs)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range gs {
+		e.register(g)
+	}
+	return gs, nil
+}
+
+// register sets g up and adds it to e; e.mu is held.
+func (e *Enforcer) register(g *Gate) {
 	for _, lim := range g.spec.Limits {
 		e.rules[lim.Rule.Name] = lim.Rule
 	}
@@ -219,29 +239,48 @@ func (e *Enforcer) Gate(s Spec) (*Gate, error) {
 	for i, lim := range g.spec.Limits {
 		names[i] = lim.Rule.Name
 	}
-	g.m = e.metrics.gate(s.Name, names)
+	g.m = e.metrics.gate(g.spec.Name, names)
 	g.m.warn = func() {
 		e.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: a gate counts more policies that come with the requests than enforce.MaxPolicyLabels; "+
 			"the others are counted under the policy \"(other)\" in floodgate_decisions_total. Logged once",
-			slog.String("gate", s.Name), slog.Int("max", MaxPolicyLabels))
+			slog.String("gate", g.spec.Name), slog.Int("max", MaxPolicyLabels))
 	}
 	g.skipWarned = make([]atomic.Bool, len(g.spec.Limits))
 	e.gates = append(e.gates, g)
-	return g, nil
 }
 
-// Validate returns what [Enforcer.Gate] would refuse in s, or nil, and
-// builds nothing: for a transport that lists its own problems with a
-// spec's.
-func (e *Enforcer) Validate(s Spec) error {
+// Validate returns what [Enforcer.Gates] would refuse in specs, or nil,
+// and builds nothing: for a transport that lists its own problems with
+// its specs'.
+func (e *Enforcer) Validate(specs ...Spec) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_, err := e.validate(s)
+	_, err := e.validate(specs)
 	return err
 }
 
-// validate checks s against e's rules; e.mu is held.
-func (e *Enforcer) validate(s Spec) (*Gate, error) {
+// validate checks specs against e's rules and each other's; e.mu is
+// held.
+func (e *Enforcer) validate(specs []Spec) ([]*Gate, error) {
+	var errs []error
+	gs := make([]*Gate, len(specs))
+	batch := make(map[string]floodgate.Rule)
+	for k, s := range specs {
+		g, err := e.validateOne(s, batch)
+		errs = append(errs, err)
+		gs[k] = g
+		for _, lim := range s.Limits {
+			if _, ok := batch[lim.Rule.Name]; !ok && lim.Rule.Validate() == nil {
+				batch[lim.Rule.Name] = lim.Rule
+			}
+		}
+	}
+	return gs, errors.Join(errs...)
+}
+
+// validateOne checks s against e's rules and batch's, those of the specs
+// before it; e.mu is held.
+func (e *Enforcer) validateOne(s Spec, batch map[string]floodgate.Rule) (*Gate, error) {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: gate %q: "+format, append([]any{ErrInvalid, s.Name}, args...)...))
@@ -260,7 +299,11 @@ func (e *Enforcer) validate(s Spec) (*Gate, error) {
 				bad("limit %d: rule %s appears twice", i, lim.Rule.Name)
 			}
 		}
-		if prev, ok := e.rules[lim.Rule.Name]; ok && prev != lim.Rule {
+		prev, ok := e.rules[lim.Rule.Name]
+		if !ok {
+			prev, ok = batch[lim.Rule.Name]
+		}
+		if ok && prev != lim.Rule {
 			bad("limit %d: rule %q is %v here but %v in another gate; one name must mean one rule in a process (rules of one name share their count): rename one", i, lim.Rule.Name, lim.Rule, prev)
 		}
 	}

@@ -51,6 +51,26 @@ func PolicyMember(r floodgate.Rule) (string, error) {
 	return string(b), nil
 }
 
+// PolicyField serializes the RateLimit-Policy field of ds, one list
+// member per decision, each describing the rule that decided it (the
+// rule in force: an override's limit and window, under the decision's
+// Policy): "pix";q=10;w=60, joined by ", ". A member whose name
+// PolicyMember refuses is left out.
+func PolicyField(ds []floodgate.Decision) string {
+	b := make([]byte, 0, 32*len(ds))
+	for _, d := range ds {
+		m, err := PolicyMember(floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window})
+		if err != nil {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...) // RFC 9651 §4.1.1
+		}
+		b = append(b, m...)
+	}
+	return string(b)
+}
+
 // plainName reports whether name is 1-64 bytes of [A-Za-z0-9_.-], as a
 // valid rule's name is: an sf-string that needs no escaping.
 func plainName(name string) bool {

@@ -137,14 +137,10 @@ type Limiter struct {
 type method struct {
 	Method
 	gate        *enforce.Gate
-	spec        enforce.Spec      // what gate enforces; the gate is made once every method is checked
-	policies    map[string]string // the ratelimit-policy member of each rule name
-	allPolicies string            // the ratelimit-policy of a call that every enforced limit checks
-	enforced    int               // how many limits are not in shadow mode
-	overridden  bool              // the Limiter has overrides: so may the rules of decisions
-	opaqueRetry time.Duration     // the RetryInfo of an opaque denial
-	logger      *slog.Logger      // the Enforcer's
-	panicked    []atomic.Bool     // by limit: its Key panicked, which was logged
+	spec        enforce.Spec  // what gate enforces; the gate is made once every method is checked
+	opaqueRetry time.Duration // the RetryInfo of an opaque denial
+	logger      *slog.Logger  // the Enforcer's
+	panicked    []atomic.Bool // by limit: its Key panicked, which was logged
 }
 
 // New returns a Limiter for opts, or an error listing every bad method,
@@ -153,45 +149,34 @@ type method struct {
 // opts.Enforcer nor opts.Limiter is set, or both are, or the metrics
 // cannot be registered. A refused Options registers no metrics.
 func New(opts Options) (*Limiter, error) {
-	if opts.Enforcer != nil {
+	e := opts.Enforcer
+	if e != nil {
 		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
 			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
 		}
-		// A dry run first finds the methods of opts that disagree with
-		// each other (one rule name, two rules), which build's checks
-		// against the shared Enforcer cannot see.
-		scratch, err := enforce.New(enforce.Options{Limiter: opts.Enforcer.Limiter(), Local: opts.Enforcer.Limiter()})
-		if err != nil {
-			return nil, err
-		}
-		_, err = build(scratch, opts)
-		scratch.Close()
-		if err != nil {
-			return nil, err
-		}
-		return build(opts.Enforcer, opts)
+		return build(e, opts)
 	}
 	if opts.Limiter == nil {
 		return nil, fmt.Errorf("%w: set Options.Enforcer or Options.Limiter", ErrInvalidOptions)
 	}
-	// The methods are checked first on a scratch Enforcer, which registers
-	// nothing, so that a refused Options leaves the registerer as it was.
-	scratch, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Limiter, LogInterval: opts.LogInterval})
+	// The methods are checked first on an Enforcer that registers no
+	// metrics, so that a refused Options leaves the registerer as it was.
+	dry, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Limiter})
 	if err != nil {
 		return nil, err
 	}
-	_, err = build(scratch, opts)
-	scratch.Close()
+	_, err = build(dry, opts)
+	dry.Close()
 	if err != nil {
 		return nil, err
 	}
-	e, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Local, Registerer: opts.Registerer,
+	e, err = enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Local, Registerer: opts.Registerer,
 		Logger: opts.Logger, LogInterval: opts.LogInterval})
 	if err != nil {
 		return nil, err
 	}
 	l, err := build(e, opts)
-	if err != nil { // cannot happen: the scratch Enforcer took the same methods
+	if err != nil { // cannot happen: the dry run took the same methods
 		e.Close()
 		return nil, err
 	}
@@ -227,9 +212,8 @@ func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
 		m, err := buildMethod(e, name, opts.Methods[name])
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		l.methods[name] = m
+		l.methods[name] = m // nil: a method listed without limits is exempt
 	}
 	if len(opts.Default.Limits) > 0 {
 		m, err := buildMethod(e, DefaultGate, opts.Default)
@@ -240,27 +224,33 @@ func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
 	} else if opts.Default.Shadow || opts.Default.Opaque || opts.Default.MaxDelay != 0 || opts.Default.MaxWaiters != 0 || opts.Default.Failure != enforce.FailLocal {
 		errs = append(errs, fmt.Errorf("%w: Default has settings but no Limits", ErrInvalidOptions))
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	// The gates claim their rule names in e: only once every method is
-	// checked, so that refused Options leave a shared Enforcer as it was.
+	var specs []enforce.Spec
+	var built []*method
 	for _, name := range append(names, DefaultGate) {
 		m := l.methods[name]
 		if name == DefaultGate {
 			m = l.def
 		}
-		if m == nil {
-			continue
+		if m != nil {
+			specs, built = append(specs, m.spec), append(built, m)
 		}
-		g, err := e.Gate(m.spec)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: method %q: %w", ErrInvalidOptions, m.spec.Name, err))
-		}
-		m.gate = g
 	}
 	if len(errs) > 0 {
+		// The gates are not built, but the enforcement layer's problems
+		// with the specs are listed too.
+		if err := e.Validate(specs...); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidOptions, err))
+		}
 		return nil, errors.Join(errs...)
+	}
+	// The gates claim their rule names in e all at once, or none does:
+	// refused Options leave a shared Enforcer as it was.
+	gs, err := e.Gates(specs...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	for i, m := range built {
+		m.gate = gs[i]
 	}
 	return l, nil
 }
@@ -271,8 +261,9 @@ func validMethodName(s string) bool {
 	return strings.HasPrefix(s, "/") && ok && svc != "" && meth != "" && !strings.Contains(meth, "/")
 }
 
-// buildMethod checks m and makes the gate of the method called name. A method
-// without limits builds to nil: it is not limited.
+// buildMethod checks what is gRPC's in m and makes the method called name,
+// its spec to be checked by the enforcement layer, with the problems of
+// m. A method without limits builds to nil: it is not limited.
 func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	if len(m.Limits) == 0 {
 		return nil, nil
@@ -284,44 +275,20 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 	if m.Opaque && m.MaxDelay > 0 {
 		bad("Opaque cannot be combined with MaxDelay: the wait would tell how long each key has left")
 	}
-	b := &method{Method: m, policies: make(map[string]string, len(m.Limits)), overridden: e.Limiter().Overrides() != nil,
-		logger: e.Logger(), panicked: make([]atomic.Bool, len(m.Limits))}
+	b := &method{Method: m, logger: e.Logger(), panicked: make([]atomic.Bool, len(m.Limits))}
 	b.Limits = slices.Clone(m.Limits) // the caller may reuse its slice
 	spec := enforce.Spec{Name: name, Failure: m.Failure, Shadow: m.Shadow, MaxDelay: m.MaxDelay, MaxWaiters: m.MaxWaiters}
 	for i, lim := range b.Limits {
 		if lim.Key == nil {
 			bad("Limits[%d] (%q) has no Key", i, lim.Rule.Name)
 		}
-		if _, dup := b.policies[lim.Rule.Name]; dup {
-			bad("Limits[%d]: rule name %q is listed twice", i, lim.Rule.Name)
-		}
-		member, err := enforce.PolicyMember(lim.Rule)
-		if err != nil {
-			bad("Limits[%d]: %w", i, err)
-		}
-		b.policies[lim.Rule.Name] = member
 		if !lim.Shadow && !m.Shadow { // a shadow limit makes nobody wait
 			b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
 		}
 		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 	}
-	var all []string
-	for _, lim := range b.Limits {
-		if !lim.Shadow { // a Shadow method sends no metadata at all
-			all = append(all, b.policies[lim.Rule.Name])
-		}
-	}
-	b.allPolicies, b.enforced = strings.Join(all, ", "), len(all) // RFC 9651 §4.1.1: members are joined by ", "
-	if len(errs) == 0 {
-		if err := e.Validate(spec); err != nil {
-			bad("%w", err)
-		}
-		b.spec = spec
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return b, nil
+	b.spec = spec
+	return b, errors.Join(errs...) // b, for its spec's problems to be listed too
 }
 
 // UnaryServerInterceptor returns the interceptor that limits unary calls:

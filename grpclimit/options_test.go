@@ -39,7 +39,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{name: "every bad limit listed", opts: grpclimit.Options{Enforcer: e.enf, Methods: map[string]grpclimit.Method{
 			emptyCall: {Opaque: true, MaxDelay: time.Second, Limits: []grpclimit.Limit{
 				{Rule: rule(t, "a", 1, time.Minute)}, ok("b", 1), ok("b", 1)}},
-		}}, errs: []string{"Opaque cannot be combined with MaxDelay", `Limits[0] ("a") has no Key`, `Limits[2]: rule name "b" is listed twice`}},
+		}}, errs: []string{"Opaque cannot be combined with MaxDelay", `Limits[0] ("a") has no Key`, `limit 2: rule b appears twice`}, enforced: true},
 		{name: "default settings without limits", opts: grpclimit.Options{Enforcer: e.enf, Default: grpclimit.Method{Failure: enforce.FailClosed}},
 			errs: []string{"Default has settings but no Limits"}},
 		{name: "a shadow default without limits", opts: grpclimit.Options{Enforcer: e.enf, Default: grpclimit.Method{Shadow: true}},

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 )
 
@@ -37,34 +36,11 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 		return nil
 	}
 	ds := enforce.Each(res.Decision)
-	policy := m.allPolicies
-	if len(ds) != m.enforced || m.overridden { // some limits skipped the call, or rules may be overridden (or live)
-		var b strings.Builder
-		for i, d := range ds {
-			if i > 0 {
-				b.WriteString(", ") // RFC 9651 §4.1.1: members are joined by ", "
-			}
-			b.WriteString(m.member(d))
-		}
-		policy = b.String()
-	}
+	policy := enforce.PolicyField(ds)
 	return metadata.MD{
 		MetadataRateLimitPolicy: {policy},
 		MetadataRateLimit:       {enforce.QuotaField(ds)},
 	}
-}
-
-// member returns the ratelimit-policy member of the rule that decided d:
-// the method's, or the one an override (or a live limit) gave.
-func (m *method) member(d floodgate.Decision) string {
-	if p, ok := m.policies[d.Policy]; ok && !m.overridden {
-		return p
-	}
-	p, err := enforce.PolicyMember(floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window})
-	if err != nil { // cannot happen: a decided rule is valid
-		return m.policies[d.Policy]
-	}
-	return p
 }
 
 // deny returns the status error of a call that res does not allow:

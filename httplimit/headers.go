@@ -88,17 +88,7 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		one[0] = d
 		ds = one[:]
 	}
-	policy := rt.allPolicies
-	if len(ds) != len(rt.Limits) || rt.overridden {
-		var b strings.Builder
-		for i, e := range ds {
-			if i > 0 {
-				b.WriteString(", ") // RFC 9651 §4.1.1: members are joined by ", "
-			}
-			b.WriteString(rt.member(e))
-		}
-		policy = b.String()
-	}
+	policy := enforce.PolicyField(ds)
 	rateLimit := enforce.QuotaField(ds)
 	// One backing array for the values; each field gets a full slice of
 	// it, so that a later Add to one field cannot overwrite another.
@@ -125,19 +115,6 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 	}
 }
 
-// member returns the RateLimit-Policy member of the rule that decided e:
-// the route's, or the one an override (or a live limit) gave.
-func (rt *route) member(e floodgate.Decision) string {
-	if m, ok := rt.policies[e.Policy]; ok && !rt.overridden {
-		return m
-	}
-	m, err := enforce.PolicyMember(floodgate.Rule{Name: e.Policy, Limit: e.Limit, Window: e.Window})
-	if err != nil { // cannot happen: a decided rule is valid
-		return rt.policies[e.Policy]
-	}
-	return m
-}
-
 // opaqueRetryAfter is the Retry-After of an opaque denial: the longest
 // window of the route's enforced rules, or of the live rules that decided
 // res if one is longer. Every limit decided gives its window, the allowed ones
@@ -146,9 +123,6 @@ func (rt *route) member(e floodgate.Decision) string {
 func (rt *route) opaqueRetryAfter(res Result) string {
 	if refusedByFailure(res) {
 		return enforce.RetryAfter(max(rt.longest, res.FailRetryAfter()))
-	}
-	if !rt.overridden {
-		return rt.opaqueRetry
 	}
 	longest := rt.longest
 	for _, e := range enforce.Each(res.Decision) {

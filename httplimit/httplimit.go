@@ -209,12 +209,9 @@ type route struct {
 	status      int
 	failStatus  int
 	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
-	policies    map[string]string // serialized RateLimit-Policy member by rule name
-	allPolicies string            // the RateLimit-Policy of a request that every limit checks
-	opaqueRetry string            // Retry-After of an opaque denial
-	longest     time.Duration     // the longest window of the Route's enforced rules
-	overridden  bool              // the Limiter has overrides: the rules of decisions may differ from the Route's
-	nestWarned  atomic.Bool       // a nesting in another route's middleware was logged
+	opaqueRetry string        // Retry-After of an opaque denial
+	longest     time.Duration // the longest window of the Route's enforced rules
+	nestWarned  atomic.Bool   // a nesting in another route's middleware was logged
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -243,7 +240,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
 	}
 	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus,
-		denyFunc: rt.Deny, policies: make(map[string]string), overridden: l.e.Limiter().Overrides() != nil}
+		denyFunc: rt.Deny}
 	r.Limits = slices.Clone(rt.Limits)
 	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
@@ -259,15 +256,6 @@ func (l *Limiter) build(rt Route) (*route, error) {
 		if lim.Rule.Validate() != nil {
 			continue // the gate says what is wrong
 		}
-		member, err := enforce.PolicyMember(lim.Rule)
-		if err != nil {
-			bad("limit %d (%s): %w", i, lim.Rule.Name, err)
-		}
-		r.policies[lim.Rule.Name] = member
-		if i > 0 {
-			r.allPolicies += ", "
-		}
-		r.allPolicies += member
 		names = append(names, lim.Rule.Name)
 		if !lim.Shadow && !rt.Shadow { // a shadow limit makes nobody wait
 			longest = max(longest, lim.Rule.Window)
