@@ -89,7 +89,7 @@ func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 	}
 	worst := 0
 	for i := 1; i < len(each); i++ {
-		if worse(each[i], each[worst]) {
+		if each[i].Worse(each[worst]) {
 			worst = i
 		}
 	}
@@ -129,18 +129,19 @@ func (d *Decision) decideOne(taken bool, id string, h *Hit, r *Result) {
 	}
 }
 
-// worse reports whether a is a worse outcome than b: denied beats allowed,
-// then the longer RetryAfter, then the fewer Remaining, then the longer
+// Worse reports whether d is a worse outcome than e, as a multi-hit
+// check picks the decision it reports: denied beats allowed, then the
+// longer RetryAfter, then the fewer Remaining, then the longer
 // ResetAfter.
-func worse(a, b Decision) bool {
+func (d Decision) Worse(e Decision) bool {
 	switch {
-	case a.Allowed != b.Allowed:
-		return !a.Allowed
-	case a.RetryAfter != b.RetryAfter:
-		return a.RetryAfter > b.RetryAfter
-	case a.Remaining != b.Remaining:
-		return a.Remaining < b.Remaining
+	case d.Allowed != e.Allowed:
+		return !d.Allowed
+	case d.RetryAfter != e.RetryAfter:
+		return d.RetryAfter > e.RetryAfter
+	case d.Remaining != e.Remaining:
+		return d.Remaining < e.Remaining
 	default:
-		return a.ResetAfter > b.ResetAfter
+		return d.ResetAfter > e.ResetAfter
 	}
 }

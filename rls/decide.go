@@ -76,6 +76,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err := p.decide(ctx, g); err != nil {
 		return nil, err
 	}
+	p.judge()
 	p.count(s.metrics, req.GetDomain(), s.near)
 	return p.response(), nil
 }
@@ -150,7 +151,8 @@ type desc struct {
 	match rlconfig.Match
 	cost  int64 // its hits_addend; 0 with peek
 	peek  bool
-	refs  []ref // one per limit of the match, in order
+	refs  []ref     // one per limit of the match, in order
+	vs    []verdict // its limits as decided (plan.judge)
 }
 
 // ref is one limit of a descriptor and the hit that counts it; hit is -1

@@ -76,7 +76,7 @@ func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 		if d.match.DetailedMetric {
 			detail = d.match.MetricKey
 		}
-		for _, v := range p.verdicts(d) {
+		for _, v := range d.vs {
 			labels := []string{domain, v.limit.Label, detail}
 			n := float64(d.cost)
 			m.totalHits.WithLabelValues(labels...).Add(n)

@@ -26,6 +26,13 @@ type verdict struct {
 
 func (v verdict) denied() bool { return v.have && !v.dec.Allowed }
 
+// judge sets each descriptor's verdicts, once the plan is decided.
+func (p *plan) judge() {
+	for i := range p.descs {
+		p.descs[i].vs = p.verdicts(p.descs[i])
+	}
+}
+
 // verdicts returns d's limits as decided.
 func (p *plan) verdicts(d desc) []verdict {
 	vs := make([]verdict, len(d.refs))
@@ -57,25 +64,18 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	var shown []floodgate.Decision
-	var policies []string
 	seen := map[int]bool{}
 	var retry time.Duration
 	for i, d := range p.descs {
-		vs := p.verdicts(d)
-		resp.Statuses[i] = p.status(d, vs)
-		for _, v := range vs {
+		resp.Statuses[i] = p.status(d, d.vs)
+		for _, v := range d.vs {
 			if v.shadow || !v.have || (v.hit >= 0 && seen[v.hit]) {
 				continue
 			}
 			if v.hit >= 0 {
 				seen[v.hit] = true
 			}
-			// The rule in force, under the limit's name.
-			r := floodgate.Rule{Name: v.limit.Label, Limit: v.rule.Limit, Window: v.rule.Window}
-			if m, err := enforce.PolicyMember(r); err == nil {
-				policies = append(policies, m)
-				shown = append(shown, v.dec)
-			}
+			shown = append(shown, v.dec) // the rule in force, under the limit's name
 			if v.denied() {
 				retry = max(retry, v.dec.RetryAfter)
 			}
@@ -83,7 +83,7 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 	}
 	if len(shown) > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: joinList(policies)},
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: enforce.PolicyField(shown)},
 			&corev3.HeaderValue{Key: "RateLimit", Value: enforce.QuotaField(shown)})
 	}
 	if p.failClosed {
@@ -93,22 +93,6 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Retry-After", Value: enforce.RetryAfter(retry)})
 	}
 	return resp
-}
-
-// joinList joins structured-field list members (RFC 9651 §4.1.1).
-func joinList(members []string) string {
-	n := 0
-	for _, m := range members {
-		n += len(m) + 2
-	}
-	b := make([]byte, 0, n)
-	for i, m := range members {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, m...)
-	}
-	return string(b)
 }
 
 // status is descriptor d's status: OVER_LIMIT when one of its enforced
@@ -154,23 +138,12 @@ func (p *plan) status(d desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorS
 }
 
 // better reports whether a describes a descriptor better than b: a limit
-// with figures over one without, then the worse decision (denied, the
-// longer wait, the fewer remaining, the longer reset).
+// with figures over one without, then the worse decision.
 func better(a, b verdict) bool {
-	switch {
-	case a.have != b.have:
+	if a.have != b.have {
 		return a.have
-	case !a.have:
-		return false
-	case a.dec.Allowed != b.dec.Allowed:
-		return !a.dec.Allowed
-	case a.dec.RetryAfter != b.dec.RetryAfter:
-		return a.dec.RetryAfter > b.dec.RetryAfter
-	case a.dec.Remaining != b.dec.Remaining:
-		return a.dec.Remaining < b.dec.Remaining
-	default:
-		return a.dec.ResetAfter > b.dec.ResetAfter
 	}
+	return a.have && a.dec.Worse(b.dec)
 }
 
 // units are the RLS units that a window can be written in, longest
