@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/grpclimit"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
@@ -34,7 +35,7 @@ func benchOptions(b *testing.B) grpclimit.Options {
 		}
 		return r
 	}
-	return grpclimit.Options{Limiter: lim, Methods: map[string]grpclimit.Method{
+	return grpclimit.Options{Enforce: enforce.Options{Limiter: lim}, Methods: map[string]grpclimit.Method{
 		emptyCall: {Limits: []grpclimit.Limit{
 			{Rule: bucket("ip"), Key: grpclimit.ClientIP(nil)},
 			{Rule: bucket("user"), Key: grpclimit.Principal},

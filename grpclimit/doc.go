@@ -10,9 +10,7 @@
 // interceptors after authentication:
 //
 //	gl, err := grpclimit.New(grpclimit.Options{
-//		Limiter:    limiter,
-//		Registerer: prometheus.DefaultRegisterer,
-//		Logger:     logger,
+//		Enforce: enforce.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger},
 //		Methods: map[string]grpclimit.Method{
 //			"/bank.v1.Pix/Transfer": {Failure: enforce.FailClosed, Limits: []grpclimit.Limit{
 //				{Rule: perIP, Key: grpclimit.ClientIP(resolver)},

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/grpclimit"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
@@ -31,7 +32,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	gl, err := grpclimit.New(grpclimit.Options{
-		Limiter: limiter, // and Registerer, Logger for metrics and logs
+		Enforce: enforce.Options{Limiter: limiter}, // and Registerer, Logger for metrics and logs
 		Methods: map[string]grpclimit.Method{
 			healthpb.Health_Check_FullMethodName: {Limits: []grpclimit.Limit{
 				{Rule: floodgate.MustRule(floodgate.PerMinute("ip", 2)), Key: grpclimit.ClientIP(nil)},

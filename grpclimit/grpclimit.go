@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] about bad options or
@@ -31,35 +31,18 @@ var ErrInvalidOptions = errors.New("grpclimit: invalid options")
 const DefaultGate = "default"
 
 // Options configures a [Limiter]: the enforcement layer, given
-// (Enforcer) or built from its options (Limiter and the fields after it),
-// and the limits of each method. A Limiter with no Methods and no Default
-// limits nothing.
+// (Enforcer) or built from Enforce, and the limits of each method. A
+// Limiter with no Methods and no Default limits nothing.
 type Options struct {
 	// Enforcer is the enforcement layer that the methods share with the
 	// other transports of the process (httplimit, say): its limiters,
 	// metrics and logger, and one rule per name across all of them. If
-	// set, Limiter, Local, Registerer, Logger and LogInterval must be
-	// zero, and Close leaves it open.
+	// set, Enforce must be zero, and Close leaves it open.
 	Enforcer *enforce.Enforcer
-	// Limiter decides against the shared store. Its Options.Timeout is the
-	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
-	// set); put a breakerstore in front of the store so that a dead store
-	// fails fast (and build an Enforcer with its Breaker to export the
-	// breaker's state). Required unless Enforcer is set.
-	Limiter *floodgate.Limiter
-	// Local decides for FailLocal methods while the store fails. Nil
-	// means a limiter on a memstore that the Limiter owns and Close
-	// releases.
-	Local *floodgate.Limiter
-	// Registerer receives the metrics (see package enforce). Nil means no
-	// metrics are registered.
-	Registerer prometheus.Registerer
-	// Logger receives the degraded-decision lines. Nil means no logging.
-	Logger *slog.Logger
-	// LogInterval is the least time between two log lines about one
-	// method's degraded decisions. Zero means enforce.DefaultLogInterval
-	// (5s).
-	LogInterval time.Duration
+	// Enforce configures the Enforcer that New builds when Enforcer is
+	// nil, and Close closes (see enforce.Options: its Limiter is
+	// required).
+	Enforce enforce.Options
 
 	// Methods maps full method names ("/bank.v1.Pix/Transfer", as in
 	// grpc.UnaryServerInfo.FullMethod) to their limits. A listed method
@@ -146,22 +129,22 @@ type method struct {
 // New returns a Limiter for opts, or an error listing every bad method,
 // each wrapping [ErrInvalidOptions] (and, for what the enforcement layer
 // refuses, enforce.ErrInvalid as well). It also fails if neither
-// opts.Enforcer nor opts.Limiter is set, or both are, or the metrics
-// cannot be registered. A refused Options registers no metrics.
+// opts.Enforcer nor opts.Enforce.Limiter is set, or both opts.Enforcer and
+// opts.Enforce are, or the metrics cannot be registered. A refused
+// Options registers no metrics.
 func New(opts Options) (*Limiter, error) {
-	e := opts.Enforcer
-	if e != nil {
-		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
-			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+	if opts.Enforcer != nil {
+		if !reflect.ValueOf(opts.Enforce).IsZero() {
+			return nil, fmt.Errorf("%w: Options.Enforcer and Options.Enforce are both set: configure the Enforcer", ErrInvalidOptions)
 		}
-		return build(e, opts)
+		return build(opts.Enforcer, opts)
 	}
-	if opts.Limiter == nil {
-		return nil, fmt.Errorf("%w: set Options.Enforcer or Options.Limiter", ErrInvalidOptions)
+	if opts.Enforce.Limiter == nil {
+		return nil, fmt.Errorf("%w: set Options.Enforcer or Options.Enforce.Limiter", ErrInvalidOptions)
 	}
 	// The methods are checked first on an Enforcer that registers no
 	// metrics, so that a refused Options leaves the registerer as it was.
-	dry, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Limiter})
+	dry, err := enforce.New(enforce.Options{Limiter: opts.Enforce.Limiter, Local: opts.Enforce.Limiter})
 	if err != nil {
 		return nil, err
 	}
@@ -170,8 +153,7 @@ func New(opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err = enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Local, Registerer: opts.Registerer,
-		Logger: opts.Logger, LogInterval: opts.LogInterval})
+	e, err := enforce.New(opts.Enforce)
 	if err != nil {
 		return nil, err
 	}

@@ -28,9 +28,9 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		errs     []string // substrings, one per problem
 		enforced bool     // an error also wraps enforce.ErrInvalid
 	}{
-		{name: "neither enforcer nor limiter", opts: grpclimit.Options{}, errs: []string{"set Options.Enforcer or Options.Limiter"}},
-		{name: "enforcer and its options", opts: grpclimit.Options{Enforcer: e.enf, Limiter: e.lim},
-			errs: []string{"Options.Enforcer is set, and so are some of its own options"}},
+		{name: "neither enforcer nor limiter", opts: grpclimit.Options{}, errs: []string{"set Options.Enforcer or Options.Enforce.Limiter"}},
+		{name: "enforcer and its options", opts: grpclimit.Options{Enforce: enforce.Options{Limiter: e.lim}, Enforcer: e.enf},
+			errs: []string{"Options.Enforcer and Options.Enforce are both set"}},
 		{name: "bad method names", opts: grpclimit.Options{Enforcer: e.enf, Methods: map[string]grpclimit.Method{
 			"EmptyCall":                           {Limits: []grpclimit.Limit{ok("a", 1)}},
 			"/grpc.testing.TestService/":          {Limits: []grpclimit.Limit{ok("a", 1)}},
@@ -129,7 +129,7 @@ func TestNoLimits(t *testing.T) {
 func TestOwnEnforcer(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	reg := prometheus.NewRegistry()
-	good := grpclimit.Options{Limiter: e.lim, Registerer: reg, Methods: map[string]grpclimit.Method{
+	good := grpclimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}, Methods: map[string]grpclimit.Method{
 		emptyCall: {Limits: []grpclimit.Limit{{Rule: rule(t, "own", 1, time.Minute), Key: grpclimit.ClientIP(nil)}}},
 	}}
 	bad := good

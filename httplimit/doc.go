@@ -8,7 +8,7 @@
 // ServeMux (Go 1.22 patterns such as "POST /pix/{id}") and of chi, gorilla
 // or any other router:
 //
-//	hl, err := httplimit.New(httplimit.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger})
+//	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger}})
 //	...
 //	pix, err := hl.Middleware(httplimit.Route{
 //		Limits:  []httplimit.Limit{{Rule: perIP, Key: httplimit.ClientIP(resolver)}, {Rule: pixRule, Key: httplimit.Principal}},

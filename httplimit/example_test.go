@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -36,7 +37,7 @@ func Example() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, err := httplimit.New(httplimit.Options{Limiter: limiter})
+	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	if err != nil {
 		panic(err)
 	}
@@ -78,7 +79,7 @@ func ExampleLimiter_Middleware_multiLevel() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Limiter: limiter})
+	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
 	perIP, _ := floodgate.PerMinute("global-ip", 100)
 	pix, _ := floodgate.PerMinute("pix", 10)
@@ -114,7 +115,7 @@ func ExampleRoute_opaque() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Limiter: limiter})
+	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
 	byIP, _ := floodgate.NewRule("login-ip", 10, 10*time.Minute, floodgate.SlidingWindow)
 	byAccount, _ := floodgate.NewRule("login-account", 5, 10*time.Minute, floodgate.SlidingWindow)
@@ -154,7 +155,7 @@ func ExampleFailureMode() {
 	store := memstore.New(memstore.Options{})
 	store.Close() // a dead store
 	limiter, _ := floodgate.New(store, floodgate.Options{Timeout: 30 * time.Millisecond})
-	hl, _ := httplimit.New(httplimit.Options{Limiter: limiter})
+	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
 	for _, mode := range []httplimit.FailureMode{httplimit.FailClosed, httplimit.FailOpen, httplimit.FailLocal} {
 		rule, _ := floodgate.PerMinute("r-"+mode.String(), 1)
@@ -181,7 +182,7 @@ func ExampleRoute_throttle() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Limiter: limiter})
+	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
 	rule, _ := floodgate.NewRule("export", 1, 100*time.Millisecond, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{
@@ -204,7 +205,7 @@ func ExampleResult_Refund() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Limiter: limiter})
+	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
 	byIP, _ := floodgate.PerMinute("login-ip", 100)
 	byAccount, _ := floodgate.PerMinute("login-account", 2)
@@ -257,7 +258,7 @@ func ExampleOptions() {
 			return a
 		},
 	}))
-	hl, _ := httplimit.New(httplimit.Options{Limiter: limiter, Registerer: reg, Logger: logger})
+	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter, Registerer: reg, Logger: logger}})
 	rule, _ := floodgate.PerMinute("statement", 100)
 	limit, _ := hl.Middleware(httplimit.Route{Name: "statement", Failure: httplimit.FailOpen,
 		Limits: []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(nil)}}})

@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"fmt"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -183,7 +184,7 @@ func TestBreakerStopsCallingADeadStore(t *testing.T) {
 // never a line per request.
 func TestDegradedDecisionsAreLoggedInAggregate(t *testing.T) {
 	const interval = 50 * time.Millisecond
-	e := newEnv(t, envOptions{opts: httplimit.Options{LogInterval: interval}})
+	e := newEnv(t, envOptions{opts: httplimit.Options{Enforce: enforce.Options{LogInterval: interval}}})
 	hs := modes(t, e)
 	e.fault.Set(faultstore.Fail)
 	const n = 2000

@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"errors"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -27,7 +28,7 @@ func footgunLimiter(t *testing.T) (*httplimit.Limiter, *prometheus.Registry, *sy
 	}
 	reg := prometheus.NewRegistry()
 	logs := &syncbuf.Buffer{}
-	hl, err := httplimit.New(httplimit.Options{Limiter: l, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestShadowSkipsAFailedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	hl, err := httplimit.New(httplimit.Options{Limiter: l, Local: l, Registerer: reg})
+	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l, Local: l, Registerer: reg}})
 	if err != nil {
 		t.Fatal(err)
 	}

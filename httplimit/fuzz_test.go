@@ -31,7 +31,7 @@ func FuzzRateLimitFields(f *testing.F) {
 		if err1 != nil || err2 != nil {
 			return
 		}
-		l, err := New(Options{Limiter: lim, Local: lim}) // each input is a process of its own
+		l, err := New(Options{Enforce: enforce.Options{Limiter: lim, Local: lim}}) // each input is a process of its own
 		if err != nil {
 			t.Fatal(err)
 		}

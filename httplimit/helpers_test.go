@@ -65,8 +65,8 @@ func newEnv(t testing.TB, eo envOptions) *env {
 	}
 	e.lim = lim
 	o := eo.opts
-	o.Limiter, o.Registerer = lim, e.reg
-	o.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{
+	o.Enforce.Limiter, o.Enforce.Registerer = lim, e.reg
+	o.Enforce.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
 				return slog.Attr{}
@@ -75,7 +75,7 @@ func newEnv(t testing.TB, eo envOptions) *env {
 		},
 	}))
 	if eo.breaker != nil {
-		en, err := enforce.New(enforce.Options{Limiter: lim, Local: o.Local, Breaker: eo.breaker, Registerer: e.reg, Logger: o.Logger, LogInterval: o.LogInterval})
+		en, err := enforce.New(enforce.Options{Limiter: lim, Local: o.Enforce.Local, Breaker: eo.breaker, Registerer: e.reg, Logger: o.Enforce.Logger, LogInterval: o.Enforce.LogInterval})
 		if err != nil {
 			t.Fatal(err)
 		}

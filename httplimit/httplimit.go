@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Defaults of [Options] and [Route], from the enforcement layer.
@@ -60,32 +60,18 @@ const (
 // ParseFailureMode returns the mode named s: "local", "closed" or "open".
 func ParseFailureMode(s string) (FailureMode, error) { return enforce.ParseFailureMode(s) }
 
-// Options configures a [Limiter]: an Enforcer to share, or a Limiter to
-// build one from.
+// Options configures a [Limiter]: an Enforcer to share, or the options
+// of one to build.
 type Options struct {
 	// Enforcer is the enforcement layer that the routes share with the
 	// other transports of the process (a gRPC server, say): its limiters,
-	// metrics and logger. If set, Limiter, Local, Registerer, Logger and
-	// LogInterval must be zero, and Close leaves it open.
+	// metrics and logger. If set, Enforce must be zero, and Close leaves
+	// it open.
 	Enforcer *enforce.Enforcer
-	// Limiter decides against the shared store. Its Options.Timeout is the
-	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
-	// set); put a breakerstore in front of the store so that a dead store
-	// fails fast (and build an Enforcer with its Breaker to export the
-	// breaker's state). Required unless Enforcer is set.
-	Limiter *floodgate.Limiter
-	// Local decides for FailLocal routes while the store fails. Nil means a
-	// limiter on a memstore that the Limiter owns and Close releases.
-	Local *floodgate.Limiter
-	// Registerer receives the metrics (see the package doc). Nil means no
-	// metrics are registered.
-	Registerer prometheus.Registerer
-	// Logger receives the degraded-decision lines. Nil means no logging.
-	Logger *slog.Logger
-	// LogInterval is the least time between two log lines about one
-	// route's degraded decisions; the decisions in between are counted in
-	// the next line. Zero means DefaultLogInterval (5s).
-	LogInterval time.Duration
+	// Enforce configures the Enforcer that New builds when Enforcer is
+	// nil, and Close closes (see enforce.Options: its Limiter is
+	// required).
+	Enforce enforce.Options
 	// NoLegacyHeaders turns off X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset, which are sent by default.
 	NoLegacyHeaders bool
@@ -100,20 +86,20 @@ type Limiter struct {
 	legacy bool
 }
 
-// New returns a Limiter for opts. It fails if neither opts.Enforcer nor
-// opts.Limiter is set, or both are, or the metrics cannot be registered:
+// New returns a Limiter for opts. It fails if both opts.Enforcer and
+// opts.Enforce are set, or the Enforcer cannot be built (no Limiter), or
+// its metrics cannot be registered:
 // a second Limiter on one registerer gets one error that names the metric
 // and wraps the prometheus.AlreadyRegisteredError, and registers nothing.
 func New(opts Options) (*Limiter, error) {
 	l := &Limiter{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}
 	if l.e != nil {
-		if opts.Limiter != nil || opts.Local != nil || opts.Registerer != nil || opts.Logger != nil || opts.LogInterval != 0 {
-			return nil, fmt.Errorf("%w: Options.Enforcer is set, and so are some of its own options (Limiter, Local, Registerer, Logger, LogInterval): set them on the Enforcer", ErrInvalidOptions)
+		if !reflect.ValueOf(opts.Enforce).IsZero() {
+			return nil, fmt.Errorf("%w: Options.Enforcer and Options.Enforce are both set: configure the Enforcer", ErrInvalidOptions)
 		}
 		return l, nil
 	}
-	e, err := enforce.New(enforce.Options{Limiter: opts.Limiter, Local: opts.Local, Registerer: opts.Registerer,
-		Logger: opts.Logger, LogInterval: opts.LogInterval})
+	e, err := enforce.New(opts.Enforce)
 	if err != nil {
 		return nil, err
 	}

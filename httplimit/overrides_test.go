@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"github.com/floodgate-rl/floodgate/enforce"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -27,7 +28,7 @@ func TestFieldsReportTheOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hl, err := httplimit.New(httplimit.Options{Limiter: lim})
+	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: lim}})
 	if err != nil {
 		t.Fatal(err)
 	}

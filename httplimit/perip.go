@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/enforce"
 )
 
 // PerIP returns middleware that lets each client address make limit
@@ -43,7 +44,7 @@ func PerIP(l *floodgate.Limiter, limit int64, window time.Duration) func(http.Ha
 	if err != nil {
 		panic(err) // the zero Options are valid
 	}
-	hl, err := New(Options{Limiter: l, Local: l}) // Local set: no memstore of its own
+	hl, err := New(Options{Enforce: enforce.Options{Limiter: l, Local: l}}) // Local set: no memstore of its own
 	if err == nil {
 		var mw func(http.Handler) http.Handler
 		if mw, err = hl.Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: FailOpen}); err == nil {

@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"errors"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 // registers nothing, and the first Limiter's metrics keep working.
 func TestSecondLimiterOnOneRegistererIsOneClearError(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	_, err := httplimit.New(httplimit.Options{Limiter: e.lim, Registerer: e.reg})
+	_, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: e.reg}})
 	if err == nil {
 		t.Fatal("a second Limiter registered the same metrics")
 	}
@@ -48,13 +49,13 @@ func TestFailedRegistrationLeavesNothingBehind(t *testing.T) {
 		Help: "Decisions the store failed, by reason (timeout, breaker_open, full: a memory store with no key it can reclaim, error)."}, []string{"gate", "reason"})
 	reg.MustRegister(squatter)
 	e := newEnv(t, envOptions{})
-	if _, err := httplimit.New(httplimit.Options{Limiter: e.lim, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "floodgate_store_errors_total") {
+	if _, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}}); err == nil || !strings.Contains(err.Error(), "floodgate_store_errors_total") {
 		t.Fatalf("err = %v, want one naming floodgate_store_errors_total", err)
 	}
 	// Were the first two left registered, the next Limiter would collide
 	// with them.
 	reg.Unregister(squatter)
-	l, err := httplimit.New(httplimit.Options{Limiter: e.lim, Registerer: reg})
+	l, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}})
 	if err != nil {
 		t.Fatalf("a Limiter on the registerer after a failed New: %v", err)
 	}

@@ -1,6 +1,7 @@
 package ginlimit_test
 
 import (
+	"github.com/floodgate-rl/floodgate/enforce"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -54,7 +55,7 @@ func TestPrincipalOfAnyIDType(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hl, err := httplimit.New(httplimit.Options{Limiter: l, Registerer: prometheus.NewRegistry()})
+			hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l, Registerer: prometheus.NewRegistry()}})
 			if err != nil {
 				t.Fatal(err)
 			}
