@@ -3,7 +3,6 @@ package httplimit_test
 import (
 	"context"
 	"fmt"
-	"github.com/floodgate-rl/floodgate/enforce"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memstore"
 )

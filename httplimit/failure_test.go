@@ -3,7 +3,6 @@ package httplimit_test
 import (
 	"context"
 	"fmt"
-	"github.com/floodgate-rl/floodgate/enforce"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/memstore"

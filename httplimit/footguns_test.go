@@ -3,7 +3,6 @@ package httplimit_test
 import (
 	"context"
 	"errors"
-	"github.com/floodgate-rl/floodgate/enforce"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/memstore"

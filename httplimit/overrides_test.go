@@ -1,13 +1,13 @@
 package httplimit_test
 
 import (
-	"github.com/floodgate-rl/floodgate/enforce"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/overrides"

@@ -2,12 +2,12 @@ package httplimit_test
 
 import (
 	"errors"
-	"github.com/floodgate-rl/floodgate/enforce"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 )
 

@@ -1,7 +1,6 @@
 package ginlimit_test
 
 import (
-	"github.com/floodgate-rl/floodgate/enforce"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/adapters/ginlimit"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/gin-gonic/gin"
