@@ -130,6 +130,10 @@ func TestServeConfiguration(t *testing.T) {
 			`FORCE_START_WITHOUT_INITIAL_CONFIG: "yes please" is not true or false`,
 			`CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: "often" is not a positive duration`,
 		}},
+		{"Prometheus elsewhere", map[string]string{"CONFIG_DIR": "x", "USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/m", "DEBUG_ADDR": ":7"},
+			nil, []string{`PROMETHEUS_PATH: "/m" is not supported`}},
+		{"Prometheus beside a debug address", map[string]string{"CONFIG_DIR": "x", "USE_PROMETHEUS": "true", "DEBUG_PORT": "7"},
+			nil, []string{"PROMETHEUS_ADDR: :9090 differs from DEBUG_ADDR :7"}},
 		{"xDS client certificate without its key", map[string]string{
 			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem",
 		}, nil, []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT: and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together"}},

@@ -416,7 +416,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	if c.GRPCTLS == nil || *c.GRPCTLS != (grpcTLS{Cert: "/certs/tls.crt", Key: "/certs/tls.key", ClientCA: "/certs/ca.crt"}) {
 		t.Errorf("gRPC TLS: %+v", c.GRPCTLS)
 	}
-	if c.RedisURL != "redis://redis.redis.svc:6379" || !c.statsdIgnored || c.HealthyWithConfig {
+	if c.RedisURL != "redis://redis.redis.svc:6379" || !c.statsdIgnored || c.HealthyWithConfig || c.DebugAddr != ":19001" {
 		t.Errorf("%+v", c)
 	}
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,22 @@ func parseSources(c *serveConfig, getenv func(string) string, boolean func(strin
 	c.HealthyWithConfig = boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 	if v := getenv("USE_STATSD"); v != "" {
 		c.statsdIgnored = boolean("USE_STATSD")
+	}
+	if boolean("USE_PROMETHEUS") {
+		// Upstream serves Prometheus on a listener of its own; floodgate's
+		// debug listener serves /metrics, so it takes PROMETHEUS_ADDR (the
+		// port Envoy Gateway's pods are scraped on).
+		addr := cmp.Or(getenv("PROMETHEUS_ADDR"), ":9090")
+		switch {
+		case cmp.Or(getenv("PROMETHEUS_PATH"), "/metrics") != "/metrics":
+			bad("PROMETHEUS_PATH", "%q is not supported: the metrics are on /metrics", getenv("PROMETHEUS_PATH"))
+		case c.DebugAddr != "" && c.DebugAddr != addr:
+			bad("PROMETHEUS_ADDR", "%s differs from DEBUG_ADDR %s: floodgate serves /metrics on its debug listener; set one", addr, c.DebugAddr)
+		case addr == c.HTTPAddr || addr == c.GRPCAddr:
+			bad("PROMETHEUS_ADDR", "%s is also HTTP_ADDR or GRPC_ADDR", addr)
+		default:
+			c.DebugAddr = addr
+		}
 	}
 
 	if boolean("GRPC_SERVER_USE_TLS") {
