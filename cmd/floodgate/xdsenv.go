@@ -130,6 +130,7 @@ func parseXDS(getenv func(string) string, boolean func(string) bool, bad func(na
 			bad("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "%q is not a number from 0 to below 1", v)
 		}
 		x.Backoff.RandomFactor = f
+		x.Backoff.NoJitter = x.Backoff.NoJitter || f == 0 // Backoff reads 0 as its default
 	}
 	if v := getenv("XDS_CLIENT_BACKOFF_JITTER"); v != "" {
 		x.Backoff.NoJitter = !boolean("XDS_CLIENT_BACKOFF_JITTER")

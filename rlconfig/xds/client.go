@@ -463,7 +463,8 @@ func hashResources(rs []*anypb.Any) [32]byte {
 // nackLog writes at most one line per interval about rejected
 // configurations: the first at once, then the latest at the next
 // rejection past the interval, saying how many it stands for. A change
-// of reason is written at once. Used by the Client's goroutine only.
+// of reason is written at once, after the rejections held with the old
+// one. Used by the Client's goroutine only.
 type nackLog struct {
 	interval time.Duration
 	last     time.Time // when the last line was written
@@ -476,6 +477,9 @@ type nackLog struct {
 func (n *nackLog) log(logger *slog.Logger, version, inForce string, err error) {
 	args := []any{"version", version, "version_in_force", inForce, "err", err}
 	n.total++
+	if !n.last.IsZero() && err.Error() != n.reason {
+		n.flush(logger) // the held ones had the old reason
+	}
 	now := time.Now()
 	if n.last.IsZero() || now.Sub(n.last) >= n.interval || err.Error() != n.reason {
 		logger.Error("rate-limit configuration from xDS rejected (NACK); the one in force stays", append(args, "rejections_not_logged", n.held)...)

@@ -3,6 +3,7 @@ package xds
 import (
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,4 +333,40 @@ func fmtErr(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestNACKLogAggregated: one line per interval, the first at once, each
+// saying how many rejections it stands for; a new reason at once.
+func TestNACKLogAggregated(t *testing.T) {
+	var buf strings.Builder
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	n := nackLog{interval: time.Hour}
+	bad := errors.New("bad unit")
+	for range 3 {
+		n.log(logger, "3", "2", bad)
+	}
+	if got := strings.Count(buf.String(), "\n"); got != 1 {
+		t.Fatalf("%d lines for 3 rejections within the interval, want 1:\n%s", got, buf.String())
+	}
+	n.log(logger, "4", "2", errors.New("duplicate descriptor"))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "bad unit") || !strings.Contains(lines[1], "rejections_not_logged=1") ||
+		!strings.Contains(lines[2], "duplicate descriptor") || !strings.Contains(lines[2], "rejections_not_logged=0") {
+		t.Fatalf("a new reason: %q, want the 2 held written (one line, itself and 1 more), then the new one at once", lines)
+	}
+	n.log(logger, "4", "2", errors.New("duplicate descriptor"))
+	n.log(logger, "4", "2", errors.New("duplicate descriptor"))
+	n.flush(logger)
+	lines = strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[3], "rejections_not_logged=1") {
+		t.Errorf("the flush: %q, want one line for the 2 held (itself and 1 more)", lines)
+	}
+	if total := n.reset(); total != 6 {
+		t.Errorf("reset says %d rejections, want 6", total)
+	}
 }
