@@ -103,8 +103,15 @@
 // not named *.yaml or *.yml, and subdirectories are not read, where
 // envoyproxy/ratelimit reads them all; [Config.Skipped] lists them (but
 // the dot files), for a service to warn of. quota_mode is carried on [Limit] and not
-// interpreted. The per-request limit override of the RLS API and loading
-// from an xDS server are not part of this package.
+// interpreted. The per-request limit override of the RLS API is not part
+// of this package.
+//
+// # xDS
+//
+// [ProtoFiles] turns the RateLimitConfig resources of an xDS server into
+// files of this format, read and validated as any other; package
+// rlconfig/xds subscribes to a server. The proto has none of floodgate's
+// extensions: they are for files only.
 //
 // # Reloading
 //

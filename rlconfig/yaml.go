@@ -14,52 +14,54 @@ import (
 
 // The raw* types mirror the YAML as written. Decoding is strict: a field
 // that is not listed here is an error, at the level where it was written.
+// ProtoFiles encodes them too: omitempty leaves out what is not set, so
+// that the file reads back as it was built.
 
 type rawFile struct {
-	Domain      string          `yaml:"domain"`
-	Descriptors []rawDescriptor `yaml:"descriptors"`
+	Domain      string          `yaml:"domain,omitempty"`
+	Descriptors []rawDescriptor `yaml:"descriptors,omitempty"`
 
 	// Extensions: defaults for every descriptor of the domain.
-	Algorithm   string `yaml:"algorithm"`
-	Burst       burst  `yaml:"burst"`
-	FailureMode string `yaml:"failure_mode"`
+	Algorithm   string `yaml:"algorithm,omitempty"`
+	Burst       burst  `yaml:"burst,omitempty"`
+	FailureMode string `yaml:"failure_mode,omitempty"`
 }
 
 type rawDescriptor struct {
-	Key            string          `yaml:"key"`
-	Value          string          `yaml:"value"`
-	RateLimit      *rawLimit       `yaml:"rate_limit"`
-	Descriptors    []rawDescriptor `yaml:"descriptors"`
-	ShadowMode     bool            `yaml:"shadow_mode"`
-	QuotaMode      bool            `yaml:"quota_mode"`
-	DetailedMetric bool            `yaml:"detailed_metric"`
-	ValueToMetric  bool            `yaml:"value_to_metric"`
-	ShareThreshold bool            `yaml:"share_threshold"`
-	Metadata       map[string]any  `yaml:"metadata"`
+	Key            string          `yaml:"key,omitempty"`
+	Value          string          `yaml:"value,omitempty"`
+	RateLimit      *rawLimit       `yaml:"rate_limit,omitempty"`
+	Descriptors    []rawDescriptor `yaml:"descriptors,omitempty"`
+	ShadowMode     bool            `yaml:"shadow_mode,omitempty"`
+	QuotaMode      bool            `yaml:"quota_mode,omitempty"`
+	DetailedMetric bool            `yaml:"detailed_metric,omitempty"`
+	ValueToMetric  bool            `yaml:"value_to_metric,omitempty"`
+	ShareThreshold bool            `yaml:"share_threshold,omitempty"`
+	Metadata       map[string]any  `yaml:"metadata,omitempty"`
 
 	// Extensions.
-	RateLimits  []rawLimit `yaml:"rate_limits"`
-	Algorithm   string     `yaml:"algorithm"`
-	Burst       burst      `yaml:"burst"`
-	FailureMode string     `yaml:"failure_mode"`
+	RateLimits  []rawLimit `yaml:"rate_limits,omitempty"`
+	Algorithm   string     `yaml:"algorithm,omitempty"`
+	Burst       burst      `yaml:"burst,omitempty"`
+	FailureMode string     `yaml:"failure_mode,omitempty"`
 }
 
 type rawLimit struct {
-	Unit            string           `yaml:"unit"`
-	RequestsPerUnit *requestsPerUnit `yaml:"requests_per_unit"`
-	Unlimited       bool             `yaml:"unlimited"`
-	Name            string           `yaml:"name"`
-	Replaces        []rawReplace     `yaml:"replaces"`
+	Unit            string           `yaml:"unit,omitempty"`
+	RequestsPerUnit *requestsPerUnit `yaml:"requests_per_unit,omitempty"`
+	Unlimited       bool             `yaml:"unlimited,omitempty"`
+	Name            string           `yaml:"name,omitempty"`
+	Replaces        []rawReplace     `yaml:"replaces,omitempty"`
 
 	// Extensions.
-	Window     string `yaml:"window"`
-	Algorithm  string `yaml:"algorithm"`
-	Burst      burst  `yaml:"burst"`
-	ShadowMode *bool  `yaml:"shadow_mode"`
+	Window     string `yaml:"window,omitempty"`
+	Algorithm  string `yaml:"algorithm,omitempty"`
+	Burst      burst  `yaml:"burst,omitempty"`
+	ShadowMode *bool  `yaml:"shadow_mode,omitempty"`
 }
 
 type rawReplace struct {
-	Name string `yaml:"name"`
+	Name string `yaml:"name,omitempty"`
 }
 
 // requestsPerUnit and burst are counts written as YAML numbers: an

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate"
@@ -64,6 +65,12 @@ type serveConfig struct {
 	httpIdleTimeout time.Duration // an idle keep-alive connection: 2m
 	ShadowMode      bool          // SHADOW_MODE: every limit in shadow mode
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
+
+	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
+	XDS               *xdsSettings // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
+	GRPCTLS           *grpcTLS     // GRPC_SERVER_USE_TLS: TLS on the gRPC listener; nil means plaintext
+	HealthyWithConfig bool         // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: health fails while no domain is configured
+	statsdIgnored     bool         // USE_STATSD=true: logged at start
 }
 
 // serveUsage is what -h prints: the service's flag and environment, in
@@ -75,6 +82,9 @@ envoyproxy/ratelimit YAML files of DIR (or CONFIG_DIR), configured by the
 environment, envoyproxy/ratelimit's names read where floodgate's are unset:
 
   CONFIG_DIR            or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY
+  CONFIG_TYPE           FILE, or GRPC_XDS_SOTW: from an xDS server (CONFIG_GRPC_XDS_*,
+                        XDS_CLIENT_*, FORCE_START_WITHOUT_INITIAL_CONFIG)
+  GRPC_SERVER_USE_TLS   TLS on gRPC (GRPC_SERVER_TLS_CERT, _KEY, GRPC_CLIENT_TLS_CACERT)
   REDIS_URL             redis://, rediss://, unix:// or HOST:PORT; empty: in memory
                         (REDIS_TYPE, REDIS_AUTH, REDIS_TLS, REDIS_SOCKET_TYPE)
   CACHE_KEY_PREFIX      the Redis key prefix (fg:)
@@ -159,7 +169,11 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	if c.ConfigDir == "" {
 		c.ConfigDir = getenv("CONFIG_DIR")
 	}
-	if c.ConfigDir == "" && getenv("RUNTIME_ROOT") != "" {
+	xdsMode := strings.EqualFold(getenv("CONFIG_TYPE"), "GRPC_XDS_SOTW")
+	if xdsMode && c.ConfigDir != "" {
+		bad("CONFIG_DIR", "is set beside CONFIG_TYPE=GRPC_XDS_SOTW, which takes the configuration from the xDS server; unset one")
+	}
+	if c.ConfigDir == "" && getenv("RUNTIME_ROOT") != "" && !xdsMode { // ignored under xDS, as upstream, with a log line
 		// envoyproxy/ratelimit reads
 		// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, the last
 		// one config by default.
@@ -169,7 +183,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		}
 		c.ConfigDir = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), app)
 	}
-	if c.ConfigDir == "" {
+	if c.ConfigDir == "" && !xdsMode {
 		bad("CONFIG_DIR", "is required (or -config-dir): the directory of envoyproxy/ratelimit YAML files")
 	}
 	if v := getenv("MERGE_DOMAIN_CONFIG"); v != "" {
@@ -204,11 +218,6 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	// that no deployment switches and silently loses it.
 	for _, u := range []struct{ name, why string }{
 		{"GRPC_UDS", "listen on TCP with GRPC_ADDR"},
-		{"GRPC_SERVER_USE_TLS", "the service serves plain gRPC; terminate TLS in front of it"},
-		{"GRPC_SERVER_TLS_CERT", "the service serves plain gRPC; terminate TLS in front of it"},
-		{"GRPC_SERVER_TLS_KEY", "the service serves plain gRPC; terminate TLS in front of it"},
-		{"GRPC_CLIENT_TLS_CACERT", "the service does not authenticate its clients; terminate mTLS in front of it"},
-		{"GRPC_CLIENT_TLS_SAN", "the service does not authenticate its clients; terminate mTLS in front of it"},
 		{"REDIS_TLS_CLIENT_CERT", "Redis TLS uses the system's roots, without a client certificate"},
 		{"REDIS_TLS_CLIENT_KEY", "Redis TLS uses the system's roots, without a client certificate"},
 		{"REDIS_TLS_CACERT", "Redis TLS uses the system's roots"},
@@ -229,9 +238,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	if v := getenv("BACKEND_TYPE"); v != "" && !strings.EqualFold(v, "redis") {
 		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
 	}
-	if v := getenv("CONFIG_TYPE"); v != "" && !strings.EqualFold(v, "FILE") {
-		bad("CONFIG_TYPE", "%q is not supported: files (CONFIG_DIR) only", v)
-	}
+	parseSources(&c, getenv, boolean, bad)
 
 	redisURL, err := redisURL(getenv)
 	if err != nil {
@@ -484,9 +491,24 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		return err
 	}
 	defer enf.Close()
+	if cfg.statsdIgnored {
+		logger.Warn("USE_STATSD is true, but floodgate sends no statsd: its metrics are Prometheus, on /metrics (HTTP_ADDR, or DEBUG_ADDR when set)")
+	}
+	configDir, debounce := cfg.ConfigDir, time.Duration(0)
+	var src *xdsSource // the configuration over xDS, kept in a directory rls watches (xds.go)
+	if cfg.XDS != nil {
+		if src, err = startXDS(ctx, cfg.XDS, rlconfig.Options{MergeDomains: cfg.MergeDomains}, reg, logger); errors.Is(err, errStoppedBeforeConfig) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		defer src.Close()
+		configDir, debounce = src.dir, xdsDebounce
+	}
 	srv, err := rls.New(rls.Options{
 		Enforcer:       enf,
-		ConfigDir:      cfg.ConfigDir,
+		ConfigDir:      configDir,
+		Debounce:       debounce,
 		ConfigOptions:  rlconfig.Options{MergeDomains: cfg.MergeDomains},
 		Registerer:     reg,
 		Gatherer:       reg,
@@ -498,21 +520,32 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)
 	}
 	defer srv.Close()
-
-	gs := grpc.NewServer(append(srv.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
+	if err := src.attach(srv); err != nil {
+		return err
+	}
+	gate := newGate(cfg, src, srv.Config)
+	grpcOpts := append(srv.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
-	}))...)
+	}))
+	if cfg.GRPCTLS != nil {
+		tc, err := serverTLS(*cfg.GRPCTLS, logger)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errConfig, err)
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	gs := grpc.NewServer(append(grpcOpts, gate.serverOptions()...)...)
 	srv.Register(gs)
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	httpServer := func(h http.Handler) *http.Server {
 		return &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, cfg.httpReadTimeout),
 			ReadTimeout: cfg.httpReadTimeout, IdleTimeout: cfg.httpIdleTimeout, ErrorLog: errLog}
 	}
-	web := httpServer(srv.Handler())
+	web := httpServer(gate.handler(srv.Handler()))
 	var debug *http.Server
 	if cfg.DebugAddr != "" {
-		web.Handler = publicOnly(srv.Handler())
-		debug = httpServer(srv.DebugHandler())
+		web.Handler = publicOnly(gate.handler(srv.Handler()))
+		debug = httpServer(gate.handler(srv.DebugHandler()))
 	}
 
 	var lns []net.Listener

@@ -82,21 +82,62 @@ func TestServeConfiguration(t *testing.T) {
 		{"REDIS_SOCKET_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "udp"}, nil, []string{`REDIS_SOCKET_TYPE "udp" is not tcp or unix`}},
 		{"TLS over a unix socket", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "/r.sock", "REDIS_TLS": "1"}, nil, []string{"REDIS_TLS is true for a unix socket"}},
 		{"envoyproxy/ratelimit's features that floodgate lacks", map[string]string{
-			"CONFIG_DIR": "x", "GRPC_UDS": "/run/rl.sock", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem",
-			"GRPC_SERVER_TLS_KEY": "/k.pem", "GRPC_CLIENT_TLS_CACERT": "/ca.pem", "GRPC_CLIENT_TLS_SAN": "envoy",
+			"CONFIG_DIR": "x", "GRPC_UDS": "/run/rl.sock",
 			"REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CLIENT_KEY": "/rk.pem", "REDIS_TLS_CACERT": "/rca.pem",
 			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw", "QUOTA_MODE": "true",
-			"RESPONSE_DYNAMIC_METADATA": "TRUE", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_SOTW", "SHADOW_MODE": "sometimes",
+			"RESPONSE_DYNAMIC_METADATA": "TRUE", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_DELTA", "SHADOW_MODE": "sometimes",
 		}, nil, []string{
-			`GRPC_UDS: "/run/rl.sock" is not supported`, `GRPC_SERVER_USE_TLS: "true" is not supported`,
-			`GRPC_SERVER_TLS_CERT: "/c.pem" is not supported`, `GRPC_SERVER_TLS_KEY: "/k.pem" is not supported`,
-			`GRPC_CLIENT_TLS_CACERT: "/ca.pem" is not supported`, `GRPC_CLIENT_TLS_SAN: "envoy" is not supported`,
+			`GRPC_UDS: "/run/rl.sock" is not supported`,
 			`REDIS_TLS_CLIENT_CERT: "/rc.pem" is not supported`, `REDIS_TLS_CLIENT_KEY: "/rk.pem" is not supported`,
 			`REDIS_TLS_CACERT: "/rca.pem" is not supported`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
 			`REDIS_SENTINEL_AUTH: "pw" is not supported`, `QUOTA_MODE: "true" is not supported`,
 			`RESPONSE_DYNAMIC_METADATA: "TRUE" is not supported`, `BACKEND_TYPE: "memcache" is not supported`,
-			`CONFIG_TYPE: "GRPC_XDS_SOTW" is not supported`, `SHADOW_MODE: "sometimes" is not true or false`,
+			`CONFIG_TYPE: "GRPC_XDS_DELTA" is not FILE or GRPC_XDS_SOTW`, `SHADOW_MODE: "sometimes" is not true or false`,
 		}},
+		{"TLS files without TLS", map[string]string{
+			"CONFIG_DIR": "x", "GRPC_SERVER_TLS_CERT": "/c.pem", "GRPC_CLIENT_TLS_SAN": "envoy", "GRPC_SERVER_TLS_CA_CERT": "/ca.pem",
+		}, nil, []string{
+			"GRPC_SERVER_TLS_CERT: is set but GRPC_SERVER_USE_TLS is not true", "GRPC_CLIENT_TLS_SAN: is set but GRPC_SERVER_USE_TLS is not true",
+			"GRPC_SERVER_TLS_CA_CERT: is set but GRPC_SERVER_USE_TLS is not true",
+		}},
+		{"TLS without its files", map[string]string{
+			"CONFIG_DIR": "x", "GRPC_SERVER_USE_TLS": "true", "GRPC_CLIENT_TLS_SAN": "envoy",
+			"GRPC_CLIENT_TLS_CACERT": "/a.pem", "GRPC_SERVER_TLS_CA_CERT": "/b.pem",
+		}, nil, []string{
+			"GRPC_SERVER_USE_TLS: is true: set GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+			`GRPC_SERVER_TLS_CA_CERT: "/b.pem" differs from GRPC_CLIENT_TLS_CACERT "/a.pem"`,
+		}},
+		{"TLS files that cannot be read", map[string]string{
+			"CONFIG_DIR": "../../examples/rls/config", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/nonexistent/c.pem", "GRPC_SERVER_TLS_KEY": "/nonexistent/k.pem",
+		}, nil, []string{"GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY: open /nonexistent/c.pem"}},
+		{"xDS done wrong", map[string]string{
+			"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_DIR": "x",
+			"CONFIG_GRPC_XDS_NODE_METADATA":             "zone=a,broken",
+			"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a:1,x-b",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":           "/c.pem",
+			"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":       "10s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1s",
+			"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2", "XDS_CLIENT_BACKOFF_JITTER": "maybe",
+			"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "-1", "FORCE_START_WITHOUT_INITIAL_CONFIG": "yes please",
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "often",
+		}, nil, []string{
+			"CONFIG_DIR: is set beside CONFIG_TYPE=GRPC_XDS_SOTW",
+			`CONFIG_GRPC_XDS_NODE_METADATA: "broken" is not key=value`,
+			`CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: "x-b" is not key:value`,
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT: is set but CONFIG_GRPC_XDS_SERVER_USE_TLS is not true",
+			"XDS_CLIENT_BACKOFF_MAX_INTERVAL: 1s is below XDS_CLIENT_BACKOFF_INITIAL_INTERVAL 10s",
+			`XDS_CLIENT_BACKOFF_RANDOM_FACTOR: "2" is not a number from 0 to below 1`,
+			`XDS_CLIENT_BACKOFF_JITTER: "maybe" is not true or false`,
+			`XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: "-1" is not a positive whole number`,
+			`FORCE_START_WITHOUT_INITIAL_CONFIG: "yes please" is not true or false`,
+			`CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: "often" is not a positive duration`,
+		}},
+		{"Prometheus elsewhere", map[string]string{"CONFIG_DIR": "x", "USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/m", "DEBUG_ADDR": ":7"},
+			nil, []string{`PROMETHEUS_PATH: "/m" is not supported`}},
+		{"Prometheus beside a debug address", map[string]string{"CONFIG_DIR": "x", "USE_PROMETHEUS": "true", "DEBUG_PORT": "7"},
+			nil, []string{"PROMETHEUS_ADDR: :9090 differs from DEBUG_ADDR :7"}},
+		{"xDS client certificate without its key", map[string]string{
+			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem",
+		}, nil, []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT: and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var errs bytes.Buffer

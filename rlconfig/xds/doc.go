@@ -1,0 +1,48 @@
+// Package xds takes the rate-limit configuration from an xDS server, as
+// envoyproxy/ratelimit does with CONFIG_TYPE=GRPC_XDS_SOTW, and as Envoy
+// Gateway serves it to its rate-limit deployment.
+//
+// A [Client] opens one aggregated (ADS) stream, state of the world, to
+// the server and subscribes to every resource of type
+// [TypeURL] (ratelimit.config.ratelimit.v3.RateLimitConfig) for its node.
+// Each response is a whole configuration: every resource is turned into
+// a file by [rlconfig.ProtoFiles] and the set is validated by
+// [rlconfig.Parse], as a directory of files is. A valid one is handed to
+// [Options].Apply, which puts it in force, and is then acknowledged
+// (ACK: the response's version and nonce). An invalid one, or one Apply
+// refuses, is rejected (NACK: the version in force, the response's
+// nonce and the reason in error_detail) and the configuration in force
+// stays.
+//
+// # Failures
+//
+// A lost server, or one that cannot be reached, changes nothing: the
+// configuration in force stays until the server returns. The Client
+// opens a new stream after a pause that grows with each failed attempt
+// ([Backoff]), asks again for the version it holds, and takes what the
+// server sends.
+//
+// A server built on go-control-plane's snapshot cache answers a NACK by
+// sending the same snapshot again at once, for as long as it holds it.
+// The Client rejects a snapshot it has already rejected without reading
+// it again, after a pause that doubles from 100ms up to 10s, so that the
+// exchange does not spin; a changed snapshot is read at once, and a
+// fixed one waits at most that pause. The rejections are counted
+// (floodgate_xds_nacks_total) and logged at most once per
+// [Options].LogInterval, each line with the reason and how many
+// rejections it stands for.
+//
+// # Metrics
+//
+//   - floodgate_xds_connected: 1 while a stream to the server is open.
+//   - floodgate_xds_config_info{version}: 1, labelled with the version
+//     of the configuration in force (the server's version_info).
+//   - floodgate_xds_acks_total, floodgate_xds_nacks_total: responses
+//     accepted and rejected.
+//
+// # What the proto carries
+//
+// See [rlconfig.ProtoFiles]: floodgate's own extensions to the YAML
+// format (algorithm, burst, window, rate_limits, failure_mode) have no
+// field in the proto, so they exist in files only.
+package xds
