@@ -89,8 +89,8 @@ type Server struct {
 
 	enf     *enforce.Enforcer
 	logger  *slog.Logger
-	watcher *rlconfig.Watcher // nil with a fixed Config
-	fixed   *rlconfig.Config
+	watcher *rlconfig.Watcher                // nil without ConfigDir
+	fixed   atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
 	shadow  bool    // Options.ShadowMode
 	near    float64 // Options.NearLimitRatio, or its default
 	metrics *metrics
@@ -143,8 +143,9 @@ func New(opts Options) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{enf: opts.Enforcer, logger: logger, fixed: opts.Config, shadow: opts.ShadowMode, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
+	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
+	s.fixed.Store(opts.Config)
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
 			Options:  opts.ConfigOptions,
@@ -229,7 +230,29 @@ func (s *Server) Config() *rlconfig.Config {
 	if s.watcher != nil {
 		return s.watcher.Config()
 	}
-	return s.fixed
+	return s.fixed.Load()
+}
+
+// ErrWatching is returned by [Server.Apply] on a Server that watches a
+// ConfigDir: its next reload would undo the configuration applied.
+var ErrWatching = errors.New("rls: the Server follows its ConfigDir")
+
+// Apply puts cfg in force, as a reload of ConfigDir would, and logs and
+// counts it as one (warning of what it does not apply): for a
+// configuration that comes from elsewhere than files, such as an xDS
+// server (rlconfig.Parse of rlconfig.ProtoFiles). A request reads the
+// configuration once, so none sees half of two. It fails with
+// [ErrWatching] on a Server built with ConfigDir.
+func (s *Server) Apply(cfg *rlconfig.Config) error {
+	if s.watcher != nil {
+		return ErrWatching
+	}
+	if cfg == nil {
+		return fmt.Errorf("%w: Apply of a nil Config", ErrInvalidOptions)
+	}
+	s.fixed.Store(cfg)
+	s.reloaded(cfg, nil)
+	return nil
 }
 
 // Reload reads ConfigDir now, as a change to it would, and reports the

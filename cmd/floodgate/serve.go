@@ -494,8 +494,8 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	if cfg.statsdIgnored {
 		logger.Warn("USE_STATSD is true, but floodgate sends no statsd: its metrics are Prometheus, on /metrics (HTTP_ADDR, or DEBUG_ADDR when set)")
 	}
-	configDir, debounce := cfg.ConfigDir, time.Duration(0)
-	var src *xdsSource // the configuration over xDS, kept in a directory rls watches (xds.go)
+	var src *xdsSource // the configuration over xDS (xds.go)
+	var fixed *rlconfig.Config
 	if cfg.XDS != nil {
 		if src, err = startXDS(ctx, cfg.XDS, rlconfig.Options{MergeDomains: cfg.MergeDomains}, reg, logger); errors.Is(err, errStoppedBeforeConfig) {
 			return nil
@@ -503,12 +503,14 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 			return err
 		}
 		defer src.Close()
-		configDir, debounce = src.dir, xdsDebounce
+		if fixed, err = rlconfig.Parse(nil, rlconfig.Options{}); err != nil { // none yet: every domain unknown
+			return err
+		}
 	}
 	srv, err := rls.New(rls.Options{
 		Enforcer:       enf,
-		ConfigDir:      configDir,
-		Debounce:       debounce,
+		ConfigDir:      cfg.ConfigDir,
+		Config:         fixed,
 		ConfigOptions:  rlconfig.Options{MergeDomains: cfg.MergeDomains},
 		Registerer:     reg,
 		Gatherer:       reg,
