@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -62,7 +61,9 @@ type Options struct {
 	// Registerer receives the metrics (see the package doc). Nil means no
 	// metrics are registered.
 	Registerer prometheus.Registerer
-	// Logger receives the degraded-decision lines. Nil means no logging.
+	// Logger receives the degraded-decision lines and the warnings about
+	// limits that skip requests (a principal set after the rate-limit
+	// check). Nil means slog.Default(): a warning always reaches someone.
 	Logger *slog.Logger
 	// LogInterval is the least time between two log lines about one
 	// gate's degraded decisions; the decisions in between are counted in
@@ -103,7 +104,7 @@ func New(opts Options) (*Enforcer, error) {
 	e := &Enforcer{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
 		metrics: m, rules: make(map[string]floodgate.Rule)}
 	if e.logger == nil {
-		e.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		e.logger = slog.Default()
 	}
 	if e.logEvery == 0 {
 		e.logEvery = DefaultLogInterval

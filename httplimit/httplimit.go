@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -197,7 +196,6 @@ type route struct {
 	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
 	opaqueRetry string        // Retry-After of an opaque denial
 	longest     time.Duration // the longest window of the Route's enforced rules
-	nestWarned  atomic.Bool   // a nesting in another route's middleware was logged
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -358,18 +356,13 @@ func (rt *route) compose(own enforce.Result, outer Result, nested bool) Result {
 func decided(o Outcome) bool { return o == Allowed || o == Denied || o == Local }
 
 // nest handles a route nested in other routes' middleware (a global
-// per-IP middleware around per-route ones): it drops the hits that an
-// outer route already counted, enforced or shadow, so that none counts
-// twice, and logs the first nesting once. The rest composes in serve: the
+// per-IP middleware around per-route ones, the documented pattern): it
+// drops the hits that an outer route already counted, enforced or
+// shadow, so that none counts twice. The rest composes in serve: the
 // fields of every route are sent, the legacy ones of the worst, a denial
 // here refunds the outer routes' hits, and the Result in the context
 // covers every route.
 func (rt *route) nest(ctx context.Context, outer *Result, hits []enforce.Hit) []enforce.Hit {
-	if !rt.nestWarned.Swap(true) {
-		rt.l.e.Logger().LogAttrs(ctx, slog.LevelWarn, "floodgate: a rate-limit middleware runs inside another; "+
-			"they compose (no hit counts twice, a denial here refunds the outer one's hits), but one Route with every limit is one atomic check: prefer it",
-			slog.String("route", rt.Name))
-	}
 	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.Covers(h.Rule.Name, h.Key) })
 }
 
