@@ -26,6 +26,10 @@
 //		grpc.ChainUnaryInterceptor(auth, gl.UnaryServerInterceptor()),
 //		grpc.ChainStreamInterceptor(authStream, gl.StreamServerInterceptor()),
 //	)
+//	pb.RegisterPixServer(srv, pix)
+//	if err := gl.CheckMethods(srv.GetServiceInfo()); err != nil { // a misspelled method limits nothing
+//		log.Fatal(err)
+//	}
 //
 // Each method, and the Default for all the others, is one enforce gate,
 // named in the metrics and logs by the full method name (the Default by

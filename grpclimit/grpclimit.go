@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,7 +115,9 @@ type Limiter struct {
 	e       *enforce.Enforcer
 	ownE    bool // New built e: Close closes it
 	methods map[string]*method
-	def     *method // nil when Default has no limits
+	def     *method           // nil when Default has no limits
+	folded  map[string]string // the Methods names by their lower case: a near miss of a call is a typo
+	strays  sync.Map          // the methods called that Methods does not name, each checked once for a near miss
 }
 
 // method is a built Method: its gate, its keys and its serialized fields.
@@ -179,7 +183,7 @@ func (l *Limiter) Close() error {
 
 // build returns the Limiter of opts's methods on e.
 func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
-	l := &Limiter{e: e, methods: make(map[string]*method, len(opts.Methods))}
+	l := &Limiter{e: e, methods: make(map[string]*method, len(opts.Methods)), folded: make(map[string]string, len(opts.Methods))}
 	var errs []error
 	names := make([]string, 0, len(opts.Methods))
 	for name := range opts.Methods {
@@ -196,6 +200,7 @@ func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
 			errs = append(errs, err)
 		}
 		l.methods[name] = m // nil: a method listed without limits is exempt
+		l.folded[strings.ToLower(name)] = name
 	}
 	if len(opts.Default.Limits) > 0 {
 		m, err := buildMethod(e, DefaultGate, opts.Default)
@@ -344,7 +349,53 @@ func (l *Limiter) method(name string) *method {
 	if m, ok := l.methods[name]; ok {
 		return m // nil for a listed method without limits
 	}
+	if _, seen := l.strays.LoadOrStore(name, struct{}{}); !seen {
+		l.nearMiss(name)
+	}
 	return l.def
+}
+
+// nearMiss logs the Methods name that differs from a called method's
+// only by case: a typo ("/pkg.Svc/Unarycall") that leaves the method
+// under Default, or unlimited, with no other sign.
+func (l *Limiter) nearMiss(called string) {
+	if listed, ok := l.folded[strings.ToLower(called)]; ok {
+		l.e.Logger().LogAttrs(context.Background(), slog.LevelWarn, "floodgate: a method is called by a name that Options.Methods spells otherwise: "+
+			"its limits do not apply to it (Default's do, if any)", slog.String("called", called), slog.String("listed", listed))
+	}
+}
+
+// CheckMethods returns an error, wrapping [ErrInvalidOptions], that lists
+// the names of Options.Methods that are no method of services (a
+// grpc.Server's GetServiceInfo, once its services are registered), with
+// the name each was likely meant to be: a typo in a method name leaves
+// that method unlimited, or under Default, with no other sign. A Limiter
+// built before its server's services are known logs the first call of a
+// method that Methods spells only in another case.
+//
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(gl.UnaryServerInterceptor()))
+//	pb.RegisterBankServer(srv, bank)
+//	if err := gl.CheckMethods(srv.GetServiceInfo()); err != nil { ... }
+func (l *Limiter) CheckMethods(services map[string]grpc.ServiceInfo) error {
+	known := make(map[string]string) // lower case -> name
+	for svc, info := range services {
+		for _, m := range info.Methods {
+			name := "/" + svc + "/" + m.Name
+			known[strings.ToLower(name)] = name
+		}
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(l.methods)) {
+		if _, ok := known[strings.ToLower(name)]; ok && known[strings.ToLower(name)] == name {
+			continue
+		}
+		err := fmt.Errorf("%w: method %q is no method of the server's services", ErrInvalidOptions, name)
+		if alt, ok := known[strings.ToLower(name)]; ok {
+			err = fmt.Errorf("%w: method %q is no method of the server's services; did you mean %q?", ErrInvalidOptions, name, alt)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // decide checks the call whose context is ctx, sends its rate-limit
