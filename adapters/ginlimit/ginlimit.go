@@ -13,13 +13,21 @@
 // the rate-limit fields set and httplimit's Result in gin's context
 // (Result) as well as in the request's (httplimit.FromContext).
 //
+// Behind a proxy, key by [ClientIP]: the client address as gin computes
+// it (c.ClientIP), from the engine's own trusted proxies
+// (SetTrustedProxies, TrustedPlatform). httplimit.ClientIP knows nothing
+// of gin's settings: with a nil resolver it keys by the peer, which
+// behind a proxy is the proxy, so every client would share one key.
+//
 // echo needs no adapter: echo.WrapMiddleware(mw) runs an httplimit
 // middleware as it is.
 package ginlimit
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"reflect"
 	"strconv"
 
@@ -34,6 +42,7 @@ const ResultKey = "floodgate.result"
 // gin handler.
 func Middleware(mw func(http.Handler) http.Handler) gin.HandlerFunc {
 	return func(c *gin.Context) {
+		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), clientIPKey{}, c.ClientIP()))
 		passed := false
 		mw(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 			passed = true
@@ -47,6 +56,27 @@ func Middleware(mw func(http.Handler) http.Handler) gin.HandlerFunc {
 			c.Abort() // mw answered: the rest of the chain must not run
 		}
 	}
+}
+
+type clientIPKey struct{}
+
+// ClientIP is an httplimit.KeyFunc that keys a request by gin's client
+// address (c.ClientIP, which follows the engine's trusted proxies): an
+// IPv4 address as text, an IPv6 one by its /64 prefix, as
+// httplimit.ClientIP keys them. It reads what Middleware saw, so it
+// serves only limits run by Middleware; elsewhere, and for an address
+// gin could not tell, it returns "" (the limit's Missing policy applies).
+func ClientIP(r *http.Request) string {
+	s, _ := r.Context().Value(clientIPKey{}).(string)
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return ""
+	}
+	if a = a.Unmap().WithZone(""); a.Is4() {
+		return a.String()
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
 }
 
 // Result returns httplimit's verdict on the request of c, set by

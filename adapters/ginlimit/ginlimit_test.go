@@ -111,3 +111,58 @@ func TestGinDenialAbortsTheChain(t *testing.T) {
 		t.Fatalf("the handler ran %d times for 2 allowed requests and 1 denied", *ran)
 	}
 }
+
+// ClientIP keys by gin's client address, which follows the engine's
+// trusted proxies: two clients behind a trusted proxy get a limit each,
+// and a forwarded header from an untrusted peer is not believed (issue
+// 24, footgun 4: httplimit.ClientIP(nil) ignored SetTrustedProxies, and
+// every client behind the proxy shared one key).
+func TestClientIPFollowsGinsTrustedProxies(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	store := memstore.New(memstore.Options{})
+	t.Cleanup(func() { store.Close() })
+	l, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hl.Close() })
+	perIP, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("gin-ip", 1)), Key: ginlimit.ClientIP}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gin.New()
+	if err := r.SetTrustedProxies([]string{"192.0.2.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	r.GET("/", ginlimit.Middleware(perIP), func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	get := func(peer, forwarded string) (int, string) {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = peer + ":1234"
+		if forwarded != "" {
+			req.Header.Set("X-Forwarded-For", forwarded)
+		}
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		return rec.Code, rec.Header().Get("RateLimit")
+	}
+	for _, c := range []struct {
+		peer, forwarded string
+		code            int
+	}{
+		{"192.0.2.10", "203.0.113.1", 200},   // through the proxy: client .1
+		{"192.0.2.10", "203.0.113.2", 200},   // another client, its own key
+		{"192.0.2.10", "203.0.113.1", 429},   // .1 again: its limit
+		{"198.51.100.7", "203.0.113.3", 200}, // an untrusted peer: keyed by itself
+		{"198.51.100.7", "203.0.113.4", 429}, // its forged header changes nothing
+		{"192.0.2.11", "2001:db8:1:2::5", 200},
+		{"192.0.2.11", "2001:db8:1:2::6", 429}, // one /64
+	} {
+		if code, quota := get(c.peer, c.forwarded); code != c.code {
+			t.Errorf("peer %s for %s: %d (%s), want %d", c.peer, c.forwarded, code, quota, c.code)
+		}
+	}
+}
