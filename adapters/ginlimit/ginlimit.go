@@ -2,7 +2,7 @@
 // gin. It lives in a module of its own, so that floodgate's main module
 // never pulls gin.
 //
-//	ip, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: perIP, Key: httplimit.ClientIP(resolver)}}})
+//	ip, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: perIP, Key: ginlimit.ClientIP}}})
 //	...
 //	r := gin.New()
 //	r.Use(auth, ginlimit.Principal("user"))   // the id gin's auth set with c.Set("user", id)
