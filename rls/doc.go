@@ -29,8 +29,13 @@
 //   - A descriptor's limit override (Envoy's rate limit action with a
 //     limit) replaces what the configuration says of it, as in
 //     envoyproxy/ratelimit: a fixed window of requests_per_unit per unit
-//     (times unit_multiplier), in a configured domain.
-//   - A hits_addend that a limit could never admit (beyond its capacity,
+//     (times unit_multiplier), in a configured domain. Its limit and
+//     window name its state, so two overrides of one descriptor in one
+//     request are two limits, each checked. All of a domain's overrides
+//     are reported under one name, "<domain>.override", so that no client
+//     makes metric series.
+//   - A hits_addend that the limit in force (after a key's override)
+//     could never admit (beyond its capacity,
 //     or beyond [floodgate.MaxSlidingCost] for a sliding window) is over
 //     that limit without asking the store, as envoyproxy/ratelimit
 //     answers it; not an error, which Envoy's filter lets through by
@@ -40,6 +45,13 @@
 //     without counting; a descriptor that matches no limit, or a domain
 //     that is not configured, is OK (the latter counted in
 //     floodgate_rls_unknown_domain_total).
+//
+// A limit is reported under its name: its name field, or its descriptor
+// path (rlconfig.Limit.Label), in current_limit, the RateLimit fields and
+// every metric, with the figures of the rule in force (a key's override
+// included). detailed_metric labels the floodgate_rls_* series with the
+// request's values; past 1,000 distinct values, new ones are counted
+// under "(other)".
 //
 // The response has one status per descriptor, in the request's order:
 // its code (OVER_LIMIT when one of its own limits denied), and the

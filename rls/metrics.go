@@ -2,6 +2,8 @@ package rls
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,6 +21,31 @@ type metrics struct {
 	unknownDomain                                            prometheus.Counter
 	configLoadSuccess, configLoadError                       prometheus.Counter
 	configIgnored                                            prometheus.Gauge
+
+	details    sync.Map     // the descriptor labels in use (detailed_metric), at most maxDetailLabels
+	detailSeen atomic.Int64 // how many there are
+}
+
+// maxDetailLabels bounds the distinct descriptor labels that
+// detailed_metric gives the floodgate_rls_* series: each is a request's
+// values, so a client could otherwise make series without bound. Past it,
+// the values of new descriptors are counted under "(other)".
+const maxDetailLabels = 1000
+
+// detail returns the descriptor label of key: key itself while fewer
+// than maxDetailLabels are in use, and "(other)" for new ones past that.
+func (m *metrics) detail(key string) string {
+	if _, ok := m.details.Load(key); ok {
+		return key
+	}
+	if m.detailSeen.Add(1) > maxDetailLabels {
+		m.detailSeen.Add(-1)
+		return "(other)"
+	}
+	if _, loaded := m.details.LoadOrStore(key, struct{}{}); loaded {
+		m.detailSeen.Add(-1)
+	}
+	return key
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -74,7 +101,7 @@ func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 		}
 		detail := ""
 		if d.match.DetailedMetric {
-			detail = d.match.MetricKey
+			detail = m.detail(d.match.MetricKey)
 		}
 		for _, v := range d.vs {
 			labels := []string{domain, v.limit.Label, detail}
