@@ -89,10 +89,10 @@ type Server struct {
 
 	enf     *enforce.Enforcer
 	logger  *slog.Logger
-	watcher *rlconfig.Watcher                // nil without ConfigDir
+	watcher *rlconfig.Watcher               // nil without ConfigDir
 	fixed   atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
-	shadow  bool    // Options.ShadowMode
-	near    float64 // Options.NearLimitRatio, or its default
+	shadow  bool                            // Options.ShadowMode
+	near    float64                         // Options.NearLimitRatio, or its default
 	metrics *metrics
 	gather  prometheus.Gatherer
 	health  *health.Server
