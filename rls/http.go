@@ -24,28 +24,31 @@ import (
 //     503 (the store failed and failure_mode is error), 504 (the
 //     request's context ended first) or 500, with the reason as text.
 //   - GET /healthcheck: 200 "OK" while serving, 503 once Shutdown began.
-//   - GET /rlconfig: the configuration in force, one limit a line.
 //   - GET /metrics: the Gatherer's metrics (Prometheus text format).
 //
-// Mount the debug routes elsewhere with [Server.DebugHandler].
+// The configuration in force (domains, limits, file names) is not on it:
+// [Server.DebugHandler] serves it, for a listener of its own.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
-	s.debugRoutes(mux)
+	mux.HandleFunc("GET /healthcheck", s.serveHealth)
+	s.metricsRoute(mux)
 	return mux
 }
 
-// DebugHandler serves /healthcheck, /rlconfig and /metrics alone, for a
-// listener of their own (DEBUG_ADDR).
+// DebugHandler serves /healthcheck, /metrics and GET /rlconfig, the
+// configuration in force, one limit a line: for a listener of their own
+// (DEBUG_ADDR), as envoyproxy/ratelimit serves its configuration on its
+// debug port.
 func (s *Server) DebugHandler() http.Handler {
 	mux := http.NewServeMux()
-	s.debugRoutes(mux)
+	mux.HandleFunc("GET /healthcheck", s.serveHealth)
+	mux.HandleFunc("GET /rlconfig", s.serveConfig)
+	s.metricsRoute(mux)
 	return mux
 }
 
-func (s *Server) debugRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthcheck", s.serveHealth)
-	mux.HandleFunc("GET /rlconfig", s.serveConfig)
+func (s *Server) metricsRoute(mux *http.ServeMux) {
 	if s.gather != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
 	}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -301,12 +301,12 @@ func gateName(domain string) string {
 	return string(b)
 }
 
-// Register registers the rate-limit service, the standard gRPC health
-// service and server reflection on g.
+// Register registers the rate-limit service and the standard gRPC health
+// service on g. Server reflection, which lists them to any caller, is the
+// caller's to add (the service's GRPC_REFLECTION).
 func (s *Server) Register(g *grpc.Server) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, healthService{s.health, s.drained})
-	reflection.Register(g)
 }
 
 // healthService is the standard health service, whose Watch streams end
@@ -367,10 +367,31 @@ func (w *watchStream) Send(res *healthpb.HealthCheckResponse) error {
 	return w.Health_WatchServer.Send(res)
 }
 
+// Bounds on a caller's connections, which the grpc.Server of
+// [Server.GRPCServerOptions] enforces.
+const (
+	// MaxConcurrentStreams bounds the calls and streams open at once on
+	// one connection: an Envoy multiplexes every user's checks over a few
+	// connections, so it is sized for a busy one (a thousand checks in
+	// flight on one connection), while 10,000 health Watch streams on one
+	// connection wait for a slot instead of holding memory.
+	MaxConcurrentStreams = 1024
+	// MinPingInterval is the shortest keepalive ping interval a client
+	// may use; a client pinging faster is disconnected.
+	MinPingInterval = 10 * time.Second
+)
+
 // GRPCServerOptions returns the options a grpc.Server for this service
-// should have: the receive limit MaxMessageSize.
+// should have: the receive limit MaxMessageSize, at most
+// MaxConcurrentStreams streams per connection, and keepalive pings no
+// more often than MinPingInterval (with or without streams open, as
+// Envoy's keepalive may ping an idle connection).
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageSize),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
+	}
 }
 
 // Shutdown marks the service as not serving (health checks and

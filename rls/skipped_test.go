@@ -46,7 +46,7 @@ func TestSkippedFilesWarned(t *testing.T) {
 	if !strings.Contains(logs.String(), `msg="a replaces names no limit of the configuration, and replaces nothing" replaces="[a.r replaces \"typo\"]"`) {
 		t.Errorf("the start's logs do not warn of a.r's replaces of typo alone:\n%s", logs.String())
 	}
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(srv.DebugHandler())
 	defer hs.Close()
 	if _, body := get(t, hs.URL+"/rlconfig"); !strings.Contains(body, "# not read (not *.yaml or *.yml, or a subdirectory): edge, more/, notes.md\n") {
 		t.Errorf("/rlconfig does not list what was not read:\n%s", body)

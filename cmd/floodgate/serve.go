@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
@@ -64,6 +65,7 @@ type serveConfig struct {
 	httpReadTimeout time.Duration // a whole request, its 1 MiB body included: 30s
 	httpIdleTimeout time.Duration // an idle keep-alive connection: 2m
 	ShadowMode      bool          // SHADOW_MODE: every limit in shadow mode
+	Reflection      bool          // GRPC_REFLECTION: gRPC server reflection, which lists the services to any caller
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 
 	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
@@ -90,7 +92,9 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
   CACHE_KEY_PREFIX      the Redis key prefix (fg:)
   GRPC_ADDR             :8081 (GRPC_HOST, GRPC_PORT)
   HTTP_ADDR             :8080 (HOST, PORT)
-  DEBUG_ADDR            /rlconfig and /metrics apart (DEBUG_HOST, DEBUG_PORT)
+  DEBUG_ADDR            /rlconfig, and /metrics apart (DEBUG_HOST, DEBUG_PORT); unset:
+                        no /rlconfig, /metrics on HTTP_ADDR
+  GRPC_REFLECTION       true: gRPC server reflection (off)
   DECISION_TIMEOUT      50ms, the budget of one decision
   SHUTDOWN_TIMEOUT      10s
   MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
@@ -207,6 +211,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		return b
 	}
 	c.ShadowMode = boolean("SHADOW_MODE")
+	c.Reflection = boolean("GRPC_REFLECTION")
 	if v := getenv("NEAR_LIMIT_RATIO"); v != "" {
 		r, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(r > 0 && r <= 1) {
@@ -538,6 +543,9 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	}
 	gs := grpc.NewServer(append(grpcOpts, gate.serverOptions()...)...)
 	srv.Register(gs)
+	if cfg.Reflection {
+		reflection.Register(gs)
+	}
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	httpServer := func(h http.Handler) *http.Server {
 		return &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, cfg.httpReadTimeout),

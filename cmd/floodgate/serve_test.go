@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/enforce"
@@ -610,5 +611,36 @@ func TestDeployConfig(t *testing.T) {
 	}
 	if m := cfg.Match("edge", []rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "a"}}); m.FailureMode != enforce.FailOpen {
 		t.Errorf("path and address: failure_mode %v, want open", m.FailureMode)
+	}
+}
+
+// Server reflection, which lists the services to any caller, is off
+// unless GRPC_REFLECTION asks for it (issue 25, finding 9: it was on).
+func TestReflectionIsOptIn(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte("domain: svc\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		vars := map[string]string{"CONFIG_DIR": dir}
+		if on {
+			vars["GRPC_REFLECTION"] = "true"
+		}
+		r := startServe(t, vars)
+		conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+		if err == nil {
+			err = stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+		}
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		conn.Close()
+		if got := status.Code(err); (got == codes.OK) != on {
+			t.Errorf("GRPC_REFLECTION=%v: reflection answered %v", on, err)
+		}
 	}
 }
