@@ -190,3 +190,17 @@ func TestPeekStoredIsPeek(t *testing.T) {
 		})
 	}
 }
+
+// TestStatePatternEscapesThePrefix: a prefix may hold the bytes that a
+// MATCH pattern treats specially, which must match only themselves.
+func TestStatePatternEscapesThePrefix(t *testing.T) {
+	r := mustRule(t, "r", 1, time.Minute, floodgate.SlidingWindow)
+	for prefix, want := range map[string]string{
+		"fg:":        "fg:{r:*}:w:1m0s",
+		`a*b?c[d]e\`: `a\*b\?c\[d\]e\\{r:*}:w:1m0s`,
+	} {
+		if got := StatePattern(prefix, r); got != want {
+			t.Errorf("StatePattern(%q) = %q, want %q", prefix, got, want)
+		}
+	}
+}

@@ -195,7 +195,7 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	for _, h := range hits {
-		if err := one(ctx, cmd, limiter, h, *output, stdout); err != nil {
+		if err := one(ctx, cmd, limiter, h, *prefix, *output, stdout); err != nil {
 			return err
 		}
 	}
@@ -203,14 +203,18 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 }
 
 // one peeks at or resets the key of one hit, and reports it.
-func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgate.Hit, output string, stdout io.Writer) error {
+func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgate.Hit, prefix, output string, stdout io.Writer) error {
 	rule, key := h.Rule, h.Key
+	stateKey, err := redisstore.StateKey(prefix, rule, key)
+	if err != nil {
+		return err
+	}
 	if cmd == "reset" {
 		if err := limiter.Reset(ctx, rule, key); err != nil {
 			return err
 		}
-		return report(stdout, output, map[string]any{"rule": rule.String(), "key": key, "reset": true},
-			fmt.Sprintf("reset %s for key %q: its count is forgotten\n", rule, key))
+		return report(stdout, output, map[string]any{"rule": rule.String(), "key": key, "reset": true, "state_key": stateKey},
+			fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted)\n", rule, key, stateKey))
 	}
 	d, err := limiter.Peek(ctx, h)
 	if err != nil {
@@ -224,7 +228,8 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgat
 	return report(stdout, output, map[string]any{
 		"rule": rule.String(), "key": key, "allowed": d.Allowed, "remaining": d.Remaining,
 		"reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
-	}, text+"\n")
+		"state_key": stateKey,
+	}, text+"; Redis key "+stateKey+"\n")
 }
 
 // target returns the hits the arguments name: one KEY under -rule, or
