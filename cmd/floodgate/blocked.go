@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -79,24 +80,26 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 	case *progress < 0:
 		return fmt.Errorf("%w: -progress %v: want zero or more", errUsage, *progress)
 	}
-	rules, err := blockedRules(specs, *configDir, *limitsFile, *domain)
+	env, err := subcommandEnv(getenv)
 	if err != nil {
 		return err
 	}
-	url := getenv("REDIS_URL")
-	if url == "" {
-		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	if *configDir == "" && *limitsFile == "" && *domain != "" {
+		*configDir = env.ConfigDir // the service's
 	}
-	// The URL and the prefix are checked before anything is dialed.
-	if err := (redisstore.Options{URL: url, Prefix: *prefix}).Validate(); err != nil {
+	rules, err := blockedRules(specs, *configDir, *limitsFile, *domain, env)
+	if err != nil {
 		return err
 	}
-	opt, err := rueidis.ParseURL(url)
+	*prefix = cmp.Or(*prefix, env.RedisPrefix)
+	// The prefix is checked before anything is dialed.
+	if err := (redisstore.Options{URL: env.RedisURL, Prefix: *prefix}).Validate(); err != nil {
+		return err
+	}
+	opt, err := redisopt.FromURL(env.RedisURL, *timeout, 0)
 	if err != nil {
 		return fmt.Errorf("%w: REDIS_URL: %w", redisstore.ErrInvalidOptions, err)
 	}
-	opt.DisableCache = true
-	opt.Dialer.Timeout = *timeout
 	opt.ConnWriteTimeout = *timeout
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -154,14 +157,14 @@ func idOf(r floodgate.Rule) stateID { return stateID{r.Name, r.Algorithm, r.Wind
 // blockedRules returns the rules floodgate blocked lists the keys of: the
 // -rule flags, every counted limit of -domain in -config, or the live
 // limits of -domain in -limits-file.
-func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSet, error) {
+func blockedRules(specs []string, configDir, limitsFile, domain string, env sharedEnv) (*ruleSet, error) {
 	var rules []floodgate.Rule
 	switch {
 	case configDir != "" && limitsFile != "":
 		return nil, fmt.Errorf("%w: give -config or -limits-file, not both", errUsage)
 	case configDir == "" && limitsFile == "":
 		if domain != "" {
-			return nil, fmt.Errorf("%w: -domain needs -config or -limits-file", errUsage)
+			return nil, fmt.Errorf("%w: -domain needs -config (or CONFIG_DIR, RUNTIME_ROOT) or -limits-file", errUsage)
 		}
 		if len(specs) == 0 {
 			return nil, fmt.Errorf("%w: -rule is required\n%s", errUsage, usage)
@@ -180,7 +183,7 @@ func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSe
 		var cfg *rlconfig.Config
 		var err error
 		if configDir != "" {
-			cfg, err = rlconfig.LoadDir(configDir, rlconfig.Options{})
+			cfg, err = rlconfig.LoadDir(configDir, rlconfig.Options{MergeDomains: env.MergeDomains})
 		} else {
 			cfg, err = loadFile(limitsFile)
 		}

@@ -12,12 +12,16 @@
 // "name=NAME,limit=COUNT/WINDOW" with optional ",algorithm=ALG" (the
 // default is sliding-window) and ",burst=N" (token-bucket): the same rule
 // as the service's, since a key's state belongs to its rule's name,
-// algorithm and window. Redis is REDIS_URL, as the services read it
-// (redisstore's URL forms: standalone, Sentinel, Cluster); -prefix is the
-// services' key prefix. -o json prints JSON for scripts. With -config (a
-// directory of envoyproxy/ratelimit YAML, as the service reads it) and
-// -domain, the arguments are a descriptor's entries, KEY=VALUE, and every
-// limit that applies to it is peeked or reset.
+// algorithm and window. The environment is read as the service reads it
+// (env.go): Redis is REDIS_URL (redisstore's URL forms, or
+// envoyproxy/ratelimit's HOST:PORT with REDIS_AUTH, REDIS_TLS,
+// REDIS_TYPE, REDIS_SOCKET_TYPE), -prefix defaults to CACHE_KEY_PREFIX,
+// and -config to CONFIG_DIR (or RUNTIME_ROOT/...), so that a subcommand
+// run in the service's container finds what the service finds. -o json
+// prints JSON for scripts. With -config (a directory of
+// envoyproxy/ratelimit YAML, as the service reads it) and -domain, the
+// arguments are a descriptor's entries, KEY=VALUE, and every limit that
+// applies to it is peeked or reset.
 //
 // A key with an override (floodgate override) is peeked at or reset under
 // the override's rule, as the services decide it, with a note on stderr;
@@ -38,6 +42,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,7 +121,8 @@ const usage = `usage:
   floodgate peek|reset -config DIR -domain DOMAIN [-prefix P] [-o json] KEY=VALUE...
 ` + blockedUsage + `
   floodgate override set|get|rm|ls ...   per-key limits (floodgate override for its usage)
-Redis is REDIS_URL.`
+Redis is REDIS_URL (with REDIS_AUTH, REDIS_TLS, REDIS_TYPE), -prefix CACHE_KEY_PREFIX
+and -config CONFIG_DIR (or RUNTIME_ROOT/...) by default, as the service reads them.`
 
 // common holds the flags that every subcommand of the store takes.
 type common struct {
@@ -127,7 +133,7 @@ type common struct {
 // commonFlags defines -prefix, -o and -timeout on fs.
 func commonFlags(fs *flag.FlagSet, timeoutHelp string) common {
 	return common{
-		prefix:  fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)"),
+		prefix:  fs.String("prefix", "", "the services' key prefix (default CACHE_KEY_PREFIX, else redisstore's)"),
 		output:  fs.String("o", "text", "output: text or json"),
 		timeout: fs.Duration("timeout", 5*time.Second, timeoutHelp),
 	}
@@ -172,20 +178,21 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if err := c.check(); err != nil {
 		return err
 	}
-	hits, err := target(*ruleSpec, *configDir, *domain, fs.Args())
+	env, err := subcommandEnv(getenv)
 	if err != nil {
 		return err
 	}
-	url := getenv("REDIS_URL")
-	if url == "" {
-		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	if hits, err = withOverrides(ctx, url, *prefix, *timeout, hits, stderr); err != nil {
+	hits, err := target(*ruleSpec, *configDir, *domain, fs.Args(), env)
+	if err != nil {
 		return err
 	}
-	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: *prefix})
+	*prefix = cmp.Or(*prefix, env.RedisPrefix)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if hits, err = withOverrides(ctx, env.RedisURL, *prefix, *timeout, hits, stderr); err != nil {
+		return err
+	}
+	store, err := redisstore.New(ctx, redisstore.Options{URL: env.RedisURL, Prefix: *prefix})
 	if err != nil {
 		return err
 	}
@@ -200,6 +207,20 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 	return nil
+}
+
+// subcommandEnv reads the environment a subcommand shares with the
+// service (readEnv): a bad variable, as the service refuses it, or no
+// REDIS_URL is an error wrapping errUsage.
+func subcommandEnv(getenv func(string) string) (sharedEnv, error) {
+	env, errs := readEnv(getenv)
+	if err := errors.Join(errs...); err != nil {
+		return env, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if env.RedisURL == "" {
+		return env, fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	}
+	return env, nil
 }
 
 // one peeks at or resets the key of one hit, and reports it.
@@ -233,11 +254,15 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgat
 }
 
 // target returns the hits the arguments name: one KEY under -rule, or
-// the limits that apply to a descriptor of -domain in -config.
-func target(ruleSpec, configDir, domain string, args []string) ([]floodgate.Hit, error) {
+// the limits that apply to a descriptor of -domain in -config (by
+// default the service's, env.ConfigDir), read as the service reads it.
+func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([]floodgate.Hit, error) {
+	if configDir == "" && domain != "" {
+		configDir = env.ConfigDir
+	}
 	if configDir == "" {
 		if domain != "" {
-			return nil, fmt.Errorf("%w: -domain needs -config", errUsage)
+			return nil, fmt.Errorf("%w: -domain needs -config (or CONFIG_DIR, RUNTIME_ROOT)", errUsage)
 		}
 		if len(args) != 1 {
 			return nil, fmt.Errorf("%w: want one KEY, got %d arguments\n%s", errUsage, len(args), usage)
@@ -251,7 +276,7 @@ func target(ruleSpec, configDir, domain string, args []string) ([]floodgate.Hit,
 	if ruleSpec != "" || domain == "" || len(args) == 0 {
 		return nil, fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, usage)
 	}
-	cfg, err := rlconfig.LoadDir(configDir, rlconfig.Options{})
+	cfg, err := rlconfig.LoadDir(configDir, rlconfig.Options{MergeDomains: env.MergeDomains})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,7 +34,8 @@ import (
 // rm. set also deletes the overrides that expired. With -config and
 // -domain (the service's configuration), the arguments are a descriptor's
 // entries, and the override is of the one limit that applies to it, by
-// default with that limit's algorithm. ls lists every
+// default with that limit's algorithm; -config defaults to the service's
+// CONFIG_DIR (or RUNTIME_ROOT/...) when -domain is given. ls lists every
 // override, those without an expiry and those expired included, and the
 // entries the services skip as invalid.
 
@@ -42,7 +44,7 @@ const overrideUsage = `usage:
   floodgate override get|rm -rule NAME [-prefix P] [-o json] KEY
   floodgate override set|get|rm -config DIR -domain DOMAIN [set's flags] KEY=VALUE...
   floodgate override ls [-rule NAME] [-prefix P] [-o json]
-Redis is REDIS_URL; services apply a change within their refresh interval (5s by default).`
+Redis is REDIS_URL, read as the service reads it; services apply a change within their refresh interval (5s by default).`
 
 // overrideCmd runs "floodgate override ...": args follow "override".
 func overrideCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -82,6 +84,11 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 			return fmt.Errorf("%w: -%s is only for override set", errUsage, name)
 		}
 	}
+	env, err := subcommandEnv(getenv)
+	if err != nil {
+		return err
+	}
+	*prefix = cmp.Or(*prefix, env.RedisPrefix)
 	var key string
 	switch {
 	case sub == "ls" && (fs.NArg() != 0 || *configDir != "" || *domain != ""):
@@ -92,7 +99,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if *ruleName != "" {
 			return fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, overrideUsage)
 		}
-		hits, err := target("", *configDir, *domain, fs.Args())
+		hits, err := target("", *configDir, *domain, fs.Args(), env)
 		if err != nil {
 			return err
 		}
@@ -137,11 +144,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 				errUsage, *limit, entry.Rule.Limit*6/1000, floodgate.MaxShorthandLimit)
 		}
 	}
-	url := getenv("REDIS_URL")
-	if url == "" {
-		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
-	}
-	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: *prefix, DialTimeout: *timeout})
+	table, err := overrides.NewTable(overrides.Options{URL: env.RedisURL, Prefix: *prefix, DialTimeout: *timeout})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
