@@ -91,6 +91,9 @@ func readEnv(getenv func(string) string) (sharedEnv, []error) {
 		if b, err := strconv.ParseBool(v); err == nil && !b {
 			continue // false: what floodgate does
 		}
+		if u.name == "REDIS_SENTINEL_AUTH" {
+			v = "xxxxx" // a password
+		}
 		bad(u.name, "%q is not supported: %s", v, u.why)
 	}
 	return e, errs
@@ -99,9 +102,11 @@ func readEnv(getenv func(string) string) (sharedEnv, []error) {
 // redisURL reads REDIS_URL in redisstore's forms, or in
 // envoyproxy/ratelimit's: HOST:PORT without a scheme (several, comma
 // separated, for REDIS_TYPE cluster; the master's name first for
-// sentinel) or a socket's path (REDIS_SOCKET_TYPE unix), with REDIS_AUTH
-// as the password and REDIS_TLS. Beside a URL, those variables must
-// agree with it or be unset: none is dropped unseen.
+// sentinel), optionally after USER:PASSWORD@ or PASSWORD@ (taken as
+// written, unescaped), or a socket's path (REDIS_SOCKET_TYPE unix), with
+// REDIS_AUTH (PASSWORD or USER:PASSWORD) as the password and REDIS_TLS.
+// Beside a URL, those variables must agree with it or be unset: none is
+// dropped unseen. Its errors quote no password.
 func redisURL(getenv func(string) string) (string, error) {
 	v := getenv("REDIS_URL")
 	typ := strings.ToLower(getenv("REDIS_TYPE"))
@@ -139,6 +144,16 @@ func redisURL(getenv func(string) string) (string, error) {
 		}
 		return v, nil
 	}
+	// Credentials before the addresses: everything up to the last @ (a
+	// password may hold one, an address never does). A socket's path is
+	// taken whole: it may hold an @.
+	auth := getenv("REDIS_AUTH")
+	if i := strings.LastIndex(v, "@"); i >= 0 && !strings.HasPrefix(v, "/") {
+		if auth != "" {
+			return "", errors.New("REDIS_AUTH is set beside credentials in REDIS_URL (USER:PASSWORD@HOST:PORT); give one of them")
+		}
+		auth, v = v[:i], v[i+1:]
+	}
 	var u url.URL
 	if st == "unix" || strings.HasPrefix(v, "/") {
 		// envoyproxy/ratelimit's socket path.
@@ -168,7 +183,7 @@ func redisURL(getenv func(string) string) (string, error) {
 		}
 		u.Host, u.RawQuery = parts[0], q.Encode()
 	}
-	if auth := getenv("REDIS_AUTH"); auth != "" {
+	if auth != "" {
 		if user, pass, ok := strings.Cut(auth, ":"); ok {
 			u.User = url.UserPassword(user, pass)
 		} else {
