@@ -50,7 +50,9 @@ func (b blockedKey) hashed() bool { return strings.HasPrefix(b.key, "~") }
 // master, one node at a time on a Cluster, for the rules' state keys
 // (redisstore.StatePattern, ParseStateKey), and asks the store to peek at
 // each (redisstore.Store.PeekStored), as the services would: the command
-// computes no algorithm and knows no key layout of its own.
+// computes no algorithm and knows no key layout of its own. A key over a
+// shadow_mode limit (or any limit of -config under SHADOW_MODE) is listed
+// as such, and not counted as blocked: such a limit never denies.
 func blocked(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("blocked", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -135,6 +137,9 @@ type ruleSet struct {
 	live    *rlconfig.Rules            // the live limits' rule of each key
 	count   int                        // the rules or limits, for the summary
 	names   map[string]bool            // the rules' names
+	// shadow are the names of the rules whose limits are in shadow mode
+	// (-config: shadow_mode, or SHADOW_MODE): counted, never denying.
+	shadow map[string]bool
 	// overrides are the per-key overrides (floodgate override) in force
 	// of the rules' names, by "<name>:<stored key>": a key that has one
 	// is judged by the override's rule, as the services judge it.
@@ -159,6 +164,7 @@ func idOf(r floodgate.Rule) stateID { return stateID{r.Name, r.Algorithm, r.Wind
 // limits of -domain in -limits-file.
 func blockedRules(specs []string, configDir, limitsFile, domain string, env sharedEnv) (*ruleSet, error) {
 	var rules []floodgate.Rule
+	shadow := map[string]bool{}
 	switch {
 	case configDir != "" && limitsFile != "":
 		return nil, fmt.Errorf("%w: give -config or -limits-file, not both", errUsage)
@@ -195,6 +201,11 @@ func blockedRules(specs []string, configDir, limitsFile, domain string, env shar
 				continue
 			}
 			rules = append(rules, l.Rule)
+			// The service's shadow modes; a library's live limits have
+			// none (rlconfig.Rules gives a shadow_mode limit no rule).
+			if configDir != "" && (l.ShadowMode || env.ShadowMode) {
+				shadow[l.Rule.Name] = true
+			}
 		}
 		if len(rules) == 0 {
 			return nil, fmt.Errorf("%w: domain %q has no counted limit in %s (domains: %q)", errUsage, domain, cmp.Or(configDir, limitsFile), cfg.Domains())
@@ -207,7 +218,7 @@ func blockedRules(specs []string, configDir, limitsFile, domain string, env shar
 			return rs, nil
 		}
 	}
-	rs := &ruleSet{byState: map[stateID]floodgate.Rule{}, count: len(rules), names: map[string]bool{}}
+	rs := &ruleSet{byState: map[stateID]floodgate.Rule{}, count: len(rules), names: map[string]bool{}, shadow: shadow}
 	for _, r := range rules {
 		rs.names[r.Name] = true
 		if o, dup := rs.byState[idOf(r)]; dup && o != r {
@@ -336,6 +347,7 @@ type candidate struct {
 	key      string // as in the store: plain, or the digest "~..."
 	stateKey string // the Redis key of its state
 	override bool   // rule is the key's override
+	shadow   bool   // the rule's limit is in shadow mode: it never denies
 }
 
 // run scans every master for the rules' state keys.
@@ -422,7 +434,7 @@ func (s *scanner) parse(k string) (candidate, bool) {
 	}
 	r, ok := s.rules.rule(idOf(id), key)
 	_, override := s.rules.overrides[id.Name+":"+key]
-	return candidate{rule: r, key: key, stateKey: k, override: override}, ok
+	return candidate{rule: r, key: key, stateKey: k, override: override, shadow: s.rules.shadow[r.Name]}, ok
 }
 
 // peek asks the store about a batch of keys found on node addr, as they
@@ -455,8 +467,20 @@ func (s *scanner) tick() {
 		return
 	}
 	s.reported = now
+	blocked, _ := s.counts()
 	fmt.Fprintf(s.stderr, "floodgate blocked: %v: %d keys of the rules scanned on %d node(s), %d blocked so far\n",
-		now.Sub(s.start).Round(time.Millisecond), s.scanned, s.nodes, len(s.found))
+		now.Sub(s.start).Round(time.Millisecond), s.scanned, s.nodes, blocked)
+}
+
+// counts returns how many keys found are blocked, and how many are over a
+// shadow limit, which never denies.
+func (s *scanner) counts() (blocked, shadow int) {
+	for _, b := range s.found {
+		if b.shadow {
+			shadow++
+		}
+	}
+	return len(s.found) - shadow, shadow
 }
 
 // hashNote explains the keys shown by their digest.
@@ -469,8 +493,12 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 	slices.SortFunc(s.found, func(a, b blockedKey) int {
 		return cmp.Or(cmp.Compare(a.rule.Name, b.rule.Name), cmp.Compare(a.rule.Window, b.rule.Window), cmp.Compare(a.key, b.key))
 	})
+	blocked, shadow := s.counts()
 	summary := fmt.Sprintf("%d key(s) blocked; %d key(s) of %d rule(s) scanned on %d node(s) in %v",
-		len(s.found), s.scanned, s.rules.count, s.nodes, time.Since(s.start).Round(time.Millisecond))
+		blocked, s.scanned, s.rules.count, s.nodes, time.Since(s.start).Round(time.Millisecond))
+	if shadow > 0 {
+		summary += fmt.Sprintf("; %d key(s) over a shadow_mode limit, which never denies: not blocked", shadow)
+	}
 	if s.more {
 		summary += fmt.Sprintf("; stopped at -limit %d: more keys may be blocked", s.limit)
 	}
@@ -478,7 +506,7 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		for _, b := range s.found {
 			v := map[string]any{
 				"rule": b.rule.String(), "policy": b.rule.Name, "key": b.key, "hashed": b.hashed(), "override": b.override, "node": b.node,
-				"state_key": b.stateKey,
+				"state_key": b.stateKey, "shadow": b.shadow,
 				"remaining": b.result.Remaining, "retry_after_ms": b.result.RetryAfter.Milliseconds(),
 				"reset_after_ms": b.result.ResetAfter.Milliseconds(),
 			}
@@ -500,6 +528,9 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		}
 		if b.override {
 			key += fmt.Sprintf(" (override %d/%v)", b.rule.Limit, b.rule.Window)
+		}
+		if b.shadow {
+			key += " (shadow: never denied)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", b.rule.Name, key, b.result.Remaining,
 			b.result.RetryAfter.Round(time.Millisecond), b.result.ResetAfter.Round(time.Millisecond))

@@ -21,7 +21,8 @@
 // prints JSON for scripts. With -config (a directory of
 // envoyproxy/ratelimit YAML, as the service reads it) and -domain, the
 // arguments are a descriptor's entries, KEY=VALUE, and every limit that
-// applies to it is peeked or reset.
+// applies to it is peeked or reset; a limit in shadow mode (shadow_mode,
+// or SHADOW_MODE) never denies, and is reported so.
 //
 // A key with an override (floodgate override) is peeked at or reset under
 // the override's rule, as the services decide it, with a note on stderr;
@@ -224,7 +225,7 @@ func subcommandEnv(getenv func(string) string) (sharedEnv, error) {
 }
 
 // one peeks at or resets the key of one hit, and reports it.
-func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgate.Hit, prefix, output string, stdout io.Writer) error {
+func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHit, prefix, output string, stdout io.Writer) error {
 	rule, key := h.Rule, h.Key
 	stateKey, err := redisstore.StateKey(prefix, rule, key)
 	if err != nil {
@@ -237,26 +238,41 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgat
 		return report(stdout, output, map[string]any{"rule": rule.String(), "key": key, "reset": true, "state_key": stateKey},
 			fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted)\n", rule, key, stateKey))
 	}
-	d, err := limiter.Peek(ctx, h)
+	d, err := limiter.Peek(ctx, h.Hit)
 	if err != nil {
 		return err
 	}
+	verdict := map[bool]string{true: "allowed", false: "denied"}[d.Allowed]
+	if !d.Allowed && h.shadow {
+		verdict = "over the limit, and allowed: the limit is in shadow mode, counted but never denying"
+	}
 	text := fmt.Sprintf("%s, key %q: a request now would be %s; %d left after it; full again in %v",
-		rule, key, map[bool]string{true: "allowed", false: "denied"}[d.Allowed], d.Remaining, d.ResetAfter.Round(time.Millisecond))
-	if !d.Allowed {
+		rule, key, verdict, d.Remaining, d.ResetAfter.Round(time.Millisecond))
+	switch {
+	case !d.Allowed && h.shadow:
+		text += fmt.Sprintf("; within the limit again in %v", d.RetryAfter.Round(time.Millisecond))
+	case !d.Allowed:
 		text += fmt.Sprintf("; allowed again in %v", d.RetryAfter.Round(time.Millisecond))
 	}
 	return report(stdout, output, map[string]any{
-		"rule": rule.String(), "key": key, "allowed": d.Allowed, "remaining": d.Remaining,
-		"reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
+		"rule": rule.String(), "key": key, "allowed": d.Allowed || h.shadow, "over_limit": !d.Allowed, "shadow": h.shadow,
+		"remaining": d.Remaining, "reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
 		"state_key": stateKey,
 	}, text+"; Redis key "+stateKey+"\n")
+}
+
+// targetHit is a hit that peek or reset reads, and whether its limit is
+// in shadow mode (counted, never denying), which only the service's
+// configuration tells.
+type targetHit struct {
+	floodgate.Hit
+	shadow bool
 }
 
 // target returns the hits the arguments name: one KEY under -rule, or
 // the limits that apply to a descriptor of -domain in -config (by
 // default the service's, env.ConfigDir), read as the service reads it.
-func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([]floodgate.Hit, error) {
+func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([]targetHit, error) {
 	if configDir == "" && domain != "" {
 		configDir = env.ConfigDir
 	}
@@ -271,7 +287,7 @@ func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([
 		if err != nil {
 			return nil, err
 		}
-		return []floodgate.Hit{{Rule: rule, Key: args[0], Cost: 1}}, nil
+		return []targetHit{{Hit: floodgate.Hit{Rule: rule, Key: args[0], Cost: 1}}}, nil
 	}
 	if ruleSpec != "" || domain == "" || len(args) == 0 {
 		return nil, fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, usage)
@@ -289,7 +305,12 @@ func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([
 		entries[i] = rlconfig.Entry{Key: k, Value: v}
 	}
 	m := cfg.Match(domain, entries)
-	hits := m.Hits(1)
+	var hits []targetHit
+	for _, l := range m.Limits { // those of m.Hits
+		if !l.Unlimited && !l.Blocked() {
+			hits = append(hits, targetHit{floodgate.Hit{Rule: l.Rule, Key: m.Key, Cost: 1}, l.ShadowMode || env.ShadowMode})
+		}
+	}
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("%w: no counted limit of domain %q applies to %v (%v)", errUsage, domain, args, m.Outcome)
 	}

@@ -320,14 +320,14 @@ func (o overrideOutput) report(v map[string]any, text string) error {
 // read and clear the state a request would use; each one applied is
 // noted on stderr. An entry the services skip as invalid is skipped here
 // too.
-func withOverrides(ctx context.Context, url, prefix string, timeout time.Duration, hits []floodgate.Hit, stderr io.Writer) ([]floodgate.Hit, error) {
+func withOverrides(ctx context.Context, url, prefix string, timeout time.Duration, hits []targetHit, stderr io.Writer) ([]targetHit, error) {
 	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix, DialTimeout: timeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	defer table.Close()
 	now := time.Now()
-	out := make([]floodgate.Hit, len(hits))
+	out := make([]targetHit, len(hits))
 	for i, h := range hits {
 		out[i] = h
 		e, ok, err := table.Get(ctx, h.Rule.Name, h.Key)
