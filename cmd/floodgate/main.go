@@ -30,8 +30,9 @@
 //
 // What the command cannot see: a rule given with another name, window or
 // algorithm than the service's reads a fresh key; a service with a
-// denial cache keeps a denial it cached until its Retry-After ran out, at
-// most, even after a reset. -o json writes one object per line, one per
+// denial cache keeps a denial it cached until its Retry-After runs out,
+// even after a reset or an override, and reset and override say for how
+// long at most (longestWait). -o json writes one object per line, one per
 // limit; a key that starts with "-" goes after "--".
 //
 // Exit status: 0 done (or help shown: -h, help), 1 Redis failed or could
@@ -56,6 +57,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -224,6 +226,28 @@ func subcommandEnv(getenv func(string) string) (sharedEnv, error) {
 	return env, nil
 }
 
+// longestWait is the longest Retry-After a denial under r can carry: a
+// window for a sliding or fixed window, two for a sliding-window counter
+// (the next window still weighs the last one), and the refill of the whole
+// bucket for a token bucket (algo.Life of the capacity). A service's
+// denial cache keeps a denial at most until its Retry-After runs out
+// (floodgate.Options.DenialCacheSize), and a Reset or an override through
+// another process does not clear it: so a denial of a key under r, cached
+// before a reset, lasts at most this long after it.
+func longestWait(r floodgate.Rule) time.Duration { return algo.Life(r, r.Capacity()) }
+
+// cachedDenialNote says how long at most (wait) a service's denial cache
+// may keep denying a key after what the command did; a zero wait, which
+// the command could not tell, is said in words.
+func cachedDenialNote(after string, wait time.Duration) string {
+	most := wait.String()
+	if wait == 0 {
+		most = "the rule's longest Retry-After (its window; two for sliding-window-counter; a whole bucket's refill for token-bucket)"
+	}
+	return fmt.Sprintf("A service with a denial cache (DENIAL_CACHE_SIZE, LOCAL_CACHE_SIZE_IN_BYTES) may still deny the key "+
+		"from a denial it cached before %s, for at most %s.", after, most)
+}
+
 // one peeks at or resets the key of one hit, and reports it.
 func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHit, prefix, output string, stdout io.Writer) error {
 	rule, key := h.Rule, h.Key
@@ -235,8 +259,10 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHi
 		if err := limiter.Reset(ctx, rule, key); err != nil {
 			return err
 		}
-		return report(stdout, output, map[string]any{"rule": rule.String(), "key": key, "reset": true, "state_key": stateKey},
-			fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted)\n", rule, key, stateKey))
+		wait := longestWait(rule)
+		return report(stdout, output, map[string]any{
+			"rule": rule.String(), "key": key, "reset": true, "state_key": stateKey, "cached_denial_max_ms": wait.Milliseconds(),
+		}, fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted).\n%s\n", rule, key, stateKey, cachedDenialNote("the reset", wait)))
 	}
 	d, err := limiter.Peek(ctx, h.Hit)
 	if err != nil {

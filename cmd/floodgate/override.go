@@ -35,7 +35,9 @@ import (
 // -domain (the service's configuration), the arguments are a descriptor's
 // entries, and the override is of the one limit that applies to it, by
 // default with that limit's algorithm; -config defaults to the service's
-// CONFIG_DIR (or RUNTIME_ROOT/...) when -domain is given. ls lists every
+// CONFIG_DIR (or RUNTIME_ROOT/...) when -domain is given. set and rm say
+// how long at most a service's denial cache may still deny the key from
+// a denial it cached before the change. ls lists every
 // override, those without an expiry and those expired included, and the
 // entries the services skip as invalid.
 
@@ -90,6 +92,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	}
 	*prefix = cmp.Or(*prefix, env.RedisPrefix)
 	var key string
+	var base *floodgate.Rule // the key's own rule, when the configuration tells it
 	switch {
 	case sub == "ls" && (fs.NArg() != 0 || *configDir != "" || *domain != ""):
 		return fmt.Errorf("%w: override ls takes no KEY nor -config, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
@@ -110,7 +113,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 			}
 			return fmt.Errorf("%w: %d limits apply to %v (%s): give each with -rule NAME and its KEY", errUsage, len(hits), fs.Args(), strings.Join(names, ", "))
 		}
-		*ruleName, key = hits[0].Rule.Name, hits[0].Key
+		*ruleName, key, base = hits[0].Rule.Name, hits[0].Key, &hits[0].Rule
 		if !set("algorithm") {
 			*algorithm = hits[0].Rule.Algorithm.String()
 		}
@@ -161,11 +164,17 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return err
 		}
-		text := fmt.Sprintf("set %s; services apply it within their refresh interval (5s by default)\n", entry)
+		// A service answers a denial cached under the key's old rule
+		// until it reads the override (a cached denial is of one rule),
+		// and one cached under the new rule, had the key that rule
+		// before, until its Retry-After runs out.
+		wait := max(overrides.DefaultRefresh, longestWait(entry.Rule))
+		text := fmt.Sprintf("set %s; services apply it within their refresh interval (5s by default)\n%s\n",
+			entry, cachedDenialNote("this change", wait))
 		if pruned > 0 {
 			text += fmt.Sprintf("deleted %d expired override(s)\n", pruned)
 		}
-		return out.report(map[string]any{"set": entryJSON(entry, time.Now()), "pruned": pruned}, text)
+		return out.report(map[string]any{"set": entryJSON(entry, time.Now()), "pruned": pruned, "cached_denial_max_ms": wait.Milliseconds()}, text)
 	case "get":
 		e, ok, err := table.Get(ctx, *ruleName, key)
 		if err != nil {
@@ -188,11 +197,24 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return err
 		}
-		text := fmt.Sprintf("removed the override of key %q under rule %s; services apply the rule's own limit within their refresh interval\n", key, *ruleName)
-		if !ok {
-			text = fmt.Sprintf("no override of key %q under rule %s\n", key, *ruleName)
+		text := fmt.Sprintf("no override of key %q under rule %s\n", key, *ruleName)
+		v := map[string]any{"rule": *ruleName, "key": key, "removed": ok}
+		if ok {
+			// The key's own rule applies again, and with it a denial a
+			// service cached under that rule before the override, until
+			// its Retry-After runs out: at most the rule's longest wait,
+			// which only the configuration tells.
+			text = fmt.Sprintf("removed the override of key %q under rule %s; services apply the rule's own limit within their refresh interval (5s by default)\n", key, *ruleName)
+			if base != nil {
+				wait := max(overrides.DefaultRefresh, longestWait(*base))
+				v["cached_denial_max_ms"] = wait.Milliseconds()
+				text += cachedDenialNote("the override (under the rule's own limit)", wait) + "\n"
+			} else {
+				v["cached_denial_max_ms"] = nil // -config tells it
+				text += cachedDenialNote("the override (under the rule's own limit)", 0) + "\n"
+			}
 		}
-		return out.report(map[string]any{"rule": *ruleName, "key": key, "removed": ok}, text)
+		return out.report(v, text)
 	default:
 		l, err := table.List(ctx)
 		if err != nil {
