@@ -12,7 +12,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algo"
-	"github.com/floodgate-rl/floodgate/internal/keyenc"
 )
 
 var (
@@ -37,14 +36,6 @@ var (
 // 2^52µs, so sums with the time stay below 2^53, where Lua's doubles are
 // exact.
 const maxServerTime = 1 << 52
-
-// Suffixes of the state keys, by algorithm.
-var suffixes = [...]string{
-	floodgate.SlidingWindow:        "s",
-	floodgate.TokenBucket:          "t",
-	floodgate.FixedWindow:          "f",
-	floodgate.SlidingWindowCounter: "c",
-}
 
 // group is one Take: its id and hits, all-or-nothing.
 type group struct {
@@ -121,35 +112,6 @@ func keySlot(key string) uint16 {
 		}
 	}
 	return crc & 16383
-}
-
-// tag returns the start of every key of (rule name, key), up to and
-// including the ":" after the hash tag: "<prefix>{<name>:<encoded key>}:".
-// The prefix and rule name hold no braces and keyenc.Encode never returns
-// one, so the tag is the key's only hash tag whatever the client sent.
-func (s *Store) tag(name, key string) string {
-	return s.prefix + "{" + name + ":" + keyenc.Encode(key) + "}:"
-}
-
-// keyLetters are the algorithms' letters in their state keys: the
-// scripts' letters, but "w" for the sliding window's ring of 6-byte
-// times. Earlier versions kept the sliding window under "s" (a sorted
-// set) and "l" (a ring of 7-byte times). A replica of one version never
-// reads another's keys: a GETRANGE of a sorted set would fail with
-// WRONGTYPE, and a ring of another layout would be misread.
-var keyLetters = [...]string{
-	floodgate.SlidingWindow:        "w",
-	floodgate.TokenBucket:          "t",
-	floodgate.FixedWindow:          "f",
-	floodgate.SlidingWindowCounter: "c",
-}
-
-// stateSuffix is the end of a rule's state keys, after the tag: the
-// algorithm's key letter and the window, "w:1m0s". The window is part of
-// the state's identity (floodgate.Store), so that a rule whose window
-// changes starts fresh instead of reading another window's state.
-func stateSuffix(r floodgate.Rule) string {
-	return keyLetters[r.Algorithm] + ":" + r.Window.String()
 }
 
 // hitParams is what the scripts need of a hit.

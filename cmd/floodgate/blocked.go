@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -37,13 +37,9 @@ const (
 
 // blockedKey is one key found at or over its limit.
 type blockedKey struct {
-	rule   floodgate.Rule
-	key    string // as the store wrote it: the key, or its digest "~..."
+	candidate
 	node   string // the Redis node it was found on
 	result floodgate.Result
-	// override: rule is the key's override (floodgate override), not
-	// the rule asked for.
-	override bool
 }
 
 // hashed reports a key the store keeps as a digest (keyenc.Encode).
@@ -52,8 +48,11 @@ func (b blockedKey) hashed() bool { return strings.HasPrefix(b.key, "~") }
 // blocked lists the keys of the given rules that a request would now find
 // at or over their limit: floodgate blocked. It SCANs (never KEYS) every
 // master, one node at a time on a Cluster, for the rules' state keys
-// (redisstore's key layout), and asks the store to peek at each, as the
-// services would: the command computes no algorithm of its own.
+// (redisstore.StatePattern, ParseStateKey), and asks the store to peek at
+// each (redisstore.Store.PeekStored), as the services would: the command
+// computes no algorithm and knows no key layout of its own. A key over a
+// shadow_mode limit (or any limit of -config under SHADOW_MODE) is listed
+// as such, and not counted as blocked: such a limit never denies.
 func blocked(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("blocked", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -83,32 +82,34 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 	case *progress < 0:
 		return fmt.Errorf("%w: -progress %v: want zero or more", errUsage, *progress)
 	}
-	rules, err := blockedRules(specs, *configDir, *limitsFile, *domain)
+	env, err := subcommandEnv(getenv)
 	if err != nil {
 		return err
 	}
-	url := getenv("REDIS_URL")
-	if url == "" {
-		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	if *configDir == "" && *limitsFile == "" && *domain != "" {
+		*configDir = env.ConfigDir // the service's
 	}
-	// The URL and the prefix are checked before anything is dialed.
-	if err := (redisstore.Options{URL: url, Prefix: *prefix}).Validate(); err != nil {
+	rules, err := blockedRules(specs, *configDir, *limitsFile, *domain, env)
+	if err != nil {
 		return err
 	}
-	opt, err := rueidis.ParseURL(url)
+	*prefix = cmp.Or(*prefix, env.RedisPrefix)
+	// The prefix is checked before anything is dialed.
+	if err := (redisstore.Options{URL: env.RedisURL, Prefix: *prefix}).Validate(); err != nil {
+		return err
+	}
+	opt, err := redisopt.FromURL(env.RedisURL, *timeout, 0)
 	if err != nil {
 		return fmt.Errorf("%w: REDIS_URL: %w", redisstore.ErrInvalidOptions, err)
 	}
-	opt.DisableCache = true
-	opt.Dialer.Timeout = *timeout
 	opt.ConnWriteTimeout = *timeout
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return fmt.Errorf("redis: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
 	defer client.Close()
-	conn := &peekConn{client: client, scripts: map[string]*rueidis.Lua{}, alias: map[string]string{}}
-	store, err := redisstore.New(ctx, redisstore.Options{Conn: conn, Prefix: *prefix})
+	// The store peeks on the command's client, which it leaves open.
+	store, err := redisstore.New(ctx, redisstore.Options{Client: client, Prefix: *prefix})
 	if err != nil {
 		return err
 	}
@@ -117,7 +118,7 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	s := &scanner{
-		store: store, conn: conn, prefix: cmp.Or(*prefix, redisstore.DefaultPrefix),
+		store: store, client: client, prefix: cmp.Or(*prefix, redisstore.DefaultPrefix),
 		rules: rules, limit: *limit, timeout: *timeout,
 		progress: *progress, stderr: stderr, start: time.Now(),
 	}
@@ -131,11 +132,14 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 // -config), or a library's live limits (-limits-file), where a key may
 // have a limit of its own.
 type ruleSet struct {
-	byTag map[string]floodgate.Rule // fixed rules by "<name>}:<suffix>"
-	one   *floodgate.Rule           // the only fixed rule, if there is one
-	live  *rlconfig.Rules           // the live limits' rule of each key
-	count int                       // the rules or limits, for the summary
-	names map[string]bool           // the rules' names
+	byState map[stateID]floodgate.Rule // fixed rules by the state they keep
+	one     *floodgate.Rule            // the only fixed rule, if there is one
+	live    *rlconfig.Rules            // the live limits' rule of each key
+	count   int                        // the rules or limits, for the summary
+	names   map[string]bool            // the rules' names
+	// shadow are the names of the rules whose limits are in shadow mode
+	// (-config: shadow_mode, or SHADOW_MODE): counted, never denying.
+	shadow map[string]bool
 	// overrides are the per-key overrides (floodgate override) in force
 	// of the rules' names, by "<name>:<stored key>": a key that has one
 	// is judged by the override's rule, as the services judge it.
@@ -145,17 +149,28 @@ type ruleSet struct {
 	anyWindow bool
 }
 
+// stateID is what a state belongs to: a rule's name, algorithm and
+// window (floodgate.Store).
+type stateID struct {
+	name   string
+	alg    floodgate.Algorithm
+	window time.Duration
+}
+
+func idOf(r floodgate.Rule) stateID { return stateID{r.Name, r.Algorithm, r.Window} }
+
 // blockedRules returns the rules floodgate blocked lists the keys of: the
 // -rule flags, every counted limit of -domain in -config, or the live
 // limits of -domain in -limits-file.
-func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSet, error) {
+func blockedRules(specs []string, configDir, limitsFile, domain string, env sharedEnv) (*ruleSet, error) {
 	var rules []floodgate.Rule
+	shadow := map[string]bool{}
 	switch {
 	case configDir != "" && limitsFile != "":
 		return nil, fmt.Errorf("%w: give -config or -limits-file, not both", errUsage)
 	case configDir == "" && limitsFile == "":
 		if domain != "" {
-			return nil, fmt.Errorf("%w: -domain needs -config or -limits-file", errUsage)
+			return nil, fmt.Errorf("%w: -domain needs -config (or CONFIG_DIR, RUNTIME_ROOT) or -limits-file", errUsage)
 		}
 		if len(specs) == 0 {
 			return nil, fmt.Errorf("%w: -rule is required\n%s", errUsage, usage)
@@ -174,7 +189,7 @@ func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSe
 		var cfg *rlconfig.Config
 		var err error
 		if configDir != "" {
-			cfg, err = rlconfig.LoadDir(configDir, rlconfig.Options{})
+			cfg, err = rlconfig.LoadDir(configDir, rlconfig.Options{MergeDomains: env.MergeDomains})
 		} else {
 			cfg, err = loadFile(limitsFile)
 		}
@@ -186,6 +201,11 @@ func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSe
 				continue
 			}
 			rules = append(rules, l.Rule)
+			// The service's shadow modes; a library's live limits have
+			// none (rlconfig.Rules gives a shadow_mode limit no rule).
+			if configDir != "" && (l.ShadowMode || env.ShadowMode) {
+				shadow[l.Rule.Name] = true
+			}
 		}
 		if len(rules) == 0 {
 			return nil, fmt.Errorf("%w: domain %q has no counted limit in %s (domains: %q)", errUsage, domain, cmp.Or(configDir, limitsFile), cfg.Domains())
@@ -198,16 +218,15 @@ func blockedRules(specs []string, configDir, limitsFile, domain string) (*ruleSe
 			return rs, nil
 		}
 	}
-	rs := &ruleSet{byTag: map[string]floodgate.Rule{}, count: len(rules), names: map[string]bool{}}
+	rs := &ruleSet{byState: map[stateID]floodgate.Rule{}, count: len(rules), names: map[string]bool{}, shadow: shadow}
 	for _, r := range rules {
 		rs.names[r.Name] = true
-		id := r.Name + "}:" + stateSuffix(r)
-		if o, dup := rs.byTag[id]; dup && o != r {
+		if o, dup := rs.byState[idOf(r)]; dup && o != r {
 			return nil, fmt.Errorf("%w: rules %v and %v share their keys (one name, algorithm and window): give one", errUsage, o, r)
 		}
-		rs.byTag[id] = r
+		rs.byState[idOf(r)] = r
 	}
-	if len(rs.byTag) == 1 {
+	if len(rs.byState) == 1 {
 		rs.one = &rules[0]
 	}
 	return rs, nil
@@ -248,7 +267,7 @@ func (rs *ruleSet) loadOverrides(ctx context.Context, client rueidis.Client, pre
 			continue
 		}
 		rs.overrides[e.Rule.Name+":"+keyenc.Encode(e.Key)] = e.Rule
-		if rs.one != nil && stateSuffix(e.Rule) != stateSuffix(*rs.one) {
+		if rs.one != nil && idOf(e.Rule) != idOf(*rs.one) {
 			rs.anyWindow = true
 		}
 	}
@@ -261,39 +280,34 @@ func (rs *ruleSet) loadOverrides(ctx context.Context, client rueidis.Client, pre
 func (rs *ruleSet) pattern(prefix string) string {
 	if r := rs.one; r != nil {
 		if rs.anyWindow {
-			return globEscape(prefix+"{"+r.Name+":") + "*"
+			return redisstore.StatePattern(prefix, floodgate.Rule{Name: r.Name})
 		}
-		return globEscape(prefix+"{"+r.Name+":") + "*" + globEscape("}:"+stateSuffix(*r))
+		return redisstore.StatePattern(prefix, *r)
 	}
-	return globEscape(prefix) + "{*"
+	return redisstore.StatePattern(prefix, floodgate.Rule{})
 }
 
-// rule returns the rule of the state key of (name, stored key) that ends
-// with suffix, if it is one of the set's. A live limit is the rule that
-// the live limits give the key: its own limit (a descriptor value), or
-// the name's, counted by the service's algorithm unless the file names
-// one. A hashed key is matched by its digest, so a value of its
-// own, which the digest hides, is not seen: the name's limit applies.
-// A key with an override has the override's rule, whatever the set's.
-func (rs *ruleSet) rule(name, key, suffix string) (floodgate.Rule, bool) {
-	if o, ok := rs.overrides[name+":"+key]; ok {
+// rule returns the rule of the state id of stored key, if it is one of
+// the set's. A live limit is the rule that the live limits give the key:
+// its own limit (a descriptor value), or the name's, counted by the
+// service's algorithm unless the file names one. A hashed key is matched
+// by its digest, so a value of its own, which the digest hides, is not
+// seen: the name's limit applies. A key with an override has the
+// override's rule, whatever the set's.
+func (rs *ruleSet) rule(id stateID, key string) (floodgate.Rule, bool) {
+	if o, ok := rs.overrides[id.name+":"+key]; ok {
 		// The override's state is the key's; any other state of the key
 		// under the name (the base rule's, of another window) is dormant
 		// while the override lasts.
-		return o, stateSuffix(o) == suffix
+		return o, idOf(o) == id
 	}
 	if rs.live == nil {
-		r, ok := rs.byTag[name+"}:"+suffix]
+		r, ok := rs.byState[id]
 		return r, ok
 	}
-	// A file that names no algorithm keeps the service's, which only the
-	// key's suffix tells: try each.
-	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.FixedWindow, floodgate.TokenBucket, floodgate.SlidingWindowCounter} {
-		if r, ok := rs.live.Override(floodgate.Rule{Name: name, Algorithm: alg}, key); ok && stateSuffix(r) == suffix {
-			return r, true
-		}
-	}
-	return floodgate.Rule{}, false
+	// A file that names no algorithm keeps the service's: the key's.
+	r, ok := rs.live.Override(floodgate.Rule{Name: id.name, Algorithm: id.alg}, key)
+	return r, ok && idOf(r) == id
 }
 
 // domainOf returns the domain of a limit's path ("domain.key_value.key"):
@@ -308,21 +322,10 @@ func domainOf(domains []string, path string) string {
 	return best
 }
 
-// stateSuffix is the end of a rule's state keys after the hash tag, as
-// redisstore's key layout documents it: the algorithm's letter and the
-// window ("w:10m0s").
-func stateSuffix(r floodgate.Rule) string {
-	letter := map[floodgate.Algorithm]string{
-		floodgate.SlidingWindow: "w", floodgate.TokenBucket: "t",
-		floodgate.FixedWindow: "f", floodgate.SlidingWindowCounter: "c",
-	}[r.Algorithm]
-	return letter + ":" + r.Window.String()
-}
-
 // scanner is one run of floodgate blocked.
 type scanner struct {
 	store    *redisstore.Store
-	conn     *peekConn
+	client   rueidis.Client
 	prefix   string
 	rules    *ruleSet
 	limit    int
@@ -342,7 +345,9 @@ type scanner struct {
 type candidate struct {
 	rule     floodgate.Rule
 	key      string // as in the store: plain, or the digest "~..."
+	stateKey string // the Redis key of its state
 	override bool   // rule is the key's override
+	shadow   bool   // the rule's limit is in shadow mode: it never denies
 }
 
 // run scans every master for the rules' state keys.
@@ -394,7 +399,7 @@ func (s *scanner) run(ctx context.Context) error {
 // Cluster (a replica holds copies of its master's keys), or the one
 // server of a standalone or Sentinel client.
 func (s *scanner) masters(ctx context.Context) (map[string]rueidis.Client, error) {
-	c := s.conn.client
+	c := s.client
 	if c.Mode() != rueidis.ClientModeCluster {
 		name := "redis"
 		for addr := range c.Nodes() { // one: the server, or Sentinel's master
@@ -420,75 +425,36 @@ func (s *scanner) masters(ctx context.Context) (map[string]rueidis.Client, error
 	return out, nil
 }
 
-// parse returns the rule and the stored key of a state key
-// "<prefix>{<rule>:<key>}:<alg>:<window>" of one of the rules.
+// parse returns the candidate of a state key found by SCAN, if it is one
+// of the rules'.
 func (s *scanner) parse(k string) (candidate, bool) {
-	rest, ok := strings.CutPrefix(k, s.prefix+"{")
+	id, key, ok := redisstore.ParseStateKey(s.prefix, k)
 	if !ok {
 		return candidate{}, false
 	}
-	name, rest, ok := strings.Cut(rest, ":") // rule names hold no ":"
-	if !ok {
-		return candidate{}, false
-	}
-	key, suffix, ok := strings.Cut(rest, "}:") // encoded keys hold no brace
-	if !ok || key == "" {
-		return candidate{}, false
-	}
-	_, override := s.rules.overrides[name+":"+key]
-	r, ok := s.rules.rule(name, key, suffix)
-	return candidate{rule: r, key: key, override: override}, ok
+	r, ok := s.rules.rule(idOf(id), key)
+	_, override := s.rules.overrides[id.Name+":"+key]
+	return candidate{rule: r, key: key, stateKey: k, override: override, shadow: s.rules.shadow[r.Name]}, ok
 }
 
-// peek asks the store about a batch of keys found on node addr, and keeps
-// those a request would find denied. A plain key is peeked as it is: the
-// store encodes it to itself. A hashed key is peeked through its digest
-// (see peekConn). On a Cluster, each hashed key is its own call (its
-// digest's digest may live in another slot than its digest, which
-// redisstore's grouping by slot cannot know); the others share calls.
+// peek asks the store about a batch of keys found on node addr, as they
+// are stored (hashed ones by their digest), and keeps those a request
+// would find at or over their limit.
 func (s *scanner) peek(ctx context.Context, addr string, batch []candidate) error {
 	s.scanned += len(batch)
-	cluster := s.conn.Cluster()
-	var groups [][]candidate
-	var plain []candidate
-	for _, c := range batch {
-		if cluster && strings.HasPrefix(c.key, "~") {
-			groups = append(groups, []candidate{c})
-		} else {
-			plain = append(plain, c)
-		}
+	hits := make([]floodgate.Hit, len(batch))
+	for i, c := range batch {
+		hits[i] = floodgate.Hit{Rule: c.rule, Key: c.key, Cost: 1}
 	}
-	if len(plain) > 0 {
-		groups = append(groups, plain)
-	}
-	s.conn.setAliases(s.prefix, batch)
-	defer s.conn.clearAliases()
-	res := make([][]floodgate.Result, len(groups))
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i, g := range groups {
-		hits := make([]floodgate.Hit, len(g))
-		for j, c := range g {
-			hits[j] = floodgate.Hit{Rule: c.rule, Key: c.key, Cost: 1}
-		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			cctx, cancel := context.WithTimeout(ctx, s.timeout)
-			defer cancel()
-			res[i], errs[i] = s.store.Peek(cctx, hits)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	res, err := s.store.PeekStored(cctx, hits)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("peek: %w", err)
 	}
-	for i, g := range groups {
-		for j, c := range g {
-			if r := res[i][j]; !r.Allowed {
-				s.found = append(s.found, blockedKey{rule: c.rule, key: c.key, node: addr, result: r, override: c.override})
-			}
+	for i, c := range batch {
+		if r := res[i]; !r.Allowed {
+			s.found = append(s.found, blockedKey{candidate: c, node: addr, result: r})
 		}
 	}
 	return nil
@@ -501,8 +467,20 @@ func (s *scanner) tick() {
 		return
 	}
 	s.reported = now
+	blocked, _ := s.counts()
 	fmt.Fprintf(s.stderr, "floodgate blocked: %v: %d keys of the rules scanned on %d node(s), %d blocked so far\n",
-		now.Sub(s.start).Round(time.Millisecond), s.scanned, s.nodes, len(s.found))
+		now.Sub(s.start).Round(time.Millisecond), s.scanned, s.nodes, blocked)
+}
+
+// counts returns how many keys found are blocked, and how many are over a
+// shadow limit, which never denies.
+func (s *scanner) counts() (blocked, shadow int) {
+	for _, b := range s.found {
+		if b.shadow {
+			shadow++
+		}
+	}
+	return len(s.found) - shadow, shadow
 }
 
 // hashNote explains the keys shown by their digest.
@@ -515,8 +493,12 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 	slices.SortFunc(s.found, func(a, b blockedKey) int {
 		return cmp.Or(cmp.Compare(a.rule.Name, b.rule.Name), cmp.Compare(a.rule.Window, b.rule.Window), cmp.Compare(a.key, b.key))
 	})
+	blocked, shadow := s.counts()
 	summary := fmt.Sprintf("%d key(s) blocked; %d key(s) of %d rule(s) scanned on %d node(s) in %v",
-		len(s.found), s.scanned, s.rules.count, s.nodes, time.Since(s.start).Round(time.Millisecond))
+		blocked, s.scanned, s.rules.count, s.nodes, time.Since(s.start).Round(time.Millisecond))
+	if shadow > 0 {
+		summary += fmt.Sprintf("; %d key(s) over a shadow_mode limit, which never denies: not blocked", shadow)
+	}
 	if s.more {
 		summary += fmt.Sprintf("; stopped at -limit %d: more keys may be blocked", s.limit)
 	}
@@ -524,6 +506,7 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		for _, b := range s.found {
 			v := map[string]any{
 				"rule": b.rule.String(), "policy": b.rule.Name, "key": b.key, "hashed": b.hashed(), "override": b.override, "node": b.node,
+				"state_key": b.stateKey, "shadow": b.shadow,
 				"remaining": b.result.Remaining, "retry_after_ms": b.result.RetryAfter.Milliseconds(),
 				"reset_after_ms": b.result.ResetAfter.Milliseconds(),
 			}
@@ -546,6 +529,9 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		if b.override {
 			key += fmt.Sprintf(" (override %d/%v)", b.rule.Limit, b.rule.Window)
 		}
+		if b.shadow {
+			key += " (shadow: never denied)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", b.rule.Name, key, b.result.Remaining,
 			b.result.RetryAfter.Round(time.Millisecond), b.result.ResetAfter.Round(time.Millisecond))
 	}
@@ -558,97 +544,3 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 	_, err := fmt.Fprintln(stdout, summary)
 	return err
 }
-
-// globEscape escapes the characters SCAN's MATCH pattern treats specially.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, c := range s {
-		if strings.ContainsRune(`*?[]\`, c) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
-// peekConn is the [redisstore.Conn] floodgate blocked peeks through: the
-// store's own scripts on the command's rueidis client, in their mode that
-// writes nothing (a script that writes is refused). It lets the store
-// peek at a key it keeps as a digest, whose original the command cannot
-// know: the store is handed the digest as the key and encodes it again,
-// and peekConn maps the hash tag of that second encoding back to the tag
-// SCAN found, so that the script reads the stored state.
-type peekConn struct {
-	client rueidis.Client
-
-	mu      sync.Mutex
-	scripts map[string]*rueidis.Lua // guarded by mu; by SHA-1
-	alias   map[string]string       // guarded by mu; the store's tag of a digest -> the digest's tag
-}
-
-var _ redisstore.Conn = (*peekConn)(nil)
-
-// setAliases maps the tags the store computes for the hashed keys of
-// batch to their stored tags.
-func (c *peekConn) setAliases(prefix string, batch []candidate) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, k := range batch {
-		if strings.HasPrefix(k.key, "~") {
-			c.alias[prefix+"{"+k.rule.Name+":"+keyenc.Encode(k.key)+"}:"] = prefix + "{" + k.rule.Name + ":" + k.key + "}:"
-		}
-	}
-}
-
-func (c *peekConn) clearAliases() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	clear(c.alias)
-}
-
-// Eval implements [redisstore.Conn] for read-only scripts.
-func (c *peekConn) Eval(ctx context.Context, script redisstore.Script, keys, args []string) ([]int64, error) {
-	if !script.ReadOnly {
-		return nil, errors.New("floodgate blocked only peeks: a script that writes was refused")
-	}
-	c.mu.Lock()
-	lua := c.scripts[script.SHA1]
-	if lua == nil {
-		lua = rueidis.NewLuaScriptRetryable(script.Source)
-		c.scripts[script.SHA1] = lua
-	}
-	mapped := make([]string, len(keys))
-	for i, k := range keys {
-		mapped[i] = k
-		if j := strings.Index(k, "}:"); j >= 0 {
-			if real, ok := c.alias[k[:j+2]]; ok {
-				mapped[i] = real + k[j+2:]
-			}
-		}
-	}
-	c.mu.Unlock()
-	vals, err := lua.Exec(ctx, c.client, mapped, args).ToArray()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, len(vals))
-	for i, v := range vals {
-		if out[i], err = v.ToInt64(); err != nil {
-			return nil, fmt.Errorf("script reply value %d: %w", i, err)
-		}
-	}
-	return out, nil
-}
-
-// Del implements [redisstore.Conn]; floodgate blocked deletes nothing.
-func (c *peekConn) Del(context.Context, string) error {
-	return errors.New("floodgate blocked deletes nothing")
-}
-
-// Ping implements [redisstore.Conn].
-func (c *peekConn) Ping(ctx context.Context) error {
-	return c.client.Do(ctx, c.client.B().Ping().Build()).Error()
-}
-
-// Cluster implements [redisstore.Conn].
-func (c *peekConn) Cluster() bool { return c.client.Mode() == rueidis.ClientModeCluster }

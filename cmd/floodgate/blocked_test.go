@@ -168,7 +168,11 @@ func TestBlocked(t *testing.T) {
 				}
 				wantNode := redistest.Addr(t)
 				if name == "cluster" {
-					slot, err := cluster.KeySlot(prefix + "{" + s.rule + ":" + enc + "}:" + stateSuffix(rules[s.rule]))
+					sk, err := redisstore.StateKey(prefix, rules[s.rule], s.key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					slot, err := cluster.KeySlot(sk)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -410,13 +414,5 @@ func TestBlockedRedisStops(t *testing.T) {
 	code, out, errs := cli(t, srv.URL(), "blocked", "-timeout", "300ms", "-rule", "name=a,limit=1/1m")
 	if code != 1 || out != "" || !strings.Contains(errs, "store unavailable") {
 		t.Fatalf("exit %d, %q, %q; want 1 and the store unavailable", code, out, errs)
-	}
-}
-
-func TestGlobEscape(t *testing.T) {
-	for in, want := range map[string]string{"fg:": "fg:", "a*b?c[d]e\\": `a\*b\?c\[d\]e\\`} {
-		if got := globEscape(in); got != want {
-			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
-		}
 	}
 }

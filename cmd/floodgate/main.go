@@ -12,12 +12,17 @@
 // "name=NAME,limit=COUNT/WINDOW" with optional ",algorithm=ALG" (the
 // default is sliding-window) and ",burst=N" (token-bucket): the same rule
 // as the service's, since a key's state belongs to its rule's name,
-// algorithm and window. Redis is REDIS_URL, as the services read it
-// (redisstore's URL forms: standalone, Sentinel, Cluster); -prefix is the
-// services' key prefix. -o json prints JSON for scripts. With -config (a
-// directory of envoyproxy/ratelimit YAML, as the service reads it) and
-// -domain, the arguments are a descriptor's entries, KEY=VALUE, and every
-// limit that applies to it is peeked or reset.
+// algorithm and window. The environment is read as the service reads it
+// (env.go): Redis is REDIS_URL (redisstore's URL forms, or
+// envoyproxy/ratelimit's HOST:PORT with REDIS_AUTH, REDIS_TLS,
+// REDIS_TYPE, REDIS_SOCKET_TYPE), -prefix defaults to CACHE_KEY_PREFIX,
+// and -config to CONFIG_DIR (or RUNTIME_ROOT/...), so that a subcommand
+// run in the service's container finds what the service finds. -o json
+// prints JSON for scripts. With -config (a directory of
+// envoyproxy/ratelimit YAML, as the service reads it) and -domain, the
+// arguments are a descriptor's entries, KEY=VALUE, and every limit that
+// applies to it is peeked or reset; a limit in shadow mode (shadow_mode,
+// or SHADOW_MODE) never denies, and is reported so.
 //
 // A key with an override (floodgate override) is peeked at or reset under
 // the override's rule, as the services decide it, with a note on stderr;
@@ -25,8 +30,9 @@
 //
 // What the command cannot see: a rule given with another name, window or
 // algorithm than the service's reads a fresh key; a service with a
-// denial cache keeps a denial it cached until its Retry-After ran out, at
-// most, even after a reset. -o json writes one object per line, one per
+// denial cache keeps a denial it cached until its Retry-After runs out,
+// even after a reset or an override, and reset and override say for how
+// long at most (longestWait). -o json writes one object per line, one per
 // limit; a key that starts with "-" goes after "--".
 //
 // Exit status: 0 done (or help shown: -h, help), 1 Redis failed or could
@@ -38,6 +44,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +57,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -116,7 +124,8 @@ const usage = `usage:
   floodgate peek|reset -config DIR -domain DOMAIN [-prefix P] [-o json] KEY=VALUE...
 ` + blockedUsage + `
   floodgate override set|get|rm|ls ...   per-key limits (floodgate override for its usage)
-Redis is REDIS_URL.`
+Redis is REDIS_URL (with REDIS_AUTH, REDIS_TLS, REDIS_TYPE), -prefix CACHE_KEY_PREFIX
+and -config CONFIG_DIR (or RUNTIME_ROOT/...) by default, as the service reads them.`
 
 // common holds the flags that every subcommand of the store takes.
 type common struct {
@@ -127,7 +136,7 @@ type common struct {
 // commonFlags defines -prefix, -o and -timeout on fs.
 func commonFlags(fs *flag.FlagSet, timeoutHelp string) common {
 	return common{
-		prefix:  fs.String("prefix", "", "the services' key prefix (redisstore's default when empty)"),
+		prefix:  fs.String("prefix", "", "the services' key prefix (default CACHE_KEY_PREFIX, else redisstore's)"),
 		output:  fs.String("o", "text", "output: text or json"),
 		timeout: fs.Duration("timeout", 5*time.Second, timeoutHelp),
 	}
@@ -172,20 +181,21 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if err := c.check(); err != nil {
 		return err
 	}
-	hits, err := target(*ruleSpec, *configDir, *domain, fs.Args())
+	env, err := subcommandEnv(getenv)
 	if err != nil {
 		return err
 	}
-	url := getenv("REDIS_URL")
-	if url == "" {
-		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	if hits, err = withOverrides(ctx, url, *prefix, *timeout, hits, stderr); err != nil {
+	hits, err := target(*ruleSpec, *configDir, *domain, fs.Args(), env)
+	if err != nil {
 		return err
 	}
-	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: *prefix})
+	*prefix = cmp.Or(*prefix, env.RedisPrefix)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if hits, err = withOverrides(ctx, env.RedisURL, *prefix, *timeout, hits, stderr); err != nil {
+		return err
+	}
+	store, err := redisstore.New(ctx, redisstore.Options{URL: env.RedisURL, Prefix: *prefix})
 	if err != nil {
 		return err
 	}
@@ -195,44 +205,106 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	for _, h := range hits {
-		if err := one(ctx, cmd, limiter, h, *output, stdout); err != nil {
+		if err := one(ctx, cmd, limiter, h, *prefix, *output, stdout); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// subcommandEnv reads the environment a subcommand shares with the
+// service (readEnv): a bad variable, as the service refuses it, or no
+// REDIS_URL is an error wrapping errUsage.
+func subcommandEnv(getenv func(string) string) (sharedEnv, error) {
+	env, errs := readEnv(getenv)
+	if err := errors.Join(errs...); err != nil {
+		return env, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if env.RedisURL == "" {
+		return env, fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
+	}
+	return env, nil
+}
+
+// longestWait is the longest Retry-After a denial under r can carry: a
+// window for a sliding or fixed window, two for a sliding-window counter
+// (the next window still weighs the last one), and the refill of the whole
+// bucket for a token bucket (algo.Life of the capacity). A service's
+// denial cache keeps a denial at most until its Retry-After runs out
+// (floodgate.Options.DenialCacheSize), and a Reset or an override through
+// another process does not clear it: so a denial of a key under r, cached
+// before a reset, lasts at most this long after it.
+func longestWait(r floodgate.Rule) time.Duration { return algo.Life(r, r.Capacity()) }
+
+// cachedDenialNote says how long at most (wait) a service's denial cache
+// may keep denying a key after what the command did; a zero wait, which
+// the command could not tell, is said in words.
+func cachedDenialNote(after string, wait time.Duration) string {
+	most := wait.String()
+	if wait == 0 {
+		most = "the rule's longest Retry-After (its window; two for sliding-window-counter; a whole bucket's refill for token-bucket)"
+	}
+	return fmt.Sprintf("A service with a denial cache (DENIAL_CACHE_SIZE, LOCAL_CACHE_SIZE_IN_BYTES) may still deny the key "+
+		"from a denial it cached before %s, for at most %s.", after, most)
+}
+
 // one peeks at or resets the key of one hit, and reports it.
-func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h floodgate.Hit, output string, stdout io.Writer) error {
+func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHit, prefix, output string, stdout io.Writer) error {
 	rule, key := h.Rule, h.Key
+	stateKey, err := redisstore.StateKey(prefix, rule, key)
+	if err != nil {
+		return err
+	}
 	if cmd == "reset" {
 		if err := limiter.Reset(ctx, rule, key); err != nil {
 			return err
 		}
-		return report(stdout, output, map[string]any{"rule": rule.String(), "key": key, "reset": true},
-			fmt.Sprintf("reset %s for key %q: its count is forgotten\n", rule, key))
+		wait := longestWait(rule)
+		return report(stdout, output, map[string]any{
+			"rule": rule.String(), "key": key, "reset": true, "state_key": stateKey, "cached_denial_max_ms": wait.Milliseconds(),
+		}, fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted).\n%s\n", rule, key, stateKey, cachedDenialNote("the reset", wait)))
 	}
-	d, err := limiter.Peek(ctx, h)
+	d, err := limiter.Peek(ctx, h.Hit)
 	if err != nil {
 		return err
 	}
+	verdict := map[bool]string{true: "allowed", false: "denied"}[d.Allowed]
+	if !d.Allowed && h.shadow {
+		verdict = "over the limit, and allowed: the limit is in shadow mode, counted but never denying"
+	}
 	text := fmt.Sprintf("%s, key %q: a request now would be %s; %d left after it; full again in %v",
-		rule, key, map[bool]string{true: "allowed", false: "denied"}[d.Allowed], d.Remaining, d.ResetAfter.Round(time.Millisecond))
-	if !d.Allowed {
+		rule, key, verdict, d.Remaining, d.ResetAfter.Round(time.Millisecond))
+	switch {
+	case !d.Allowed && h.shadow:
+		text += fmt.Sprintf("; within the limit again in %v", d.RetryAfter.Round(time.Millisecond))
+	case !d.Allowed:
 		text += fmt.Sprintf("; allowed again in %v", d.RetryAfter.Round(time.Millisecond))
 	}
 	return report(stdout, output, map[string]any{
-		"rule": rule.String(), "key": key, "allowed": d.Allowed, "remaining": d.Remaining,
-		"reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
-	}, text+"\n")
+		"rule": rule.String(), "key": key, "allowed": d.Allowed || h.shadow, "over_limit": !d.Allowed, "shadow": h.shadow,
+		"remaining": d.Remaining, "reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
+		"state_key": stateKey,
+	}, text+"; Redis key "+stateKey+"\n")
+}
+
+// targetHit is a hit that peek or reset reads, and whether its limit is
+// in shadow mode (counted, never denying), which only the service's
+// configuration tells.
+type targetHit struct {
+	floodgate.Hit
+	shadow bool
 }
 
 // target returns the hits the arguments name: one KEY under -rule, or
-// the limits that apply to a descriptor of -domain in -config.
-func target(ruleSpec, configDir, domain string, args []string) ([]floodgate.Hit, error) {
+// the limits that apply to a descriptor of -domain in -config (by
+// default the service's, env.ConfigDir), read as the service reads it.
+func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([]targetHit, error) {
+	if configDir == "" && domain != "" {
+		configDir = env.ConfigDir
+	}
 	if configDir == "" {
 		if domain != "" {
-			return nil, fmt.Errorf("%w: -domain needs -config", errUsage)
+			return nil, fmt.Errorf("%w: -domain needs -config (or CONFIG_DIR, RUNTIME_ROOT)", errUsage)
 		}
 		if len(args) != 1 {
 			return nil, fmt.Errorf("%w: want one KEY, got %d arguments\n%s", errUsage, len(args), usage)
@@ -241,12 +313,12 @@ func target(ruleSpec, configDir, domain string, args []string) ([]floodgate.Hit,
 		if err != nil {
 			return nil, err
 		}
-		return []floodgate.Hit{{Rule: rule, Key: args[0], Cost: 1}}, nil
+		return []targetHit{{Hit: floodgate.Hit{Rule: rule, Key: args[0], Cost: 1}}}, nil
 	}
 	if ruleSpec != "" || domain == "" || len(args) == 0 {
 		return nil, fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, usage)
 	}
-	cfg, err := rlconfig.LoadDir(configDir, rlconfig.Options{})
+	cfg, err := rlconfig.LoadDir(configDir, rlconfig.Options{MergeDomains: env.MergeDomains})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -259,7 +331,12 @@ func target(ruleSpec, configDir, domain string, args []string) ([]floodgate.Hit,
 		entries[i] = rlconfig.Entry{Key: k, Value: v}
 	}
 	m := cfg.Match(domain, entries)
-	hits := m.Hits(1)
+	var hits []targetHit
+	for _, l := range m.Limits { // those of m.Hits
+		if !l.Unlimited && !l.Blocked() {
+			hits = append(hits, targetHit{floodgate.Hit{Rule: l.Rule, Key: m.Key, Cost: 1}, l.ShadowMode || env.ShadowMode})
+		}
+	}
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("%w: no counted limit of domain %q applies to %v (%v)", errUsage, domain, args, m.Outcome)
 	}

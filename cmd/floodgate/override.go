@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,7 +34,10 @@ import (
 // rm. set also deletes the overrides that expired. With -config and
 // -domain (the service's configuration), the arguments are a descriptor's
 // entries, and the override is of the one limit that applies to it, by
-// default with that limit's algorithm. ls lists every
+// default with that limit's algorithm; -config defaults to the service's
+// CONFIG_DIR (or RUNTIME_ROOT/...) when -domain is given. set and rm say
+// how long at most a service's denial cache may still deny the key from
+// a denial it cached before the change. ls lists every
 // override, those without an expiry and those expired included, and the
 // entries the services skip as invalid.
 
@@ -42,7 +46,7 @@ const overrideUsage = `usage:
   floodgate override get|rm -rule NAME [-prefix P] [-o json] KEY
   floodgate override set|get|rm -config DIR -domain DOMAIN [set's flags] KEY=VALUE...
   floodgate override ls [-rule NAME] [-prefix P] [-o json]
-Redis is REDIS_URL; services apply a change within their refresh interval (5s by default).`
+Redis is REDIS_URL, read as the service reads it; services apply a change within their refresh interval (5s by default).`
 
 // overrideCmd runs "floodgate override ...": args follow "override".
 func overrideCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -82,7 +86,13 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 			return fmt.Errorf("%w: -%s is only for override set", errUsage, name)
 		}
 	}
+	env, err := subcommandEnv(getenv)
+	if err != nil {
+		return err
+	}
+	*prefix = cmp.Or(*prefix, env.RedisPrefix)
 	var key string
+	var base *floodgate.Rule // the key's own rule, when the configuration tells it
 	switch {
 	case sub == "ls" && (fs.NArg() != 0 || *configDir != "" || *domain != ""):
 		return fmt.Errorf("%w: override ls takes no KEY nor -config, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
@@ -92,7 +102,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if *ruleName != "" {
 			return fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, overrideUsage)
 		}
-		hits, err := target("", *configDir, *domain, fs.Args())
+		hits, err := target("", *configDir, *domain, fs.Args(), env)
 		if err != nil {
 			return err
 		}
@@ -103,7 +113,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 			}
 			return fmt.Errorf("%w: %d limits apply to %v (%s): give each with -rule NAME and its KEY", errUsage, len(hits), fs.Args(), strings.Join(names, ", "))
 		}
-		*ruleName, key = hits[0].Rule.Name, hits[0].Key
+		*ruleName, key, base = hits[0].Rule.Name, hits[0].Key, &hits[0].Rule
 		if !set("algorithm") {
 			*algorithm = hits[0].Rule.Algorithm.String()
 		}
@@ -137,11 +147,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 				errUsage, *limit, entry.Rule.Limit*6/1000, floodgate.MaxShorthandLimit)
 		}
 	}
-	url := getenv("REDIS_URL")
-	if url == "" {
-		return fmt.Errorf("%w: REDIS_URL is empty: set it to the services' Redis", errUsage)
-	}
-	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: *prefix, DialTimeout: *timeout})
+	table, err := overrides.NewTable(overrides.Options{URL: env.RedisURL, Prefix: *prefix, DialTimeout: *timeout})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -158,11 +164,17 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return err
 		}
-		text := fmt.Sprintf("set %s; services apply it within their refresh interval (5s by default)\n", entry)
+		// A service answers a denial cached under the key's old rule
+		// until it reads the override (a cached denial is of one rule),
+		// and one cached under the new rule, had the key that rule
+		// before, until its Retry-After runs out.
+		wait := max(overrides.DefaultRefresh, longestWait(entry.Rule))
+		text := fmt.Sprintf("set %s; services apply it within their refresh interval (5s by default)\n%s\n",
+			entry, cachedDenialNote("this change", wait))
 		if pruned > 0 {
 			text += fmt.Sprintf("deleted %d expired override(s)\n", pruned)
 		}
-		return out.report(map[string]any{"set": entryJSON(entry, time.Now()), "pruned": pruned}, text)
+		return out.report(map[string]any{"set": entryJSON(entry, time.Now()), "pruned": pruned, "cached_denial_max_ms": wait.Milliseconds()}, text)
 	case "get":
 		e, ok, err := table.Get(ctx, *ruleName, key)
 		if err != nil {
@@ -185,11 +197,24 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return err
 		}
-		text := fmt.Sprintf("removed the override of key %q under rule %s; services apply the rule's own limit within their refresh interval\n", key, *ruleName)
-		if !ok {
-			text = fmt.Sprintf("no override of key %q under rule %s\n", key, *ruleName)
+		text := fmt.Sprintf("no override of key %q under rule %s\n", key, *ruleName)
+		v := map[string]any{"rule": *ruleName, "key": key, "removed": ok}
+		if ok {
+			// The key's own rule applies again, and with it a denial a
+			// service cached under that rule before the override, until
+			// its Retry-After runs out: at most the rule's longest wait,
+			// which only the configuration tells.
+			text = fmt.Sprintf("removed the override of key %q under rule %s; services apply the rule's own limit within their refresh interval (5s by default)\n", key, *ruleName)
+			if base != nil {
+				wait := max(overrides.DefaultRefresh, longestWait(*base))
+				v["cached_denial_max_ms"] = wait.Milliseconds()
+				text += cachedDenialNote("the override (under the rule's own limit)", wait) + "\n"
+			} else {
+				v["cached_denial_max_ms"] = nil // -config tells it
+				text += cachedDenialNote("the override (under the rule's own limit)", 0) + "\n"
+			}
 		}
-		return out.report(map[string]any{"rule": *ruleName, "key": key, "removed": ok}, text)
+		return out.report(v, text)
 	default:
 		l, err := table.List(ctx)
 		if err != nil {
@@ -317,14 +342,14 @@ func (o overrideOutput) report(v map[string]any, text string) error {
 // read and clear the state a request would use; each one applied is
 // noted on stderr. An entry the services skip as invalid is skipped here
 // too.
-func withOverrides(ctx context.Context, url, prefix string, timeout time.Duration, hits []floodgate.Hit, stderr io.Writer) ([]floodgate.Hit, error) {
+func withOverrides(ctx context.Context, url, prefix string, timeout time.Duration, hits []targetHit, stderr io.Writer) ([]targetHit, error) {
 	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix, DialTimeout: timeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	defer table.Close()
 	now := time.Now()
-	out := make([]floodgate.Hit, len(hits))
+	out := make([]targetHit, len(hits))
 	for i, h := range hits {
 		out[i] = h
 		e, ok, err := table.Get(ctx, h.Rule.Name, h.Key)

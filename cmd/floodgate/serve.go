@@ -9,9 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -169,6 +167,10 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		bad("GRPC_ADDR", "%s is also an HTTP address", c.GRPCAddr)
 	}
 
+	// What the subcommands read alike (env.go).
+	shared, sharedErrs := readEnv(getenv)
+	errs = append(errs, sharedErrs...)
+	c.RedisURL, c.RedisPrefix, c.MergeDomains, c.ShadowMode = shared.RedisURL, shared.RedisPrefix, shared.MergeDomains, shared.ShadowMode
 	c.ConfigDir = *configDir
 	if c.ConfigDir == "" {
 		c.ConfigDir = getenv("CONFIG_DIR")
@@ -177,27 +179,19 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	if xdsMode && c.ConfigDir != "" {
 		bad("CONFIG_DIR", "is set beside CONFIG_TYPE=GRPC_XDS_SOTW, which takes the configuration from the xDS server; unset one")
 	}
-	if c.ConfigDir == "" && getenv("RUNTIME_ROOT") != "" && !xdsMode { // ignored under xDS, as upstream, with a log line
-		// envoyproxy/ratelimit reads
-		// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, the last
-		// one config by default.
-		app := getenv("RUNTIME_APPDIRECTORY")
-		if app == "" {
-			app = "config"
-		}
-		c.ConfigDir = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), app)
+	if c.ConfigDir == "" {
+		c.ConfigDir = shared.ConfigDir // RUNTIME_ROOT's, which readEnv ignores under xDS, as upstream, with a log line
 	}
 	if c.ConfigDir == "" && !xdsMode {
 		bad("CONFIG_DIR", "is required (or -config-dir): the directory of envoyproxy/ratelimit YAML files")
 	}
-	if v := getenv("MERGE_DOMAIN_CONFIG"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			bad("MERGE_DOMAIN_CONFIG", "%q is not true or false", v)
+	if v := getenv("NEAR_LIMIT_RATIO"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(r > 0 && r <= 1) {
+			bad("NEAR_LIMIT_RATIO", "%q is not a number above 0 and at most 1", v)
 		}
-		c.MergeDomains = b
+		c.NearLimitRatio = r
 	}
-
 	// envoyproxy/ratelimit's booleans, read as it reads them.
 	boolean := func(name string) bool {
 		v := getenv(name)
@@ -210,24 +204,11 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		}
 		return b
 	}
-	c.ShadowMode = boolean("SHADOW_MODE")
 	c.Reflection = boolean("GRPC_REFLECTION")
-	if v := getenv("NEAR_LIMIT_RATIO"); v != "" {
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(r > 0 && r <= 1) {
-			bad("NEAR_LIMIT_RATIO", "%q is not a number above 0 and at most 1", v)
-		}
-		c.NearLimitRatio = r
-	}
 	// What envoyproxy/ratelimit does and floodgate cannot: refused, so
 	// that no deployment switches and silently loses it.
 	for _, u := range []struct{ name, why string }{
 		{"GRPC_UDS", "listen on TCP with GRPC_ADDR"},
-		{"REDIS_TLS_CLIENT_CERT", "Redis TLS uses the system's roots, without a client certificate"},
-		{"REDIS_TLS_CLIENT_KEY", "Redis TLS uses the system's roots, without a client certificate"},
-		{"REDIS_TLS_CACERT", "Redis TLS uses the system's roots"},
-		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "Redis TLS always verifies the host name"},
-		{"REDIS_SENTINEL_AUTH", "Sentinel is asked without a password"},
 		{"QUOTA_MODE", "quota mode is not interpreted"},
 		{"RESPONSE_DYNAMIC_METADATA", "the response carries no dynamic metadata"},
 	} {
@@ -244,21 +225,6 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
 	}
 	parseSources(&c, getenv, boolean, bad)
-
-	redisURL, err := redisURL(getenv)
-	if err != nil {
-		bad("REDIS_URL", "%s", redisopt.Redact(err.Error(), getenv("REDIS_URL")))
-	} else if redisURL != "" {
-		if err := (redisstore.Options{URL: redisURL}).Validate(); err != nil {
-			// A URL that does not parse is quoted whole, password too.
-			bad("REDIS_URL", "%s", redisopt.Redact(err.Error(), getenv("REDIS_URL"), redisURL))
-		}
-	}
-	c.RedisURL = redisURL
-	c.RedisPrefix = getenv("CACHE_KEY_PREFIX")
-	if err := (redisstore.Options{URL: "redis://localhost", Prefix: c.RedisPrefix}).Validate(); err != nil {
-		bad("CACHE_KEY_PREFIX", "%v", err)
-	}
 
 	duration := func(name string, dst *time.Duration) {
 		v := getenv(name)
@@ -318,88 +284,6 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		return c, fmt.Errorf("%w:\n%w", errConfig, err)
 	}
 	return c, nil
-}
-
-// redisURL reads REDIS_URL in redisstore's forms, or in
-// envoyproxy/ratelimit's: HOST:PORT without a scheme (several, comma
-// separated, for REDIS_TYPE cluster; the master's name first for
-// sentinel) or a socket's path (REDIS_SOCKET_TYPE unix), with REDIS_AUTH
-// as the password and REDIS_TLS. Beside a URL, those variables must
-// agree with it or be unset: none is dropped unseen.
-func redisURL(getenv func(string) string) (string, error) {
-	v := getenv("REDIS_URL")
-	typ := strings.ToLower(getenv("REDIS_TYPE"))
-	switch typ {
-	case "", "single", "cluster", "sentinel":
-	default:
-		return "", fmt.Errorf("REDIS_TYPE %q is not single, sentinel or cluster", getenv("REDIS_TYPE"))
-	}
-	tls := false
-	if t := getenv("REDIS_TLS"); t != "" {
-		var err error
-		if tls, err = strconv.ParseBool(t); err != nil {
-			return "", fmt.Errorf("REDIS_TLS %q is not true or false", t)
-		}
-	}
-	st := strings.ToLower(getenv("REDIS_SOCKET_TYPE"))
-	if st != "" && st != "tcp" && st != "unix" {
-		return "", fmt.Errorf("REDIS_SOCKET_TYPE %q is not tcp or unix", getenv("REDIS_SOCKET_TYPE"))
-	}
-	if v == "" {
-		return "", nil
-	}
-	if strings.Contains(v, "://") {
-		// A URL says it all: the variables that would say it otherwise
-		// must not be dropped unseen.
-		switch {
-		case tls && !strings.HasPrefix(v, "rediss://"):
-			return "", errors.New("REDIS_TLS is true but REDIS_URL is not a rediss:// URL; write rediss://")
-		case getenv("REDIS_AUTH") != "":
-			return "", errors.New("REDIS_AUTH is set beside a REDIS_URL URL; write the password in the URL (redis://user:password@host:port)")
-		case st == "unix" && !strings.HasPrefix(v, "unix://"):
-			return "", errors.New("REDIS_SOCKET_TYPE is unix but REDIS_URL is not a unix:// URL")
-		case typ == "sentinel" && !strings.Contains(v, "master_set="):
-			return "", errors.New("REDIS_TYPE is sentinel but REDIS_URL has no ?master_set=; write it in the URL")
-		}
-		return v, nil
-	}
-	var u url.URL
-	if st == "unix" || strings.HasPrefix(v, "/") {
-		// envoyproxy/ratelimit's socket path.
-		if tls {
-			return "", errors.New("REDIS_TLS is true for a unix socket; TLS is for TCP")
-		}
-		if abs, err := filepath.Abs(v); err == nil {
-			v = abs
-		}
-		u = url.URL{Scheme: "unix", Path: v}
-	} else {
-		u = url.URL{Scheme: "redis"}
-		if tls {
-			u.Scheme = "rediss"
-		}
-		parts := strings.Split(v, ",")
-		q := url.Values{}
-		if typ == "sentinel" {
-			if len(parts) < 2 {
-				return "", fmt.Errorf("REDIS_TYPE sentinel wants MASTER,HOST:PORT[,HOST:PORT...], got %q", v)
-			}
-			q.Set("master_set", parts[0])
-			parts = parts[1:]
-		}
-		for _, p := range parts[1:] {
-			q.Add("addr", p)
-		}
-		u.Host, u.RawQuery = parts[0], q.Encode()
-	}
-	if auth := getenv("REDIS_AUTH"); auth != "" {
-		if user, pass, ok := strings.Cut(auth, ":"); ok {
-			u.User = url.UserPassword(user, pass)
-		} else {
-			u.User = url.UserPassword("", auth)
-		}
-	}
-	return u.String(), nil
 }
 
 // serveHooks are what tests observe of a running service.

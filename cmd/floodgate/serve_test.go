@@ -91,7 +91,7 @@ func TestServeConfiguration(t *testing.T) {
 			`GRPC_UDS: "/run/rl.sock" is not supported`,
 			`REDIS_TLS_CLIENT_CERT: "/rc.pem" is not supported`, `REDIS_TLS_CLIENT_KEY: "/rk.pem" is not supported`,
 			`REDIS_TLS_CACERT: "/rca.pem" is not supported`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
-			`REDIS_SENTINEL_AUTH: "pw" is not supported`, `QUOTA_MODE: "true" is not supported`,
+			`REDIS_SENTINEL_AUTH: "xxxxx" is not supported`, `QUOTA_MODE: "true" is not supported`,
 			`RESPONSE_DYNAMIC_METADATA: "TRUE" is not supported`, `BACKEND_TYPE: "memcache" is not supported`,
 			`CONFIG_TYPE: "GRPC_XDS_DELTA" is not FILE or GRPC_XDS_SOTW`, `SHADOW_MODE: "sometimes" is not true or false`,
 		}},

@@ -95,19 +95,24 @@ func overlaps(s, secret string) bool {
 }
 
 // Redact returns msg with the password of each of the URLs, as written,
-// as unescaped and as %q escapes them, replaced by "xxxxx". It reads the password as a URL's
-// userinfo even when the URL does not parse.
+// as unescaped and as %q escapes them, replaced by "xxxxx". It reads the
+// password as a URL's userinfo even when the URL does not parse, and in
+// envoyproxy/ratelimit's forms without a scheme too:
+// USER:PASSWORD@HOST:PORT and PASSWORD@HOST:PORT.
 func Redact(msg string, urls ...string) string {
 	for _, u := range urls {
-		_, rest, ok := strings.Cut(u, "://")
-		if !ok {
-			continue
+		_, rest, scheme := strings.Cut(u, "://")
+		if !scheme {
+			rest = u
 		}
 		i := strings.LastIndex(rest, "@")
 		if i < 0 {
 			continue
 		}
-		_, pass, _ := strings.Cut(rest[:i], ":")
+		user, pass, ok := strings.Cut(rest[:i], ":")
+		if !ok && !scheme {
+			pass = user // PASSWORD@HOST:PORT
+		}
 		forms := []string{pass}
 		if p, err := url.PathUnescape(pass); err == nil {
 			forms = append(forms, p)

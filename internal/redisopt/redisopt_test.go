@@ -41,6 +41,8 @@ func TestRedact(t *testing.T) {
 		{`not a URL: h:6379`, "h:6379", `not a URL: h:6379`},
 		{`p@ss in "redis://:p@ss@h"`, "redis://:p@ss@h", `xxxxx in "redis://:xxxxx@h"`},
 		{`parse "redis://:se\x01cret@h"`, "redis://:se\x01cret@h", `parse "redis://:xxxxx@h"`},
+		{`parse "u:hun/ter2@h:9x"`, "u:hun/ter2@h:9x", `parse "u:xxxxx@h:9x"`},
+		{`got "hun@ter2@mymaster"`, "hun@ter2@mymaster", `got "xxxxx@mymaster"`},
 	} {
 		if got := redisopt.Redact(tc.msg, tc.url); got != tc.want {
 			t.Errorf("Redact(%q, %q) = %q, want %q", tc.msg, tc.url, got, tc.want)
