@@ -12,15 +12,6 @@ import (
 	"github.com/floodgate-rl/floodgate/enforce"
 )
 
-// Header names the middleware writes.
-const (
-	HeaderRateLimitPolicy = "RateLimit-Policy"
-	HeaderRateLimit       = "RateLimit"
-	HeaderLegacyLimit     = "X-RateLimit-Limit"
-	HeaderLegacyRemaining = "X-RateLimit-Remaining"
-	HeaderLegacyReset     = "X-RateLimit-Reset"
-)
-
 // QuotaExceeded is the problem type of a 429 answer, registered by
 // draft-ietf-httpapi-ratelimit-headers.
 const QuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -142,7 +133,7 @@ func retries(status int) bool {
 // refusedByFailure reports whether res refused a request because the
 // store failed: fail-closed, or the error failure mode.
 func refusedByFailure(res Result) bool {
-	return res.Outcome == FailedClosed || res.Outcome == enforce.Errored
+	return res.Outcome == enforce.FailedClosed || res.Outcome == enforce.Errored
 }
 
 // failed returns the status of a request refused because the store
