@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -65,9 +66,9 @@ func FuzzRateLimitFields(f *testing.F) {
 				want   int64
 			}{
 				{p.Params, "q", sfInt(e.Limit)},
-				{p.Params, "w", max(1, enforce.Seconds(e.Window))},
+				{p.Params, "w", max(1, fields.Seconds(e.Window))},
 				{q.Params, "r", sfInt(e.Remaining)},
-				{q.Params, "t", enforce.Seconds(e.ResetAfter)},
+				{q.Params, "t", fields.Seconds(e.ResetAfter)},
 			} {
 				if got, _ := c.params.Get(c.key); got != c.want {
 					t.Fatalf("member %d: %s=%v, want %d (fields %v %v)", i, c.key, got, c.want, h.Values("RateLimit-Policy"), h.Values("RateLimit"))

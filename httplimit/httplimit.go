@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] and
@@ -240,7 +241,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	if r.denyFunc == nil {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
 	}
-	r.opaqueRetry, r.longest = enforce.RetryAfter(longest), longest
+	r.opaqueRetry, r.longest = fields.RetryAfter(longest), longest
 	return r, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -380,7 +381,7 @@ func (p *plan) assign(idx []int, res enforce.Result, peeked bool) {
 		}
 	}
 	if len(enforced) > 0 && res.Outcome != enforce.Skipped {
-		ds := enforce.Each(res.Decision)
+		ds := fields.Each(res.Decision)
 		if res.Outcome == enforce.Local && len(ds) != len(enforced) {
 			set(local, ds, res.Decision.Allowed)
 		} else {
