@@ -40,13 +40,13 @@ const (
 	// flood or a misconfiguration.
 	LargeRequest = 16 << 10
 	// MaxLargeInFlight bounds the bytes of the large requests decided at
-	// once. A large request that would exceed it is shed: decided by its
+	// once: one 1 MiB request, or a few of tens of KiB. A large request that would exceed it is shed: decided by its
 	// descriptors' failure modes without the store (failure_mode error
 	// answers Unavailable, closed OVER_LIMIT, open OK, local by the local
 	// limits), counted in floodgate_rls_shed_total and logged with the
 	// degraded decisions. A request under LargeRequest is never shed: one
 	// client's flood of large requests cannot crowd out the others'.
-	MaxLargeInFlight = 4 << 20
+	MaxLargeInFlight = 1 << 20
 )
 
 // ErrShed is the error of a request shed by MaxLargeInFlight: what its
