@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
 )
 
 // Defaults of [Options] and [Spec].
@@ -56,8 +57,9 @@ type Options struct {
 	// with Limiter's overrides (floodgate.Options.Overrides), so that a
 	// key with a limit of its own keeps it, per replica, during an outage.
 	Local *floodgate.Limiter
-	// Breaker, if set, is exported as the floodgate_breaker_state gauge.
-	Breaker Breaker
+	// Breaker, if set, is the store's circuit breaker (a
+	// *breakerstore.Store), exported as the floodgate_breaker_state gauge.
+	Breaker interface{ State() gobreaker.State }
 	// Registerer receives the metrics (see the package doc). Nil means no
 	// metrics are registered.
 	Registerer prometheus.Registerer

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dunglas/httpsfv"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/internal/promtest"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
@@ -157,7 +157,7 @@ func TestCheckTakesRulesFromTheRequest(t *testing.T) {
 	if res.Outcome != enforce.Denied || res.Decision.Policy != "small" {
 		t.Fatalf("second check: %v by %s, want denied by small", res.Outcome, res.Decision.Policy)
 	}
-	if each := enforce.Each(res.Decision); len(each) != 2 || each[0].Remaining != 98 {
+	if each := fields.Each(res.Decision); len(each) != 2 || each[0].Remaining != 98 {
 		t.Errorf("big after a denied check: %+v, want 98 left (the denial recorded nothing)", each)
 	}
 	if res := check(1); res.Outcome != enforce.Allowed || res.Decision.Remaining != 0 {
@@ -310,37 +310,12 @@ func TestRefundByPolicy(t *testing.T) {
 		}
 	}
 	next, _ := g.Decide(ctx, []string{"1.2.3.4", "alice"})
-	each := enforce.Each(next.Decision)
+	each := fields.Each(next.Decision)
 	if each[0].Remaining != 1 || each[1].Remaining != 2 {
 		t.Errorf("after refunding acct twice: ip %d left, acct %d left; want 1 and 2", each[0].Remaining, each[1].Remaining)
 	}
 	denied := enforce.Result{Outcome: enforce.Denied}
 	if err := denied.Refund(ctx); err != nil {
 		t.Errorf("refund of a denial: %v", err)
-	}
-}
-
-// source gives the rules of its map by key.
-// PolicyMember writes what httpsfv would, for every name: by hand for a
-// rule's plain name, escaped by httpsfv for any other.
-func TestPolicyMemberMatchesHTTPSFV(t *testing.T) {
-	for _, r := range []floodgate.Rule{
-		{Name: "pix", Limit: 10, Window: time.Minute},
-		{Name: "a.b-c_D9", Limit: 1, Window: 1500 * time.Millisecond},
-		{Name: "x", Limit: 1 << 62, Window: 1 << 62},
-		{Name: "x", Limit: -3, Window: 0},
-		{Name: strings.Repeat("n", 64), Limit: 5, Window: time.Hour},
-		{Name: strings.Repeat("n", 65), Limit: 5, Window: time.Hour},
-		{Name: `quo"te`, Limit: 5, Window: time.Second},
-		{Name: "sp ace", Limit: 5, Window: time.Second},
-	} {
-		it := httpsfv.NewItem(r.Name)
-		it.Params.Add("q", min(max(r.Limit, 0), 999_999_999_999_999))
-		it.Params.Add("w", min(max(1, enforce.Seconds(r.Window)), 999_999_999_999_999))
-		want, werr := httpsfv.Marshal(httpsfv.List{it})
-		got, err := enforce.PolicyMember(r)
-		if got != want || (err == nil) != (werr == nil) {
-			t.Errorf("PolicyMember(%q, %d, %v) = %q, %v; httpsfv says %q, %v", r.Name, r.Limit, r.Window, got, err, want, werr)
-		}
 	}
 }

@@ -14,12 +14,6 @@ import (
 	"github.com/sony/gobreaker/v2"
 )
 
-// Breaker is a circuit breaker in front of the store whose state the
-// Enforcer exports (floodgate_breaker_state): a *breakerstore.Store.
-type Breaker interface {
-	State() gobreaker.State
-}
-
 // nilPointer reports whether v holds a nil pointer: a *breakerstore.Store
 // variable that was never set, when the store has no breaker.
 func nilPointer(v any) bool {
@@ -38,7 +32,7 @@ type metrics struct {
 	skipped   *prometheus.CounterVec   // gate, policy
 }
 
-func newMetrics(reg prometheus.Registerer, breaker Breaker) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, breaker interface{ State() gobreaker.State }) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 )
 
 // Outcome is how a check was decided.
@@ -117,7 +118,7 @@ func (r Result) Refund(ctx context.Context, policies ...string) error {
 		return r.limiter.Refund(ctx, r.Decision)
 	}
 	var errs []error
-	for _, d := range Each(r.Decision) {
+	for _, d := range fields.Each(r.Decision) {
 		if slices.Contains(policies, d.Policy) {
 			errs = append(errs, r.limiter.Refund(ctx, d))
 		}

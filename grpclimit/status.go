@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 )
 
 // The response metadata keys, after draft-ietf-httpapi-ratelimit-headers-11's
@@ -35,11 +36,11 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 	default:
 		return nil
 	}
-	ds := enforce.Each(res.Decision)
-	policy := enforce.PolicyField(ds)
+	ds := fields.Each(res.Decision)
+	policy := fields.PolicyField(ds)
 	return metadata.MD{
 		MetadataRateLimitPolicy: {policy},
-		MetadataRateLimit:       {enforce.QuotaField(ds)},
+		MetadataRateLimit:       {fields.QuotaField(ds)},
 	}
 }
 
@@ -53,10 +54,10 @@ func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 	case res.Outcome == enforce.FailedClosed || res.Outcome == enforce.Errored:
 		wait := res.FailRetryAfter()
 		return withDetails(status.New(codes.Unavailable,
-			fmt.Sprintf("the rate limit could not be checked; retry after %s s", enforce.RetryAfter(wait))), retryInfo(wait))
+			fmt.Sprintf("the rate limit could not be checked; retry after %s s", fields.RetryAfter(wait))), retryInfo(wait))
 	case m.Opaque:
 		wait := m.opaqueRetry
-		for _, e := range enforce.Each(res.Decision) { // the rule in force may have a longer window
+		for _, e := range fields.Each(res.Decision) { // the rule in force may have a longer window
 			wait = max(wait, e.Window)
 		}
 		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(wait))
@@ -66,7 +67,7 @@ func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 		detail strings.Builder
 		qf     errdetails.QuotaFailure
 	)
-	for _, e := range enforce.Each(d) {
+	for _, e := range fields.Each(d) {
 		if e.Allowed {
 			continue
 		}
@@ -75,7 +76,7 @@ func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
 			Subject: e.Policy, Description: desc, QuotaId: e.Policy, QuotaValue: e.Limit})
 	}
-	msg := fmt.Sprintf("quota exceeded: %sretry after %s s", detail.String(), enforce.RetryAfter(d.RetryAfter))
+	msg := fmt.Sprintf("quota exceeded: %sretry after %s s", detail.String(), fields.RetryAfter(d.RetryAfter))
 	return withDetails(status.New(codes.ResourceExhausted, msg), retryInfo(d.RetryAfter), &qf)
 }
 

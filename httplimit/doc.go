@@ -12,7 +12,7 @@
 //	...
 //	pix, err := hl.Middleware(httplimit.Route{
 //		Limits:  []httplimit.Limit{{Rule: perIP, Key: httplimit.ClientIP(resolver)}, {Rule: pixRule, Key: httplimit.Principal}},
-//		Failure: httplimit.FailClosed,
+//		Failure: enforce.FailClosed,
 //	})
 //	...
 //	mux.Handle("POST /pix", auth(pix(pixHandler)))
@@ -62,11 +62,12 @@
 // The enforcement layer (package enforce) decides: every decision has the
 // time budget of the floodgate.Limiter (Options.Timeout, 50ms by
 // default); a store that fails or does not answer in time is handled by
-// the route's [FailureMode]: [FailLocal] (the default) decides with
-// per-replica in-memory limits, [FailClosed] denies, [FailOpen] allows.
+// the route's [enforce.FailureMode]: [enforce.FailLocal] (the default)
+// decides with per-replica in-memory limits, [enforce.FailClosed] denies,
+// [enforce.FailOpen] allows, [enforce.FailError] answers 503.
 // Put a breakerstore in front of the store so that a dead store costs
 // nothing once its breaker is open; it is probed and taken back by itself.
-// A fail-closed 429 (or 503) sends a Retry-After of [MinFailRetryAfter] (5s), or the
+// A fail-closed 429 (or 503) sends a Retry-After of [enforce.MinFailRetryAfter] (5s), or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted in the metrics, and logged at most once per route per
 // [Options.LogInterval] (5s), each line saying how many more it stands

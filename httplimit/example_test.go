@@ -46,7 +46,7 @@ func Example() {
 	rule, _ := floodgate.PerMinute("statement", 2)
 	limit, err := hl.Middleware(httplimit.Route{
 		Limits:  []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(resolver)}},
-		Failure: httplimit.FailOpen,
+		Failure: enforce.FailOpen,
 	})
 	if err != nil {
 		panic(err)
@@ -88,7 +88,7 @@ func ExampleLimiter_Middleware_multiLevel() {
 			{Rule: perIP, Key: httplimit.ClientIP(nil)},
 			{Rule: pix, Key: httplimit.Principal},
 		},
-		Failure: httplimit.FailClosed,
+		Failure: enforce.FailClosed,
 	})
 	// auth stands for the service's authentication middleware.
 	auth := func(next http.Handler) http.Handler {
@@ -122,7 +122,7 @@ func ExampleRoute_opaque() {
 	limit, _ := hl.Middleware(httplimit.Route{
 		Name:    "login",
 		Opaque:  true,
-		Failure: httplimit.FailClosed,
+		Failure: enforce.FailClosed,
 		Limits: []httplimit.Limit{
 			{Rule: byIP, Key: httplimit.ClientIP(nil)},
 			{Rule: byAccount, Key: httplimit.Header("X-Demo-Account")},
@@ -157,7 +157,7 @@ func ExampleFailureMode() {
 	limiter, _ := floodgate.New(store, floodgate.Options{Timeout: 30 * time.Millisecond})
 	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
-	for _, mode := range []httplimit.FailureMode{httplimit.FailClosed, httplimit.FailOpen, httplimit.FailLocal} {
+	for _, mode := range []enforce.FailureMode{enforce.FailClosed, enforce.FailOpen, enforce.FailLocal} {
 		rule, _ := floodgate.PerMinute("r-"+mode.String(), 1)
 		limit, _ := hl.Middleware(httplimit.Route{Failure: mode, Limits: []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(nil)}}})
 		h := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -260,7 +260,7 @@ func ExampleOptions() {
 	}))
 	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter, Registerer: reg, Logger: logger}})
 	rule, _ := floodgate.PerMinute("statement", 100)
-	limit, _ := hl.Middleware(httplimit.Route{Name: "statement", Failure: httplimit.FailOpen,
+	limit, _ := hl.Middleware(httplimit.Route{Name: "statement", Failure: enforce.FailOpen,
 		Limits: []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(nil)}}})
 	h := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 

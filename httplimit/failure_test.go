@@ -24,9 +24,9 @@ const slack = 500 * time.Millisecond
 
 // modes builds one handler per failure mode, each limited to 2 per minute
 // per client IP.
-func modes(t *testing.T, e *env) map[httplimit.FailureMode]http.Handler {
-	hs := map[httplimit.FailureMode]http.Handler{}
-	for _, m := range []httplimit.FailureMode{httplimit.FailClosed, httplimit.FailOpen, httplimit.FailLocal} {
+func modes(t *testing.T, e *env) map[enforce.FailureMode]http.Handler {
+	hs := map[enforce.FailureMode]http.Handler{}
+	for _, m := range []enforce.FailureMode{enforce.FailClosed, enforce.FailOpen, enforce.FailLocal} {
 		hs[m] = e.handler(t, httplimit.Route{Name: m.String(), Failure: m,
 			Limits: []httplimit.Limit{{Rule: rule(t, "r-"+m.String(), 2, time.Minute), Key: httplimit.ClientIP(nil)}}})
 	}
@@ -52,14 +52,14 @@ func TestFailureModes(t *testing.T) {
 					start := time.Now()
 					rec := do(h, "192.0.2.1:1")
 					worst = max(worst, time.Since(start))
-					want := map[httplimit.FailureMode]int{httplimit.FailClosed: 429, httplimit.FailOpen: 200, httplimit.FailLocal: 200}[m]
-					if m == httplimit.FailLocal && i >= 2 {
+					want := map[enforce.FailureMode]int{enforce.FailClosed: 429, enforce.FailOpen: 200, enforce.FailLocal: 200}[m]
+					if m == enforce.FailLocal && i >= 2 {
 						want = 429 // the local limits start from zero: 2 per minute
 					}
 					if rec.Code != want {
 						t.Fatalf("%v route, degraded request %d: %d, want %d", m, i+1, rec.Code, want)
 					}
-					if m == httplimit.FailLocal {
+					if m == enforce.FailLocal {
 						wantList(t, rec.Header(), "RateLimit", fmt.Sprintf("r-local;r=%d;t=60", max(0, 1-i)))
 					}
 				}
@@ -95,7 +95,7 @@ func TestFailureModes(t *testing.T) {
 // request is neither a degraded decision nor a store failure.
 func TestClientGoneIsNotAFailure(t *testing.T) {
 	e := newEnv(t, envOptions{timeout: time.Second})
-	h := modes(t, e)[httplimit.FailClosed]
+	h := modes(t, e)[enforce.FailClosed]
 	e.fault.Set(faultstore.Hang)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
@@ -138,7 +138,7 @@ func TestBreakerStopsCallingADeadStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, envOptions{store: bs, breaker: bs})
-	h := modes(t, e)[httplimit.FailOpen]
+	h := modes(t, e)[enforce.FailOpen]
 	fault.Set(faultstore.Hang)
 	for range 3 {
 		do(h, "192.0.2.1:1")
@@ -190,8 +190,8 @@ func TestDegradedDecisionsAreLoggedInAggregate(t *testing.T) {
 	const n = 2000
 	start := time.Now()
 	for range n {
-		do(hs[httplimit.FailOpen], "192.0.2.1:1")
-		do(hs[httplimit.FailClosed], "192.0.2.1:1")
+		do(hs[enforce.FailOpen], "192.0.2.1:1")
+		do(hs[enforce.FailClosed], "192.0.2.1:1")
 	}
 	elapsed := time.Since(start)
 	e.hl.Close() // writes what is held

@@ -241,7 +241,7 @@ func TestNestingCountsOnceAtEveryDepth(t *testing.T) {
 	}
 	send()
 	send()
-	if got.Outcome != httplimit.Allowed || got.Decision.Policy != "deep-user" || len(got.Shadow) != 0 {
+	if got.Outcome != enforce.Allowed || got.Decision.Policy != "deep-user" || len(got.Shadow) != 0 {
 		t.Fatalf("the handler's result %+v; want the middle route's verdict, no shadow check of a counted hit", got)
 	}
 	probe := func() float64 {
@@ -276,7 +276,7 @@ func TestShadowSkipsAFailedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hl.Close()
-	mw, err := hl.Middleware(httplimit.Route{Name: "r", Failure: httplimit.FailOpen, Limits: []httplimit.Limit{
+	mw, err := hl.Middleware(httplimit.Route{Name: "r", Failure: enforce.FailOpen, Limits: []httplimit.Limit{
 		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-a", 5)), Key: httplimit.Header("X-K")},
 		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-b", 5)), Key: httplimit.Header("X-K"), Shadow: true},
 		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-c", 5)), Key: httplimit.Header("X-K"), Shadow: true},
@@ -289,7 +289,7 @@ func TestShadowSkipsAFailedStore(t *testing.T) {
 	req.Header.Set("X-K", "k")
 	rec := httptest.NewRecorder()
 	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, _ = httplimit.FromContext(r.Context()) })).ServeHTTP(rec, req)
-	if rec.Code != 200 || got.Outcome != httplimit.FailedOpen || len(got.Shadow) != 0 {
+	if rec.Code != 200 || got.Outcome != enforce.FailedOpen || len(got.Shadow) != 0 {
 		t.Fatalf("%d %+v; want failed open with no shadow checks", rec.Code, got)
 	}
 	if n := metric(t, reg, "floodgate_store_errors_total", map[string]string{"gate": "r", "reason": "error"}); n != 1 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -46,13 +47,13 @@ func FuzzRateLimitFields(f *testing.F) {
 		d.Policy, d.Limit, d.Remaining, d.ResetAfter = "a", limit, remaining, time.Duration(reset)
 		h := http.Header{}
 		rt.writeQuota(h, d)
-		pol, err := httpsfv.UnmarshalList(h.Values(HeaderRateLimitPolicy))
+		pol, err := httpsfv.UnmarshalList(h.Values("RateLimit-Policy"))
 		if err != nil || len(pol) != 2 {
-			t.Fatalf("RateLimit-Policy %q: %v", h.Values(HeaderRateLimitPolicy), err)
+			t.Fatalf("RateLimit-Policy %q: %v", h.Values("RateLimit-Policy"), err)
 		}
-		rl, err := httpsfv.UnmarshalList(h.Values(HeaderRateLimit))
+		rl, err := httpsfv.UnmarshalList(h.Values("RateLimit"))
 		if err != nil || len(rl) != 2 {
-			t.Fatalf("RateLimit %q: %v", h.Values(HeaderRateLimit), err)
+			t.Fatalf("RateLimit %q: %v", h.Values("RateLimit"), err)
 		}
 		for i, e := range d.Each {
 			p, q := pol[i].(httpsfv.Item), rl[i].(httpsfv.Item)
@@ -65,12 +66,12 @@ func FuzzRateLimitFields(f *testing.F) {
 				want   int64
 			}{
 				{p.Params, "q", sfInt(e.Limit)},
-				{p.Params, "w", max(1, enforce.Seconds(e.Window))},
+				{p.Params, "w", max(1, fields.Seconds(e.Window))},
 				{q.Params, "r", sfInt(e.Remaining)},
-				{q.Params, "t", enforce.Seconds(e.ResetAfter)},
+				{q.Params, "t", fields.Seconds(e.ResetAfter)},
 			} {
 				if got, _ := c.params.Get(c.key); got != c.want {
-					t.Fatalf("member %d: %s=%v, want %d (fields %v %v)", i, c.key, got, c.want, h.Values(HeaderRateLimitPolicy), h.Values(HeaderRateLimit))
+					t.Fatalf("member %d: %s=%v, want %d (fields %v %v)", i, c.key, got, c.want, h.Values("RateLimit-Policy"), h.Values("RateLimit"))
 				}
 			}
 		}

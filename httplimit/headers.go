@@ -10,15 +10,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-)
-
-// Header names the middleware writes.
-const (
-	HeaderRateLimitPolicy = "RateLimit-Policy"
-	HeaderRateLimit       = "RateLimit"
-	HeaderLegacyLimit     = "X-RateLimit-Limit"
-	HeaderLegacyRemaining = "X-RateLimit-Remaining"
-	HeaderLegacyReset     = "X-RateLimit-Reset"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 )
 
 // QuotaExceeded is the problem type of a 429 answer, registered by
@@ -88,15 +80,15 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		one[0] = d
 		ds = one[:]
 	}
-	policy := enforce.PolicyField(ds)
-	rateLimit := enforce.QuotaField(ds)
+	policy := fields.PolicyField(ds)
+	rateLimit := fields.QuotaField(ds)
 	// One backing array for the values; each field gets a full slice of
 	// it, so that a later Add to one field cannot overwrite another.
 	vals := [5]string{policy, rateLimit}
 	if rt.l.legacy {
 		vals[2] = strconv.FormatInt(d.Limit, 10)
 		vals[3] = strconv.FormatInt(max(d.Remaining, 0), 10)
-		vals[4] = strconv.FormatInt(enforce.Seconds(d.ResetAfter), 10)
+		vals[4] = strconv.FormatInt(fields.Seconds(d.ResetAfter), 10)
 	}
 	vs := vals[:]
 	set := func(key string, i int, add bool) {
@@ -122,13 +114,13 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 // denial waits at least res.FailRetryAfter, as every fail-closed one does.
 func (rt *route) opaqueRetryAfter(res Result) string {
 	if refusedByFailure(res) {
-		return enforce.RetryAfter(max(rt.longest, res.FailRetryAfter()))
+		return fields.RetryAfter(max(rt.longest, res.FailRetryAfter()))
 	}
 	longest := rt.longest
-	for _, e := range enforce.Each(res.Decision) {
+	for _, e := range fields.Each(res.Decision) {
 		longest = max(longest, e.Window)
 	}
-	return enforce.RetryAfter(longest)
+	return fields.RetryAfter(longest)
 }
 
 // retries reports whether an answer of status carries Retry-After: 429,
@@ -142,7 +134,7 @@ func retries(status int) bool {
 // refusedByFailure reports whether res refused a request because the
 // store failed: fail-closed, or the error failure mode.
 func refusedByFailure(res Result) bool {
-	return res.Outcome == FailedClosed || res.Outcome == enforce.Errored
+	return res.Outcome == enforce.FailedClosed || res.Outcome == enforce.Errored
 }
 
 // failed returns the status of a request refused because the store
@@ -173,24 +165,24 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 	case refusedByFailure(res):
 		wait, status := res.FailRetryAfter(), rt.failed(res)
 		p = Problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
-			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", enforce.Seconds(wait))}
+			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", fields.Seconds(wait))}
 		if retries(p.Status) {
-			h.Set("Retry-After", enforce.RetryAfter(wait))
+			h.Set("Retry-After", fields.RetryAfter(wait))
 		}
 	default:
 		d := res.Decision
 		var violated []string
 		var detail strings.Builder
-		for _, e := range enforce.Each(d) {
+		for _, e := range fields.Each(d) {
 			if !e.Allowed {
 				violated = append(violated, e.Policy)
 				fmt.Fprintf(&detail, "%d requests per %s (%s); ", e.Limit, window(e.Window), e.Policy)
 			}
 		}
 		p = Problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status, ViolatedPolicies: violated,
-			Detail: fmt.Sprintf("Quota exceeded: %sretry after %d s.", detail.String(), max(1, enforce.Seconds(d.RetryAfter)))}
+			Detail: fmt.Sprintf("Quota exceeded: %sretry after %d s.", detail.String(), max(1, fields.Seconds(d.RetryAfter)))}
 		if retries(p.Status) {
-			h.Set("Retry-After", enforce.RetryAfter(d.RetryAfter))
+			h.Set("Retry-After", fields.RetryAfter(d.RetryAfter))
 		}
 	}
 	rt.denyFunc(w, r, p)

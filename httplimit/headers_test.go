@@ -17,6 +17,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/memstore"
@@ -102,10 +103,10 @@ func TestAllowedResponseFields(t *testing.T) {
 	if rec.Code != http.StatusOK || rec.Body.String() != "ok" {
 		t.Fatalf("got %d %q, want 200 ok", rec.Code, rec.Body)
 	}
-	if got := rec.Header().Get(httplimit.HeaderRateLimitPolicy); got != `"ip";q=100;w=60, "acct";q=10;w=60` {
+	if got := rec.Header().Get("RateLimit-Policy"); got != `"ip";q=100;w=60, "acct";q=10;w=60` {
 		t.Errorf("RateLimit-Policy = %s", got)
 	}
-	if got := rec.Header().Get(httplimit.HeaderRateLimit); got != `"ip";r=97;t=60, "acct";r=7;t=60` {
+	if got := rec.Header().Get("RateLimit"); got != `"ip";r=97;t=60, "acct";r=7;t=60` {
 		t.Errorf("RateLimit = %s", got)
 	}
 	wantList(t, rec.Header(), "RateLimit-Policy", "ip;q=100;w=60", "acct;q=10;w=60")
@@ -231,7 +232,7 @@ func TestOpaqueDenialsAreByteIdentical(t *testing.T) {
 		return httplimit.Route{
 			Name:    "login",
 			Opaque:  true,
-			Failure: httplimit.FailClosed,
+			Failure: enforce.FailClosed,
 			Limits: []httplimit.Limit{
 				{Rule: rule(t, "login-ip", 10, 10*time.Minute), Key: httplimit.ClientIP(nil)},
 				{Rule: rule(t, "login-account", 5, 10*time.Minute), Key: httplimit.Header("X-Account")},
@@ -319,7 +320,7 @@ func TestFailClosedAnswer(t *testing.T) {
 	}{{0, "5"}, {503, "5"}, {500, ""}} { // 5: MinFailRetryAfter, not an invitation to retry every second; 503 carries it too (RFC 9110 §10.2.3)
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			e := newEnv(t, envOptions{})
-			h := e.handler(t, httplimit.Route{Failure: httplimit.FailClosed, FailStatus: tc.status,
+			h := e.handler(t, httplimit.Route{Failure: enforce.FailClosed, FailStatus: tc.status,
 				Limits: []httplimit.Limit{{Rule: rule(t, "r", 1, time.Minute), Key: httplimit.ClientIP(nil)}}})
 			e.fault.Set(faultstore.Fail)
 			rec := do(h, "192.0.2.1:1")
@@ -361,7 +362,7 @@ func TestFailClosedRetryAfterFollowsTheBreaker(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := newEnv(t, envOptions{store: bs, bare: true})
-			h := e.handler(t, httplimit.Route{Failure: httplimit.FailClosed,
+			h := e.handler(t, httplimit.Route{Failure: enforce.FailClosed,
 				Limits: []httplimit.Limit{{Rule: rule(t, "r", 1, time.Minute), Key: httplimit.ClientIP(nil)}}})
 			fault.Set(faultstore.Fail)
 			do(h, "192.0.2.1:1") // opens the breaker
@@ -432,7 +433,7 @@ func TestMissingKey(t *testing.T) {
 	for range 3 {
 		rec := httptest.NewRecorder()
 		only(capture).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-		if rec.Code != 200 || got.Outcome != httplimit.Skipped || rec.Header().Get("RateLimit") != "" {
+		if rec.Code != 200 || got.Outcome != enforce.Skipped || rec.Header().Get("RateLimit") != "" {
 			t.Fatalf("got %d %v outcome %v, want 200 Skipped without fields", rec.Code, rec.Header(), got.Outcome)
 		}
 	}
@@ -446,7 +447,7 @@ func TestRefundFromTheHandler(t *testing.T) {
 	ipRule, acctRule := rule(t, "ip", 100, time.Minute), rule(t, "acct", 1, time.Minute)
 	login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, ok := httplimit.FromContext(r.Context())
-		if !ok || res.Outcome != httplimit.Allowed {
+		if !ok || res.Outcome != enforce.Allowed {
 			t.Errorf("FromContext = %+v, %v", res, ok)
 		}
 		if r.Header.Get("X-Password") == "right" {
@@ -491,7 +492,7 @@ func TestInvalidRoutes(t *testing.T) {
 	if _, err := httplimit.New(httplimit.Options{}); !errors.Is(err, httplimit.ErrInvalidOptions) {
 		t.Errorf("New without a Limiter: %v", err)
 	}
-	if _, err := httplimit.ParseFailureMode("sideways"); !errors.Is(err, httplimit.ErrInvalidOptions) {
+	if _, err := enforce.ParseFailureMode("sideways"); !errors.Is(err, httplimit.ErrInvalidOptions) {
 		t.Errorf("ParseFailureMode: %v", err)
 	}
 }

@@ -14,50 +14,13 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-)
-
-// Defaults of [Options] and [Route], from the enforcement layer.
-const (
-	// DefaultLogInterval is the least time between two log lines about one
-	// route's degraded decisions.
-	DefaultLogInterval = enforce.DefaultLogInterval
-	// DefaultMaxWaiters bounds the requests of one route that wait for
-	// quota at once.
-	DefaultMaxWaiters = enforce.DefaultMaxWaiters
-	// MinFailRetryAfter is the least Retry-After of a fail-closed 429:
-	// during an outage, clients should not come back every second. When
-	// the store's circuit breaker is open, the Retry-After is its remaining
-	// open time if that is longer.
-	MinFailRetryAfter = enforce.MinFailRetryAfter
+	"github.com/floodgate-rl/floodgate/internal/fields"
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] and
 // [Limiter.Middleware] about bad options or routes. It is
 // enforce.ErrInvalid, which the enforcement layer's errors wrap too.
 var ErrInvalidOptions = enforce.ErrInvalid
-
-// FailureMode is what a route does when the store cannot decide in time:
-// it is down, frozen, or its circuit breaker is open. See
-// enforce.FailureMode.
-type FailureMode = enforce.FailureMode
-
-const (
-	// FailLocal decides with per-replica in-memory limits: the same rules,
-	// counted by each replica on its own, so a fleet of n replicas admits
-	// up to n times the limit while the store is down. It is the zero
-	// value.
-	FailLocal = enforce.FailLocal
-	// FailClosed denies the request with Route.FailStatus (429 unless
-	// set). For routes where an unchecked request costs more than a
-	// refused one: login, payments.
-	FailClosed = enforce.FailClosed
-	// FailOpen lets the request through, unlimited. For routes where
-	// availability matters more than the limit: reads.
-	FailOpen = enforce.FailOpen
-)
-
-// ParseFailureMode returns the mode named s: "local", "closed" or "open".
-func ParseFailureMode(s string) (FailureMode, error) { return enforce.ParseFailureMode(s) }
 
 // Options configures a [Limiter]: an Enforcer to share, or the options
 // of one to build.
@@ -151,7 +114,7 @@ type Route struct {
 	Limits []Limit
 	// Failure is what to do when the store fails; the zero value is
 	// FailLocal.
-	Failure FailureMode
+	Failure enforce.FailureMode
 	// Shadow puts every limit of the route in shadow mode (see
 	// Limit.Shadow): the route never denies, and counts what it would do.
 	Shadow bool
@@ -278,7 +241,7 @@ func (l *Limiter) build(rt Route) (*route, error) {
 	if r.denyFunc == nil {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
 	}
-	r.opaqueRetry, r.longest = enforce.RetryAfter(longest), longest
+	r.opaqueRetry, r.longest = fields.RetryAfter(longest), longest
 	return r, nil
 }
 
@@ -342,7 +305,7 @@ func (rt *route) compose(own enforce.Result, outer Result, nested bool) Result {
 	switch {
 	case !nested:
 		return Result{Result: own}
-	case own.Outcome != Skipped:
+	case own.Outcome != enforce.Skipped:
 		return Result{Result: own, outer: &outer}
 	}
 	res := outer
@@ -353,7 +316,9 @@ func (rt *route) compose(own enforce.Result, outer Result, nested bool) Result {
 
 // decided reports whether a limiter decided, so that the answer has
 // rate-limit fields to send.
-func decided(o Outcome) bool { return o == Allowed || o == Denied || o == Local }
+func decided(o enforce.Outcome) bool {
+	return o == enforce.Allowed || o == enforce.Denied || o == enforce.Local
+}
 
 // nest handles a route nested in other routes' middleware (a global
 // per-IP middleware around per-route ones, the documented pattern): it

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 )
 
@@ -42,7 +43,7 @@ func FuzzJoin(f *testing.F) {
 func TestLongKeysAreDigested(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	long := strings.Repeat("k", floodgate.MaxKeyLen+1)
-	h := e.handler(t, httplimit.Route{Failure: httplimit.FailClosed, Limits: []httplimit.Limit{{Rule: rule(t, "r", 1, time.Minute), Key: constant(long)}}})
+	h := e.handler(t, httplimit.Route{Failure: enforce.FailClosed, Limits: []httplimit.Limit{{Rule: rule(t, "r", 1, time.Minute), Key: constant(long)}}})
 	if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
 		t.Fatalf("a %d-byte key: %d", len(long), rec.Code)
 	}

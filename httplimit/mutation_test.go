@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/memstore"
@@ -54,10 +55,10 @@ func TestPolicyOfTheLimitsChecked(t *testing.T) {
 		{"", "", `"ip";q=10;w=60`, `"ip";r=6;t=60`},
 	} {
 		hd := send(tc.user, tc.tenant)
-		if got := hd.Get(httplimit.HeaderRateLimitPolicy); got != tc.policy {
+		if got := hd.Get("RateLimit-Policy"); got != tc.policy {
 			t.Errorf("user %q tenant %q: RateLimit-Policy = %s; want %s", tc.user, tc.tenant, got, tc.policy)
 		}
-		if got := hd.Get(httplimit.HeaderRateLimit); got != tc.rateLimit {
+		if got := hd.Get("RateLimit"); got != tc.rateLimit {
 			t.Errorf("user %q tenant %q: RateLimit = %s; want %s", tc.user, tc.tenant, got, tc.rateLimit)
 		}
 	}
@@ -132,7 +133,7 @@ func TestThrottleLocalDenials(t *testing.T) {
 	ms := memstore.New(memstore.Options{})
 	t.Cleanup(func() { ms.Close() })
 	e := newEnv(t, envOptions{store: ms})
-	h := e.handler(t, httplimit.Route{Name: "slow", MaxDelay: 5 * time.Second, Failure: httplimit.FailLocal,
+	h := e.handler(t, httplimit.Route{Name: "slow", MaxDelay: 5 * time.Second, Failure: enforce.FailLocal,
 		Limits: []httplimit.Limit{{Rule: rule(t, "slow", 1, window), Key: httplimit.ClientIP(nil)}}})
 	e.fault.Set(faultstore.Fail)
 	if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
@@ -153,7 +154,7 @@ func TestThrottleLocalDenials(t *testing.T) {
 	}
 
 	// A failed-closed route has no decision to wait for.
-	closed := e.handler(t, httplimit.Route{Name: "closed", MaxDelay: 5 * time.Second, Failure: httplimit.FailClosed,
+	closed := e.handler(t, httplimit.Route{Name: "closed", MaxDelay: 5 * time.Second, Failure: enforce.FailClosed,
 		Limits: []httplimit.Limit{{Rule: rule(t, "closed", 1, window), Key: httplimit.ClientIP(nil)}}})
 	start = time.Now()
 	if rec := do(closed, "192.0.2.1:1"); rec.Code != 429 || time.Since(start) > slack {
@@ -176,7 +177,7 @@ func TestOpaqueFailClosedStatus(t *testing.T) {
 		{http.StatusForbidden, 0, 403, 429},
 	} {
 		e := newEnv(t, envOptions{})
-		h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Failure: httplimit.FailClosed,
+		h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Failure: enforce.FailClosed,
 			Status: tc.status, FailStatus: tc.failStatus,
 			Limits: []httplimit.Limit{{Rule: rule(t, "ip", 1, 90*time.Second), Key: httplimit.ClientIP(nil)}}})
 		if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
@@ -287,7 +288,7 @@ func TestThrottleAtMaxDelay(t *testing.T) {
 // under the policy it reports; one no limiter made, under policy "".
 func TestDecisionMetricsNameThePolicy(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	h := e.handler(t, httplimit.Route{Name: "api", Failure: httplimit.FailOpen,
+	h := e.handler(t, httplimit.Route{Name: "api", Failure: enforce.FailOpen,
 		Limits: []httplimit.Limit{{Rule: rule(t, "ip", 1, time.Minute), Key: httplimit.ClientIP(nil)}}})
 	do(h, "192.0.2.1:1")
 	do(h, "192.0.2.1:1")
@@ -309,7 +310,7 @@ func TestDecisionMetricsNameThePolicy(t *testing.T) {
 
 // TestOutcomeString names the outcomes, and "unknown" past the last.
 func TestOutcomeString(t *testing.T) {
-	for o, want := range map[httplimit.Outcome]string{httplimit.Allowed: "allowed", httplimit.Skipped: "skipped", httplimit.Skipped + 1: "error", httplimit.Skipped + 2: "unknown", 255: "unknown"} {
+	for o, want := range map[enforce.Outcome]string{enforce.Allowed: "allowed", enforce.Skipped: "skipped", enforce.Skipped + 1: "error", enforce.Skipped + 2: "unknown", 255: "unknown"} {
 		if got := o.String(); got != want {
 			t.Errorf("Outcome(%d).String() = %q; want %q", uint8(o), got, want)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 )
@@ -16,11 +17,11 @@ func TestNestedFailClosedUnderAFailedOpenRoute(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ip := rule(t, "nest-fail-ip", 10, time.Minute)
 	byIP := httplimit.Limit{Rule: ip, Key: httplimit.Header("X-IP")}
-	outer, err := e.hl.Middleware(httplimit.Route{Name: "global", Failure: httplimit.FailOpen, Limits: []httplimit.Limit{byIP}})
+	outer, err := e.hl.Middleware(httplimit.Route{Name: "global", Failure: enforce.FailOpen, Limits: []httplimit.Limit{byIP}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner, err := e.hl.Middleware(httplimit.Route{Name: "login", Failure: httplimit.FailClosed, Limits: []httplimit.Limit{byIP}})
+	inner, err := e.hl.Middleware(httplimit.Route{Name: "login", Failure: enforce.FailClosed, Limits: []httplimit.Limit{byIP}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 )
@@ -62,7 +63,7 @@ func TestOpaqueRetryAfterIgnoresShadowLimits(t *testing.T) {
 // during an outage, clients should not come back every second.
 func TestOpaqueFailClosedWaitsAtLeastTheMinimum(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Failure: httplimit.FailClosed, Limits: []httplimit.Limit{
+	h := e.handler(t, httplimit.Route{Name: "login", Opaque: true, Failure: enforce.FailClosed, Limits: []httplimit.Limit{
 		{Rule: rule(t, "opaque-short", 1, time.Second), Key: httplimit.Header("X-Account")},
 	}})
 	e.fault.Set(faultstore.Fail)

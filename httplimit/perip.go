@@ -47,7 +47,7 @@ func PerIP(l *floodgate.Limiter, limit int64, window time.Duration) func(http.Ha
 	hl, err := New(Options{Enforce: enforce.Options{Limiter: l, Local: l}}) // Local set: no memstore of its own
 	if err == nil {
 		var mw func(http.Handler) http.Handler
-		if mw, err = hl.Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: FailOpen}); err == nil {
+		if mw, err = hl.Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: enforce.FailOpen}); err == nil {
 			return mw
 		}
 	}

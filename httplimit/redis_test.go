@@ -10,7 +10,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
-	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
@@ -82,7 +82,7 @@ func TestRedisOutage(t *testing.T) {
 				wg.Go(func() {
 					for range 20 {
 						start := time.Now()
-						do(hs[httplimit.FailOpen], "192.0.2.2:1")
+						do(hs[enforce.FailOpen], "192.0.2.2:1")
 						mu.Lock()
 						worst = max(worst, time.Since(start))
 						mu.Unlock()
@@ -95,8 +95,8 @@ func TestRedisOutage(t *testing.T) {
 					start := time.Now()
 					rec := do(h, "192.0.2.1:1")
 					worst = max(worst, time.Since(start))
-					want := map[httplimit.FailureMode]int{httplimit.FailClosed: 429, httplimit.FailOpen: 200, httplimit.FailLocal: 200}[m]
-					if m == httplimit.FailLocal && i >= 2 {
+					want := map[enforce.FailureMode]int{enforce.FailClosed: 429, enforce.FailOpen: 200, enforce.FailLocal: 200}[m]
+					if m == enforce.FailLocal && i >= 2 {
 						want = 429
 					}
 					if rec.Code != want {
@@ -129,11 +129,11 @@ func TestRedisOutage(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("Redis %s and back: breaker %v, still no decision from Redis after 10s", tc.name, bs.State())
 				}
-				do(hs[httplimit.FailOpen], "192.0.2.1:1")
+				do(hs[enforce.FailOpen], "192.0.2.1:1")
 				time.Sleep(10 * time.Millisecond)
 			}
 			locals := metric(t, e.reg, "floodgate_decisions_total", map[string]string{"outcome": "local"})
-			rec := do(hs[httplimit.FailLocal], "192.0.2.9:1")
+			rec := do(hs[enforce.FailLocal], "192.0.2.9:1")
 			if rec.Code != http.StatusOK || rec.Header().Get("RateLimit") != `"r-local";r=1;t=60` {
 				t.Fatalf("local route after recovery: %d %v", rec.Code, rec.Header())
 			}

@@ -8,26 +8,6 @@ import (
 	"github.com/floodgate-rl/floodgate/enforce"
 )
 
-// Outcome is how the middleware decided a request. See enforce.Outcome.
-type Outcome = enforce.Outcome
-
-const (
-	// Allowed: the store admitted the request.
-	Allowed = enforce.Allowed
-	// Denied: the store refused it; it got a 429.
-	Denied = enforce.Denied
-	// FailedOpen: the store failed and the route let the request through.
-	FailedOpen = enforce.FailedOpen
-	// FailedClosed: the store failed and the route refused the request.
-	FailedClosed = enforce.FailedClosed
-	// Local: the store failed and per-replica limits decided; see
-	// Result.Decision.Allowed.
-	Local = enforce.Local
-	// Skipped: no limit of the route enforced a decision: each skipped the
-	// request for want of a key, or they are all shadow limits.
-	Skipped = enforce.Skipped
-)
-
 // Result is the middleware's verdict on a request. The handler of an
 // allowed request finds it with [FromContext]. Its Outcome, Decision and
 // Shadow are those of the enforcement layer's verdict (enforce.Result);

@@ -1,6 +1,8 @@
 package rlconfig
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/url"
 	"strconv"
 	"strings"
@@ -229,21 +231,41 @@ func globMatch(parts []string, s string) bool {
 }
 
 // hitKey builds "domain/key=value/key=value" with every part escaped, so
-// no value can make two different descriptors share a key.
+// no value can make two different descriptors share a key. A part longer
+// than longPart is written as its digest (see part).
 func hitKey(domain string, entries []Entry, path []*node) string {
 	var b strings.Builder
-	b.WriteString(url.QueryEscape(domain))
+	part(&b, domain)
 	for i, e := range entries {
 		v := e.Value
 		if path[i].shareThreshold {
 			v = path[i].value
 		}
 		b.WriteByte('/')
-		b.WriteString(url.QueryEscape(e.Key))
+		part(&b, e.Key)
 		b.WriteByte('=')
-		b.WriteString(url.QueryEscape(v))
+		part(&b, v)
 	}
 	return b.String()
+}
+
+// longPart is the length from which a part of a key is written as its
+// digest: real descriptors' values (an address, a path, a header) are
+// shorter, and a flood of long values then costs no escaping, no long
+// Redis keys and no long metric labels.
+const longPart = 256
+
+// part writes s escaped, or, if it is longPart bytes or more, "%~" and the
+// hex SHA-256 of s: escaped text never holds "%~" (an escape is % and two
+// hex digits), so no value's key is another's digest.
+func part(b *strings.Builder, s string) {
+	if len(s) < longPart {
+		b.WriteString(url.QueryEscape(s))
+		return
+	}
+	sum := sha256.Sum256([]byte(s))
+	b.WriteString("%~")
+	b.WriteString(hex.EncodeToString(sum[:]))
 }
 
 // metricKey builds envoyproxy/ratelimit's statistics key for a match.
@@ -259,6 +281,11 @@ func metricKey(domain string, entries []Entry, path []*node, hows []how, detaile
 		case n.shareThreshold:
 		case detailed:
 			v = e.Value
+			if len(v) >= longPart {
+				var d strings.Builder
+				part(&d, v) // a label of a few dozen bytes, not kilobytes
+				v = d.String()
+			}
 		case n.valueToMetric && hows[i] != byValue:
 			v = e.Value
 		}

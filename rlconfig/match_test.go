@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -392,5 +393,35 @@ func TestNilConfig(t *testing.T) {
 	}
 	if d := cfg.Domains(); d != nil {
 		t.Errorf("nil Config domains: %v", d)
+	}
+}
+
+// A long value is keyed, and labelled under detailed_metric, by its
+// digest: a flood of 4 KB values costs no escaping, no 12 KB Redis keys
+// and no 4 KB labels (issue 25, finding 1), while each value keeps a key
+// of its own and a wildcard still matches on the value itself.
+func TestLongValuesAreKeyedByDigest(t *testing.T) {
+	cfg := load(t, map[string]string{"l.yaml": `
+domain: l
+descriptors:
+  - key: path
+    value: "/api/*"
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 60}
+`})
+	long := func(c byte) string { return "/api/" + strings.Repeat(string(c), 4000) }
+	a, b := cfg.Match("l", e("path", long('a'))), cfg.Match("l", e("path", long('b')))
+	if a.Outcome != rlconfig.Limited || b.Outcome != rlconfig.Limited {
+		t.Fatalf("outcomes %v, %v: the wildcard must match the long values", a.Outcome, b.Outcome)
+	}
+	if a.Key == b.Key || len(a.Key) > 100 || !strings.Contains(a.Key, "%~") {
+		t.Errorf("keys %q and %q: want two short digests", a.Key, b.Key)
+	}
+	if len(a.MetricKey) > 100 || a.MetricKey == b.MetricKey {
+		t.Errorf("metric keys %q and %q: want two short digests", a.MetricKey, b.MetricKey)
+	}
+	short := cfg.Match("l", e("path", "/api/x%~y"))
+	if short.Key != "l/path=%2Fapi%2Fx%25~y" {
+		t.Errorf("a short value's key %q, want it escaped as before", short.Key)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -56,9 +57,15 @@ func invalid(format string, args ...any) error {
 }
 
 func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	entries, err := requestEntries(req)
+	entries, size, err := requestEntries(req)
 	if err != nil {
 		return nil, err
+	}
+	var shed bool
+	if size >= LargeRequest {
+		n := s.large.Add(int64(size))
+		defer s.large.Add(-int64(size))
+		shed = n > MaxLargeInFlight
 	}
 	ms := s.Config().MatchAll(req.GetDomain(), entries)
 	if ms[0].Outcome == rlconfig.UnknownDomain {
@@ -73,7 +80,14 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "rls: %v", err)
 	}
-	if err := p.decide(ctx, g); err != nil {
+	p.over = p.blocked()
+	if shed {
+		s.metrics.shed.Inc()
+		err = p.settle(p.counted(), g.Failed(ctx, p.enforceHits(p.counted()), ErrShed), nil, false)
+	} else {
+		err = p.decide(ctx, g)
+	}
+	if err != nil {
 		return nil, err
 	}
 	p.judge()
@@ -95,36 +109,38 @@ func shadowed(m rlconfig.Match) rlconfig.Match {
 }
 
 // requestEntries checks the request's shape and returns its descriptors'
-// entries.
-func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlconfig.Entry, error) {
+// entries, and their size in bytes of keys and values.
+func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlconfig.Entry, int, error) {
 	switch {
 	case req.GetDomain() == "":
-		return nil, invalid("domain is empty")
+		return nil, 0, invalid("domain is empty")
 	case len(req.GetDescriptors()) == 0:
-		return nil, invalid("no descriptors")
+		return nil, 0, invalid("no descriptors")
 	case len(req.GetDescriptors()) > MaxDescriptors:
-		return nil, invalid("%d descriptors, at most %d allowed", len(req.GetDescriptors()), MaxDescriptors)
+		return nil, 0, invalid("%d descriptors, at most %d allowed", len(req.GetDescriptors()), MaxDescriptors)
 	}
 	out := make([][]rlconfig.Entry, len(req.GetDescriptors()))
+	size := 0
 	for i, d := range req.GetDescriptors() {
 		switch {
 		case len(d.GetEntries()) == 0:
-			return nil, invalid("descriptor %d has no entries", i)
+			return nil, 0, invalid("descriptor %d has no entries", i)
 		case len(d.GetEntries()) > MaxEntries:
-			return nil, invalid("descriptor %d has %d entries, at most %d allowed", i, len(d.GetEntries()), MaxEntries)
+			return nil, 0, invalid("descriptor %d has %d entries, at most %d allowed", i, len(d.GetEntries()), MaxEntries)
 		case d.GetIsNegativeHits():
-			return nil, invalid("descriptor %d: is_negative_hits is not supported", i)
+			return nil, 0, invalid("descriptor %d: is_negative_hits is not supported", i)
 		}
 		es := make([]rlconfig.Entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
 			if e.GetKey() == "" {
-				return nil, invalid("descriptor %d, entry %d: key is empty", i, j)
+				return nil, 0, invalid("descriptor %d, entry %d: key is empty", i, j)
 			}
 			es[j] = rlconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
+			size += len(e.GetKey()) + len(e.GetValue())
 		}
 		out[i] = es
 	}
-	return out, nil
+	return out, size, nil
 }
 
 func okStatuses(n int) []*rlsv3.RateLimitResponse_DescriptorStatus {
@@ -260,13 +276,6 @@ type hitID struct {
 // figures, and nothing is recorded. Otherwise the counted hits are
 // checked, all-or-nothing. The gate applies each hit's failure mode.
 func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
-	for _, d := range p.descs {
-		for _, r := range d.refs {
-			if (r.hit < 0 || p.hits[r.hit].oversize) && !r.limit.ShadowMode {
-				p.over = true
-			}
-		}
-	}
 	peeks, counted := p.split()
 	var failed error // the store failed already: ask it nothing more
 	if len(peeks) > 0 {
@@ -331,6 +340,32 @@ func (p *plan) enforceHits(idx []int) []enforce.Hit {
 	return hits
 }
 
+// blocked reports whether an enforced limit of the request is over
+// without asking the store: blocked (requests_per_unit 0), or an
+// oversize hit.
+func (p *plan) blocked() bool {
+	for _, d := range p.descs {
+		for _, r := range d.refs {
+			if (r.hit < 0 || p.hits[r.hit].oversize) && !r.limit.ShadowMode {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// counted returns the indices of every hit that is not oversize, peeks
+// included: what a shed request's failure modes decide.
+func (p *plan) counted() []int {
+	var idx []int
+	for i, h := range p.hits {
+		if !h.oversize {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
 // split returns the indices of the peeked hits and of the counted ones,
 // leaving out the oversize ones.
 func (p *plan) split() (peeks, counted []int) {
@@ -380,7 +415,7 @@ func (p *plan) assign(idx []int, res enforce.Result, peeked bool) {
 		}
 	}
 	if len(enforced) > 0 && res.Outcome != enforce.Skipped {
-		ds := enforce.Each(res.Decision)
+		ds := fields.Each(res.Decision)
 		if res.Outcome == enforce.Local && len(ds) != len(enforced) {
 			set(local, ds, res.Decision.Allowed)
 		} else {

@@ -61,8 +61,8 @@
 // divides it), limit_remaining and duration_until_reset (until the
 // quota is whole again). response_headers_to_add carries the
 // draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
-// RateLimit, one member per enforced limit ([enforce.PolicyMember],
-// [enforce.QuotaField]), and Retry-After when the answer is OVER_LIMIT.
+// RateLimit, one member per enforced limit ("name";q=10;w=60 and
+// "name";r=7;t=42), and Retry-After when the answer is OVER_LIMIT.
 //
 // # When the store fails
 //

@@ -18,7 +18,7 @@ const defaultNearLimitRatio = 0.8
 type metrics struct {
 	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
 	requests                                                 *prometheus.CounterVec
-	unknownDomain                                            prometheus.Counter
+	unknownDomain, shed                                      prometheus.Counter
 	configLoadSuccess, configLoadError                       prometheus.Counter
 	configIgnored                                            prometheus.Gauge
 
@@ -66,6 +66,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "floodgate_rls_requests_total",
 			Help: "ShouldRateLimit calls (gRPC and /json) by answer: ok, over_limit, or the gRPC error code (invalid_argument, unavailable, canceled, ...).",
 		}, []string{"code"}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_rls_shed_total",
+			Help: "Large requests (descriptors of LargeRequest bytes or more) decided by their failure modes without the store, because MaxLargeInFlight bytes of them were in flight.",
+		}),
 		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_rls_unknown_domain_total",
 			Help: "Requests for a domain that the configuration does not have, answered OK as envoyproxy/ratelimit does.",
@@ -84,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-		m.requests, m.unknownDomain, m.configLoadSuccess, m.configLoadError, m.configIgnored} {
+		m.requests, m.unknownDomain, m.shed, m.configLoadSuccess, m.configLoadError, m.configIgnored} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: register metrics: %w", err)
 		}

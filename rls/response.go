@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -83,14 +84,14 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 	}
 	if len(shown) > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: enforce.PolicyField(shown)},
-			&corev3.HeaderValue{Key: "RateLimit", Value: enforce.QuotaField(shown)})
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown)},
+			&corev3.HeaderValue{Key: "RateLimit", Value: fields.QuotaField(shown)})
 	}
 	if p.failClosed {
 		retry = max(retry, p.failRetry)
 	}
 	if p.over && retry > 0 {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Retry-After", Value: enforce.RetryAfter(retry)})
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Retry-After", Value: fields.RetryAfter(retry)})
 	}
 	return resp
 }

@@ -34,7 +34,24 @@ const (
 	MaxDescriptors = 256
 	// MaxEntries bounds the entries of one descriptor.
 	MaxEntries = 64
+	// LargeRequest is the size, in bytes of descriptor keys and values,
+	// from which a request is large. Envoy's descriptors are a few
+	// hundred bytes (a path, an address, a header); a large request is a
+	// flood or a misconfiguration.
+	LargeRequest = 16 << 10
+	// MaxLargeInFlight bounds the bytes of the large requests decided at
+	// once: one 1 MiB request, or a few of tens of KiB. A large request that would exceed it is shed: decided by its
+	// descriptors' failure modes without the store (failure_mode error
+	// answers Unavailable, closed OVER_LIMIT, open OK, local by the local
+	// limits), counted in floodgate_rls_shed_total and logged with the
+	// degraded decisions. A request under LargeRequest is never shed: one
+	// client's flood of large requests cannot crowd out the others'.
+	MaxLargeInFlight = 1 << 20
 )
+
+// ErrShed is the error of a request shed by MaxLargeInFlight: what its
+// descriptors' failure modes decide.
+var ErrShed = errors.New("rls: request shed: too many large requests in flight")
 
 // ErrInvalidOptions is wrapped by the errors of [New].
 var ErrInvalidOptions = errors.New("rls: invalid options")
@@ -98,6 +115,7 @@ type Server struct {
 	health  *health.Server
 	closing atomic.Bool
 	drained chan struct{} // closed by Shutdown: health watches end
+	large   atomic.Int64  // the bytes of the large requests in flight
 	drain   sync.Once
 
 	mu    sync.RWMutex

@@ -34,17 +34,7 @@ func readEnv(getenv func(string) string) (sharedEnv, []error) {
 	bad := func(name, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, a...)...))
 	}
-	boolean := func(name string) bool {
-		v := getenv(name)
-		if v == "" {
-			return false
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			bad(name, "%q is not true or false", v)
-		}
-		return b
-	}
+	boolean := func(name string) bool { return envBool(getenv, bad, name) }
 
 	e.ConfigDir = getenv("CONFIG_DIR")
 	xds := strings.EqualFold(getenv("CONFIG_TYPE"), "GRPC_XDS_SOTW") // the configuration comes from an xDS server
@@ -191,4 +181,19 @@ func redisURL(getenv func(string) string) (string, error) {
 		}
 	}
 	return u.String(), nil
+}
+
+// envBool reads the boolean variable name as envoyproxy/ratelimit reads
+// it (strconv.ParseBool; unset is false), and reports any other value to
+// bad.
+func envBool(getenv func(string) string, bad func(name, format string, a ...any), name string) bool {
+	v := getenv(name)
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		bad(name, "%q is not true or false", v)
+	}
+	return b
 }

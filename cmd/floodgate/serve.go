@@ -192,18 +192,8 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		}
 		c.NearLimitRatio = r
 	}
-	// envoyproxy/ratelimit's booleans, read as it reads them.
-	boolean := func(name string) bool {
-		v := getenv(name)
-		if v == "" {
-			return false
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			bad(name, "%q is not true or false", v)
-		}
-		return b
-	}
+
+	boolean := func(name string) bool { return envBool(getenv, bad, name) }
 	c.Reflection = boolean("GRPC_REFLECTION")
 	// What envoyproxy/ratelimit does and floodgate cannot: refused, so
 	// that no deployment switches and silently loses it.

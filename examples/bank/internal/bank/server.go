@@ -201,14 +201,14 @@ func (s *Server) clientIP(req *http.Request) string {
 	return ""
 }
 
-func failure(m FailureMode) httplimit.FailureMode {
+func failure(m FailureMode) enforce.FailureMode {
 	switch m {
 	case FailOpen:
-		return httplimit.FailOpen
+		return enforce.FailOpen
 	case FailLocal:
-		return httplimit.FailLocal
+		return enforce.FailLocal
 	default:
-		return httplimit.FailClosed
+		return enforce.FailClosed
 	}
 }
 

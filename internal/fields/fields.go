@@ -1,4 +1,9 @@
-package enforce
+// Package fields writes the answer's rate-limit fields, as
+// draft-ietf-httpapi-ratelimit-headers-11 defines them (Structured Field
+// Lists, RFC 9651): HTTP headers, gRPC metadata and Envoy's
+// response_headers_to_add all carry the same values. The transports
+// (httplimit, grpclimit, rls) share it.
+package fields
 
 import (
 	"strconv"
@@ -7,10 +12,6 @@ import (
 	"github.com/dunglas/httpsfv"
 	"github.com/floodgate-rl/floodgate"
 )
-
-// The answer's rate-limit fields, as draft-ietf-httpapi-ratelimit-headers-11
-// defines them (Structured Field Lists, RFC 9651): HTTP headers, gRPC
-// metadata and Envoy's response_headers_to_add all carry the same values.
 
 // Seconds rounds d up to whole seconds; a negative d is 0.
 func Seconds(d time.Duration) int64 {
