@@ -519,9 +519,25 @@ func (g *generator) file(t *testing.T, root, doc string) {
 	rel, _ := filepath.Rel(root, doc)
 	lines := strings.Split(string(b), "\n")
 	var prose []proseSpan
+	// A code span may run over lines, but not out of its paragraph (or
+	// table row, or heading).
+	paraStart, paraEnd := 0, 0
+	flush := func() {
+		text := strings.Join(lines[paraStart:paraEnd], "\n")
+		for _, sp := range codeSpans(text) {
+			line := paraStart + 1 + strings.Count(text[:sp.at], "\n")
+			prose = append(prose, proseSpan{line: line, text: strings.ReplaceAll(sp.text, "\n", " ")})
+		}
+		paraStart = paraEnd
+	}
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
 		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "<!--") ||
+			strings.HasPrefix(trimmed, "#") || strings.HasPrefix(trimmed, "|") {
+			flush()
+			paraStart = i
+		}
 		if strings.HasPrefix(trimmed, "```") {
 			lang := strings.TrimSpace(strings.TrimPrefix(trimmed, "```"))
 			start := i + 1
@@ -544,19 +560,24 @@ func (g *generator) file(t *testing.T, root, doc string) {
 				checkYAML(t, rel, blk)
 			}
 			i = j
+			paraStart, paraEnd = j+1, j+1
 			continue
 		}
 		if strings.HasPrefix(trimmed, "<!--") {
 			for !strings.Contains(lines[i], "-->") && i+1 < len(lines) {
 				i++
 			}
+			paraStart, paraEnd = i+1, i+1
 			continue
 		}
-		for _, s := range codeSpans(line) {
-			prose = append(prose, proseSpan{line: i + 1, text: s})
+		paraEnd = i + 1
+		if strings.HasPrefix(trimmed, "#") || strings.HasPrefix(trimmed, "|") {
+			flush()
 		}
 		checkLinks(t, root, doc, rel, i+1, line)
 	}
+	paraEnd = len(lines)
+	flush()
 	g.prose(t, rel, doc, prose)
 }
 
@@ -666,26 +687,32 @@ type proseSpan struct {
 	text string
 }
 
-// codeSpans returns the contents of a line's `code spans`.
-func codeSpans(line string) []string {
-	var spans []string
+type span struct {
+	at   int // offset in the text
+	text string
+}
+
+// codeSpans returns the `code spans` of text.
+func codeSpans(text string) []span {
+	var spans []span
+	off := 0
 	for {
-		i := strings.IndexByte(line, '`')
+		i := strings.IndexByte(text[off:], '`')
 		if i < 0 {
 			return spans
 		}
+		i += off
 		n := 1
-		for i+n < len(line) && line[i+n] == '`' {
+		for i+n < len(text) && text[i+n] == '`' {
 			n++
 		}
-		fence := line[i : i+n]
-		rest := line[i+n:]
-		j := strings.Index(rest, fence)
+		fence := text[i : i+n]
+		j := strings.Index(text[i+n:], fence)
 		if j < 0 {
 			return spans
 		}
-		spans = append(spans, strings.TrimSpace(rest[:j]))
-		line = rest[j+n:]
+		spans = append(spans, span{i, strings.TrimSpace(text[i+n : i+n+j])})
+		off = i + n + j + n
 	}
 }
 
