@@ -29,8 +29,11 @@
 // Every decision has the time budget of the floodgate.Limiter
 // (Options.Timeout, 50ms by default). A store that fails or does not
 // answer in time is handled by the failure mode: [FailLocal] (the
-// default) decides with per-replica in-memory limits, [FailClosed]
-// denies, [FailOpen] allows. Put a breakerstore in front of the store so
+// default of HTTP routes and gRPC methods) decides with per-replica
+// in-memory limits, [FailClosed] denies, [FailOpen] allows, [FailError]
+// decides nothing and lets the caller answer an error (the default of
+// RLS descriptors: Envoy's failure_mode_deny chooses); the strictest mode
+// of a check's hits decides. Put a breakerstore in front of the store so
 // that a dead store costs nothing once its breaker is open; it is probed
 // and taken back by itself. A fail-closed denial should ask the client to
 // wait [Result.FailRetryAfter]: [MinFailRetryAfter] (5s), or the
@@ -44,7 +47,7 @@
 // an HTTP route, a gRPC method, an RLS domain):
 //
 //	floodgate_decisions_total{gate,policy,outcome}  outcome: allowed, denied, failed_open, failed_closed, local, skipped,
-//	                                                and shadow_allowed, shadow_denied for shadow limits
+//	                                                error, and shadow_allowed, shadow_denied for shadow limits
 //	floodgate_skipped_limits_total{gate,policy}     limits skipped for want of a key
 //	floodgate_store_duration_seconds{gate}          histogram of the store's decision time
 //	floodgate_store_errors_total{gate,reason}       reason: timeout, breaker_open, full, error
@@ -52,8 +55,9 @@
 //	floodgate_throttle_waiting{gate}                requests waiting now
 //	floodgate_breaker_state                         0 closed, 1 half-open, 2 open (with Options.Breaker)
 //
-// A gate's policy label values are its Spec's rule names, and the names of
-// the rules that come with the requests ([Gate.Check]) up to
+// A gate's policy label values are the names its hits are reported under
+// (a hit's Policy, or its rule's name): its Spec's, and those of the
+// rules that come with the requests ([Gate.Check]) up to
 // [MaxPolicyLabels] of them; the rest are counted under "(other)", so
 // that no client input creates series without bound.
 package enforce

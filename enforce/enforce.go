@@ -47,10 +47,8 @@ var ErrInvalid = errors.New("enforce: invalid options")
 
 // Options configures an [Enforcer]. Only Limiter is required.
 type Options struct {
-	// Limiter decides against the shared store. Its Options.Timeout is the
-	// time budget of each decision (floodgate.DefaultTimeout, 50ms, unless
-	// set); put a breakerstore in front of the store so that a dead store
-	// fails fast. Required.
+	// Limiter decides against the shared store, within its
+	// Options.Timeout (see the package doc on failures). Required.
 	Limiter *floodgate.Limiter
 	// Local decides FailLocal hits while the store fails. Nil means a
 	// limiter on a memstore that the Enforcer owns and Close releases,

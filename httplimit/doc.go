@@ -64,10 +64,8 @@
 // default); a store that fails or does not answer in time is handled by
 // the route's [enforce.FailureMode]: [enforce.FailLocal] (the default)
 // decides with per-replica in-memory limits, [enforce.FailClosed] denies,
-// [enforce.FailOpen] allows, [enforce.FailError] answers 503.
-// Put a breakerstore in front of the store so that a dead store costs
-// nothing once its breaker is open; it is probed and taken back by itself.
-// A fail-closed 429 (or 503) sends a Retry-After of [enforce.MinFailRetryAfter] (5s), or the
+// [enforce.FailOpen] allows, [enforce.FailError] answers 503 (package
+// enforce tells the rest, the circuit breaker included). A fail-closed 429 (or 503) sends a Retry-After of [enforce.MinFailRetryAfter] (5s), or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted in the metrics, and logged at most once per route per
 // [Options.LogInterval] (5s), each line saying how many more it stands
@@ -104,12 +102,8 @@
 //
 // # Metrics
 //
-// With [Options.Registerer] set, the Limiter registers the enforcement
-// layer's metrics (see package enforce), whose gate label is the route's
-// Name: floodgate_decisions_total{gate,policy,outcome},
-// floodgate_skipped_limits_total, floodgate_store_duration_seconds,
-// floodgate_store_errors_total, floodgate_throttled_total and
-// floodgate_throttle_waiting. A process that also serves gRPC or the RLS
-// API shares one enforce.Enforcer among them (Options.Enforcer), which
-// exports floodgate_breaker_state too when given the breaker.
+// With Options.Enforce.Registerer set, the Limiter registers the
+// enforcement layer's metrics (see package enforce), whose gate label is
+// the route's Name. A process that also serves gRPC or the RLS API shares
+// one enforce.Enforcer among them (Options.Enforcer).
 package httplimit

@@ -1,6 +1,6 @@
 // Command bankapi serves floodgate's reference bank: PIX transfers, the
 // statement and login, rate limited as the seed describes. It is
-// configured from the environment (see the README); a bad configuration
+// configured from the environment (see docs/BANK.md); a bad configuration
 // lists every problem and exits with status 2.
 package main
 
