@@ -21,7 +21,10 @@
 -- Sliding window: once per id (SET tombstone NX), while the take's time is
 -- in the window, remove the cost oldest entries at or after that time from
 -- the ring and write back its live entries, in order (O(limit), on a rare
--- path).
+-- path), with the TTL a take gives: until the newest live entry leaves the
+-- window, in ms rounded up, never less than 1 (not the key's PTTL, which is
+-- 0 during its last millisecond while its entries may still weigh); or
+-- delete the key when none is left.
 -- Token bucket: once per id (SET tombstone NX), move the TAT back by
 -- max(0, cost * T - (now - at)), not before now.
 -- Fixed window and sliding-window counter: only if at and now lie in the
@@ -124,10 +127,9 @@ while ki <= #KEYS do
           kept[#kept + 1] = v
         end
       end
-      local pttl = redis.call('PTTL', key)
       if removed > 0 then
-        if #kept == 0 or pttl <= 0 then
-          redis.call('DEL', key)
+        if #kept == 0 then
+          redis.call('DEL', key) -- nothing else in the window
         else
           local parts = {}
           for i = 1, #kept do
@@ -136,7 +138,10 @@ while ki <= #KEYS do
           -- epoch, head 0, count, first 0, base, tfirst, newest
           parts[#parts + 1] = string.sub(stored, h, h + 5) .. enc(0, 3) .. enc(#kept, 3) .. enc(0, 3) ..
             string.sub(stored, h + 15, h + 21) .. enc(kept[1] - base, W) .. enc(kept[#kept] - base, W)
-          redis.call('SET', key, table.concat(parts), 'PX', pttl)
+          -- The ring lives until its newest time leaves the window, as
+          -- take.lua's TTL: never PTTL, which is 0 during the key's last
+          -- millisecond while its times are still in the window.
+          redis.call('SET', key, table.concat(parts), 'PX', fmt(ceildiv(kept[#kept] + window - now, 1000)))
         end
         changed = changed + 1
       end
