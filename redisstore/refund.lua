@@ -34,6 +34,9 @@
 -- something: a sliding window's once the take leaves the window, a token
 -- bucket's credit within cost * T - (now - at), and a window's once the
 -- window ends. No credit, no tombstone.
+-- TTLs, of states and tombstones alike, are computed from the time in us
+-- until which they weigh, rounded up to ms, never read back with PTTL (see
+-- take.lua's TTLs note).
 -- Time: redis.call('TIME'), integer microseconds.
 -- Requires Redis 5.0 or later (see take.lua).
 
@@ -185,12 +188,12 @@ while ki <= #KEYS do
         end
       else
         local si, sp, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+):(%d+)$')
-        local pttl = redis.call('PTTL', key)
-        if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and pttl > 0 and
+        if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and
             redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(left, 1000))) then
           local cur = math.max(0, tonumber(sc) - cost)
           if cur > 0 or tonumber(sp) > 0 then
-            redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(cur) .. ':' .. ep, 'PX', pttl)
+            -- Until the next window ends, as take.lua sets it.
+            redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(cur) .. ':' .. ep, 'PX', fmt(ceildiv(left + window, 1000)))
           else
             redis.call('DEL', key) -- nothing left: as if never seen
           end

@@ -109,6 +109,16 @@ end
 -- write whose time would not fit rebases the ring (ringRewrite).
 local W, HDR, SPAN = 6, 34, 2 ^ 48
 
+-- TTLs: a state weighs until a time e in us (a ring: its newest entry's
+-- time + window; a token bucket: its TAT; a fixed window: the window's
+-- end; a counter: the next window's end), and is written with the TTL
+-- ceil((e - now) / 1000) ms, at least 1 since e > now. Redis keeps the
+-- expiry in ms from the ms of the write (at or after floor(now / 1000),
+-- now being TIME's) and keeps the key through its last ms, so the key
+-- outlives every us before e. A TTL is always computed from e, never read
+-- back with PTTL: Redis reports PTTL 0 during a key's whole last ms, while
+-- its state may still weigh (refund.lua, issue 25).
+
 -- oomFirst: every write of a ring starts with PEXPIRE, a write that
 -- cannot grow memory. Redis at maxmemory (noeviction) refuses a script's
 -- first write only if it may grow memory (SET, SETRANGE), so the writes
