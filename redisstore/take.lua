@@ -41,29 +41,13 @@
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
 -- before writing).
 
--- The arguments, by the names above. A hit is numbered h (1 to #KEYS) in
--- KEYS order: its key is keys[h], its values algs[h], costs[h], limits[h]
--- and windows[h].
+-- The arguments, each read once, into locals named as above: here the
+-- call's mode and ngroups, the first group's epoch and nhits, and its
+-- first hit's key, alg, cost, limit and window, which are all a call of
+-- one hit has (the fast path's); the general path reads the rest.
 local mode, ngroups = ARGV[1], tonumber(ARGV[2])
-local epochs, nhits = {}, {} -- per group
-local keys, algs, costs, limits, windows = {}, {}, {}, {}, {} -- per hit
-do
-  local a, h = 3, 0 -- the next argument, the hits read
-  for g = 1, ngroups do
-    epochs[g], nhits[g] = ARGV[a], tonumber(ARGV[a + 1])
-    a = a + 2
-    for _ = 1, nhits[g] do
-      h = h + 1
-      keys[h], algs[h], costs[h], limits[h], windows[h] = KEYS[h], ARGV[a], tonumber(ARGV[a + 1]),
-        tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-      a = a + 4
-    end
-  end
-  if a ~= #ARGV + 1 or h ~= #KEYS then
-    error('redisstore: take: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments for ' .. ngroups ..
-      ' groups of ' .. h .. ' hits')
-  end
-end
+local epoch, nhits = ARGV[3], tonumber(ARGV[4])
+local key, alg, cost, limit, window = KEYS[1], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local record = mode == '1'
 
 local time = redis.call('TIME')
@@ -71,50 +55,29 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
 local char, byte, floor = string.char, string.byte, math.floor
 
--- Integer arithmetic on doubles: every value stays below 2^53, where
--- doubles are exact; divisions are corrected so that rounding never moves
--- a quotient across an integer.
-local function floordiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceildiv(a, b)
-  return -floordiv(-a, b)
-end
-
--- fmt formats an integer exactly. Every number passed to redis.call goes
--- through it: tostring uses %.14g, and Redis 7.2+ may format a bare Lua
--- number such as 1e10 in exponent notation, which commands reject.
-local function fmt(x)
-  return string.format('%.0f', x)
-end
-
 -- TTLs: a state weighs until a time e in us (a ring: its newest entry's
 -- time + window, whatever now says, as a take after the clock stepped
 -- back is recorded at the newest time; a token bucket: its TAT; a fixed
 -- window: the window's end; a counter: the next window's end), and is
--- written with the TTL
--- ceil((e - now) / 1000) ms, at least 1 since e > now. Redis keeps the
--- expiry in ms from the ms of the write (at or after floor(now / 1000),
--- now being TIME's) and keeps the key through its last ms, so the key
--- outlives every us before e. A TTL is always computed from e, never read
--- back with PTTL: Redis reports PTTL 0 during a key's whole last ms, while
--- its state may still weigh (refund.lua, issue 25).
--- ttl returns that TTL, formatted; it keeps the last one, which the next
--- state usually shares (e is now + window for a ring, the window's end for
--- a fixed window or counter).
+-- written with the TTL ceil((e - now) / 1000) ms, at least 1 since
+-- e > now. Redis keeps the expiry in ms from the ms of the write (at or
+-- after floor(now / 1000), now being TIME's) and keeps the key through
+-- its last ms, so the key outlives every us before e. A TTL is always
+-- computed from e, never read back with PTTL: Redis reports PTTL 0 during
+-- a key's whole last ms, while its state may still weigh (refund.lua,
+-- issue 25).
+-- ttl returns that TTL, formatted, and keeps it for the next state, which
+-- usually shares e (now + window for a ring, the window's end for a fixed
+-- window or counter). Its ceiling is exact: (e - now) / 1000 is correctly
+-- rounded, and e - now, at most two windows (20 years) plus how far the
+-- clock stepped back, stays below 2^43 ms (278 years), where a quotient
+-- that is not an integer never rounds to one.
 local ttl
 do
   local lastE, lastTTL
   ttl = function(e)
     if e ~= lastE then
-      lastE, lastTTL = e, fmt(ceildiv(e - now, 1000))
+      lastE, lastTTL = e, string.format('%.0f', math.ceil((e - now) / 1000))
     end
     return lastTTL
   end
@@ -316,8 +279,8 @@ end
 -- quick spares it building the general path's functions, which costs
 -- several microseconds per call (BENCHMARKS.md).
 local header -- a sliding window's header that quick read and left undecided
-if record and ngroups == 1 and nhits[1] == 1 and algs[1] == 's' then
-  local ok, remaining, reset, retry, ep = quick(keys[1], costs[1], limits[1], windows[1], epochs[1])
+if record and ngroups == 1 and nhits == 1 and alg == 's' then
+  local ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)
   if ok ~= nil then
     return {now, ok and 1 or 0, remaining, reset, retry, ok and ep or 0}
   end
@@ -325,6 +288,58 @@ if record and ngroups == 1 and nhits[1] == 1 and algs[1] == 's' then
 end
 
 -- The general path.
+
+-- The arguments of every hit, h = 1 to #KEYS in KEYS order: keys[h] (KEYS
+-- itself), algs[h], costs[h], limits[h] and windows[h]; and of every group
+-- g: epochs[g] and sizes[g] (its nhits). The first group's and first
+-- hit's were read at the top.
+local epochs, sizes = {epoch}, {nhits}
+local keys, algs, costs, limits, windows = KEYS, {alg}, {cost}, {limit}, {window}
+do
+  local a, h = 9, 1 -- the next argument, the hits read
+  for g = 1, ngroups do
+    if g > 1 then
+      epochs[g], sizes[g] = ARGV[a], tonumber(ARGV[a + 1])
+      a = a + 2
+    end
+    for i = 1, sizes[g] do
+      if g > 1 or i > 1 then -- the first was read at the top
+        h = h + 1
+        algs[h], costs[h], limits[h], windows[h] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
+          tonumber(ARGV[a + 3])
+        a = a + 4
+      end
+    end
+  end
+  if a ~= #ARGV + 1 or h ~= #KEYS then
+    error('redisstore: take: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments for ' .. ngroups ..
+      ' groups of ' .. h .. ' hits')
+  end
+end
+
+-- Integer arithmetic on doubles: every value stays below 2^53, where
+-- doubles are exact; divisions are corrected so that rounding never moves
+-- a quotient across an integer.
+local function floordiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceildiv(a, b)
+  return -floordiv(-a, b)
+end
+
+-- fmt formats an integer exactly. Every number passed to redis.call goes
+-- through it: tostring uses %.14g, and Redis 7.2+ may format a bare Lua
+-- number such as 1e10 in exponent notation, which commands reject.
+local function fmt(x)
+  return string.format('%.0f', x)
+end
 
 -- Each check returns allowed, remaining, reset_after, retry_after, when
 -- allowed the value that record needs (nil for a sliding window), and the
@@ -661,7 +676,7 @@ local vals, lefts, eps -- per hit of a group of several, until the group is writ
 local h = 0 -- the hits done
 for g = 1, ngroups do
   group = g
-  local epoch, n = epochs[g], nhits[g]
+  local epoch, n = epochs[g], sizes[g]
   local first = h + 1 -- the group's first hit
   local all = true
   if n > 1 and vals == nil then
