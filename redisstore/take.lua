@@ -16,7 +16,7 @@
 -- The epoch names the state: the take that creates a state (the key is
 -- absent) writes its group's epoch, and later takes keep it. A refund
 -- credits only a state whose epoch is its take's (refund.lua).
--- ARGV (read once each, into the locals of the same names below):
+-- ARGV (each read once, by these names: see "The arguments" below):
 --   mode     "1" records the groups that are allowed (Take), "0" records
 --            nothing and writes nothing (Peek)
 --   ngroups  the number of groups
@@ -41,7 +41,7 @@
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
 -- before writing).
 
--- The arguments, each read once, into locals named as above: here the
+-- The arguments, each read once, into locals named as above, here the
 -- call's mode and ngroups, the first group's epoch and nhits, and its
 -- first hit's key, alg, cost, limit and window, which are all a call of
 -- one hit has (the fast path's); the general path reads the rest.
