@@ -52,7 +52,7 @@ const (
 // call is one Take waiting in a batcher.
 type call struct {
 	keys     []string // the group's state keys
-	args     []string // id, epoch, number of hits, then 4 values per hit
+	args     []string // epoch, number of hits, then 4 values per hit (take.lua)
 	hits     int
 	deadline time.Time // the caller's; every call has one (see Store.bound)
 	state    atomic.Int32
@@ -105,7 +105,7 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 	// One backing array: the keys, then the script's arguments, which
 	// start with room for the mode and the number of groups, so that a
 	// Take sent alone needs no copy.
-	buf := make([]string, len(hits), len(hits)+5+4*len(hits))
+	buf := make([]string, len(hits), len(hits)+4+4*len(hits))
 	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+2]
 	args[0], args[1] = "1", "1"
 	keys, args, err := s.appendGroup(keys, args, "take", group{id: id, hits: hits})
@@ -268,10 +268,9 @@ func (s *Store) send(ctx context.Context, batch []*call) ([][]floodgate.Result, 
 	return res, nil
 }
 
-// appendGroup appends the state keys of g's hits to keys and the script
-// arguments of g (id, epoch, number of hits, then 4 values per hit) to
-// args. It
-// rejects a group that names one key twice or that the scripts cannot
+// appendGroup appends the state keys of g's hits to keys and take.lua's
+// arguments of g (epoch, number of hits, then 4 values per hit) to args.
+// It rejects a group that names one key twice or that the scripts cannot
 // compute exactly.
 func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, []string, error) {
 	if len(g.hits) == 0 {
@@ -281,7 +280,7 @@ func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, 
 	if g.id != "" {
 		epoch = strconv.FormatUint(epochOf(g.id), 10)
 	}
-	args = append(args, g.id, epoch, strconv.Itoa(len(g.hits)))
+	args = append(args, epoch, strconv.Itoa(len(g.hits)))
 	first := len(keys)
 	for i, h := range g.hits {
 		p, err := s.paramStrings(h)

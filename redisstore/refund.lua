@@ -1,16 +1,18 @@
--- refund.lua: undo what the take with identifier id recorded for some
--- hits, idempotently, crediting only what provably remains of the take, so
+-- refund.lua: undo what one take recorded for some of its hits,
+-- idempotently, crediting only what provably remains of the take, so
 -- that a refund never lets a key admit more than its limit. The proof is
 -- on floodgate.Store.Refund; this script follows it.
 --
--- KEYS: two keys per hit, in the order of the hits:
---   the state key    <prefix>{<rule>:<key>}:<alg>:<window> (see take.lua)
---   a tombstone key  <prefix>{<rule>:<key>}:r:<alg>:<window>:<id>, a tiny
---                    string that marks the refund as done
--- ARGV[1]  id, the take's identifier
--- then for each hit, 5 values:
---   alg     "s" sliding window, "t" token bucket, "f" fixed window, "c"
---           sliding-window counter
+-- KEYS: two keys per hit, in the order of the hits (read once each, into
+-- the locals of the same names below):
+--   key   the state key <prefix>{<rule>:<key>}:<letter>:<window> (see
+--         take.lua)
+--   tomb  the tombstone key <prefix>{<rule>:<key>}:r:<letter>:<window>:<id>,
+--         where id is the take's identifier: a tiny string that marks the
+--         take's refund as done
+-- ARGV: for each hit, 5 values (read once each, likewise):
+--   alg     "s" sliding window (key letter w), "t" token bucket, "f" fixed
+--           window, "c" sliding-window counter
 --   cost    units the hit counted for
 --   window  "t": the emission interval T in us; "s", "f", "c": the window W
 --           in us
@@ -18,24 +20,44 @@
 --   epoch   the epoch of the state that recorded the hit (take.lua's
 --           reply); a state with another epoch does not hold the take
 -- Reply: an integer, the number of hits whose state the refund changed.
--- Sliding window: once per id (SET tombstone NX), while the take's time is
+-- Sliding window: once per take (SET tomb NX), while the take's time is
 -- in the window, remove the cost oldest entries at or after that time from
 -- the ring and write back its live entries, in order (O(limit), on a rare
--- path).
--- Token bucket: once per id (SET tombstone NX), move the TAT back by
+-- path), with the TTL a take gives: until the newest live entry leaves the
+-- window, in ms rounded up, never less than 1 (not the key's PTTL, which is
+-- 0 during its last millisecond while its entries may still weigh); or
+-- delete the key when none is left.
+-- Token bucket: once per take (SET tomb NX), move the TAT back by
 -- max(0, cost * T - (now - at)), not before now.
 -- Fixed window and sliding-window counter: only if at and now lie in the
--- same window, once per id, lower the current window's count by cost, not
+-- same window, once per take, lower the current window's count by cost, not
 -- below 0; otherwise credit nothing.
--- A tombstone lives as long as a later refund of id could still credit
+-- A tombstone lives as long as a later refund of the take could still credit
 -- something: a sliding window's once the take leaves the window, a token
 -- bucket's credit within cost * T - (now - at), and a window's once the
 -- window ends. No credit, no tombstone.
+-- TTLs, of states and tombstones alike, are computed from the time in us
+-- until which they weigh, rounded up to ms, never read back with PTTL (see
+-- take.lua's TTLs note).
 -- Time: redis.call('TIME'), integer microseconds.
 -- Requires Redis 5.0 or later (see take.lua).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- The arguments, by the names above: hit i's are keys[i], tombs[i],
+-- algs[i], costs[i], windows[i], ats[i] and epochs[i].
+local keys, tombs, algs, costs, windows, ats, epochs = {}, {}, {}, {}, {}, {}, {}
+local nhits = #KEYS / 2
+if #KEYS % 2 ~= 0 or #ARGV ~= 5 * nhits then
+  error('redisstore: refund: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments: want 2 and 5 per hit')
+end
+for i = 1, nhits do
+  local a = 5 * (i - 1)
+  keys[i], tombs[i] = KEYS[2 * i - 1], KEYS[2 * i]
+  algs[i], costs[i], windows[i], ats[i], epochs[i] = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+    tonumber(ARGV[a + 4]), ARGV[a + 5]
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
 local function floordiv(a, b)
   local q = math.floor(a / b)
@@ -80,20 +102,10 @@ local function dec(s, i, n)
   return v
 end
 
-local id = ARGV[1]
 local changed = 0
-local ai = 2
-local ki = 1
-while ki <= #KEYS do
-  local key, tomb = KEYS[ki], KEYS[ki + 1]
-  local alg = ARGV[ai]
-  local cost = tonumber(ARGV[ai + 1])
-  local window = tonumber(ARGV[ai + 2])
-  local at = tonumber(ARGV[ai + 3])
+for i = 1, nhits do
+  local key, tomb, alg, cost, window, at, epoch = keys[i], tombs[i], algs[i], costs[i], windows[i], ats[i], epochs[i]
   local age = math.max(0, now - at)
-  local epoch = ARGV[ai + 4]
-  ki = ki + 2
-  ai = ai + 5
   if alg == 's' then
     -- Remove the cost oldest entries at or after the take's time from
     -- the ring, if the take still weighs (its time is in the window) on
@@ -124,10 +136,9 @@ while ki <= #KEYS do
           kept[#kept + 1] = v
         end
       end
-      local pttl = redis.call('PTTL', key)
       if removed > 0 then
-        if #kept == 0 or pttl <= 0 then
-          redis.call('DEL', key)
+        if #kept == 0 then
+          redis.call('DEL', key) -- nothing else in the window
         else
           local parts = {}
           for i = 1, #kept do
@@ -136,7 +147,10 @@ while ki <= #KEYS do
           -- epoch, head 0, count, first 0, base, tfirst, newest
           parts[#parts + 1] = string.sub(stored, h, h + 5) .. enc(0, 3) .. enc(#kept, 3) .. enc(0, 3) ..
             string.sub(stored, h + 15, h + 21) .. enc(kept[1] - base, W) .. enc(kept[#kept] - base, W)
-          redis.call('SET', key, table.concat(parts), 'PX', pttl)
+          -- The ring lives until its newest time leaves the window, as
+          -- take.lua's TTL: never PTTL, which is 0 during the key's last
+          -- millisecond while its times are still in the window.
+          redis.call('SET', key, table.concat(parts), 'PX', fmt(ceildiv(kept[#kept] + window - now, 1000)))
         end
         changed = changed + 1
       end
@@ -180,12 +194,12 @@ while ki <= #KEYS do
         end
       else
         local si, sp, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+):(%d+)$')
-        local pttl = redis.call('PTTL', key)
-        if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and pttl > 0 and
+        if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and
             redis.call('SET', tomb, '1', 'NX', 'PX', fmt(ceildiv(left, 1000))) then
           local cur = math.max(0, tonumber(sc) - cost)
           if cur > 0 or tonumber(sp) > 0 then
-            redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(cur) .. ':' .. ep, 'PX', pttl)
+            -- Until the next window ends, as take.lua sets it.
+            redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(cur) .. ':' .. ep, 'PX', fmt(ceildiv(left + window, 1000)))
           else
             redis.call('DEL', key) -- nothing left: as if never seen
           end

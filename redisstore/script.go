@@ -37,7 +37,8 @@ var (
 // exact.
 const maxServerTime = 1 << 52
 
-// group is one Take: its id and hits, all-or-nothing.
+// group is one Take: its id (which names the epoch of a state it
+// creates) and hits, all-or-nothing.
 type group struct {
 	id   string
 	hits []floodgate.Hit
@@ -235,11 +236,11 @@ func epochOf(id string) uint64 {
 }
 
 // refundCall returns the keys and arguments of the refund script for the
-// receipts of the take id (see refund.lua).
+// receipts of the take id (see refund.lua): id names the tombstones, and
+// the script needs no other trace of it.
 func (s *Store) refundCall(id string, receipts []floodgate.Receipt) (keys, args []string, err error) {
 	keys = make([]string, 0, 2*len(receipts))
-	args = make([]string, 1, 1+5*len(receipts))
-	args[0] = id
+	args = make([]string, 0, 5*len(receipts))
 	for i, r := range receipts {
 		p, err := params(r.Hit)
 		if err != nil {

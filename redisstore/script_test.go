@@ -232,7 +232,7 @@ func TestRefundCall(t *testing.T) {
 		"p:{fw:j}:f:1m0s", "p:{fw:j}:r:f:1m0s:id",
 		"p:{fw:l}:f:1m0s", "p:{fw:l}:r:f:1m0s:id",
 	}
-	wantArgs := []string{"id",
+	wantArgs := []string{
 		"t", "2", "250000", "1700000000000123", "42",
 		"f", "1", "60000000", "0", "0",
 		"f", "3", "60000000", "4503599627370496", "1",

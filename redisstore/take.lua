@@ -4,9 +4,10 @@
 -- later group sees what an earlier group of the same call recorded.
 --
 -- KEYS: one state key per hit, in the order of the hits over all groups,
--- <prefix>{<rule>:<key>}:<alg>:<window> (see the package documentation):
---   s  sliding window  string, a ring of the admitted requests' times in
---                      us (see the ring's notes below)
+-- <prefix>{<rule>:<key>}:<letter>:<window> (see the package documentation),
+-- holding by its letter:
+--   w  sliding window  string, a ring of the admitted requests' times in
+--                      us (see "The ring" below)
 --   t  token bucket    string "<TAT>:<epoch>", the theoretical arrival time
 --                      in us
 --   f  fixed window    string "<window index>:<count>:<epoch>"
@@ -15,44 +16,81 @@
 -- The epoch names the state: the take that creates a state (the key is
 -- absent) writes its group's epoch, and later takes keep it. A refund
 -- credits only a state whose epoch is its take's (refund.lua).
--- ARGV[1]  mode: "1" records the groups that are allowed (Take), "0"
---          records nothing and writes nothing (Peek)
--- ARGV[2]  number of groups G
--- then for each group:
---   id      the take's identifier (unused by the script: refunds name
---           takes by their stamp)
---   epoch   the epoch of a state this group creates: a positive integer
---           below 2^52
---   n       number of hits of the group
---   then for each hit, 4 values:
---     alg     "s" sliding window, "t" token bucket, "f" fixed window, "c"
---             sliding-window counter
---     cost    units this hit counts for (1..capacity)
---     limit   "s", "f", "c": the limit L; "t": the capacity B
---     window  "s", "f", "c": the window W in us; "t": the emission interval
---             T in us, ceil(W / L)
+-- ARGV (each read once, by these names: see "The arguments" below):
+--   mode     "1" records the groups that are allowed (Take), "0" records
+--            nothing and writes nothing (Peek)
+--   ngroups  the number of groups
+--   then for each group:
+--     epoch  the epoch of a state this group creates: a positive integer
+--            below 2^48 ("0" for a Peek, which creates none)
+--     nhits  the number of hits of the group
+--     then for each hit, 4 values:
+--       alg     "s" sliding window (key letter w), "t" token bucket, "f"
+--               fixed window, "c" sliding-window counter
+--       cost    units this hit counts for (1..capacity)
+--       limit   "s", "f", "c": the limit L; "t": the capacity B
+--       window  "s", "f", "c": the window W in us; "t": the emission
+--               interval T in us, ceil(W / L)
 -- Reply: a flat array of integers: the server time in us, then 5 per hit,
 -- in KEYS order: allowed (1 or 0), remaining, reset_after (us),
 -- retry_after (us; 0 when allowed), and the epoch of the state that
--- recorded the hit (0 when nothing was recorded). A hit of a denied group may report allowed 1: it was within its
--- own limit, but nothing of its group was recorded.
+-- recorded the hit (0 when nothing was recorded). A hit of a denied group
+-- may report allowed 1: it was within its own limit, but nothing of its
+-- group was recorded.
 -- Time: redis.call('TIME'), integer microseconds; never a client's clock.
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
 -- before writing).
 
-local record = ARGV[1] == '1'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- The arguments, each read once, into locals named as above, here the
+-- call's mode and ngroups, the first group's epoch and nhits, and its
+-- first hit's key, alg, cost, limit and window, which are all a call of
+-- one hit has (the fast path's); the general path reads the rest.
+local mode, ngroups = ARGV[1], tonumber(ARGV[2])
+local epoch, nhits = ARGV[3], tonumber(ARGV[4])
+local key, alg, cost, limit, window = KEYS[1], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local record = mode == '1'
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
 local char, byte, floor = string.char, string.byte, math.floor
 
+-- TTLs: a state weighs until a time e in us (a ring: its newest entry's
+-- time + window, whatever now says, as a take after the clock stepped
+-- back is recorded at the newest time; a token bucket: its TAT; a fixed
+-- window: the window's end; a counter: the next window's end), and is
+-- written with the TTL ceil((e - now) / 1000) ms, at least 1 since
+-- e > now. Redis keeps the expiry in ms from the ms of the write (at or
+-- after floor(now / 1000), now being TIME's) and keeps the key through
+-- its last ms, so the key outlives every us before e. A TTL is always
+-- computed from e, never read back with PTTL: Redis reports PTTL 0 during
+-- a key's whole last ms, while its state may still weigh (refund.lua,
+-- issue 25).
+-- ttl returns that TTL, formatted, and keeps it for the next state, which
+-- usually shares e (now + window for a ring, the window's end for a fixed
+-- window or counter). Its ceiling is exact: (e - now) / 1000 is correctly
+-- rounded, and e - now, at most two windows (20 years) plus how far the
+-- clock stepped back, stays below 2^43 ms (278 years), where a quotient
+-- that is not an integer never rounds to one.
+local ttl
+do
+  local lastE, lastTTL
+  ttl = function(e)
+    if e ~= lastE then
+      lastE, lastTTL = e, string.format('%.0f', math.ceil((e - now) / 1000))
+    end
+    return lastTTL
+  end
+end
+
 -- Fixed-width little-endian integers (0 to 2^53): Redis's struct library
 -- where there is one (a C call per header or entry), plain Lua elsewhere
--- (miniredis, which the demo embeds, has no struct library).
+-- (miniredis, which the demo embeds, has no struct library; a test runs
+-- both on Redis and compares their bytes, TestRingEncodersAgree).
 -- enc6 and dec6 encode and decode an entry, a time as its offset from the
 -- ring's base (6 bytes); packHeader and headerFields the ring's header (34
--- bytes: see the ring's notes below), whose tfirst and newest they take
--- and give as times.
+-- bytes: see "The ring" below), whose tfirst and newest they take and give
+-- as times.
 local enc6, dec6, packHeader, headerFields
 local struct = rawget(_G, 'struct')
 if struct then
@@ -104,166 +142,8 @@ else
   end
 end
 
--- W and HDR are the widths of the ring's entries and header. SPAN bounds
--- an entry's offset from the ring's base: below 2^48 us (8.9 years). A
--- write whose time would not fit rebases the ring (ringRewrite).
-local W, HDR, SPAN = 6, 34, 2 ^ 48
-
--- oomFirst: every write of a ring starts with PEXPIRE, a write that
--- cannot grow memory. Redis at maxmemory (noeviction) refuses a script's
--- first write only if it may grow memory (SET, SETRANGE), so the writes
--- after it go through, as the sorted set's did after ZREMRANGEBYSCORE: a
--- full Redis keeps enforcing the limits (docs/RELIABILITY.md).
-
--- quick decides a sliding-window hit of a group of one, and records it
--- when allowed, in the common cases (see the ring's notes below): the
--- ring is absent; or first needs to move by at most 8 entries (read in one
--- GETRANGE), and then the hit is denied, or appended to a ring that stays
--- below its limit, or overwrites the oldest slots of a full ring without
--- wrapping. It writes a PEXPIRE, then one SET or one or two SETRANGEs. It returns allowed (true or false), remaining,
--- reset_after, retry_after and the ring's epoch; or nil and the header it
--- read (nil if none), for the general path to take over.
-local quick
-do
-  local lastWindow, pexpire
-  quick = function(key, cost, limit, window, epoch)
-    if window ~= lastWindow then
-      -- window / 1000 is correctly rounded and window < 2^53, so its
-      -- ceiling is exact.
-      lastWindow, pexpire = window, string.format('%.0f', math.ceil(window / 1000))
-    end
-    local h = redis.call('GETRANGE', key, -HDR, -1)
-    if h == '' then
-      epoch = tonumber(epoch)
-      redis.call('PEXPIRE', key, pexpire) -- first: see oomFirst
-      redis.call('SET', key, string.rep(enc6(0), cost) .. packHeader(epoch, 0, cost, 0, now, now, now), 'PX', pexpire)
-      return true, limit - cost, window, 0, epoch
-    end
-    if #h ~= HDR then
-      return nil, h
-    end
-    local ep, head, count, first, base, tfirst, newest = headerFields(h, 1)
-    if count == 0 or head >= count or first >= count then
-      return nil, h -- all gone (or malformed): the general path
-    end
-    local cut = now - window
-    if tfirst <= cut then
-      -- Read up to 8 entries after first, up to the ring's last slot.
-      local slot = (head + first + 1) % count
-      local n = math.min(8, count - first - 1, count - slot)
-      if n < 1 then
-        return nil, h
-      end
-      local v = redis.call('GETRANGE', key, W * slot, W * (slot + n) - 1)
-      if #v ~= W * n then
-        return nil, h
-      end
-      local i = 0
-      repeat
-        i = i + 1
-        tfirst = base + dec6(v, W * (i - 1) + 1)
-      until tfirst > cut or i == n
-      if tfirst <= cut then
-        return nil, h -- further than the entries read
-      end
-      first = first + i
-    end
-    local live = count - first
-    if live + cost > limit then
-      -- The entry whose leaving frees room for cost, if it is first.
-      if count + cost - limit - 1 ~= first then
-        return nil, h
-      end
-      return false, math.max(0, limit - live), newest + window - now, tfirst + window - now, ep
-    end
-    local append = head == 0 and count + cost < limit
-    if not append and (count ~= limit or head + cost > count) then
-      return nil, h
-    end
-    local t = math.max(now, newest) -- a clock that stepped back keeps the order
-    if t - base >= SPAN then
-      return nil, h -- the general path rebases the ring
-    end
-    local entries = string.rep(enc6(t - base), cost)
-    local px = pexpire
-    if t > now then
-      -- A clock that stepped back: the ring lives until t leaves the
-      -- window, not a window from now (see ringTTL).
-      px = string.format('%.0f', math.ceil((t - now + window) / 1000))
-    end
-    redis.call('PEXPIRE', key, px) -- first: see oomFirst
-    if append then
-      -- Append, the header after the new entries.
-      redis.call('SETRANGE', key, W * count, entries .. packHeader(ep, 0, count + cost, first, base, tfirst, t))
-    else
-      -- Full: overwrite the cost oldest, which have left the window
-      -- (live + cost <= limit = count), up to the last slot.
-      local header = packHeader(ep, (head + cost) % count, count, first - cost, base, tfirst, t)
-      if head + cost == count then
-        redis.call('SETRANGE', key, W * head, entries .. header)
-      else
-        redis.call('SETRANGE', key, W * head, entries)
-        redis.call('SETRANGE', key, W * count, header)
-      end
-    end
-    return true, limit - live - cost, window, 0, ep
-  end
-end
-
--- Fast path: a call of one group of one sliding-window hit that records,
--- the common case at light load (a Take sent alone). Where quick does not
--- decide it, the general path below does, from the header quick read;
--- quick spares it building the general path's functions, which costs
--- several microseconds per call.
-local header
-if record and ARGV[2] == '1' and ARGV[5] == '1' and ARGV[6] == 's' then
-  local ok, remaining, reset, retry, ep = quick(KEYS[1], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[4])
-  if ok ~= nil then
-    return {now, ok and 1 or 0, remaining, reset, retry, ok and ep or 0}
-  end
-  header = remaining
-end
-
--- Integer arithmetic on doubles: every value stays below 2^53, where
--- doubles are exact; divisions are corrected so that rounding never moves
--- a quotient across an integer.
-local function floordiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceildiv(a, b)
-  return -floordiv(-a, b)
-end
-
--- fmt formats an integer exactly. Every number passed to redis.call goes
--- through it: tostring uses %.14g, and Redis 7.2+ may format a bare Lua
--- number such as 1e10 in exponent notation, which commands reject.
-local function fmt(x)
-  return string.format('%.0f', x)
-end
-
--- The TTL of the last window seen (one rule's window, usually), formatted
--- once per call.
-local ttlWindow, ttlStr
-local function ttl(window)
-  if window ~= ttlWindow then
-    ttlWindow, ttlStr = window, fmt(ceildiv(window, 1000))
-  end
-  return ttlStr
-end
-
--- Each check returns allowed, remaining, reset_after, retry_after, when
--- allowed the value that record needs (nil for a sliding window), and the
--- epoch of the state it found (nil if none). Checks write nothing.
-
--- The sliding-window log is a ring of the admitted requests' times (see
--- the package documentation), the string "<entries><header>":
+-- The ring: the sliding-window log is a ring of the admitted requests'
+-- times (see the package documentation), the string "<entries><header>":
 --   entries  count slots of 6 bytes, each a time as its offset in µs
 --            from base, little-endian, in admission order from the slot
 --            head (the oldest), wrapping once count is the limit (until
@@ -301,19 +181,169 @@ end
 -- SET, was measured and cost Redis more per take than this, even at 4
 -- entries: the SET of a new value costs more than a SETRANGE and a
 -- PEXPIRE.)
--- CHUNK is how many entries one read brings when first must move.
-local CHUNK = 8
+-- W and HDR are the widths of an entry and of the header; SPAN bounds an
+-- entry's offset from base; CHUNK is how many entries one read brings when
+-- first must move.
+local W, HDR, SPAN, CHUNK = 6, 34, 2 ^ 48, 8
 
--- ringTTL returns the TTL of a ring whose newest entry is t: a window
--- from t. t is now but where the clock stepped back (a failover to a
--- server whose clock is behind), and the entries written at t weigh until
--- t + window, whatever now says.
-local function ringTTL(t, window)
-  if t > now then
-    return fmt(ceildiv(t - now + window, 1000))
+-- oomFirst: every write of a ring starts with PEXPIRE, a write that
+-- cannot grow memory. Redis at maxmemory (noeviction) refuses a script's
+-- first write only if it may grow memory (SET, SETRANGE), so the writes
+-- after it go through, as the sorted set's did after ZREMRANGEBYSCORE: a
+-- full Redis keeps enforcing the limits (docs/RELIABILITY.md).
+
+-- quick decides a sliding-window hit of a group of one, and records it
+-- when allowed, in the common cases: the ring is absent; or first needs to
+-- move by at most 8 entries (read in one GETRANGE), and then the hit is
+-- denied, or appended to a ring that stays below its limit, or overwrites
+-- the oldest slots of a full ring without wrapping. It writes a PEXPIRE,
+-- then one SET or one or two SETRANGEs. It returns allowed (true or
+-- false), remaining, reset_after, retry_after and the ring's epoch; or nil
+-- and the header it read, for the general path to take over.
+local function quick(key, cost, limit, window, epoch)
+  local h = redis.call('GETRANGE', key, -HDR, -1)
+  if h == '' then
+    epoch = tonumber(epoch)
+    local px = ttl(now + window)
+    redis.call('PEXPIRE', key, px) -- first: see oomFirst
+    redis.call('SET', key, string.rep(enc6(0), cost) .. packHeader(epoch, 0, cost, 0, now, now, now), 'PX', px)
+    return true, limit - cost, window, 0, epoch
   end
-  return ttl(window)
+  if #h ~= HDR then
+    return nil, h
+  end
+  local ep, head, count, first, base, tfirst, newest = headerFields(h, 1)
+  if count == 0 or head >= count or first >= count then
+    return nil, h -- all gone (or malformed): the general path
+  end
+  local cut = now - window
+  if tfirst <= cut then
+    -- Read up to 8 entries after first, up to the ring's last slot.
+    local slot = (head + first + 1) % count
+    local n = math.min(CHUNK, count - first - 1, count - slot)
+    if n < 1 then
+      return nil, h
+    end
+    local v = redis.call('GETRANGE', key, W * slot, W * (slot + n) - 1)
+    if #v ~= W * n then
+      return nil, h
+    end
+    local i = 0
+    repeat
+      i = i + 1
+      tfirst = base + dec6(v, W * (i - 1) + 1)
+    until tfirst > cut or i == n
+    if tfirst <= cut then
+      return nil, h -- further than the entries read
+    end
+    first = first + i
+  end
+  local live = count - first
+  if live + cost > limit then
+    -- The entry whose leaving frees room for cost, if it is first.
+    if count + cost - limit - 1 ~= first then
+      return nil, h
+    end
+    return false, math.max(0, limit - live), newest + window - now, tfirst + window - now, ep
+  end
+  local append = head == 0 and count + cost < limit
+  if not append and (count ~= limit or head + cost > count) then
+    return nil, h
+  end
+  local t = math.max(now, newest) -- a clock that stepped back keeps the order
+  if t - base >= SPAN then
+    return nil, h -- the general path rebases the ring
+  end
+  local entries = string.rep(enc6(t - base), cost)
+  redis.call('PEXPIRE', key, ttl(t + window)) -- first: see oomFirst
+  if append then
+    -- Append, the header after the new entries.
+    redis.call('SETRANGE', key, W * count, entries .. packHeader(ep, 0, count + cost, first, base, tfirst, t))
+  else
+    -- Full: overwrite the cost oldest, which have left the window
+    -- (live + cost <= limit = count), up to the last slot.
+    local header = packHeader(ep, (head + cost) % count, count, first - cost, base, tfirst, t)
+    if head + cost == count then
+      redis.call('SETRANGE', key, W * head, entries .. header)
+    else
+      redis.call('SETRANGE', key, W * head, entries)
+      redis.call('SETRANGE', key, W * count, header)
+    end
+  end
+  return true, limit - live - cost, window, 0, ep
 end
+
+-- Fast path: a call of one group of one sliding-window hit that records,
+-- the common case at light load (a Take sent alone). Where quick does not
+-- decide it, the general path below does, from the header quick read;
+-- quick spares it building the general path's functions, which costs
+-- several microseconds per call (BENCHMARKS.md).
+local header -- a sliding window's header that quick read and left undecided
+if record and ngroups == 1 and nhits == 1 and alg == 's' then
+  local ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)
+  if ok ~= nil then
+    return {now, ok and 1 or 0, remaining, reset, retry, ok and ep or 0}
+  end
+  header = remaining
+end
+
+-- The general path.
+
+-- The arguments of every hit, h = 1 to #KEYS in KEYS order: keys[h] (KEYS
+-- itself), algs[h], costs[h], limits[h] and windows[h]; and of every group
+-- g: epochs[g] and sizes[g] (its nhits). The first group's and first
+-- hit's were read at the top.
+local epochs, sizes = {epoch}, {nhits}
+local keys, algs, costs, limits, windows = KEYS, {alg}, {cost}, {limit}, {window}
+do
+  local a, h = 9, 1 -- the next argument, the hits read
+  for g = 1, ngroups do
+    if g > 1 then
+      epochs[g], sizes[g] = ARGV[a], tonumber(ARGV[a + 1])
+      a = a + 2
+    end
+    for i = 1, sizes[g] do
+      if g > 1 or i > 1 then -- the first was read at the top
+        h = h + 1
+        algs[h], costs[h], limits[h], windows[h] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
+          tonumber(ARGV[a + 3])
+        a = a + 4
+      end
+    end
+  end
+  if a ~= #ARGV + 1 or h ~= #KEYS then
+    error('redisstore: take: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments for ' .. ngroups ..
+      ' groups of ' .. h .. ' hits')
+  end
+end
+
+-- Integer arithmetic on doubles: every value stays below 2^53, where
+-- doubles are exact; divisions are corrected so that rounding never moves
+-- a quotient across an integer.
+local function floordiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceildiv(a, b)
+  return -floordiv(-a, b)
+end
+
+-- fmt formats an integer exactly. Every number passed to redis.call goes
+-- through it: tostring uses %.14g, and Redis 7.2+ may format a bare Lua
+-- number such as 1e10 in exponent notation, which commands reject.
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+-- Each check returns allowed, remaining, reset_after, retry_after, when
+-- allowed the value that record needs (nil for a sliding window), and the
+-- epoch of the state it found (nil if none). Checks write nothing.
 
 -- ringHeader encodes the header of a ring r.
 local function ringHeader(r)
@@ -464,18 +494,20 @@ local function ringRewrite(r, cost, t, window)
   if #s ~= W * r.count + HDR then
     malformed(r.key)
   end
-  redis.call('PEXPIRE', r.key, ringTTL(t, window)) -- first: see oomFirst
-  redis.call('SET', r.key, s, 'PX', ringTTL(t, window))
+  local px = ttl(t + window)
+  redis.call('PEXPIRE', r.key, px) -- first: see oomFirst
+  redis.call('SET', r.key, s, 'PX', px)
 end
 
 -- recordSliding records cost requests at now in the ring r of key, as its
 -- check read it (nil: none; epoch is then the new ring's).
 local function recordSliding(key, cost, limit, window, epoch, r)
   if r == nil then
-    redis.call('PEXPIRE', key, ttl(window)) -- first: see oomFirst
+    local px = ttl(now + window)
+    redis.call('PEXPIRE', key, px) -- first: see oomFirst
     redis.call('SET', key, string.rep(enc6(0), cost) ..
       ringHeader({ep = tonumber(epoch), head = 0, count = cost, first = 0, base = now, tfirst = now, newest = now}),
-      'PX', ttl(window))
+      'PX', px)
     return
   end
   local t = math.max(now, r.newest) -- a clock that stepped back keeps the order
@@ -488,7 +520,7 @@ local function recordSliding(key, cost, limit, window, epoch, r)
     return
   end
   local entry = enc6(t - r.base)
-  redis.call('PEXPIRE', key, ringTTL(t, window)) -- first: see oomFirst
+  redis.call('PEXPIRE', key, ttl(t + window)) -- first: see oomFirst
   if r.count < limit then
     -- Not full (head is 0), and stays so: append, the header after the new entries.
     r.count, r.newest = r.count + cost, t
@@ -512,6 +544,7 @@ local function recordSliding(key, cost, limit, window, epoch, r)
   end
 end
 
+-- bucket checks a token-bucket hit (GCRA).
 local function bucket(key, cost, capacity, interval)
   local tat = now
   local ep = nil
@@ -535,6 +568,7 @@ local function bucket(key, cost, capacity, interval)
     new - now - full, nil, ep
 end
 
+-- fixed checks a fixed-window hit.
 local function fixed(key, cost, limit, window)
   local idx = floordiv(now, window)
   local count = 0
@@ -563,7 +597,7 @@ local rewritten, group = {}, 0
 
 -- write records an allowed hit: val and left are what its check returned,
 -- ep the epoch of its state.
-local function write(key, id, alg, cost, limit, window, val, left, ep)
+local function write(key, alg, cost, limit, window, val, left, ep)
   if alg == 's' then
     if rewritten[key] == group then
       -- A group that names the key twice: the ring its check read is
@@ -574,9 +608,9 @@ local function write(key, id, alg, cost, limit, window, val, left, ep)
     recordSliding(key, cost, limit, window, ep, val)
     rewritten[key] = group
   elseif alg == 't' then
-    redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', fmt(ceildiv(val - now, 1000)))
+    redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', ttl(val)) -- val: the new TAT
   else
-    redis.call('SET', key, val .. ':' .. ep, 'PX', fmt(ceildiv(left, 1000)))
+    redis.call('SET', key, val .. ':' .. ep, 'PX', ttl(now + left)) -- left: until the state's end
   end
 end
 
@@ -635,47 +669,37 @@ local function counter(key, cost, limit, window)
   return false, remaining, reset, window - t + at, nil, ep
 end
 
+-- Every group, hit by hit in KEYS order: out[1] is the time, and hit h's
+-- five values are out[5 * h - 3] to out[5 * h + 1].
 local out = {now}
-local o = 1 -- values in out
-local ki = 1 -- next key
-local ai = 3 -- next argument
-local algs, costs, limits, windows, vals, lefts, eps -- per hit of a group of several
-for g = 1, tonumber(ARGV[2]) do
+local vals, lefts, eps -- per hit of a group of several, until the group is written
+local h = 0 -- the hits done
+for g = 1, ngroups do
   group = g
-  local id = ARGV[ai]
-  local epoch = ARGV[ai + 1]
-  local n = tonumber(ARGV[ai + 2])
-  ai = ai + 3
+  local epoch, n = epochs[g], sizes[g]
+  local first = h + 1 -- the group's first hit
   local all = true
-  local k0, o0 = ki, o
-  if n > 1 and algs == nil then
-    algs, costs, limits, windows, vals, lefts, eps = {}, {}, {}, {}, {}, {}, {}
+  if n > 1 and vals == nil then
+    vals, lefts, eps = {}, {}, {}
   end
-  for h = 1, n do
-    local alg = ARGV[ai]
-    local cost = tonumber(ARGV[ai + 1])
-    -- "s", "f", "c": limit and window; "t": capacity and interval
-    local limit, window = tonumber(ARGV[ai + 2]), tonumber(ARGV[ai + 3])
-    local key = KEYS[ki]
-    ai = ai + 4
-    ki = ki + 1
+  for _ = 1, n do
+    h = h + 1
+    local key, alg, cost, limit, window = keys[h], algs[h], costs[h], limits[h], windows[h]
     local ok, remaining, reset, retry, val, ep
     local quickly = false
     if alg == 's' and n == 1 and record and header == nil then
       -- A group of one sliding-window hit that quick may record at once
       -- (unless the fast path above tried already, and left its header).
       ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)
-      if ok ~= nil then
-        quickly = true
-      else
-        header, remaining = remaining, nil
+      quickly = ok ~= nil
+      if not quickly then
+        header = remaining
       end
     end
     if quickly then
-      header = nil
+      -- decided, and recorded when allowed
     elseif alg == 's' then
       ok, remaining, reset, retry, val, ep = sliding(key, cost, limit, window, header)
-      header = nil
     elseif alg == 't' then
       local capacity, interval = limit, window
       ok, remaining, reset, retry, val, ep = bucket(key, cost, capacity, interval)
@@ -686,7 +710,9 @@ for g = 1, tonumber(ARGV[2]) do
     else
       error('redisstore: unknown algorithm ' .. tostring(alg))
     end
+    header = nil
     ep = ep or epoch
+    local o = 5 * h - 4
     out[o + 1] = ok and 1 or 0
     out[o + 2] = remaining
     out[o + 3] = reset
@@ -696,20 +722,19 @@ for g = 1, tonumber(ARGV[2]) do
       -- A group of one hit records at once.
       if ok and record then
         if not quickly then
-          write(key, id, alg, cost, limit, window, val, reset, ep)
+          write(key, alg, cost, limit, window, val, reset, ep)
         end
         out[o + 5] = tonumber(ep)
       end
     else
       all = all and ok
-      algs[h], costs[h], limits[h], windows[h], vals[h], lefts[h], eps[h] = alg, cost, limit, window, val, reset, ep
+      vals[h], lefts[h], eps[h] = val, reset, ep
     end
-    o = o + 5
   end
   if n > 1 and record and all then
-    for h = 1, n do
-      write(KEYS[k0 + h - 1], id, algs[h], costs[h], limits[h], windows[h], vals[h], lefts[h], eps[h])
-      out[o0 + 5 * h] = tonumber(eps[h])
+    for i = first, h do
+      write(keys[i], algs[i], costs[i], limits[i], windows[i], vals[i], lefts[i], eps[i])
+      out[5 * i + 1] = tonumber(eps[i])
     end
   end
 end
