@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/internal/keyenc"
 )
 
 // Group commit
@@ -287,7 +286,7 @@ func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, 
 		if err != nil {
 			return nil, nil, fmt.Errorf("redisstore: %s: hit %d: %w", op, i, err)
 		}
-		k := s.prefix + "{" + h.Rule.Name + ":" + keyenc.Encode(h.Key) + "}:" + p.suffix
+		k := s.tag(h.Rule.Name, h.Key) + p.suffix
 		for j := first; j < len(keys); j++ {
 			if keys[j] == k {
 				return nil, nil, fmt.Errorf("redisstore: %s: %w: hits %d and %d name the same key under rule %s", op, floodgate.ErrInvalidHit, j-first, i, h.Rule.Name)
