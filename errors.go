@@ -1,6 +1,9 @@
 package floodgate
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors that callers branch on. Every error the package returns wraps one
 // of them (check with [errors.Is]); store errors are also wrapped, so
@@ -23,4 +26,13 @@ var (
 	ErrStoreUnavailable = errors.New("store unavailable")
 	// ErrClosed reports a call to a store after Close.
 	ErrClosed = errors.New("store closed")
+	// ErrCorruptState reports that a store could not use the state it
+	// keeps for a key of the check (a value it did not write, a value of
+	// another type): that check was not decided, and checks of other keys
+	// are decided as usual. It wraps ErrStoreUnavailable, so the
+	// caller's failure policy applies; but the store answered, so a
+	// circuit breaker does not count it as the store's failure. Stores
+	// keep the key and their own key layout out of its text, which may
+	// reach clients.
+	ErrCorruptState = fmt.Errorf("%w: corrupt state", ErrStoreUnavailable)
 )

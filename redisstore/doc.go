@@ -72,8 +72,8 @@
 // A take whose time would not fit rewrites the ring with its oldest live
 // time as the new base, which always fits a window of up to 8.9 years. A
 // longer window (a Rule allows ten years) whose ring still holds an entry
-// 8.9 years old fails its takes with an error wrapping
-// floodgate.ErrStoreUnavailable rather than miscount.
+// 8.9 years old fails its takes with a [*StateError] rather than
+// miscount.
 //
 // The epoch names a state: the take that creates it (the key is absent)
 // writes 48 bits of a hash of its id, and later takes keep it. Take
@@ -163,6 +163,16 @@
 // context.DeadlineExceeded), floodgate.ErrClosed after Close, or
 // floodgate.ErrInvalidHit / floodgate.ErrInvalidRule for a hit the scripts
 // cannot compute exactly (windows longer than 2^51 µs, about 71 years).
+//
+// A key that Redis holds with a value the store did not write, a value of
+// another type, or state the scripts cannot use (the ring above) fails
+// the checks of that key with a [*StateError], which wraps
+// floodgate.ErrCorruptState. The store answered and other keys are
+// decided as usual, so a breakerstore in front of the store does not
+// count it. No error text names a key or the prefix, since it may reach
+// clients; StateError.Key gives the Redis key to an operator who repairs
+// it. A Take that shared the corrupt key's script call (see Group commit)
+// fails with it too, and was recorded if the call checked it first.
 //
 // A Redis at maxmemory with the noeviction policy keeps taking the
 // limiter's writes: take.lua trims before it adds, and Redis refuses only

@@ -278,7 +278,8 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // eval runs script on the driver: every script call of the store goes
-// through it.
+// through it. Redis's refusal of what one of keys holds becomes a
+// *StateError.
 func (s *Store) eval(ctx context.Context, script Script, keys, args []string) ([]int64, error) {
 	if s.conn.Cluster() {
 		if err := sameSlot(keys); err != nil {
@@ -288,6 +289,11 @@ func (s *Store) eval(ctx context.Context, script Script, keys, args []string) ([
 	var v []int64
 	err := s.call(func() (err error) {
 		v, err = s.conn.Eval(ctx, script, keys, args)
+		if err != nil {
+			if se := s.stateError(err, keys); se != nil {
+				return se // without the reply, which names the key
+			}
+		}
 		return err
 	})
 	return v, err

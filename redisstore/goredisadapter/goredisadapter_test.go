@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -461,5 +462,37 @@ func TestFiveLineStart(t *testing.T) {
 	}
 	if _, err := goredisadapter.NewStore(redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": redistest.Addr(t)}})); !errors.Is(err, goredisadapter.ErrUnsupported) {
 		t.Fatalf("NewStore of a Ring: %v, want ErrUnsupported", err)
+	}
+}
+
+// Through go-redis too, a key whose state Redis holds malformed, or of
+// another type, fails with floodgate.ErrCorruptState, whose text names
+// neither the key nor the prefix.
+func TestCorruptStateThroughGoRedis(t *testing.T) {
+	client := universal(t, &redis.UniversalOptions{Addrs: []string{redistest.Addr(t)}})
+	prefix := randomPrefix()
+	s := newStore(t, client, prefix)
+	rule, err := floodgate.NewRule("r", 10, time.Minute, floodgate.TokenBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := prefix + "{r:user=alice}:t:1m0s" // see the package documentation of redisstore
+	for name, write := range map[string]func() error{
+		"garbage":    func() error { return client.Set(ctx(t), key, "garbage", 0).Err() },
+		"wrong type": func() error { return client.RPush(ctx(t), key, "x").Err() },
+	} {
+		if err := client.Del(ctx(t), key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := write(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: rule, Key: "user=alice", Cost: 1}})
+		if !errors.Is(err, floodgate.ErrCorruptState) {
+			t.Errorf("%s: %v; want ErrCorruptState", name, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), "alice") || strings.Contains(err.Error(), prefix)) {
+			t.Errorf("%s: %q names the key", name, err)
+		}
 	}
 }
