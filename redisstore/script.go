@@ -87,7 +87,8 @@ func sameSlot(keys []string) error {
 	first := keySlot(keys[0])
 	for _, k := range keys[1:] {
 		if keySlot(k) != first {
-			return fmt.Errorf("redisstore: %w: %q and %q", ErrCrossSlot, keys[0], k)
+			// Slots, not keys: the text may reach clients.
+			return fmt.Errorf("redisstore: %w: slots %d and %d", ErrCrossSlot, first, keySlot(k))
 		}
 	}
 	return nil
