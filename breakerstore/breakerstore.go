@@ -260,11 +260,13 @@ func (s *Store) schedWaits(min time.Duration) uint64 {
 	return n
 }
 
-// isExcluded reports whether err is the caller's doing rather than the
-// store's: a cancellation (not a deadline), or a closed store.
+// isExcluded reports whether err is not the store's failure: a
+// cancellation (not a deadline), a closed store, or the state of one key
+// (the store answered).
 func isExcluded(ctx context.Context, err error) bool {
 	switch {
-	case errors.Is(err, floodgate.ErrClosed), errors.Is(ctx.Err(), context.Canceled):
+	case errors.Is(err, floodgate.ErrClosed), errors.Is(err, floodgate.ErrCorruptState),
+		errors.Is(ctx.Err(), context.Canceled):
 		return true
 	}
 	return errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
