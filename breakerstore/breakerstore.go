@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/metrics"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,10 +105,7 @@ type Store struct {
 	cb       *gobreaker.CircuitBreaker[[]floodgate.Result]
 	cooldown time.Duration
 	openedAt atomic.Int64 // Unix nanoseconds of the last transition to Open
-	// cpuWaits counts the goroutines that waited at least min for a CPU
-	// since the process started (see schedWaits); tests replace it.
-	cpuWaits func(min time.Duration) uint64
-	samples  sync.Pool // of *[1]metrics.Sample, for schedWaits
+	clock    clock        // whose deadline a miss was (deadline.go)
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -138,7 +133,7 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 		st.Timeout = DefaultCooldown
 	}
 	s := &Store{next: next, cooldown: st.Timeout}
-	s.cpuWaits = s.schedWaits
+	s.clock.init()
 	st.OnStateChange = func(name string, from, to State) {
 		if to == Open {
 			s.openedAt.Store(time.Now().UnixNano())
@@ -169,9 +164,12 @@ func (e excluded) Error() string { return e.err.Error() }
 
 func (s *Store) do(ctx context.Context, call func() ([]floodgate.Result, error)) ([]floodgate.Result, error) {
 	res, err := s.cb.Execute(func() ([]floodgate.Result, error) {
-		cpu := s.markCPU(ctx)
+		c := s.clock.start(ctx)
 		res, err := call()
-		if err != nil && (isExcluded(ctx, err) || cpu.starved(err)) {
+		if err == nil || errors.Is(err, floodgate.ErrCorruptState) {
+			s.clock.answered()
+		}
+		if err != nil && (isExcluded(ctx, err) || s.clock.notTheStores(ctx, c, err)) {
 			return nil, excluded{err}
 		}
 		return res, err
@@ -193,71 +191,6 @@ func (s *Store) do(ctx context.Context, call func() ([]floodgate.Result, error))
 func (s *Store) retryIn() time.Duration {
 	left := s.cooldown - time.Since(time.Unix(0, s.openedAt.Load()))
 	return min(max(left, 0), s.cooldown)
-}
-
-// cpuMark is what markCPU saw before a call: the call's budget and the
-// goroutines that had waited half of it for a CPU.
-type cpuMark struct {
-	s       *Store
-	min     time.Duration // half the budget; zero without a deadline
-	waits   uint64
-	expired bool // the deadline had passed before the store was called
-}
-
-// markCPU notes the state of the scheduler before a call under ctx.
-func (s *Store) markCPU(ctx context.Context) cpuMark {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return cpuMark{}
-	}
-	budget := time.Until(deadline)
-	if budget <= 0 {
-		return cpuMark{expired: true}
-	}
-	m := cpuMark{s: s, min: budget / 2}
-	m.waits = s.cpuWaits(m.min)
-	return m
-}
-
-// starved reports whether err, a failure of the call that m marked, is a
-// deadline that this process missed rather than the store: the deadline
-// had passed before the store was called, or, while the call ran, some
-// goroutine of this process waited for a CPU for at least half the call's
-// budget.
-func (m cpuMark) starved(err error) bool {
-	if !errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	if m.expired {
-		return true
-	}
-	return m.min > 0 && m.s.cpuWaits(m.min) > m.waits
-}
-
-// schedWaits returns how many goroutines of this process, since it started,
-// waited at least min in the scheduler's run queues before they ran: the
-// runtime's histogram /sched/latencies:seconds, which samples a fraction
-// of all scheduling events. A goroutine that waited half a decision's
-// budget for a CPU shows that the process, not the store, was too slow.
-// It costs about 0.2 µs and does not allocate.
-func (s *Store) schedWaits(min time.Duration) uint64 {
-	p, _ := s.samples.Get().(*[1]metrics.Sample)
-	if p == nil {
-		p = &[1]metrics.Sample{{Name: "/sched/latencies:seconds"}}
-	}
-	defer s.samples.Put(p)
-	metrics.Read(p[:])
-	if p[0].Value.Kind() != metrics.KindFloat64Histogram {
-		return 0 // a runtime without the metric: never blame the CPU
-	}
-	h := p[0].Value.Float64Histogram()
-	var n uint64
-	for i, c := range h.Counts {
-		if h.Buckets[i] >= min.Seconds() {
-			n += c
-		}
-	}
-	return n
 }
 
 // isExcluded reports whether err is not the store's failure: a

@@ -1,10 +1,8 @@
 package breakerstore
 
-import "time"
+// SetRunnable replaces the scheduler reading of s (see clock.starved), so
+// that tests decide whether the process is short of CPU.
+func SetRunnable(s *Store, runnable func() int) { s.clock.runnable = runnable }
 
-// SetCPUWaits replaces the scheduler reading of s (see Store.schedWaits),
-// so that tests decide whether the process was starved for CPU.
-func SetCPUWaits(s *Store, waits func(min time.Duration) uint64) { s.cpuWaits = waits }
-
-// SchedWaits exposes the runtime reading itself.
-func SchedWaits(s *Store, min time.Duration) uint64 { return s.schedWaits(min) }
+// ReadRunnable exposes the runtime reading itself.
+func ReadRunnable(s *Store) int { return s.clock.readRunnable() }
