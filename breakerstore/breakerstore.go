@@ -194,11 +194,12 @@ func (s *Store) retryIn() time.Duration {
 }
 
 // isExcluded reports whether err is not the store's failure: a
-// cancellation (not a deadline), a closed store, or the state of one key
-// (the store answered).
+// cancellation (not a deadline), a closed store, a bad call, or the state
+// of one key (the store answered).
 func isExcluded(ctx context.Context, err error) bool {
 	switch {
 	case errors.Is(err, floodgate.ErrClosed), errors.Is(err, floodgate.ErrCorruptState),
+		errors.Is(err, floodgate.ErrInvalidHit), errors.Is(err, floodgate.ErrInvalidRule),
 		errors.Is(ctx.Err(), context.Canceled):
 		return true
 	}

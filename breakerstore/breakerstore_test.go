@@ -3,6 +3,7 @@ package breakerstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -190,7 +191,31 @@ func TestCallerCancellationIsNotAFailure(t *testing.T) {
 	if got := b.State(); got != breakerstore.Closed {
 		t.Fatalf("breaker %v in front of a closed store, want closed", got)
 	}
+	// Nor is a call the store refuses as invalid: the caller's doing.
+	for _, invalid := range []error{floodgate.ErrInvalidHit, floodgate.ErrInvalidRule} {
+		b, _ = breakerstore.New(errStore{fmt.Errorf("somestore: %w", invalid)}, breakerstore.Options{Failures: 1})
+		for range 3 {
+			if _, err := b.Take(context.Background(), "id", []floodgate.Hit{{Rule: f.rule, Key: "k"}}); !errors.Is(err, invalid) {
+				t.Fatalf("err = %v, want %v", err, invalid)
+			}
+		}
+		if got := b.State(); got != breakerstore.Closed {
+			t.Fatalf("breaker %v after calls failing with %v, want closed", got, invalid)
+		}
+	}
 }
+
+// errStore fails every call with err.
+type errStore struct{ err error }
+
+func (s errStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+	return nil, s.err
+}
+func (s errStore) Peek(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
+	return nil, s.err
+}
+func (s errStore) Refund(context.Context, string, []floodgate.Receipt) error { return s.err }
+func (s errStore) Reset(context.Context, floodgate.Rule, string) error       { return s.err }
 
 func TestHalfOpenProbesAndClosesWhenTheStoreRecovers(t *testing.T) {
 	const cooldown = 20 * time.Millisecond

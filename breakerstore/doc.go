@@ -20,8 +20,9 @@
 // The breaker counts only failures that the store caused: the store must
 // be down or slow for every key, not the caller hurried, one key broken,
 // or this process busy. A failure is any error from the store except:
-//   - a cancellation by the caller (the client went away) and
-//     [floodgate.ErrClosed];
+//   - a cancellation by the caller (the client went away),
+//     [floodgate.ErrClosed], and [floodgate.ErrInvalidHit] or
+//     [floodgate.ErrInvalidRule] (a bad call);
 //   - [floodgate.ErrCorruptState]: the state of one key could not be used
 //     (a value overwritten, a key of another type). That check fails, and
 //     the store answered: other keys are decided as usual.
