@@ -50,7 +50,7 @@
 //	                                                error, and shadow_allowed, shadow_denied for shadow limits
 //	floodgate_skipped_limits_total{gate,policy}     limits skipped for want of a key
 //	floodgate_store_duration_seconds{gate}          histogram of the store's decision time
-//	floodgate_store_errors_total{gate,reason}       reason: timeout, breaker_open, full, error
+//	floodgate_store_errors_total{gate,reason}       reason: timeout, breaker_open, full, corrupt_state, error
 //	floodgate_throttled_total{gate,result}          result: allowed, denied, rejected, canceled
 //	floodgate_throttle_waiting{gate}                requests waiting now
 //	floodgate_breaker_state                         0 closed, 1 half-open, 2 open (with Options.Breaker)

@@ -1,6 +1,7 @@
 package enforce_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -74,5 +75,40 @@ func TestFullMemoryStoreIsCounted(t *testing.T) {
 	}
 	if got := promtest.Sum(t, reg, "floodgate_store_errors_total", map[string]string{"gate": "full", "reason": "full"}); got != 1 {
 		t.Errorf("store errors of reason full = %v, want 1", got)
+	}
+}
+
+// corruptStore fails every take as a store fails on one key's corrupt
+// state.
+type corruptStore struct{ floodgate.Store }
+
+func (corruptStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+	return nil, fmt.Errorf("redisstore: %w: rule \"r\": malformed state", floodgate.ErrCorruptState)
+}
+
+// One key's corrupt state is counted as such, not as an error of unknown
+// cause, and the gate's failure mode answers (issue 25, finding 2).
+func TestCorruptStateIsCounted(t *testing.T) {
+	ms := memstore.New(memstore.Options{})
+	t.Cleanup(func() { ms.Close() })
+	lim, err := floodgate.New(corruptStore{ms}, floodgate.Options{Timeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e, err := enforce.New(enforce.Options{Limiter: lim, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	g, err := e.Gate(enforce.Spec{Name: "corrupt", Failure: enforce.FailError, Limits: []enforce.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("r", 5))}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := g.Decide(t.Context(), []string{"k"}); err != nil || res.Outcome != enforce.Errored || !errors.Is(res.Err, floodgate.ErrCorruptState) {
+		t.Fatalf("%v, %v, %v; want Errored with the corrupt state", res.Outcome, res.Err, err)
+	}
+	if got := promtest.Sum(t, reg, "floodgate_store_errors_total", map[string]string{"gate": "corrupt", "reason": "corrupt_state"}); got != 1 {
+		t.Errorf("store errors of reason corrupt_state = %v, want 1", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
@@ -45,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, breaker interface{ State() gobreaker.
 		}, []string{"gate"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
-			Help: "Decisions the store failed, by reason (timeout, breaker_open, full: a memory store with no key it can reclaim, error).",
+			Help: "Decisions the store failed, by reason (timeout, breaker_open, full: a memory store with no key it can reclaim, corrupt_state: one key's state is not the store's, error).",
 		}, []string{"gate", "reason"}),
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_throttled_total",
@@ -136,7 +137,7 @@ func (m *metrics) gate(name string, policies []string) *gateMetrics {
 		throttled: make(map[string]prometheus.Counter),
 		waiting:   m.waiting.WithLabelValues(name),
 	}
-	for _, r := range []string{"timeout", "breaker_open", "full", "error"} {
+	for _, r := range []string{"timeout", "breaker_open", "full", "corrupt_state", "error"} {
 		gm.errors[r] = m.errors.WithLabelValues(name, r)
 	}
 	for _, r := range []string{"allowed", "denied", "rejected", "canceled"} {
@@ -210,6 +211,8 @@ func (gm *gateMetrics) storeError(err error) {
 		reason = "breaker_open"
 	case errors.Is(err, memstore.ErrFull):
 		reason = "full"
+	case errors.Is(err, floodgate.ErrCorruptState):
+		reason = "corrupt_state"
 	case errors.Is(err, context.DeadlineExceeded):
 		reason = "timeout"
 	}

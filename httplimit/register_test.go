@@ -46,7 +46,7 @@ func TestFailedRegistrationLeavesNothingBehind(t *testing.T) {
 	// would remember the name's shape even once it is unregistered), so
 	// that the first two register and the third fails.
 	squatter := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_store_errors_total",
-		Help: "Decisions the store failed, by reason (timeout, breaker_open, full: a memory store with no key it can reclaim, error)."}, []string{"gate", "reason"})
+		Help: "Decisions the store failed, by reason (timeout, breaker_open, full: a memory store with no key it can reclaim, corrupt_state: one key's state is not the store's, error)."}, []string{"gate", "reason"})
 	reg.MustRegister(squatter)
 	e := newEnv(t, envOptions{})
 	if _, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}}); err == nil || !strings.Contains(err.Error(), "floodgate_store_errors_total") {
