@@ -35,9 +35,13 @@ descriptors:
 // (issue 25, finding 1: every one of alice's requests got 503 "circuit
 // breaker open", and failure_mode error descriptors answered Unavailable,
 // which Envoy lets through). Scaled to a small machine: 48 flooding
-// callers (12 under the race detector) for 2 s, on real Redis behind a
-// breaker, at the service's 50 ms budget. Latency and memory under the
-// flood are not asserted here (no timed tests).
+// callers for 2 s, on real Redis behind a breaker, at the service's 50 ms
+// budget (on the code before this round: 30 of 32 of alice's answers
+// Unavailable, the breaker opened twice). Under the race detector, which
+// slows the service several times over, it runs 12 callers at 150 ms: a
+// check of the shedding code, too light to tell the old code from the
+// new; the test command runs it at full scale, without -race. Latency and
+// memory under the flood are not asserted here (no timed tests).
 func TestFloodOfLargeRequests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 2 s flood")
@@ -52,7 +56,11 @@ func TestFloodOfLargeRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := start(t, setup{yaml: floodConfig, store: br, breaker: br, timeout: 50 * time.Millisecond})
+	budget := 50 * time.Millisecond // the service's
+	if raceEnabled {
+		budget *= 3 // the race detector slows the service several times over
+	}
+	svc := start(t, setup{yaml: floodConfig, store: br, breaker: br, timeout: budget})
 	flooder, err := grpc.NewClient(svc.conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(2<<20)))
 	if err != nil {
