@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgate-rl/floodgate/rlconfig"
+)
+
+// manifest is what the test reads of a Kubernetes object.
+type manifest struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	Data map[string]string `yaml:"data"`
+	Spec struct {
+		Template struct {
+			Spec struct {
+				Containers []struct {
+					Name string `yaml:"name"`
+					Env  []struct {
+						Name  string `yaml:"name"`
+						Value string `yaml:"value"`
+					} `yaml:"env"`
+					Ports []struct {
+						Name string `yaml:"name"`
+						Port int    `yaml:"containerPort"`
+					} `yaml:"ports"`
+				} `yaml:"containers"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+		Ports []struct {
+			Name       string `yaml:"name"`
+			Port       int    `yaml:"port"`
+			TargetPort string `yaml:"targetPort"`
+		} `yaml:"ports"`
+	} `yaml:"spec"`
+}
+
+// The Kubernetes manifests of deploy/kubernetes hold together: every
+// document is an object with a kind and a name; the floodgate ConfigMap's
+// limits load; the service accepts the Deployment's environment; each
+// Service targets a port its Deployment names; and Envoy's configuration
+// asks floodgate's Service on its gRPC port.
+func TestKubernetesManifests(t *testing.T) {
+	files, err := filepath.Glob("../../deploy/kubernetes/*.yaml")
+	if err != nil || len(files) != 3 {
+		t.Fatalf("manifests %v, %v; want floodgate, envoy and redis", files, err)
+	}
+	objects := map[string]manifest{} // by kind/name
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(r)
+		for {
+			var m manifest
+			if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if m.APIVersion == "" || m.Kind == "" || m.Metadata.Name == "" {
+				t.Errorf("%s: an object without apiVersion, kind or name: %+v", f, m)
+			}
+			objects[m.Kind+"/"+m.Metadata.Name] = m
+		}
+		r.Close()
+	}
+	files2 := map[string][]byte{}
+	for name, body := range objects["ConfigMap/floodgate-config"].Data {
+		files2[name] = []byte(body)
+	}
+	cfg, err := rlconfig.Parse(files2, rlconfig.Options{})
+	if err != nil || len(cfg.Limits()) != 2 {
+		t.Fatalf("floodgate-config: %v, %v; want two limits", cfg, err)
+	}
+	dep := objects["Deployment/floodgate"].Spec.Template.Spec.Containers
+	if len(dep) != 1 {
+		t.Fatalf("floodgate Deployment containers %+v", dep)
+	}
+	env := map[string]string{}
+	for _, e := range dep[0].Env {
+		env[e.Name] = e.Value
+	}
+	if _, err := parseServe(nil, func(k string) string { return env[k] }); err != nil {
+		t.Errorf("the service refuses the Deployment's environment: %v", err)
+	}
+	for _, app := range []string{"floodgate", "envoy", "redis"} {
+		named := map[string]bool{}
+		for _, c := range objects["Deployment/"+app].Spec.Template.Spec.Containers {
+			for _, p := range c.Ports {
+				named[p.Name] = true
+			}
+		}
+		svc, ok := objects["Service/"+app]
+		if !ok || len(svc.Spec.Ports) == 0 {
+			t.Errorf("no Service %s with ports", app)
+		}
+		for _, p := range svc.Spec.Ports {
+			if !named[p.TargetPort] {
+				t.Errorf("Service %s targets port %q, which its Deployment does not name (%v)", app, p.TargetPort, named)
+			}
+		}
+	}
+	envoy := objects["ConfigMap/envoy-config"].Data["envoy.yaml"]
+	var parsed map[string]any
+	if err := yaml.Unmarshal([]byte(envoy), &parsed); err != nil || parsed["static_resources"] == nil {
+		t.Fatalf("envoy-config's envoy.yaml: %v", err)
+	}
+	if !strings.Contains(envoy, "address: floodgate, port_value: 8081") {
+		t.Errorf("envoy.yaml does not ask the floodgate Service on 8081")
+	}
+}
