@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/redis/rueidis"
 )
@@ -79,6 +80,14 @@ type Options struct {
 	// command until its context is done). Zero means DefaultCallTimeout
 	// (3s). A floodgate.Limiter always sets a deadline of its own.
 	CallTimeout time.Duration
+	// Breaker configures the circuit breaker that guards the store by
+	// default (see package breakerstore): while Redis fails, a call fails
+	// at once instead of waiting out its budget, and the breaker probes
+	// Redis again by itself. The zero value is breakerstore's defaults.
+	Breaker breakerstore.Options
+	// NoBreaker turns the breaker off: for a caller that puts a
+	// breakerstore of its own in front of the store.
+	NoBreaker bool
 }
 
 // Validate reports every problem with o, each wrapping [ErrInvalidOptions].
@@ -118,6 +127,11 @@ func (o Options) Validate() error {
 	if o.CallTimeout < 0 {
 		bad("call timeout %v is negative", o.CallTimeout)
 	}
+	if !o.NoBreaker {
+		if err := o.Breaker.Validate(); err != nil {
+			bad("Breaker: %v", err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -135,8 +149,10 @@ type Store struct {
 	conn   Conn         // the driver: rueidis (rueidis.go) or another client's
 	dialed *rueidisConn // the driver the store dialed from Options.URL, which Close closes
 	closed atomic.Bool
-	batch  batchers  // group commit of concurrent Takes (batch.go)
-	roll   rollbacks // roll-backs retried in the background (cluster.go)
+	batch  batchers            // group commit of concurrent Takes (batch.go)
+	roll   rollbacks           // roll-backs retried in the background (cluster.go)
+	guard  floodgate.Store     // what the exported calls go through: the breaker, or direct{s}
+	cb     *breakerstore.Store // the breaker; nil with Options.NoBreaker
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -168,6 +184,15 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		s.dialed = dialing(ctx, opt, cmp.Or(opts.RedialInterval, DefaultRedialInterval))
 		s.conn = s.dialed
 	}
+	s.guard = direct{s}
+	if !opts.NoBreaker {
+		cb, err := breakerstore.New(direct{s}, opts.Breaker)
+		if err != nil { // Validate checked the options
+			s.Close()
+			return nil, fmt.Errorf("%w: Breaker: %w", ErrInvalidOptions, err)
+		}
+		s.guard, s.cb = cb, cb
+	}
 	return s, nil
 }
 
@@ -190,8 +215,13 @@ func (s *Store) Close() error {
 // Take implements [floodgate.Store] with one script call, which it may
 // share with concurrent Takes of the same slot (batch.go). On a Cluster, a
 // check whose hits live in several slots takes one script call per slot,
-// reserving and rolling back (cluster.go).
+// reserving and rolling back (cluster.go). Take, Peek, Refund and Reset
+// go through the store's breaker, unless Options.NoBreaker.
 func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	return s.guard.Take(ctx, id, hits)
+}
+
+func (s *Store) takeDirect(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if groups := s.slotGroups(hits); groups != nil {
@@ -212,6 +242,10 @@ func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 // Peek implements [floodgate.Store]: the take script in a mode that
 // writes nothing (one call per slot on a Cluster, concurrently).
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	return s.guard.Peek(ctx, hits)
+}
+
+func (s *Store) peekDirect(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if groups := s.slotGroups(hits); groups != nil {
@@ -233,6 +267,10 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 // state's epoch (see refund.lua), once, remembered by a tombstone key that
 // lives as long as a later refund could credit anything.
 func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+	return s.guard.Refund(ctx, id, receipts)
+}
+
+func (s *Store) refundDirect(ctx context.Context, id string, receipts []floodgate.Receipt) error {
 	if len(receipts) == 0 {
 		return nil
 	}
@@ -262,6 +300,10 @@ func (s *Store) refundAll(ctx context.Context, id string, receipts []floodgate.R
 // Reset implements [floodgate.Store]: it deletes the key's state under
 // rule. Tombstones of earlier refunds are left to expire.
 func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
+	return s.guard.Reset(ctx, rule, key)
+}
+
+func (s *Store) resetDirect(ctx context.Context, rule floodgate.Rule, key string) error {
 	if int(rule.Algorithm) >= len(suffixes) {
 		return fmt.Errorf("redisstore: reset: %w: unknown algorithm %v", floodgate.ErrInvalidRule, rule.Algorithm)
 	}

@@ -321,8 +321,8 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var store floodgate.Store
-	var breaker *breakerstore.Store
-	var ovr floodgate.Overrides // per-key limits set with floodgate override; Redis only
+	var breaker *redisstore.Store // its breaker's state is exported; nil in memory
+	var ovr floodgate.Overrides   // per-key limits set with floodgate override; Redis only
 	if cfg.RedisURL == "" {
 		logger.Warn("REDIS_URL is empty: the limits are kept in this process's memory, per instance; set REDIS_URL to share them across instances")
 		mem := memstore.New(memstore.Options{})
@@ -330,22 +330,16 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		store = mem
 	} else {
 		dialCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
+		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix,
+			Breaker: breakerstore.Options{Name: "redis", OnStateChange: func(_ string, from, to breakerstore.State) {
+				logger.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+			}}})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redisopt.Redact(err.Error(), cfg.RedisURL))
 		}
 		defer rs.Close()
-		breaker, err = breakerstore.New(rs, breakerstore.Options{
-			Name: "redis",
-			OnStateChange: func(_ string, from, to breakerstore.State) {
-				logger.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
-			},
-		})
-		if err != nil {
-			return err
-		}
-		store = breaker
+		store, breaker = rs, rs
 		// The overrides beside the limits, refreshed every 5s.
 		table, err := overrides.NewTable(overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 		if err != nil {
@@ -365,7 +359,11 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	if err != nil {
 		return err
 	}
-	enf, err := enforce.New(enforce.Options{Limiter: limiter, Breaker: breaker, Registerer: reg, Logger: logger})
+	eo := enforce.Options{Limiter: limiter, Registerer: reg, Logger: logger}
+	if breaker != nil {
+		eo.Breaker = breaker
+	}
+	enf, err := enforce.New(eo)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ import (
 // server.
 type App struct {
 	*Server
-	breaker *breakerstore.Store // nil without Redis
+	breaker *redisstore.Store // its circuit breaker's state is exported; nil without Redis
 	closers []func() error
 }
 
@@ -74,24 +74,21 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 		a.closers = append(a.closers, ms.Close)
 		store = ms
 	} else {
-		rs, err := redisstore.New(ctx, redisOptions(cfg, opts))
-		if err != nil {
-			// The error may quote the URL, password and all.
-			return nil, fmt.Errorf("bank: REDIS_URL: %w", redactErr(err, cfg.RedisURL))
-		}
-		a.closers = append(a.closers, rs.Close)
-		br, err := breakerstore.New(rs, breakerstore.Options{
+		ropts := redisOptions(cfg, opts)
+		ropts.Breaker = breakerstore.Options{
 			Name:     "redis",
 			Cooldown: breakerCooldown,
 			OnStateChange: func(name string, from, to breakerstore.State) {
 				logger.Warn("store circuit breaker", "store", name, "from", from.String(), "to", to.String())
 			},
-		})
-		if err != nil {
-			a.Close()
-			return nil, fmt.Errorf("bank: %w", err)
 		}
-		store, ready, a.breaker = br, rs.Ping, br
+		rs, err := redisstore.New(ctx, ropts)
+		if err != nil {
+			// The error may quote the URL, password and all.
+			return nil, fmt.Errorf("bank: REDIS_URL: %w", redactErr(err, cfg.RedisURL))
+		}
+		a.closers = append(a.closers, rs.Close)
+		store, ready, a.breaker = rs, rs.Ping, rs
 		if ovr, err = a.followOverrides(ctx, cfg, opts, reg, logger); err != nil {
 			a.Close()
 			return nil, err

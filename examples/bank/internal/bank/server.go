@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // Deps is what a [Server] is built from.
@@ -28,9 +28,9 @@ type Deps struct {
 	Config Config
 	// Limiter decides against the shared store (Redis, or memory).
 	Limiter *floodgate.Limiter
-	// Breaker is the store's circuit breaker, exported as the
+	// Breaker is the Redis store, whose circuit breaker is exported as the
 	// floodgate_breaker_state gauge; nil without one.
-	Breaker *breakerstore.Store
+	Breaker *redisstore.Store
 	// Ready reports whether the shared store is reachable, for /readyz.
 	Ready func(ctx context.Context) error
 	// Users is the account directory.

@@ -1,0 +1,37 @@
+package redisstore
+
+import (
+	"context"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
+)
+
+// direct is the store without its breaker: what the breaker guards.
+type direct struct{ s *Store }
+
+func (d direct) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	return d.s.takeDirect(ctx, id, hits)
+}
+
+func (d direct) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	return d.s.peekDirect(ctx, hits)
+}
+
+func (d direct) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+	return d.s.refundDirect(ctx, id, receipts)
+}
+
+func (d direct) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
+	return d.s.resetDirect(ctx, rule, key)
+}
+
+// State returns the state of the store's circuit breaker: what an
+// enforce.Enforcer exports as floodgate_breaker_state
+// (enforce.Options.Breaker). It is Closed with Options.NoBreaker.
+func (s *Store) State() breakerstore.State {
+	if s.cb == nil {
+		return breakerstore.Closed
+	}
+	return s.cb.State()
+}

@@ -1,0 +1,68 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/redisstore"
+)
+
+// frozen is a Redis that accepts calls and never answers: each waits out
+// its caller's deadline.
+type frozen struct{}
+
+func (frozen) Eval(ctx context.Context, _ redisstore.Script, _, _ []string) ([]int64, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (frozen) Del(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
+func (frozen) Ping(ctx context.Context) error          { <-ctx.Done(); return ctx.Err() }
+func (frozen) Cluster() bool                           { return false }
+
+// A store guards itself with a circuit breaker out of the box: the quick
+// start's store (goredisadapter.NewStore builds it the same way) stops
+// asking a frozen Redis after a few failures, so an outage does not cost
+// every request the whole budget (issue 24, footgun 5). With NoBreaker,
+// every request waits out its budget.
+func TestBreakerOnByDefault(t *testing.T) {
+	rule := floodgate.MustRule(floodgate.PerMinute("frozen", 5))
+	for _, noBreaker := range []bool{false, true} {
+		st, err := redisstore.New(context.Background(), redisstore.Options{Conn: frozen{}, NoBreaker: noBreaker})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := floodgate.New(st, floodgate.Options{Timeout: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var open, timedOut int
+		for i := range 3 * breakerstore.DefaultFailures {
+			_, err := lim.Allow(context.Background(), rule, "k")
+			switch {
+			case errors.Is(err, breakerstore.ErrOpen):
+				open++
+			case errors.Is(err, context.DeadlineExceeded):
+				timedOut++
+				if open > 0 {
+					t.Fatalf("NoBreaker=%v: call %d waited out its budget after the breaker opened", noBreaker, i)
+				}
+			default:
+				t.Fatalf("NoBreaker=%v: %v; want a timeout or an open breaker", noBreaker, err)
+			}
+		}
+		st.Close()
+		// The breaker opens after DefaultFailures misses that it counts
+		// as the store's (a miss while this process is short of CPU is
+		// not counted: see breakerstore), within the first two thirds.
+		if noBreaker && open != 0 || !noBreaker && (open < breakerstore.DefaultFailures || timedOut < breakerstore.DefaultFailures) {
+			t.Errorf("NoBreaker=%v: %d answered by the open breaker, %d timed out", noBreaker, open, timedOut)
+		}
+		if got := st.State(); (got == breakerstore.Open) == noBreaker {
+			t.Errorf("NoBreaker=%v: state %v", noBreaker, got)
+		}
+	}
+}
