@@ -33,9 +33,10 @@
 // in-memory limits, [FailClosed] denies, [FailOpen] allows, [FailError]
 // decides nothing and lets the caller answer an error (the default of
 // RLS descriptors: Envoy's failure_mode_deny chooses); the strictest mode
-// of a check's hits decides. Put a breakerstore in front of the store so
-// that a dead store costs nothing once its breaker is open; it is probed
-// and taken back by itself. A fail-closed denial should ask the client to
+// of a check's hits decides. A Redis store guards itself with a circuit
+// breaker by default (redisstore.Options.Breaker), and a breakerstore does
+// the same in front of any other: a dead store costs nothing once its
+// breaker is open, and it is probed and taken back by itself. A fail-closed denial should ask the client to
 // wait [Result.FailRetryAfter]: [MinFailRetryAfter] (5s), or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted, and logged at most once per gate per [Options.LogInterval]
