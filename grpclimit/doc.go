@@ -4,7 +4,7 @@
 // fails. It is a thin adapter over package enforce, which httplimit uses
 // too: the same failure modes, shadow mode, throttling, metrics and logs.
 //
-// Build one [Limiter] per server with [New], from a floodgate.Limiter
+// Build one [Interceptors] per server with [New], from a floodgate.Limiter
 // (or from an enforce.Enforcer shared with httplimit, in a process that
 // serves both) and the limits of each method, then install its
 // interceptors after authentication:
@@ -55,7 +55,7 @@
 // authentication would otherwise limit nobody, unnoticed. The limits of a
 // method are checked together, all-or-nothing, and the worst is reported.
 // Live limits (rlconfig.Rules reloads envoy-format YAML) and per-key
-// overrides are the Limiter's (floodgate.Options.Overrides): every call
+// overrides are the Interceptors's (floodgate.Options.Overrides): every call
 // is decided, and reported, under the rule in force for its key.
 //
 // # Answers
@@ -101,8 +101,8 @@
 //
 // # go-grpc-middleware
 //
-// A [Limiter] is also a Limiter of go-grpc-middleware v2's
-// interceptors/ratelimit ([Limiter.Limit]), for servers already built on
+// A [Interceptors] is also a Interceptors of go-grpc-middleware v2's
+// interceptors/ratelimit ([Interceptors.Limit]), for servers already built on
 // it, with the losses its doc lists: prefer the interceptors of this
 // package.
 package grpclimit

@@ -32,9 +32,9 @@ var ErrInvalidOptions = errors.New("grpclimit: invalid options")
 // Options.Methods.
 const DefaultGate = "default"
 
-// Options configures a [Limiter]: the enforcement layer, given
+// Options configures a [Interceptors]: the enforcement layer, given
 // (Enforcer) or built from Enforce, and the limits of each method. A
-// Limiter with no Methods and no Default limits nothing.
+// Interceptors with no Methods and no Default limits nothing.
 type Options struct {
 	// Enforcer is the enforcement layer that the methods share with the
 	// other transports of the process (httplimit, say): its limiters,
@@ -42,7 +42,7 @@ type Options struct {
 	// set, Enforce must be zero, and Close leaves it open.
 	Enforcer *enforce.Enforcer
 	// Enforce configures the Enforcer that New builds when Enforcer is
-	// nil, and Close closes (see enforce.Options: its Limiter is
+	// nil, and Close closes (see enforce.Options: its Interceptors is
 	// required).
 	Enforce enforce.Options
 
@@ -108,10 +108,10 @@ type Limit struct {
 	Shadow bool
 }
 
-// Limiter holds the interceptors' per-method gates. Build it with [New];
+// Interceptors holds the interceptors' per-method gates. Build it with [New];
 // it is safe for concurrent use, and its methods never change after New.
 // Close it on shutdown.
-type Limiter struct {
+type Interceptors struct {
 	e       *enforce.Enforcer
 	ownE    bool // New built e: Close closes it
 	methods map[string]*method
@@ -130,13 +130,13 @@ type method struct {
 	panicked    []atomic.Bool // by limit: its Key panicked, which was logged
 }
 
-// New returns a Limiter for opts, or an error listing every bad method,
+// New returns a Interceptors for opts, or an error listing every bad method,
 // each wrapping [ErrInvalidOptions] (and, for what the enforcement layer
 // refuses, enforce.ErrInvalid as well). It also fails if neither
 // opts.Enforcer nor opts.Enforce.Limiter is set, or both opts.Enforcer and
 // opts.Enforce are, or the metrics cannot be registered. A refused
 // Options registers no metrics.
-func New(opts Options) (*Limiter, error) {
+func New(opts Options) (*Interceptors, error) {
 	if opts.Enforcer != nil {
 		if !reflect.ValueOf(opts.Enforce).IsZero() {
 			return nil, fmt.Errorf("%w: Options.Enforcer and Options.Enforce are both set: configure the Enforcer", ErrInvalidOptions)
@@ -174,16 +174,16 @@ func New(opts Options) (*Limiter, error) {
 // the local store, if New built the Enforcer; an Enforcer given in Options
 // is left open. The interceptors keep working after Close, but FailLocal
 // methods then fail closed (unless Options.Local was given).
-func (l *Limiter) Close() error {
+func (l *Interceptors) Close() error {
 	if l.ownE {
 		return l.e.Close()
 	}
 	return nil
 }
 
-// build returns the Limiter of opts's methods on e.
-func build(e *enforce.Enforcer, opts Options) (*Limiter, error) {
-	l := &Limiter{e: e, methods: make(map[string]*method, len(opts.Methods)), folded: make(map[string]string, len(opts.Methods))}
+// build returns the Interceptors of opts's methods on e.
+func build(e *enforce.Enforcer, opts Options) (*Interceptors, error) {
+	l := &Interceptors{e: e, methods: make(map[string]*method, len(opts.Methods)), folded: make(map[string]string, len(opts.Methods))}
 	var errs []error
 	names := make([]string, 0, len(opts.Methods))
 	for name := range opts.Methods {
@@ -285,7 +285,7 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 // An allowed call reaches the handler with the enforce.Result in its context
 // ([FromContext]); a denied one gets the status described in the package
 // doc, and the handler is not called.
-func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+func (l *Interceptors) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		m := l.method(info.FullMethod)
 		if m == nil {
@@ -306,7 +306,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 //	grpc.NewServer(grpc.ChainStreamInterceptor(auth, limiter.StreamServerInterceptor()))
 //
 // An allowed stream's handler finds the enforce.Result in the stream's context.
-func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+func (l *Interceptors) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		m := l.method(info.FullMethod)
 		if m == nil {
@@ -321,7 +321,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 }
 
 // Limit decides the call whose server context is ctx, finding its method
-// with grpc.Method. It implements the Limiter interface of
+// with grpc.Method. It implements the Interceptors interface of
 // go-grpc-middleware v2's interceptors/ratelimit, for servers already
 // built on it:
 //
@@ -334,7 +334,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // lost, and a fail-closed Unavailable becomes ResourceExhausted), and the
 // handler finds no Result in its context, so it cannot Refund. The
 // rate-limit metadata is sent either way.
-func (l *Limiter) Limit(ctx context.Context) error {
+func (l *Interceptors) Limit(ctx context.Context) error {
 	name, _ := grpc.Method(ctx)
 	m := l.method(name)
 	if m == nil {
@@ -345,7 +345,7 @@ func (l *Limiter) Limit(ctx context.Context) error {
 }
 
 // method returns the built method that limits calls to name, or nil.
-func (l *Limiter) method(name string) *method {
+func (l *Interceptors) method(name string) *method {
 	if m, ok := l.methods[name]; ok {
 		return m // nil for a listed method without limits
 	}
@@ -358,7 +358,7 @@ func (l *Limiter) method(name string) *method {
 // nearMiss logs the Methods name that differs from a called method's
 // only by case: a typo ("/pkg.Svc/Unarycall") that leaves the method
 // under Default, or unlimited, with no other sign.
-func (l *Limiter) nearMiss(called string) {
+func (l *Interceptors) nearMiss(called string) {
 	if listed, ok := l.folded[strings.ToLower(called)]; ok {
 		l.e.Logger().LogAttrs(context.Background(), slog.LevelWarn, "floodgate: a method is called by a name that Options.Methods spells otherwise: "+
 			"its limits do not apply to it (Default's do, if any)", slog.String("called", called), slog.String("listed", listed))
@@ -369,14 +369,14 @@ func (l *Limiter) nearMiss(called string) {
 // the names of Options.Methods that are no method of services (a
 // grpc.Server's GetServiceInfo, once its services are registered), with
 // the name each was likely meant to be: a typo in a method name leaves
-// that method unlimited, or under Default, with no other sign. A Limiter
+// that method unlimited, or under Default, with no other sign. A Interceptors
 // built before its server's services are known logs the first call of a
 // method that Methods spells only in another case.
 //
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(gl.UnaryServerInterceptor()))
 //	pb.RegisterBankServer(srv, bank)
 //	if err := gl.CheckMethods(srv.GetServiceInfo()); err != nil { ... }
-func (l *Limiter) CheckMethods(services map[string]grpc.ServiceInfo) error {
+func (l *Interceptors) CheckMethods(services map[string]grpc.ServiceInfo) error {
 	known := make(map[string]string) // lower case -> name
 	for svc, info := range services {
 		for _, m := range info.Methods {

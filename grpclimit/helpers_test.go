@@ -51,7 +51,7 @@ type env struct {
 }
 
 type envOptions struct {
-	opts    enforce.Options // Limiter, Registerer and Logger are filled in
+	opts    enforce.Options // Interceptors, Registerer and Logger are filled in
 	timeout time.Duration   // the decision budget; zero means 20ms
 	store   floodgate.Store // zero means the fake-clock memstore
 	// overrides are the limiter's (floodgate.Options.Overrides); nil for none
@@ -206,7 +206,7 @@ func (s authedStream) Context() context.Context { return s.ctx }
 
 // serverOptions are the interceptors of a server limited by gl: auth, then
 // the limit.
-func serverOptions(gl *grpclimit.Limiter) []grpc.ServerOption {
+func serverOptions(gl *grpclimit.Interceptors) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(
 			func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -221,11 +221,11 @@ func serverOptions(gl *grpclimit.Limiter) []grpc.ServerOption {
 	}
 }
 
-// serve builds the Limiter of opts on e's Enforcer and starts the test
+// serve builds the Interceptors of opts on e's Enforcer and starts the test
 // service on a loopback port behind its interceptors (or behind the
 // server options that opt returns, if set). It returns a client of it and
 // the service.
-func (e *env) serve(t testing.TB, opts grpclimit.Options, opt ...func(*grpclimit.Limiter) []grpc.ServerOption) (testpb.TestServiceClient, *service) {
+func (e *env) serve(t testing.TB, opts grpclimit.Options, opt ...func(*grpclimit.Interceptors) []grpc.ServerOption) (testpb.TestServiceClient, *service) {
 	t.Helper()
 	opts.Enforcer = e.enf
 	gl, err := grpclimit.New(opts)

@@ -22,7 +22,7 @@ func (s source) Override(_ floodgate.Rule, key string) (floodgate.Rule, bool) {
 	return r, ok
 }
 
-// Under live rules (the Limiter's overrides), a call is decided by the
+// Under live rules (the Interceptors's overrides), a call is decided by the
 // rule the source gives for the key, and reported so; other keys get the
 // limit's own rule.
 func TestLiveRules(t *testing.T) {

@@ -18,10 +18,10 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 )
 
-var _ ratelimit.Limiter = (*grpclimit.Limiter)(nil)
+var _ ratelimit.Limiter = (*grpclimit.Interceptors)(nil)
 
 // middleware serves through go-grpc-middleware's ratelimit interceptors.
-func middleware(gl *grpclimit.Limiter) []grpc.ServerOption {
+func middleware(gl *grpclimit.Interceptors) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(ratelimit.UnaryServerInterceptor(gl)),
 		grpc.ChainStreamInterceptor(ratelimit.StreamServerInterceptor(gl)),

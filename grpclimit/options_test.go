@@ -81,7 +81,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 }
 
-// A Limiter with neither Methods nor Default limits nothing, and leaves no
+// A Interceptors with neither Methods nor Default limits nothing, and leaves no
 // Result in the handler's context.
 func TestNoLimits(t *testing.T) {
 	e := newEnv(t, envOptions{})
@@ -117,7 +117,7 @@ func TestNoLimits(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 	if a := empty(t, c, withMD()); a.err != nil {
-		t.Errorf("after closing a Limiter on a shared Enforcer: %v", a.err)
+		t.Errorf("after closing a Interceptors on a shared Enforcer: %v", a.err)
 	}
 	if n := metric(t, e.reg, "floodgate_decisions_total", nil); n != 0 {
 		t.Errorf("%v decisions counted", n)
@@ -151,7 +151,7 @@ func TestOwnEnforcer(t *testing.T) {
 		t.Errorf("decisions{gate=EmptyCall} = %v, want 2", got)
 	}
 	if _, err := grpclimit.New(good); !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-		t.Errorf("a second Limiter on one registerer: %v, want an AlreadyRegisteredError", err)
+		t.Errorf("a second Interceptors on one registerer: %v, want an AlreadyRegisteredError", err)
 	}
 	if err := gl.Close(); err != nil {
 		t.Fatal(err)

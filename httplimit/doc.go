@@ -2,8 +2,8 @@
 // a [floodgate.Limiter], answers with the standard rate-limit fields, and
 // keeps serving by a per-route policy when the store fails.
 //
-// Build one [Limiter] per service with [New], then one middleware per
-// route with [Limiter.Middleware]. A middleware is a plain
+// Build one [Routes] per service with [New], then one middleware per
+// route with [Routes.Middleware]. A middleware is a plain
 // func(http.Handler) http.Handler, so it wraps handlers of the standard
 // ServeMux (Go 1.22 patterns such as "POST /pix/{id}") and of chi, gorilla
 // or any other router:
@@ -87,8 +87,8 @@
 // per-route ones): a hit that both list counts once, a denial by the inner
 // one refunds the outer one's hits, and the legacy fields describe the
 // worst limit; one Route with every limit is still the one atomic check.
-// Rule names mean one rule among the routes of one Limiter (share one
-// Limiter among all routes of a process): a route whose rule has another
+// Rule names mean one rule among the routes of one Routes (share one
+// Routes among all routes of a process): a route whose rule has another
 // route's name but other parameters is refused. A limit that skips a
 // request for want of a key (a principal never set) is counted and logged
 // once. [PerIP] is the shortest start: middleware of one limit per client
@@ -102,7 +102,7 @@
 //
 // # Metrics
 //
-// With Options.Enforce.Registerer set, the Limiter registers the
+// With Options.Enforce.Registerer set, the Routes registers the
 // enforcement layer's metrics (see package enforce), whose gate label is
 // the route's Name. A process that also serves gRPC or the RLS API shares
 // one enforce.Enforcer among them (Options.Enforcer).

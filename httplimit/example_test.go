@@ -75,7 +75,7 @@ func Example() {
 // rule per authenticated account, checked together. An office behind one
 // IP is limited per account; the worst limit is reported in the legacy
 // fields.
-func ExampleLimiter_Middleware_multiLevel() {
+func ExampleRoutes_Middleware_multiLevel() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
@@ -151,7 +151,7 @@ func ExampleRoute_opaque() {
 // When the store is down (here: closed), each route answers by its failure
 // mode: fail-closed denies, fail-open allows, local decides with
 // per-replica limits.
-func ExampleFailureMode() {
+func ExampleRoute_failure() {
 	store := memstore.New(memstore.Options{})
 	store.Close() // a dead store
 	limiter, _ := floodgate.New(store, floodgate.Options{Timeout: 30 * time.Millisecond})

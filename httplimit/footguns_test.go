@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func footgunLimiter(t *testing.T) (*httplimit.Limiter, *prometheus.Registry, *syncbuf.Buffer) {
+func footgunLimiter(t *testing.T) (*httplimit.Routes, *prometheus.Registry, *syncbuf.Buffer) {
 	t.Helper()
 	store := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })

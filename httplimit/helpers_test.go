@@ -23,18 +23,18 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// env is a Limiter on a fake-clock memstore behind a fault injector.
+// env is a Routes on a fake-clock memstore behind a fault injector.
 type env struct {
 	lim   *floodgate.Limiter
 	clock *storetest.FakeClock
 	fault *faultstore.Store
-	hl    *httplimit.Limiter
+	hl    *httplimit.Routes
 	reg   *prometheus.Registry
 	logs  *syncbuf.Buffer
 }
 
 type envOptions struct {
-	opts    httplimit.Options   // Limiter, Registerer and Logger are filled in
+	opts    httplimit.Options   // Routes, Registerer and Logger are filled in
 	timeout time.Duration       // the decision budget; zero means 20ms
 	store   floodgate.Store     // zero means the fake-clock memstore
 	bare    bool                // no fault injector: the limiter sees the store itself

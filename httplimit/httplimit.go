@@ -18,11 +18,11 @@ import (
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] and
-// [Limiter.Middleware] about bad options or routes. It is
+// [Routes.Middleware] about bad options or routes. It is
 // enforce.ErrInvalid, which the enforcement layer's errors wrap too.
 var ErrInvalidOptions = enforce.ErrInvalid
 
-// Options configures a [Limiter]: an Enforcer to share, or the options
+// Options configures a [Routes]: an Enforcer to share, or the options
 // of one to build.
 type Options struct {
 	// Enforcer is the enforcement layer that the routes share with the
@@ -31,7 +31,7 @@ type Options struct {
 	// it open.
 	Enforcer *enforce.Enforcer
 	// Enforce configures the Enforcer that New builds when Enforcer is
-	// nil, and Close closes (see enforce.Options: its Limiter is
+	// nil, and Close closes (see enforce.Options: its Routes is
 	// required).
 	Enforce enforce.Options
 	// NoLegacyHeaders turns off X-RateLimit-Limit, X-RateLimit-Remaining
@@ -39,22 +39,22 @@ type Options struct {
 	NoLegacyHeaders bool
 }
 
-// Limiter builds rate-limit middleware for the routes of one service, on
+// Routes builds rate-limit middleware for the routes of one service, on
 // the enforcement layer that the routes share. It is safe for concurrent
 // use. Build one with [New] and Close it on shutdown.
-type Limiter struct {
+type Routes struct {
 	e      *enforce.Enforcer
 	ownE   bool // New built e: Close closes it
 	legacy bool
 }
 
-// New returns a Limiter for opts. It fails if both opts.Enforcer and
-// opts.Enforce are set, or the Enforcer cannot be built (no Limiter), or
+// New returns a Routes for opts. It fails if both opts.Enforcer and
+// opts.Enforce are set, or the Enforcer cannot be built (no Routes), or
 // its metrics cannot be registered:
-// a second Limiter on one registerer gets one error that names the metric
+// a second Routes on one registerer gets one error that names the metric
 // and wraps the prometheus.AlreadyRegisteredError, and registers nothing.
-func New(opts Options) (*Limiter, error) {
-	l := &Limiter{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}
+func New(opts Options) (*Routes, error) {
+	l := &Routes{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}
 	if l.e != nil {
 		if !reflect.ValueOf(opts.Enforce).IsZero() {
 			return nil, fmt.Errorf("%w: Options.Enforcer and Options.Enforce are both set: configure the Enforcer", ErrInvalidOptions)
@@ -73,7 +73,7 @@ func New(opts Options) (*Limiter, error) {
 // the local store that New built; an Enforcer given in Options is left
 // open. The middleware keeps working after Close, but FailLocal routes
 // then fail closed (unless Options.Local was given).
-func (l *Limiter) Close() error {
+func (l *Routes) Close() error {
 	if l.ownE {
 		return l.e.Close()
 	}
@@ -152,7 +152,7 @@ type Route struct {
 // route is a built Route.
 type route struct {
 	Route
-	l           *Limiter
+	l           *Routes
 	gate        *enforce.Gate
 	status      int
 	failStatus  int
@@ -169,7 +169,7 @@ type route struct {
 // route's failure mode if the store fails, waits if the route throttles,
 // and then either calls next with the [Result] in the request's context
 // and the rate-limit fields set, or answers the denial.
-func (l *Limiter) Middleware(rt Route) (func(http.Handler) http.Handler, error) {
+func (l *Routes) Middleware(rt Route) (func(http.Handler) http.Handler, error) {
 	r, err := l.build(rt)
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (l *Limiter) Middleware(rt Route) (func(http.Handler) http.Handler, error) 
 
 // build checks what is HTTP's in rt and hands the rest to a gate of the
 // enforcement layer, which checks the limits and failure mode.
-func (l *Limiter) build(rt Route) (*route, error) {
+func (l *Routes) build(rt Route) (*route, error) {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))

@@ -12,7 +12,7 @@ import (
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
-// A limit under live limits (the Limiter's overrides) follows the configuration file: per key
+// A limit under live limits (the Routes's overrides) follows the configuration file: per key
 // values, a reload that raises the limit keeps the count, an invalid file
 // keeps the old limits, and the fields report the rule in force.
 func TestLiveLimitsFollowTheFile(t *testing.T) {

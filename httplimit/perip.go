@@ -28,7 +28,7 @@ import (
 // as one rule in a store must be): for a count per route, build a Route
 // per route, each with a rule of its own name. A store that fails lets
 // requests through (FailOpen: a limiter down must not take the service
-// down), and there are no metrics or logs: build a Limiter with New for a
+// down), and there are no metrics or logs: build a Routes with New for a
 // failure mode, metrics and logs of your choosing. PerIP starts no
 // goroutine.
 //

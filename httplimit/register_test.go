@@ -11,14 +11,14 @@ import (
 	"github.com/floodgate-rl/floodgate/httplimit"
 )
 
-// A second Limiter on the same registerer fails with one error that names
+// A second Routes on the same registerer fails with one error that names
 // the metric, says how to share it and wraps Prometheus's own error; it
-// registers nothing, and the first Limiter's metrics keep working.
+// registers nothing, and the first Routes's metrics keep working.
 func TestSecondLimiterOnOneRegistererIsOneClearError(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	_, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: e.reg}})
 	if err == nil {
-		t.Fatal("a second Limiter registered the same metrics")
+		t.Fatal("a second Routes registered the same metrics")
 	}
 	msg := err.Error()
 	if n := strings.Count(msg, "duplicate metrics collector registration attempted"); n != 1 {
@@ -39,7 +39,7 @@ func TestSecondLimiterOnOneRegistererIsOneClearError(t *testing.T) {
 }
 
 // When registering fails part way, the collectors registered before are
-// taken back: a later Limiter on the registerer succeeds.
+// taken back: a later Routes on the registerer succeeds.
 func TestFailedRegistrationLeavesNothingBehind(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	// Register the third metric first (the same shape, or the registry
@@ -52,12 +52,12 @@ func TestFailedRegistrationLeavesNothingBehind(t *testing.T) {
 	if _, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}}); err == nil || !strings.Contains(err.Error(), "floodgate_store_errors_total") {
 		t.Fatalf("err = %v, want one naming floodgate_store_errors_total", err)
 	}
-	// Were the first two left registered, the next Limiter would collide
+	// Were the first two left registered, the next Routes would collide
 	// with them.
 	reg.Unregister(squatter)
 	l, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}})
 	if err != nil {
-		t.Fatalf("a Limiter on the registerer after a failed New: %v", err)
+		t.Fatalf("a Routes on the registerer after a failed New: %v", err)
 	}
 	l.Close()
 }

@@ -38,7 +38,7 @@ import (
 // ResultKey is the key of httplimit's Result in gin's context.
 const ResultKey = "floodgate.result"
 
-// Middleware runs mw, a middleware of httplimit.Limiter.Middleware, as a
+// Middleware runs mw, a middleware of httplimit.Routes.Middleware, as a
 // gin handler.
 func Middleware(mw func(http.Handler) http.Handler) gin.HandlerFunc {
 	return func(c *gin.Context) {

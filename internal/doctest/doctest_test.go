@@ -107,7 +107,7 @@ var proseVars = map[string]string{
 	"reg":      "prometheus.Registerer",
 	"resolver": "*clientip.Resolver",
 	"e":        "*enforce.Enforcer",
-	"hl":       "*httplimit.Limiter",
+	"hl":       "*httplimit.Routes",
 	"mw":       "func(http.Handler) http.Handler",
 	"watcher":  "*rlconfig.Watcher",
 

@@ -50,7 +50,7 @@ type Deps struct {
 type Server struct {
 	deps    Deps
 	keys    Keys
-	limits  *httplimit.Limiter
+	limits  *httplimit.Routes
 	enforce *enforce.Enforcer // the limits' enforcement layer: metrics, failure modes, logs
 	checks  *gate             // bounds the password checks running at once
 	handler http.Handler
