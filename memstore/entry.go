@@ -399,7 +399,7 @@ func counter(t, limit, window, cost, prev, cur int64) floodgate.Result {
 		// Full again when the window after this one starts (cur+cost > 0).
 		return floodgate.Result{Allowed: true, Remaining: limit - w - cur - cost, ResetAfter: dur(2*window - t)}
 	}
-	res := floodgate.Result{Remaining: max(0, limit-w-cur)}
+	res := floodgate.Result{Remaining: limit - w - cur}
 	switch {
 	case cur > 0:
 		res.ResetAfter = dur(2*window - t)
