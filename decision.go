@@ -15,16 +15,23 @@ import (
 // For example, with a rule of 10 per minute and 7 requests in the last
 // minute, the next Allow returns Allowed true, Limit 10, Remaining 2.
 type Decision struct {
-	// Allowed reports whether the request may proceed. When false, nothing
-	// was recorded for any hit.
+	// Allowed reports whether the request may proceed: every hit was
+	// within its limit. When false, nothing was recorded, unless Recorded
+	// says that an Overdraw hit went past its limit.
 	Allowed bool
+	// Recorded reports whether the check recorded its hits, which Refund
+	// can undo: always when Allowed (never for a Peek), and when not, for
+	// a check whose hits that are not Overdraw were all within their
+	// limits (see [Hit.Overdraw]).
+	Recorded bool
 	// Policy is the name of the rule that this decision describes.
 	Policy string
 	// Limit is that rule's limit per window.
 	Limit int64
 	// Window is that rule's window.
 	Window time.Duration
-	// Remaining is how many more requests the key could make now.
+	// Remaining is how many more requests the key could make now;
+	// negative when it owes (see [Result.Remaining]).
 	Remaining int64
 	// ResetAfter is the time until the key's quota is fully available.
 	ResetAfter time.Duration
@@ -37,7 +44,7 @@ type Decision struct {
 	Each []Decision
 
 	// ticket is what Refund needs: the take's id and what it recorded.
-	// It is empty unless Allowed.
+	// It is empty unless Recorded.
 	ticket ticket
 }
 
@@ -74,7 +81,7 @@ func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 		return d
 	}
 	each := make([]Decision, len(hits))
-	allowed := true
+	allowed, recorded := true, true
 	for i, r := range results {
 		each[i] = Decision{
 			Allowed:    r.Allowed,
@@ -86,6 +93,7 @@ func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 			RetryAfter: r.RetryAfter,
 		}
 		allowed = allowed && r.Allowed
+		recorded = recorded && (r.Allowed || hits[i].Overdraw)
 	}
 	worst := 0
 	for i := 1; i < len(each); i++ {
@@ -93,23 +101,26 @@ func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 			worst = i
 		}
 	}
-	if !allowed {
-		// Nothing was recorded: a hit that was within its limit still has
-		// the quota it had before the check.
+	if !recorded {
+		// Nothing was recorded: a hit that was within its limit, or an
+		// Overdraw hit (which reports the key with it), still has the
+		// quota it had before the check.
 		for i := range each {
-			if each[i].Allowed {
+			if each[i].Allowed || hits[i].Overdraw {
 				each[i].Remaining += hits[i].cost()
 			}
 		}
 	}
 	d := each[worst]
 	d.Allowed = allowed
-	if allowed && taken {
+	if recorded && taken {
 		receipts := make([]Receipt, len(hits))
 		for i := range each {
 			receipts[i] = Receipt{Hit: hits[i], Stamp: results[i].Stamp}
+			each[i].Recorded = true
 			each[i].ticket = ticket{taken: true, id: id, one: receipts[i]}
 		}
+		d.Recorded = true
 		d.ticket = ticket{taken: true, id: id, receipts: receipts}
 	}
 	d.Each = each
@@ -123,7 +134,8 @@ func (d *Decision) decideOne(taken bool, id string, h *Hit, r *Result) {
 	d.Allowed = r.Allowed
 	d.Policy, d.Limit, d.Window = h.Rule.Name, h.Rule.Limit, h.Rule.Window
 	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, r.RetryAfter
-	if r.Allowed && taken {
+	if (r.Allowed || h.Overdraw) && taken {
+		d.Recorded = true
 		d.ticket.taken, d.ticket.id = true, id
 		d.ticket.one = Receipt{Hit: *h, Stamp: r.Stamp}
 	}

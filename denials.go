@@ -157,7 +157,7 @@ func sameHits(a, b []Hit) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].Rule != b[i].Rule || a[i].Key != b[i].Key || a[i].cost() != b[i].cost() {
+		if a[i].Rule != b[i].Rule || a[i].Key != b[i].Key || a[i].cost() != b[i].cost() || a[i].Overdraw != b[i].Overdraw {
 			return false
 		}
 	}

@@ -191,6 +191,38 @@ func TestDenialCacheIsPerCheck(t *testing.T) {
 	}
 }
 
+// TestDenialCacheNeverAnswersACharge: a check that records (a charge past
+// its limit: Overdraw) is not a denial to cache, and a cached denial of
+// the same hit without Overdraw must not answer it, or the charge would
+// go unrecorded.
+func TestDenialCacheNeverAnswersACharge(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		cs := &countingStore{answer: deny}
+		var store Store = cs
+		if local {
+			store = localCountingStore{cs}
+		}
+		l, _ := cachedLimiter(t, store, 100)
+		ctx := context.Background()
+		r := testRule(t, "r")
+		if d, _ := l.Allow(ctx, r, "k"); d.Allowed || d.Recorded {
+			t.Fatalf("local %v: %+v; want the store's denial", local, d)
+		}
+		for i := range 3 {
+			d, err := l.Charge(ctx, r, "k", 1)
+			if err != nil || !d.Recorded {
+				t.Fatalf("local %v: charge %d: %+v, %v; want recorded", local, i, d, err)
+			}
+			if n := cs.count(); n != 2+i {
+				t.Fatalf("local %v: charge %d: %d store calls, want %d: every charge must reach the store", local, i, n, 2+i)
+			}
+		}
+		if d, _ := l.Allow(ctx, r, "k"); d.Allowed || cs.count() != 4 {
+			t.Fatalf("local %v: %+v after %d store calls; want the first denial, still cached", local, d, cs.count())
+		}
+	}
+}
+
 // TestDenialCacheMultiKey: a denied multi-key check is cached whole, Each
 // included, and the caller may not alter the cache through Each.
 func TestDenialCacheMultiKey(t *testing.T) {

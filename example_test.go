@@ -71,3 +71,24 @@ func ExampleLimiter_Refund() {
 	fmt.Println(d.Allowed)
 	// Output: true
 }
+
+// A model's answer costs the tokens it produced, known only once it is
+// written: the charge is recorded even past the limit, and the account
+// owes the excess, worked off at the rule's rate, before its next request.
+func ExampleLimiter_Charge() {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	tokens, _ := floodgate.NewRule("llm-tokens", 1000, time.Minute, floodgate.TokenBucket)
+	ctx := context.Background()
+	d, _ := limiter.Allow(ctx, tokens, "acct") // the request: 1 token up front
+	fmt.Println(d.Allowed, d.Remaining)
+	d, _ = limiter.Charge(ctx, tokens, "acct", 1499) // the answer's tokens
+	fmt.Println(d.Allowed, d.Recorded, d.Remaining, d.RetryAfter.Round(time.Second))
+	d, _ = limiter.Allow(ctx, tokens, "acct")
+	fmt.Println(d.Allowed, d.Remaining)
+	// Output:
+	// true 999
+	// false true -500 30s
+	// false -500
+}

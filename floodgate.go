@@ -107,6 +107,18 @@ func (l *Limiter) AllowN(ctx context.Context, rule Rule, key string, n int64) (D
 	return l.one(ctx, Hit{Rule: rule, Key: key, Cost: n})
 }
 
+// Charge records a cost of n for key under rule whatever the limit says:
+// a cost known only once the work is done, such as the size of a response
+// or a cost settled after it, is charged even past the limit, and the key
+// owes the excess until it is worked off ([Hit.Overdraw] says how each
+// algorithm holds it). The decision is Recorded; its Allowed says whether
+// n was within the limit, and its Remaining is negative while the key
+// owes. Refund undoes the charge as any take. n may exceed the rule's
+// capacity, up to MaxLimit (MaxSlidingCost for a sliding window).
+func (l *Limiter) Charge(ctx context.Context, rule Rule, key string, n int64) (Decision, error) {
+	return l.one(ctx, Hit{Rule: rule, Key: key, Cost: n, Overdraw: true})
+}
+
 // one is Check of a single hit. It takes the hit by value so that, with a
 // LocalStore, a decision allocates nothing.
 func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {
@@ -139,7 +151,7 @@ func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {
 		return Decision{}, storeError("take", err)
 	}
 	d.decideOne(true, "", &h, &r)
-	if !d.Allowed && l.denials != nil {
+	if !d.Recorded && l.denials != nil {
 		hs := [1]Hit{h}
 		l.denials.add(p, hs[:], d, sent)
 	}
@@ -181,7 +193,7 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 		return Decision{}, storeError("take", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
 	d := decide(true, id, hits, results)
-	if !d.Allowed && l.denials != nil {
+	if !d.Recorded && l.denials != nil {
 		l.denials.add(p, hits, d, sent)
 	}
 	return d, nil
@@ -205,10 +217,10 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 	return decide(false, "", hits, results), nil
 }
 
-// Refund undoes what an allowed decision recorded, for example the
-// account's login attempt once the password proved right. Passing one
+// Refund undoes what a decision recorded, for example the account's
+// login attempt once the password proved right, or a charge. Passing one
 // element of Decision.Each undoes only that hit. Refund is idempotent, and
-// a denied decision (which recorded nothing) is a no-op.
+// a decision that recorded nothing (a denial, a Peek) is a no-op.
 //
 // A refund never lets a key admit more than its limit, so it credits only
 // what the decision still weighs on the key: a sliding window's requests
@@ -217,7 +229,7 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 // time since the decision; and nothing once the key was Reset since the
 // decision (see [Store.Refund]). Refund promptly.
 func (l *Limiter) Refund(ctx context.Context, d Decision) error {
-	if !d.Allowed || !d.ticket.taken {
+	if !d.ticket.taken {
 		return nil
 	}
 	receipts := d.ticket.receipts
@@ -400,8 +412,7 @@ func (h Hit) validate(i int) error {
 	if err := h.Rule.Validate(); err != nil {
 		return fmt.Errorf("hit %d: %w", i, err)
 	}
-	if h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.Rule.Capacity() &&
-		(h.Rule.Algorithm != SlidingWindow || h.cost() <= MaxSlidingCost) {
+	if h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.maxCost() {
 		return nil
 	}
 	var errs []error
@@ -414,12 +425,29 @@ func (h Hit) validate(i int) error {
 	switch c := h.cost(); {
 	case c < 1:
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is below 1", ErrInvalidHit, i, h.Rule.Name, h.Cost))
-	case c > h.Rule.Capacity():
+	case !h.Overdraw && c > h.Rule.Capacity():
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d exceeds the rule's capacity %d, so it could never be allowed", ErrInvalidHit, i, h.Rule.Name, c, h.Rule.Capacity()))
 	case h.Rule.Algorithm == SlidingWindow && c > MaxSlidingCost:
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is above %d, the most a sliding-window log records in one hit; use token-bucket or sliding-window-counter for large costs", ErrInvalidHit, i, h.Rule.Name, c, MaxSlidingCost))
+	case h.Overdraw && c > MaxLimit:
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d of an overdraw hit is above %d", ErrInvalidHit, i, h.Rule.Name, c, int64(MaxLimit)))
 	}
 	return errors.Join(errs...)
+}
+
+// maxCost is the highest cost h may have (see Hit.Cost and
+// Hit.Overdraw): its rule's capacity, or MaxLimit for an Overdraw hit;
+// at most MaxSlidingCost for a sliding window, whose log keeps a time per
+// unit of cost. internal/algo.MaxCost is the stores' copy.
+func (h Hit) maxCost() int64 {
+	c := h.Rule.Capacity()
+	if h.Overdraw {
+		c = MaxLimit
+	}
+	if h.Rule.Algorithm == SlidingWindow {
+		c = min(c, MaxSlidingCost)
+	}
+	return c
 }
 
 // truncate shortens a key for an error message.

@@ -15,8 +15,49 @@ type Hit struct {
 	// value can change where or how their state is kept.
 	Key string
 	// Cost is how many requests this hit counts for; zero means 1. It may
-	// not exceed the rule's Capacity.
+	// not exceed the rule's Capacity, unless Overdraw is set; nor, for a
+	// SlidingWindow rule, MaxSlidingCost.
 	Cost int64
+	// Overdraw records the hit whatever the limit says, as far as the
+	// algorithm can hold it, and the key owes what it took past its
+	// limit: it is denied until that debt is worked off. It charges a
+	// cost known only once the work is done (a response's size, the
+	// tokens a model produced), as [Limiter.Charge] does. Its Cost may
+	// exceed the rule's Capacity, up to MaxLimit (MaxSlidingCost for a
+	// SlidingWindow rule).
+	//
+	// In a check, the other hits stay all-or-nothing among themselves,
+	// and an Overdraw hit is recorded whenever they are admitted: a check
+	// of Overdraw hits alone always records. Its [Result] reports Allowed
+	// as whether the hit was within the limit before it, and Remaining,
+	// ResetAfter and RetryAfter as the key stands with the hit recorded
+	// (RetryAfter, when past the limit, until the key admits a request of
+	// cost 1 again). [Decision.Recorded] says it was recorded, and a
+	// Refund undoes it as any take, within the rules of [Store.Refund].
+	//
+	// What a key holds past its limit, and when the excess stops weighing:
+	//
+	//   - FixedWindow: the count holds any amount (up to 2^52), as
+	//     envoyproxy/ratelimit's counter does; it is forgotten when the
+	//     window ends.
+	//   - SlidingWindowCounter: the current window's count holds it, up to
+	//     the count c with (c+1) * Window (µs) at most 2^53 (2.5 million
+	//     per hour, 100,000 per day); it weighs as that count weighs:
+	//     wholly through its window, then less and less through the next.
+	//   - TokenBucket: the theoretical arrival time moves on by Cost times
+	//     the emission interval, up to MaxWindow past a full bucket's: the
+	//     debt is worked off at the rule's rate.
+	//   - SlidingWindow: the log keeps the hit's Cost times, up to
+	//     MaxSlidingCost times past its limit (6 bytes each in Redis); each
+	//     weighs until it leaves the window, and the key admits a request
+	//     again once fewer than Limit of its times are in the window.
+	//
+	// A hit that would carry a key past its bound is recorded up to the
+	// bound (a log keeps its newest times, which alone decide when it
+	// admits again), and the key's state starts anew, as after an expiry:
+	// no refund of that hit or of an earlier one credits anything, since
+	// the state no longer tells what remains of them.
+	Overdraw bool
 }
 
 // MaxKeyLen is the longest key a [Hit] accepts: 1 MiB. Stores keep keys
@@ -34,7 +75,9 @@ func (h Hit) cost() int64 {
 // concurrent use, and must pass the storetest conformance suite.
 //
 // Every method receives hits that the Limiter has validated: valid rules,
-// keys of 1 to MaxKeyLen bytes and costs of 1 to the rule's capacity.
+// keys of 1 to MaxKeyLen bytes and costs of 1 to the rule's capacity (to
+// MaxLimit for an Overdraw hit), and at most MaxSlidingCost for a sliding
+// window.
 //
 // A key's state under a rule belongs to the rule's name, algorithm and
 // window: rules that differ only in limit or burst share it (a changed
@@ -46,10 +89,11 @@ func (h Hit) cost() int64 {
 // its own (the Redis server's clock, or an injected clock): the callers'
 // clocks are never trusted.
 type Store interface {
-	// Take checks every hit and, only if every hit is within its limit,
-	// records all of them under the identifier id; otherwise it records
-	// nothing. It is atomic: no concurrent Take on any of the keys may make
-	// a key admit more than its limit.
+	// Take checks every hit and, only if every hit that is not Overdraw
+	// is within its limit, records all of them under the identifier id,
+	// Overdraw hits past their limits included (see [Hit.Overdraw]);
+	// otherwise it records nothing. It is atomic: no concurrent Take on
+	// any of the keys may make a key admit more than its limit.
 	Take(ctx context.Context, id string, hits []Hit) ([]Result, error)
 	// Peek reports what Take would answer now, recording nothing.
 	Peek(ctx context.Context, hits []Hit) ([]Result, error)
@@ -96,15 +140,20 @@ type Store interface {
 
 // Result is what a store answers for one hit.
 type Result struct {
-	// Allowed reports whether the hit is within its limit.
+	// Allowed reports whether the hit is within its limit. An Overdraw
+	// hit past its limit is recorded all the same (see [Hit.Overdraw]).
 	Allowed bool
 	// Remaining is how many more requests of cost 1 the key could make
-	// right now (after this hit, if recorded).
+	// right now (after this hit, if recorded). It is negative when the
+	// key holds more than its limit: minus what it owes (a debt of
+	// Overdraw hits, or a limit lowered since), rounded up to whole
+	// requests.
 	Remaining int64
 	// ResetAfter is the time until the key's quota is fully available again.
 	ResetAfter time.Duration
 	// RetryAfter is zero when Allowed; otherwise the time until this hit
-	// would be allowed.
+	// would be allowed (for an Overdraw hit, recorded past its limit: until
+	// a request of cost 1 would be).
 	RetryAfter time.Duration
 	// Stamp is what Refund needs to find the hit again: set by Take for
 	// a hit it recorded, zero otherwise.

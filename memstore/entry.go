@@ -43,20 +43,30 @@ type entry struct {
 }
 
 // check returns what taking h now would answer, trimming expired state but
-// recording nothing.
+// recording nothing. An Overdraw hit past its limit is answered as the key
+// stands with it recorded (floodgate.Hit.Overdraw): a denial of cost 1.
 func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 	r := h.Rule
 	limit, window, cost := r.Limit, int64(r.Window), h.Cost
+	// A cost above the capacity never fits, and is computed with only as
+	// what the key holds past its limit (bounded), never multiplied.
+	fits := !h.Overdraw || cost <= r.Capacity()
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
 		t := interval(r)
 		capacity := r.Capacity() * t
 		tat := max(e.tat, now)
-		next := tat + cost*t
-		if next-now <= capacity {
-			return floodgate.Result{Allowed: true, Remaining: (capacity - (next - now)) / t, ResetAfter: dur(next - now)}
+		if fits {
+			next := tat + cost*t
+			if next-now <= capacity {
+				return floodgate.Result{Allowed: true, Remaining: (capacity - (next - now)) / t, ResetAfter: dur(next - now)}
+			}
+			if !h.Overdraw {
+				return floodgate.Result{Remaining: floorDiv(capacity-(tat-now), t), ResetAfter: dur(tat - now), RetryAfter: dur(next - now - capacity)}
+			}
 		}
-		return floodgate.Result{Remaining: (capacity - (tat - now)) / t, ResetAfter: dur(tat - now), RetryAfter: dur(next - now - capacity)}
+		next, _ := bucketOver(now, tat, cost, t, capacity)
+		return floodgate.Result{Remaining: floorDiv(capacity-(next-now), t), ResetAfter: dur(next - now), RetryAfter: dur(next + t - now - capacity)}
 	case floodgate.FixedWindow:
 		idx := floorDiv(now, window)
 		if e.window != idx {
@@ -66,7 +76,11 @@ func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 		if e.count+cost <= limit {
 			return floodgate.Result{Allowed: true, Remaining: limit - e.count - cost, ResetAfter: dur(end - now)}
 		}
-		return floodgate.Result{Remaining: max(0, limit-e.count), ResetAfter: dur(end - now), RetryAfter: dur(end - now)}
+		count := e.count
+		if h.Overdraw {
+			count, _ = addUpTo(count, cost, algo.MaxCount)
+		}
+		return floodgate.Result{Remaining: limit - count, ResetAfter: dur(end - now), RetryAfter: dur(end - now)}
 	case floodgate.SlidingWindowCounter:
 		idx := floorDiv(now, window)
 		switch e.window {
@@ -77,42 +91,116 @@ func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 			e.prev, e.count = 0, 0
 		}
 		e.window = idx
-		return counter(now-idx*window, limit, window, cost, e.prev, e.count)
+		t := now - idx*window
+		if fits {
+			if res := counter(t, limit, window, cost, e.prev, e.count); res.Allowed || !h.Overdraw {
+				return res
+			}
+		}
+		cur, _ := addUpTo(e.count, cost, algo.CounterMax(r))
+		return counter(t, limit, window, 1, e.prev, cur)
 	default:
 		n := int64(len(e.ring))
 		live := e.live(now - window)
 		if live+cost <= limit {
 			return floodgate.Result{Allowed: true, Remaining: limit - live - cost, ResetAfter: dur(window)}
 		}
+		if h.Overdraw {
+			// The ring's live times, then cost times at t: the one at
+			// index live+cost-limit frees room for a request of cost 1.
+			// Times beyond the bound are the oldest, which leave first
+			// and decide nothing (floodgate.Hit.Overdraw).
+			t := now
+			if n > 0 {
+				t = max(now, e.at(n-1))
+			}
+			frees, i := t, live+cost-limit
+			if i < live {
+				frees = e.at(n - live + i)
+			}
+			return floodgate.Result{
+				Remaining:  limit - min(live+cost, algo.LogMax(r)),
+				ResetAfter: dur(t + window - now),
+				RetryAfter: dur(frees + window - now),
+			}
+		}
 		return floodgate.Result{
-			Remaining:  max(0, limit-live),
+			Remaining:  limit - live,
 			ResetAfter: dur(e.at(n-1) + window - now),
 			RetryAfter: dur(e.at(n+cost-limit-1) + window - now), // live: see live
 		}
 	}
 }
 
-// record adds h to the entry; check must have allowed it at the same now.
-// It returns the hit's stamp.
-func (e *entry) record(now int64, h *floodgate.Hit) floodgate.Stamp {
+// record adds h to the entry; check must have allowed it at the same now,
+// unless h is Overdraw. It returns the hit's stamp, and whether the hit
+// carried the key past what its state holds (floodgate.Hit.Overdraw):
+// the caller then renews the entry's epoch, so that no refund of the hit
+// or of an earlier one credits anything.
+func (e *entry) record(now int64, h *floodgate.Hit) (floodgate.Stamp, bool) {
 	r := h.Rule
 	cost := h.Cost
+	full := false // only an Overdraw hit can fill the state
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		e.tat = max(e.tat, now) + cost*interval(r)
+		if t := interval(r); h.Overdraw {
+			e.tat, full = bucketOver(now, max(e.tat, now), cost, t, r.Capacity()*t)
+		} else {
+			e.tat = max(e.tat, now) + cost*t
+		}
 		e.expires = max(e.expires, e.tat)
 	case floodgate.FixedWindow:
-		e.count += cost
+		if h.Overdraw {
+			e.count, full = addUpTo(e.count, cost, algo.MaxCount)
+		} else {
+			e.count += cost
+		}
 		e.expires = max(e.expires, (e.window+1)*int64(r.Window))
 	case floodgate.SlidingWindowCounter:
-		e.count += cost
+		if h.Overdraw {
+			e.count, full = addUpTo(e.count, cost, algo.CounterMax(r))
+		} else {
+			e.count += cost
+		}
 		e.expires = max(e.expires, (e.window+2)*int64(r.Window)) // the next window still weighs it
 	default:
-		e.add(now, cost, r.Limit, int64(r.Window))
-		e.expires = max(e.expires, now+int64(r.Window))
+		window := int64(r.Window)
+		if !h.Overdraw || e.live(now-window)+cost <= r.Limit {
+			e.add(now, cost, r.Limit, window)
+		} else {
+			full = e.over(now, cost, window, algo.LogMax(r))
+		}
+		e.expires = max(e.expires, now+window)
 	}
 	e.takes++
-	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch, Take: e.takes}
+	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch, Take: e.takes}, full
+}
+
+// renew gives the entry a new state, epoch, after a hit carried it past
+// what it holds: the refunds of its earlier takes no longer match it.
+func (e *entry) renew(epoch uint64) {
+	e.epoch, e.refunded = epoch, nil
+}
+
+// bucketOver returns a token bucket's TAT after a take of cost (interval
+// t, capacity in ns) from tat (at least now), up to algo.Ahead past a full
+// bucket's, and whether the bound held it back (the TAT never moves
+// back). It never overflows, whatever the cost.
+func bucketOver(now, tat, cost, t, capacity int64) (int64, bool) {
+	bound := now + capacity + int64(algo.Ahead)
+	if tat <= bound && cost <= (bound-tat)/t {
+		return tat + cost*t, false
+	}
+	return max(tat, bound), true
+}
+
+// addUpTo returns count+cost, at most most, and whether most held it back
+// (the count never goes down).
+func addUpTo(count, cost, most int64) (int64, bool) {
+	if cost > most-count {
+		return max(count, most), true
+	}
+	return count + cost, false
 }
 
 // at returns the time of the ring's entry i, 0 the oldest.
@@ -169,6 +257,29 @@ func (e *entry) add(now, cost, limit, window int64) {
 	}
 }
 
+// over records cost requests at now in the ring of a window past its
+// limit (floodgate.Hit.Overdraw): it keeps the live times and appends
+// cost times, keeping at most most (the newest), and reports whether it
+// dropped any. It writes the ring anew, from index 0, as take.lua does.
+func (e *entry) over(now, cost, window, most int64) bool {
+	n := int64(len(e.ring))
+	t := now
+	if n > 0 {
+		t = max(now, e.at(n-1)) // keep the ring in order
+	}
+	live := e.live(now - window)
+	keep, add := min(live, max(0, most-cost)), min(cost, most)
+	ring := make([]int64, 0, keep+add)
+	for i := n - keep; i < n; i++ {
+		ring = append(ring, e.at(i))
+	}
+	for range add {
+		ring = append(ring, t)
+	}
+	e.ring, e.head = ring, 0
+	return keep+add < live+cost
+}
+
 // refund undoes, once, what the hit h recorded with stamp st, as far as
 // it provably still weighs on the entry: the proof is
 // floodgate.Store.Refund's.
@@ -183,7 +294,15 @@ func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 	var credit int64 // what is provably left of the take
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		credit = max(0, cost*interval(r)-max(0, now-at))
+		// cost*T, which an Overdraw hit's cost could overflow: no take
+		// moves a TAT by more than 2^52µs (a full bucket's refill time
+		// and algo.Ahead are less), and take.lua bounds it alike.
+		t, most := interval(r), int64(1<<52*time.Microsecond)
+		credit = most
+		if cost <= most/t {
+			credit = cost * t
+		}
+		credit = max(0, credit-max(0, now-at))
 	case floodgate.FixedWindow, floodgate.SlidingWindowCounter:
 		// A take stamped after now (a clock that stepped back) may lie
 		// in a later window than now's: credit nothing.
@@ -280,7 +399,7 @@ func counter(t, limit, window, cost, prev, cur int64) floodgate.Result {
 		// Full again when the window after this one starts (cur+cost > 0).
 		return floodgate.Result{Allowed: true, Remaining: limit - w - cur - cost, ResetAfter: dur(2*window - t)}
 	}
-	res := floodgate.Result{Remaining: max(0, limit-w-cur)}
+	res := floodgate.Result{Remaining: limit - w - cur}
 	switch {
 	case cur > 0:
 		res.ResetAfter = dur(2*window - t)

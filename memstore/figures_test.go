@@ -447,8 +447,9 @@ func TestSlidingWindowLimitChangedOnAFullRing(t *testing.T) {
 			g.expect(fmt.Sprintf("%ds", i), min(time.Duration(i), 1)*s, five, fig{true, 4 - i, time.Minute, 0})
 		}
 		// Five live times against a limit of 3: the third oldest (2s)
-		// must leave before one more fits.
-		g.expect("10s, limit 3", 6*s, three, fig{false, 0, 54 * s, 52 * s})
+		// must leave before one more fits, and Remaining tells the two
+		// too many (floodgate.Result.Remaining).
+		g.expect("10s, limit 3", 6*s, three, fig{false, -2, 54 * s, 52 * s})
 		g.expect("62s", 52*s, three, fig{true, 0, time.Minute, 0})     // 3s, 4s, 62s
 		g.expect("63s", s, three, fig{true, 0, time.Minute, 0})        // 4s, 62s, 63s
 		g.expect("63s, full", 0, three, fig{false, 0, time.Minute, s}) // 4s leaves at 64s

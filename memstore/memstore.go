@@ -275,16 +275,19 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 	}
 	return s.apply(ctx, hits, true, func(now int64, slots []slot) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
-		allowed := true
+		admitted := true // every hit that is not Overdraw is allowed
 		for i := range hits {
 			results[i] = slots[i].e.check(now, &hits[i])
-			allowed = allowed && results[i].Allowed
+			admitted = admitted && (results[i].Allowed || hits[i].Overdraw)
 		}
-		if !allowed {
+		if !admitted {
 			return results
 		}
 		for i := range hits {
-			results[i].Stamp = slots[i].e.record(now, &hits[i])
+			var full bool
+			if results[i].Stamp, full = slots[i].e.record(now, &hits[i]); full {
+				slots[i].e.renew(s.shard(slots[i].hash).nextEpoch())
+			}
 		}
 		return results
 	})
@@ -308,8 +311,11 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result,
 		return floodgate.Result{}, s.full()
 	}
 	r := e.check(now, &h)
-	if r.Allowed {
-		r.Stamp = e.record(now, &h)
+	if r.Allowed || h.Overdraw {
+		var full bool
+		if r.Stamp, full = e.record(now, &h); full {
+			e.renew(sh.nextEpoch())
+		}
 	}
 	if e.expires <= now {
 		sh.del(hash, &k)

@@ -51,7 +51,7 @@ const (
 // call is one Take waiting in a batcher.
 type call struct {
 	keys     []string // the group's state keys
-	args     []string // epoch, number of hits, then 4 values per hit (take.lua)
+	args     []string // epoch, number of hits, then 5 values per hit (take.lua)
 	hits     int
 	deadline time.Time // the caller's; every call has one (see Store.bound)
 	state    atomic.Int32
@@ -104,7 +104,7 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 	// One backing array: the keys, then the script's arguments, which
 	// start with room for the mode and the number of groups, so that a
 	// Take sent alone needs no copy.
-	buf := make([]string, len(hits), len(hits)+4+4*len(hits))
+	buf := make([]string, len(hits), len(hits)+4+5*len(hits))
 	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+2]
 	args[0], args[1] = "1", "1"
 	keys, args, err := s.appendGroup(keys, args, "take", group{id: id, hits: hits})
@@ -268,7 +268,7 @@ func (s *Store) send(ctx context.Context, batch []*call) ([][]floodgate.Result, 
 }
 
 // appendGroup appends the state keys of g's hits to keys and take.lua's
-// arguments of g (epoch, number of hits, then 4 values per hit) to args.
+// arguments of g (epoch, number of hits, then 5 values per hit) to args.
 // It rejects a group that names one key twice or that the scripts cannot
 // compute exactly.
 func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, []string, error) {
@@ -293,7 +293,11 @@ func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, 
 			}
 		}
 		keys = append(keys, k)
-		args = append(args, p.alg, p.cost, p.a, p.b)
+		over := "0"
+		if h.Overdraw {
+			over = "1"
+		}
+		args = append(args, p.alg, p.cost, p.a, p.b, over)
 	}
 	return keys, args, nil
 }
@@ -305,8 +309,9 @@ type hitStrings struct {
 }
 
 type hitStringsKey struct {
-	rule floodgate.Rule
-	cost int64
+	rule     floodgate.Rule
+	cost     int64
+	overdraw bool // which bounds the cost (params)
 }
 
 // maxCachedParams bounds the cache of formatted arguments, in case rules
@@ -316,7 +321,7 @@ const maxCachedParams = 1024
 // paramStrings returns the script arguments of h, formatted once per rule
 // and cost.
 func (s *Store) paramStrings(h floodgate.Hit) (*hitStrings, error) {
-	k := hitStringsKey{h.Rule, h.Cost}
+	k := hitStringsKey{h.Rule, h.Cost, h.Overdraw}
 	if v, ok := s.batch.params.Load(k); ok {
 		return v.(*hitStrings), nil
 	}

@@ -28,7 +28,9 @@ import (
 //     script is idempotent (a tombstone per take id), so a roll-back may
 //     be retried; and it credits only what provably remains of the take,
 //     so a retry after a window boundary credits nothing. A slot whose
-//     take failed (it may have run) has no stamp, and is left to expire.
+//     take failed (it may have run) has no stamp, and is left to expire;
+//     nor does a roll-back credit an overdraw hit that carried its key
+//     past what its state holds (floodgate.Hit.Overdraw).
 //
 // Each slot's script enforces its keys' limits atomically and counts the
 // reservations of checks in flight, so no key ever admits more than its
@@ -156,7 +158,7 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 		for j, r := range res {
 			out[g.idx[j]] = r
 		}
-		if !allAllowed(res) {
+		if !admitted(g.hits, res) {
 			var wg sync.WaitGroup
 			wg.Go(func() { s.rollback(ctx, id, taken) })
 			for _, rest := range groups[i+1:] {
@@ -245,9 +247,11 @@ func reservationLife(taken []floodgate.Receipt) time.Duration {
 	return d
 }
 
-func allAllowed(res []floodgate.Result) bool {
-	for _, r := range res {
-		if !r.Allowed {
+// admitted reports whether the script recorded a slot's hits: each is
+// allowed, or an overdraw hit (floodgate.Hit.Overdraw).
+func admitted(hits []floodgate.Hit, res []floodgate.Result) bool {
+	for i, r := range res {
+		if !r.Allowed && !hits[i].Overdraw {
 			return false
 		}
 	}

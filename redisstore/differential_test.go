@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -66,6 +67,26 @@ func TestDifferentialLimitChanges(t *testing.T) {
 	}
 }
 
+// TestDifferentialOverdraw replays traces where a quarter of the hits are
+// Overdraw (floodgate.Hit.Overdraw), of costs up to three times the limit
+// and now and then the largest a hit may have, which carries a state past
+// its bound: debts recorded past the limit, worked off, refunded, carried
+// into a rule of another limit, and states renewed at their bounds must
+// give identical decisions in Go and in Lua.
+func TestDifferentialOverdraw(t *testing.T) {
+	for _, tr := range []trace{
+		{limit: 5, minCost: 1, maxCost: 2, maxStep: 300 * time.Millisecond, overdraw: 12},
+		{limit: 6, minCost: 1, maxCost: 3, maxStep: 250 * time.Millisecond, overdraw: 15, limits: []int64{6, 3, 10}},
+	} {
+		for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+			t.Run(fmt.Sprintf("%s limits %v", alg, tr.limits), func(t *testing.T) {
+				t.Parallel()
+				differential(t, alg, tr, 4_000)
+			})
+		}
+	}
+}
+
 // miniAndMemstore returns a fake clock, a miniredis on it, a redisstore on
 // that miniredis and a memstore on the same clock (the reference), all
 // closed when the test ends.
@@ -92,11 +113,14 @@ func miniAndMemstore(t *testing.T) (*storetest.FakeClock, *miniredis.Miniredis, 
 // trace is the shape of a differential trace: the rule's limit (per
 // second), the least and largest cost of a hit and the longest step of the
 // clock; limits, if any, are limits the rule changes to at random before
-// each operation.
+// each operation; overdraw, if not zero, makes a quarter of the hits
+// Overdraw, of costs 1 to overdraw, and one in twenty of those of the
+// largest cost a hit may have.
 type trace struct {
 	limit, minCost, maxCost int64
 	maxStep                 time.Duration
 	limits                  []int64
+	overdraw                int64
 }
 
 func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
@@ -167,9 +191,22 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 			}
 			stats["refund"]++
 		default:
-			hits := []floodgate.Hit{{Rule: rule, Key: "a", Cost: tr.minCost + rng.Int64N(tr.maxCost-tr.minCost+1)}}
+			hit := func(key string) floodgate.Hit {
+				h := floodgate.Hit{Rule: rule, Key: key, Cost: tr.minCost + rng.Int64N(tr.maxCost-tr.minCost+1)}
+				if tr.overdraw > 0 && rng.IntN(4) == 0 {
+					h.Overdraw, h.Cost = true, 1+rng.Int64N(tr.overdraw)
+					if rng.IntN(20) == 0 {
+						h.Cost = floodgate.MaxLimit
+						if alg == floodgate.SlidingWindow {
+							h.Cost = floodgate.MaxSlidingCost
+						}
+					}
+				}
+				return h
+			}
+			hits := []floodgate.Hit{hit("a")}
 			if rng.IntN(2) == 0 {
-				hits = append(hits, floodgate.Hit{Rule: rule, Key: "b", Cost: tr.minCost + rng.Int64N(tr.maxCost-tr.minCost+1)})
+				hits = append(hits, hit("b"))
 			}
 			var got [2]floodgate.Decision
 			for s, l := range ls {
@@ -180,15 +217,21 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 			if !same(got[0], got[1]) {
 				t.Fatalf("op %d: check %v:\nmemstore   %s\nredisstore %s", i, hits, show(got[0]), show(got[1]))
 			}
-			if got[0].Allowed {
-				past = append(past, got)
+			switch {
+			case got[0].Allowed:
 				stats["allowed"]++
-			} else {
+			case got[0].Recorded:
+				stats["overdrawn"]++ // recorded past a limit
+			default:
 				stats["denied"]++
+			}
+			if got[0].Recorded {
+				past = append(past, got)
 			}
 		}
 	}
-	if stats["allowed"] < 200 || stats["denied"] < 200 || stats["refund"] < 200 || stats["reset"] < 50 {
+	if stats["allowed"] < 200 || stats["denied"] < 200 || stats["refund"] < 200 || stats["reset"] < 50 ||
+		tr.overdraw > 0 && stats["overdrawn"] < 200 {
 		t.Fatalf("the trace does not exercise every operation: %v", stats)
 	}
 }
@@ -200,8 +243,8 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 // 177.707ms in Redis, never less).
 func same(a, b floodgate.Decision) bool {
 	us := func(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
-	fig := func(d floodgate.Decision) [6]int64 {
-		return [6]int64{btoi(d.Allowed), d.Limit, d.Remaining, us(d.ResetAfter), us(d.RetryAfter), int64(len(d.Each))}
+	fig := func(d floodgate.Decision) [7]int64 {
+		return [7]int64{btoi(d.Allowed), btoi(d.Recorded), d.Limit, d.Remaining, us(d.ResetAfter), us(d.RetryAfter), int64(len(d.Each))}
 	}
 	if fig(a) != fig(b) || a.Policy != b.Policy {
 		return false
@@ -218,7 +261,8 @@ func show(d floodgate.Decision) string {
 	s := ""
 	for _, e := range append([]floodgate.Decision{d}, d.Each...) {
 		s += " [" + e.Policy + " allowed=" + map[bool]string{true: "1", false: "0"}[e.Allowed] +
-			" rem=" + time.Duration(e.Remaining).String() + " reset=" + e.ResetAfter.String() + " retry=" + e.RetryAfter.String() + "]"
+			" recorded=" + map[bool]string{true: "1", false: "0"}[e.Recorded] +
+			" rem=" + strconv.FormatInt(e.Remaining, 10) + " reset=" + e.ResetAfter.String() + " retry=" + e.RetryAfter.String() + "]"
 	}
 	return s
 }

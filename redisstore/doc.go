@@ -41,7 +41,8 @@
 // time.Duration writes it:
 //
 //	<prefix>{<rule>:<key>}:w:<window>        sliding window: string, a ring of the
-//	                                         last Limit admitted times, 6 bytes each
+//	                                         last Limit admitted times (up to 1,000
+//	                                         more in debt), 6 bytes each
 //	                                         (µs after a base time), then a 34-byte
 //	                                         header (epoch, head, count, the first live
 //	                                         entry, the base, the first live entry's
@@ -103,9 +104,11 @@
 // A token bucket, fixed window or counter takes about 120-136 bytes per
 // key whatever its limit; a sliding window 6 bytes per request of its
 // limit and about 130-200 bytes more in jemalloc's size classes (200 bytes
-// at a limit of 10, 728 at 100, 6,232 at 1,000, 32,856 at 5,000). Prefer
-// the sliding window for small limits that must be exact
-// (login, PIX transfers), the token bucket for large ones (API quotas).
+// at a limit of 10, 728 at 100, 6,232 at 1,000, 32,856 at 5,000), and 6
+// more per request it owes past its limit, up to 1,000 of them (see
+// floodgate.Hit.Overdraw). Prefer the sliding window for small limits that
+// must be exact (login, PIX transfers), the token bucket for large ones
+// (API quotas).
 // docs/CLUSTER.md in the repository has the measured table, on a
 // standalone server and on a Cluster node, and how to size a deployment.
 //

@@ -28,7 +28,9 @@
 -- 0 during its last millisecond while its entries may still weigh); or
 -- delete the key when none is left.
 -- Token bucket: once per take (SET tomb NX), move the TAT back by
--- max(0, cost * T - (now - at)), not before now.
+-- max(0, cost * T - (now - at)), not before now. cost * T is taken at
+-- most 2^52 us: no take moves a TAT further (an overdraw hit's cost may
+-- be 2^51, take.lua's AHEAD bounds its move), as memstore bounds it.
 -- Fixed window and sliding-window counter: only if at and now lie in the
 -- same window, once per take, lower the current window's count by cost, not
 -- below 0; otherwise credit nothing.
@@ -156,7 +158,7 @@ for i = 1, nhits do
       end
     end
   elseif alg == 't' then
-    local credit = cost * window - age
+    local credit = math.min(cost * window, 2 ^ 52) - age
     local stored = redis.call('GET', key)
     local tat, ep = nil, nil
     if stored then

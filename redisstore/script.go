@@ -136,8 +136,8 @@ func params(h floodgate.Hit) (hitParams, error) {
 	if err := r.Validate(); err != nil {
 		return hitParams{}, err
 	}
-	if capacity := r.Capacity(); h.Cost < 1 || h.Cost > capacity {
-		return hitParams{}, fmt.Errorf("%w: rule %q: cost %d is not within 1 to the capacity %d", floodgate.ErrInvalidHit, r.Name, h.Cost, capacity)
+	if most := algo.MaxCost(h); h.Cost < 1 || h.Cost > most {
+		return hitParams{}, fmt.Errorf("%w: rule %q: cost %d is not within 1 to %d", floodgate.ErrInvalidHit, r.Name, h.Cost, most)
 	}
 	p := hitParams{alg: suffixes[r.Algorithm], suffix: stateSuffix(r), cost: h.Cost, a: r.Limit, b: int64(r.Window / time.Microsecond)}
 	if r.Algorithm == floodgate.TokenBucket {
@@ -152,8 +152,9 @@ var errMalformed = errors.New("malformed script reply")
 
 // parseValues turns the take script's reply (the server time, then 5
 // integers per hit) into one result slice per group of sizes[i] hits; when
-// recorded, each allowed hit gets its stamp. It checks the reply's shape
-// and the results' invariants and never panics.
+// recorded, each hit the script recorded (an epoch not zero: an allowed
+// hit, or an overdraw hit past its limit) gets its stamp. It checks the
+// reply's shape and the results' invariants and never panics.
 func parseValues(v []int64, sizes []int, recorded bool) ([][]floodgate.Result, error) {
 	n := 0
 	for _, size := range sizes {
@@ -173,7 +174,7 @@ func parseValues(v []int64, sizes []int, recorded bool) ([][]floodgate.Result, e
 		if err != nil {
 			return nil, fmt.Errorf("%w: hit %d: %w", errMalformed, i, err)
 		}
-		if recorded && r.Allowed {
+		if recorded && r.Stamp.Epoch != 0 {
 			r.Stamp.At = at
 		} else {
 			r.Stamp = floodgate.Stamp{}
@@ -194,8 +195,8 @@ func result(v [5]int64) (floodgate.Result, error) {
 	switch {
 	case allowed != 0 && allowed != 1:
 		return floodgate.Result{}, fmt.Errorf("allowed is %d, want 0 or 1", allowed)
-	case remaining < 0:
-		return floodgate.Result{}, fmt.Errorf("remaining is %d", remaining)
+	case allowed == 1 && remaining < 0:
+		return floodgate.Result{}, fmt.Errorf("allowed with remaining %d", remaining)
 	case reset < 0 || reset > maxUS:
 		return floodgate.Result{}, fmt.Errorf("reset_after is %dµs", reset)
 	case retry < 0 || retry > maxUS:

@@ -24,30 +24,41 @@
 --     epoch  the epoch of a state this group creates: a positive integer
 --            below 2^48 ("0" for a Peek, which creates none)
 --     nhits  the number of hits of the group
---     then for each hit, 4 values:
---       alg     "s" sliding window (key letter w), "t" token bucket, "f"
---               fixed window, "c" sliding-window counter
---       cost    units this hit counts for (1..capacity)
---       limit   "s", "f", "c": the limit L; "t": the capacity B
---       window  "s", "f", "c": the window W in us; "t": the emission
---               interval T in us, ceil(W / L)
+--     then for each hit, 5 values:
+--       alg       "s" sliding window (key letter w), "t" token bucket, "f"
+--                 fixed window, "c" sliding-window counter
+--       cost      units this hit counts for (1..capacity; an overdraw
+--                 hit's up to 2^51, a sliding window's up to 1,000)
+--       limit     "s", "f", "c": the limit L; "t": the capacity B
+--       window    "s", "f", "c": the window W in us; "t": the emission
+--                 interval T in us, ceil(W / L)
+--       overdraw  "1": the hit is recorded whenever the group's other hits
+--                 are, even past its limit, and the key owes the excess
+--                 (floodgate.Hit.Overdraw, whose table of what each state
+--                 holds past its limit this script follows); "0": only
+--                 within its limit
 -- Reply: a flat array of integers: the server time in us, then 5 per hit,
--- in KEYS order: allowed (1 or 0), remaining, reset_after (us),
--- retry_after (us; 0 when allowed), and the epoch of the state that
--- recorded the hit (0 when nothing was recorded). A hit of a denied group
--- may report allowed 1: it was within its own limit, but nothing of its
--- group was recorded.
+-- in KEYS order: allowed (1 or 0), remaining (negative when the key holds
+-- more than its limit), reset_after (us), retry_after (us; 0 when
+-- allowed), and the epoch of the state that recorded the hit (0 when
+-- nothing was recorded). A hit of a denied group may report allowed 1: it
+-- was within its own limit, but nothing of its group was recorded. An
+-- overdraw hit past its limit reports allowed 0, the key as it stands with
+-- the hit (a denial of cost 1), and its epoch when recorded; one that
+-- carried its state past its bound reports the epoch the state had, and
+-- the state takes the next one (nextEpoch), so no refund credits it.
 -- Time: redis.call('TIME'), integer microseconds; never a client's clock.
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
 -- before writing).
 
 -- The arguments, each read once, into locals named as above, here the
 -- call's mode and ngroups, the first group's epoch and nhits, and its
--- first hit's key, alg, cost, limit and window, which are all a call of
--- one hit has (the fast path's); the general path reads the rest.
+-- first hit's key, alg, cost, limit, window and overdraw, which are all a
+-- call of one hit has (the fast path's); the general path reads the rest.
 local mode, ngroups = ARGV[1], tonumber(ARGV[2])
 local epoch, nhits = ARGV[3], tonumber(ARGV[4])
 local key, alg, cost, limit, window = KEYS[1], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local overdraw = ARGV[9] == '1'
 local record = mode == '1'
 
 local time = redis.call('TIME')
@@ -167,6 +178,11 @@ end
 -- once first has moved past those that left the window since) number at
 -- most limit - n, and admitting it overwrites n entries that left the
 -- window (the oldest) or appends. Times never decrease along the ring.
+-- An overdraw hit past the limit keeps more: the live entries and its
+-- own, up to limit + LOGDEBT (recordOver), so that Remaining tells the
+-- debt and a refund of a take leaves the entries before it; such a ring
+-- (count above the limit, head 0) is written whole until a take admitted
+-- within the limit writes it back to its live entries.
 --
 -- Every take reads the header alone (GETRANGE of the last 34 bytes), and
 -- reads entries only to move first past entries that have just left the
@@ -176,11 +192,11 @@ end
 -- overwrite the slots and the header.
 -- The string is written whole (SET, with the TTL) when it is created, when
 -- it becomes full (so that Redis allocates it exactly), when every entry
--- has left the window (it shrinks to the new ones) and when the limit
--- changed. (Reading and writing small rings whole, one GETRANGE and one
--- SET, was measured and cost Redis more per take than this, even at 4
--- entries: the SET of a new value costs more than a SETRANGE and a
--- PEXPIRE.)
+-- has left the window (it shrinks to the new ones), when the limit
+-- changed, and past the limit. (Reading and writing small rings whole,
+-- one GETRANGE and one SET, was measured and cost Redis more per take
+-- than this, even at 4 entries: the SET of a new value costs more than a
+-- SETRANGE and a PEXPIRE.)
 -- W and HDR are the widths of an entry and of the header; SPAN bounds an
 -- entry's offset from base; CHUNK is how many entries one read brings when
 -- first must move.
@@ -244,7 +260,7 @@ local function quick(key, cost, limit, window, epoch)
     if count + cost - limit - 1 ~= first then
       return nil, h
     end
-    return false, math.max(0, limit - live), newest + window - now, tfirst + window - now, ep
+    return false, limit - live, newest + window - now, tfirst + window - now, ep
   end
   local append = head == 0 and count + cost < limit
   if not append and (count ~= limit or head + cost > count) then
@@ -279,7 +295,7 @@ end
 -- quick spares it building the general path's functions, which costs
 -- several microseconds per call (BENCHMARKS.md).
 local header -- a sliding window's header that quick read and left undecided
-if record and ngroups == 1 and nhits == 1 and alg == 's' then
+if record and ngroups == 1 and nhits == 1 and alg == 's' and not overdraw then
   local ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)
   if ok ~= nil then
     return {now, ok and 1 or 0, remaining, reset, retry, ok and ep or 0}
@@ -290,13 +306,13 @@ end
 -- The general path.
 
 -- The arguments of every hit, h = 1 to #KEYS in KEYS order: keys[h] (KEYS
--- itself), algs[h], costs[h], limits[h] and windows[h]; and of every group
--- g: epochs[g] and sizes[g] (its nhits). The first group's and first
--- hit's were read at the top.
+-- itself), algs[h], costs[h], limits[h], windows[h] and overdraws[h]; and
+-- of every group g: epochs[g] and sizes[g] (its nhits). The first group's
+-- and first hit's were read at the top.
 local epochs, sizes = {epoch}, {nhits}
-local keys, algs, costs, limits, windows = KEYS, {alg}, {cost}, {limit}, {window}
+local keys, algs, costs, limits, windows, overdraws = KEYS, {alg}, {cost}, {limit}, {window}, {overdraw}
 do
-  local a, h = 9, 1 -- the next argument, the hits read
+  local a, h = 10, 1 -- the next argument, the hits read
   for g = 1, ngroups do
     if g > 1 then
       epochs[g], sizes[g] = ARGV[a], tonumber(ARGV[a + 1])
@@ -305,9 +321,9 @@ do
     for i = 1, sizes[g] do
       if g > 1 or i > 1 then -- the first was read at the top
         h = h + 1
-        algs[h], costs[h], limits[h], windows[h] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
-          tonumber(ARGV[a + 3])
-        a = a + 4
+        algs[h], costs[h], limits[h], windows[h], overdraws[h] = ARGV[a], tonumber(ARGV[a + 1]),
+          tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4] == '1'
+        a = a + 5
       end
     end
   end
@@ -341,9 +357,26 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- Each check returns allowed, remaining, reset_after, retry_after, when
--- allowed the value that record needs (nil for a sliding window), and the
--- epoch of the state it found (nil if none). Checks write nothing.
+-- What a state holds past its limit (floodgate.Hit.Overdraw; Go's copy is
+-- internal/algo): a fixed window counts up to MAXCOUNT (2^52), a
+-- sliding-window counter up to the count c with (c + 1) * window at most
+-- 2^53 us, a token bucket's TAT runs up to AHEAD (MaxWindow, ten years,
+-- in us) past a full bucket's, and a ring keeps up to LOGDEBT times past
+-- its limit. A hit that would carry a state past its bound fills it, and
+-- the state takes the epoch after its own: MAXEPOCH is the largest.
+local MAXCOUNT, AHEAD, LOGDEBT, MAXEPOCH = 2 ^ 52, 315360000000000, 1000, 2 ^ 48 - 1
+
+local function nextEpoch(ep)
+  return tonumber(ep) % MAXEPOCH + 1
+end
+
+-- Each check returns allowed, remaining, reset_after, retry_after, the
+-- value that write needs to record the hit (a sliding window's: the ring
+-- it read, nil for none; nil when the hit is not to be recorded), the
+-- epoch of the state it found (nil if none), and whether recording the
+-- hit fills the state to its bound (an overdraw hit's). An overdraw hit
+-- past its limit is answered as the key stands with it recorded: a denial
+-- of cost 1. Checks write nothing.
 
 -- ringHeader encodes the header of a ring r.
 local function ringHeader(r)
@@ -438,23 +471,39 @@ local function ringTrim(r, cut)
 end
 
 -- sliding checks a sliding-window hit (h: its header, if read already);
--- when allowed, its value is the
--- ring it read, trimmed (nil for a new one), which recordSliding writes.
-local function sliding(key, cost, limit, window, h)
+-- when it is to be recorded, its value is the ring it read, trimmed (nil
+-- for a new one), which recordSliding, or recordOver past the limit,
+-- writes.
+local function sliding(key, cost, limit, window, over, h)
   local r = ringOpen(key, h)
-  if r == nil then
-    return true, limit - cost, window, 0, nil, nil
+  local live = 0
+  if r ~= nil then
+    ringTrim(r, now - window)
+    live = r.count - r.first
   end
-  ringTrim(r, now - window)
-  local live = r.count - r.first
   if live + cost <= limit then
-    return true, limit - live - cost, window, 0, r, r.ep
+    return true, limit - live - cost, window, 0, r, r and r.ep
+  end
+  if over then
+    -- The live entries, then cost entries at t: the one at index live +
+    -- cost - limit frees room for a request of cost 1. Entries past the
+    -- bound are the oldest, which leave first and decide nothing.
+    local t, frees, i = now, now, live + cost - limit
+    if r ~= nil then
+      t = math.max(now, r.newest)
+      frees = t
+      if i < live then
+        frees = ringAt(r, r.first + i)
+      end
+    end
+    local held = math.min(live + cost, limit + LOGDEBT)
+    return false, limit - held, t + window - now, frees + window - now, r, r and r.ep, held < live + cost
   end
   -- The entry whose leaving frees room for cost: live, as live + cost >
   -- limit puts it at or after first, whatever the ring's count against
   -- the limit.
   local frees = ringAt(r, r.count + cost - limit - 1)
-  return false, math.max(0, limit - live), r.newest + window - now, frees + window - now, nil, r.ep
+  return false, limit - live, r.newest + window - now, frees + window - now, nil, r.ep
 end
 
 -- ringRewrite writes the ring r whole, keeping only its live entries
@@ -544,8 +593,29 @@ local function recordSliding(key, cost, limit, window, epoch, r)
   end
 end
 
+-- recordOver records cost requests at now in the ring r of key past its
+-- limit (nil: none; epoch is then the new ring's): it keeps the live
+-- entries and appends, keeping the newest limit + LOGDEBT, written whole
+-- (head 0). full: the ring takes the epoch after its own.
+local function recordOver(key, cost, limit, window, epoch, r, full)
+  if r == nil then
+    r = {key = key, ep = tonumber(epoch), head = 0, count = 0, first = 0, base = now, tfirst = now, newest = now}
+  end
+  local drop = math.max(0, r.count - r.first + cost - limit - LOGDEBT)
+  if drop > 0 then
+    if r.first + drop < r.count then
+      r.tfirst = ringAt(r, r.first + drop)
+    end
+    r.first = math.min(r.count, r.first + drop)
+  end
+  if full then
+    r.ep = nextEpoch(r.ep)
+  end
+  ringRewrite(r, math.min(cost, limit + LOGDEBT), math.max(now, r.newest), window)
+end
+
 -- bucket checks a token-bucket hit (GCRA).
-local function bucket(key, cost, capacity, interval)
+local function bucket(key, cost, capacity, interval, over)
   local tat = now
   local ep = nil
   local stored = redis.call('GET', key)
@@ -564,12 +634,22 @@ local function bucket(key, cost, capacity, interval)
   if new - now <= full then
     return true, floordiv(full - (new - now), interval), new - now, 0, new, ep
   end
-  return false, math.max(0, floordiv(full - (tat - now), interval)), tat - now,
-    new - now - full, nil, ep
+  if not over then
+    return false, floordiv(full - (tat - now), interval), tat - now, new - now - full, nil, ep
+  end
+  -- Past the limit: the TAT moves on by cost * interval, up to AHEAD past
+  -- a full bucket's, never back. (A product past 2^53 is inexact, but
+  -- then past the bound as well.)
+  local bound = now + full + AHEAD
+  local filled = new > bound
+  if filled then
+    new = math.max(tat, bound)
+  end
+  return false, floordiv(full - (new - now), interval), new - now, new + interval - now - full, new, ep, filled
 end
 
 -- fixed checks a fixed-window hit.
-local function fixed(key, cost, limit, window)
+local function fixed(key, cost, limit, window, over)
   local idx = floordiv(now, window)
   local count = 0
   local ep = nil
@@ -588,16 +668,25 @@ local function fixed(key, cost, limit, window)
   if count + cost <= limit then
     return true, limit - count - cost, left, 0, fmt(idx) .. ':' .. fmt(count + cost), ep
   end
-  return false, math.max(0, limit - count), left, left, nil, ep
+  if not over then
+    return false, limit - count, left, left, nil, ep
+  end
+  local n = count + cost -- past the limit: up to MAXCOUNT, never down
+  local filled = n > MAXCOUNT
+  if filled then
+    n = math.max(count, MAXCOUNT)
+  end
+  return false, limit - n, left, left, fmt(idx) .. ':' .. fmt(n), ep, filled
 end
 
 -- rewritten maps the sliding windows this call has written to the group
 -- (its index) that wrote them last.
 local rewritten, group = {}, 0
 
--- write records an allowed hit: val and left are what its check returned,
--- ep the epoch of its state.
-local function write(key, alg, cost, limit, window, val, left, ep)
+-- write records a hit that its check allowed (ok), or an overdraw hit
+-- past its limit: val, left and full are what its check returned, ep the
+-- epoch of its state.
+local function write(key, alg, cost, limit, window, ok, val, left, ep, full)
   if alg == 's' then
     if rewritten[key] == group then
       -- A group that names the key twice: the ring its check read is
@@ -605,9 +694,18 @@ local function write(key, alg, cost, limit, window, val, left, ep)
       val = ringOpen(key)
       ringTrim(val, now - window)
     end
-    recordSliding(key, cost, limit, window, ep, val)
+    if ok then
+      recordSliding(key, cost, limit, window, ep, val)
+    else
+      recordOver(key, cost, limit, window, ep, val, full)
+    end
     rewritten[key] = group
-  elseif alg == 't' then
+    return
+  end
+  if full then
+    ep = fmt(nextEpoch(ep))
+  end
+  if alg == 't' then
     redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', ttl(val)) -- val: the new TAT
   else
     redis.call('SET', key, val .. ':' .. ep, 'PX', ttl(now + left)) -- left: until the state's end
@@ -619,7 +717,7 @@ end
 -- admitted iff prev * (window - t) / window + cur + cost <= limit, all in
 -- exact integers ((limit+1) * window < 2^53). memstore computes the same
 -- formulas in nanoseconds.
-local function counter(key, cost, limit, window)
+local function counter(key, cost, limit, window, over)
   local idx = floordiv(now, window)
   local t = now - idx * window
   local prev, cur = 0, 0
@@ -645,19 +743,32 @@ local function counter(key, cost, limit, window)
     return true, limit - w - cur - cost, 2 * window - t, 0,
       fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(cur + cost), ep
   end
+  local val, filled
+  if over then
+    -- Past the limit: the current count takes cost, up to the count c
+    -- with (c + 1) * window at most 2^53, never down; the figures are a
+    -- request of cost 1's against it.
+    local most, c = floordiv(2 ^ 53, window) - 1, cur + cost
+    filled = c > most
+    if filled then
+      c = math.max(cur, most)
+    end
+    cur, cost = c, 1
+    val = fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(cur)
+  end
   local reset = 0
   if cur > 0 then
     reset = 2 * window - t
   elseif prev > 0 then
     reset = window - t
   end
-  local remaining = math.max(0, limit - w - cur)
+  local remaining = limit - w - cur
   local r = limit - cur - cost
   if r >= 0 then
     -- This window admits it once prev * (window - t) / window <= r.
     local at = window - floordiv(r * window, prev)
     if at < window then
-      return false, remaining, reset, at - t, nil, ep
+      return false, remaining, reset, at - t, val, ep, filled
     end
   end
   -- The next window, where cur is the previous count, admits it once
@@ -666,13 +777,14 @@ local function counter(key, cost, limit, window)
   if cur > 0 then
     at = math.max(0, window - floordiv((limit - cost) * window, cur))
   end
-  return false, remaining, reset, window - t + at, nil, ep
+  return false, remaining, reset, window - t + at, val, ep, filled
 end
 
 -- Every group, hit by hit in KEYS order: out[1] is the time, and hit h's
--- five values are out[5 * h - 3] to out[5 * h + 1].
+-- five values are out[5 * h - 3] to out[5 * h + 1]. A group records when
+-- each of its hits is allowed or overdraw.
 local out = {now}
-local vals, lefts, eps -- per hit of a group of several, until the group is written
+local oks, vals, lefts, eps, fulls -- per hit of a group of several, until the group is written
 local h = 0 -- the hits done
 for g = 1, ngroups do
   group = g
@@ -680,14 +792,14 @@ for g = 1, ngroups do
   local first = h + 1 -- the group's first hit
   local all = true
   if n > 1 and vals == nil then
-    vals, lefts, eps = {}, {}, {}
+    oks, vals, lefts, eps, fulls = {}, {}, {}, {}, {}
   end
   for _ = 1, n do
     h = h + 1
-    local key, alg, cost, limit, window = keys[h], algs[h], costs[h], limits[h], windows[h]
-    local ok, remaining, reset, retry, val, ep
+    local key, alg, cost, limit, window, over = keys[h], algs[h], costs[h], limits[h], windows[h], overdraws[h]
+    local ok, remaining, reset, retry, val, ep, full
     local quickly = false
-    if alg == 's' and n == 1 and record and header == nil then
+    if alg == 's' and n == 1 and record and header == nil and not over then
       -- A group of one sliding-window hit that quick may record at once
       -- (unless the fast path above tried already, and left its header).
       ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)
@@ -699,14 +811,14 @@ for g = 1, ngroups do
     if quickly then
       -- decided, and recorded when allowed
     elseif alg == 's' then
-      ok, remaining, reset, retry, val, ep = sliding(key, cost, limit, window, header)
+      ok, remaining, reset, retry, val, ep, full = sliding(key, cost, limit, window, over, header)
     elseif alg == 't' then
       local capacity, interval = limit, window
-      ok, remaining, reset, retry, val, ep = bucket(key, cost, capacity, interval)
+      ok, remaining, reset, retry, val, ep, full = bucket(key, cost, capacity, interval, over)
     elseif alg == 'f' then
-      ok, remaining, reset, retry, val, ep = fixed(key, cost, limit, window)
+      ok, remaining, reset, retry, val, ep, full = fixed(key, cost, limit, window, over)
     elseif alg == 'c' then
-      ok, remaining, reset, retry, val, ep = counter(key, cost, limit, window)
+      ok, remaining, reset, retry, val, ep, full = counter(key, cost, limit, window, over)
     else
       error('redisstore: unknown algorithm ' .. tostring(alg))
     end
@@ -720,20 +832,20 @@ for g = 1, ngroups do
     out[o + 5] = 0
     if n == 1 then
       -- A group of one hit records at once.
-      if ok and record then
+      if (ok or over) and record then
         if not quickly then
-          write(key, alg, cost, limit, window, val, reset, ep)
+          write(key, alg, cost, limit, window, ok, val, reset, ep, full)
         end
         out[o + 5] = tonumber(ep)
       end
     else
-      all = all and ok
-      vals[h], lefts[h], eps[h] = val, reset, ep
+      all = all and (ok or over)
+      oks[h], vals[h], lefts[h], eps[h], fulls[h] = ok, val, reset, ep, full
     end
   end
   if n > 1 and record and all then
     for i = first, h do
-      write(keys[i], algs[i], costs[i], limits[i], windows[i], vals[i], lefts[i], eps[i])
+      write(keys[i], algs[i], costs[i], limits[i], windows[i], oks[i], vals[i], lefts[i], eps[i], fulls[i])
       out[5 * i + 1] = tonumber(eps[i])
     end
   end

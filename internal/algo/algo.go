@@ -25,14 +25,61 @@ func Interval(r floodgate.Rule) time.Duration {
 // Life is the longest time a take of cost can weigh on a key's state
 // under r: a window for a sliding window or a fixed window, two for a
 // sliding-window counter (the next window weighs it too), and the time a
-// token bucket takes to refill the cost.
+// token bucket takes to refill the cost (at most Ahead past a full
+// bucket's, for an Overdraw hit).
 func Life(r floodgate.Rule, cost int64) time.Duration {
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		return time.Duration(cost) * Interval(r)
+		t := Interval(r)
+		most := time.Duration(r.Capacity())*t + Ahead
+		if cost > int64(most/t) {
+			return most
+		}
+		return time.Duration(cost) * t
 	case floodgate.SlidingWindowCounter:
 		return 2 * r.Window
 	default:
 		return r.Window
 	}
+}
+
+// What a key's state holds past its limit, for floodgate.Hit.Overdraw,
+// which states the bounds and what happens past them. memstore computes
+// with these; take.lua keeps the only other copy.
+const (
+	// MaxCount is the most a fixed window counts: 2^52, exact in Lua's
+	// doubles with a cost of up to MaxLimit (2^51) added.
+	MaxCount = 1 << 52
+	// Ahead is how far past a full bucket's a token bucket's theoretical
+	// arrival time may run: MaxWindow. With a full bucket's refill time
+	// (at most 2^51µs under Rule.Validate's bounds) and the server time (below 2^52µs),
+	// it stays below 2^53µs.
+	Ahead = floodgate.MaxWindow
+)
+
+// CounterMax is the most a sliding-window counter under r counts in one
+// window: the count c with (c+1) * Window at most 2^53µs, where Lua's
+// doubles and memstore's nanoseconds stay exact. It is at least r's
+// limit (Rule.Validate).
+func CounterMax(r floodgate.Rule) int64 {
+	return 1<<53/int64(r.Window/time.Microsecond) - 1
+}
+
+// LogMax is the most times a sliding-window log under r keeps: its limit
+// and floodgate.MaxSlidingCost more.
+func LogMax(r floodgate.Rule) int64 { return r.Limit + floodgate.MaxSlidingCost }
+
+// MaxCost is the highest cost a hit may have: its rule's capacity, or
+// MaxLimit for an Overdraw hit; at most MaxSlidingCost for a sliding
+// window. The Limiter validates the same (floodgate.Hit.Overdraw); the
+// stores check it again for their own callers.
+func MaxCost(h floodgate.Hit) int64 {
+	c := h.Rule.Capacity()
+	if h.Overdraw {
+		c = floodgate.MaxLimit
+	}
+	if h.Rule.Algorithm == floodgate.SlidingWindow {
+		c = min(c, floodgate.MaxSlidingCost)
+	}
+	return c
 }

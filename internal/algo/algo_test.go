@@ -52,9 +52,44 @@ func TestLifeAtTheBounds(t *testing.T) {
 		{rule(t, floodgate.MaxLimit, time.Millisecond, floodgate.TokenBucket), floodgate.MaxLimit, floodgate.MaxLimit * time.Microsecond},
 		{rule(t, 1, floodgate.MaxWindow, floodgate.TokenBucket), 1, floodgate.MaxWindow},
 		{rule(t, 1, floodgate.MaxWindow, floodgate.SlidingWindowCounter), 1, 2 * floodgate.MaxWindow},
+		// An Overdraw hit's cost, up to MaxLimit: the TAT runs at most
+		// Ahead past a full bucket's.
+		{rule(t, 10, time.Minute, floodgate.TokenBucket), floodgate.MaxLimit, time.Minute + algo.Ahead},
+		{rule(t, 1, floodgate.MaxWindow, floodgate.TokenBucket), floodgate.MaxLimit, floodgate.MaxWindow + algo.Ahead},
+		{rule(t, 1000, time.Millisecond, floodgate.TokenBucket), floodgate.MaxLimit, time.Millisecond + algo.Ahead},
 	} {
 		if got := algo.Life(tc.r, tc.cost); got != tc.want || got <= 0 {
 			t.Errorf("Life(%v, cost %d) = %v, want %v", tc.r, tc.cost, got, tc.want)
+		}
+	}
+}
+
+// The bounds of what a key holds past its limit (floodgate.Hit.Overdraw)
+// are never below the limit, and keep the scripts' arithmetic exact.
+func TestOverdrawBounds(t *testing.T) {
+	for _, r := range []floodgate.Rule{
+		rule(t, 1, time.Millisecond, floodgate.SlidingWindowCounter),
+		rule(t, 100, time.Minute, floodgate.SlidingWindowCounter),
+		rule(t, 100_000, 24*time.Hour, floodgate.SlidingWindowCounter),
+		rule(t, 27, floodgate.MaxWindow, floodgate.SlidingWindowCounter),
+		rule(t, 1<<53/(1<<20)-1, 1<<20*time.Microsecond, floodgate.SlidingWindowCounter), // (limit+1)*W is 2^53
+	} {
+		us := int64(r.Window / time.Microsecond)
+		if c := algo.CounterMax(r); c < r.Limit || (c+1)*us > 1<<53 || (c+2)*us <= 1<<53 {
+			t.Errorf("CounterMax(%v) = %d: want the most c with (c+1) * %dµs <= 2^53, at least the limit", r, c, us)
+		}
+	}
+	for _, tc := range []struct {
+		h    floodgate.Hit
+		want int64
+	}{
+		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.FixedWindow)}, 10},
+		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.FixedWindow), Overdraw: true}, floodgate.MaxLimit},
+		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.SlidingWindow), Overdraw: true}, floodgate.MaxSlidingCost},
+		{floodgate.Hit{Rule: rule(t, 5000, time.Minute, floodgate.SlidingWindow)}, floodgate.MaxSlidingCost},
+	} {
+		if got := algo.MaxCost(tc.h); got != tc.want {
+			t.Errorf("MaxCost(%+v) = %d, want %d", tc.h, got, tc.want)
 		}
 	}
 }

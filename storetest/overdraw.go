@@ -1,0 +1,206 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Overdraw hits (floodgate.Hit.Overdraw): recorded past the limit, the
+// debt that follows and its end, refunds, Reset, checks of several hits,
+// and the bounds of what each algorithm holds past its limit. Limit 4
+// throughout; windows of 4 units where time must pass.
+var overdrawCases = []testCase{
+	{"OverdrawDebtFixedWindow", func(t *testing.T, e env, l *floodgate.Limiter) {
+		r := rule(t, "odfixed", 4, 4*e.unit, floodgate.FixedWindow)
+		k := key(t)
+		align(t, e, l, floodgate.Hit{Rule: r, Key: k})
+		d := charge(t, l, r, k, 6)
+		left := d.ResetAfter
+		if d.Allowed || !d.Recorded || d.Remaining != -2 || d.RetryAfter != left || left > r.Window {
+			t.Fatalf("charge of 6 on a fixed window of 4: %+v; want recorded past the limit, Remaining -2, RetryAfter the window's end", d)
+		}
+		debt(t, e, l, r, k, -2, left)
+		e.sleep(left + e.tol)
+		if d := allowN(t, l, r, k, 1); !d.Allowed || d.Remaining != 3 {
+			t.Fatalf("the next window: %+v; want allowed, Remaining 3: a fixed window forgets its debt when it ends", d)
+		}
+	}},
+	{"OverdrawDebtTokenBucket", func(t *testing.T, e env, l *floodgate.Limiter) {
+		u := e.unit
+		r := rule(t, "odbucket", 4, 4*u, floodgate.TokenBucket) // a token every unit
+		k := key(t)
+		d := charge(t, l, r, k, 6)
+		if d.Allowed || !d.Recorded || d.Remaining != -2 || !near(d.ResetAfter, 6*u, e.tol) || !near(d.RetryAfter, 3*u, e.tol) {
+			t.Fatalf("charge of 6 on a bucket of 4: %+v; want recorded past the limit, Remaining -2, ResetAfter %v, RetryAfter %v (the debt of 2 and a token)", d, 6*u, 3*u)
+		}
+		debt(t, e, l, r, k, -2, 3*u)
+		e.sleep(3*u/2 + e.tol)
+		if d := check(t, l, floodgate.Hit{Rule: r, Key: k}); d.Allowed || d.Remaining != -1 || !near(d.RetryAfter, 3*u/2-e.tol, e.tol) {
+			t.Fatalf("half way: %+v; want denied, Remaining -1 (half a token still owed, rounded up), RetryAfter %v", d, 3*u/2)
+		}
+		e.sleep(3*u/2 + e.tol)
+		if d := check(t, l, floodgate.Hit{Rule: r, Key: k}); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("once the debt is worked off: %+v; want allowed: a token bucket works its debt off at its rate", d)
+		}
+	}},
+	{"OverdrawDebtSlidingWindowCounter", func(t *testing.T, e env, l *floodgate.Limiter) {
+		r := rule(t, "odcounter", 4, 4*e.unit, floodgate.SlidingWindowCounter)
+		k := key(t)
+		align(t, e, l, floodgate.Hit{Rule: r, Key: k})
+		d := charge(t, l, r, k, 6)
+		// A request of cost 1 fits once the count of 6, now the previous
+		// window's, weighs 3: half way through the next window.
+		want := windowLeft(d, r) + r.Window/2
+		if d.Allowed || !d.Recorded || d.Remaining != -2 || d.RetryAfter != want {
+			t.Fatalf("charge of 6 on a counter of 4: %+v; want recorded past the limit, Remaining -2, RetryAfter %v", d, want)
+		}
+		debt(t, e, l, r, k, -2, want)
+		e.sleep(want + e.tol)
+		if d := check(t, l, floodgate.Hit{Rule: r, Key: k}); !d.Allowed {
+			t.Fatalf("after RetryAfter: %+v; want allowed", d)
+		}
+	}},
+	{"OverdrawDebtSlidingWindow", func(t *testing.T, e env, l *floodgate.Limiter) {
+		u := e.unit
+		r := rule(t, "odlog", 4, 4*u, floodgate.SlidingWindow)
+		k := key(t)
+		allowN(t, l, r, k, 3)
+		e.sleep(u)
+		d := charge(t, l, r, k, 3)
+		// Six times in the window: the third oldest (the first three's)
+		// must leave before a request of cost 1 fits.
+		if d.Allowed || !d.Recorded || d.Remaining != -2 || !near(d.ResetAfter, 4*u, e.tol) || !near(d.RetryAfter, 3*u, e.tol) {
+			t.Fatalf("charge of 3 on a log of 4 holding 3: %+v; want recorded past the limit, Remaining -2, ResetAfter %v, RetryAfter %v (the first three leave)", d, 4*u, 3*u)
+		}
+		debt(t, e, l, r, k, -2, 3*u)
+		e.sleep(d.RetryAfter + e.tol)
+		if d := check(t, l, floodgate.Hit{Rule: r, Key: k}); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("once the first three left: %+v; want allowed, Remaining 0 (the charge's three and this one)", d)
+		}
+	}},
+	{"OverdrawRefundCreditsWhatItTook", func(t *testing.T, e env, l *floodgate.Limiter) {
+		for _, alg := range algorithms {
+			r := rule(t, "odrefund", 4, hour, alg)
+			k := key(t)
+			align(t, e, l, floodgate.Hit{Rule: r, Key: k})
+			one := charge(t, l, r, k, 1)
+			d := charge(t, l, r, k, 6)
+			if d.Allowed || !d.Recorded || d.Remaining != -3 {
+				t.Fatalf("%v: charges of 1 and 6 on a limit of 4: %+v; want the second recorded past the limit, Remaining -3", alg, d)
+			}
+			refund(t, l, d)
+			if p := peek(t, l, floodgate.Hit{Rule: r, Key: k}); !p.Allowed || p.Remaining != 2 {
+				t.Fatalf("%v: after refunding the charge of 6: %+v; want allowed, Remaining 2 (the charge of 1 alone): a refund credits what the hit took", alg, p)
+			}
+			refund(t, l, d)
+			if p := peek(t, l, floodgate.Hit{Rule: r, Key: k}); p.Remaining != 2 {
+				t.Fatalf("%v: after refunding it again: %+v; want Remaining 2 still: Refund must be idempotent", alg, p)
+			}
+			refund(t, l, one)
+			p := peek(t, l, floodgate.Hit{Rule: r, Key: k})
+			if p.Remaining != 3 && !(alg == floodgate.TokenBucket && p.Remaining == 2 && p.ResetAfter <= r.Window/4+e.tol) {
+				// A token bucket's refund credits cost*T less the time
+				// since the take: it may keep that latency of debt, which
+				// Remaining rounds down.
+				t.Fatalf("%v: after refunding the charge of 1, recorded within the limit: %+v; want Remaining 3", alg, p)
+			}
+		}
+	}},
+	{"OverdrawResetClearsTheDebt", func(t *testing.T, e env, l *floodgate.Limiter) {
+		for _, alg := range algorithms {
+			r := rule(t, "odreset", 4, hour, alg)
+			k := key(t)
+			align(t, e, l, floodgate.Hit{Rule: r, Key: k})
+			d := charge(t, l, r, k, 9)
+			reset(t, l, r, k)
+			if n := admitted(t, l, r, k, 6); n != 4 {
+				t.Fatalf("%v: after Reset, %d of 6 admitted; want the full limit of 4: Reset forgets a debt", alg, n)
+			}
+			refund(t, l, d)
+			if n := admitted(t, l, r, k, 2); n != 0 {
+				t.Fatalf("%v: a refund of a charge made before a Reset let %d more through", alg, n)
+			}
+		}
+	}},
+	{"OverdrawInACheckOfSeveralHits", func(t *testing.T, e env, l *floodgate.Limiter) {
+		for _, alg := range algorithms {
+			login := floodgate.Hit{Rule: rule(t, "odlogin", 1, hour, alg), Key: key(t)}
+			cost := floodgate.Hit{Rule: rule(t, "odcost", 4, hour, alg), Key: key(t), Cost: 5, Overdraw: true}
+			align(t, e, l, login)
+			d := check(t, l, login, cost)
+			if d.Allowed || !d.Recorded || d.Policy != "odcost" || !d.Each[0].Allowed || d.Each[1].Allowed || d.Each[1].Remaining != -1 {
+				t.Fatalf("%v: a hit within its limit and an overdraw hit past its own: %+v; want both recorded, the overdraw hit not allowed, Remaining -1", alg, d)
+			}
+			d = check(t, l, login, cost)
+			if d.Allowed || d.Recorded || d.Each[0].Allowed {
+				t.Fatalf("%v: the hit past its limit, with an overdraw hit: %+v; want nothing recorded", alg, d)
+			}
+			if p := peek(t, l, floodgate.Hit{Rule: cost.Rule, Key: cost.Key}); p.Remaining != -1 {
+				t.Fatalf("%v: %+v; want Remaining -1: an overdraw hit is recorded only when the other hits of its check are", alg, p)
+			}
+			only := check(t, l, cost, floodgate.Hit{Rule: cost.Rule, Key: key(t), Cost: 2, Overdraw: true})
+			if only.Allowed || !only.Recorded || !only.Each[1].Allowed || only.Each[0].Remaining != -6 {
+				t.Fatalf("%v: a check of overdraw hits alone: %+v; want it recorded, whatever the limits", alg, only)
+			}
+		}
+	}},
+	{"OverdrawPastTheBoundStartsAnew", func(t *testing.T, e env, l *floodgate.Limiter) {
+		// Each algorithm's bound (floodgate.Hit.Overdraw), reached: the
+		// state holds up to it, and no refund of a charge made before
+		// or at it credits anything.
+		for _, tc := range []struct {
+			alg     floodgate.Algorithm
+			charges []int64
+			want    int64 // Remaining once at the bound
+		}{
+			{floodgate.FixedWindow, []int64{floodgate.MaxLimit, floodgate.MaxLimit, floodgate.MaxLimit}, 4 - 1<<52},
+			{floodgate.SlidingWindowCounter, []int64{10, floodgate.MaxLimit}, 4 - (1<<53/int64(hour/time.Microsecond) - 1)},
+			{floodgate.TokenBucket, []int64{10, floodgate.MaxLimit}, -int64(floodgate.MaxWindow / (hour / 4))}, // ten years of debt past a full bucket
+			{floodgate.SlidingWindow, []int64{10, floodgate.MaxSlidingCost}, 4 - (4 + floodgate.MaxSlidingCost)},
+		} {
+			r := rule(t, "odbound", 4, hour, tc.alg)
+			k := key(t)
+			align(t, e, l, floodgate.Hit{Rule: r, Key: k})
+			var ds []floodgate.Decision
+			for _, n := range tc.charges {
+				ds = append(ds, charge(t, l, r, k, n))
+			}
+			if last := ds[len(ds)-1]; !last.Recorded || last.Remaining != tc.want {
+				t.Fatalf("%v: charges %v on a limit of 4: %+v; want recorded, Remaining %d: what the state holds past its limit", tc.alg, tc.charges, last, tc.want)
+			}
+			for _, d := range ds {
+				refund(t, l, d)
+			}
+			if p := peek(t, l, floodgate.Hit{Rule: r, Key: k}); p.Remaining != tc.want {
+				t.Fatalf("%v: after refunding every charge: %+v; want Remaining %d still: a state carried past its bound starts anew, and no refund of a charge before it credits anything", tc.alg, p, tc.want)
+			}
+			reset(t, l, r, k) // a debt of ten years would outlive the test
+		}
+	}},
+}
+
+// charge is Limiter.Charge, failing the test on an error.
+func charge(t *testing.T, l *floodgate.Limiter, r floodgate.Rule, k string, n int64) floodgate.Decision {
+	t.Helper()
+	d, err := l.Charge(context.Background(), r, k, n)
+	if err != nil {
+		t.Fatalf("Charge(%d): %v", n, err)
+	}
+	return d
+}
+
+// debt checks that a key in debt denies a request of cost 1, with
+// Remaining remaining (negative: minus the debt) and RetryAfter retry,
+// and that Peek says the same.
+func debt(t *testing.T, e env, l *floodgate.Limiter, r floodgate.Rule, k string, remaining int64, retry time.Duration) {
+	t.Helper()
+	hit := floodgate.Hit{Rule: r, Key: k}
+	for _, d := range []floodgate.Decision{check(t, l, hit), peek(t, l, hit)} {
+		if d.Allowed || d.Recorded || d.Remaining != remaining || !near(d.RetryAfter, retry, e.tol) {
+			t.Fatalf("%v in debt: %+v; want denied, Remaining %d (minus the debt), RetryAfter %v: a key in debt is denied until the debt is worked off", r.Algorithm, d, remaining, retry)
+		}
+	}
+}
