@@ -416,7 +416,7 @@ func ask(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit, record
 	switch {
 	case !record:
 		return l.Peek(ctx, hits...)
-	case len(hits) == 1:
+	case len(hits) == 1 && !hits[0].Overdraw:
 		return l.AllowN(ctx, hits[0].Rule, hits[0].Key, hits[0].Cost)
 	}
 	return l.Check(ctx, hits...)

@@ -107,11 +107,11 @@ func (r Result) Covers(rule, key string) bool {
 // that recorded them (the store, or the local limits): all of them, or
 // only those of the named policies. A caller undoes a request that turns
 // out not to count, such as the account's attempt after a successful
-// login. It is idempotent, and does nothing for a request that no limiter
-// admitted (Denied, FailedOpen, FailedClosed, Skipped). Shadow hits are
-// not refunded.
+// login. It is idempotent, and does nothing for a request whose hits no
+// limiter recorded (Denied, but for Overdraw hits, FailedOpen,
+// FailedClosed, Skipped). Shadow hits are not refunded.
 func (r Result) Refund(ctx context.Context, policies ...string) error {
-	if r.limiter == nil || !r.Decision.Allowed {
+	if r.limiter == nil || !r.Decision.Recorded {
 		return nil
 	}
 	if len(policies) == 0 {

@@ -45,6 +45,7 @@ type Config struct {
 	files   []string
 	skipped []string
 	ignored []string
+	over    map[string]bool // count_over_limit, by the domains that set it
 }
 
 // node is one descriptor of the tree; a domain's root is a node without
@@ -146,6 +147,20 @@ func (c *Config) Skipped() []string {
 		return nil
 	}
 	return append([]string(nil), c.skipped...)
+}
+
+// CountsOverLimit reports whether domain's file sets count_over_limit,
+// and to what. With it true, every hit of the domain counts, even past
+// its limit, as envoyproxy/ratelimit counts them by default (a denied
+// request extends its own denial, and a charge after the response, as
+// Envoy Gateway's costs send it, is recorded in full); without it, the
+// service's setting applies.
+func (c *Config) CountsOverLimit(domain string) (counts, set bool) {
+	if c == nil {
+		return false, false
+	}
+	counts, set = c.over[domain]
+	return counts, set
 }
 
 // Ignored lists the settings of the configuration that have no effect
@@ -397,6 +412,15 @@ func (p *parser) file(name string, data []byte) {
 		return
 	}
 	def := inherited{alg: floodgate.FixedWindow, failure: enforce.FailError}
+	if c := raw.CountOverLimit; c != nil {
+		if prev, ok := p.cfg.over[raw.Domain]; ok && prev != *c {
+			p.problem(name, "", "count_over_limit is %v here and %v in another file of domain %q", *c, prev, raw.Domain)
+		}
+		if p.cfg.over == nil {
+			p.cfg.over = map[string]bool{}
+		}
+		p.cfg.over[raw.Domain] = *c
+	}
 	p.extensions(name, raw.Domain, &def, raw.Algorithm, int64(raw.Burst), raw.FailureMode)
 
 	root, seen := p.cfg.domains[raw.Domain]

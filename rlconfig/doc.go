@@ -69,7 +69,14 @@
 //   - rate_limits: a list of limits on one descriptor, all checked
 //     together; an item may set its own shadow_mode.
 //   - failure_mode: what the descriptor's limits do when the store cannot
-//     decide in time; see [FailureMode].
+//     decide in time; see enforce.FailureMode.
+//   - count_over_limit (domain only): true counts every hit, even past its
+//     limit, as envoyproxy/ratelimit counts by default: a denied request
+//     extends its denial, and a charge sent after the response (Envoy
+//     Gateway's costs) is recorded in full, the key owing what it took past
+//     its limit (floodgate.Hit.Overdraw); false (floodgate's default) counts
+//     only what is admitted. Unset, the service's setting applies
+//     ([Config.CountsOverLimit]).
 //
 // # Rules and keys
 //

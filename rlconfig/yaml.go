@@ -25,6 +25,8 @@ type rawFile struct {
 	Algorithm   string `yaml:"algorithm,omitempty"`
 	Burst       burst  `yaml:"burst,omitempty"`
 	FailureMode string `yaml:"failure_mode,omitempty"`
+	// CountOverLimit: the domain's hits count even past their limits.
+	CountOverLimit *bool `yaml:"count_over_limit,omitempty"`
 }
 
 type rawDescriptor struct {

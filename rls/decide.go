@@ -67,12 +67,17 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		defer s.large.Add(-int64(size))
 		shed = n > MaxLargeInFlight
 	}
-	ms := s.Config().MatchAll(req.GetDomain(), entries)
+	ms := s.Config().MatchAll(req.GetDomain(), entries) // Config read once more below: the same or a newer one, for a setting of the domain
 	if ms[0].Outcome == rlconfig.UnknownDomain {
 		s.metrics.unknownDomain.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
-	p, err := newPlan(req, entries, ms, s.shadow, s.enf)
+	cfg := s.Config()
+	over, set := cfg.CountsOverLimit(req.GetDomain())
+	if !set {
+		over = s.over
+	}
+	p, err := newPlan(req, entries, ms, s.shadow, over, s.enf)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +163,7 @@ type plan struct {
 	hits  []planned
 
 	over       bool          // the answer is OVER_LIMIT
+	countOver  bool          // hits count even past their limits (Server.CountOverLimit)
 	failClosed bool          // over because the store failed and a descriptor's failure_mode is closed
 	failRetry  time.Duration // that failure's wait, for Retry-After
 }
@@ -196,9 +202,9 @@ type planned struct {
 // the rule in force for its key, marking oversize a hit whose cost that
 // rule could never admit; with shadow, every limit (a limit override's
 // too) is in shadow mode.
-func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match, shadow bool, enf *enforce.Enforcer) (*plan, error) {
+func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match, shadow, countOver bool, enf *enforce.Enforcer) (*plan, error) {
 	base := int64(max(req.GetHitsAddend(), 1))
-	p := &plan{descs: make([]desc, len(ms))}
+	p := &plan{descs: make([]desc, len(ms)), countOver: countOver}
 	index := map[hitID]int{}
 	for i, m := range ms {
 		if lo := req.GetDescriptors()[i].GetLimit(); lo != nil {
@@ -234,7 +240,8 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 						mode = enforce.FailOpen // a shadow limit never denies
 					}
 					p.hits = append(p.hits, planned{
-						hit:  enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key}, Shadow: l.ShadowMode, Policy: l.Label, Failure: mode},
+						hit: enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key, Overdraw: countOver && !d.peek},
+							Shadow: l.ShadowMode, Policy: l.Label, Failure: mode},
 						peek: d.peek,
 					})
 				}
@@ -249,10 +256,12 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 	// A cost that the rule in force could never admit is over it, as
 	// upstream answers, and not an error: Envoy lets a request through on
 	// an error by default, and a hits_addend may come from the request.
+	// A hit that counts over its limit is bounded by what its algorithm
+	// can hold instead.
 	for i := range p.hits {
 		h := &p.hits[i].hit
 		cost := h.Cost
-		in, err := enf.InForce(floodgate.Hit{Rule: h.Rule, Key: h.Key, Cost: max(cost, 1)}) // a peek asks about one more hit
+		in, err := enf.InForce(floodgate.Hit{Rule: h.Rule, Key: h.Key, Cost: max(cost, 1), Overdraw: h.Overdraw}) // a peek asks about one more hit
 		switch {
 		case errors.Is(err, floodgate.ErrInvalidRule):
 			return nil, status.Errorf(codes.Internal, "rls: the limit in force for a descriptor is invalid")
@@ -280,8 +289,12 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 	var failed error // the store failed already: ask it nothing more
 	if len(peeks) > 0 {
 		res, err := g.Peek(ctx, p.enforceHits(peeks))
+		over := p.over
 		if err := p.settle(peeks, res, err, true); err != nil {
 			return err
+		}
+		if p.countOver && res.Err == nil {
+			p.over = over || p.pastLimit(peeks)
 		}
 		failed = res.Err
 	}
@@ -303,6 +316,26 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 	}
 	res, err := g.Check(ctx, p.enforceHits(counted))
 	return p.settle(counted, res, err, false)
+}
+
+// pastLimit reports whether a peeked hit of idx is strictly past its
+// limit, as envoyproxy/ratelimit answers a check that counts over the
+// limit: a key at its limit exactly is within it, with 0 left; one in
+// debt is over. A peek denied at the limit exactly is answered allowed.
+func (p *plan) pastLimit(idx []int) bool {
+	past := false
+	for _, i := range idx {
+		h := &p.hits[i]
+		if !h.have || h.dec.Allowed {
+			continue
+		}
+		if h.dec.Remaining >= 0 {
+			h.dec.Allowed, h.dec.RetryAfter = true, 0
+			continue
+		}
+		past = past || !h.hit.Shadow
+	}
+	return past
 }
 
 // settle takes the gate's answer on the hits idx: their decisions, and

@@ -53,6 +53,7 @@ type setup struct {
 	near    float64 // Options.NearLimitRatio
 	// overrides gives keys limits of their own (floodgate.Options.Overrides).
 	overrides floodgate.Overrides
+	countOver bool // Options.CountOverLimit
 }
 
 // start starts an instance that t's cleanup stops.
@@ -74,7 +75,7 @@ func start(t testing.TB, s setup) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, Debounce: 20 * time.Millisecond, ShadowMode: s.shadow, NearLimitRatio: s.near})
+	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, Debounce: 20 * time.Millisecond, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,6 +87,17 @@ type Options struct {
 	// override (a descriptor's limit) too: upstream answers OK whatever
 	// any limit says.
 	ShadowMode bool
+	// CountOverLimit counts every hit, even past its limit, in the
+	// domains whose configuration does not say (rlconfig's
+	// count_over_limit): as envoyproxy/ratelimit counts by default
+	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false). A denied request
+	// then extends its denial, a charge sent after the response (Envoy
+	// Gateway's rate limiting with cost: hits_addend N at the stream's
+	// end) is recorded in full, the key owing what it took past its limit
+	// (floodgate.Hit.Overdraw), and a check (hits_addend 0) is over only
+	// when the key is strictly past its limit. False, floodgate's
+	// default, counts only what is admitted.
+	CountOverLimit bool
 	// NearLimitRatio is the share of a limit that a hit must leave used
 	// to count as near it (floodgate_rls_near_limit_total), as
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
@@ -109,6 +120,7 @@ type Server struct {
 	watcher *rlconfig.Watcher               // nil without ConfigDir
 	fixed   atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
 	shadow  bool                            // Options.ShadowMode
+	over    bool                            // Options.CountOverLimit
 	near    float64                         // Options.NearLimitRatio, or its default
 	metrics *metrics
 	gather  prometheus.Gatherer
@@ -161,7 +173,7 @@ func New(opts Options) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
+	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
 	s.fixed.Store(opts.Config)
 	if opts.ConfigDir != "" {

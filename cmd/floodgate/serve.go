@@ -64,6 +64,7 @@ type serveConfig struct {
 	httpIdleTimeout time.Duration // an idle keep-alive connection: 2m
 	ShadowMode      bool          // SHADOW_MODE: every limit in shadow mode
 	Reflection      bool          // GRPC_REFLECTION: gRPC server reflection, which lists the services to any caller
+	CountOverLimit  bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, or unset under xDS: hits count past their limits
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 
 	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
@@ -95,6 +96,8 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
   GRPC_REFLECTION       true: gRPC server reflection (off)
   DECISION_TIMEOUT      50ms, the budget of one decision
   SHUTDOWN_TIMEOUT      10s
+  STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT  false: hits count past their limits (unset:
+                        true for files, false under xDS, as Envoy Gateway needs)
   MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
   (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
 
@@ -195,6 +198,18 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 
 	boolean := func(name string) bool { return envBool(getenv, bad, name) }
 	c.Reflection = boolean("GRPC_REFLECTION")
+	// envoyproxy/ratelimit counts every hit, past the limit too, unless
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is true; floodgate counts
+	// only what it admits unless told otherwise. Unset, a configuration
+	// from files keeps floodgate's (their domains may say count_over_limit)
+	// and one over xDS, which carries no floodgate setting and comes from
+	// Envoy Gateway, whose costs charged after the response need it, takes
+	// upstream's.
+	if v := getenv("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"); v != "" {
+		c.CountOverLimit = !boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	} else {
+		c.CountOverLimit = strings.EqualFold(getenv("CONFIG_TYPE"), "GRPC_XDS_SOTW")
+	}
 	// What envoyproxy/ratelimit does and floodgate cannot: refused, so
 	// that no deployment switches and silently loses it.
 	for _, u := range []struct{ name, why string }{
@@ -394,6 +409,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		Logger:         logger,
 		ShadowMode:     cfg.ShadowMode,
 		NearLimitRatio: cfg.NearLimitRatio,
+		CountOverLimit: cfg.CountOverLimit,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)

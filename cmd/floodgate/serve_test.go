@@ -644,3 +644,29 @@ func TestReflectionIsOptIn(t *testing.T) {
 		}
 	}
 }
+
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is read with upstream's
+// meaning; unset, files keep floodgate's default and xDS (Envoy Gateway,
+// whose charges after the response need it) takes upstream's.
+func TestCountOverLimitSetting(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{"CONFIG_DIR": "/c"}, false},
+		{map[string]string{"CONFIG_DIR": "/c", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false"}, true},
+		{map[string]string{"CONFIG_DIR": "/c", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, false},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "xds:18000", "CONFIG_GRPC_XDS_NODE_ID": "n"}, true},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "xds:18000", "CONFIG_GRPC_XDS_NODE_ID": "n", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, false},
+	} {
+		cfg, err := parseServe(nil, func(k string) string { return c.env[k] })
+		if err != nil || cfg.CountOverLimit != c.want {
+			t.Errorf("%v: CountOverLimit %v, %v; want %v", c.env, cfg.CountOverLimit, err, c.want)
+		}
+	}
+	if _, err := parseServe(nil, func(k string) string {
+		return map[string]string{"CONFIG_DIR": "/c", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "maybe"}[k]
+	}); err == nil || !strings.Contains(err.Error(), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+		t.Errorf("a value that is not a boolean: %v", err)
+	}
+}
