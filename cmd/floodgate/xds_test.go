@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
@@ -238,6 +240,28 @@ func TestServeEnvoyGateway(t *testing.T) {
 	}
 	if code, _ := get(t, "http://"+r.http+"/rlconfig"); code != 404 {
 		t.Errorf("/rlconfig on the public port: %d, want 404 (DEBUG_ADDR alone serves it)", code)
+	}
+	// Envoy Gateway's rate limiting with cost, over xDS (whose hits count
+	// past their limits, as upstream counts them): a check on the
+	// request, the response's cost charged at its end, as
+	// envoyproxy/ratelimit answers it.
+	back.Set(t, egNode, "5", perMinute("edge", "ip", 1), perMinute("api", "user", 3), perMinute("ai", "user", 100))
+	eventually(t, "version 5", func() bool { return r.metric(t, `floodgate_xds_config_info{version="5"}`) != "" })
+	var flow []string
+	for _, addend := range []uint64{0, 40, 0, 40, 0, 40, 0} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "ai", Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries:    []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ana"}},
+			HitsAddend: wrapperspb.UInt64(addend),
+		}}})
+		cancel()
+		if err != nil {
+			t.Fatalf("cost flow: %v", err)
+		}
+		flow = append(flow, fmt.Sprintf("%d %v(%d)", addend, resp.GetOverallCode(), resp.GetStatuses()[0].GetLimitRemaining()))
+	}
+	if got, want := strings.Join(flow, ", "), "0 OK(100), 40 OK(60), 0 OK(60), 40 OK(20), 0 OK(20), 40 OVER_LIMIT(0), 0 OVER_LIMIT(0)"; got != want {
+		t.Errorf("cost flow over xDS:\n got %s\nwant %s", got, want)
 	}
 	for _, want := range []string{"RUNTIME_ROOT is ignored", "USE_STATSD is true", "rejected (NACK)", "xDS server lost or unreachable"} {
 		if !strings.Contains(r.logs.String(), want) {
