@@ -119,6 +119,39 @@ func (l *Limiter) Charge(ctx context.Context, rule Rule, key string, n int64) (D
 	return l.one(ctx, Hit{Rule: rule, Key: key, Cost: n, Overdraw: true})
 }
 
+// Settle settles a cost taken as an estimate against the actual cost,
+// known once the work is done (an LLM call's tokens, a query's rows, a
+// download's bytes): take the estimate with AllowN, do the work, then
+// Settle the decision (or one element of a check's Each) with the actual
+// cost. An actual cost above the estimate is charged for the difference,
+// past the limit if need be ([Limiter.Charge]): the key owes it. One
+// below the estimate is refunded for the difference, as Refund credits
+// (what the take still weighs; see Refund). Settle returns the charge's
+// decision, or d when it charged nothing. A decision that recorded
+// nothing settles nothing; a decision of several hits is refused (settle
+// each element of its Each). Settle once: a later Refund of d credits
+// nothing more after a refund in part.
+func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) (Decision, error) {
+	switch {
+	case !d.ticket.taken:
+		return d, nil
+	case d.ticket.receipts != nil:
+		return d, fmt.Errorf("%w: settle: a decision of %d hits; settle each element of its Each", ErrInvalidHit, len(d.ticket.receipts))
+	case actual < 0:
+		return d, fmt.Errorf("%w: settle: actual cost %d is negative", ErrInvalidHit, actual)
+	}
+	r := d.ticket.one
+	switch est := r.Hit.Cost; {
+	case actual > est:
+		return l.Charge(ctx, r.Hit.Rule, r.Hit.Key, actual-est)
+	case actual < est:
+		part := d
+		part.ticket.one.Hit.Cost = est - actual
+		return d, l.Refund(ctx, part)
+	}
+	return d, nil
+}
+
 // one is Check of a single hit. It takes the hit by value so that, with a
 // LocalStore, a decision allocates nothing.
 func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {

@@ -125,3 +125,20 @@ func (r Result) Refund(ctx context.Context, policies ...string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Settle settles the hit of the named policy, taken with an estimated
+// cost, against the actual cost known once the work is done (see
+// floodgate.Limiter.Settle): an overrun is charged past the limit, an
+// underrun refunded. It does nothing for a policy the check did not
+// record, and returns the charge's decision, if any.
+func (r Result) Settle(ctx context.Context, policy string, actual int64) (floodgate.Decision, error) {
+	if r.limiter == nil || !r.Decision.Recorded {
+		return floodgate.Decision{}, nil
+	}
+	for _, d := range fields.Each(r.Decision) {
+		if d.Policy == policy {
+			return r.limiter.Settle(ctx, d, actual)
+		}
+	}
+	return floodgate.Decision{}, nil
+}

@@ -106,6 +106,12 @@ type Limit struct {
 	// limit is rolled out. Its outcome is counted as shadow_allowed or
 	// shadow_denied; it sends no metadata and is not refunded.
 	Shadow bool
+	// Cost, if set, is what a call costs under the limit, estimated before
+	// the handler runs; nil means 1. The handler (or a stream, at its end)
+	// settles the estimate with the actual cost through the call's Result
+	// ([FromContext], enforce.Result.Settle): an overrun is charged past
+	// the limit, an underrun refunded.
+	Cost func(context.Context) int64
 }
 
 // Interceptors holds the interceptors' per-method gates. Build it with [New];
@@ -130,7 +136,7 @@ type method struct {
 	panicked    []atomic.Bool // by limit: its Key panicked, which was logged
 }
 
-// New returns a Interceptors for opts, or an error listing every bad method,
+// New returns the Interceptors of opts, or an error listing every bad method,
 // each wrapping [ErrInvalidOptions] (and, for what the enforcement layer
 // refuses, enforce.ErrInvalid as well). It also fails if neither
 // opts.Enforcer nor opts.Enforce.Limiter is set, or both opts.Enforcer and
@@ -408,6 +414,13 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 		return ctx, err
 	}
 	hits := m.gate.Hits(ctx, keys)
+	for i, h := range hits {
+		for _, lim := range m.Limits {
+			if lim.Cost != nil && lim.Rule.Name == h.Rule.Name {
+				hits[i].Cost = lim.Cost(ctx)
+			}
+		}
+	}
 	res, err := m.gate.Check(ctx, hits)
 	if err != nil {
 		// The call was canceled or ran out of time (Canceled,

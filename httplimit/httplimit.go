@@ -99,6 +99,13 @@ type Limit struct {
 	// denials are logged, at most one line per LogInterval. Shadow limits
 	// send no rate-limit fields and are not refunded by Result.Refund.
 	Shadow bool
+	// Cost, if set, is what a request costs under the limit, estimated
+	// before the handler runs (the tokens of an LLM prompt, the rows of a
+	// query); nil means 1. A cost above the rule's capacity is a 500,
+	// like any invalid hit. The handler settles the estimate with the
+	// actual cost through the request's Result (enforce.Result.Settle):
+	// an overrun is charged past the limit, an underrun refunded.
+	Cost func(*http.Request) int64
 }
 
 // Route configures the middleware of one route.
@@ -159,6 +166,7 @@ type route struct {
 	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
 	opaqueRetry string        // Retry-After of an opaque denial
 	longest     time.Duration // the longest window of the Route's enforced rules
+	costs       bool          // a limit has a Cost
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -204,6 +212,7 @@ func (l *Routes) build(rt Route) (*route, error) {
 			continue // the gate says what is wrong
 		}
 		names = append(names, lim.Rule.Name)
+		r.costs = r.costs || lim.Cost != nil
 		if !lim.Shadow && !rt.Shadow { // a shadow limit makes nobody wait
 			longest = max(longest, lim.Rule.Window)
 		}
@@ -263,6 +272,15 @@ func (rt *route) keys(req *http.Request) []string {
 func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handler) {
 	ctx := req.Context()
 	hits := rt.gate.Hits(ctx, rt.keys(req))
+	if rt.costs {
+		for i, h := range hits {
+			for _, lim := range rt.Limits {
+				if lim.Cost != nil && lim.Rule.Name == h.Rule.Name {
+					hits[i].Cost = lim.Cost(req)
+				}
+			}
+		}
+	}
 	outer, nested := FromContext(ctx)
 	if nested {
 		hits = rt.nest(ctx, &outer, hits)
