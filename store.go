@@ -93,7 +93,13 @@ type Store interface {
 	// is within its limit, records all of them under the identifier id,
 	// Overdraw hits past their limits included (see [Hit.Overdraw]);
 	// otherwise it records nothing. It is atomic: no concurrent Take on
-	// any of the keys may make a key admit more than its limit.
+	// any of the keys may make a key admit more than its limit. One
+	// exception, which no key's limit feels: a store whose keys live on
+	// several nodes (a Redis Cluster, for hits in several slots) may take
+	// slot by slot and roll back the slots taken when a later one denies;
+	// until the roll-back lands, a denied Take holds those reservations,
+	// so concurrent Takes may be denied where they would not be, and
+	// never admitted where they would not be.
 	Take(ctx context.Context, id string, hits []Hit) ([]Result, error)
 	// Peek reports what Take would answer now, recording nothing.
 	Peek(ctx context.Context, hits []Hit) ([]Result, error)
