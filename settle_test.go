@@ -102,7 +102,7 @@ func ExampleLimiter_Settle() {
 	limiter, _ := floodgate.New(store, floodgate.Options{})
 	budget := floodgate.MustRule(floodgate.NewRule("llm-tokens", 10_000, time.Hour, floodgate.TokenBucket))
 
-	prompt := 1_200                  // tokens in the prompt
+	prompt := 1_200                 // tokens in the prompt
 	estimate := int64(prompt + 800) // and a guess at the completion
 	d, err := limiter.AllowN(ctx, budget, "user-42", estimate)
 	if err != nil || !d.Allowed {

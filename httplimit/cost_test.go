@@ -53,9 +53,9 @@ func TestCostSettledAfterTheResponse(t *testing.T) {
 		code             int
 		rateLimit        string // as the request was admitted: before its settlement
 	}{
-		{"300", "100", 200, `"tokens";r=700;t=3600`},  // 200 back
-		{"400", "900", 200, `"tokens";r=500;t=3600`},  // 100 + 400 = 500 left 500; 500 more charged: 1,500, past the limit
-		{"1", "1", 429, `"tokens";r=0;t=3600`},        // in debt (500 past the limit): denied
+		{"300", "100", 200, `"tokens";r=700;t=3600`}, // 200 back
+		{"400", "900", 200, `"tokens";r=500;t=3600`}, // 100 + 400 = 500 left 500; 500 more charged: 1,500, past the limit
+		{"1", "1", 429, `"tokens";r=0;t=3600`},       // in debt (500 past the limit): denied
 	} {
 		rec := send(step.estimate, step.actual)
 		if rec.Code != step.code || rec.Header().Get("RateLimit") != step.rateLimit {
