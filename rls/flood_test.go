@@ -31,9 +31,8 @@ descriptors:
 
 // One client's flood of 1 MiB requests (256 descriptors of 4 KB values)
 // on its own connection switches limiting off for nobody: another
-// client's small requests, on another connection, are decided (but for a
-// rare miss of the budget while the flood's decoding holds both CPUs),
-// and the store's circuit breaker never opens
+// client's small requests, on another connection, are decided, never
+// answered Unavailable, and the store's circuit breaker never opens
 // (issue 25, finding 1: every one of alice's requests got 503 "circuit
 // breaker open", and failure_mode error descriptors answered Unavailable,
 // which Envoy lets through). Scaled to a small machine: 48 flooding
@@ -115,12 +114,11 @@ func TestFloodOfLargeRequests(t *testing.T) {
 	wg.Wait()
 	shed := counter(t, svc.reg, "floodgate_rls_shed_total", map[string]string{})
 	t.Logf("flood: %d large requests (%v shed); alice: %d requests", floods.Load(), shed, asked)
-	// What is left on 2 CPUs: the flood's decoding (gRPC decodes each
-	// 1 MiB request before the service can shed it) can starve alice's
-	// decision past its 50 ms budget, about one request in 30; before
-	// this round, three in four failed, and the breaker opened for all.
-	if failed*10 > asked {
-		t.Errorf("alice: %d of %d requests not OK under the flood (more than one in ten): %v", failed, asked, errs)
+	// The flood's decoding takes one CPU at most (the server's codec
+	// decodes one large request at a time): alice's decisions keep the
+	// other. Before it, about one in 30 missed its budget.
+	if failed > 0 {
+		t.Errorf("alice: %d of %d requests not OK under the flood: %v", failed, asked, errs)
 	}
 	if n := opened.Load(); n > 0 {
 		t.Errorf("the breaker opened %d times under a flood that Redis answered", n)

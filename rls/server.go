@@ -15,9 +15,12 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -115,20 +118,21 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	enf     *enforce.Enforcer
-	logger  *slog.Logger
-	watcher *rlconfig.Watcher               // nil without ConfigDir
-	fixed   atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
-	shadow  bool                            // Options.ShadowMode
-	over    bool                            // Options.CountOverLimit
-	near    float64                         // Options.NearLimitRatio, or its default
-	metrics *metrics
-	gather  prometheus.Gatherer
-	health  *health.Server
-	closing atomic.Bool
-	drained chan struct{} // closed by Shutdown: health watches end
-	large   atomic.Int64  // the bytes of the large requests in flight
-	drain   sync.Once
+	enf      *enforce.Enforcer
+	logger   *slog.Logger
+	watcher  *rlconfig.Watcher               // nil without ConfigDir
+	fixed    atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
+	shadow   bool                            // Options.ShadowMode
+	over     bool                            // Options.CountOverLimit
+	near     float64                         // Options.NearLimitRatio, or its default
+	metrics  *metrics
+	gather   prometheus.Gatherer
+	health   *health.Server
+	closing  atomic.Bool
+	drained  chan struct{} // closed by Shutdown: health watches end
+	large    atomic.Int64  // the bytes of the large requests in flight
+	decoding chan struct{} // a turn to decode a large request (oneLargeAtATime)
+	drain    sync.Once
 
 	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
@@ -174,7 +178,7 @@ func New(opts Options) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
-		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
+		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
 	s.fixed.Store(opts.Config)
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
@@ -413,11 +417,15 @@ const (
 
 // GRPCServerOptions returns the options a grpc.Server for this service
 // should have: the receive limit MaxMessageSize, at most
-// MaxConcurrentStreams streams per connection, and keepalive pings no
-// more often than MinPingInterval (with or without streams open, as
-// Envoy's keepalive may ping an idle connection).
+// MaxConcurrentStreams streams per connection, keepalive pings no more
+// often than MinPingInterval (with or without streams open, as Envoy's
+// keepalive may ping an idle connection), and a codec that decodes one
+// large request (LargeRequest bytes or more) at a time: a flood of them
+// takes one CPU for its decoding, not every CPU, so the small requests
+// of everyone else are still decided within their budgets.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(oneLargeAtATime{CodecV2: encoding.GetCodecV2(proto.Name), turn: s.decoding}),
 		grpc.MaxRecvMsgSize(MaxMessageSize),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
@@ -442,4 +450,19 @@ func (s *Server) Close() error {
 		return s.watcher.Close()
 	}
 	return nil
+}
+
+// oneLargeAtATime is the proto codec, decoding messages of LargeRequest
+// bytes or more one at a time.
+type oneLargeAtATime struct {
+	encoding.CodecV2
+	turn chan struct{}
+}
+
+func (c oneLargeAtATime) Unmarshal(data mem.BufferSlice, v any) error {
+	if data.Len() >= LargeRequest {
+		c.turn <- struct{}{}
+		defer func() { <-c.turn }()
+	}
+	return c.CodecV2.Unmarshal(data, v)
 }
