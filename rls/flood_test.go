@@ -3,6 +3,9 @@ package rls_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,25 +50,75 @@ func TestFloodOfLargeRequests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 2 s flood")
 	}
+	budget, flooders := 50*time.Millisecond, 48 // the service's budget
+	if raceEnabled {
+		// The race detector slows the service several times over.
+		budget, flooders = 3*budget, 12
+	}
+	r := runFlood(t, flooders, budget)
+	t.Logf("flood: %d large requests (%v shed); alice: %d requests", r.floods, r.shed, len(r.latencies))
+	// The flood's decoding takes one CPU at most (the server's codec
+	// decodes one large request at a time): alice's decisions keep the
+	// other. Before it, about one in 30 missed its budget.
+	if r.failed > 0 {
+		t.Errorf("alice: %d of %d requests not OK under the flood: %v", r.failed, len(r.latencies), r.errs)
+	}
+	if r.opened > 0 {
+		t.Errorf("the breaker opened %d times under a flood that Redis answered", r.opened)
+	}
+}
+
+// BenchmarkFlood measures what TestFloodOfLargeRequests asserts nothing
+// of: alice's latency under the flood (p50, p99, max) and the process's
+// peak resident memory (VmHWM: the flooding clients included). Run it
+// alone, once: go test -run '^$' -bench Flood -benchtime 1x ./rls.
+func BenchmarkFlood(b *testing.B) {
+	for b.Loop() {
+		r := runFlood(b, 48, 50*time.Millisecond)
+		slices.Sort(r.latencies)
+		at := func(q float64) float64 {
+			return float64(r.latencies[min(len(r.latencies)-1, int(q*float64(len(r.latencies))))]) / float64(time.Millisecond)
+		}
+		b.ReportMetric(at(0.5), "alice-p50-ms")
+		b.ReportMetric(at(0.99), "alice-p99-ms")
+		b.ReportMetric(at(1), "alice-max-ms")
+		b.ReportMetric(float64(r.failed), "alice-failed")
+		b.ReportMetric(float64(r.opened), "breaker-opened")
+		b.ReportMetric(r.shed, "shed")
+		b.ReportMetric(float64(peakRSS())/(1<<20), "peak-RSS-MB")
+	}
+}
+
+// floodRun is what one flood saw.
+type floodRun struct {
+	floods    int64
+	shed      float64
+	failed    int
+	errs      []string
+	opened    int64
+	latencies []time.Duration // of alice's requests
+}
+
+// runFlood floods a service on real Redis behind a breaker, at the
+// decision budget given, with callers sending 1 MiB requests for 2 s on
+// one connection, while alice asks every 50 ms on another.
+func runFlood(tb testing.TB, flooders int, budget time.Duration) floodRun {
+	var r floodRun
 	var opened atomic.Int64
-	br, err := breakerstore.New(freshRedis(t), breakerstore.Options{Cooldown: time.Second,
+	br, err := breakerstore.New(freshRedis(tb), breakerstore.Options{Cooldown: time.Second,
 		OnStateChange: func(_ string, _, to breakerstore.State) {
 			if to == breakerstore.Open {
 				opened.Add(1)
 			}
 		}})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	budget := 50 * time.Millisecond // the service's
-	if raceEnabled {
-		budget *= 3 // the race detector slows the service several times over
-	}
-	svc := start(t, setup{yaml: floodConfig, store: br, breaker: br, timeout: budget})
+	svc := start(tb, setup{yaml: floodConfig, store: br, breaker: br, timeout: budget})
 	flooder, err := grpc.NewClient(svc.conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(2<<20)))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer flooder.Close()
 	big := make([]*commonv3.RateLimitDescriptor, 256)
@@ -77,17 +130,13 @@ func TestFloodOfLargeRequests(t *testing.T) {
 	// service's, so the flooders here spend none on encoding.
 	encoded, err := proto.Marshal(req("flood", big...))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	preEncoded := grpc.ForceCodec(encodedCodec(encoded))
 	ctx, stop := context.WithTimeout(context.Background(), 2*time.Second)
 	defer stop()
 	var wg sync.WaitGroup
 	var floods atomic.Int64
-	flooders := 48
-	if raceEnabled {
-		flooders = 12 // as much CPU as 48 without the race detector, or more
-	}
 	for range flooders {
 		wg.Add(1)
 		go func() {
@@ -98,31 +147,38 @@ func TestFloodOfLargeRequests(t *testing.T) {
 			}
 		}()
 	}
-	var asked, failed int
-	var errs []string
 	for ctx.Err() == nil {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		began := time.Now()
 		resp, err := svc.client.ShouldRateLimit(cctx, req("flood", desc("user=alice")))
+		r.latencies = append(r.latencies, time.Since(began))
 		cancel()
-		asked++
 		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-			failed++
-			errs = append(errs, fmt.Sprint(resp.GetOverallCode(), err))
+			r.failed++
+			r.errs = append(r.errs, fmt.Sprint(resp.GetOverallCode(), err))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	wg.Wait()
-	shed := counter(t, svc.reg, "floodgate_rls_shed_total", map[string]string{})
-	t.Logf("flood: %d large requests (%v shed); alice: %d requests", floods.Load(), shed, asked)
-	// The flood's decoding takes one CPU at most (the server's codec
-	// decodes one large request at a time): alice's decisions keep the
-	// other. Before it, about one in 30 missed its budget.
-	if failed > 0 {
-		t.Errorf("alice: %d of %d requests not OK under the flood: %v", failed, asked, errs)
+	r.floods, r.opened = floods.Load(), opened.Load()
+	r.shed = counter(tb, svc.reg, "floodgate_rls_shed_total", map[string]string{})
+	return r
+}
+
+// peakRSS returns the process's peak resident memory in bytes (Linux's
+// VmHWM), or 0 where it cannot be read.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
 	}
-	if n := opened.Load(); n > 0 {
-		t.Errorf("the breaker opened %d times under a flood that Redis answered", n)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
 	}
+	return 0
 }
 
 // encodedCodec sends one encoded message whatever it is given, and

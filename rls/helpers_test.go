@@ -198,7 +198,7 @@ func header(resp *rlsv3.RateLimitResponse, key string) string {
 
 // counter returns the value of the counter (or gauge) name with the
 // given labels (all of them), or 0.
-func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+func counter(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
