@@ -55,6 +55,8 @@ func mainErr(args []string, out io.Writer) (bool, error) {
 	envoyAddr := fs.String("envoy", "", "envoyproxy/ratelimit's gRPC address (host:port)")
 	redisAddr := fs.String("redis", "", "the throwaway redis-server both use (host:port); it is flushed before each attempt")
 	attempts := fs.Int("attempts", 5, "attempts at running the sequence inside one second")
+	xds := fs.Bool("xds", false, "both services take the configuration over xDS (scripts/compat.sh with COMPAT_XDS=1): check the differences of that mode")
+	wait := fs.Duration("wait", 30*time.Second, "how long to wait for both services to have a configuration loaded")
 	if err := fs.Parse(args); err != nil {
 		return false, err
 	}
@@ -75,14 +77,21 @@ func mainErr(args []string, out io.Writer) (bool, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
 	defer rdb.Close()
 
-	fmt.Fprintln(out, "Deliberate differences (the allowlist):")
-	for _, a := range allowlist {
+	list, mode := allowlist, "the configuration from files"
+	if *xds {
+		list, mode = xdsAllowlist, "the configuration over xDS"
+	}
+	fmt.Fprintf(out, "Deliberate differences (the allowlist, %s):\n", mode)
+	for _, a := range list {
 		fmt.Fprintf(out, "  %-24s %s\n", a.id, a.reason)
 	}
 	fmt.Fprintln(out)
 
 	steps := script()
 	fgc, enc := pb.NewRateLimitServiceClient(fg), pb.NewRateLimitServiceClient(en)
+	if err := waitLoaded(ctx, *wait, fgc, enc); err != nil {
+		return false, err
+	}
 	for attempt := 1; ; attempt++ {
 		if err := rdb.FlushAll(ctx).Err(); err != nil {
 			return false, fmt.Errorf("flush redis: %w", err)
@@ -103,8 +112,32 @@ func mainErr(args []string, out io.Writer) (bool, error) {
 			return false, fmt.Errorf("the sequence did not fit in one second in %d attempts", attempt)
 		}
 		fmt.Fprintf(out, "%d steps sent to both in %v (attempt %d)\n\n", len(steps), end.Sub(start).Round(time.Millisecond), attempt)
-		return report(out, steps, results), nil
+		return report(out, list, *xds, steps, results), nil
 	}
+}
+
+// probe is a step both services answer with a current_limit once their
+// configuration is loaded: a service configured over xDS may serve
+// before its first configuration arrives. What it counts is flushed
+// before the sequence.
+var probe = step{domain: "mongo_cps", descs: []desc{d("database", "default")}}
+
+// waitLoaded waits until both services answer probe with its limit.
+func waitLoaded(ctx context.Context, wait time.Duration, clients ...pb.RateLimitServiceClient) error {
+	deadline := time.Now().Add(wait)
+	for _, c := range clients {
+		for {
+			a := call(ctx, c, probe)
+			if a.err == "" && len(a.statuses) == 1 && a.statuses[0].limit != "-" {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no configuration loaded after %v: the probe (%s) answered %v", wait, probe.domain, a)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 func dial(addr string) (*grpc.ClientConn, error) {
@@ -229,27 +262,47 @@ func diff(fg, en answer) []string {
 	return out
 }
 
-// report prints each step's answers and verdict, and the summary; it
-// reports whether the run passed.
-func report(out io.Writer, steps []step, results [][2]answer) bool {
+// report prints each step's answers and verdict against list (the
+// allowlist of the mode: xds or files), and the summary; it reports
+// whether the run passed.
+func report(out io.Writer, list []allowed, xds bool, steps []step, results [][2]answer) bool {
+	byID := map[string]allowed{}
+	for _, a := range list {
+		byID[a.id] = a
+	}
 	same, expected, bad := 0, 0, 0
 	shown := map[string]int{}
 	fmt.Fprintf(out, "%-3s %-10s %-32s %-44s %-44s %s\n", "#", "domain", "step", "floodgate", "envoyproxy/ratelimit", "verdict")
 	for i, s := range steps {
 		fg, en := results[i][0], results[i][1]
 		fields := diff(fg, en)
+		allow, want := s.expect(xds)
 		var verdict string
 		switch {
-		case len(fields) == 0 && s.allow == "":
+		case allow != "" && byID[allow].agree:
+			// A difference from the other mode, the same in both services.
+			switch {
+			case len(fields) != 0:
+				bad++
+				verdict = "FAIL: differs (" + strings.Join(fields, " ") + ")"
+			case fg.String() != want:
+				bad++
+				verdict = "FAIL: expected both to answer " + want + " (" + allow + ")"
+			default:
+				expected++
+				shown[allow]++
+				verdict = "same in both, unlike the file mode: allowed, " + allow
+			}
+		case len(fields) == 0 && allow == "":
 			same++
 			verdict = "same"
 		case len(fields) == 0:
 			bad++
-			verdict = "FAIL: expected difference " + s.allow + " did not show"
-		case s.allow != "":
+			verdict = "FAIL: expected difference " + allow + " did not show"
+		case allow != "":
 			expected++
-			shown[s.allow]++
-			verdict = "differs (" + strings.Join(fields, " ") + "): allowed, " + s.allow
+			shown[allow]++
+			verdict = "differs (" + strings.Join(fields, " ") + "): allowed, " + allow
 		default:
 			bad++
 			verdict = "FAIL: differs (" + strings.Join(fields, " ") + ")"
@@ -257,12 +310,16 @@ func report(out io.Writer, steps []step, results [][2]answer) bool {
 		fmt.Fprintf(out, "%-3d %-10s %-32s %-44s %-44s %s\n", i+1, trim(s.domain, 10), trim(s.name, 32), fg, en, verdict)
 	}
 	fmt.Fprintf(out, "\n%d steps: %d the same, %d deliberate differences", len(steps), same, expected)
-	for _, a := range allowlist {
+	for _, a := range list {
 		if shown[a.id] > 0 {
 			fmt.Fprintf(out, " (%s %d)", a.id, shown[a.id])
 		}
 	}
-	fmt.Fprintf(out, ", %d failures\n", bad)
+	fmt.Fprintf(out, ", %d failures", bad)
+	if xds {
+		fmt.Fprint(out, " (configuration over xDS)")
+	}
+	fmt.Fprintln(out)
 	if bad > 0 {
 		fmt.Fprintln(out, "FAIL: the services answer differently beyond the allowlist")
 		return false

@@ -58,7 +58,7 @@ func TestReport(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b strings.Builder
-			pass := report(&b, []step{{name: "s", domain: "d", allow: tt.allow}}, [][2]answer{tt.got})
+			pass := report(&b, allowlist, false, []step{{name: "s", domain: "d", allow: tt.allow}}, [][2]answer{tt.got})
 			if pass != tt.pass || !strings.Contains(b.String(), tt.message) {
 				t.Fatalf("report passed %v, want %v; output:\n%s\nwant it to say %q", pass, tt.pass, b.String(), tt.message)
 			}
@@ -66,24 +66,65 @@ func TestReport(t *testing.T) {
 	}
 }
 
-// TestScript checks the sequence against the allowlist: every step names
-// a listed difference or none, every listed difference but "not compared"
-// is shown by a step, and the requests carry what the steps say.
+// TestReportAgree checks an entry both services show alike (the xDS
+// mode's share-threshold): the same answer passes only when it is the
+// step's xdsWant.
+func TestReportAgree(t *testing.T) {
+	a := ans(ok, status1{ok, 5, "10/HOUR"})
+	b := ans(ok, status1{ok, 0, "10/HOUR"})
+	s := []step{{name: "s", domain: "d", xdsAllow: "share-threshold", xdsWant: "OK [OK 5 10/HOUR]"}}
+	tests := []struct {
+		name    string
+		got     [2]answer
+		pass    bool
+		message string
+	}{
+		{"the wanted answer in both", [2]answer{a, a}, true, "allowed, share-threshold"},
+		{"another answer in both", [2]answer{b, b}, false, "expected both to answer OK [OK 5 10/HOUR]"},
+		{"different answers", [2]answer{a, b}, false, "FAIL: differs ([0].limit_remaining)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			pass := report(&out, xdsAllowlist, true, s, [][2]answer{tt.got})
+			if pass != tt.pass || !strings.Contains(out.String(), tt.message) {
+				t.Fatalf("report passed %v, want %v; output:\n%s\nwant it to say %q", pass, tt.pass, out.String(), tt.message)
+			}
+		})
+	}
+}
+
+// TestScript checks the sequence against both allowlists: every step
+// names a listed difference or none, in each mode, every listed
+// difference but "not compared" is shown by a step, an entry both
+// services show alike comes with the answer they must give, and the
+// requests carry what the steps say.
 func TestScript(t *testing.T) {
-	listed := map[string]bool{}
-	for _, a := range allowlist {
-		listed[a.id] = true
-	}
-	used := map[string]bool{}
-	for _, s := range script() {
-		if s.allow != "" && !listed[s.allow] {
-			t.Errorf("step %q names %q, which the allowlist does not list", s.name, s.allow)
+	for _, mode := range []struct {
+		name string
+		list []allowed
+		xds  bool
+	}{{"files", allowlist, false}, {"xDS", xdsAllowlist, true}} {
+		listed := map[string]allowed{}
+		for _, a := range mode.list {
+			listed[a.id] = a
 		}
-		used[s.allow] = true
-	}
-	for _, a := range allowlist {
-		if !used[a.id] && a.id != "not compared" {
-			t.Errorf("no step shows %q", a.id)
+		used := map[string]bool{}
+		for _, s := range script() {
+			allow, want := s.expect(mode.xds)
+			a, ok := listed[allow]
+			if allow != "" && !ok {
+				t.Errorf("%s: step %q names %q, which the allowlist does not list", mode.name, s.name, allow)
+			}
+			if a.agree != (want != "") {
+				t.Errorf("%s: step %q names %q with the answer %q: an answer goes with an entry both show alike, and only there", mode.name, s.name, allow, want)
+			}
+			used[allow] = true
+		}
+		for _, a := range mode.list {
+			if !used[a.id] && a.id != "not compared" {
+				t.Errorf("%s: no step shows %q", mode.name, a.id)
+			}
 		}
 	}
 	r := step{domain: "d", hits: 3, descs: []desc{dh(0, "a", "b", "c", "d"), d("e", "f")}}.request()
