@@ -14,6 +14,13 @@
 #                                      reads a copy of the directory with one
 #                                      limit changed (mongo_cps users 500 -> 499);
 #                                      exit 0 only when the comparison FAILS
+#   COMPAT_XDS=1 scripts/compat.sh     the same comparison with both services
+#                                      configured over xDS (CONFIG_TYPE=GRPC_XDS_SOTW)
+#                                      by one server, bench/cmd/xdsconfig, serving
+#                                      the directory as RateLimitConfig resources
+#                                      to one node id; rlscompat -xds checks the
+#                                      differences of that mode (it prints them;
+#                                      COMPAT_BREAK works with it too)
 #
 # envoyproxy/ratelimit is built with go install into a cache directory
 # ($FLOODGATE_ENVOY_RL_BIN, default ~/.cache/floodgate/envoy-ratelimit) the
@@ -82,6 +89,9 @@ fi
 echo "== building floodgate and rlscompat" >&2
 go build -o "$workdir/floodgate" ./cmd/floodgate
 (cd bench && go build -o "$workdir/rlscompat" ./cmd/rlscompat)
+if [ -n "${COMPAT_XDS:-}" ]; then
+	(cd bench && go build -o "$workdir/xdsconfig" ./cmd/xdsconfig)
+fi
 
 # One configuration directory for both; with COMPAT_BREAK, a copy for
 # envoyproxy/ratelimit with one limit changed.
@@ -102,12 +112,43 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
 pids+=($!)
 wait_port "$redis_port" 10 "$workdir/redis.log"
 
+# With COMPAT_XDS, the services read no directory: xdsconfig serves it
+# over xDS, to one node id (and, with COMPAT_BREAK, the broken copy from a
+# second server, since one node id has one snapshot).
+fg_src=(CONFIG_DIR=$fg_root/ratelimit/config)
+en_src=(RUNTIME_ROOT=$en_root RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false)
+compat_flags=()
+if [ -n "${COMPAT_XDS:-}" ]; then
+	node=floodgate-compat
+	free_port
+	fg_xds=$port
+	echo "== xdsconfig on 127.0.0.1:$fg_xds serving $fg_root/ratelimit/config to node $node" >&2
+	"$workdir/xdsconfig" -dir "$fg_root/ratelimit/config" -addr "127.0.0.1:$fg_xds" -node "$node" >"$workdir/xdsconfig.log" 2>&1 &
+	pids+=($!)
+	wait_port "$fg_xds" 20 "$workdir/xdsconfig.log"
+	en_xds=$fg_xds
+	if [ "$en_root" != "$fg_root" ]; then
+		free_port
+		en_xds=$port
+		echo "== xdsconfig on 127.0.0.1:$en_xds serving $en_root/ratelimit/config (COMPAT_BREAK) to node $node" >&2
+		"$workdir/xdsconfig" -dir "$en_root/ratelimit/config" -addr "127.0.0.1:$en_xds" -node "$node" >"$workdir/xdsconfig-break.log" 2>&1 &
+		pids+=($!)
+		wait_port "$en_xds" 20 "$workdir/xdsconfig-break.log"
+	fi
+	# The fields the proto cannot carry, which rlscompat -xds lists as
+	# differences from the file mode.
+	grep '^dropped:' "$workdir/xdsconfig.log" >&2 || true
+	fg_src=(CONFIG_TYPE=GRPC_XDS_SOTW CONFIG_GRPC_XDS_SERVER_URL=127.0.0.1:$fg_xds CONFIG_GRPC_XDS_NODE_ID=$node)
+	en_src=(CONFIG_TYPE=GRPC_XDS_SOTW CONFIG_GRPC_XDS_SERVER_URL=127.0.0.1:$en_xds CONFIG_GRPC_XDS_NODE_ID=$node)
+	compat_flags=(-xds)
+fi
+
 free_port
 fg_grpc=$port
 free_port
 fg_http=$port
 echo "== floodgate on 127.0.0.1:$fg_grpc" >&2
-CONFIG_DIR=$fg_root/ratelimit/config REDIS_URL=127.0.0.1:$redis_port \
+env "${fg_src[@]}" REDIS_URL=127.0.0.1:$redis_port \
 	GRPC_ADDR=127.0.0.1:$fg_grpc HTTP_ADDR=127.0.0.1:$fg_http LOG_LEVEL=warn \
 	"$workdir/floodgate" >"$workdir/floodgate.log" 2>&1 &
 pids+=($!)
@@ -119,8 +160,7 @@ en_http=$port
 free_port
 en_debug=$port
 echo "== envoyproxy/ratelimit on 127.0.0.1:$en_grpc" >&2
-USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$redis_port \
-	RUNTIME_ROOT=$en_root RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+env "${en_src[@]}" USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$redis_port \
 	GRPC_HOST=127.0.0.1 GRPC_PORT=$en_grpc HOST=127.0.0.1 PORT=$en_http \
 	DEBUG_HOST=127.0.0.1 DEBUG_PORT=$en_debug LOG_LEVEL=warn \
 	"$bindir/service_cmd" >"$workdir/envoy-ratelimit.log" 2>&1 &
@@ -130,7 +170,7 @@ wait_port "$fg_grpc" 20 "$workdir/floodgate.log"
 wait_port "$en_grpc" 20 "$workdir/envoy-ratelimit.log"
 
 status=0
-"$workdir/rlscompat" -floodgate "127.0.0.1:$fg_grpc" -envoy "127.0.0.1:$en_grpc" -redis "127.0.0.1:$redis_port" || status=$?
+"$workdir/rlscompat" "${compat_flags[@]}" -floodgate "127.0.0.1:$fg_grpc" -envoy "127.0.0.1:$en_grpc" -redis "127.0.0.1:$redis_port" || status=$?
 if [ -n "${COMPAT_BREAK:-}" ]; then
 	if [ "$status" -eq 1 ]; then
 		echo "== COMPAT_BREAK: the comparison found the changed limit, as it must" >&2
