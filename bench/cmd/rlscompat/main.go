@@ -19,6 +19,10 @@
 // starts it just after a second begins and, when it crossed into the
 // next second anyway, flushes Redis and runs it again.
 //
+// With -xds, both services take the configuration over xDS from
+// bench/cmd/xdsconfig (COMPAT_XDS=1 scripts/compat.sh), and the run is
+// checked against xdsAllowlist instead: that mode's differences.
+//
 // scripts/compat.sh builds both services and runs this.
 package main
 
