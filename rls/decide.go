@@ -67,12 +67,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		defer s.large.Add(-int64(size))
 		shed = n > MaxLargeInFlight
 	}
-	ms := s.Config().MatchAll(req.GetDomain(), entries) // Config read once more below: the same or a newer one, for a setting of the domain
+	cfg := s.Config() // read once: no request sees half of a reload
+	ms := cfg.MatchAll(req.GetDomain(), entries)
 	if ms[0].Outcome == rlconfig.UnknownDomain {
 		s.metrics.unknownDomain.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
-	cfg := s.Config()
 	over, set := cfg.CountsOverLimit(req.GetDomain())
 	if !set {
 		over = s.over
