@@ -42,14 +42,7 @@ func PolicyMember(r floodgate.Rule) (string, error) {
 		it.Params.Add("w", max(1, Seconds(r.Window)))
 		return httpsfv.Marshal(httpsfv.List{it})
 	}
-	b := make([]byte, 0, len(r.Name)+32)
-	b = append(b, '"')
-	b = append(b, r.Name...)
-	b = append(b, `";q=`...)
-	b = strconv.AppendInt(b, sfInt(r.Limit), 10)
-	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, min(max(1, Seconds(r.Window)), sfMax), 10)
-	return string(b), nil
+	return string(appendPlainMember(make([]byte, 0, len(r.Name)+32), r.Name, r.Limit, r.Window)), nil
 }
 
 // PolicyField serializes the RateLimit-Policy field of ds, one list
@@ -60,16 +53,35 @@ func PolicyMember(r floodgate.Rule) (string, error) {
 func PolicyField(ds []floodgate.Decision) string {
 	b := make([]byte, 0, 32*len(ds))
 	for _, d := range ds {
-		m, err := PolicyMember(floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window})
-		if err != nil {
+		sep := len(b) > 0
+		if !plainName(d.Policy) {
+			m, err := PolicyMember(floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window})
+			if err != nil {
+				continue
+			}
+			if sep {
+				b = append(b, ", "...) // RFC 9651 §4.1.1
+			}
+			b = append(b, m...)
 			continue
 		}
-		if len(b) > 0 {
-			b = append(b, ", "...) // RFC 9651 §4.1.1
+		if sep {
+			b = append(b, ", "...)
 		}
-		b = append(b, m...)
+		b = appendPlainMember(b, d.Policy, d.Limit, d.Window)
 	}
 	return string(b)
+}
+
+// appendPlainMember appends the member "name";q=limit;w=window of a plain
+// name (see plainName), by hand: it runs on every request.
+func appendPlainMember(b []byte, name string, limit int64, window time.Duration) []byte {
+	b = append(b, '"')
+	b = append(b, name...)
+	b = append(b, `";q=`...)
+	b = strconv.AppendInt(b, sfInt(limit), 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, min(max(1, Seconds(window)), sfMax), 10)
 }
 
 // plainName reports whether name is 1-64 bytes of [A-Za-z0-9_.-], as a
