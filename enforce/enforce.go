@@ -423,7 +423,8 @@ func ask(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit, record
 }
 
 func (g *Gate) run(ctx context.Context, hits []Hit, record bool) (Result, error) {
-	var enforced, shadow []Hit
+	var ebuf [4]Hit // the usual few, without an allocation when they do not escape
+	enforced, shadow := ebuf[:0], []Hit(nil)
 	for i, h := range hits {
 		h.Key = fitKey(h.Key)
 		if h.Shadow {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/fields"
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] about bad options or
@@ -130,10 +131,11 @@ type Interceptors struct {
 type method struct {
 	Method
 	gate        *enforce.Gate
-	spec        enforce.Spec  // what gate enforces; the gate is made once every method is checked
-	opaqueRetry time.Duration // the RetryInfo of an opaque denial
-	logger      *slog.Logger  // the Enforcer's
-	panicked    []atomic.Bool // by limit: its Key panicked, which was logged
+	spec        enforce.Spec    // what gate enforces; the gate is made once every method is checked
+	opaqueRetry time.Duration   // the RetryInfo of an opaque denial
+	logger      *slog.Logger    // the Enforcer's
+	panicked    []atomic.Bool   // by limit: its Key panicked, which was logged
+	policies    fields.Policies // the ratelimit-policy of a call that every enforced limit decided
 }
 
 // New returns the Interceptors of opts, or an error listing every bad method,
@@ -281,6 +283,13 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 	}
 	b.spec = spec
+	var enforced []floodgate.Rule
+	for _, lim := range b.Limits {
+		if !lim.Shadow && !m.Shadow {
+			enforced = append(enforced, lim.Rule)
+		}
+	}
+	b.policies = fields.NewPolicies(enforced)
 	return b, errors.Join(errs...) // b, for its spec's problems to be listed too
 }
 

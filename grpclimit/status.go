@@ -37,7 +37,7 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 		return nil
 	}
 	ds := fields.Each(res.Decision)
-	policy := fields.PolicyField(ds)
+	policy := m.policies.Field(ds)
 	return metadata.MD{
 		MetadataRateLimitPolicy: {policy},
 		MetadataRateLimit:       {fields.QuotaField(ds)},

@@ -80,7 +80,7 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		one[0] = d
 		ds = one[:]
 	}
-	policy := fields.PolicyField(ds)
+	policy := rt.policies.Field(ds)
 	rateLimit := fields.QuotaField(ds)
 	// One backing array for the values; each field gets a full slice of
 	// it, so that a later Add to one field cannot overwrite another.

@@ -164,9 +164,10 @@ type route struct {
 	status      int
 	failStatus  int
 	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
-	opaqueRetry string        // Retry-After of an opaque denial
-	longest     time.Duration // the longest window of the Route's enforced rules
-	costs       bool          // a limit has a Cost
+	opaqueRetry string          // Retry-After of an opaque denial
+	longest     time.Duration   // the longest window of the Route's enforced rules
+	costs       bool            // a limit has a Cost
+	policies    fields.Policies // the RateLimit-Policy of a request that every enforced limit decided
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -251,6 +252,13 @@ func (l *Routes) build(rt Route) (*route, error) {
 		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
 	}
 	r.opaqueRetry, r.longest = fields.RetryAfter(longest), longest
+	var enforced []floodgate.Rule
+	for _, lim := range r.Limits {
+		if !lim.Shadow && !r.Shadow {
+			enforced = append(enforced, lim.Rule)
+		}
+	}
+	r.policies = fields.NewPolicies(enforced)
 	return r, nil
 }
 

@@ -73,6 +73,39 @@ func PolicyField(ds []floodgate.Decision) string {
 	return string(b)
 }
 
+// Policies is the RateLimit-Policy field of a route's (or a method's)
+// limits, written once: Field answers with it when the decisions are of
+// those rules exactly, the usual case, and writes the field from the
+// decisions otherwise (an override, a limit skipped). The zero value
+// always writes. It is safe for concurrent use once built.
+type Policies struct {
+	rules []floodgate.Decision // Policy, Limit and Window of each rule, in order
+	field string
+}
+
+// NewPolicies returns the Policies of rules, in order.
+func NewPolicies(rules []floodgate.Rule) Policies {
+	p := Policies{rules: make([]floodgate.Decision, len(rules))}
+	for i, r := range rules {
+		p.rules[i] = floodgate.Decision{Policy: r.Name, Limit: r.Limit, Window: r.Window}
+	}
+	p.field = PolicyField(p.rules)
+	return p
+}
+
+// Field returns the RateLimit-Policy field of ds.
+func (p Policies) Field(ds []floodgate.Decision) string {
+	if len(ds) != len(p.rules) || len(ds) == 0 {
+		return PolicyField(ds)
+	}
+	for i, d := range ds {
+		if r := p.rules[i]; d.Policy != r.Policy || d.Limit != r.Limit || d.Window != r.Window {
+			return PolicyField(ds)
+		}
+	}
+	return p.field
+}
+
 // appendPlainMember appends the member "name";q=limit;w=window of a plain
 // name (see plainName), by hand: it runs on every request.
 func appendPlainMember(b []byte, name string, limit int64, window time.Duration) []byte {

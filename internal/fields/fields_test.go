@@ -33,3 +33,38 @@ func TestPolicyMemberMatchesHTTPSFV(t *testing.T) {
 		}
 	}
 }
+
+// Policies answers with the field written once when the decisions are of
+// its rules exactly, and writes the rule in force otherwise: an
+// override's limit, a window changed, a limit skipped, another order.
+func TestPolicies(t *testing.T) {
+	ip := floodgate.Rule{Name: "ip", Limit: 100, Window: time.Minute}
+	acct := floodgate.Rule{Name: "acct", Limit: 10, Window: time.Hour}
+	p := NewPolicies([]floodgate.Rule{ip, acct})
+	d := func(r floodgate.Rule) floodgate.Decision {
+		return floodgate.Decision{Policy: r.Name, Limit: r.Limit, Window: r.Window, Remaining: 3}
+	}
+	over := acct
+	over.Limit = 7
+	for _, c := range []struct {
+		ds   []floodgate.Decision
+		want string
+	}{
+		{[]floodgate.Decision{d(ip), d(acct)}, `"ip";q=100;w=60, "acct";q=10;w=3600`},
+		{[]floodgate.Decision{d(ip), d(over)}, `"ip";q=100;w=60, "acct";q=7;w=3600`},
+		{[]floodgate.Decision{d(acct)}, `"acct";q=10;w=3600`},
+		{[]floodgate.Decision{d(acct), d(ip)}, `"acct";q=10;w=3600, "ip";q=100;w=60`},
+		{nil, ``},
+	} {
+		if got := p.Field(c.ds); got != c.want {
+			t.Errorf("Field(%v) = %q, want %q", c.ds, got, c.want)
+		}
+	}
+	if got := (Policies{}).Field([]floodgate.Decision{d(ip)}); got != `"ip";q=100;w=60` {
+		t.Errorf("the zero Policies: %q", got)
+	}
+	own := []floodgate.Decision{d(ip), d(acct)}
+	if n := testing.AllocsPerRun(100, func() { p.Field(own) }); n != 0 {
+		t.Errorf("Field of the route's own rules allocates %v times, want 0", n)
+	}
+}
