@@ -112,7 +112,7 @@ type Options struct {
 // request's descriptors against the configuration in force and decides
 // them all-or-nothing through an [enforce.Enforcer]. It implements
 // rlsv3.RateLimitServiceServer; [Server.Register] puts it, the gRPC
-// health service and reflection on a grpc.Server, and [Server.Handler]
+// health service on a grpc.Server, and [Server.Handler]
 // serves the same over HTTP. Its methods are safe for concurrent use.
 // Close it when done.
 type Server struct {
