@@ -102,11 +102,11 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 		return nil, fmt.Errorf("redisstore: take: %w: no hits to check", floodgate.ErrInvalidHit)
 	}
 	// One backing array: the keys, then the script's arguments, which
-	// start with room for the mode and the number of groups, so that a
-	// Take sent alone needs no copy.
-	buf := make([]string, len(hits), len(hits)+4+5*len(hits))
-	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+2]
-	args[0], args[1] = "1", "1"
+	// start with room for the mode, so that a Take sent alone needs no
+	// copy.
+	buf := make([]string, len(hits), len(hits)+3+5*len(hits))
+	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+1]
+	args[0] = "1"
 	keys, args, err := s.appendGroup(keys, args, "take", group{id: id, hits: hits})
 	if err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 	// empty whenever b.inflight < maxInflight: next and drain give back a
 	// slot only once nothing is pending), and the first of those to end
 	// sends this one.
-	cl := &call{keys: keys, args: args[2:], hits: len(hits), done: make(chan callResult, 1)}
+	cl := &call{keys: keys, args: args[1:], hits: len(hits), done: make(chan callResult, 1)}
 	cl.deadline, _ = ctx.Deadline()
 	b.pending = append(b.pending, cl)
 	b.mu.Unlock()
@@ -226,8 +226,7 @@ func (s *Store) deliver(batch []*call) {
 	}
 }
 
-// sendOne runs a Take alone: args already start with the mode and the
-// number of groups.
+// sendOne runs a Take alone: args already start with the mode.
 func (s *Store) sendOne(ctx context.Context, keys, args []string, hits int) ([]floodgate.Result, error) {
 	v, err := s.eval(ctx, takeScript, keys, args)
 	if err != nil {
@@ -243,14 +242,14 @@ func (s *Store) sendOne(ctx context.Context, keys, args []string, hits int) ([]f
 // send runs the calls of a batch in one take script call.
 func (s *Store) send(ctx context.Context, batch []*call) ([][]floodgate.Result, error) {
 	sizes := make([]int, len(batch))
-	n, m := 0, 2
+	n, m := 0, 1
 	for _, cl := range batch {
 		n += len(cl.keys)
 		m += len(cl.args)
 	}
 	keys := make([]string, 0, n)
-	args := make([]string, 2, m)
-	args[0], args[1] = "1", strconv.Itoa(len(batch))
+	args := make([]string, 1, m)
+	args[0] = "1"
 	for i, cl := range batch {
 		keys = append(keys, cl.keys...)
 		args = append(args, cl.args...)

@@ -95,7 +95,7 @@ func TestRingEncodersAgree(t *testing.T) {
 		if record {
 			ngroups = 1 + rng.IntN(3)
 		}
-		args := []string{mode, strconv.Itoa(ngroups)}
+		args := []string{mode}
 		var kx []string
 		for g := range ngroups {
 			var hits []floodgate.Hit

@@ -47,7 +47,7 @@ type group struct {
 // peek runs the take script in the mode that writes nothing, for hits of
 // one slot.
 func (s *Store) peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), []string{"0", "1"}, "peek", group{hits: hits})
+	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), []string{"0"}, "peek", group{hits: hits})
 	if err != nil {
 		return nil, err
 	}

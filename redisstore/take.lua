@@ -1,7 +1,8 @@
--- take.lua: check groups of rate-limit hits and record each group that is
--- entirely within its limits. One call carries one or more independent
--- groups (one group per floodgate Take); a group is all-or-nothing, and a
--- later group sees what an earlier group of the same call recorded.
+-- take.lua: check groups of rate-limit hits and record each group whose
+-- hits are within their limits (overdraw hits aside: see overdraw below).
+-- One call carries one or more independent groups (one group per
+-- floodgate Take); a group is all-or-nothing, and a later group sees what
+-- an earlier group of the same call recorded.
 --
 -- KEYS: one state key per hit, in the order of the hits over all groups,
 -- <prefix>{<rule>:<key>}:<letter>:<window> (see the package documentation),
@@ -19,8 +20,9 @@
 -- ARGV (each read once, by these names: see "The arguments" below):
 --   mode     "1" records the groups that are allowed (Take), "0" records
 --            nothing and writes nothing (Peek)
---   ngroups  the number of groups
---   then for each group:
+--   then each group, to the end of ARGV (the groups are not counted: a
+--   call of one hit has 8 arguments, and a 9th would cost Redis a larger
+--   ARGV table on every call, BENCHMARKS.md):
 --     epoch  the epoch of a state this group creates: a positive integer
 --            below 2^48 ("0" for a Peek, which creates none)
 --     nhits  the number of hits of the group
@@ -46,20 +48,21 @@
 -- overdraw hit past its limit reports allowed 0, the key as it stands with
 -- the hit (a denial of cost 1), and its epoch when recorded; one that
 -- carried its state past its bound reports the epoch the state had, and
--- the state takes the next one (nextEpoch), so no refund credits it.
+-- the state takes the next one, so no refund credits it.
 -- Time: redis.call('TIME'), integer microseconds; never a client's clock.
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
 -- before writing).
 
 -- The arguments, each read once, into locals named as above, here the
--- call's mode and ngroups, the first group's epoch and nhits, and its
--- first hit's key, alg, cost, limit, window and overdraw, which are all a
--- call of one hit has (the fast path's); the general path reads the rest.
-local mode, ngroups = ARGV[1], tonumber(ARGV[2])
-local epoch, nhits = ARGV[3], tonumber(ARGV[4])
-local key, alg, cost, limit, window = KEYS[1], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local overdraw = ARGV[9] == '1'
+-- call's mode, the first group's epoch and nhits, and its first hit's
+-- key, alg, cost, limit, window and overdraw, which are all a call of one
+-- hit has (the fast path's); the general path reads the rest.
+local mode = ARGV[1]
+local epoch, nhits = ARGV[2], tonumber(ARGV[3])
+local key, alg, cost, limit, window = KEYS[1], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local overdraw = ARGV[8] == '1'
 local record = mode == '1'
+local alone = nhits == 1 and ARGV[9] == nil -- one group of one hit
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -179,7 +182,7 @@ end
 -- most limit - n, and admitting it overwrites n entries that left the
 -- window (the oldest) or appends. Times never decrease along the ring.
 -- An overdraw hit past the limit keeps more: the live entries and its
--- own, up to limit + LOGDEBT (recordOver), so that Remaining tells the
+-- own, up to limit + LOGDEBT (recordSliding), so that Remaining tells the
 -- debt and a refund of a take leaves the entries before it; such a ring
 -- (count above the limit, head 0) is written whole until a take admitted
 -- within the limit writes it back to its live entries.
@@ -295,7 +298,7 @@ end
 -- quick spares it building the general path's functions, which costs
 -- several microseconds per call (BENCHMARKS.md).
 local header -- a sliding window's header that quick read and left undecided
-if record and ngroups == 1 and nhits == 1 and alg == 's' and not overdraw then
+if record and alone and alg == 's' and not overdraw then
   local ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)
   if ok ~= nil then
     return {now, ok and 1 or 0, remaining, reset, retry, ok and ep or 0}
@@ -307,28 +310,40 @@ end
 
 -- The arguments of every hit, h = 1 to #KEYS in KEYS order: keys[h] (KEYS
 -- itself), algs[h], costs[h], limits[h], windows[h] and overdraws[h]; and
--- of every group g: epochs[g] and sizes[g] (its nhits). The first group's
--- and first hit's were read at the top.
+-- of every group g = 1 to ngroups: epochs[g] and sizes[g] (its nhits). The
+-- first group's and first hit's were read at the top. overdraws holds the
+-- overdraw hits alone (true), and is nil in a call without one: a table
+-- per call costs Redis 3% of a batch's instructions (BENCHMARKS.md).
 local epochs, sizes = {epoch}, {nhits}
-local keys, algs, costs, limits, windows, overdraws = KEYS, {alg}, {cost}, {limit}, {window}, {overdraw}
+local keys, algs, costs, limits, windows = KEYS, {alg}, {cost}, {limit}, {window}
+local overdraws = overdraw and {true} or nil
+local ngroups = 1
 do
-  local a, h = 10, 1 -- the next argument, the hits read
-  for g = 1, ngroups do
+  local a, h, nargs = 9, 1, #ARGV -- the next argument, the hits read
+  repeat
+    local g = ngroups
     if g > 1 then
-      epochs[g], sizes[g] = ARGV[a], tonumber(ARGV[a + 1])
+      epochs[g], sizes[g] = ARGV[a], tonumber(ARGV[a + 1]) or 0
       a = a + 2
     end
-    for i = 1, sizes[g] do
+    for i = 1, math.min(sizes[g], nargs) do -- a malformed nhits cannot spin the script
       if g > 1 or i > 1 then -- the first was read at the top
         h = h + 1
-        algs[h], costs[h], limits[h], windows[h], overdraws[h] = ARGV[a], tonumber(ARGV[a + 1]),
-          tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4] == '1'
+        algs[h], costs[h], limits[h], windows[h] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
+          tonumber(ARGV[a + 3])
+        if ARGV[a + 4] == '1' then
+          overdraws = overdraws or {}
+          overdraws[h] = true
+        end
         a = a + 5
       end
     end
-  end
-  if a ~= #ARGV + 1 or h ~= #KEYS then
-    error('redisstore: take: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments for ' .. ngroups ..
+    if a <= nargs then
+      ngroups = ngroups + 1
+    end
+  until a > nargs
+  if a ~= nargs + 1 or h ~= #KEYS then
+    error('redisstore: take: ' .. #KEYS .. ' keys and ' .. nargs .. ' arguments for ' .. ngroups ..
       ' groups of ' .. h .. ' hits')
   end
 end
@@ -358,17 +373,15 @@ local function fmt(x)
 end
 
 -- What a state holds past its limit (floodgate.Hit.Overdraw; Go's copy is
--- internal/algo): a fixed window counts up to MAXCOUNT (2^52), a
--- sliding-window counter up to the count c with (c + 1) * window at most
--- 2^53 us, a token bucket's TAT runs up to AHEAD (MaxWindow, ten years,
--- in us) past a full bucket's, and a ring keeps up to LOGDEBT times past
--- its limit. A hit that would carry a state past its bound fills it, and
--- the state takes the epoch after its own: MAXEPOCH is the largest.
-local MAXCOUNT, AHEAD, LOGDEBT, MAXEPOCH = 2 ^ 52, 315360000000000, 1000, 2 ^ 48 - 1
-
-local function nextEpoch(ep)
-  return tonumber(ep) % MAXEPOCH + 1
-end
+-- internal/algo), each bound named where it is used: a fixed window counts
+-- up to MAXCOUNT (2^52), a sliding-window counter up to the count c with
+-- (c + 1) * window at most 2^53 us, a token bucket's TAT runs up to AHEAD
+-- (MaxWindow, ten years, in us) past a full bucket's, and a ring keeps up
+-- to LOGDEBT (1,000) times past its limit. A hit that would carry a state
+-- past its bound fills it, and the state takes the epoch after its own,
+-- ep % (2^48 - 1) + 1 (epochs run from 1 to 2^48 - 1). (A constant shared
+-- by the functions would cost every call that builds them an upvalue:
+-- 1.5% of a lone token-bucket take's instructions for three, BENCHMARKS.md.)
 
 -- Each check returns allowed, remaining, reset_after, retry_after, the
 -- value that write needs to record the hit (a sliding window's: the ring
@@ -472,8 +485,7 @@ end
 
 -- sliding checks a sliding-window hit (h: its header, if read already);
 -- when it is to be recorded, its value is the ring it read, trimmed (nil
--- for a new one), which recordSliding, or recordOver past the limit,
--- writes.
+-- for a new one), which recordSliding writes.
 local function sliding(key, cost, limit, window, over, h)
   local r = ringOpen(key, h)
   local live = 0
@@ -496,6 +508,7 @@ local function sliding(key, cost, limit, window, over, h)
         frees = ringAt(r, r.first + i)
       end
     end
+    local LOGDEBT = 1000
     local held = math.min(live + cost, limit + LOGDEBT)
     return false, limit - held, t + window - now, frees + window - now, r, r and r.ep, held < live + cost
   end
@@ -549,8 +562,29 @@ local function ringRewrite(r, cost, t, window)
 end
 
 -- recordSliding records cost requests at now in the ring r of key, as its
--- check read it (nil: none; epoch is then the new ring's).
-local function recordSliding(key, cost, limit, window, epoch, r)
+-- check read it (nil: none; epoch is then the new ring's). Past the limit
+-- (over, an overdraw hit's), it keeps the live entries and appends, the
+-- newest limit + LOGDEBT of them, written whole (head 0); full: the ring
+-- then takes the epoch after its own.
+local function recordSliding(key, cost, limit, window, epoch, r, over, full)
+  if over then
+    local LOGDEBT = 1000
+    if r == nil then
+      r = {key = key, ep = tonumber(epoch), head = 0, count = 0, first = 0, base = now, tfirst = now, newest = now}
+    end
+    local drop = math.max(0, r.count - r.first + cost - limit - LOGDEBT)
+    if drop > 0 then
+      if r.first + drop < r.count then
+        r.tfirst = ringAt(r, r.first + drop)
+      end
+      r.first = math.min(r.count, r.first + drop)
+    end
+    if full then
+      r.ep = r.ep % (2 ^ 48 - 1) + 1
+    end
+    ringRewrite(r, math.min(cost, limit + LOGDEBT), math.max(now, r.newest), window)
+    return
+  end
   if r == nil then
     local px = ttl(now + window)
     redis.call('PEXPIRE', key, px) -- first: see oomFirst
@@ -593,27 +627,6 @@ local function recordSliding(key, cost, limit, window, epoch, r)
   end
 end
 
--- recordOver records cost requests at now in the ring r of key past its
--- limit (nil: none; epoch is then the new ring's): it keeps the live
--- entries and appends, keeping the newest limit + LOGDEBT, written whole
--- (head 0). full: the ring takes the epoch after its own.
-local function recordOver(key, cost, limit, window, epoch, r, full)
-  if r == nil then
-    r = {key = key, ep = tonumber(epoch), head = 0, count = 0, first = 0, base = now, tfirst = now, newest = now}
-  end
-  local drop = math.max(0, r.count - r.first + cost - limit - LOGDEBT)
-  if drop > 0 then
-    if r.first + drop < r.count then
-      r.tfirst = ringAt(r, r.first + drop)
-    end
-    r.first = math.min(r.count, r.first + drop)
-  end
-  if full then
-    r.ep = nextEpoch(r.ep)
-  end
-  ringRewrite(r, math.min(cost, limit + LOGDEBT), math.max(now, r.newest), window)
-end
-
 -- bucket checks a token-bucket hit (GCRA).
 local function bucket(key, cost, capacity, interval, over)
   local tat = now
@@ -640,6 +653,7 @@ local function bucket(key, cost, capacity, interval, over)
   -- Past the limit: the TAT moves on by cost * interval, up to AHEAD past
   -- a full bucket's, never back. (A product past 2^53 is inexact, but
   -- then past the bound as well.)
+  local AHEAD = 315360000000000
   local bound = now + full + AHEAD
   local filled = new > bound
   if filled then
@@ -671,6 +685,7 @@ local function fixed(key, cost, limit, window, over)
   if not over then
     return false, limit - count, left, left, nil, ep
   end
+  local MAXCOUNT = 2 ^ 52
   local n = count + cost -- past the limit: up to MAXCOUNT, never down
   local filled = n > MAXCOUNT
   if filled then
@@ -694,16 +709,12 @@ local function write(key, alg, cost, limit, window, ok, val, left, ep, full)
       val = ringOpen(key)
       ringTrim(val, now - window)
     end
-    if ok then
-      recordSliding(key, cost, limit, window, ep, val)
-    else
-      recordOver(key, cost, limit, window, ep, val, full)
-    end
+    recordSliding(key, cost, limit, window, ep, val, not ok, full)
     rewritten[key] = group
     return
   end
   if full then
-    ep = fmt(nextEpoch(ep))
+    ep = fmt(tonumber(ep) % (2 ^ 48 - 1) + 1)
   end
   if alg == 't' then
     redis.call('SET', key, fmt(val) .. ':' .. ep, 'PX', ttl(val)) -- val: the new TAT
@@ -796,7 +807,8 @@ for g = 1, ngroups do
   end
   for _ = 1, n do
     h = h + 1
-    local key, alg, cost, limit, window, over = keys[h], algs[h], costs[h], limits[h], windows[h], overdraws[h]
+    local key, alg, cost, limit, window = keys[h], algs[h], costs[h], limits[h], windows[h]
+    local over = overdraws ~= nil and overdraws[h] == true
     local ok, remaining, reset, retry, val, ep, full
     local quickly = false
     if alg == 's' and n == 1 and record and header == nil and not over then
