@@ -170,6 +170,13 @@ func (c *denialCache) add(p probe, hits []Hit, d Decision, sent int64) {
 	if d.Allowed {
 		return
 	}
+	for i := range hits {
+		if hits[i].Rule.Algorithm == Concurrency {
+			// A slot frees when its holder releases it, on any replica:
+			// no wait is known.
+			return
+		}
+	}
 	wait := d.RetryAfter
 	for _, h := range d.Each {
 		if !h.Allowed {

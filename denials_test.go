@@ -29,7 +29,10 @@ func (s *countingStore) Take(_ context.Context, _ string, hits []Hit) ([]Result,
 
 func (s *countingStore) Peek(context.Context, []Hit) ([]Result, error)   { return nil, nil }
 func (s *countingStore) Refund(context.Context, string, []Receipt) error { return nil }
-func (s *countingStore) Reset(context.Context, Rule, string) error       { return nil }
+func (s *countingStore) Renew(_ context.Context, _ string, rs []Receipt) ([]Stamp, error) {
+	return make([]Stamp, len(rs)), nil
+}
+func (s *countingStore) Reset(context.Context, Rule, string) error { return nil }
 
 func (s *countingStore) count() int {
 	s.mu.Lock()

@@ -15,6 +15,9 @@ func (s failingStore) Take(context.Context, string, []Hit) ([]Result, error) { r
 func (s failingStore) Peek(context.Context, []Hit) ([]Result, error)         { return nil, s.err }
 func (s failingStore) Refund(context.Context, string, []Receipt) error       { return s.err }
 func (s failingStore) Reset(context.Context, Rule, string) error             { return s.err }
+func (s failingStore) Renew(context.Context, string, []Receipt) ([]Stamp, error) {
+	return nil, s.err
+}
 
 // A store error reads as one sentence, each layer named once, and stays
 // checkable with errors.Is.

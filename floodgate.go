@@ -445,7 +445,7 @@ func (h Hit) validate(i int) error {
 	if err := h.Rule.Validate(); err != nil {
 		return fmt.Errorf("hit %d: %w", i, err)
 	}
-	if h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.maxCost() {
+	if h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.maxCost() && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
 		return nil
 	}
 	var errs []error
@@ -460,7 +460,9 @@ func (h Hit) validate(i int) error {
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is below 1", ErrInvalidHit, i, h.Rule.Name, h.Cost))
 	case !h.Overdraw && c > h.Rule.Capacity():
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d exceeds the rule's capacity %d, so it could never be allowed", ErrInvalidHit, i, h.Rule.Name, c, h.Rule.Capacity()))
-	case h.Rule.Algorithm == SlidingWindow && c > MaxSlidingCost:
+	case h.Rule.Algorithm == Concurrency && h.Overdraw:
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): a concurrency hit cannot be Overdraw: a lease is within its limit or not taken", ErrInvalidHit, i, h.Rule.Name))
+	case h.Rule.Algorithm.logged() && c > MaxSlidingCost:
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is above %d, the most a sliding-window log records in one hit; use token-bucket or sliding-window-counter for large costs", ErrInvalidHit, i, h.Rule.Name, c, MaxSlidingCost))
 	case h.Overdraw && c > MaxLimit:
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d of an overdraw hit is above %d", ErrInvalidHit, i, h.Rule.Name, c, int64(MaxLimit)))
@@ -477,7 +479,7 @@ func (h Hit) maxCost() int64 {
 	if h.Overdraw {
 		c = MaxLimit
 	}
-	if h.Rule.Algorithm == SlidingWindow {
+	if h.Rule.Algorithm.logged() {
 		c = min(c, MaxSlidingCost)
 	}
 	return c

@@ -44,6 +44,15 @@ const (
 	// microseconds, below 2^53 (a limit of 150 million per minute, 2.5
 	// million per hour, 100,000 per day).
 	SlidingWindowCounter
+	// Concurrency limits requests in flight rather than a rate: at most
+	// Limit holders of a key at once. An admitted hit is a lease on one
+	// slot (Cost slots) until it is released ([Limiter.Refund]) or its
+	// time to live, Window, runs out; [Limiter.Renew] extends it while a
+	// long request runs. The package documentation's "Requests in flight"
+	// says when to use it and what the time to live means. A lease is an
+	// entry of a sliding-window log, so Limit and a hit's cost are bounded
+	// as SlidingWindow's, and a Concurrency hit may not be Overdraw.
+	Concurrency
 )
 
 var algorithmNames = [...]string{
@@ -51,6 +60,7 @@ var algorithmNames = [...]string{
 	TokenBucket:          "token-bucket",
 	FixedWindow:          "fixed-window",
 	SlidingWindowCounter: "sliding-window-counter",
+	Concurrency:          "concurrency",
 }
 
 // maxCounterProduct bounds (Limit+1) * Window (µs) of a
@@ -67,17 +77,22 @@ func (a Algorithm) String() string {
 }
 
 // ParseAlgorithm returns the algorithm named s ("sliding-window",
-// "token-bucket", "fixed-window" or "sliding-window-counter").
+// "token-bucket", "fixed-window", "sliding-window-counter" or
+// "concurrency").
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for a, name := range algorithmNames {
 		if s == name {
 			return Algorithm(a), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (want sliding-window, token-bucket, fixed-window or sliding-window-counter)", ErrInvalidRule, s)
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want sliding-window, token-bucket, fixed-window, sliding-window-counter or concurrency)", ErrInvalidRule, s)
 }
 
 func (a Algorithm) valid() bool { return int(a) < len(algorithmNames) }
+
+// logged reports whether a keeps a sliding-window log: SlidingWindow, and
+// Concurrency, whose leases are its entries.
+func (a Algorithm) logged() bool { return a == SlidingWindow || a == Concurrency }
 
 // MaxNameLen is the longest policy name a [Rule] accepts.
 const MaxNameLen = 64
@@ -199,8 +214,8 @@ func (r Rule) Validate() error {
 		bad("limit is %d, must be at least 1", r.Limit)
 	} else if r.Limit > MaxLimit {
 		bad("limit %d is above %d", r.Limit, MaxLimit)
-	} else if r.Algorithm == SlidingWindow && r.Limit > MaxSlidingLimit {
-		bad("limit %d is above %d, the most a sliding-window log keeps per key; use token-bucket or sliding-window-counter for high limits", r.Limit, MaxSlidingLimit)
+	} else if r.Algorithm.logged() && r.Limit > MaxSlidingLimit {
+		bad("limit %d is above %d, the most a sliding-window log keeps per key (%v); use token-bucket or sliding-window-counter for high rate limits", r.Limit, MaxSlidingLimit, r.Algorithm)
 	}
 	if r.Window < time.Millisecond {
 		bad("window is %v, must be at least 1ms", r.Window)

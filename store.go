@@ -142,6 +142,25 @@ type Store interface {
 	// Reset forgets all state of key under rule, as if it had never been
 	// seen.
 	Reset(ctx context.Context, rule Rule, key string) error
+	// Renew extends leases: for each receipt of a Concurrency hit of the
+	// Take with identifier id whose entries still hold their slots (the
+	// state is the take's, its time At is in the window, and it was not
+	// refunded), it moves them to the store's time now, atomically, so
+	// the key's count never changes, and returns the receipt's new stamp
+	// (its Epoch and Take unchanged). A receipt that no longer holds (or
+	// is not of a Concurrency hit) renews nothing, and gets the zero
+	// Stamp: its slot may already be another holder's, and a renewal
+	// never takes one back. A later Refund or Renew of the lease passes
+	// the newest stamp.
+	//
+	// A sliding-window log finds a take's entries as Refund does: the
+	// Cost oldest at or after At. With each lease refunded at most once,
+	// that removes the take's own entries or entries of the same instant,
+	// so the count stays exact. Handed a stamp older than the newest (a
+	// renewal whose answer was lost), it removes entries no older than
+	// At, whose holders' own entries are then no older than theirs: the
+	// log may count a lease longer than its time to live, never shorter.
+	Renew(ctx context.Context, id string, receipts []Receipt) ([]Stamp, error)
 }
 
 // Result is what a store answers for one hit.

@@ -222,6 +222,20 @@ func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Rece
 	return err
 }
 
+// Renew implements [floodgate.Store].
+func (s *Store) Renew(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+	var stamps []floodgate.Stamp
+	_, err := s.do(ctx, func() ([]floodgate.Result, error) {
+		var err error
+		stamps, err = s.next.Renew(ctx, id, receipts)
+		return nil, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return stamps, nil
+}
+
 // Reset implements [floodgate.Store].
 func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
 	_, err := s.do(ctx, func() ([]floodgate.Result, error) { return nil, s.next.Reset(ctx, rule, key) })

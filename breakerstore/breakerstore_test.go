@@ -216,6 +216,9 @@ func (s errStore) Peek(context.Context, []floodgate.Hit) ([]floodgate.Result, er
 }
 func (s errStore) Refund(context.Context, string, []floodgate.Receipt) error { return s.err }
 func (s errStore) Reset(context.Context, floodgate.Rule, string) error       { return s.err }
+func (s errStore) Renew(context.Context, string, []floodgate.Receipt) ([]floodgate.Stamp, error) {
+	return nil, s.err
+}
 
 func TestHalfOpenProbesAndClosesWhenTheStoreRecovers(t *testing.T) {
 	const cooldown = 20 * time.Millisecond

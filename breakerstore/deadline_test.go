@@ -78,6 +78,13 @@ func (s *slowStore) Refund(ctx context.Context, id string, receipts []floodgate.
 	return s.next.Refund(ctx, id, receipts)
 }
 
+func (s *slowStore) Renew(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+	if err := s.wait(ctx, receipts[0].Hit.Key); err != nil {
+		return nil, err
+	}
+	return s.next.Renew(ctx, id, receipts)
+}
+
 func (s *slowStore) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
 	if err := s.wait(ctx, key); err != nil {
 		return err

@@ -24,6 +24,9 @@ func (deadStore) Refund(context.Context, string, []floodgate.Receipt) error {
 	return errRefused
 }
 func (deadStore) Reset(context.Context, floodgate.Rule, string) error { return errRefused }
+func (deadStore) Renew(context.Context, string, []floodgate.Receipt) ([]floodgate.Stamp, error) {
+	return nil, errRefused
+}
 
 // After three consecutive failures the breaker opens: later calls fail at
 // once, without reaching the store, until the cooldown lets a probe through.

@@ -337,7 +337,7 @@ func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
 		until = now + credit
-	case floodgate.SlidingWindow:
+	case floodgate.SlidingWindow, floodgate.Concurrency:
 		until = at + window
 	}
 	e.refunded[st.Take] = until
@@ -345,7 +345,7 @@ func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
 		e.tat = max(now, e.tat-credit)
-	case floodgate.SlidingWindow:
+	case floodgate.SlidingWindow, floodgate.Concurrency:
 		e.remove(at, credit)
 	default:
 		e.check(now, h) // moves the counts to the current window
@@ -364,17 +364,50 @@ func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 // would hold had the refunded takes never happened, so it never admits
 // sooner than that (TestRefundNeverFreesMoreThanItsTake). Without a step
 // back, these are the times equal to at.
-func (e *entry) remove(at, n int64) {
+// It returns how many it removed.
+func (e *entry) remove(at, n int64) int64 {
 	count := int64(len(e.ring))
 	kept := make([]int64, 0, count)
+	removed := int64(0)
 	for i := range count {
-		if v := e.at(i); n > 0 && v >= at {
-			n--
+		if v := e.at(i); removed < n && v >= at {
+			removed++
 		} else {
 			kept = append(kept, v)
 		}
 	}
 	e.ring, e.head = kept, 0
+	return removed
+}
+
+// renewLease moves the entries of the lease that h took with stamp st to
+// now, if they still hold their slots, and returns the lease's new stamp,
+// or the zero Stamp: floodgate.Store.Renew states the contract and why
+// remove finds the lease's own entries. The entries go where a take would
+// put them (at now, or at the ring's newest time if the clock stepped
+// back), so the ring stays in order.
+func (e *entry) renewLease(now int64, h *floodgate.Hit, st floodgate.Stamp) floodgate.Stamp {
+	window, at := int64(h.Rule.Window), st.At.UnixNano()
+	if h.Rule.Algorithm != floodgate.Concurrency || st.Epoch == 0 || st.Epoch != e.epoch ||
+		st.Take == 0 || st.Take > e.takes || at <= now-window {
+		return floodgate.Stamp{}
+	}
+	if _, done := e.refunded[st.Take]; done {
+		return floodgate.Stamp{}
+	}
+	moved := e.remove(at, h.Cost)
+	if moved == 0 {
+		return floodgate.Stamp{}
+	}
+	t := now
+	if n := len(e.ring); n > 0 {
+		t = max(now, e.ring[n-1]) // remove left the ring in order from index 0
+	}
+	for range moved {
+		e.ring = append(e.ring, t)
+	}
+	e.expires = max(e.expires, t+window)
+	return floodgate.Stamp{At: time.Unix(0, t), Epoch: e.epoch, Take: st.Take}
 }
 
 // floorDiv is a/b rounded down (b > 0).

@@ -353,6 +353,26 @@ func (s *Store) Refund(ctx context.Context, _ string, receipts []floodgate.Recei
 	return err
 }
 
+// Renew implements [floodgate.Store]. Like Refund, it finds the leases
+// by their stamps, ignoring id, and creates no key.
+func (s *Store) Renew(ctx context.Context, _ string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+	hits := make([]floodgate.Hit, len(receipts))
+	for i, r := range receipts {
+		hits[i] = r.Hit
+	}
+	stamps := make([]floodgate.Stamp, len(receipts))
+	_, err := s.apply(ctx, hits, false, func(now int64, slots []slot) []floodgate.Result {
+		for i := range receipts {
+			stamps[i] = slots[i].e.renewLease(now, &receipts[i].Hit, receipts[i].Stamp)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return stamps, nil
+}
+
 // Reset implements [floodgate.Store].
 func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
 	if err := s.usable(ctx); err != nil {

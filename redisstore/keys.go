@@ -26,6 +26,7 @@ var suffixes = [...]string{
 	floodgate.TokenBucket:          "t",
 	floodgate.FixedWindow:          "f",
 	floodgate.SlidingWindowCounter: "c",
+	floodgate.Concurrency:          "s", // a lease is an entry of a ring
 }
 
 // keyLetters are the algorithms' letters in their state keys: the
@@ -39,6 +40,7 @@ var keyLetters = [...]string{
 	floodgate.TokenBucket:          "t",
 	floodgate.FixedWindow:          "f",
 	floodgate.SlidingWindowCounter: "c",
+	floodgate.Concurrency:          "h", // holders: a ring of leases' times
 }
 
 // stateSuffix is the end of a rule's state keys, after the tag: the

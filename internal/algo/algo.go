@@ -78,7 +78,7 @@ func MaxCost(h floodgate.Hit) int64 {
 	if h.Overdraw {
 		c = floodgate.MaxLimit
 	}
-	if h.Rule.Algorithm == floodgate.SlidingWindow {
+	if h.Rule.Algorithm == floodgate.SlidingWindow || h.Rule.Algorithm == floodgate.Concurrency {
 		c = min(c, floodgate.MaxSlidingCost)
 	}
 	return c

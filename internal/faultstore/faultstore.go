@@ -82,6 +82,14 @@ func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Rece
 	return s.next.Refund(ctx, id, receipts)
 }
 
+// Renew implements [floodgate.Store].
+func (s *Store) Renew(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+	if err := s.fault(ctx); err != nil {
+		return nil, err
+	}
+	return s.next.Renew(ctx, id, receipts)
+}
+
 // Reset implements [floodgate.Store].
 func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
 	if err := s.fault(ctx); err != nil {
