@@ -1,0 +1,97 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+func TestConcurrencyRuleAndHits(t *testing.T) {
+	if a, err := floodgate.ParseAlgorithm("concurrency"); err != nil || a != floodgate.Concurrency || a.String() != "concurrency" {
+		t.Fatalf("ParseAlgorithm(concurrency) = %v, %v", a, err)
+	}
+	r, err := floodgate.NewRule("inflight", 3, time.Minute, floodgate.Concurrency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		hit  floodgate.Hit
+	}{
+		{"overdraw", floodgate.Hit{Rule: r, Key: "k", Overdraw: true}},
+		{"cost past the limit", floodgate.Hit{Rule: r, Key: "k", Cost: 4}},
+	} {
+		if _, err := l.Check(ctx, tc.hit); !errors.Is(err, floodgate.ErrInvalidHit) {
+			t.Errorf("%s: Check = %v; want ErrInvalidHit", tc.name, err)
+		}
+	}
+	if _, err := l.Charge(ctx, r, "k", 1); !errors.Is(err, floodgate.ErrInvalidHit) {
+		t.Errorf("Charge of a lease = %v; want ErrInvalidHit: a lease is within its limit or not taken", err)
+	}
+}
+
+// Renew returns a decision that holds no lease as it is: a denial, a
+// rate's hit, a Peek.
+func TestRenewWithoutLeases(t *testing.T) {
+	l := newLimiter(t)
+	ctx := context.Background()
+	rate := mustRule(t, "rate", 1, time.Minute)
+	conc, err := floodgate.NewRule("inflight", 1, time.Minute, floodgate.Concurrency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed, _ := l.Allow(ctx, rate, "k")
+	denied, _ := l.Allow(ctx, rate, "k")
+	held, _ := l.Allow(ctx, conc, "k")
+	refused, _ := l.Allow(ctx, conc, "k")
+	for name, d := range map[string]floodgate.Decision{"a rate's hit": allowed, "a rate's denial": denied, "a lease's denial": refused} {
+		got, err := l.Renew(ctx, d)
+		if err != nil || got.Allowed != d.Allowed || got.Remaining != d.Remaining || got.RetryAfter != d.RetryAfter {
+			t.Errorf("Renew of %s: got %+v, %v; want it as it was, %+v", name, got, err, d)
+		}
+	}
+	if !held.Allowed || refused.Allowed {
+		t.Fatalf("leases: got %+v and %+v", held, refused)
+	}
+	// The rate's hit is still recorded: Renew refunded nothing.
+	if d, _ := l.Allow(ctx, rate, "k"); d.Allowed {
+		t.Fatalf("the rate after Renew: got %+v", d)
+	}
+}
+
+// A denial by a concurrency limit is never cached: a slot frees when its
+// holder releases it, on this replica or another, at no time the store
+// can tell.
+func TestDenialCacheSkipsLeases(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	replica := func() *floodgate.Limiter {
+		l, err := floodgate.New(s, floodgate.Options{DenialCacheSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, b := replica(), replica()
+	ctx := context.Background()
+	conc, err := floodgate.NewRule("inflight", 1, time.Hour, floodgate.Concurrency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := b.Allow(ctx, conc, "k")
+	if d, _ := a.Allow(ctx, conc, "k"); d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("while held elsewhere: got %+v", d)
+	}
+	if err := b.Refund(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := a.Allow(ctx, conc, "k"); !d.Allowed {
+		t.Fatalf("after the other replica released the lease: got %+v; a concurrency denial must not be cached", d)
+	}
+}
