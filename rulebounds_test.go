@@ -67,7 +67,7 @@ func TestRuleBounds(t *testing.T) {
 		{"burst on a fixed window", with(func(r *floodgate.Rule) { r.Algorithm, r.Burst = floodgate.FixedWindow, 1 }), "only meaningful for token-bucket, not fixed-window"},
 		{"last algorithm", with(func(r *floodgate.Rule) { r.Algorithm = floodgate.Concurrency }), ""},
 		{"one past the last algorithm", with(func(r *floodgate.Rule) { r.Algorithm = floodgate.Concurrency + 1 }), "unknown algorithm Algorithm(5)"},
-		{"concurrency limit one past the log's", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = floodgate.Concurrency, floodgate.MaxSlidingLimit + 1 }), "above 1000000, the most a sliding-window log keeps per key (concurrency)"},
+		{"concurrency limit one past the log's", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = floodgate.Concurrency, floodgate.MaxSlidingLimit+1 }), "above 1000000, the most a sliding-window log keeps per key (concurrency)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.rule.Validate()
