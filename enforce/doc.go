@@ -42,6 +42,17 @@
 // is counted, and logged at most once per gate per [Options.LogInterval]
 // (5s), each line saying how many more it stands for.
 //
+// # Requests in flight
+//
+// A gate whose limits include a floodgate.Concurrency rule admits a
+// request with a lease on a slot: [Result.Hold] keeps it renewed while
+// the request runs and releases it when the request ends (httplimit and
+// grpclimit call it). A throttling gate (Spec.MaxDelay) denied by
+// concurrency limits alone waits for a slot: a release in this process
+// wakes it, another process's is seen at its next check, an eighth of
+// MaxDelay later at most (within 10ms and 250ms). With the store down,
+// FailLocal counts the holders of each replica in its local limits.
+//
 // # Metrics
 //
 // With [Options.Registerer] set, New registers (gate is the Spec's Name:
@@ -55,6 +66,9 @@
 //	floodgate_throttled_total{gate,result}          result: allowed, denied, rejected, canceled
 //	floodgate_throttle_waiting{gate}                requests waiting now
 //	floodgate_breaker_state                         0 closed, 1 half-open, 2 open (with Options.Breaker)
+//	floodgate_leases_held{gate,policy}              leases of concurrency limits held by this process now
+//	floodgate_leases_expired_total{gate,policy}     leases whose time to live ran out before their release
+//	floodgate_lease_renewals_failed_total{gate,policy}  renewals that failed (store failed, or lease gone)
 //
 // A gate's policy label values are the names its hits are reported under
 // (a hit's Policy, or its rule's name): its Spec's, and those of the

@@ -80,6 +80,7 @@ type Enforcer struct {
 	logger         *slog.Logger
 	logEvery       time.Duration
 	metrics        *metrics
+	released       broadcast // a lease was released: wakes throttled requests
 
 	mu    sync.Mutex
 	gates []*Gate                   // guarded by mu; their log summaries are flushed by Close
@@ -474,7 +475,7 @@ func (g *Gate) decide(ctx context.Context, hits []Hit, record bool) (Result, err
 	g.m.latency.Observe(time.Since(start).Seconds())
 	if err == nil {
 		rename(&d, hits)
-		res := Result{Outcome: Allowed, Decision: d, limiter: g.e.limiter, hits: core}
+		res := Result{Outcome: Allowed, Decision: d, gate: g, limiter: g.e.limiter, hits: core}
 		if !d.Allowed {
 			res.Outcome = Denied
 		}
@@ -535,7 +536,7 @@ func (g *Gate) failed(ctx context.Context, hits []Hit, err error, record bool, s
 		lcore := coreHits(local)
 		if d, lerr := ask(ctx, g.e.local, lcore, record); lerr == nil {
 			rename(&d, local)
-			res = Result{Outcome: Local, Decision: d, Err: err, limiter: g.e.local, hits: lcore}
+			res = Result{Outcome: Local, Decision: d, Err: err, gate: g, limiter: g.e.local, hits: lcore}
 		}
 	}
 	g.log.do(start, func(held int) { // may run later, from a timer: no request context
@@ -623,7 +624,7 @@ func (g *Gate) shadow(ctx context.Context, hits []Hit, record bool) ([]floodgate
 // throttles reports whether res is a denial worth waiting for.
 func (g *Gate) throttles(res Result) bool {
 	return (res.Outcome == Denied || res.Outcome == Local && !res.Decision.Allowed) &&
-		res.Decision.RetryAfter <= g.spec.MaxDelay
+		(res.Decision.RetryAfter <= g.spec.MaxDelay || leaseDenied(res))
 }
 
 // throttle waits for quota while the denial's RetryAfter fits in what is
@@ -646,15 +647,27 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 		// denial, with its retry-after, is the better answer now.
 		first, deadline = time.Until(d), d
 	}
-	for left := first; g.throttles(res) && res.Decision.RetryAfter <= left; left = time.Until(deadline) {
-		t := time.NewTimer(max(res.Decision.RetryAfter, time.Millisecond))
+	// A denial by concurrency limits alone waits for a release: one in
+	// this process wakes it, another process's is seen by the next check,
+	// at most leasePoll later.
+	released := g.e.released.wait()
+	for left := first; left > 0 && g.throttles(res) && (res.Decision.RetryAfter <= left || leaseDenied(res)); left = time.Until(deadline) {
+		wait := res.Decision.RetryAfter
+		var wake <-chan struct{}
+		if leaseDenied(res) {
+			wait, wake = min(wait, leasePoll(g.spec.MaxDelay), left), released
+		}
+		t := time.NewTimer(max(wait, time.Millisecond))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			g.m.throttled["canceled"].Inc()
 			return res, ctx.Err()
 		case <-t.C:
+		case <-wake:
+			t.Stop()
 		}
+		released = g.e.released.wait() // before the check: no release is missed
 		var err error
 		if res, err = g.decide(ctx, hits, true); err != nil {
 			g.m.throttled["canceled"].Inc()

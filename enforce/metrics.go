@@ -31,6 +31,11 @@ type metrics struct {
 	throttled *prometheus.CounterVec   // gate, result
 	waiting   *prometheus.GaugeVec     // gate
 	skipped   *prometheus.CounterVec   // gate, policy
+	// leases: held now, expired without release, renewals failed (gate,
+	// policy)
+	leasesHeld     *prometheus.GaugeVec
+	leasesExpired  *prometheus.CounterVec
+	renewalsFailed *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, breaker interface{ State() gobreaker.State }) (*metrics, error) {
@@ -60,6 +65,18 @@ func newMetrics(reg prometheus.Registerer, breaker interface{ State() gobreaker.
 			Name: "floodgate_skipped_limits_total",
 			Help: "Limits that skipped a request because it had no key for them, by gate and policy: a per-user limit whose principal is never set limits nobody.",
 		}, []string{"gate", "policy"}),
+		leasesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_leases_held",
+			Help: "Leases of concurrency limits (requests in flight) held by this process now, by gate and policy.",
+		}, []string{"gate", "policy"}),
+		leasesExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_leases_expired_total",
+			Help: "Leases of concurrency limits whose time to live ran out before their release, by gate and policy: a holder that stalled, or whose renewals failed. A holder that dies is seen by no process.",
+		}, []string{"gate", "policy"}),
+		renewalsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_lease_renewals_failed_total",
+			Help: "Renewals of leases that failed, by gate and policy: the store failed, or the lease had expired (its slot may be another holder's).",
+		}, []string{"gate", "policy"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -70,7 +87,9 @@ func newMetrics(reg prometheus.Registerer, breaker interface{ State() gobreaker.
 	}
 	cs := []named{{"floodgate_decisions_total", m.decisions}, {"floodgate_store_duration_seconds", m.latency},
 		{"floodgate_store_errors_total", m.errors}, {"floodgate_throttled_total", m.throttled},
-		{"floodgate_throttle_waiting", m.waiting}, {"floodgate_skipped_limits_total", m.skipped}}
+		{"floodgate_throttle_waiting", m.waiting}, {"floodgate_skipped_limits_total", m.skipped},
+		{"floodgate_leases_held", m.leasesHeld}, {"floodgate_leases_expired_total", m.leasesExpired},
+		{"floodgate_lease_renewals_failed_total", m.renewalsFailed}}
 	if breaker != nil && !nilPointer(breaker) {
 		cs = append(cs, named{"floodgate_breaker_state", prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "floodgate_breaker_state",
@@ -116,6 +135,7 @@ type gateMetrics struct {
 	waiting   prometheus.Gauge
 	skipped   []prometheus.Counter // by limit of the Spec
 	policies  sync.Map             // policy name -> *[counters]prometheus.Counter
+	leases    sync.Map             // policy name -> *leaseMetrics, bound on first use
 	// dynamic counts the policies bound on first use (request-borne
 	// rules), at most MaxPolicyLabels; capped is set once the others go
 	// to otherPolicy, and warn tells it once.
@@ -217,4 +237,31 @@ func (gm *gateMetrics) storeError(err error) {
 		reason = "timeout"
 	}
 	gm.errors[reason].Inc()
+}
+
+// leaseMetrics are the lease collectors of one gate and policy.
+type leaseMetrics struct {
+	held                    prometheus.Gauge
+	expired, renewalsFailed prometheus.Counter
+}
+
+// lease returns the lease collectors of policy p, bound on first use;
+// a policy past MaxPolicyLabels shares otherPolicy's, as its decisions
+// do.
+func (gm *gateMetrics) lease(p string) *leaseMetrics {
+	if lm, ok := gm.leases.Load(p); ok {
+		return lm.(*leaseMetrics)
+	}
+	gm.policy(p) // binds p, within MaxPolicyLabels
+	label := p
+	if _, ok := gm.policies.Load(p); !ok {
+		label = otherPolicy
+	}
+	lm := &leaseMetrics{
+		held:           gm.m.leasesHeld.WithLabelValues(gm.name, label),
+		expired:        gm.m.leasesExpired.WithLabelValues(gm.name, label),
+		renewalsFailed: gm.m.renewalsFailed.WithLabelValues(gm.name, label),
+	}
+	got, _ := gm.leases.LoadOrStore(p, lm)
+	return got.(*leaseMetrics)
 }

@@ -65,6 +65,7 @@ type Result struct {
 	// FailedOpen, FailedClosed, Local or Errored); nil otherwise.
 	Err error
 
+	gate       *Gate              // the gate that decided, with limiter
 	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
 	hits       []floodgate.Hit    // the enforced hits that limiter decided
 	shadowHits []floodgate.Hit    // the shadow hits that were checked

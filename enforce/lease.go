@@ -1,0 +1,192 @@
+package enforce
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/fields"
+)
+
+// Hold holds the leases of the request, its hits of floodgate.Concurrency
+// rules, while it runs: it renews each every third of its time to live
+// until release is called or ctx is done, and release stops the renewals
+// (waiting for one under way) and releases the leases, once however
+// often it is called. A transport calls it when the request is admitted
+// and release when the handler returns (a gRPC stream: when it ends), so
+// no renewal outlives its holder; a caller whose work outlives ctx's
+// cancellation (a handler that runs on after its client left) passes
+// context.WithoutCancel(ctx). Without leases, Hold does nothing.
+//
+// A renewal that finds its lease gone (its time to live ran out before
+// it: a holder stalled longer than that) stops renewing it and counts it
+// in floodgate_lease_renewals_failed_total and
+// floodgate_leases_expired_total; one whose store call fails is counted
+// as failed and tried again at the next third, the lease holding its slot
+// meanwhile until its time to live runs out. floodgate_leases_held counts
+// the leases held from this process, and a release after a lease's time
+// to live ran out unrenewed counts it expired too. The lease of a holder
+// that dies is released by its time to live alone, which no surviving
+// process sees.
+func (r Result) Hold(ctx context.Context) (release func()) {
+	if r.limiter == nil || r.gate == nil || !r.Decision.Recorded {
+		return noRelease
+	}
+	each := fields.Each(r.Decision)
+	var h *holding
+	for i, d := range each {
+		if i >= len(r.hits) || r.hits[i].Rule.Algorithm != floodgate.Concurrency || !d.Recorded {
+			continue
+		}
+		if h == nil {
+			h = &holding{ctx: ctx, g: r.gate, limiter: r.limiter, period: r.hits[i].Rule.Window / 3}
+		}
+		h.period = min(h.period, r.hits[i].Rule.Window/3)
+		l := lease{d: d, ttl: r.hits[i].Rule.Window, renewed: time.Now(), m: r.gate.m.lease(d.Policy)}
+		l.m.held.Inc()
+		h.leases = append(h.leases, l)
+	}
+	if h == nil {
+		return noRelease
+	}
+	h.period = max(h.period, time.Millisecond)
+	h.mu.Lock() // the first renewal waits for its timer to be set
+	h.timer = time.AfterFunc(h.period, h.renew)
+	h.mu.Unlock()
+	return h.release
+}
+
+func noRelease() {}
+
+// holding is the leases of one request and their renewals.
+type holding struct {
+	ctx     context.Context
+	g       *Gate
+	limiter *floodgate.Limiter
+	period  time.Duration
+
+	mu      sync.Mutex // held through a renewal, so that release waits for it
+	timer   *time.Timer
+	leases  []lease // guarded by mu
+	stopped bool    // guarded by mu: released
+}
+
+// lease is one lease of a holding.
+type lease struct {
+	d       floodgate.Decision // as last renewed
+	ttl     time.Duration
+	renewed time.Time // when the store last confirmed it (the local clock)
+	lost    bool      // a renewal found it gone: no more renewals
+	m       *leaseMetrics
+}
+
+// renew renews the leases that still hold, then schedules the next
+// renewal, unless the holding was released or its context is done.
+func (h *holding) renew() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped || h.ctx.Err() != nil {
+		return
+	}
+	for i := range h.leases {
+		l := &h.leases[i]
+		if l.lost {
+			continue
+		}
+		sent := time.Now()
+		d, err := h.limiter.Renew(h.ctx, l.d)
+		switch {
+		case err != nil:
+			// It may have been made: keeping the older stamp is safe
+			// (floodgate.Store.Renew).
+			l.m.renewalsFailed.Inc()
+			h.g.m.storeError(err)
+		case !d.Allowed:
+			l.lost = true
+			l.m.renewalsFailed.Inc()
+			l.m.expired.Inc()
+		default:
+			l.d, l.renewed = d, sent
+		}
+	}
+	h.timer.Reset(h.period)
+}
+
+// release stops the renewals and releases the leases, once.
+func (h *holding) release() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	h.timer.Stop()
+	leases := h.leases
+	h.mu.Unlock()
+	ctx := context.WithoutCancel(h.ctx)
+	for _, l := range leases {
+		l.m.held.Dec()
+		if l.lost {
+			continue
+		}
+		if time.Since(l.renewed) >= l.ttl {
+			l.m.expired.Inc() // its refund credits nothing
+			continue
+		}
+		if err := h.limiter.Refund(ctx, l.d); err != nil {
+			h.g.m.storeError(err) // the lease frees when its time to live runs out
+		}
+	}
+	h.g.e.released.broadcast()
+}
+
+// broadcast wakes every request that waits for a lease to be released
+// in this process (a throttling gate's).
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{} // closed by the next release; nil until someone waits
+}
+
+// wait returns a channel closed by the next release.
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) broadcast() {
+	b.mu.Lock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+	b.mu.Unlock()
+}
+
+// leaseDenied reports whether res is a denial by concurrency limits
+// alone: a slot frees when a holder releases it, at no time the store
+// can tell (its RetryAfter is when the oldest lease's time to live runs
+// out, the latest a slot frees).
+func leaseDenied(res Result) bool {
+	if res.Decision.Allowed || res.limiter == nil {
+		return false
+	}
+	for i, d := range fields.Each(res.Decision) {
+		if !d.Allowed && (i >= len(res.hits) || res.hits[i].Rule.Algorithm != floodgate.Concurrency) {
+			return false
+		}
+	}
+	return true
+}
+
+// leasePoll is how long a request throttled by a concurrency limit waits
+// at most between two checks, for a slot released by another process: an
+// eighth of MaxDelay, within 10ms and 250ms. A release in this process
+// wakes it at once.
+func leasePoll(maxDelay time.Duration) time.Duration {
+	return min(max(maxDelay/8, 10*time.Millisecond), 250*time.Millisecond)
+}

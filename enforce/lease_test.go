@@ -1,0 +1,146 @@
+package enforce_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
+)
+
+func inFlight(name string, limit int64, ttl time.Duration) floodgate.Rule {
+	return floodgate.MustRule(floodgate.NewRule(name, limit, ttl, floodgate.Concurrency))
+}
+
+// A held lease is renewed past its time to live, holds its slot until
+// released (once, however often release is called), and counts in
+// floodgate_leases_held meanwhile.
+func TestHoldRenewsUntilRelease(t *testing.T) {
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, 60*time.Millisecond)}}})
+	res, err := g.Decide(t.Context(), []string{"tenant"})
+	if err != nil || !res.Allowed() {
+		t.Fatalf("first: %v, %v", res.Outcome, err)
+	}
+	release := res.Hold(t.Context())
+	held := map[string]string{"gate": "jobs", "policy": "jobs"}
+	if got := v.metric(t, "floodgate_leases_held", held); got != 1 {
+		t.Fatalf("floodgate_leases_held = %v while held, want 1", got)
+	}
+	time.Sleep(200 * time.Millisecond) // three times the time to live: renewals hold it
+	if res, _ := g.Decide(t.Context(), []string{"tenant"}); res.Allowed() {
+		t.Fatalf("past the time to live, while held: %v; a held lease must be renewed", res.Outcome)
+	}
+	release()
+	release()
+	next, err := g.Decide(t.Context(), []string{"tenant"})
+	if err != nil || !next.Allowed() {
+		t.Fatalf("after release: %v, %v; a released lease frees its slot", next.Outcome, err)
+	}
+	defer next.Hold(t.Context())()
+	release() // a third release of the first lease frees nothing
+	if res, _ := g.Decide(t.Context(), []string{"tenant"}); res.Allowed() {
+		t.Fatalf("after the first lease was released again: %v; want denied", res.Outcome)
+	}
+	for name, want := range map[string]float64{"floodgate_leases_held": 1, "floodgate_leases_expired_total": 0, "floodgate_lease_renewals_failed_total": 0} {
+		if got := v.metric(t, name, held); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// A renewal that finds its lease gone (here: reset, as a time to live run
+// out would) fails, is counted, and takes nothing back; one whose store
+// call fails is counted and tried again.
+func TestHoldCountsFailedRenewals(t *testing.T) {
+	v := newEnv(t)
+	r := inFlight("jobs", 1, 60*time.Millisecond)
+	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: r}}})
+	labels := map[string]string{"gate": "jobs", "policy": "jobs"}
+
+	res, _ := g.Decide(t.Context(), []string{"a"})
+	release := res.Hold(t.Context())
+	if err := v.e.Limiter().Reset(t.Context(), r, "a"); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := g.Decide(t.Context(), []string{"a"}) // takes the freed slot
+	releaseOther := other.Hold(t.Context())
+	time.Sleep(100 * time.Millisecond)
+	if got := v.metric(t, "floodgate_lease_renewals_failed_total", labels); got != 1 {
+		t.Fatalf("renewals failed = %v after the lease was reset, want 1 (then no more tries)", got)
+	}
+	if got := v.metric(t, "floodgate_leases_expired_total", labels); got != 1 {
+		t.Fatalf("leases expired = %v, want 1", got)
+	}
+	release()
+	if res, _ := g.Decide(t.Context(), []string{"a"}); res.Allowed() {
+		t.Fatalf("with the new holder's lease: %v; the lost lease's renewal and release must not free it", res.Outcome)
+	}
+	releaseOther()
+
+	res, _ = g.Decide(t.Context(), []string{"b"})
+	release = res.Hold(t.Context())
+	v.fault.Set(faultstore.Fail)
+	time.Sleep(150 * time.Millisecond)
+	v.fault.Set(faultstore.Pass)
+	release()
+	if got := v.metric(t, "floodgate_lease_renewals_failed_total", labels); got < 3 {
+		t.Fatalf("renewals failed = %v after 150ms of a failing store, renewing every 20ms; want at least 3", got)
+	}
+	if got := v.metric(t, "floodgate_leases_expired_total", labels); got != 2 {
+		// The first lease, and the second: released after its time to
+		// live ran out unrenewed.
+		t.Fatalf("leases expired = %v, want 2", got)
+	}
+	if got := v.metric(t, "floodgate_leases_held", labels); got != 0 {
+		t.Fatalf("leases held = %v after every release, want 0", got)
+	}
+}
+
+// A request throttled by a concurrency limit waits for a slot, and a
+// release in this process wakes it at once, not at its next poll.
+func TestThrottleWaitsForARelease(t *testing.T) {
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, time.Hour)}}, MaxDelay: time.Minute})
+	first, _ := g.Decide(t.Context(), []string{"k"})
+	release := first.Hold(t.Context())
+	type answer struct {
+		res enforce.Result
+		err error
+		at  time.Time
+	}
+	done := make(chan answer)
+	go func() {
+		res, err := g.Decide(t.Context(), []string{"k"})
+		done <- answer{res, err, time.Now()}
+	}()
+	// The second request waits; its polls come every 250ms (an eighth of
+	// MaxDelay, at most 250ms), so the one after the release comes about
+	// 200ms after it.
+	time.Sleep(300 * time.Millisecond)
+	released := time.Now()
+	release()
+	a := <-done
+	if a.err != nil || !a.res.Allowed() {
+		t.Fatalf("the throttled request: %v, %v; want admitted once the slot is released", a.res.Outcome, a.err)
+	}
+	a.res.Hold(t.Context())()
+	if woke := a.at.Sub(released); woke > 100*time.Millisecond {
+		t.Errorf("admitted %v after the release; a release must wake the waiting requests", woke)
+	}
+	if got := v.metric(t, "floodgate_throttled_total", map[string]string{"result": "allowed"}); got != 1 {
+		t.Errorf("floodgate_throttled_total{result=allowed} = %v, want 1", got)
+	}
+
+	// With the holder gone elsewhere, the waiting request's deadline ends
+	// the wait with the denial.
+	held, _ := g.Decide(t.Context(), []string{"k"})
+	defer held.Hold(t.Context())()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if res, err := g.Decide(ctx, []string{"k"}); err == nil && res.Allowed() {
+		t.Fatalf("while held: %v", res.Outcome)
+	}
+}
