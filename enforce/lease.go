@@ -11,13 +11,14 @@ import (
 
 // Hold holds the leases of the request, its hits of floodgate.Concurrency
 // rules, while it runs: it renews each every third of its time to live
-// until release is called or ctx is done, and release stops the renewals
-// (waiting for one under way) and releases the leases, once however
-// often it is called. A transport calls it when the request is admitted
-// and release when the handler returns (a gRPC stream: when it ends), so
-// no renewal outlives its holder; a caller whose work outlives ctx's
-// cancellation (a handler that runs on after its client left) passes
-// context.WithoutCancel(ctx). Without leases, Hold does nothing.
+// until release is called, and release stops the renewals (waiting for
+// one under way) and releases the leases, once however often it is
+// called. The caller must call release when the work ends, typically
+// deferred: the renewals ignore ctx's cancellation (a handler may run on
+// after its client left) and use only its values. httplimit calls it for
+// a request until its handler returns, grpclimit for a call until its
+// handler returns (a stream: until it ends), so no renewal outlives its
+// holder. Without leases, Hold does nothing and allocates nothing.
 //
 // A renewal that finds its lease gone (its time to live ran out before
 // it: a holder stalled longer than that) stops renewing it and counts it
@@ -33,14 +34,21 @@ func (r Result) Hold(ctx context.Context) (release func()) {
 	if r.limiter == nil || r.gate == nil || !r.Decision.Recorded {
 		return noRelease
 	}
-	each := fields.Each(r.Decision)
+	n := len(r.Decision.Each) // without fields.Each: no allocation without leases
+	if n == 0 {
+		n = 1
+	}
 	var h *holding
-	for i, d := range each {
-		if i >= len(r.hits) || r.hits[i].Rule.Algorithm != floodgate.Concurrency || !d.Recorded {
+	for i := 0; i < n && i < len(r.hits); i++ {
+		d := r.Decision
+		if d.Each != nil {
+			d = d.Each[i]
+		}
+		if r.hits[i].Rule.Algorithm != floodgate.Concurrency || !d.Recorded {
 			continue
 		}
 		if h == nil {
-			h = &holding{ctx: ctx, g: r.gate, limiter: r.limiter, period: r.hits[i].Rule.Window / 3}
+			h = &holding{ctx: context.WithoutCancel(ctx), g: r.gate, limiter: r.limiter, period: r.hits[i].Rule.Window / 3}
 		}
 		h.period = min(h.period, r.hits[i].Rule.Window/3)
 		l := lease{d: d, ttl: r.hits[i].Rule.Window, renewed: time.Now(), m: r.gate.m.lease(d.Policy)}
@@ -82,11 +90,11 @@ type lease struct {
 }
 
 // renew renews the leases that still hold, then schedules the next
-// renewal, unless the holding was released or its context is done.
+// renewal, unless the holding was released.
 func (h *holding) renew() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.stopped || h.ctx.Err() != nil {
+	if h.stopped {
 		return
 	}
 	for i := range h.leases {
@@ -124,7 +132,6 @@ func (h *holding) release() {
 	h.timer.Stop()
 	leases := h.leases
 	h.mu.Unlock()
-	ctx := context.WithoutCancel(h.ctx)
 	for _, l := range leases {
 		l.m.held.Dec()
 		if l.lost {
@@ -134,7 +141,7 @@ func (h *holding) release() {
 			l.m.expired.Inc() // its refund credits nothing
 			continue
 		}
-		if err := h.limiter.Refund(ctx, l.d); err != nil {
+		if err := h.limiter.Refund(h.ctx, l.d); err != nil {
 			h.g.m.storeError(err) // the lease frees when its time to live runs out
 		}
 	}

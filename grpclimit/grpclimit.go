@@ -306,10 +306,11 @@ func (l *Interceptors) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if m == nil {
 			return handler(ctx, req)
 		}
-		ctx, err := m.decide(ctx, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+		ctx, release, err := m.decide(ctx, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
 		if err != nil {
 			return nil, err
 		}
+		defer release()
 		return handler(ctx, req)
 	}
 }
@@ -327,10 +328,11 @@ func (l *Interceptors) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if m == nil {
 			return handler(srv, ss)
 		}
-		ctx, err := m.decide(ss.Context(), ss.SetHeader)
+		ctx, release, err := m.decide(ss.Context(), ss.SetHeader)
 		if err != nil {
 			return err
 		}
+		defer release() // the stream holds its leases until it ends
 		return handler(srv, &stream{ServerStream: ss, ctx: ctx})
 	}
 }
@@ -355,7 +357,11 @@ func (l *Interceptors) Limit(ctx context.Context) error {
 	if m == nil {
 		return nil
 	}
-	_, err := m.decide(ctx, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+	_, release, err := m.decide(ctx, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+	if err == nil {
+		// The call's end is not seen here; its context is canceled then.
+		context.AfterFunc(ctx, release)
+	}
 	return err
 }
 
@@ -415,12 +421,14 @@ func (l *Interceptors) CheckMethods(services map[string]grpc.ServiceInfo) error 
 
 // decide checks the call whose context is ctx, sends its rate-limit
 // metadata with setHeader, and returns the handler's context (with the
-// Result) or the status error of a denial.
-func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) (context.Context, error) {
+// Result) and the release of the call's leases (enforce.Result.Hold),
+// which the caller must call when the call ends, or the status error of a
+// denial.
+func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) (context.Context, func(), error) {
 	var buf [4]string
 	keys, err := m.keys(ctx, buf[:0])
 	if err != nil {
-		return ctx, err
+		return ctx, nil, err
 	}
 	hits := m.gate.Hits(ctx, keys)
 	for i, h := range hits {
@@ -436,7 +444,7 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 		// DeadlineExceeded). Decide's only other error, a hit the core
 		// refuses, cannot come from a gate whose rules New checked and
 		// whose keys fitKey bounds; it would answer Unknown.
-		return ctx, status.FromContextError(err).Err()
+		return ctx, nil, status.FromContextError(err).Err()
 	}
 	if md := m.metadata(res); md != nil {
 		// An error here means the headers went out already, or ctx is
@@ -445,9 +453,9 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 		_ = setHeader(md)
 	}
 	if !res.Allowed() {
-		return ctx, m.deny(res, hits)
+		return ctx, nil, m.deny(res, hits)
 	}
-	return context.WithValue(ctx, resultKey{}, res), nil
+	return context.WithValue(ctx, resultKey{}, res), res.Hold(ctx), nil
 }
 
 // keys appends the key of each limit for the call to keys (the gate

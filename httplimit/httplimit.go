@@ -294,8 +294,10 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		hits = rt.nest(ctx, &outer, hits)
 	}
 	res := outer // a nested route with nothing left to check: the outer verdict stands
+	var own enforce.Result
 	if checked := !nested || len(hits) > 0; checked {
-		own, err := rt.gate.Check(ctx, hits)
+		var err error
+		own, err = rt.gate.Check(ctx, hits)
 		if err != nil {
 			if ctx.Err() == nil { // a bug: the route's hits are valid by construction
 				rt.l.e.Logger().LogAttrs(ctx, slog.LevelError, "floodgate: rate-limit check refused its input",
@@ -320,6 +322,9 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		rt.deny(w, req, res)
 		return
 	}
+	// The request holds its leases until the handler returns, renewed
+	// even after its client left: the handler may still be at work.
+	defer own.Hold(ctx)()
 	next.ServeHTTP(w, req.WithContext(context.WithValue(ctx, resultKey{}, res)))
 }
 

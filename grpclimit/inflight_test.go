@@ -1,0 +1,77 @@
+package grpclimit_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/grpclimit"
+)
+
+// A concurrency limit holds a stream's slot until the stream ends, and a
+// unary call's until its handler returns.
+func TestCallsInFlight(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	inflight := floodgate.MustRule(floodgate.NewRule("inflight", 1, time.Minute, floodgate.Concurrency))
+	lim := []grpclimit.Limit{{Rule: inflight, Key: grpclimit.Metadata("x-user")}}
+	gl, err := grpclimit.New(grpclimit.Options{Enforcer: e.enf, Methods: map[string]grpclimit.Method{
+		unaryCall: {Limits: lim}, duplexCall: {Limits: lim},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(gl.UnaryServerInterceptor()), grpc.StreamInterceptor(gl.StreamServerInterceptor()))
+	testpb.RegisterTestServiceServer(srv, new(service))
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := testpb.NewTestServiceClient(conn)
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-user", "ana")
+	unary := func() codes.Code {
+		_, err := c.UnaryCall(ctx, new(testpb.SimpleRequest))
+		return status.Code(err)
+	}
+
+	st, err := c.FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(new(testpb.StreamingOutputCallRequest)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("the stream: %v", err) // admitted: its handler answered
+	}
+	if code := unary(); code != codes.ResourceExhausted {
+		t.Fatalf("a call while the stream is open: %v; want ResourceExhausted", code)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("the stream's end: %v", err)
+	}
+	for i := range 2 {
+		if code := unary(); code != codes.OK {
+			t.Fatalf("call %d after the stream ended: %v; a stream releases its slot when it ends, a call when its handler returns", i+1, code)
+		}
+	}
+}

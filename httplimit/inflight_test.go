@@ -1,0 +1,68 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/httplimit"
+)
+
+// A concurrency limit is a limit like any other: a request holds its slot
+// until its handler returns, renewed past the lease's time to live while
+// it runs; a request beyond the limit gets 429 with the usual fields and
+// takes nothing from the route's rate.
+func TestRequestsInFlight(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	rate := floodgate.MustRule(floodgate.NewRule("rate", 100, time.Hour, floodgate.SlidingWindow))
+	inflight := floodgate.MustRule(floodgate.NewRule("inflight", 1, 60*time.Millisecond, floodgate.Concurrency))
+	mw, err := e.hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{
+		{Rule: rate, Key: httplimit.Header("X-User")},
+		{Rule: inflight, Key: httplimit.Header("X-User")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, leave := make(chan struct{}), make(chan struct{})
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Slow") != "" {
+			entered <- struct{}{}
+			<-leave
+		}
+	}))
+	send := func(slow bool) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/report", nil)
+		req.Header.Set("X-User", "ana")
+		if slow {
+			req.Header.Set("X-Slow", "1")
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- send(true) }()
+	<-entered
+	time.Sleep(200 * time.Millisecond) // past the lease's time to live: renewed
+	rec := send(false)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" ||
+		rec.Header().Get("RateLimit") != `"rate";r=99;t=3600, "inflight";r=0;t=1` {
+		t.Fatalf("a second request in flight: %d, Retry-After %q, RateLimit %q; want 429 from the concurrency limit",
+			rec.Code, rec.Header().Get("Retry-After"), rec.Header().Get("RateLimit"))
+	}
+	close(leave)
+	if rec := <-done; rec.Code != http.StatusOK {
+		t.Fatalf("the slow request: %d", rec.Code)
+	}
+	// Its handler returned: the slot is free, and the denied request took
+	// nothing from the rate (98 left after this one and the slow one).
+	rec = send(false)
+	if want := `"rate";r=98;t=3600, "inflight";r=0;t=1`; rec.Code != http.StatusOK || rec.Header().Get("RateLimit") != want {
+		t.Fatalf("after the slow request ended: %d, RateLimit %q; want 200 and %q", rec.Code, rec.Header().Get("RateLimit"), want)
+	}
+	if rec := send(false); rec.Code != http.StatusOK {
+		t.Fatalf("a request after one that ended: %d; each request must release its slot when its handler returns", rec.Code)
+	}
+}
