@@ -144,3 +144,23 @@ func TestThrottleWaitsForARelease(t *testing.T) {
 		t.Fatalf("while held: %v", res.Outcome)
 	}
 }
+
+// With the store down, FailLocal counts the holders of this replica in
+// its local limits, and releases them there.
+func TestLocalLimitsCountHolders(t *testing.T) {
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, time.Minute)}}, Failure: enforce.FailLocal})
+	v.fault.Set(faultstore.Fail)
+	first, err := g.Decide(t.Context(), []string{"k"})
+	if err != nil || first.Outcome != enforce.Local || !first.Allowed() {
+		t.Fatalf("first, the store down: %v (allowed %v), %v; want admitted by the local limits", first.Outcome, first.Allowed(), err)
+	}
+	release := first.Hold(t.Context())
+	if res, _ := g.Decide(t.Context(), []string{"k"}); res.Outcome != enforce.Local || res.Allowed() {
+		t.Fatalf("a second holder: %v (allowed %v); want denied by the local limits", res.Outcome, res.Allowed())
+	}
+	release()
+	if res, _ := g.Decide(t.Context(), []string{"k"}); res.Outcome != enforce.Local || !res.Allowed() {
+		t.Fatalf("after the release: %v (allowed %v); want admitted by the local limits", res.Outcome, res.Allowed())
+	}
+}
