@@ -48,8 +48,8 @@ const (
 	// Limit holders of a key at once. An admitted hit is a lease on one
 	// slot (Cost slots) until it is released ([Limiter.Refund]) or its
 	// time to live, Window, runs out; [Limiter.Renew] extends it while a
-	// long request runs. The package documentation's "Requests in flight"
-	// says when to use it and what the time to live means. A lease is an
+	// long request runs. The package documentation's section "Requests in
+	// flight" says when to use it and what the time to live means. A lease is an
 	// entry of a sliding-window log, so Limit and a hit's cost are bounded
 	// as SlidingWindow's, and a Concurrency hit may not be Overdraw.
 	Concurrency
