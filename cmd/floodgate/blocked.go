@@ -510,6 +510,9 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 				"remaining": b.result.Remaining, "retry_after_ms": b.result.RetryAfter.Milliseconds(),
 				"reset_after_ms": b.result.ResetAfter.Milliseconds(),
 			}
+			if b.rule.Algorithm == floodgate.Concurrency {
+				v["holders"] = holders(b.rule, b.result.Allowed, b.result.Remaining)
+			}
 			if err := report(stdout, "json", v, ""); err != nil {
 				return err
 			}
@@ -531,6 +534,9 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		}
 		if b.shadow {
 			key += " (shadow: never denied)"
+		}
+		if b.rule.Algorithm == floodgate.Concurrency {
+			key += fmt.Sprintf(" (%d holders)", holders(b.rule, b.result.Allowed, b.result.Remaining))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", b.rule.Name, key, b.result.Remaining,
 			b.result.RetryAfter.Round(time.Millisecond), b.result.ResetAfter.Round(time.Millisecond))

@@ -12,7 +12,10 @@
 // "name=NAME,limit=COUNT/WINDOW" with optional ",algorithm=ALG" (the
 // default is sliding-window) and ",burst=N" (token-bucket): the same rule
 // as the service's, since a key's state belongs to its rule's name,
-// algorithm and window. The environment is read as the service reads it
+// algorithm and window. For a limit on requests in flight
+// (",algorithm=concurrency", COUNT holders, WINDOW the leases' time to
+// live), peek tells how many leases hold the key and blocked lists the
+// keys at their limit of holders. The environment is read as the service reads it
 // (env.go): Redis is REDIS_URL (redisstore's URL forms, or
 // envoyproxy/ratelimit's HOST:PORT with REDIS_AUTH, REDIS_TLS,
 // REDIS_TYPE, REDIS_SOCKET_TYPE), -prefix defaults to CACHE_KEY_PREFIX,
@@ -274,17 +277,39 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHi
 	}
 	text := fmt.Sprintf("%s, key %q: a request now would be %s; %d left after it; full again in %v",
 		rule, key, verdict, d.Remaining, d.ResetAfter.Round(time.Millisecond))
+	held := int64(-1) // holders of a concurrency limit's slots; -1: not one
+	if rule.Algorithm == floodgate.Concurrency {
+		held = holders(rule, d.Allowed, d.Remaining)
+		text = fmt.Sprintf("%s, key %q: %d of %d slots held; a request now would be %s; %d left after it; all free in %v at the latest (when the newest lease's time to live runs out)",
+			rule, key, held, rule.Limit, verdict, d.Remaining, d.ResetAfter.Round(time.Millisecond))
+	}
 	switch {
 	case !d.Allowed && h.shadow:
 		text += fmt.Sprintf("; within the limit again in %v", d.RetryAfter.Round(time.Millisecond))
+	case !d.Allowed && held >= 0:
+		text += fmt.Sprintf("; allowed again once a holder releases its lease, in %v at the latest", d.RetryAfter.Round(time.Millisecond))
 	case !d.Allowed:
 		text += fmt.Sprintf("; allowed again in %v", d.RetryAfter.Round(time.Millisecond))
 	}
-	return report(stdout, output, map[string]any{
+	v := map[string]any{
 		"rule": rule.String(), "key": key, "allowed": d.Allowed || h.shadow, "over_limit": !d.Allowed, "shadow": h.shadow,
 		"remaining": d.Remaining, "reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
 		"state_key": stateKey,
-	}, text+"; Redis key "+stateKey+"\n")
+	}
+	if held >= 0 {
+		v["holders"] = held
+	}
+	return report(stdout, output, v, text+"; Redis key "+stateKey+"\n")
+}
+
+// holders returns how many leases of a concurrency rule hold a key, from
+// a peek's verdict and Remaining (which counts the peeked request when it
+// is allowed).
+func holders(rule floodgate.Rule, allowed bool, remaining int64) int64 {
+	if allowed {
+		remaining++
+	}
+	return rule.Limit - remaining
 }
 
 // targetHit is a hit that peek or reset reads, and whether its limit is
