@@ -428,6 +428,12 @@ func (l *Limiter) override(base Rule, key string) (r Rule, ok bool) {
 		l.refuse(base, err)
 		return base, false
 	}
+	if (r.Algorithm == Concurrency) != (base.Algorithm == Concurrency) {
+		// A rate's hit is never released, a lease is: neither may stand
+		// for the other.
+		l.refuse(base, fmt.Errorf("%w: rule %q: an override may not turn a rate into a limit on requests in flight, or back (%v for %v)", ErrInvalidRule, base.Name, r.Algorithm, base.Algorithm))
+		return base, false
+	}
 	return r, true
 }
 

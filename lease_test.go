@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -93,5 +94,37 @@ func TestDenialCacheSkipsLeases(t *testing.T) {
 	}
 	if d, _ := a.Allow(ctx, conc, "k"); !d.Allowed {
 		t.Fatalf("after the other replica released the lease: got %+v; a concurrency denial must not be cached", d)
+	}
+}
+
+// overrideTo gives every key the rule r, under the base rule's name.
+type overrideTo floodgate.Rule
+
+func (o overrideTo) Override(base floodgate.Rule, _ string) (floodgate.Rule, bool) {
+	return floodgate.Rule(o), true
+}
+
+// An override never turns a rate into a lease, which nothing would
+// release, nor a lease into a rate: the rule's own limit applies.
+func TestOverrideKeepsLeasesApart(t *testing.T) {
+	rate := mustRule(t, "api", 1, time.Minute)
+	conc, err := floodgate.NewRule("api", 1, time.Minute, floodgate.Concurrency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		base, over floodgate.Rule
+	}{{"rate to lease", rate, conc}, {"lease to rate", conc, rate}} {
+		s := memstore.New(memstore.Options{})
+		defer s.Close()
+		l, err := floodgate.New(s, floodgate.Options{Overrides: overrideTo(tc.over), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := l.InForce(floodgate.Hit{Rule: tc.base, Key: "k"})
+		if err != nil || h.Rule != tc.base {
+			t.Errorf("%s: the rule in force is %v, %v; want %v", tc.name, h.Rule, err, tc.base)
+		}
 	}
 }

@@ -105,6 +105,8 @@ descriptors:
 			[]string{"a.yaml: d.k:", "burst is only meaningful for token-bucket"}},
 		{"bad algorithm", map[string]string{"a.yaml": "domain: d\nalgorithm: leaky\n"},
 			[]string{`a.yaml: d: unknown algorithm "leaky"`}},
+		{"concurrency: no request ends in the RLS API", map[string]string{"a.yaml": "domain: d\nalgorithm: concurrency\n"},
+			[]string{`a.yaml: d: unknown algorithm "concurrency"`}},
 		{"bad failure mode", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    failure_mode: sideways\n"},
 			[]string{`a.yaml: d.k: unknown failure_mode "sideways"`}},
 		{"rate_limit and rate_limits", map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits: [{unit: second, requests_per_unit: 1}]\n"},

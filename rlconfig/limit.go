@@ -85,7 +85,7 @@ func unitOf(w time.Duration) Unit {
 // floodgate's names with underscores ("token_bucket").
 func parseAlgorithm(s string) (floodgate.Algorithm, error) {
 	a, err := floodgate.ParseAlgorithm(strings.ReplaceAll(s, "_", "-"))
-	if err != nil {
+	if err != nil || a == floodgate.Concurrency { // Envoy's rate-limit API never ends a request: no lease is released
 		return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_window_counter or token_bucket)", s)
 	}
 	return a, nil
