@@ -47,6 +47,10 @@
 //	                                         header (epoch, head, count, the first live
 //	                                         entry, the base, the first live entry's
 //	                                         time, the newest time; see take.lua)
+//	<prefix>{<rule>:<key>}:h:<window>        concurrency (requests in flight): the
+//	                                         sliding window's ring, one entry per
+//	                                         lease held, the window its time to live;
+//	                                         renew.lua moves a lease's entries on
 //	<prefix>{<rule>:<key>}:t:<window>        token bucket: string "<TAT>:<epoch>",
 //	                                         the theoretical arrival time in µs
 //	<prefix>{<rule>:<key>}:f:<window>        fixed window: string

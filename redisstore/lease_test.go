@@ -229,3 +229,30 @@ func TestKilledHolderLeasesReturn(t *testing.T) {
 	}
 	t.Logf("all %d slots free %v after the kill (time to live %v, renewed every %v)", limit, time.Since(killed).Round(time.Millisecond), ttl, ttl/3)
 }
+
+// A renewal writes the ring with the TTL a take gives: until its newest
+// entry, the renewed lease's, leaves the window.
+func TestRenewSetsTheTTL(t *testing.T) {
+	s := newStore(t)
+	l, err := floodgate.New(s, floodgate.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := mustRule(t, "ttl", 2, 2*time.Second, floodgate.Concurrency)
+	d, err := l.Allow(ctx(t), rule, "k")
+	if err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	time.Sleep(time.Second)
+	if d, err = l.Renew(ctx(t), d); err != nil || !d.Allowed {
+		t.Fatalf("Renew: %+v, %v", d, err)
+	}
+	key, err := StateKey(s.prefix, rule, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := rawClient(t).Do(ctx(t), rawClient(t).B().Pttl().Key(key).Build()).AsInt64()
+	if err != nil || ttl <= 1900 || ttl > 2000 {
+		t.Fatalf("PTTL %s = %d ms, %v; want about 2,000 after the renewal (a take's 1,000 would be left)", key, ttl, err)
+	}
+}
