@@ -461,6 +461,7 @@ func (g *Gate) run(ctx context.Context, hits []Hit, record bool) (Result, error)
 	// of them wait out its own budget.
 	if len(shadow) > 0 && (len(enforced) == 0 || res.Outcome == Allowed) {
 		res.Shadow, res.shadowHits = g.shadow(ctx, shadow, record)
+		res.gate = g // which Hold needs, for the shadow leases
 	}
 	return res, nil
 }

@@ -18,7 +18,9 @@ import (
 // after its client left) and use only its values. httplimit calls it for
 // a request until its handler returns, grpclimit for a call until its
 // handler returns (a stream: until it ends), so no renewal outlives its
-// holder. Without leases, Hold does nothing and allocates nothing.
+// holder. A shadow limit's lease (recorded when within its limit) is held
+// and released alike. Without leases, Hold does nothing and allocates
+// nothing.
 //
 // A renewal that finds its lease gone (its time to live ran out before
 // it: a holder stalled longer than that) stops renewing it and counts it
@@ -31,29 +33,35 @@ import (
 // that dies is released by its time to live alone, which no surviving
 // process sees.
 func (r Result) Hold(ctx context.Context) (release func()) {
-	if r.limiter == nil || r.gate == nil || !r.Decision.Recorded {
+	if r.gate == nil {
 		return noRelease
 	}
-	n := len(r.Decision.Each) // without fields.Each: no allocation without leases
-	if n == 0 {
-		n = 1
-	}
 	var h *holding
-	for i := 0; i < n && i < len(r.hits); i++ {
-		d := r.Decision
-		if d.Each != nil {
-			d = d.Each[i]
-		}
-		if r.hits[i].Rule.Algorithm != floodgate.Concurrency || !d.Recorded {
-			continue
+	add := func(l *floodgate.Limiter, hit floodgate.Hit, d floodgate.Decision) {
+		if hit.Rule.Algorithm != floodgate.Concurrency || !d.Recorded {
+			return
 		}
 		if h == nil {
-			h = &holding{ctx: context.WithoutCancel(ctx), g: r.gate, limiter: r.limiter, period: r.hits[i].Rule.Window / 3}
+			h = &holding{ctx: context.WithoutCancel(ctx), g: r.gate, period: hit.Rule.Window / 3}
 		}
-		h.period = min(h.period, r.hits[i].Rule.Window/3)
-		l := lease{d: d, ttl: r.hits[i].Rule.Window, renewed: time.Now(), m: r.gate.m.lease(d.Policy)}
-		l.m.held.Inc()
-		h.leases = append(h.leases, l)
+		h.period = min(h.period, hit.Rule.Window/3)
+		ls := lease{limiter: l, d: d, ttl: hit.Rule.Window, renewed: time.Now(), m: r.gate.m.lease(d.Policy)}
+		ls.m.held.Inc()
+		h.leases = append(h.leases, ls)
+	}
+	if r.limiter != nil && r.Decision.Recorded {
+		if r.Decision.Each == nil { // without fields.Each: no allocation without leases
+			if len(r.hits) == 1 {
+				add(r.limiter, r.hits[0], r.Decision)
+			}
+		} else {
+			for i := 0; i < len(r.Decision.Each) && i < len(r.hits); i++ {
+				add(r.limiter, r.hits[i], r.Decision.Each[i])
+			}
+		}
+	}
+	for i := 0; i < len(r.Shadow) && i < len(r.shadowHits); i++ {
+		add(r.gate.e.limiter, r.shadowHits[i], r.Shadow[i]) // a shadow limit's lease, recorded on its own
 	}
 	if h == nil {
 		return noRelease
@@ -69,10 +77,9 @@ func noRelease() {}
 
 // holding is the leases of one request and their renewals.
 type holding struct {
-	ctx     context.Context
-	g       *Gate
-	limiter *floodgate.Limiter
-	period  time.Duration
+	ctx    context.Context
+	g      *Gate
+	period time.Duration
 
 	mu      sync.Mutex // held through a renewal, so that release waits for it
 	timer   *time.Timer
@@ -82,6 +89,7 @@ type holding struct {
 
 // lease is one lease of a holding.
 type lease struct {
+	limiter *floodgate.Limiter // the limiter that took it
 	d       floodgate.Decision // as last renewed
 	ttl     time.Duration
 	renewed time.Time // when the store last confirmed it (the local clock)
@@ -103,7 +111,7 @@ func (h *holding) renew() {
 			continue
 		}
 		sent := time.Now()
-		d, err := h.limiter.Renew(h.ctx, l.d)
+		d, err := l.limiter.Renew(h.ctx, l.d)
 		switch {
 		case err != nil:
 			// It may have been made: keeping the older stamp is safe
@@ -141,7 +149,7 @@ func (h *holding) release() {
 			l.m.expired.Inc() // its refund credits nothing
 			continue
 		}
-		if err := h.limiter.Refund(h.ctx, l.d); err != nil {
+		if err := l.limiter.Refund(h.ctx, l.d); err != nil {
 			h.g.m.storeError(err) // the lease frees when its time to live runs out
 		}
 	}

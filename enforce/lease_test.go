@@ -164,3 +164,25 @@ func TestLocalLimitsCountHolders(t *testing.T) {
 		t.Fatalf("after the release: %v (allowed %v); want admitted by the local limits", res.Outcome, res.Allowed())
 	}
 }
+
+// A shadow limit on requests in flight counts holders too: its leases are
+// held and released with the request's.
+func TestHoldReleasesShadowLeases(t *testing.T) {
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, time.Minute), Shadow: true}}})
+	first, _ := g.Decide(t.Context(), []string{"k"})
+	if len(first.Shadow) != 1 || !first.Shadow[0].Allowed {
+		t.Fatalf("first: shadow %+v", first.Shadow)
+	}
+	release := first.Hold(t.Context())
+	if second, _ := g.Decide(t.Context(), []string{"k"}); !second.Allowed() || len(second.Shadow) != 1 || second.Shadow[0].Allowed {
+		t.Fatalf("second, while the first holds: allowed %v, shadow %+v; want allowed, the shadow limit denying", second.Allowed(), second.Shadow)
+	}
+	release()
+	if third, _ := g.Decide(t.Context(), []string{"k"}); len(third.Shadow) != 1 || !third.Shadow[0].Allowed {
+		t.Fatalf("third, after the release: shadow %+v; want the shadow limit allowing", third.Shadow)
+	}
+	if got := v.metric(t, "floodgate_decisions_total", map[string]string{"outcome": "shadow_denied"}); got != 1 {
+		t.Errorf("shadow_denied = %v, want 1", got)
+	}
+}
