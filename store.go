@@ -153,13 +153,18 @@ type Store interface {
 	// never takes one back. A later Refund or Renew of the lease passes
 	// the newest stamp.
 	//
-	// A sliding-window log finds a take's entries as Refund does: the
-	// Cost oldest at or after At. With each lease refunded at most once,
-	// that removes the take's own entries or entries of the same instant,
-	// so the count stays exact. Handed a stamp older than the newest (a
-	// renewal whose answer was lost), it removes entries no older than
-	// At, whose holders' own entries are then no older than theirs: the
-	// log may count a lease longer than its time to live, never shorter.
+	// A sliding-window log finds a lease's entries as Refund finds a
+	// take's: the Cost oldest at or after At. Every lease held can be
+	// matched to entries of the log no older than its stamp's At (its
+	// own, to begin with), and removing the oldest entries at or after At
+	// keeps such a matching: a holder whose entries were taken is matched
+	// to the lease's, which are no older. So a renewal or a release with
+	// the newest stamp removes the lease's own entries or entries of its
+	// instant, and the count stays exact; one with an older stamp (after
+	// a renewal whose answer was lost) never lets the log count fewer
+	// leases than are held: at worst a slot stays taken until a later
+	// entry's time to live runs out. Each lease must be released at most
+	// once: Refund's idempotence sees to it.
 	Renew(ctx context.Context, id string, receipts []Receipt) ([]Stamp, error)
 }
 
