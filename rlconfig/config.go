@@ -22,10 +22,9 @@ import (
 // the Watcher find in a configuration.
 var ErrInvalidConfig = errors.New("rlconfig: invalid configuration")
 
-// MaxFileSize bounds the size of one configuration file that LoadDir and
-// the Watcher read: 16 MiB, sixteen times what a Kubernetes ConfigMap
-// holds.
-const MaxFileSize = 16 << 20
+// maxFileSize bounds the size of one configuration file that LoadDir and
+// the Watcher read, as LoadDir's doc states.
+const maxFileSize = 16 << 20
 
 // Options tunes how a configuration is read. The zero value reads it as
 // envoyproxy/ratelimit does by default.
@@ -193,7 +192,8 @@ func (c *Config) String() string {
 // to a directory), the files of the version that ..data names are read,
 // all of one version, with any file of dir that is not a link into
 // ..data. A file that is not a regular file (a FIFO, a
-// device) or holds more than [MaxFileSize] bytes is refused.
+// device) or holds more than 16 MiB (sixteen times what a ConfigMap
+// holds) is refused.
 func LoadDir(dir string, opts Options) (*Config, error) {
 	files, skipped, err := readDir(dir, "")
 	if err != nil {
@@ -334,8 +334,8 @@ func readFiles(dir, only string, mode int) (map[string][]byte, []string, error) 
 			// A FIFO would block the read for ever, a device never end.
 			return nil, nil, fmt.Errorf("%w: %s: not a regular file (%v)", ErrInvalidConfig, p, st.Mode().Type())
 		}
-		if st.Size() > MaxFileSize {
-			return nil, nil, fmt.Errorf("%w: %s: %d bytes, more than the %d a configuration file may hold", ErrInvalidConfig, p, st.Size(), MaxFileSize)
+		if st.Size() > maxFileSize {
+			return nil, nil, fmt.Errorf("%w: %s: %d bytes, more than the %d a configuration file may hold", ErrInvalidConfig, p, st.Size(), maxFileSize)
 		}
 		data, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {

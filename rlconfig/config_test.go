@@ -415,7 +415,7 @@ func TestLoadDirOddFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(big, "big.yaml"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(filepath.Join(big, "big.yaml"), rlconfig.MaxFileSize+1); err != nil {
+	if err := os.Truncate(filepath.Join(big, "big.yaml"), maxFileSize+1); err != nil {
 		t.Fatal(err)
 	}
 	for dir, want := range map[string]string{fifo: "b.yaml: not a regular file", device: "zero.yaml: not a regular file", big: "big.yaml: 16777217 bytes, more than the 16777216"} {
@@ -434,11 +434,11 @@ func TestLoadDirOddFiles(t *testing.T) {
 		}
 	}
 	// Exactly the bound is read.
-	if err := os.Truncate(filepath.Join(big, "big.yaml"), rlconfig.MaxFileSize); err != nil {
+	if err := os.Truncate(filepath.Join(big, "big.yaml"), maxFileSize); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rlconfig.LoadDir(big, rlconfig.Options{}); err == nil || strings.Contains(err.Error(), "more than") {
-		t.Errorf("a file of exactly MaxFileSize: %v, want it read (and refused as a file of NUL bytes)", err)
+		t.Errorf("a file of exactly 16 MiB: %v, want it read (and refused as a file of NUL bytes)", err)
 	}
 }
 
@@ -496,3 +496,6 @@ func TestWholeNumbers(t *testing.T) {
 		}
 	}
 }
+
+// maxFileSize is the bound that LoadDir's doc states: 16 MiB.
+const maxFileSize = 16 << 20

@@ -129,7 +129,7 @@ func (a *App) watchLimits(file string, reg prometheus.Registerer, logger *slog.L
 	ok := prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_config_load_success_total", Help: "Reloads of the limits file that took effect."})
 	bad := prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_config_load_error_total", Help: "Reloads of the limits file that were refused; the limits in force stay."})
 	reg.MustRegister(ok, bad)
-	w, err := rlconfig.WatchFile(file, rlconfig.WatchOptions{OnReload: func(cfg *rlconfig.Config, err error) {
+	w, err := rlconfig.Watch(file, rlconfig.WatchOptions{OnReload: func(cfg *rlconfig.Config, err error) {
 		if err != nil {
 			bad.Inc()
 			logger.Error("LIMITS_FILE refused; the limits in force stay", "file", file, "error", err)
