@@ -1,6 +1,9 @@
 package rlconfig
 
-import "github.com/floodgate-rl/floodgate"
+import (
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
+)
 
 // Rules gives a library's limits their rules from a configuration that
 // may change while the process runs: live limits, as a floodgate.Overrides
@@ -45,8 +48,8 @@ func NewRules(domain string, config func() *Config) *Rules {
 // Override returns the rule that the configuration gives key in place of
 // base, and whether it gives one.
 func (r *Rules) Override(base floodgate.Rule, key string) (floodgate.Rule, bool) {
-	m := r.config().Match(r.domain, []Entry{{Key: base.Name, Value: key}})
-	if m.Outcome != Limited {
+	m := r.config().m().Match(r.domain, []rlmatch.Entry{{Key: base.Name, Value: key}})
+	if m.Outcome != rlmatch.Limited {
 		return floodgate.Rule{}, false
 	}
 	l := m.Limits[0]

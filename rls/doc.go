@@ -47,7 +47,7 @@
 //     floodgate_rls_unknown_domain_total).
 //
 // A limit is reported under its name: its name field, or its descriptor
-// path (rlconfig.Limit.Label), in current_limit, the RateLimit fields and
+// path (with #2, #3... for the later items of a rate_limits list), in current_limit, the RateLimit fields and
 // every metric, with the figures of the rule in force (a key's override
 // included). detailed_metric labels the floodgate_rls_* series with the
 // request's values; past 1,000 distinct values, new ones are counted

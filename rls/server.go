@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -194,7 +195,7 @@ func New(opts Options) (*Server, error) {
 	}
 	m.configLoadSuccess.Inc()
 	cfg := s.Config()
-	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
 	s.warnConfig(cfg)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -212,7 +213,7 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 		return
 	}
 	s.metrics.configLoadSuccess.Inc()
-	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
 	s.warnConfig(cfg)
 }
 
@@ -229,7 +230,7 @@ func (s *Server) warnConfig(cfg *rlconfig.Config) {
 	}
 	var quota, dangling []string
 	named := map[string]bool{}
-	for _, l := range cfg.Limits() {
+	for _, l := range (*rlmatch.Config)(cfg).Limits() {
 		if l.QuotaMode {
 			quota = append(quota, l.Label)
 		}
@@ -237,7 +238,7 @@ func (s *Server) warnConfig(cfg *rlconfig.Config) {
 			named[l.Name] = true
 		}
 	}
-	for _, l := range cfg.Limits() {
+	for _, l := range (*rlmatch.Config)(cfg).Limits() {
 		for _, r := range l.Replaces {
 			if !named[r] {
 				dangling = append(dangling, l.Label+" replaces "+strconv.Quote(r))

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -196,7 +197,7 @@ func blockedRules(specs []string, configDir, limitsFile, domain string, env shar
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
-		for _, l := range cfg.Limits() {
+		for _, l := range (*rlmatch.Config)(cfg).Limits() {
 			if l.Unlimited || l.Blocked() || domainOf(cfg.Domains(), l.Path) != domain {
 				continue
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -286,8 +287,8 @@ descriptors:
 	prefix := testPrefix(t)
 	ctx := context.Background()
 	l := newLimiter(t, url, prefix)
-	take := func(domain string, e rlconfig.Entry, n int) string {
-		m := cfg.Match(domain, []rlconfig.Entry{e})
+	take := func(domain string, e rlmatch.Entry, n int) string {
+		m := (*rlmatch.Config)(cfg).Match(domain, []rlmatch.Entry{e})
 		for range n {
 			if d, err := l.Check(ctx, m.Hits(1)...); err != nil || !d.Allowed {
 				t.Fatalf("%v: %+v, %v", e, d, err)
@@ -295,10 +296,10 @@ descriptors:
 		}
 		return m.Key
 	}
-	carol := take("rl", rlconfig.Entry{Key: "user", Value: "carol"}, 2)
-	take("rl", rlconfig.Entry{Key: "user", Value: "dave"}, 1)
-	ip := take("rl", rlconfig.Entry{Key: "ip", Value: "192.0.2.7"}, 1)
-	take("rl.other", rlconfig.Entry{Key: "user", Value: "erin"}, 1)
+	carol := take("rl", rlmatch.Entry{Key: "user", Value: "carol"}, 2)
+	take("rl", rlmatch.Entry{Key: "user", Value: "dave"}, 1)
+	ip := take("rl", rlmatch.Entry{Key: "ip", Value: "192.0.2.7"}, 1)
+	take("rl.other", rlmatch.Entry{Key: "user", Value: "erin"}, 1)
 
 	code, out, errs := cli(t, url, "blocked", "-config", dir, "-domain", "rl", "-prefix", prefix, "-o", "json")
 	got := parseListed(t, out)

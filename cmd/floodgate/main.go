@@ -58,6 +58,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algo"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -322,15 +323,15 @@ func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	entries := make([]rlconfig.Entry, len(args))
+	entries := make([]rlmatch.Entry, len(args))
 	for i, a := range args {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("%w: entry %q is not KEY=VALUE", errUsage, a)
 		}
-		entries[i] = rlconfig.Entry{Key: k, Value: v}
+		entries[i] = rlmatch.Entry{Key: k, Value: v}
 	}
-	m := cfg.Match(domain, entries)
+	m := (*rlmatch.Config)(cfg).Match(domain, entries)
 	var hits []targetHit
 	for _, l := range m.Limits { // those of m.Hits
 		if !l.Unlimited && !l.Blocked() {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -304,7 +305,7 @@ func TestServeAppliesOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hits := cfg.Match("svc", []rlconfig.Entry{{Key: "user", Value: "vip"}}).Hits(1)
+	hits := (*rlmatch.Config)(cfg).Match("svc", []rlmatch.Entry{{Key: "user", Value: "vip"}}).Hits(1)
 	if len(hits) != 1 {
 		t.Fatalf("%d hits for user=vip; want 1", len(hits))
 	}
