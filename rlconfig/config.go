@@ -17,7 +17,12 @@ import (
 // ErrInvalidConfig is wrapped by every problem that Parse, LoadDir and
 // the Watcher find in a configuration, and by every problem that package
 // rlconfig/xds finds in the resources of a server.
-var ErrInvalidConfig = rlmatch.ErrInvalidConfig
+var ErrInvalidConfig = errInvalidConfig()
+
+// errInvalidConfig returns the error that the module's parser (package
+// rlmatch) wraps. A function, as package os does for
+// ErrDeadlineExceeded, so that go doc shows no internal name.
+func errInvalidConfig() error { return rlmatch.ErrInvalidConfig }
 
 // maxFileSize bounds the size of one configuration file that LoadDir and
 // the Watcher read, as LoadDir's doc states.
@@ -37,7 +42,8 @@ type Options struct {
 // tree of descriptors whose meaning the package doc states. It is
 // immutable and safe for concurrent use. Hand it to an RLS service
 // (package rls) or to [NewRules]; a nil *Config is an empty
-// configuration.
+// configuration. Its contents belong to the module's matching code (an
+// internal package): read them through its methods.
 type Config rlmatch.Config
 
 // m is c as the module's matching code reads it.

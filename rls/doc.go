@@ -10,7 +10,7 @@
 // # A request
 //
 // Each descriptor of a request is matched against its domain's
-// configuration (see [rlconfig.Config.MatchAll]: the most specific
+// configuration (as package rlconfig states: the most specific
 // match, replaces applied). Every limit that applies counts the
 // descriptor's hits_addend (the descriptor's, else the request's, else
 // 1) under a key made of the domain and the descriptor's entries. Then:
@@ -46,12 +46,12 @@
 //     that is not configured, is OK (the latter counted in
 //     floodgate_rls_unknown_domain_total).
 //
-// A limit is reported under its name: its name field, or its descriptor
-// path (with #2, #3... for the later items of a rate_limits list), in current_limit, the RateLimit fields and
-// every metric, with the figures of the rule in force (a key's override
-// included). detailed_metric labels the floodgate_rls_* series with the
-// request's values; past 1,000 distinct values, new ones are counted
-// under "(other)".
+// A limit is reported under its name (its name field, or else its
+// descriptor path, as package rlconfig states), in current_limit, the
+// RateLimit fields and every metric, with the figures of the rule in
+// force (a key's override included). detailed_metric labels the
+// floodgate_rls_* series with the request's values; past 1,000 distinct
+// values, new ones are counted under "(other)".
 //
 // The response has one status per descriptor, in the request's order:
 // its code (OVER_LIMIT when one of its own limits denied), and the

@@ -89,8 +89,10 @@ type Update struct {
 	Version string
 	// Config is the configuration, as Parse read Files.
 	Config *rlconfig.Config
-	// Files are the resources as envoyproxy/ratelimit YAML files, named
-	// after the resources; [rlconfig.Parse] reads them as Config.
+	// Files are the resources as envoyproxy/ratelimit YAML files, one
+	// per resource, named after it (cut to letters, digits, ".", "-" and
+	// "_", made unique, ending in .yaml); [rlconfig.Parse] reads them as
+	// Config.
 	Files map[string][]byte
 }
 
