@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,6 +153,11 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.ConfigDir != "" && opts.Config != nil {
 		errs = append(errs, fmt.Errorf("%w: set ConfigDir or Config, not both", ErrInvalidOptions))
+	}
+	if st, err := os.Stat(opts.ConfigDir); opts.ConfigDir != "" && err == nil && !st.IsDir() {
+		// rlconfig.Watch would watch the one file; the service reads a
+		// directory, as envoyproxy/ratelimit does.
+		errs = append(errs, fmt.Errorf("%w: ConfigDir %s is not a directory", ErrInvalidOptions, opts.ConfigDir))
 	}
 	if r := opts.NearLimitRatio; !(r >= 0 && r <= 1) {
 		errs = append(errs, fmt.Errorf("%w: NearLimitRatio %v is not above 0 and at most 1", ErrInvalidOptions, r))
