@@ -96,7 +96,7 @@ func cachedLimiter(t *testing.T, store Store, size int) (*Limiter, *fakeClock) {
 
 func testRule(t *testing.T, name string) Rule {
 	t.Helper()
-	r, err := PerMinute(name, 5)
+	r, err := NewRule(name, 5, time.Minute, SlidingWindow)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	pix, err := floodgate.PerMinute("pix", 10)
+	pix, err := floodgate.NewRule("pix", 10, time.Minute, floodgate.SlidingWindow)
 	if err != nil {
 		panic(err)
 	}

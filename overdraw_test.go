@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
 
-// An Overdraw hit's cost may exceed its rule's capacity, up to MaxLimit,
-// but not a sliding-window log's MaxSlidingCost (floodgate.Hit.Overdraw).
+// An Overdraw hit's cost may exceed its rule's capacity, up to bounds.Limit,
+// but not a sliding-window log's bounds.SlidingCost (floodgate.Hit.Overdraw).
 func TestOverdrawCostBounds(t *testing.T) {
 	l := newLimiter(t)
 	bucket, _ := floodgate.NewRule("bucket", 10, time.Minute, floodgate.TokenBucket)
@@ -24,10 +25,10 @@ func TestOverdrawCostBounds(t *testing.T) {
 		wantIn string // "" when valid
 	}{
 		{"above the capacity", floodgate.Hit{Rule: bucket, Key: "a", Cost: 11, Overdraw: true}, ""},
-		{"MaxLimit", floodgate.Hit{Rule: bucket, Key: "b", Cost: floodgate.MaxLimit, Overdraw: true}, ""},
-		{"above MaxLimit", floodgate.Hit{Rule: bucket, Key: "c", Cost: floodgate.MaxLimit + 1, Overdraw: true}, "of an overdraw hit is above 2251799813685248"},
-		{"a log's MaxSlidingCost", floodgate.Hit{Rule: log, Key: "d", Cost: floodgate.MaxSlidingCost, Overdraw: true}, ""},
-		{"above a log's MaxSlidingCost", floodgate.Hit{Rule: log, Key: "e", Cost: floodgate.MaxSlidingCost + 1, Overdraw: true}, "the most a sliding-window log records in one hit"},
+		{"bounds.Limit", floodgate.Hit{Rule: bucket, Key: "b", Cost: bounds.Limit, Overdraw: true}, ""},
+		{"above bounds.Limit", floodgate.Hit{Rule: bucket, Key: "c", Cost: bounds.Limit + 1, Overdraw: true}, "of an overdraw hit is above 2251799813685248"},
+		{"a log's bounds.SlidingCost", floodgate.Hit{Rule: log, Key: "d", Cost: bounds.SlidingCost, Overdraw: true}, ""},
+		{"above a log's bounds.SlidingCost", floodgate.Hit{Rule: log, Key: "e", Cost: bounds.SlidingCost + 1, Overdraw: true}, "the most a sliding-window log records in one hit"},
 		{"not overdraw: above the capacity", floodgate.Hit{Rule: bucket, Key: "f", Cost: 11}, "could never be allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

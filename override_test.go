@@ -306,11 +306,11 @@ func BenchmarkAllowOverrides(b *testing.B) {
 	for i := range ks {
 		ks[i] = "user-" + strconv.Itoa(i)
 	}
-	api := floodgate.MustRule(floodgate.NewRule("api", 1_000_000, time.Second, floodgate.TokenBucket))
+	api := floodgate.Rule{Name: "api", Limit: 1_000_000, Window: time.Second, Algorithm: floodgate.TokenBucket}
 	entries := func(rule string) []overrides.Entry {
 		es := make([]overrides.Entry, n)
 		for i := range es {
-			es[i] = overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule(rule, 1_000_000, time.Second, floodgate.TokenBucket)), Key: "vip-" + strconv.Itoa(i)}
+			es[i] = overrides.Entry{Rule: floodgate.Rule{Name: rule, Limit: 1_000_000, Window: time.Second, Algorithm: floodgate.TokenBucket}, Key: "vip-" + strconv.Itoa(i)}
 			if rule == "api-hit" {
 				// A limit of its own, so the override is applied and
 				// the hit validated again.

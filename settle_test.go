@@ -100,7 +100,7 @@ func ExampleLimiter_Settle() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	budget := floodgate.MustRule(floodgate.NewRule("llm-tokens", 10_000, time.Hour, floodgate.TokenBucket))
+	budget := floodgate.Rule{Name: "llm-tokens", Limit: 10_000, Window: time.Hour, Algorithm: floodgate.TokenBucket}
 
 	prompt := 1_200                 // tokens in the prompt
 	estimate := int64(prompt + 800) // and a guess at the completion

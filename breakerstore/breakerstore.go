@@ -28,12 +28,12 @@ const (
 
 // Defaults of [Options].
 const (
-	// DefaultFailures is how many consecutive failures open the breaker.
-	DefaultFailures = 5
-	// DefaultCooldown is how long the breaker stays open before it probes.
-	DefaultCooldown = 5 * time.Second
-	// DefaultProbes is how many calls a half-open breaker lets through.
-	DefaultProbes = 1
+	// defaultFailures is how many consecutive failures open the breaker.
+	defaultFailures = 5
+	// defaultCooldown is how long the breaker stays open before it probes.
+	defaultCooldown = 5 * time.Second
+	// defaultProbes is how many calls a half-open breaker lets through.
+	defaultProbes = 1
 )
 
 // ErrOpen is wrapped, together with [floodgate.ErrStoreUnavailable], by
@@ -75,13 +75,13 @@ type Options struct {
 	// Name names the breaker in OnStateChange; zero means "floodgate".
 	Name string
 	// Failures is how many consecutive failures open the breaker. Zero
-	// means DefaultFailures (5).
+	// means 5.
 	Failures uint32
 	// Cooldown is how long the breaker stays open before it lets probes
-	// through. Zero means DefaultCooldown (5s); negative is invalid.
+	// through. Zero means 5s; negative is invalid.
 	Cooldown time.Duration
 	// Probes is how many calls a half-open breaker lets through; all must
-	// succeed to close it. Zero means DefaultProbes (1).
+	// succeed to close it. Zero means 1.
 	Probes uint32
 	// OnStateChange, if set, is called on every transition, for a log line
 	// or a metric. It runs synchronously while the breaker's lock is held:
@@ -118,10 +118,10 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	failures := orDefault(opts.Failures, DefaultFailures)
+	failures := orDefault(opts.Failures, defaultFailures)
 	st := gobreaker.Settings{
 		Name:        opts.Name,
-		MaxRequests: orDefault(opts.Probes, DefaultProbes),
+		MaxRequests: orDefault(opts.Probes, defaultProbes),
 		Timeout:     opts.Cooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 		IsExcluded:  func(err error) bool { return errors.As(err, new(excluded)) },
@@ -130,7 +130,7 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 		st.Name = "floodgate"
 	}
 	if st.Timeout == 0 {
-		st.Timeout = DefaultCooldown
+		st.Timeout = defaultCooldown
 	}
 	s := &Store{next: next, cooldown: st.Timeout}
 	s.clock.init()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/storetest"
@@ -63,7 +64,7 @@ func newFixture(t *testing.T, opts breakerstore.Options) *fixture {
 	if f.limiter, err = floodgate.New(f.breaker, floodgate.Options{Timeout: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if f.rule, err = floodgate.PerMinute("r", floodgate.MaxShorthandLimit); err != nil {
+	if f.rule, err = floodgate.NewRule("r", bounds.DefaultLog, time.Minute, floodgate.SlidingWindow); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -17,7 +17,7 @@ func TestSettleOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := floodgate.MustRule(floodgate.NewRule("settle", 100, time.Hour, floodgate.FixedWindow))
+	rule := floodgate.Rule{Name: "settle", Limit: 100, Window: time.Hour, Algorithm: floodgate.FixedWindow}
 	key := "settle-" + t.Name()
 	d, err := l.AllowN(ctx, rule, key, 30)
 	if err != nil || d.Remaining != 70 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // ErrInvalidConfig is wrapped by every problem that Parse, LoadDir and
@@ -661,7 +662,7 @@ func ruleName(domain string, segs []segment, j int) string {
 			prefix[i] = '_'
 		}
 	}
-	const room = floodgate.MaxNameLen - 1 - 12
+	const room = bounds.NameLen - 1 - 12
 	if len(prefix) > room {
 		prefix = prefix[:room]
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/burst"
 )
 
@@ -305,7 +306,7 @@ var cases = []testCase{
 		}
 	}},
 	{"HostileKeysAreIndependent", func(t *testing.T, e env, l *floodgate.Limiter) {
-		mb := strings.Repeat("x", floodgate.MaxKeyLen-256) // room for the prefix
+		mb := strings.Repeat("x", bounds.KeyLen-256) // room for the prefix
 		long := strings.Repeat("k", 100)
 		keys := []string{
 			"{a}", "a}{b", "{", "}", "line\nbreak", "cr\r\nlf", "nul\x00byte", "\xff\xfe\xfd", "ünïcødé",
