@@ -209,7 +209,7 @@ func TestDenialCacheNeverAnswersACharge(t *testing.T) {
 			t.Fatalf("local %v: %+v; want the store's denial", local, d)
 		}
 		for i := range 3 {
-			d, err := l.Charge(ctx, r, "k", 1)
+			d, err := l.Check(ctx, Hit{Rule: r, Key: "k", Cost: 1, Overdraw: true})
 			if err != nil || !d.Recorded {
 				t.Fatalf("local %v: charge %d: %+v, %v; want recorded", local, i, d, err)
 			}

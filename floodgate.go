@@ -104,29 +104,13 @@ func (l *Limiter) Allow(ctx context.Context, rule Rule, key string) (Decision, e
 	return l.one(ctx, Hit{Rule: rule, Key: key})
 }
 
-// AllowN is like Allow for a request that costs n.
-func (l *Limiter) AllowN(ctx context.Context, rule Rule, key string, n int64) (Decision, error) {
-	return l.one(ctx, Hit{Rule: rule, Key: key, Cost: n})
-}
-
-// Charge records a cost of n for key under rule whatever the limit says:
-// a cost known only once the work is done, such as the size of a response
-// or a cost settled after it, is charged even past the limit, and the key
-// owes the excess until it is worked off ([Hit.Overdraw] says how each
-// algorithm holds it). The decision is Recorded; its Allowed says whether
-// n was within the limit, and its Remaining is negative while the key
-// owes. Refund undoes the charge as any take. n may exceed the rule's
-// capacity, up to 2^51 (1,000 for a sliding window).
-func (l *Limiter) Charge(ctx context.Context, rule Rule, key string, n int64) (Decision, error) {
-	return l.one(ctx, Hit{Rule: rule, Key: key, Cost: n, Overdraw: true})
-}
-
 // Settle settles a cost taken as an estimate against the actual cost,
 // known once the work is done (an LLM call's tokens, a query's rows, a
-// download's bytes): take the estimate with AllowN, do the work, then
+// download's bytes): take the estimate (a [Hit] whose Cost is the
+// estimate), do the work, then
 // Settle the decision (or one element of a check's Each) with the actual
 // cost. An actual cost above the estimate is charged for the difference,
-// past the limit if need be ([Limiter.Charge]): the key owes it. One
+// past the limit if need be (an [Hit.Overdraw] hit): the key owes it. One
 // below the estimate is refunded for the difference, as Refund credits
 // (what the take still weighs; see Refund). Settle returns the charge's
 // decision, or d when it charged nothing. A decision that recorded
@@ -145,7 +129,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) (Decisio
 	r := d.ticket.one
 	switch est := r.Hit.Cost; {
 	case actual > est:
-		return l.Charge(ctx, r.Hit.Rule, r.Hit.Key, actual-est)
+		return l.Check(ctx, Hit{Rule: r.Hit.Rule, Key: r.Hit.Key, Cost: actual - est, Overdraw: true})
 	case actual < est:
 		part := d
 		part.ticket.one.Hit.Cost = est - actual
@@ -197,6 +181,9 @@ func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {
 // its limit: all-or-nothing. The decision describes the worst hit and lists
 // each in Decision.Each.
 func (l *Limiter) Check(ctx context.Context, hits ...Hit) (Decision, error) {
+	if len(hits) == 1 {
+		return l.one(ctx, hits[0]) // the single hit's path, which allocates nothing
+	}
 	hits, err := l.own(hits)
 	if err != nil {
 		return Decision{}, err

@@ -62,7 +62,7 @@ func TestChargeIsRecordedAndRefundable(t *testing.T) {
 	l, _ := fakeLimiter(t)
 	ctx := context.Background()
 	r, _ := floodgate.NewRule("fixed", 10, time.Hour, floodgate.FixedWindow)
-	d, err := l.Charge(ctx, r, "k", 15)
+	d, err := l.Check(ctx, floodgate.Hit{Rule: r, Key: "k", Cost: 15, Overdraw: true})
 	if err != nil || d.Allowed || !d.Recorded || d.Remaining != -5 || d.RetryAfter <= 0 || d.Each != nil {
 		t.Fatalf("Charge(15) of 10: %+v, %v; want recorded, not allowed, Remaining -5", d, err)
 	}
@@ -72,10 +72,10 @@ func TestChargeIsRecordedAndRefundable(t *testing.T) {
 	if err := l.Refund(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := l.AllowN(ctx, r, "k", 10); !a.Allowed || !a.Recorded || a.Remaining != 0 {
+	if a, _ := l.Check(ctx, floodgate.Hit{Rule: r, Key: "k", Cost: 10}); !a.Allowed || !a.Recorded || a.Remaining != 0 {
 		t.Fatalf("after refunding the charge: %+v; want the whole limit back", a)
 	}
-	if d, _ := l.Charge(ctx, r, "other", 3); !d.Allowed || !d.Recorded || d.Remaining != 7 {
+	if d, _ := l.Check(ctx, floodgate.Hit{Rule: r, Key: "other", Cost: 3, Overdraw: true}); !d.Allowed || !d.Recorded || d.Remaining != 7 {
 		t.Fatalf("Charge(3) of 10: %+v; want allowed, recorded, Remaining 7", d)
 	}
 }

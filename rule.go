@@ -121,13 +121,6 @@ func NewRule(name string, limit int64, window time.Duration, alg Algorithm) (Rul
 	return r, r.Validate()
 }
 
-// WithBurst returns a copy of a TokenBucket rule with the given bucket
-// capacity, validated.
-func (r Rule) WithBurst(burst int64) (Rule, error) {
-	r.Burst = burst
-	return r, r.Validate()
-}
-
 // Capacity is the most requests the rule can admit at once: Burst for a
 // token bucket that sets it, Limit otherwise.
 func (r Rule) Capacity() int64 {

@@ -37,7 +37,7 @@ func TestNewRuleRejectsBadInput(t *testing.T) {
 			r := tc.rule
 			_, err := floodgate.NewRule(r.Name, r.Limit, r.Window, r.Algorithm)
 			if r.Burst != 0 {
-				_, err = r.WithBurst(r.Burst)
+				err = r.Validate()
 			}
 			if !errors.Is(err, floodgate.ErrInvalidRule) || !strings.Contains(err.Error(), tc.wantIn) {
 				t.Fatalf("got %v; want ErrInvalidRule mentioning %q", err, tc.wantIn)

@@ -126,8 +126,9 @@ func TestHitBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	burst, err := tb.WithBurst(8)
-	if err != nil {
+	burst := tb
+	burst.Burst = 8
+	if err := burst.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	sliding := mustRule(t, "sw", 5000, time.Minute)
@@ -150,7 +151,7 @@ func TestHitBounds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, check := range []func(*floodgate.Limiter) (floodgate.Decision, error){
 				func(l *floodgate.Limiter) (floodgate.Decision, error) {
-					return l.AllowN(ctx, tc.hit.Rule, tc.hit.Key, tc.hit.Cost)
+					return l.Check(ctx, floodgate.Hit{Rule: tc.hit.Rule, Key: tc.hit.Key, Cost: tc.hit.Cost})
 				},
 				func(l *floodgate.Limiter) (floodgate.Decision, error) {
 					return l.Check(ctx, tc.hit, floodgate.Hit{Rule: tc.hit.Rule, Key: "other"})
@@ -175,7 +176,7 @@ func TestRuleString(t *testing.T) {
 	if s := r.String(); s != "api: 10/1m0s token-bucket" {
 		t.Errorf("String() = %q", s)
 	}
-	r, _ = r.WithBurst(20)
+	r.Burst = 20
 	if s := r.String(); s != "api: 10/1m0s token-bucket, burst 20" {
 		t.Errorf("String() = %q", s)
 	}

@@ -22,7 +22,7 @@ type Hit struct {
 	// algorithm can hold it, and the key owes what it took past its
 	// limit: it is denied until that debt is worked off. It charges a
 	// cost known only once the work is done (a response's size, the
-	// tokens a model produced), as [Limiter.Charge] does. Its Cost may
+	// tokens a model produced), as [Limiter.Settle] does. Its Cost may
 	// exceed the rule's Capacity, up to 2^51 (1,000 for a
 	// SlidingWindow rule).
 	//
@@ -195,7 +195,7 @@ type Receipt struct {
 
 // LocalStore is an optional interface of a [Store] that keeps its state in
 // the memory of the process, such as memstore's. The Limiter calls TakeOne
-// for checks of a single hit ([Limiter.Allow], [Limiter.AllowN]), which
+// for checks of a single hit ([Limiter.Allow], [Limiter.Check]), which
 // spares the slices of Take so that a decision can allocate nothing.
 //
 // A store that implements LocalStore promises never to block on I/O or

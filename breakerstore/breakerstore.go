@@ -38,12 +38,14 @@ const (
 
 // ErrOpen is wrapped, together with [floodgate.ErrStoreUnavailable], by
 // the error of every call that the breaker refused without calling the
-// store. That error is an [*OpenError].
+// store. That error also has a method RetryAfter() time.Duration: what is
+// left of the cooldown of an open breaker, zero for a half-open one whose
+// probes are in flight.
 var ErrOpen = errors.New("circuit breaker open")
 
-// OpenError is the error of a call that the breaker refused without calling
+// openError is the error of a call that the breaker refused without calling
 // the store. It wraps [ErrOpen] and [floodgate.ErrStoreUnavailable].
-type OpenError struct {
+type openError struct {
 	// RetryIn is the time until the breaker lets a probe through: what is
 	// left of the cooldown of an open breaker, zero for a half-open one
 	// whose probes are in flight.
@@ -51,7 +53,7 @@ type OpenError struct {
 }
 
 // Error reports the breaker open and, if known, when it probes again.
-func (e *OpenError) Error() string {
+func (e *openError) Error() string {
 	if e.RetryIn > 0 {
 		return fmt.Sprintf("breakerstore: %v (probes again in %v): %v", ErrOpen, e.RetryIn.Round(time.Millisecond), floodgate.ErrStoreUnavailable)
 	}
@@ -59,12 +61,12 @@ func (e *OpenError) Error() string {
 }
 
 // Unwrap returns [ErrOpen] and [floodgate.ErrStoreUnavailable].
-func (e *OpenError) Unwrap() []error { return []error{ErrOpen, floodgate.ErrStoreUnavailable} }
+func (e *openError) Unwrap() []error { return []error{ErrOpen, floodgate.ErrStoreUnavailable} }
 
 // RetryAfter returns RetryIn. An HTTP layer finds it with errors.As on an
-// interface{ RetryAfter() time.Duration }, without importing this package,
-// and tells clients when the store may be back.
-func (e *OpenError) RetryAfter() time.Duration { return e.RetryIn }
+// interface{ RetryAfter() time.Duration }, and tells clients when the
+// store may be back.
+func (e *openError) RetryAfter() time.Duration { return e.RetryIn }
 
 // ErrInvalidOptions is wrapped by the errors of [Options.Validate] and
 // [New].
@@ -180,9 +182,9 @@ func (s *Store) do(ctx context.Context, call func() ([]floodgate.Result, error))
 	case errors.As(err, &ex):
 		return nil, ex.err
 	case errors.Is(err, gobreaker.ErrOpenState):
-		return nil, &OpenError{RetryIn: s.retryIn()}
+		return nil, &openError{RetryIn: s.retryIn()}
 	case errors.Is(err, gobreaker.ErrTooManyRequests):
-		return nil, &OpenError{}
+		return nil, &openError{}
 	}
 	return nil, err
 }

@@ -117,9 +117,6 @@ func New(opts Options) (*Enforcer, error) {
 	return e, nil
 }
 
-// Limiter returns the limiter that decides against the shared store.
-func (e *Enforcer) Limiter() *floodgate.Limiter { return e.limiter }
-
 // Logger returns the logger of the degraded-decision lines, for the
 // transports' own warnings.
 func (e *Enforcer) Logger() *slog.Logger { return e.logger }
@@ -410,14 +407,10 @@ func (g *Gate) Peek(ctx context.Context, hits []Hit) (Result, error) {
 	return g.run(ctx, hits, false)
 }
 
-// ask decides hits with l, recording them if record (one hit goes
-// through AllowN, which the core serves faster), or peeks at them.
+// ask decides hits with l, recording them if record, or peeks at them.
 func ask(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit, record bool) (floodgate.Decision, error) {
-	switch {
-	case !record:
+	if !record {
 		return l.Peek(ctx, hits...)
-	case len(hits) == 1 && !hits[0].Overdraw:
-		return l.AllowN(ctx, hits[0].Rule, hits[0].Key, hits[0].Cost)
 	}
 	return l.Check(ctx, hits...)
 }
@@ -670,7 +663,7 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 }
 
 // InForce returns h as a check decides it: its key replaced by its digest
-// if longer than bounds.KeyLen, under the rule in force for that
+// if longer than 1 MiB, under the rule in force for that
 // key, with its problems under that rule (see floodgate.Limiter.InForce):
 // for a transport that reports the limit in force before deciding, or
 // answers a cost beyond every admission as a denial.

@@ -205,7 +205,7 @@ func (gm *gateMetrics) shadowed(policy string, allowed bool) {
 
 func (gm *gateMetrics) storeError(err error) {
 	reason := "error"
-	var open interface{ RetryAfter() time.Duration } // breakerstore.OpenError
+	var open interface{ RetryAfter() time.Duration } // a breakerstore's open breaker
 	switch {
 	case errors.As(err, &open):
 		reason = "breaker_open"

@@ -85,8 +85,8 @@ func (r Result) Allowed() bool {
 // FailRetryAfter is how long a client refused because the store failed
 // should wait: 5s, or the remaining open time of the
 // store's circuit breaker if that is longer. The breaker's time is found
-// on Err's chain through a RetryAfter() time.Duration method, as
-// breakerstore.OpenError has.
+// on Err's chain through a RetryAfter() time.Duration method, as a
+// breakerstore's open breaker's error has.
 func (r Result) FailRetryAfter() time.Duration {
 	var open interface{ RetryAfter() time.Duration }
 	if errors.As(r.Err, &open) {

@@ -196,7 +196,7 @@ func TestTokenBucketRefundCreditsWhatIsLeft(t *testing.T) {
 	l, _ := floodgate.New(s, floodgate.Options{})
 	ctx := context.Background()
 	r, _ := floodgate.NewRule("left", 1, time.Second, floodgate.TokenBucket) // one token a second
-	r, _ = r.WithBurst(2)
+	r.Burst = 2
 	a, _ := l.Allow(ctx, r, "k")
 	clock.Advance(400 * time.Millisecond)
 	if b, _ := l.Allow(ctx, r, "k"); !a.Allowed || !b.Allowed {

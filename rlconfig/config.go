@@ -616,7 +616,8 @@ func (p *parser) limit(file, domain, path string, segs []segment, j, count int, 
 	limit := max(l.RequestsPerUnit, 1)
 	rule, err := floodgate.NewRule(ruleName(domain, segs, j), limit, window, d.alg)
 	if err == nil && d.burst != 0 {
-		rule, err = rule.WithBurst(d.burst)
+		rule.Burst = d.burst
+		err = rule.Validate()
 	}
 	if err != nil {
 		p.errs = append(p.errs, fmt.Errorf("%w: %s: %s: %w", ErrInvalidConfig, file, where, err))

@@ -95,8 +95,8 @@ var cases = []testCase{
 	}},
 	{"TokenBucketBurst", func(t *testing.T, e env, l *floodgate.Limiter) {
 		r := rule(t, "burst", 1, 2*e.unit, floodgate.TokenBucket)
-		r, err := r.WithBurst(3)
-		if err != nil {
+		r.Burst = 3
+		if err := r.Validate(); err != nil {
 			t.Fatal(err)
 		}
 		hit := floodgate.Hit{Rule: r, Key: key(t)}

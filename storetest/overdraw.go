@@ -183,10 +183,10 @@ var overdrawCases = []testCase{
 	}},
 }
 
-// charge is Limiter.Charge, failing the test on an error.
+// charge is a Check of one Overdraw hit, failing the test on an error.
 func charge(t *testing.T, l *floodgate.Limiter, r floodgate.Rule, k string, n int64) floodgate.Decision {
 	t.Helper()
-	d, err := l.Charge(context.Background(), r, k, n)
+	d, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: k, Cost: n, Overdraw: true})
 	if err != nil {
 		t.Fatalf("Charge(%d): %v", n, err)
 	}

@@ -265,9 +265,9 @@ var sequences = []testCase{
 
 func allowN(t *testing.T, l *floodgate.Limiter, r floodgate.Rule, k string, n int64) floodgate.Decision {
 	t.Helper()
-	d, err := l.AllowN(context.Background(), r, k, n)
+	d, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: k, Cost: n})
 	if err != nil {
-		t.Fatalf("AllowN: %v", err)
+		t.Fatalf("Check: %v", err)
 	}
 	return d
 }

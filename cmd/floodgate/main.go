@@ -391,7 +391,8 @@ func parseRule(spec string) (floodgate.Rule, error) {
 		if err != nil {
 			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: burst %q is not a whole number", errUsage, spec, b)
 		}
-		return r.WithBurst(n)
+		r.Burst = n
+		return r, r.Validate()
 	}
 	return r, nil
 }

@@ -239,7 +239,8 @@ func overrideEntry(rule, limit, algorithm string, burst int64, ttl time.Duration
 		return overrides.Entry{}, err
 	}
 	if burst != 0 {
-		if r, err = r.WithBurst(burst); err != nil {
+		r.Burst = burst
+		if err := r.Validate(); err != nil {
 			return overrides.Entry{}, err
 		}
 	}
