@@ -5,7 +5,7 @@
 // semantics.
 //
 //	limiter, err := floodgate.New(store, floodgate.Options{})
-//	pix := floodgate.MustRule(floodgate.PerMinute("pix", 10))
+//	pix := floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute}
 //	d, err := limiter.Allow(ctx, pix, accountID)
 //	if err == nil && !d.Allowed {
 //		// 429: come back in d.RetryAfter

@@ -25,7 +25,7 @@ package floodgate
 // is no override: the rule's own limit applies, and the first such is
 // logged (Options.Logger), since a mistake in an override must never
 // switch a limit off or fail the requests it limits.
-// [Limiter.Check], [Limiter.Peek], [Limiter.Allow], [Limiter.AllowN],
+// [Limiter.Check], [Limiter.Peek], [Limiter.Allow],
 // [Limiter.Wait] and [Limiter.Reset] all apply overrides; [Limiter.Refund]
 // undoes what a decision recorded under the rule it was taken with.
 type Overrides interface {

@@ -33,7 +33,7 @@
 //
 // Each method, and the Default for all the others, is one enforce gate,
 // named in the metrics and logs by the full method name (the Default by
-// [DefaultGate]). The stream interceptor limits stream opens: a stream is
+// "default"). The stream interceptor limits stream opens: a stream is
 // one call, however many messages it carries.
 //
 // # Keys
@@ -86,7 +86,7 @@
 // failure mode (enforce.FailLocal, the default, decides with per-replica
 // in-memory limits; enforce.FailOpen lets the call through;
 // enforce.FailClosed refuses it with codes.Unavailable and a RetryInfo of
-// enforce.MinFailRetryAfter, or the circuit breaker's remaining open time
+// 5s, or the circuit breaker's remaining open time
 // if longer). Degraded decisions are counted and logged in aggregate by
 // the Enforcer. A client that cancels or runs out of time while the store
 // is slow gets codes.Canceled or codes.DeadlineExceeded, and nothing is

@@ -28,10 +28,10 @@ import (
 // methods.
 var ErrInvalidOptions = errors.New("grpclimit: invalid options")
 
-// DefaultGate is the name, in metrics and logs, of the gate of
+// defaultGate is the name, in metrics and logs, of the gate of
 // [Options.Default]: the limits of every method not listed in
 // Options.Methods.
-const DefaultGate = "default"
+const defaultGate = "default"
 
 // Options configures a [Interceptors]: the enforcement layer, given
 // (Enforcer) or built from Enforce, and the limits of each method. A
@@ -53,7 +53,7 @@ type Options struct {
 	// Default.
 	Methods map[string]Method
 	// Default limits every method not in Methods, under one gate named
-	// DefaultGate; its limits count per rule name and key, so a Default
+	// "default"; its limits count per rule name and key, so a Default
 	// per-IP rule of 100 per minute admits 100 calls a minute to all those
 	// methods together. The zero Method (no Limits) leaves them unlimited.
 	Default Method
@@ -211,7 +211,7 @@ func build(e *enforce.Enforcer, opts Options) (*Interceptors, error) {
 		l.folded[strings.ToLower(name)] = name
 	}
 	if len(opts.Default.Limits) > 0 {
-		m, err := buildMethod(e, DefaultGate, opts.Default)
+		m, err := buildMethod(e, defaultGate, opts.Default)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -221,9 +221,9 @@ func build(e *enforce.Enforcer, opts Options) (*Interceptors, error) {
 	}
 	var specs []enforce.Spec
 	var built []*method
-	for _, name := range append(names, DefaultGate) {
+	for _, name := range append(names, defaultGate) {
 		m := l.methods[name]
-		if name == DefaultGate {
+		if name == defaultGate {
 			m = l.def
 		}
 		if m != nil {

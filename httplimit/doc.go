@@ -65,7 +65,7 @@
 // the route's [enforce.FailureMode]: [enforce.FailLocal] (the default)
 // decides with per-replica in-memory limits, [enforce.FailClosed] denies,
 // [enforce.FailOpen] allows, [enforce.FailError] answers 503 (package
-// enforce tells the rest, the circuit breaker included). A fail-closed 429 (or 503) sends a Retry-After of [enforce.MinFailRetryAfter] (5s), or the
+// enforce tells the rest, the circuit breaker included). A fail-closed 429 (or 503) sends a Retry-After of 5s, or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted in the metrics, and logged at most once per route per
 // [Options.LogInterval] (5s), each line saying how many more it stands

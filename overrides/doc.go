@@ -81,12 +81,12 @@
 // An override is validated ([Entry.Validate]) when it is set, and again
 // when a Source loads it. Its rule must pass floodgate.Rule.Validate, the
 // bounds of every rule (a sliding-window log of at most
-// floodgate.MaxSlidingLimit, a limit or burst of at most
-// floodgate.MaxLimit, a window of at most floodgate.MaxWindow, a
+// 1,000,000, a limit or burst of at most 2^51, a window of at most ten
+// years, a
 // sliding-window counter whose limit times window stays exact), and a
 // token bucket must refill at most one token a microsecond, the stores'
 // resolution: 2^51 per ten years is refused, 1000/1ms is the fastest of a
-// millisecond. Its key is 1 to floodgate.MaxKeyLen bytes, and its expiry
+// millisecond. Its key is 1 byte to 1 MiB, and its expiry
 // is absent (no expiry) or a time in the years 0 to 9999: a stored
 // expires=0001-01-01T00:00:00Z, the zero time, is refused rather than
 // read as no expiry. A value written by hand that does not parse or

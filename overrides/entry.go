@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // ErrInvalidEntry reports an override that cannot be used: a bad rule, an
@@ -24,7 +25,7 @@ type Entry struct {
 	// name, which the override keeps (see floodgate.Overrides).
 	Rule floodgate.Rule
 	// Key is the key as the application spells it (the Key of its
-	// floodgate.Hit, before any encoding): 1 to floodgate.MaxKeyLen bytes,
+	// floodgate.Hit, before any encoding): 1 to bounds.KeyLen bytes,
 	// any bytes.
 	Key string
 	// Expires is when the override ends; the zero Time means never (and
@@ -37,7 +38,7 @@ type Entry struct {
 // (and floodgate.ErrInvalidRule for a problem with its rule). The rule
 // must pass floodgate.Rule.Validate and, for a token bucket, refill at
 // most one token a microsecond (see the package documentation); the key
-// must be 1 to floodgate.MaxKeyLen bytes; a non-zero Expires must lie in
+// must be 1 to bounds.KeyLen bytes; a non-zero Expires must lie in
 // the years 0 to 9999, which its stored form (RFC 3339) holds.
 func (e Entry) Validate() error {
 	var errs []error
@@ -54,8 +55,8 @@ func (e Entry) Validate() error {
 	switch {
 	case e.Key == "":
 		errs = append(errs, fmt.Errorf("%w: key is empty", ErrInvalidEntry))
-	case len(e.Key) > floodgate.MaxKeyLen:
-		errs = append(errs, fmt.Errorf("%w: key is %d bytes, at most %d allowed", ErrInvalidEntry, len(e.Key), floodgate.MaxKeyLen))
+	case len(e.Key) > bounds.KeyLen:
+		errs = append(errs, fmt.Errorf("%w: key is %d bytes, at most %d allowed", ErrInvalidEntry, len(e.Key), bounds.KeyLen))
 	}
 	if y := e.Expires.UTC().Year(); !e.Expires.IsZero() && (y < 0 || y > 9999) {
 		errs = append(errs, fmt.Errorf("%w: expires %v is outside the years 0 to 9999 that its stored form (RFC 3339) holds", ErrInvalidEntry, e.Expires.UTC()))
@@ -127,7 +128,7 @@ func parseEntry(field, value string) (Entry, error) {
 	alg := floodgate.SlidingWindow
 	var err error
 	if a, ok := fields["algorithm"]; ok {
-		if alg, err = floodgate.ParseAlgorithm(a); err != nil {
+		if err = alg.UnmarshalText([]byte(a)); err != nil {
 			return Entry{}, fmt.Errorf("%w: field %q: %w", ErrInvalidEntry, truncate(field), err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 func rule(t *testing.T, name string, limit int64, window time.Duration, alg floodgate.Algorithm) floodgate.Rule {
@@ -111,22 +112,22 @@ func TestParseEntryRejects(t *testing.T) {
 // at one a microsecond while its Decisions report the rule's limit).
 // Each bound is checked on both sides.
 func TestEntryRuleBounds(t *testing.T) {
-	tenYears := floodgate.MaxWindow
+	tenYears := bounds.Window
 	for _, tc := range []struct {
 		name string
 		rule floodgate.Rule
 		want string // "" if valid
 	}{
-		{"token bucket of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.TokenBucket}, "a token a microsecond"},
+		{"token bucket of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: bounds.Limit, Window: tenYears, Algorithm: floodgate.TokenBucket}, "a token a microsecond"},
 		{"token bucket of one a microsecond", floodgate.Rule{Name: "api", Limit: 1000, Window: time.Millisecond, Algorithm: floodgate.TokenBucket}, ""},
 		{"token bucket of one more", floodgate.Rule{Name: "api", Limit: 1001, Window: time.Millisecond, Algorithm: floodgate.TokenBucket}, "a token a microsecond"},
 		{"token bucket of one a microsecond for ten years", floodgate.Rule{Name: "api", Limit: int64(tenYears / time.Microsecond), Window: tenYears, Algorithm: floodgate.TokenBucket}, ""},
 		{"token bucket of one a microsecond, bursting to ten years of it", floodgate.Rule{Name: "api", Limit: 1000, Window: time.Millisecond, Algorithm: floodgate.TokenBucket, Burst: int64(tenYears / time.Microsecond)}, ""},
-		{"fixed window of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.FixedWindow}, ""},
-		{"fixed window past 2^51", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit + 1, Window: tenYears, Algorithm: floodgate.FixedWindow}, "above"},
-		{"sliding window at its cap", floodgate.Rule{Name: "api", Limit: floodgate.MaxSlidingLimit, Window: time.Minute}, ""},
-		{"sliding window past its cap", floodgate.Rule{Name: "api", Limit: floodgate.MaxSlidingLimit + 1, Window: time.Minute}, "sliding-window log"},
-		{"counter of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.SlidingWindowCounter}, "too high for a sliding-window counter"},
+		{"fixed window of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: bounds.Limit, Window: tenYears, Algorithm: floodgate.FixedWindow}, ""},
+		{"fixed window past 2^51", floodgate.Rule{Name: "api", Limit: bounds.Limit + 1, Window: tenYears, Algorithm: floodgate.FixedWindow}, "above"},
+		{"sliding window at its cap", floodgate.Rule{Name: "api", Limit: bounds.SlidingLimit, Window: time.Minute}, ""},
+		{"sliding window past its cap", floodgate.Rule{Name: "api", Limit: bounds.SlidingLimit + 1, Window: time.Minute}, "sliding-window log"},
+		{"counter of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: bounds.Limit, Window: tenYears, Algorithm: floodgate.SlidingWindowCounter}, "too high for a sliding-window counter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := Entry{Rule: tc.rule, Key: "k"}
@@ -237,7 +238,7 @@ func TestNewSetRejects(t *testing.T) {
 		"twice":    {{Rule: api, Key: "k"}, {Rule: api, Key: "k"}},
 		"no key":   {{Rule: api}},
 		"bad rule": {{Rule: floodgate.Rule{Name: "api", Limit: 1}, Key: "k"}},
-		"long key": {{Rule: api, Key: strings.Repeat("x", floodgate.MaxKeyLen+1)}},
+		"long key": {{Rule: api, Key: strings.Repeat("x", bounds.KeyLen+1)}},
 	} {
 		if _, err := NewSet(es...); !errors.Is(err, ErrInvalidEntry) {
 			t.Errorf("%s: NewSet = %v; want ErrInvalidEntry", name, err)
@@ -336,7 +337,7 @@ func TestSetBloomFilter(t *testing.T) {
 // one cut there.
 func TestEdges(t *testing.T) {
 	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
-	if err := (Entry{Rule: api, Key: strings.Repeat("k", floodgate.MaxKeyLen)}).Validate(); err != nil {
+	if err := (Entry{Rule: api, Key: strings.Repeat("k", bounds.KeyLen)}).Validate(); err != nil {
 		t.Errorf("a key of MaxKeyLen bytes: %v; want valid", err)
 	}
 	s64 := strings.Repeat("x", 64)

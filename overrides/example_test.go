@@ -13,8 +13,8 @@ import (
 // A fixed set of overrides on a memstore: the enterprise customer gets 5
 // requests a minute where everyone else gets 2.
 func ExampleSet() {
-	api := floodgate.MustRule(floodgate.PerMinute("api", 2))
-	vip, err := overrides.NewSet(overrides.Entry{Rule: floodgate.MustRule(floodgate.PerMinute("api", 5)), Key: "enterprise-1"})
+	api := floodgate.Rule{Name: "api", Limit: 2, Window: time.Minute}
+	vip, err := overrides.NewSet(overrides.Entry{Rule: floodgate.Rule{Name: "api", Limit: 5, Window: time.Minute}, Key: "enterprise-1"})
 	if err != nil {
 		panic(err)
 	}

@@ -57,10 +57,9 @@
 //	                                         refund tombstone: "1", so a refund
 //	                                         credits once
 //
-// For example fg:{pix:acct-42}:w:1m0s. [StateKey] writes a state key,
-// [StatePattern] and [ParseStateKey] find and read them (floodgate
-// blocked lists blocked keys with them), and [Store.PeekStored] peeks at
-// a key found so, hashed ones included. A rule whose window or algorithm
+// For example fg:{pix:acct-42}:w:1m0s. floodgate blocked finds keys
+// by this layout, and [Store.PeekStored] peeks at a key found so, hashed
+// ones included. A rule whose window or algorithm
 // changes (a rolling deploy) starts from fresh keys, once; a changed limit
 // or burst keeps them. Earlier versions kept a sliding window under other
 // letters: s (a sorted set) and l (a ring of 7-byte times). Those keys are

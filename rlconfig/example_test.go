@@ -3,6 +3,7 @@ package rlconfig_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/memstore"
@@ -39,7 +40,7 @@ descriptors:
 	if err != nil {
 		panic(err)
 	}
-	pix := floodgate.MustRule(floodgate.PerMinute("pix", 10)) // the file's limits replace the 10
+	pix := floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute} // the file's limits replace the 10
 	for _, account := range []string{"acct-1", "acct-42"} {
 		allowed := 0
 		for range 5 {

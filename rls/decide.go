@@ -62,10 +62,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	var shed bool
-	if size >= LargeRequest {
+	if size >= largeRequest {
 		n := s.large.Add(int64(size))
 		defer s.large.Add(-int64(size))
-		shed = n > MaxLargeInFlight
+		shed = n > maxLargeInFlight
 	}
 	cfg := (*rlmatch.Config)(s.Config()) // read once: no request sees half of a reload
 	ms := cfg.MatchAll(req.GetDomain(), entries)
@@ -121,8 +121,8 @@ func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlmatch.Entry, int, error)
 		return nil, 0, invalid("domain is empty")
 	case len(req.GetDescriptors()) == 0:
 		return nil, 0, invalid("no descriptors")
-	case len(req.GetDescriptors()) > MaxDescriptors:
-		return nil, 0, invalid("%d descriptors, at most %d allowed", len(req.GetDescriptors()), MaxDescriptors)
+	case len(req.GetDescriptors()) > maxDescriptors:
+		return nil, 0, invalid("%d descriptors, at most %d allowed", len(req.GetDescriptors()), maxDescriptors)
 	}
 	out := make([][]rlmatch.Entry, len(req.GetDescriptors()))
 	size := 0
@@ -130,8 +130,8 @@ func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlmatch.Entry, int, error)
 		switch {
 		case len(d.GetEntries()) == 0:
 			return nil, 0, invalid("descriptor %d has no entries", i)
-		case len(d.GetEntries()) > MaxEntries:
-			return nil, 0, invalid("descriptor %d has %d entries, at most %d allowed", i, len(d.GetEntries()), MaxEntries)
+		case len(d.GetEntries()) > maxEntries:
+			return nil, 0, invalid("descriptor %d has %d entries, at most %d allowed", i, len(d.GetEntries()), maxEntries)
 		case d.GetIsNegativeHits():
 			return nil, 0, invalid("descriptor %d: is_negative_hits is not supported", i)
 		}

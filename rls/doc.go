@@ -36,7 +36,7 @@
 //     makes metric series.
 //   - A hits_addend that the limit in force (after a key's override)
 //     could never admit (beyond its capacity,
-//     or beyond [floodgate.MaxSlidingCost] for a sliding window) is over
+//     or beyond 1,000 for a sliding window) is over
 //     that limit without asking the store, as envoyproxy/ratelimit
 //     answers it; not an error, which Envoy's filter lets through by
 //     default (failure_mode_deny: false), while a hits_addend may come
@@ -71,7 +71,7 @@
 // failure_mode: error (the default) answers the gRPC error Unavailable,
 // so that Envoy's failure_mode_deny decides, as with envoyproxy/ratelimit
 // but within the budget instead of a stall; closed answers OVER_LIMIT
-// with a Retry-After of at least 5s ([enforce.MinFailRetryAfter]); open
+// with a Retry-After of at least 5s; open
 // answers OK; local decides with the instance's own in-memory limits.
 // In a request with several modes the strictest decides: closed, then
 // error, then local, then open. A peek that the store cannot answer takes
@@ -84,9 +84,9 @@
 //
 // InvalidArgument, with the reason, answers an empty domain, no
 // descriptors, a descriptor without entries or with an empty key, more
-// than [MaxDescriptors] descriptors or [MaxEntries] entries, a
+// than 256 descriptors or 64 entries, a
 // limit override without a unit, and is_negative_hits (unsupported). A
-// message over [MaxMessageSize] is refused by gRPC (ResourceExhausted)
+// message over 1 MiB is refused by gRPC (ResourceExhausted)
 // and by /json (413).
 //
 // # Configuration and reload

@@ -33,10 +33,10 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer table.Close()
-	base := floodgate.MustRule(floodgate.NewRule("api", 5, time.Minute, floodgate.SlidingWindow))
-	lower := floodgate.MustRule(floodgate.NewRule("api", 2, time.Minute, floodgate.SlidingWindow))   // same state as base
-	raised := floodgate.MustRule(floodgate.NewRule("api", 50, time.Minute, floodgate.SlidingWindow)) // same state as base
-	hourly := floodgate.MustRule(floodgate.NewRule("api", 2, time.Hour, floodgate.SlidingWindow))    // a state of its own
+	base := floodgate.Rule{Name: "api", Limit: 5, Window: time.Minute}
+	lower := floodgate.Rule{Name: "api", Limit: 2, Window: time.Minute}   // same state as base
+	raised := floodgate.Rule{Name: "api", Limit: 50, Window: time.Minute} // same state as base
+	hourly := floodgate.Rule{Name: "api", Limit: 2, Window: time.Hour}    // a state of its own
 	l := newLimiter(t, url, prefix)
 	take := func(r floodgate.Rule, key string, n int) {
 		t.Helper()
@@ -57,7 +57,7 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 	take(lower, hashed, 2)   // blocked under its override: listed by its digest
 	// A rule not asked for, blocked under an override of its own: not
 	// listed, though every state key is scanned when two rules are asked.
-	other := floodgate.MustRule(floodgate.NewRule("other", 1, time.Minute, floodgate.SlidingWindow))
+	other := floodgate.Rule{Name: "other", Limit: 1, Window: time.Minute}
 	take(other, "o", 1)
 	for _, e := range []overrides.Entry{
 		{Rule: other, Key: "o"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -128,8 +129,8 @@ func TestBlocked(t *testing.T) {
 			}
 			// Another rule of the same name and another window, and a rule
 			// not asked for: their keys are not the listed rules' keys.
-			other := floodgate.MustRule(floodgate.NewRule("login", 1, time.Hour, floodgate.SlidingWindow))
-			notAsked := floodgate.MustRule(floodgate.NewRule("export", 1, time.Hour, floodgate.SlidingWindow))
+			other := floodgate.Rule{Name: "login", Limit: 1, Window: time.Hour}
+			notAsked := floodgate.Rule{Name: "export", Limit: 1, Window: time.Hour}
 			for _, r := range []floodgate.Rule{other, notAsked} {
 				if d, err := l.Allow(ctx, r, "carol"); err != nil || !d.Allowed {
 					t.Fatalf("%v: %+v, %v", r, d, err)
@@ -169,7 +170,7 @@ func TestBlocked(t *testing.T) {
 				}
 				wantNode := redistest.Addr(t)
 				if name == "cluster" {
-					sk, err := redisstore.StateKey(prefix, rules[s.rule], s.key)
+					sk, err := rediskeys.StateKey(prefix, rules[s.rule], s.key)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -218,7 +219,7 @@ func TestBlockedMany(t *testing.T) {
 			ctx := context.Background()
 			prefix := testPrefix(t)
 			l := newLimiter(t, url, prefix)
-			rule := floodgate.MustRule(floodgate.NewRule("otp", 1, time.Hour, floodgate.FixedWindow))
+			rule := floodgate.Rule{Name: "otp", Limit: 1, Window: time.Hour, Algorithm: floodgate.FixedWindow}
 			const n = 600
 			for i := range n {
 				key := fmt.Sprintf("user-%d", i)

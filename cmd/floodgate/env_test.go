@@ -84,7 +84,7 @@ func TestSubcommandsReadTheServicesEnvironment(t *testing.T) {
 		t.Errorf("reset with REDIS_URL HOST:PORT and REDIS_AUTH = %d %q %q", code, out, errs)
 	}
 	// A plain HOST:PORT, as the service takes it.
-	rule := floodgate.MustRule(floodgate.NewRule("login", 1, time.Hour, floodgate.SlidingWindow))
+	rule := floodgate.Rule{Name: "login", Limit: 1, Window: time.Hour}
 	plain := testPrefix(t)
 	if d, err := newLimiter(t, "redis://"+redistest.Addr(t), plain).Allow(context.Background(), rule, "alice"); err != nil || !d.Allowed {
 		t.Fatal(d, err)

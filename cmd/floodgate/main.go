@@ -58,6 +58,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algo"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -252,7 +253,7 @@ func cachedDenialNote(after string, wait time.Duration) string {
 // one peeks at or resets the key of one hit, and reports it.
 func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHit, prefix, output string, stdout io.Writer) error {
 	rule, key := h.Rule, h.Key
-	stateKey, err := redisstore.StateKey(prefix, rule, key)
+	stateKey, err := rediskeys.StateKey(prefix, rule, key)
 	if err != nil {
 		return err
 	}
@@ -378,8 +379,7 @@ func parseRule(spec string) (floodgate.Rule, error) {
 	}
 	alg := floodgate.SlidingWindow
 	if a, ok := fields["algorithm"]; ok {
-		var err error
-		if alg, err = floodgate.ParseAlgorithm(a); err != nil {
+		if err := alg.UnmarshalText([]byte(a)); err != nil {
 			return floodgate.Rule{}, err
 		}
 	}
@@ -392,7 +392,8 @@ func parseRule(spec string) (floodgate.Rule, error) {
 		if err != nil {
 			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: burst %q is not a whole number", errUsage, spec, b)
 		}
-		return r.WithBurst(n)
+		r.Burst = n
+		return r, r.Validate()
 	}
 	return r, nil
 }

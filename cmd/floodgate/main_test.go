@@ -51,7 +51,7 @@ func TestPeekAndReset(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rule := floodgate.MustRule(floodgate.NewRule("login", 5, 10*time.Minute, floodgate.SlidingWindow))
+			rule := floodgate.Rule{Name: "login", Limit: 5, Window: 10 * time.Minute}
 			spec := "name=login,limit=5/10m"
 			for _, key := range []string{"alice@example.com", "{braces} and\nnewline"} {
 				for range 5 {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/overrides"
 )
 
@@ -63,7 +64,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	fs.SetOutput(io.Discard)
 	ruleName := fs.String("rule", "", "the rule's name, as the services name it")
 	limit := fs.String("limit", "", "set: the key's limit, COUNT/WINDOW such as 1000/1m")
-	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window (the default, up to floodgate.MaxShorthandLimit), token-bucket, fixed-window or sliding-window-counter")
+	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window (the default, up to a limit of 1000), token-bucket, fixed-window or sliding-window-counter")
 	burst := fs.Int64("burst", 0, "set: the bucket capacity of a token-bucket override (0 means the limit)")
 	ttl := fs.Duration("ttl", 0, "set: how long the override lasts (0: until rm)")
 	configDir := fs.String("config", "", "set|get|rm: a directory of envoyproxy/ratelimit YAML (with -domain): the rule and key of a descriptor")
@@ -137,14 +138,14 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if entry, err = overrideEntry(*ruleName, *limit, *algorithm, *burst, *ttl, key); err != nil {
 			return err
 		}
-		if !set("algorithm") && *configDir == "" && entry.Rule.Limit > floodgate.MaxShorthandLimit {
+		if !set("algorithm") && *configDir == "" && entry.Rule.Limit > bounds.DefaultLog {
 			// The default, as the shorthands' (floodgate.PerMinute), and
 			// refused above the same bound: the log would cost 6 bytes
 			// in Redis per request of the limit, per key.
 			return fmt.Errorf("%w: -limit %s without -algorithm: the default sliding-window log keeps every request (6 bytes each in Redis: %d KB per key); "+
 				"above %d, give -algorithm token-bucket or sliding-window-counter (a few dozen bytes a key), or -algorithm sliding-window to insist. "+
 				"A rule's state belongs to its algorithm: give the rule's own to keep the key's count",
-				errUsage, *limit, entry.Rule.Limit*6/1000, floodgate.MaxShorthandLimit)
+				errUsage, *limit, entry.Rule.Limit*6/1000, bounds.DefaultLog)
 		}
 	}
 	table, err := overrides.NewTable(overrides.Options{URL: env.RedisURL, Prefix: *prefix, DialTimeout: *timeout})
@@ -229,8 +230,8 @@ func overrideEntry(rule, limit, algorithm string, burst int64, ttl time.Duration
 	if limit == "" {
 		return overrides.Entry{}, fmt.Errorf("%w: override set needs -limit COUNT/WINDOW, such as 1000/1m", errUsage)
 	}
-	alg, err := floodgate.ParseAlgorithm(algorithm)
-	if err != nil {
+	var alg floodgate.Algorithm
+	if err := alg.UnmarshalText([]byte(algorithm)); err != nil {
 		return overrides.Entry{}, err
 	}
 	r, err := floodgate.ParseLimit(rule, limit, alg)
@@ -238,7 +239,8 @@ func overrideEntry(rule, limit, algorithm string, burst int64, ttl time.Duration
 		return overrides.Entry{}, err
 	}
 	if burst != 0 {
-		if r, err = r.WithBurst(burst); err != nil {
+		r.Burst = burst
+		if err := r.Validate(); err != nil {
 			return overrides.Entry{}, err
 		}
 	}

@@ -54,7 +54,7 @@ func TestOverride(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			api := floodgate.MustRule(floodgate.NewRule("api", 2, time.Minute, floodgate.SlidingWindow))
+			api := floodgate.Rule{Name: "api", Limit: 2, Window: time.Minute}
 			admitted := func(key string) int {
 				t.Helper()
 				if err := src.Refresh(ctx); err != nil {
@@ -167,7 +167,7 @@ func TestOverrideExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer table.Close()
-	old := overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule("api", 9, time.Minute, floodgate.SlidingWindow)), Key: "old", Expires: time.Now().Add(-time.Minute)}
+	old := overrides.Entry{Rule: floodgate.Rule{Name: "api", Limit: 9, Window: time.Minute}, Key: "old", Expires: time.Now().Add(-time.Minute)}
 	if err := table.Set(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestPeekAndResetFollowOverrides(t *testing.T) {
 	defer table.Close()
 	// Another window: the override's state is another key than the base
 	// rule's.
-	vip := floodgate.MustRule(floodgate.NewRule("api", 3, 2*time.Minute, floodgate.SlidingWindow))
+	vip := floodgate.Rule{Name: "api", Limit: 3, Window: 2 * time.Minute}
 	if err := table.Set(ctx, overrides.Entry{Rule: vip, Key: "vip"}); err != nil {
 		t.Fatal(err)
 	}

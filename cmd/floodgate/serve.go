@@ -113,7 +113,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	c := serveConfig{
 		GRPCAddr:        ":8081",
 		HTTPAddr:        ":8080",
-		DecisionTimeout: floodgate.DefaultTimeout,
+		DecisionTimeout: 50 * time.Millisecond, // the Limiter's default
 		ShutdownTimeout: 10 * time.Second,
 		MaxConnAge:      24 * time.Hour,
 		MaxConnAgeGrace: time.Hour,

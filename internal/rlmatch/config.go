@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // ErrInvalidConfig is rlconfig.ErrInvalidConfig: every problem that
@@ -425,7 +426,8 @@ func (p *parser) limit(file, domain, path string, segs []segment, j, count int, 
 	limit := max(l.RequestsPerUnit, 1)
 	rule, err := floodgate.NewRule(ruleName(domain, segs, j), limit, window, d.alg)
 	if err == nil && d.burst != 0 {
-		rule, err = rule.WithBurst(d.burst)
+		rule.Burst = d.burst
+		err = rule.Validate()
 	}
 	if err != nil {
 		p.errs = append(p.errs, fmt.Errorf("%w: %s: %s: %w", ErrInvalidConfig, file, where, err))
@@ -471,7 +473,7 @@ func ruleName(domain string, segs []segment, j int) string {
 			prefix[i] = '_'
 		}
 	}
-	const room = floodgate.MaxNameLen - 1 - 12
+	const room = bounds.NameLen - 1 - 12
 	if len(prefix) > room {
 		prefix = prefix[:room]
 	}

@@ -84,8 +84,8 @@ func unitOf(w time.Duration) Unit {
 // parseAlgorithm reads the configuration's algorithm names, which spell
 // floodgate's names with underscores ("token_bucket").
 func parseAlgorithm(s string) (floodgate.Algorithm, error) {
-	a, err := floodgate.ParseAlgorithm(strings.ReplaceAll(s, "_", "-"))
-	if err != nil {
+	var a floodgate.Algorithm
+	if err := a.UnmarshalText([]byte(strings.ReplaceAll(s, "_", "-"))); err != nil {
 		return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_window_counter or token_bucket)", s)
 	}
 	return a, nil

@@ -63,7 +63,7 @@ func TestOverridesReachEveryReplica(t *testing.T) {
 	}
 	defer table.Close()
 	set := time.Now()
-	if err := table.Set(context.Background(), overrides.Entry{Rule: floodgate.MustRule(floodgate.PerMinute("pix", 3)), Key: account}); err != nil {
+	if err := table.Set(context.Background(), overrides.Entry{Rule: floodgate.Rule{Name: "pix", Limit: 3, Window: time.Minute}, Key: account}); err != nil {
 		t.Fatal(err)
 	}
 	defer table.Delete(context.Background(), "pix", account)
