@@ -57,10 +57,10 @@ func (c *Config) Domains() []string { return c.m().Domains() }
 func (c *Config) Files() []string { return c.m().Files() }
 
 // Skipped returns what [LoadDir] or a [Watcher] found in the directory
-// and did not read, sorted: files not named *.yaml or *.yml, and
-// subdirectories (with a trailing "/"); dot files are not listed.
-// envoyproxy/ratelimit reads every file of its directory, subdirectories
-// included, so a service switching from it should warn of each.
+// and did not read, sorted, for a service switching from
+// envoyproxy/ratelimit to warn of (the package doc says why): files not
+// named *.yaml or *.yml, and subdirectories (with a trailing "/"); dot
+// files are not listed.
 func (c *Config) Skipped() []string { return c.m().Skipped() }
 
 // Ignored lists the settings of the configuration that have no effect

@@ -133,10 +133,8 @@
 //
 // # Reloading
 //
-// A [Watcher] holds the configuration of a directory (or of one file) and
-// reloads it on every change, including the ..data symbolic link swap of
-// a Kubernetes ConfigMap volume and the swap of any symbolic link on the
-// directory's path (envoyproxy/ratelimit's RUNTIME_ROOT). An invalid
-// configuration is refused with every problem listed, and the old one
-// stays in force.
+// A [Watcher] follows a directory (or one file) through every change,
+// Kubernetes ConfigMap updates and RUNTIME_ROOT swaps included; its doc
+// says how. An invalid configuration is refused with every problem
+// listed, and the old one stays in force.
 package rlconfig
