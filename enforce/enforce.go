@@ -322,14 +322,6 @@ func (e *Enforcer) validateOne(s Spec, batch map[string]floodgate.Rule) (*Gate, 
 	return g, errors.Join(errs...)
 }
 
-// Spec returns the gate's spec, as validated: a limit's Shadow is set
-// when the Spec's is.
-func (g *Gate) Spec() Spec {
-	s := g.spec
-	s.Limits = append([]Limit(nil), s.Limits...)
-	return s
-}
-
 // Hit is a hit with how it is enforced.
 type Hit struct {
 	floodgate.Hit
