@@ -182,7 +182,7 @@ func TestTableDrivesLimiter(t *testing.T) {
 				t.Fatalf("customer-42 admitted %d after a refresh; want the override's 5", n)
 			}
 			if g, want := gauge("floodgate_overrides_last_refresh_timestamp_seconds"), float64(clk.now().UnixNano())/1e9; g != want {
-				t.Errorf("last refresh = %v; want %v, the Source's clock at the refresh", g, want)
+				t.Errorf("last refresh = %v; want %v, the Table's clock at the refresh", g, want)
 			}
 			if g := gauge("floodgate_overrides"); g != 1 {
 				t.Errorf("floodgate_overrides = %v; want 1", g)
@@ -207,7 +207,7 @@ func TestTableDrivesLimiter(t *testing.T) {
 				t.Errorf("floodgate_overrides after rm = %v; want 0", g)
 			}
 
-			// An expiry is honoured by the Source's clock, before any
+			// An expiry is honoured by the Table's clock, before any
 			// refresh; the refresh drops it from the count.
 			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 4, 2*time.Minute), Key: "trial", Expires: clk.now().Add(time.Hour)}); err != nil {
 				t.Fatal(err)

@@ -150,7 +150,7 @@ func TestEntryRuleBounds(t *testing.T) {
 
 // An expiry is stored as RFC 3339, which holds the years 0000 to 9999: an
 // entry whose expiry it cannot hold is refused when set, not written in a
-// form that every Source would then skip. The zero Time is no expiry.
+// form that every service would then skip. The zero Time is no expiry.
 func TestEntryExpiryBounds(t *testing.T) {
 	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
 	for _, tc := range []struct {
