@@ -25,41 +25,40 @@
 // # When a change is in force
 //
 // A [Table] keeps the overrides in memory and refreshes them every
-// Options.Refresh (5s by default): a change made with the command (or
-// [Table.Set] and [Table.Delete]) is in force in every replica within
-// that time, plus one Redis round trip. A decision never waits on Redis for an override: the
-// lookup is a map lookup in the process (BENCHMARKS.md has the cost), so
-// overrides add no round trip to the hot path. An override's expiry is
+// Options.Refresh: a change made with the command (or [Table.Set] and
+// [Table.Delete]) is in force in every replica within that time, plus
+// one Redis round trip. A decision never waits on Redis for an override:
+// the lookup is a map lookup in the process (BENCHMARKS.md has the cost),
+// so overrides add no round trip to the hot path. An override's expiry is
 // checked at each lookup, on the replica's clock, so it ends on time
 // whether or not a refresh ran; the replicas' clocks may disagree by the
 // skew between them.
 //
-// A table holds at most 10,000 overrides: every replica keeps them all in
-// memory and reads them all again at least once a minute (measured:
-// about 150 bytes kept per entry, and about 1 KB allocated per entry at
-// each full load; at 10,000, some 2 MB kept and 10 MB of garbage a
-// minute per replica). [Table.Set] refuses a new one beyond that with an
-// error wrapping [ErrTableFull] (after deleting the expired ones, which
-// make room). A table written past the bound by hand is read up to it:
-// the first 10,000 fields by byte order load, the same in every replica,
-// and the rest are refused, listed by floodgate override ls, counted in
-// floodgate_overrides_invalid and logged in one line. An application
-// with more per-key limits keeps them in its own store and builds a
-// [Set] from it.
-//
 // A refresh is one GET of a version counter that every change bumps; only
 // when it moved does the Table read the whole hash (HGETALL) and swap in
-// a new [Set]. Every Options.ReloadEvery refreshes (12: a minute by
-// default) it reads the hash even if the counter did not move, so a hash
-// edited by hand with redis-cli HSET is seen within that time. A refresh
-// that fails (Redis down) keeps the overrides loaded last, and is logged
-// and counted; a Table that never loaded starts empty, so a service can
-// start during an outage.
+// a new [Set]. Every Options.ReloadEvery refreshes it reads the hash even
+// if the counter did not move, so a hash edited by hand with redis-cli
+// HSET is seen within that time. A refresh that fails (Redis down) keeps
+// the overrides loaded last, and is logged and counted; a Table that
+// never loaded starts empty, so a service can start during an outage.
+//
+// A table holds at most 10,000 overrides, since every replica keeps them
+// all in memory and reads them all again at every full load (measured:
+// about 150 bytes kept per entry, and about 1 KB allocated per entry at
+// each full load; at the bound and the default options, some 2 MB kept
+// and 10 MB of garbage a minute per replica). [Table.Set] refuses a new
+// one beyond the bound with an error wrapping [ErrTableFull] (after
+// deleting the expired ones, which make room). A table written past the
+// bound by hand is read up to it: the first fields by byte order load,
+// the same in every replica, and the rest are refused, listed by
+// floodgate override ls, counted in floodgate_overrides_invalid and
+// logged in one line. An application with more per-key limits keeps them
+// in its own store and builds a [Set] from it.
 //
 // # Key layout
 //
-// The overrides of a key prefix (the services' redisstore prefix, "fg:"
-// by default) are one hash and its version counter, which share the hash
+// The overrides of a key prefix (Options.Prefix, the services'
+// redisstore prefix) are one hash and its version counter, which share the hash
 // tag {overrides}, so that they live in one Redis Cluster slot and one
 // script updates both atomically:
 //
@@ -103,7 +102,7 @@
 // With Options.Registerer, labelled table="<prefix>{overrides}":
 // floodgate_overrides (overrides in force in the process),
 // floodgate_overrides_invalid (stored entries skipped as invalid, or
-// refused beyond the 10,000, at the last load),
+// refused beyond the bound, at the last load),
 // floodgate_overrides_refresh_errors_total and
 // floodgate_overrides_last_refresh_timestamp_seconds (alert when it
 // lags). A registerer takes one Table per key prefix; [New] refuses a

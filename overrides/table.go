@@ -32,17 +32,18 @@ type Options struct {
 	// overrides live in "<prefix>{overrides}". Empty means "fg:",
 	// redisstore's. At most 64 bytes, without braces.
 	Prefix string
-	// Refresh is how often the Table checks Redis for changes (see the
-	// package documentation). Zero means 5s; at least 10ms otherwise.
+	// Refresh is how often the Table checks Redis for changes. Zero
+	// means 5s; at least 10ms otherwise.
 	Refresh time.Duration
 	// ReloadEvery is the number of refreshes after which the Table reads
 	// the whole hash even though the version counter did not move. Zero
-	// means 12; 1 reads it on every refresh.
+	// means 12 (with the default Refresh, a minute); 1 reads it on every
+	// refresh.
 	ReloadEvery int
 	// Logger receives the failed refreshes (the first of an outage, then
 	// one line every 12, and the recovery), the invalid entries (each
 	// once, when it first appears) and the entries refused beyond the
-	// most a table holds (one line whenever their number changes). Nil
+	// bound of a table (one line whenever their number changes). Nil
 	// discards.
 	Logger *slog.Logger
 	// Registerer, if set, receives the Table's metrics (see the package
@@ -68,13 +69,11 @@ func (o Options) Validate() error {
 const defaultReloadEvery = 12
 
 // Table is the per-key overrides of one key prefix, held in Redis and
-// followed in memory: a floodgate.Overrides whose lookups never wait on
-// Redis. It keeps the overrides as a [Set] that it swaps atomically, and
-// refreshes them in the background every Options.Refresh; a refresh that
-// fails keeps the overrides of the last one that succeeded (logged and
-// counted). Overrides expire on time, by this process's clock, whether
-// or not a refresh ran. [Table.Set] and [Table.Delete] edit the
-// overrides of every replica, as floodgate override set and rm do.
+// followed in memory, as a [Set] that it swaps atomically: a
+// floodgate.Overrides whose lookups never wait on Redis (the package
+// documentation says when a change is in force). [Table.Set] and
+// [Table.Delete] edit the overrides of every replica, as floodgate
+// override set and rm do.
 //
 // Build one per process with [New], pass it as
 // floodgate.Options.Overrides, and Close it on shutdown. It is safe for
@@ -179,9 +178,9 @@ func (t *Table) Override(rule floodgate.Rule, key string) (floodgate.Rule, bool)
 }
 
 // Set stores e, which must be valid, replacing any override of the same
-// rule name and key: in force in every replica within its Refresh, this
-// one included (or at once here after [Table.Refresh]). A new override
-// into a table that holds the most it may first deletes the overrides
+// rule name and key. Like any change it is in force at the replicas'
+// next refresh, this Table's included ([Table.Refresh] applies it here at
+// once). A new override into a full table first deletes the overrides
 // that expired by this machine's clock; if that makes no room, Set
 // writes nothing and returns an error wrapping [ErrTableFull].
 func (t *Table) Set(ctx context.Context, e Entry) error {
@@ -190,17 +189,15 @@ func (t *Table) Set(ctx context.Context, e Entry) error {
 
 // Delete removes the override of key under the rule named rule, and
 // reports whether there was one. The rule's own limit applies again to
-// key in every replica within its Refresh.
+// key at the replicas' next refresh.
 func (t *Table) Delete(ctx context.Context, rule, key string) (bool, error) {
 	return t.store.Delete(ctx, rule, key)
 }
 
-// Refresh brings the overrides up to date now: it reads the version
-// counter, and the whole table if the counter moved since the last load
-// (or ReloadEvery refreshes passed). The background refresher calls it
-// every Refresh; a caller may call it too, for example after editing the
-// table. On failure the overrides stay as they were; the error is logged,
-// counted and returned.
+// Refresh brings the overrides up to date now, as the background
+// refresher does every Options.Refresh; a caller may call it too, for
+// example after editing the table. On failure the overrides stay as they
+// were; the error is logged, counted and returned.
 func (t *Table) Refresh(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
