@@ -3,6 +3,7 @@ package overridetable_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,6 +89,9 @@ func TestTable(t *testing.T) {
 				}
 				return v
 			}
+			if v, err := tb.Version(ctx); v != "" || err != nil {
+				t.Fatalf("Version of an empty table = %q, %v; want none", v, err)
+			}
 			l, err := tb.List(ctx)
 			if err != nil || l.Version != "" || len(l.Entries) != 0 || len(l.Invalid) != 0 {
 				t.Fatalf("List of an empty table = %+v, %v; want nothing, no version", l, err)
@@ -101,8 +105,8 @@ func TestTable(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if v := version(); v != "3" {
-				t.Errorf("version after 3 sets = %q; want 3", v)
+			if v, err := tb.Version(ctx); v != "3" || err != nil || version() != "3" {
+				t.Errorf("Version after 3 sets = %q, %v; want 3, as stored", v, err)
 			}
 			if err := tb.Set(ctx, overridetable.Entry{Rule: floodgate.Rule{Name: "api"}, Key: "x"}); !errors.Is(err, overridetable.ErrInvalidEntry) || !errors.Is(err, floodgate.ErrInvalidRule) {
 				t.Errorf("Set of an invalid rule = %v; want ErrInvalidEntry and ErrInvalidRule", err)
@@ -197,5 +201,79 @@ func TestOptionsRejected(t *testing.T) {
 	}
 	if err := (overridetable.Options{Client: client}).Validate(); err != nil {
 		t.Errorf("a Client alone: %v; want valid", err)
+	}
+}
+
+// A table holds at most MaxEntries (10,000) overrides. Set refuses a new
+// one beyond it (after deleting the expired ones, which make room), with
+// an error wrapping ErrTableFull, and writes nothing; replacing one is
+// not adding one. Of a table written past the bound by hand, List reads
+// the first MaxEntries fields by byte order, whichever were written last,
+// and lists the rest as invalid with ErrTableFull.
+func TestTableCap(t *testing.T) {
+	if overridetable.MaxEntries != 10_000 {
+		t.Fatalf("MaxEntries = %d; package overrides documents 10,000", overridetable.MaxEntries)
+	}
+	ctx := context.Background()
+	addr, p := redistest.Addr(t), prefix(t)
+	tb := table(t, "redis://"+addr, p)
+	redis := func(args ...string) string {
+		t.Helper()
+		v, err := redistest.Command(addr, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	fill := []string{"HSET", tb.Key()}
+	for i := range overridetable.MaxEntries {
+		v := "limit=5/1m"
+		if i == 5000 {
+			v += ",expires=2020-01-01T00:00:00Z"
+		}
+		fill = append(fill, fmt.Sprintf("api:k%05d", i), v)
+	}
+	redis(fill...)
+	set := func(key string, limit int64) error {
+		return tb.Set(ctx, overridetable.Entry{Rule: mustRule(t, "api", limit, time.Minute), Key: key})
+	}
+	if err := set("new", 9); err != nil {
+		t.Fatalf("Set into a full table holding an expired override = %v; want it pruned to make room", err)
+	}
+	if n := redis("HLEN", tb.Key()); n != strconv.Itoa(overridetable.MaxEntries) {
+		t.Fatalf("HLEN = %s after the set; want %d (api:k05000 pruned, api:new added)", n, overridetable.MaxEntries)
+	}
+	version := redis("GET", tb.Key()+":version")
+	err := set("new2", 9)
+	if !errors.Is(err, overridetable.ErrTableFull) || !strings.Contains(err.Error(), fmt.Sprintf("holds %d overrides", overridetable.MaxEntries)) {
+		t.Fatalf("Set of a new override into a full table = %v; want ErrTableFull naming the %d held", err, overridetable.MaxEntries)
+	}
+	if errors.Is(err, floodgate.ErrStoreUnavailable) || errors.Is(err, overridetable.ErrInvalidEntry) {
+		t.Errorf("the refusal %v wraps ErrStoreUnavailable or ErrInvalidEntry; it is neither", err)
+	}
+	if _, ok, _ := tb.Get(ctx, "api", "new2"); ok || redis("GET", tb.Key()+":version") != version || redis("HLEN", tb.Key()) != strconv.Itoa(overridetable.MaxEntries) {
+		t.Fatal("a refused Set wrote the override or bumped the version")
+	}
+	if err := set("k00001", 7); err != nil {
+		t.Fatalf("Set replacing an override of a full table = %v; want it replaced", err)
+	}
+
+	// Past the bound by hand: three fields that sort before every other.
+	redis("HSET", tb.Key(), "api:a-1", "limit=6/1m", "api:a-2", "limit=6/1m", "api:a-3", "limit=6/1m")
+	l, err := tb.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Entries) != overridetable.MaxEntries || len(l.Invalid) != 3 {
+		t.Fatalf("List of %d fields: %d entries, %d invalid; want %d and 3", overridetable.MaxEntries+3, len(l.Entries), len(l.Invalid), overridetable.MaxEntries)
+	}
+	if e := l.Entries[0]; e.Key != "a-1" || e.Rule.Limit != 6 {
+		t.Errorf("first entry = %v; want a-1, written last but first by byte order", e)
+	}
+	for i, want := range []string{"api:k09998", "api:k09999", "api:new"} {
+		b := l.Invalid[i]
+		if b.Field != want || !errors.Is(b.Err, overridetable.ErrTableFull) || !errors.Is(b.Err, overridetable.ErrInvalidEntry) {
+			t.Errorf("refused entry %d = %+v; want %s, the last by byte order, with ErrTableFull", i, b, want)
+		}
 	}
 }
