@@ -95,10 +95,9 @@ func (a Algorithm) valid() bool { return int(a) < len(algorithmNames) }
 // checks it with [Rule.Validate], so an invalid literal fails its first
 // decision with [ErrInvalidRule].
 type Rule struct {
-	// Name names the policy in decisions, headers and metrics ("pix"). A
-	// key's state belongs to the rule's name, algorithm and window (see
-	// [Store]): rules that share those three and a key share their count,
-	// whatever their limits. 1 to 64 bytes of [A-Za-z0-9_.-].
+	// Name names the policy in decisions, headers and metrics ("pix"), and
+	// with Algorithm and Window the state of each key ([Store]). 1 to 64
+	// bytes of [A-Za-z0-9_.-].
 	Name string
 	// Limit is the number of requests allowed per Window: 1 to 2^51
 	// (1,000,000 for a SlidingWindow rule).

@@ -27,7 +27,7 @@
 // # Failures of the store
 //
 // Every decision has the time budget of the floodgate.Limiter
-// (Options.Timeout, 50ms by default). A store that fails or does not
+// (floodgate.Options.Timeout). A store that fails or does not
 // answer in time is handled by the failure mode: [FailLocal] (the
 // default of HTTP routes and gRPC methods) decides with per-replica
 // in-memory limits, [FailClosed] denies, [FailOpen] allows, [FailError]

@@ -208,8 +208,8 @@ func (e *Enforcer) Gate(s Spec) (*Gate, error) {
 // Gates returns the gates of specs, in order, or builds none and returns
 // an error listing everything wrong with them, each wrapping
 // [ErrInvalid]: the routes or methods of one transport, built together.
-// One rule name means one rule in all the gates of e: rules that share a
-// name (and algorithm and window) share one count in the store, so a
+// One rule name means one rule in all the gates of e: rules of one name
+// share a key's count in the store (floodgate.Store), so a
 // 2/min limit would be denied by the traffic of a 100/min one. A limit
 // whose rule has another gate's rule name with other parameters, in specs
 // or in a gate built before, is refused.
@@ -322,14 +322,6 @@ func (e *Enforcer) validateOne(s Spec, batch map[string]floodgate.Rule) (*Gate, 
 	return g, errors.Join(errs...)
 }
 
-// Spec returns the gate's spec, as validated: a limit's Shadow is set
-// when the Spec's is.
-func (g *Gate) Spec() Spec {
-	s := g.spec
-	s.Limits = append([]Limit(nil), s.Limits...)
-	return s
-}
-
 // Hit is a hit with how it is enforced.
 type Hit struct {
 	floodgate.Hit
@@ -355,7 +347,7 @@ type Hit struct {
 // per-user limit whose principal is never set (the rate-limit check runs
 // before authentication) would otherwise limit nobody, silently. Keys
 // beyond the Spec's limits are ignored; missing ones are "". A key longer
-// than bounds.KeyLen is replaced by its SHA-256 digest, so that no
+// than 1 MiB is replaced by its SHA-256 digest, so that no
 // request's key makes an invalid hit.
 func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 	hits := make([]Hit, 0, len(g.spec.Limits))
@@ -386,7 +378,7 @@ func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
 // shadow hit on its own. Every decision is counted and degraded ones are
 // logged. Rules need not be among the Spec's limits: a gate may check
 // rules that come with each request (an RLS domain's descriptors). A key
-// longer than bounds.KeyLen is replaced by its SHA-256 digest. The
+// longer than 1 MiB is replaced by its SHA-256 digest. The
 // error is non-nil only when ctx is done (nobody waits for the answer) or
 // an enforced hit is invalid (it wraps floodgate.ErrInvalidHit or
 // ErrInvalidRule, or ErrInvalid for a failure mode that does not exist:

@@ -50,9 +50,9 @@
 //	{Rule: pixRule, Key: func(ctx context.Context) string { return auth.UserID(ctx) }}
 //
 // A KeyFunc returns "" when the call has no such key. That limit then
-// skips the call; the skip is counted in floodgate_skipped_limits_total
-// and the first one is logged, since a per-user limit installed before
-// authentication would otherwise limit nobody, unnoticed. The limits of a
+// skips the call, counted and logged (enforce.Gate.Hits), since a
+// per-user limit installed before authentication would otherwise limit
+// nobody, unnoticed. The limits of a
 // method are checked together, all-or-nothing, and the worst is reported.
 // Live limits (rlconfig.Rules reloads envoy-format YAML) and per-key
 // overrides are the Interceptors's (floodgate.Options.Overrides): every call

@@ -100,8 +100,8 @@ type Limit struct {
 	// share their count, across methods too.
 	Rule floodgate.Rule
 	// Key returns the key the rule counts; required. A call for which it
-	// returns "" is not counted by this limit (the skip is counted in
-	// floodgate_skipped_limits_total and the first one logged).
+	// returns "" is not counted by this limit: a skip, counted and
+	// logged as enforce.Gate.Hits says.
 	Key KeyFunc
 	// Shadow checks and counts the limit but never lets it deny: how a new
 	// limit is rolled out. Its outcome is counted as shadow_allowed or

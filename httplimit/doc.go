@@ -60,8 +60,8 @@
 // # Failures of the store
 //
 // The enforcement layer (package enforce) decides: every decision has the
-// time budget of the floodgate.Limiter (Options.Timeout, 50ms by
-// default); a store that fails or does not answer in time is handled by
+// time budget of the floodgate.Limiter (floodgate.Options.Timeout); a
+// store that fails or does not answer in time is handled by
 // the route's [enforce.FailureMode]: [enforce.FailLocal] (the default)
 // decides with per-replica in-memory limits, [enforce.FailClosed] denies,
 // [enforce.FailOpen] allows, [enforce.FailError] answers 503 (package

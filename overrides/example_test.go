@@ -39,23 +39,18 @@ func ExampleSet() {
 	// enterprise-1: 5 of 10 admitted
 }
 
-// A service reads the overrides that operators set in Redis, and every
-// replica applies a change within the Source's refresh interval.
-func ExampleSource() {
+// A service follows the overrides that operators set in Redis: every
+// replica applies a change within its refresh interval.
+func ExampleNew() {
 	ctx := context.Background()
-	table, err := overrides.NewTable(overrides.Options{URL: "redis://127.0.0.1:6379/0"})
+	table, err := overrides.New(ctx, overrides.Options{URL: "redis://127.0.0.1:6379/0", Refresh: 5 * time.Second})
 	if err != nil {
 		panic(err) // only bad options fail
 	}
 	defer table.Close()
-	src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Refresh: 5 * time.Second})
-	if err != nil {
-		panic(err)
-	}
-	defer src.Close()                         // before the table
 	store := memstore.New(memstore.Options{}) // redisstore in production
 	defer store.Close()
-	limiter, err := floodgate.New(store, floodgate.Options{Overrides: src})
+	limiter, err := floodgate.New(store, floodgate.Options{Overrides: table})
 	if err != nil {
 		panic(err)
 	}

@@ -36,9 +36,9 @@
 //
 // Every key of one rule and one client key shares the hash tag
 // {<rule>:<key>}, so all of them live in one Redis Cluster slot. A state
-// belongs to the rule's name, algorithm and window (floodgate.Store), so
-// its key ends with the algorithm's letter and the window, as
-// time.Duration writes it:
+// key ends with the algorithm's letter and the window, as time.Duration
+// writes it, since those and the name are a state's identity
+// (floodgate.Store):
 //
 //	<prefix>{<rule>:<key>}:w:<window>        sliding window: string, a ring of the
 //	                                         last Limit admitted times (up to 1,000

@@ -17,10 +17,10 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
-	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 	"github.com/redis/rueidis"
@@ -248,7 +248,7 @@ func loadFile(file string) (*rlconfig.Config, error) {
 // floodgate blocked must judge keys by. An invalid entry is skipped, as
 // the services skip it, and said on stderr.
 func (rs *ruleSet) loadOverrides(ctx context.Context, client rueidis.Client, prefix string, timeout time.Duration, stderr io.Writer) error {
-	table, err := overrides.NewTable(overrides.Options{Client: client, Prefix: prefix})
+	table, err := overridetable.New(overridetable.Options{Client: client, Prefix: prefix})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

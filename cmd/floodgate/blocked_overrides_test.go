@@ -8,8 +8,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/overrides"
 )
 
 // floodgate blocked judges a key with an override (floodgate override)
@@ -28,7 +28,7 @@ func TestBlockedFollowsOverrides(t *testing.T) {
 func blockedFollowsOverrides(t *testing.T, url string) {
 	ctx := context.Background()
 	prefix := "blkovr" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+	table, err := overridetable.New(overridetable.Options{URL: url, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 	// listed, though every state key is scanned when two rules are asked.
 	other := floodgate.Rule{Name: "other", Limit: 1, Window: time.Minute}
 	take(other, "o", 1)
-	for _, e := range []overrides.Entry{
+	for _, e := range []overridetable.Entry{
 		{Rule: other, Key: "o"},
 		{Rule: lower, Key: "low"}, {Rule: raised, Key: "high"}, {Rule: hourly, Key: "moved"},
 		{Rule: lower, Key: "unused"}, // an override of a key with no state: nothing to list
@@ -69,7 +69,7 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 			t.Fatal(err)
 		}
 	}
-	if err := table.Set(ctx, overrides.Entry{Rule: raised, Key: "expired", Expires: time.Now().Add(-time.Minute)}); err != nil {
+	if err := table.Set(ctx, overridetable.Entry{Rule: raised, Key: "expired", Expires: time.Now().Add(-time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]floodgate.Rule{"api plain": base, "api low": lower, "api moved": hourly, "api expired": base,

@@ -11,8 +11,8 @@
 // as the store does, so a hashed key never has to be typed. A rule is
 // "name=NAME,limit=COUNT/WINDOW" with optional ",algorithm=ALG" (the
 // default is sliding-window) and ",burst=N" (token-bucket): the same rule
-// as the service's, since a key's state belongs to its rule's name,
-// algorithm and window. The environment is read as the service reads it
+// as the service's (floodgate.Store says which parts of a rule name a
+// key's state). The environment is read as the service reads it
 // (env.go): Redis is REDIS_URL (redisstore's URL forms, or
 // envoyproxy/ratelimit's HOST:PORT with REDIS_AUTH, REDIS_TLS,
 // REDIS_TYPE, REDIS_SOCKET_TYPE), -prefix defaults to CACHE_KEY_PREFIX,

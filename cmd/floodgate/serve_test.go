@@ -577,8 +577,8 @@ func TestRedisOptionErrorsHidePasswords(t *testing.T) {
 	if _, err := redisstore.New(context.Background(), redisstore.Options{URL: u}); !hidden(err) {
 		t.Errorf("redisstore.New: %v", err)
 	}
-	if _, err := overrides.NewTable(overrides.Options{URL: u}); !hidden(err) {
-		t.Errorf("overrides.NewTable: %v", err)
+	if _, err := overrides.New(context.Background(), overrides.Options{URL: u}); !hidden(err) {
+		t.Errorf("overrides.New: %v", err)
 	}
 	var out, errs bytes.Buffer
 	run(context.Background(), []string{"peek", "-rule", "name=login,limit=5/10m", "alice"}, env(map[string]string{"REDIS_URL": u}), &out, &errs)

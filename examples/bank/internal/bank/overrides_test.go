@@ -16,7 +16,7 @@ import (
 )
 
 // With Redis, an account's PIX limit set from a shell (floodgate override
-// set, here through its Table) holds in a replica started after it at
+// set, here through an overrides.Table) holds in a replica started after it at
 // once, and in a running replica within the 5 s refresh, without a
 // restart; /metrics counts the overrides.
 func TestOverridesReachEveryReplica(t *testing.T) {
@@ -57,7 +57,7 @@ func TestOverridesReachEveryReplica(t *testing.T) {
 		t.Fatalf("first PIX: %d, policy %q; want 201 under the default 10/min", code, policy)
 	}
 
-	table, err := overrides.NewTable(overrides.Options{URL: url})
+	table, err := overrides.New(context.Background(), overrides.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
