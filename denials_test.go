@@ -99,7 +99,7 @@ func cachedLimiter(t *testing.T, store Store, size int) (*Limiter, *fakeClock) {
 
 func testRule(t *testing.T, name string) Rule {
 	t.Helper()
-	r, err := PerMinute(name, 5)
+	r, err := NewRule(name, 5, time.Minute, SlidingWindow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestDenialCacheNeverAnswersACharge(t *testing.T) {
 			t.Fatalf("local %v: %+v; want the store's denial", local, d)
 		}
 		for i := range 3 {
-			d, err := l.Charge(ctx, r, "k", 1)
+			d, err := l.Check(ctx, Hit{Rule: r, Key: "k", Cost: 1, Overdraw: true})
 			if err != nil || !d.Recorded {
 				t.Fatalf("local %v: charge %d: %+v, %v; want recorded", local, i, d, err)
 			}

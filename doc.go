@@ -5,7 +5,7 @@
 // semantics.
 //
 //	limiter, err := floodgate.New(store, floodgate.Options{})
-//	pix := floodgate.MustRule(floodgate.PerMinute("pix", 10))
+//	pix := floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute}
 //	d, err := limiter.Allow(ctx, pix, accountID)
 //	if err == nil && !d.Allowed {
 //		// 429: come back in d.RetryAfter
@@ -19,8 +19,8 @@
 // at once (login by IP and by account), all-or-nothing; [Limiter.Refund]
 // undoes what an allowed decision recorded, as far as it provably still
 // weighs; [Limiter.Reset] unlocks a key; [Limiter.Wait] slows down before
-// it rejects. A key's state belongs to its rule's name, algorithm and
-// window (see [Store]). [Options.Overrides] gives some keys a limit of
+// it rejects. [Store] says which changes of a rule keep a key's count.
+// [Options.Overrides] gives some keys a limit of
 // their own ("customer 42 gets 1000/1m"): package overrides keeps them in
 // Redis, where an operator sets them from a shell.
 //

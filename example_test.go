@@ -18,7 +18,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	pix, err := floodgate.PerMinute("pix", 10)
+	pix, err := floodgate.NewRule("pix", 10, time.Minute, floodgate.SlidingWindow)
 	if err != nil {
 		panic(err)
 	}
@@ -75,7 +75,7 @@ func ExampleLimiter_Refund() {
 // A model's answer costs the tokens it produced, known only once it is
 // written: the charge is recorded even past the limit, and the account
 // owes the excess, worked off at the rule's rate, before its next request.
-func ExampleLimiter_Charge() {
+func ExampleHit_overdraw() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
@@ -83,7 +83,7 @@ func ExampleLimiter_Charge() {
 	ctx := context.Background()
 	d, _ := limiter.Allow(ctx, tokens, "acct") // the request: 1 token up front
 	fmt.Println(d.Allowed, d.Remaining)
-	d, _ = limiter.Charge(ctx, tokens, "acct", 1499) // the answer's tokens
+	d, _ = limiter.Check(ctx, floodgate.Hit{Rule: tokens, Key: "acct", Cost: 1499, Overdraw: true}) // the answer's tokens
 	fmt.Println(d.Allowed, d.Recorded, d.Remaining, d.RetryAfter.Round(time.Second))
 	d, _ = limiter.Allow(ctx, tokens, "acct")
 	fmt.Println(d.Allowed, d.Remaining)

@@ -7,17 +7,19 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
-// DefaultTimeout is the time budget of one decision when
+// defaultTimeout is the time budget of one decision when
 // [Options.Timeout] is zero.
-const DefaultTimeout = 50 * time.Millisecond
+const defaultTimeout = 50 * time.Millisecond
 
 // Options configures a [Limiter]. The zero value is ready to use.
 type Options struct {
 	// Timeout is the time budget of one call to the store. A store that
 	// does not answer in time yields an error wrapping ErrStoreUnavailable
-	// and context.DeadlineExceeded. Zero means DefaultTimeout; negative
+	// and context.DeadlineExceeded. Zero means 50 ms; negative
 	// means no budget beyond the caller's context. A LocalStore (memstore)
 	// gets no budget whatever Timeout says: it never waits on I/O, and a
 	// budget's timer would cost its decisions their zero allocations.
@@ -88,7 +90,7 @@ func New(store Store, opts Options) (*Limiter, error) {
 	}
 	l.local, _ = store.(LocalStore)
 	if l.timeout == 0 {
-		l.timeout = DefaultTimeout
+		l.timeout = defaultTimeout
 	}
 	if opts.DenialCacheSize > 0 {
 		l.denials = newDenialCache(opts.DenialCacheSize)
@@ -102,29 +104,13 @@ func (l *Limiter) Allow(ctx context.Context, rule Rule, key string) (Decision, e
 	return l.one(ctx, Hit{Rule: rule, Key: key})
 }
 
-// AllowN is like Allow for a request that costs n.
-func (l *Limiter) AllowN(ctx context.Context, rule Rule, key string, n int64) (Decision, error) {
-	return l.one(ctx, Hit{Rule: rule, Key: key, Cost: n})
-}
-
-// Charge records a cost of n for key under rule whatever the limit says:
-// a cost known only once the work is done, such as the size of a response
-// or a cost settled after it, is charged even past the limit, and the key
-// owes the excess until it is worked off ([Hit.Overdraw] says how each
-// algorithm holds it). The decision is Recorded; its Allowed says whether
-// n was within the limit, and its Remaining is negative while the key
-// owes. Refund undoes the charge as any take. n may exceed the rule's
-// capacity, up to MaxLimit (MaxSlidingCost for a sliding window).
-func (l *Limiter) Charge(ctx context.Context, rule Rule, key string, n int64) (Decision, error) {
-	return l.one(ctx, Hit{Rule: rule, Key: key, Cost: n, Overdraw: true})
-}
-
 // Settle settles a cost taken as an estimate against the actual cost,
 // known once the work is done (an LLM call's tokens, a query's rows, a
-// download's bytes): take the estimate with AllowN, do the work, then
+// download's bytes): take the estimate (a [Hit] whose Cost is the
+// estimate), do the work, then
 // Settle the decision (or one element of a check's Each) with the actual
 // cost. An actual cost above the estimate is charged for the difference,
-// past the limit if need be ([Limiter.Charge]): the key owes it. One
+// past the limit if need be (an [Hit.Overdraw] hit): the key owes it. One
 // below the estimate is refunded for the difference, as Refund credits
 // (what the take still weighs; see Refund). Settle returns the charge's
 // decision, or d when it charged nothing. A decision that recorded
@@ -143,7 +129,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) (Decisio
 	r := d.ticket.one
 	switch est := r.Hit.Cost; {
 	case actual > est:
-		return l.Charge(ctx, r.Hit.Rule, r.Hit.Key, actual-est)
+		return l.Check(ctx, Hit{Rule: r.Hit.Rule, Key: r.Hit.Key, Cost: actual - est, Overdraw: true})
 	case actual < est:
 		part := d
 		part.ticket.one.Hit.Cost = est - actual
@@ -195,6 +181,9 @@ func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {
 // its limit: all-or-nothing. The decision describes the worst hit and lists
 // each in Decision.Each.
 func (l *Limiter) Check(ctx context.Context, hits ...Hit) (Decision, error) {
+	if len(hits) == 1 {
+		return l.one(ctx, hits[0]) // the single hit's path, which allocates nothing
+	}
 	hits, err := l.own(hits)
 	if err != nil {
 		return Decision{}, err
@@ -451,15 +440,15 @@ func (h Hit) validate(i int) error {
 	if err := h.Rule.Validate(); err != nil {
 		return fmt.Errorf("hit %d: %w", i, err)
 	}
-	if h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.maxCost() && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
+	if h.Key != "" && len(h.Key) <= bounds.KeyLen && h.Cost >= 0 && h.cost() <= h.maxCost() && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
 		return nil
 	}
 	var errs []error
 	switch {
 	case h.Key == "":
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): key is empty", ErrInvalidHit, i, h.Rule.Name))
-	case len(h.Key) > MaxKeyLen:
-		errs = append(errs, fmt.Errorf("%w: hit %d (%s): key is %d bytes, at most %d allowed", ErrInvalidHit, i, h.Rule.Name, len(h.Key), MaxKeyLen))
+	case len(h.Key) > bounds.KeyLen:
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): key is %d bytes, at most %d allowed", ErrInvalidHit, i, h.Rule.Name, len(h.Key), bounds.KeyLen))
 	}
 	switch c := h.cost(); {
 	case c < 1:
@@ -468,25 +457,25 @@ func (h Hit) validate(i int) error {
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d exceeds the rule's capacity %d, so it could never be allowed", ErrInvalidHit, i, h.Rule.Name, c, h.Rule.Capacity()))
 	case h.Rule.Algorithm == Concurrency && h.Overdraw:
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): a concurrency hit cannot be Overdraw: a lease is within its limit or not taken", ErrInvalidHit, i, h.Rule.Name))
-	case h.Rule.Algorithm.logged() && c > MaxSlidingCost:
-		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is above %d, the most a sliding-window log records in one hit; use token-bucket or sliding-window-counter for large costs", ErrInvalidHit, i, h.Rule.Name, c, MaxSlidingCost))
-	case h.Overdraw && c > MaxLimit:
-		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d of an overdraw hit is above %d", ErrInvalidHit, i, h.Rule.Name, c, int64(MaxLimit)))
+	case h.Rule.Algorithm.logged() && c > bounds.SlidingCost:
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is above %d, the most a sliding-window log records in one hit; use token-bucket or sliding-window-counter for large costs", ErrInvalidHit, i, h.Rule.Name, c, bounds.SlidingCost))
+	case h.Overdraw && c > bounds.Limit:
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d of an overdraw hit is above %d", ErrInvalidHit, i, h.Rule.Name, c, int64(bounds.Limit)))
 	}
 	return errors.Join(errs...)
 }
 
 // maxCost is the highest cost h may have (see Hit.Cost and
-// Hit.Overdraw): its rule's capacity, or MaxLimit for an Overdraw hit;
-// at most MaxSlidingCost for a sliding window, whose log keeps a time per
+// Hit.Overdraw): its rule's capacity, or bounds.Limit for an Overdraw hit;
+// at most bounds.SlidingCost for a sliding window, whose log keeps a time per
 // unit of cost. internal/algo.MaxCost is the stores' copy.
 func (h Hit) maxCost() int64 {
 	c := h.Rule.Capacity()
 	if h.Overdraw {
-		c = MaxLimit
+		c = bounds.Limit
 	}
 	if h.Rule.Algorithm.logged() {
-		c = min(c, MaxSlidingCost)
+		c = min(c, bounds.SlidingCost)
 	}
 	return c
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -43,10 +44,10 @@ func TestCheckRejectsBadHits(t *testing.T) {
 	}{
 		{"no hits", nil, floodgate.ErrInvalidHit, "no hits"},
 		{"empty key", []floodgate.Hit{{Rule: r}}, floodgate.ErrInvalidHit, "key is empty"},
-		{"key over 1 MiB", []floodgate.Hit{{Rule: r, Key: strings.Repeat("k", floodgate.MaxKeyLen+1)}}, floodgate.ErrInvalidHit, "at most 1048576"},
+		{"key over 1 MiB", []floodgate.Hit{{Rule: r, Key: strings.Repeat("k", bounds.KeyLen+1)}}, floodgate.ErrInvalidHit, "at most 1048576"},
 		{"negative cost", []floodgate.Hit{{Rule: r, Key: "k", Cost: -1}}, floodgate.ErrInvalidHit, "cost -1 is below 1"},
 		{"cost over capacity", []floodgate.Hit{{Rule: r, Key: "k", Cost: 4}}, floodgate.ErrInvalidHit, "could never be allowed"},
-		{"sliding cost over its cap", []floodgate.Hit{{Rule: floodgate.Rule{Name: "bytes", Limit: 1 << 19, Window: time.Minute}, Key: "k", Cost: floodgate.MaxSlidingCost + 1}}, floodgate.ErrInvalidHit, "use token-bucket"},
+		{"sliding cost over its cap", []floodgate.Hit{{Rule: floodgate.Rule{Name: "bytes", Limit: 1 << 19, Window: time.Minute}, Key: "k", Cost: bounds.SlidingCost + 1}}, floodgate.ErrInvalidHit, "use token-bucket"},
 		{"same key twice", []floodgate.Hit{{Rule: r, Key: "k"}, {Rule: r, Key: "k"}}, floodgate.ErrInvalidHit, "both name key"},
 		{"invalid rule", []floodgate.Hit{{Rule: floodgate.Rule{Name: "x"}, Key: "k"}}, floodgate.ErrInvalidRule, "limit is 0"},
 	} {
@@ -298,16 +299,19 @@ func TestWait(t *testing.T) {
 }
 
 // The core must not depend on any store, HTTP or metrics package: only
-// the standard library, and the module's own key encoding (which depends
-// on nothing else either, as this list of every dependency shows).
+// the standard library, and the module's own key encoding and bounds
+// (which depend on nothing else either, as this list of every dependency
+// shows).
 func TestCoreDependsOnStandardLibraryOnly(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
 	if err != nil {
 		t.Skipf("go list: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if dep != "github.com/floodgate-rl/floodgate" && dep != "github.com/floodgate-rl/floodgate/internal/keyenc" {
-			t.Errorf("core package imports %s; it must import only the standard library and internal/keyenc", dep)
+		switch dep {
+		case "github.com/floodgate-rl/floodgate", "github.com/floodgate-rl/floodgate/internal/keyenc", "github.com/floodgate-rl/floodgate/internal/bounds":
+		default:
+			t.Errorf("core package imports %s; it must import only the standard library, internal/keyenc and internal/bounds", dep)
 		}
 	}
 }

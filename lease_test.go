@@ -12,8 +12,9 @@ import (
 )
 
 func TestConcurrencyRuleAndHits(t *testing.T) {
-	if a, err := floodgate.ParseAlgorithm("concurrency"); err != nil || a != floodgate.Concurrency || a.String() != "concurrency" {
-		t.Fatalf("ParseAlgorithm(concurrency) = %v, %v", a, err)
+	var a floodgate.Algorithm
+	if err := a.UnmarshalText([]byte("concurrency")); err != nil || a != floodgate.Concurrency || a.String() != "concurrency" {
+		t.Fatalf("UnmarshalText(concurrency) = %v, %v", a, err)
 	}
 	r, err := floodgate.NewRule("inflight", 3, time.Minute, floodgate.Concurrency)
 	if err != nil {
@@ -32,8 +33,12 @@ func TestConcurrencyRuleAndHits(t *testing.T) {
 			t.Errorf("%s: Check = %v; want ErrInvalidHit", tc.name, err)
 		}
 	}
-	if _, err := l.Charge(ctx, r, "k", 1); !errors.Is(err, floodgate.ErrInvalidHit) {
-		t.Errorf("Charge of a lease = %v; want ErrInvalidHit: a lease is within its limit or not taken", err)
+	held, err := l.Check(ctx, floodgate.Hit{Rule: r, Key: "k"})
+	if err != nil || !held.Allowed {
+		t.Fatalf("a lease: %+v, %v", held, err)
+	}
+	if _, err := l.Settle(ctx, held, 2); !errors.Is(err, floodgate.ErrInvalidHit) {
+		t.Errorf("Settle of a lease past its cost = %v; want ErrInvalidHit: a lease is within its limit or not taken", err)
 	}
 }
 

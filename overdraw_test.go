@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
 
-// An Overdraw hit's cost may exceed its rule's capacity, up to MaxLimit,
-// but not a sliding-window log's MaxSlidingCost (floodgate.Hit.Overdraw).
+// An Overdraw hit's cost may exceed its rule's capacity, up to bounds.Limit,
+// but not a sliding-window log's bounds.SlidingCost (floodgate.Hit.Overdraw).
 func TestOverdrawCostBounds(t *testing.T) {
 	l := newLimiter(t)
 	bucket, _ := floodgate.NewRule("bucket", 10, time.Minute, floodgate.TokenBucket)
@@ -24,10 +25,10 @@ func TestOverdrawCostBounds(t *testing.T) {
 		wantIn string // "" when valid
 	}{
 		{"above the capacity", floodgate.Hit{Rule: bucket, Key: "a", Cost: 11, Overdraw: true}, ""},
-		{"MaxLimit", floodgate.Hit{Rule: bucket, Key: "b", Cost: floodgate.MaxLimit, Overdraw: true}, ""},
-		{"above MaxLimit", floodgate.Hit{Rule: bucket, Key: "c", Cost: floodgate.MaxLimit + 1, Overdraw: true}, "of an overdraw hit is above 2251799813685248"},
-		{"a log's MaxSlidingCost", floodgate.Hit{Rule: log, Key: "d", Cost: floodgate.MaxSlidingCost, Overdraw: true}, ""},
-		{"above a log's MaxSlidingCost", floodgate.Hit{Rule: log, Key: "e", Cost: floodgate.MaxSlidingCost + 1, Overdraw: true}, "the most a sliding-window log records in one hit"},
+		{"bounds.Limit", floodgate.Hit{Rule: bucket, Key: "b", Cost: bounds.Limit, Overdraw: true}, ""},
+		{"above bounds.Limit", floodgate.Hit{Rule: bucket, Key: "c", Cost: bounds.Limit + 1, Overdraw: true}, "of an overdraw hit is above 2251799813685248"},
+		{"a log's bounds.SlidingCost", floodgate.Hit{Rule: log, Key: "d", Cost: bounds.SlidingCost, Overdraw: true}, ""},
+		{"above a log's bounds.SlidingCost", floodgate.Hit{Rule: log, Key: "e", Cost: bounds.SlidingCost + 1, Overdraw: true}, "the most a sliding-window log records in one hit"},
 		{"not overdraw: above the capacity", floodgate.Hit{Rule: bucket, Key: "f", Cost: 11}, "could never be allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,7 +62,7 @@ func TestChargeIsRecordedAndRefundable(t *testing.T) {
 	l, _ := fakeLimiter(t)
 	ctx := context.Background()
 	r, _ := floodgate.NewRule("fixed", 10, time.Hour, floodgate.FixedWindow)
-	d, err := l.Charge(ctx, r, "k", 15)
+	d, err := l.Check(ctx, floodgate.Hit{Rule: r, Key: "k", Cost: 15, Overdraw: true})
 	if err != nil || d.Allowed || !d.Recorded || d.Remaining != -5 || d.RetryAfter <= 0 || d.Each != nil {
 		t.Fatalf("Charge(15) of 10: %+v, %v; want recorded, not allowed, Remaining -5", d, err)
 	}
@@ -71,10 +72,10 @@ func TestChargeIsRecordedAndRefundable(t *testing.T) {
 	if err := l.Refund(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := l.AllowN(ctx, r, "k", 10); !a.Allowed || !a.Recorded || a.Remaining != 0 {
+	if a, _ := l.Check(ctx, floodgate.Hit{Rule: r, Key: "k", Cost: 10}); !a.Allowed || !a.Recorded || a.Remaining != 0 {
 		t.Fatalf("after refunding the charge: %+v; want the whole limit back", a)
 	}
-	if d, _ := l.Charge(ctx, r, "other", 3); !d.Allowed || !d.Recorded || d.Remaining != 7 {
+	if d, _ := l.Check(ctx, floodgate.Hit{Rule: r, Key: "other", Cost: 3, Overdraw: true}); !d.Allowed || !d.Recorded || d.Remaining != 7 {
 		t.Fatalf("Charge(3) of 10: %+v; want allowed, recorded, Remaining 7", d)
 	}
 }

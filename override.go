@@ -9,9 +9,8 @@ package floodgate
 //
 // An override replaces the rule's limit, window, algorithm and burst; it
 // keeps the rule's name (the Limiter sets the name back if Override
-// changed it), so it applies to the same state: a key's state belongs to
-// its rule's name, algorithm and window (see [Store]). An override that
-// changes only the limit or burst therefore keeps the key's count so far,
+// changed it), so it applies to the same state ([Store] defines a
+// state's identity): an override that changes only the limit or burst keeps the key's count so far,
 // and applies at once to it; one that changes the window or the algorithm
 // starts the key from a fresh state, and the state of the base rule is
 // used again, as it was left, once the override is gone. The denial cache
@@ -25,7 +24,7 @@ package floodgate
 // is no override: the rule's own limit applies, and the first such is
 // logged (Options.Logger), since a mistake in an override must never
 // switch a limit off or fail the requests it limits.
-// [Limiter.Check], [Limiter.Peek], [Limiter.Allow], [Limiter.AllowN],
+// [Limiter.Check], [Limiter.Peek], [Limiter.Allow],
 // [Limiter.Wait] and [Limiter.Reset] all apply overrides; [Limiter.Refund]
 // undoes what a decision recorded under the rule it was taken with.
 type Overrides interface {

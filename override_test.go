@@ -178,13 +178,13 @@ func TestOverrideValidated(t *testing.T) {
 	o.set("api", "small", mustRule(t, "api", 2, time.Minute))
 	o.set("api", "bad", floodgate.Rule{Name: "api", Limit: 0, Window: time.Minute})
 	o.set("api", "renamed", mustRule(t, "other", 3, time.Minute))
-	if _, err := l.AllowN(ctx, api, "small", 5); !errors.Is(err, floodgate.ErrInvalidHit) {
+	if _, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "small", Cost: 5}); !errors.Is(err, floodgate.ErrInvalidHit) {
 		t.Errorf("cost 5 under an override of 2 = %v; want ErrInvalidHit", err)
 	}
 	if _, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "small", Cost: 5}); !errors.Is(err, floodgate.ErrInvalidHit) {
 		t.Errorf("Check of cost 5 under an override of 2 = %v; want ErrInvalidHit", err)
 	}
-	if d, err := l.AllowN(ctx, api, "other", 5); err != nil || !d.Allowed {
+	if d, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "other", Cost: 5}); err != nil || !d.Allowed {
 		t.Errorf("cost 5 under the base 10 = %+v, %v; want allowed", d, err)
 	}
 	// The override's rule keeps the rule's name: the state is api's.
@@ -306,11 +306,11 @@ func BenchmarkAllowOverrides(b *testing.B) {
 	for i := range ks {
 		ks[i] = "user-" + strconv.Itoa(i)
 	}
-	api := floodgate.MustRule(floodgate.NewRule("api", 1_000_000, time.Second, floodgate.TokenBucket))
+	api := floodgate.Rule{Name: "api", Limit: 1_000_000, Window: time.Second, Algorithm: floodgate.TokenBucket}
 	entries := func(rule string) []overrides.Entry {
 		es := make([]overrides.Entry, n)
 		for i := range es {
-			es[i] = overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule(rule, 1_000_000, time.Second, floodgate.TokenBucket)), Key: "vip-" + strconv.Itoa(i)}
+			es[i] = overrides.Entry{Rule: floodgate.Rule{Name: rule, Limit: 1_000_000, Window: time.Second, Algorithm: floodgate.TokenBucket}, Key: "vip-" + strconv.Itoa(i)}
 			if rule == "api-hit" {
 				// A limit of its own, so the override is applied and
 				// the hit validated again.
@@ -324,8 +324,10 @@ func BenchmarkAllowOverrides(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if s.Len() != len(es) {
-			b.Fatalf("set of %d entries, want %d", s.Len(), len(es))
+		for _, e := range es {
+			if r, ok := s.Override(e.Rule, e.Key); !ok || r != e.Rule {
+				b.Fatalf("the set lacks the override %v of key %q", e.Rule, e.Key)
+			}
 		}
 		return s
 	}
@@ -380,9 +382,9 @@ func TestOverrideRaisesTheLargestCost(t *testing.T) {
 			}
 			api := mustRule(t, "api", 10, time.Minute)
 			o.set("api", "big", mustRule(t, "api", 1000, time.Minute))
-			d, err := l.AllowN(ctx, api, "big", 50)
+			d, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "big", Cost: 50})
 			if err != nil || !d.Allowed || d.Limit != 1000 || d.Remaining != 950 {
-				t.Fatalf("AllowN(50) = %+v, %v; want allowed under 1000 with 950 left", d, err)
+				t.Fatalf("Check(cost 50) = %+v, %v; want allowed under 1000 with 950 left", d, err)
 			}
 			p, err := l.Peek(ctx, floodgate.Hit{Rule: api, Key: "big", Cost: 50})
 			if err != nil || !p.Allowed || p.Limit != 1000 || p.Remaining != 900 {
@@ -393,13 +395,13 @@ func TestOverrideRaisesTheLargestCost(t *testing.T) {
 				t.Fatalf("Check = %+v, %v; want allowed, big at 900 of 1000, other at 9 of 10", c, err)
 			}
 			// The base rule still bounds the keys without an override.
-			if _, err := l.AllowN(ctx, api, "other", 50); !errors.Is(err, floodgate.ErrInvalidHit) {
-				t.Fatalf("AllowN(50) without an override = %v; want ErrInvalidHit", err)
+			if _, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "other", Cost: 50}); !errors.Is(err, floodgate.ErrInvalidHit) {
+				t.Fatalf("Check(cost 50) without an override = %v; want ErrInvalidHit", err)
 			}
 			// And an override that lowers the limit lowers the bound.
 			o.set("api", "small", mustRule(t, "api", 2, time.Minute))
-			if _, err := l.AllowN(ctx, api, "small", 3); !errors.Is(err, floodgate.ErrInvalidHit) {
-				t.Fatalf("AllowN(3) under an override of 2 = %v; want ErrInvalidHit", err)
+			if _, err := l.Check(ctx, floodgate.Hit{Rule: api, Key: "small", Cost: 3}); !errors.Is(err, floodgate.ErrInvalidHit) {
+				t.Fatalf("Check(cost 3) under an override of 2 = %v; want ErrInvalidHit", err)
 			}
 		})
 	}

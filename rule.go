@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // Algorithm selects how a [Rule] counts requests.
@@ -16,7 +18,8 @@ const (
 	// fewer than Limit requests were admitted in the last Window. It keeps
 	// the times of the last Limit admitted requests, 6 bytes each in Redis,
 	// so its memory grows with Limit (6 KB a key at 1,000), which is capped at
-	// MaxSlidingLimit. It is the zero value and the default.
+	// 1,000,000 (and the cost of one hit at 1,000). It is the zero value and
+	// the default.
 	SlidingWindow Algorithm = iota
 	// TokenBucket is a token bucket of capacity Burst refilled at Limit tokens
 	// per Window, computed as GCRA: O(1) state (one timestamp per key) and
@@ -68,7 +71,8 @@ var algorithmNames = [...]string{
 // exact integers.
 const maxCounterProduct = 1 << 53
 
-// String returns the algorithm's name as accepted by [ParseAlgorithm].
+// String returns the algorithm's name, as [Algorithm.UnmarshalText]
+// reads it.
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
 		return algorithmNames[a]
@@ -76,16 +80,19 @@ func (a Algorithm) String() string {
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
-// ParseAlgorithm returns the algorithm named s ("sliding-window",
+// UnmarshalText sets a to the algorithm named text ("sliding-window",
 // "token-bucket", "fixed-window", "sliding-window-counter" or
-// "concurrency").
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a, name := range algorithmNames {
-		if s == name {
-			return Algorithm(a), nil
+// "concurrency"), so that an
+// Algorithm reads from flags (flag.TextVar) and configuration files; an
+// unknown name is an error wrapping [ErrInvalidRule].
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	for i, name := range algorithmNames {
+		if string(text) == name {
+			*a = Algorithm(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (want sliding-window, token-bucket, fixed-window, sliding-window-counter or concurrency)", ErrInvalidRule, s)
+	return fmt.Errorf("%w: unknown algorithm %q (want sliding-window, token-bucket, fixed-window, sliding-window-counter or concurrency)", ErrInvalidRule, text)
 }
 
 func (a Algorithm) valid() bool { return int(a) < len(algorithmNames) }
@@ -94,48 +101,30 @@ func (a Algorithm) valid() bool { return int(a) < len(algorithmNames) }
 // Concurrency, whose leases are its entries.
 func (a Algorithm) logged() bool { return a == SlidingWindow || a == Concurrency }
 
-// MaxNameLen is the longest policy name a [Rule] accepts.
-const MaxNameLen = 64
-
-// MaxSlidingLimit is the highest Limit of a SlidingWindow rule, and
-// MaxSlidingCost the highest cost of one of its hits. The log keeps one
-// entry per unit of cost admitted, so a byte quota checked with AllowN,
-// say, would cost megabytes per key and stall Redis while one call writes
-// millions of entries: use TokenBucket or SlidingWindowCounter for those.
-const (
-	MaxSlidingLimit = 1_000_000
-	MaxSlidingCost  = 1_000
-)
-
-// MaxLimit is the highest Limit, and Burst, of any [Rule]: 2^51, where
-// every store's arithmetic (Redis's Lua counts in doubles) stays exact.
-const MaxLimit = 1 << 51
-
-// MaxWindow is the longest window a [Rule] accepts: ten years. It keeps
-// every store's arithmetic in microseconds exact (below 2^51).
-const MaxWindow = 10 * 365 * 24 * time.Hour
-
 // Rule is a rate-limit policy: at most Limit requests per Window, counted by
-// Algorithm. It is a comparable value; build it with [NewRule] (or the
-// [PerSecond], [PerMinute] and [PerHour] shorthands), which validates it.
-// A Rule that did not come from a constructor is checked by [Rule.Validate]
-// on every use.
+// Algorithm. It is a comparable value, written as a literal
+//
+//	pix := floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute}
+//
+// or built by [NewRule] or [ParseLimit], which validate it. Every use
+// checks it with [Rule.Validate], so an invalid literal fails its first
+// decision with [ErrInvalidRule].
 type Rule struct {
-	// Name names the policy in decisions, headers and metrics ("pix"). A
-	// key's state belongs to the rule's name, algorithm and window (see
-	// [Store]): rules that share those three and a key share their count,
-	// whatever their limits. 1 to 64 bytes of [A-Za-z0-9_.-].
+	// Name names the policy in decisions, headers and metrics ("pix"), and
+	// with Algorithm and Window the state of each key ([Store]). 1 to 64
+	// bytes of [A-Za-z0-9_.-].
 	Name string
-	// Limit is the number of requests allowed per Window; at least 1.
+	// Limit is the number of requests allowed per Window: 1 to 2^51
+	// (1,000,000 for a SlidingWindow rule).
 	Limit int64
-	// Window is the period the limit applies to; at least one millisecond
-	// and a whole number of microseconds.
+	// Window is the period the limit applies to: one millisecond to ten
+	// years, a whole number of microseconds.
 	Window time.Duration
 	// Algorithm counts the requests; the zero value is SlidingWindow.
 	Algorithm Algorithm
 	// Burst is the bucket capacity of a TokenBucket rule: how many requests
-	// may come at once after a quiet period. Zero means Limit. Other
-	// algorithms require zero.
+	// may come at once after a quiet period, up to 2^51. Zero means Limit.
+	// Other algorithms require zero.
 	Burst int64
 }
 
@@ -143,48 +132,6 @@ type Rule struct {
 // per window with the given algorithm.
 func NewRule(name string, limit int64, window time.Duration, alg Algorithm) (Rule, error) {
 	r := Rule{Name: name, Limit: limit, Window: window, Algorithm: alg}
-	return r, r.Validate()
-}
-
-// MaxShorthandLimit is the highest limit of the shorthands [PerSecond],
-// [PerMinute] and [PerHour]. They give an exact sliding-window log, whose
-// memory grows with the limit: in Redis a ring of 6 bytes per request of
-// the limit (200 bytes a key at 10, 728 at 100, 6,232 at 1,000), in
-// memory 8. Above it they refuse the limit and name the O(1)
-// algorithms, so that a large quota never picks the costly one by
-// default; NewRule takes any algorithm at any limit.
-const MaxShorthandLimit = 1000
-
-// PerSecond returns a sliding-window rule of limit requests per second
-// (see [MaxShorthandLimit] for its memory).
-func PerSecond(name string, limit int64) (Rule, error) {
-	return shorthand(name, limit, time.Second)
-}
-
-// PerMinute returns a sliding-window rule of limit requests per minute
-// (see [MaxShorthandLimit] for its memory).
-func PerMinute(name string, limit int64) (Rule, error) {
-	return shorthand(name, limit, time.Minute)
-}
-
-// PerHour returns a sliding-window rule of limit requests per hour (see
-// [MaxShorthandLimit] for its memory).
-func PerHour(name string, limit int64) (Rule, error) {
-	return shorthand(name, limit, time.Hour)
-}
-
-func shorthand(name string, limit int64, window time.Duration) (Rule, error) {
-	if limit > MaxShorthandLimit {
-		return Rule{}, fmt.Errorf("%w: rule %q: limit %d per %v is above %d, the most the shorthands give an exact sliding-window log, which keeps the time of every request of the window (6 bytes each in Redis); use NewRule with TokenBucket or SlidingWindowCounter (about 100 bytes a key at any limit), or with SlidingWindow if the memory is meant",
-			ErrInvalidRule, name, limit, window, MaxShorthandLimit)
-	}
-	return NewRule(name, limit, window, SlidingWindow)
-}
-
-// WithBurst returns a copy of a TokenBucket rule with the given bucket
-// capacity, validated.
-func (r Rule) WithBurst(burst int64) (Rule, error) {
-	r.Burst = burst
 	return r, r.Validate()
 }
 
@@ -205,22 +152,22 @@ func (r Rule) Validate() error {
 	}
 	if r.Name == "" {
 		bad("name is empty")
-	} else if len(r.Name) > MaxNameLen {
-		bad("name is %d bytes long, at most %d allowed", len(r.Name), MaxNameLen)
+	} else if len(r.Name) > bounds.NameLen {
+		bad("name is %d bytes long, at most %d allowed", len(r.Name), bounds.NameLen)
 	} else if i := badNameByte(r.Name); i >= 0 {
 		bad("name has %q at byte %d; use only A-Z a-z 0-9 _ . -", r.Name[i], i)
 	}
 	if r.Limit < 1 {
 		bad("limit is %d, must be at least 1", r.Limit)
-	} else if r.Limit > MaxLimit {
-		bad("limit %d is above %d", r.Limit, MaxLimit)
-	} else if r.Algorithm.logged() && r.Limit > MaxSlidingLimit {
-		bad("limit %d is above %d, the most a sliding-window log keeps per key (%v); use token-bucket or sliding-window-counter for high rate limits", r.Limit, MaxSlidingLimit, r.Algorithm)
+	} else if r.Limit > bounds.Limit {
+		bad("limit %d is above %d", r.Limit, bounds.Limit)
+	} else if r.Algorithm.logged() && r.Limit > bounds.SlidingLimit {
+		bad("limit %d is above %d, the most a sliding-window log keeps per key (%v); use token-bucket or sliding-window-counter for high rate limits", r.Limit, bounds.SlidingLimit, r.Algorithm)
 	}
 	if r.Window < time.Millisecond {
 		bad("window is %v, must be at least 1ms", r.Window)
-	} else if r.Window > MaxWindow {
-		bad("window is %v, at most %v (ten years) allowed", r.Window, MaxWindow)
+	} else if r.Window > bounds.Window {
+		bad("window is %v, at most %v (ten years) allowed", r.Window, bounds.Window)
 	} else if r.Window%time.Microsecond != 0 {
 		bad("window %v is not a whole number of microseconds", r.Window)
 	}
@@ -233,12 +180,12 @@ func (r Rule) Validate() error {
 	switch {
 	case r.Burst < 0:
 		bad("burst is %d, must not be negative", r.Burst)
-	case r.Burst > MaxLimit:
-		bad("burst %d is above %d", r.Burst, MaxLimit)
+	case r.Burst > bounds.Limit:
+		bad("burst %d is above %d", r.Burst, bounds.Limit)
 	case r.Burst > 0 && r.Algorithm != TokenBucket:
 		bad("burst is only meaningful for token-bucket, not %v", r.Algorithm)
-	case r.Burst > 0 && r.Limit > 0 && r.Window > 0 && r.Burst/r.Limit > int64(MaxWindow/r.Window):
-		bad("burst %d takes longer than %v to refill", r.Burst, MaxWindow)
+	case r.Burst > 0 && r.Limit > 0 && r.Window > 0 && r.Burst/r.Limit > int64(bounds.Window/r.Window):
+		bad("burst %d takes longer than %v to refill", r.Burst, bounds.Window)
 	}
 	return errors.Join(errs...)
 }

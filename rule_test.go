@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 func TestNewRuleRejectsBadInput(t *testing.T) {
@@ -24,8 +25,8 @@ func TestNewRuleRejectsBadInput(t *testing.T) {
 		{"negative window", floodgate.Rule{Name: "r", Limit: 1, Window: -time.Second}, "window is -1s"},
 		{"sub-millisecond window", floodgate.Rule{Name: "r", Limit: 1, Window: time.Microsecond}, "at least 1ms"},
 		{"fractional microseconds", floodgate.Rule{Name: "r", Limit: 1, Window: time.Millisecond + 1}, "whole number of microseconds"},
-		{"sliding log over its limit cap", floodgate.Rule{Name: "r", Limit: floodgate.MaxSlidingLimit + 1, Window: time.Minute}, "use token-bucket"},
-		{"window over ten years", floodgate.Rule{Name: "r", Limit: 1, Window: floodgate.MaxWindow + time.Hour}, "at most"},
+		{"sliding log over its limit cap", floodgate.Rule{Name: "r", Limit: bounds.SlidingLimit + 1, Window: time.Minute}, "use token-bucket"},
+		{"window over ten years", floodgate.Rule{Name: "r", Limit: 1, Window: bounds.Window + time.Hour}, "at most"},
 		{"burst refilling for over ten years", floodgate.Rule{Name: "r", Limit: 1, Window: 24 * time.Hour, Algorithm: floodgate.TokenBucket, Burst: 10 * 366}, "to refill"},
 		{"unknown algorithm", floodgate.Rule{Name: "r", Limit: 1, Window: time.Second, Algorithm: 9}, "unknown algorithm"},
 		{"counter limit too high", floodgate.Rule{Name: "r", Limit: 3_000_000, Window: time.Hour, Algorithm: floodgate.SlidingWindowCounter}, "too high for a sliding-window counter"},
@@ -36,7 +37,7 @@ func TestNewRuleRejectsBadInput(t *testing.T) {
 			r := tc.rule
 			_, err := floodgate.NewRule(r.Name, r.Limit, r.Window, r.Algorithm)
 			if r.Burst != 0 {
-				_, err = r.WithBurst(r.Burst)
+				err = r.Validate()
 			}
 			if !errors.Is(err, floodgate.ErrInvalidRule) || !strings.Contains(err.Error(), tc.wantIn) {
 				t.Fatalf("got %v; want ErrInvalidRule mentioning %q", err, tc.wantIn)
@@ -94,13 +95,14 @@ func TestParseLimit(t *testing.T) {
 
 func TestAlgorithmNames(t *testing.T) {
 	for _, a := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
-		got, err := floodgate.ParseAlgorithm(a.String())
-		if err != nil || got != a {
-			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", a.String(), got, err, a)
+		got := floodgate.Algorithm(7)
+		if err := got.UnmarshalText([]byte(a.String())); err != nil || got != a {
+			t.Errorf("UnmarshalText(%q) = %v, %v; want %v", a.String(), got, err, a)
 		}
 	}
-	if _, err := floodgate.ParseAlgorithm("leaky"); !errors.Is(err, floodgate.ErrInvalidRule) {
-		t.Errorf("ParseAlgorithm(leaky) = %v; want ErrInvalidRule", err)
+	got := floodgate.TokenBucket
+	if err := got.UnmarshalText([]byte("leaky")); !errors.Is(err, floodgate.ErrInvalidRule) || got != floodgate.TokenBucket {
+		t.Errorf("UnmarshalText(leaky) = %v, left %v; want ErrInvalidRule and the algorithm unchanged", err, got)
 	}
 	if s := floodgate.Algorithm(9).String(); s != "Algorithm(9)" {
 		t.Errorf("Algorithm(9).String() = %q", s)

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 const year = 365 * 24 * time.Hour
 
-// maxWindow is MaxWindow as a variable, so that arithmetic on it happens
-// at run time: a mutated MaxWindow fails a test instead of the build.
-var maxWindow = floodgate.MaxWindow
+// maxWindow is bounds.Window as a variable, so that arithmetic on it happens
+// at run time: a mutated bounds.Window fails a test instead of the build.
+var maxWindow = bounds.Window
 
 // TestRuleBounds: each bound of Rule.Validate, on both sides: the exact
 // maximum or minimum is accepted and one step past it is refused.
@@ -32,8 +33,8 @@ func TestRuleBounds(t *testing.T) {
 		wantIn string // "" if valid
 	}{
 		{"one-byte name", with(func(r *floodgate.Rule) { r.Name = "a" }), ""},
-		{"64-byte name", with(func(r *floodgate.Rule) { r.Name = strings.Repeat("n", floodgate.MaxNameLen) }), ""},
-		{"65-byte name", with(func(r *floodgate.Rule) { r.Name = strings.Repeat("n", floodgate.MaxNameLen+1) }), "65 bytes long, at most 64"},
+		{"64-byte name", with(func(r *floodgate.Rule) { r.Name = strings.Repeat("n", bounds.NameLen) }), ""},
+		{"65-byte name", with(func(r *floodgate.Rule) { r.Name = strings.Repeat("n", bounds.NameLen+1) }), "65 bytes long, at most 64"},
 		{"every name byte", with(func(r *floodgate.Rule) {
 			r.Name = "azAZ09_.-"
 		}), ""},
@@ -42,20 +43,20 @@ func TestRuleBounds(t *testing.T) {
 		{"space", with(func(r *floodgate.Rule) { r.Name = "a b" }), `has ' ' at byte 1`},
 		{"limit 1", ok, ""},
 		{"limit 0", with(func(r *floodgate.Rule) { r.Limit = 0 }), "limit is 0, must be at least 1"},
-		{"sliding limit at its cap", with(func(r *floodgate.Rule) { r.Limit = floodgate.MaxSlidingLimit }), ""},
-		{"sliding limit over its cap", with(func(r *floodgate.Rule) { r.Limit = floodgate.MaxSlidingLimit + 1 }), "above 1000000"},
-		{"token bucket over the sliding cap", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = tb, floodgate.MaxSlidingLimit+1 }), ""},
+		{"sliding limit at its cap", with(func(r *floodgate.Rule) { r.Limit = bounds.SlidingLimit }), ""},
+		{"sliding limit over its cap", with(func(r *floodgate.Rule) { r.Limit = bounds.SlidingLimit + 1 }), "above 1000000"},
+		{"token bucket over the sliding cap", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = tb, bounds.SlidingLimit+1 }), ""},
 		{"fixed window over the sliding cap", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = floodgate.FixedWindow, 1<<40 }), ""},
 		{"window 1ms", with(func(r *floodgate.Rule) { r.Window = time.Millisecond }), ""},
 		{"window 1ms less 1µs", with(func(r *floodgate.Rule) { r.Window = time.Millisecond - time.Microsecond }), "must be at least 1ms"},
-		{"window MaxWindow", with(func(r *floodgate.Rule) { r.Window = floodgate.MaxWindow }), ""},
-		{"window MaxWindow plus 1µs", with(func(r *floodgate.Rule) { r.Window = floodgate.MaxWindow + time.Microsecond }), "at most 87600h0m0s"},
+		{"window bounds.Window", with(func(r *floodgate.Rule) { r.Window = bounds.Window }), ""},
+		{"window bounds.Window plus 1µs", with(func(r *floodgate.Rule) { r.Window = bounds.Window + time.Microsecond }), "at most 87600h0m0s"},
 		{"window of whole µs", with(func(r *floodgate.Rule) { r.Window = time.Millisecond + time.Microsecond }), ""},
 		{"window of a fraction of a µs", with(func(r *floodgate.Rule) { r.Window = time.Millisecond + time.Microsecond + 1 }), "not a whole number of microseconds"},
 		{"counter at its most per minute", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = swc, maxPerMinute }), ""},
 		{"counter one past its most per minute", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = swc, maxPerMinute+1 }), "too high for a sliding-window counter"},
 		{"counter at its most per ten years", with(func(r *floodgate.Rule) {
-			r.Algorithm, r.Window = swc, floodgate.MaxWindow
+			r.Algorithm, r.Window = swc, bounds.Window
 			r.Limit = int64(1<<53)/int64(maxWindow/time.Microsecond) - 1
 		}), ""},
 		{"burst refilled in exactly ten years", with(func(r *floodgate.Rule) { r.Algorithm, r.Window, r.Burst = tb, year, 10 }), ""},
@@ -67,7 +68,7 @@ func TestRuleBounds(t *testing.T) {
 		{"burst on a fixed window", with(func(r *floodgate.Rule) { r.Algorithm, r.Burst = floodgate.FixedWindow, 1 }), "only meaningful for token-bucket, not fixed-window"},
 		{"last algorithm", with(func(r *floodgate.Rule) { r.Algorithm = floodgate.Concurrency }), ""},
 		{"one past the last algorithm", with(func(r *floodgate.Rule) { r.Algorithm = floodgate.Concurrency + 1 }), "unknown algorithm Algorithm(5)"},
-		{"concurrency limit one past the log's", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = floodgate.Concurrency, floodgate.MaxSlidingLimit+1 }), "above 1000000, the most a sliding-window log keeps per key (concurrency)"},
+		{"concurrency limit one past the log's", with(func(r *floodgate.Rule) { r.Algorithm, r.Limit = floodgate.Concurrency, 1_000_001 }), "above 1000000, the most a sliding-window log keeps per key (concurrency)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.rule.Validate()
@@ -126,8 +127,9 @@ func TestHitBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	burst, err := tb.WithBurst(8)
-	if err != nil {
+	burst := tb
+	burst.Burst = 8
+	if err := burst.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	sliding := mustRule(t, "sw", 5000, time.Minute)
@@ -142,15 +144,15 @@ func TestHitBounds(t *testing.T) {
 		{"cost > burst", floodgate.Hit{Rule: burst, Key: "b", Cost: 9}, false},
 		{"cost 0 means 1", floodgate.Hit{Rule: sliding, Key: "c"}, true},
 		{"cost -1", floodgate.Hit{Rule: sliding, Key: "c", Cost: -1}, false},
-		{"sliding cost at its cap", floodgate.Hit{Rule: sliding, Key: "d", Cost: floodgate.MaxSlidingCost}, true},
-		{"sliding cost over its cap", floodgate.Hit{Rule: sliding, Key: "d", Cost: floodgate.MaxSlidingCost + 1}, false},
-		{"key of 1 MiB", floodgate.Hit{Rule: sliding, Key: strings.Repeat("k", floodgate.MaxKeyLen)}, true},
-		{"key of 1 MiB and a byte", floodgate.Hit{Rule: sliding, Key: strings.Repeat("k", floodgate.MaxKeyLen+1)}, false},
+		{"sliding cost at its cap", floodgate.Hit{Rule: sliding, Key: "d", Cost: bounds.SlidingCost}, true},
+		{"sliding cost over its cap", floodgate.Hit{Rule: sliding, Key: "d", Cost: bounds.SlidingCost + 1}, false},
+		{"key of 1 MiB", floodgate.Hit{Rule: sliding, Key: strings.Repeat("k", bounds.KeyLen)}, true},
+		{"key of 1 MiB and a byte", floodgate.Hit{Rule: sliding, Key: strings.Repeat("k", bounds.KeyLen+1)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, check := range []func(*floodgate.Limiter) (floodgate.Decision, error){
 				func(l *floodgate.Limiter) (floodgate.Decision, error) {
-					return l.AllowN(ctx, tc.hit.Rule, tc.hit.Key, tc.hit.Cost)
+					return l.Check(ctx, floodgate.Hit{Rule: tc.hit.Rule, Key: tc.hit.Key, Cost: tc.hit.Cost})
 				},
 				func(l *floodgate.Limiter) (floodgate.Decision, error) {
 					return l.Check(ctx, tc.hit, floodgate.Hit{Rule: tc.hit.Rule, Key: "other"})
@@ -175,7 +177,7 @@ func TestRuleString(t *testing.T) {
 	if s := r.String(); s != "api: 10/1m0s token-bucket" {
 		t.Errorf("String() = %q", s)
 	}
-	r, _ = r.WithBurst(20)
+	r.Burst = 20
 	if s := r.String(); s != "api: 10/1m0s token-bucket, burst 20" {
 		t.Errorf("String() = %q", s)
 	}
@@ -190,7 +192,7 @@ func FuzzNewRule(f *testing.F) {
 	f.Add("r", int64(0), int64(time.Second), uint8(1), int64(10))
 	f.Add("r", int64(1), int64(500), uint8(3), int64(0))
 	f.Add("r", int64(-1), int64(-1), uint8(3), int64(-1))
-	f.Add("r", int64(1<<62), int64(floodgate.MaxWindow), uint8(3), int64(0))
+	f.Add("r", int64(1<<62), int64(bounds.Window), uint8(3), int64(0))
 	f.Add("r", int64(1), int64(time.Millisecond), uint8(1), int64(1<<62))
 	f.Add("", int64(1), int64(time.Second), uint8(9), int64(0))
 	f.Fuzz(func(t *testing.T, name string, limit, window int64, alg uint8, burst int64) {
@@ -206,10 +208,10 @@ func FuzzNewRule(f *testing.F) {
 			return
 		}
 		w := r.Window
-		if name == "" || len(name) > floodgate.MaxNameLen || limit < 1 || w < time.Millisecond || w > floodgate.MaxWindow ||
+		if name == "" || len(name) > bounds.NameLen || limit < 1 || w < time.Millisecond || w > bounds.Window ||
 			w%time.Microsecond != 0 || alg > uint8(floodgate.SlidingWindowCounter) || burst < 0 ||
 			burst > 0 && r.Algorithm != floodgate.TokenBucket ||
-			r.Algorithm == floodgate.SlidingWindow && limit > floodgate.MaxSlidingLimit {
+			r.Algorithm == floodgate.SlidingWindow && limit > bounds.SlidingLimit {
 			t.Fatalf("Validate accepted %v", r)
 		}
 		if r.Algorithm == floodgate.SlidingWindowCounter && float64(limit+1)*float64(w/time.Microsecond) > 1<<53 {
@@ -230,7 +232,7 @@ func TestHitErrorsNameEachProblemOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	sliding := mustRule(t, "sw", 5000, time.Minute)
-	maxKey := strings.Repeat("k", floodgate.MaxKeyLen)
+	maxKey := strings.Repeat("k", bounds.KeyLen)
 	for _, tc := range []struct {
 		name string
 		hit  floodgate.Hit
@@ -238,11 +240,11 @@ func TestHitErrorsNameEachProblemOnly(t *testing.T) {
 	}{
 		{"empty key, cost 1", floodgate.Hit{Rule: tb, Cost: 1}, []string{"key is empty"}},
 		{"empty key, cost at capacity", floodgate.Hit{Rule: tb, Cost: 5}, []string{"key is empty"}},
-		{"empty key, sliding cost at its cap", floodgate.Hit{Rule: sliding, Cost: floodgate.MaxSlidingCost}, []string{"key is empty"}},
+		{"empty key, sliding cost at its cap", floodgate.Hit{Rule: sliding, Cost: bounds.SlidingCost}, []string{"key is empty"}},
 		{"key at its bound, cost -1", floodgate.Hit{Rule: tb, Key: maxKey, Cost: -1}, []string{"cost -1 is below 1"}},
 		{"key over its bound, cost over capacity", floodgate.Hit{Rule: tb, Key: maxKey + "k", Cost: 6},
 			[]string{"key is 1048577 bytes", "cost 6 exceeds the rule's capacity 5"}},
-		{"empty key, sliding cost over its cap", floodgate.Hit{Rule: sliding, Cost: floodgate.MaxSlidingCost + 1},
+		{"empty key, sliding cost over its cap", floodgate.Hit{Rule: sliding, Cost: bounds.SlidingCost + 1},
 			[]string{"key is empty", "cost 1001 is above 1000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -295,38 +297,5 @@ func TestParseLimitBareUnit(t *testing.T) {
 		if r, err := floodgate.ParseLimit("r", spec, floodgate.SlidingWindow); err != nil || r.Window != want || r.Limit != 10 {
 			t.Errorf("ParseLimit(%s) = %v, %v; want 10 per %v", spec, r, err, want)
 		}
-	}
-}
-
-func TestMustRule(t *testing.T) {
-	r := floodgate.MustRule(floodgate.PerMinute("pix", 10))
-	if r.Name != "pix" || r.Limit != 10 || r.Window != time.Minute {
-		t.Fatalf("MustRule(PerMinute(pix, 10)) = %v", r)
-	}
-	defer func() {
-		err, _ := recover().(error)
-		if !errors.Is(err, floodgate.ErrInvalidRule) {
-			t.Fatalf("MustRule of an invalid rule panicked with %v; want the rule's error", err)
-		}
-	}()
-	floodgate.MustRule(floodgate.PerMinute("pix", 0))
-	t.Fatal("MustRule of an invalid rule did not panic")
-}
-
-// The shorthands never pick the memory-hungry log for a large quota: at
-// MaxShorthandLimit they give it, above they refuse and name the others.
-func TestShorthandsBoundTheLog(t *testing.T) {
-	for _, f := range []func(string, int64) (floodgate.Rule, error){floodgate.PerSecond, floodgate.PerMinute, floodgate.PerHour} {
-		r, err := f("api", floodgate.MaxShorthandLimit)
-		if err != nil || r.Algorithm != floodgate.SlidingWindow || r.Limit != floodgate.MaxShorthandLimit {
-			t.Fatalf("shorthand at the bound: %v, %v; want a sliding window of %d", r, err, floodgate.MaxShorthandLimit)
-		}
-		_, err = f("api", floodgate.MaxShorthandLimit+1)
-		if !errors.Is(err, floodgate.ErrInvalidRule) || !strings.Contains(err.Error(), "TokenBucket or SlidingWindowCounter") {
-			t.Fatalf("shorthand above the bound: %v; want ErrInvalidRule naming the O(1) algorithms", err)
-		}
-	}
-	if r, err := floodgate.NewRule("api", 5000, time.Hour, floodgate.SlidingWindow); err != nil || r.Limit != 5000 {
-		t.Fatalf("NewRule of a large log: %v, %v; NewRule must take it when asked", r, err)
 	}
 }

@@ -27,7 +27,7 @@ func TestSettle(t *testing.T) {
 			}
 			rule := mustAlgRule(t, "tokens", 100, time.Minute, alg)
 			// An estimate of 30 that turns out 10: 20 back.
-			d, err := l.AllowN(ctx, rule, "u", 30)
+			d, err := l.Check(ctx, floodgate.Hit{Rule: rule, Key: "u", Cost: 30})
 			if err != nil || !d.Allowed || d.Remaining != 70 {
 				t.Fatalf("estimate 30: %+v, %v", d, err)
 			}
@@ -39,7 +39,7 @@ func TestSettle(t *testing.T) {
 			}
 			// An estimate of 50 that turns out 120: 70 more, past the
 			// limit (10 + 120 = 130 of 100): the key owes 30.
-			d, err = l.AllowN(ctx, rule, "u", 50)
+			d, err = l.Check(ctx, floodgate.Hit{Rule: rule, Key: "u", Cost: 50})
 			if err != nil || !d.Allowed || d.Remaining != 40 {
 				t.Fatalf("estimate 50: %+v, %v", d, err)
 			}
@@ -57,7 +57,7 @@ func TestSettle(t *testing.T) {
 	l, _ := floodgate.New(s, floodgate.Options{})
 	rule := mustAlgRule(t, "one", 1, time.Minute, floodgate.FixedWindow)
 	l.Allow(ctx, rule, "k")
-	denied, _ := l.AllowN(ctx, rule, "k", 1)
+	denied, _ := l.Check(ctx, floodgate.Hit{Rule: rule, Key: "k", Cost: 1})
 	if c, err := l.Settle(ctx, denied, 5); err != nil || c.Recorded {
 		t.Errorf("settling a denial: %+v, %v; want nothing charged", c, err)
 	}
@@ -100,11 +100,11 @@ func ExampleLimiter_Settle() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	budget := floodgate.MustRule(floodgate.NewRule("llm-tokens", 10_000, time.Hour, floodgate.TokenBucket))
+	budget := floodgate.Rule{Name: "llm-tokens", Limit: 10_000, Window: time.Hour, Algorithm: floodgate.TokenBucket}
 
 	prompt := 1_200                 // tokens in the prompt
 	estimate := int64(prompt + 800) // and a guess at the completion
-	d, err := limiter.AllowN(ctx, budget, "user-42", estimate)
+	d, err := limiter.Check(ctx, floodgate.Hit{Rule: budget, Key: "user-42", Cost: estimate})
 	if err != nil || !d.Allowed {
 		fmt.Println("429: retry after", d.RetryAfter)
 		return

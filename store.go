@@ -11,19 +11,19 @@ type Hit struct {
 	// Rule is the policy that applies; it must be valid.
 	Rule Rule
 	// Key identifies who is limited (an account, an IP, a route). Any bytes
-	// of length 1 to MaxKeyLen are accepted; stores encode keys so that no
+	// of length 1 to 1 MiB are accepted; stores encode keys so that no
 	// value can change where or how their state is kept.
 	Key string
 	// Cost is how many requests this hit counts for; zero means 1. It may
 	// not exceed the rule's Capacity, unless Overdraw is set; nor, for a
-	// SlidingWindow rule, MaxSlidingCost.
+	// SlidingWindow rule, 1,000.
 	Cost int64
 	// Overdraw records the hit whatever the limit says, as far as the
 	// algorithm can hold it, and the key owes what it took past its
 	// limit: it is denied until that debt is worked off. It charges a
 	// cost known only once the work is done (a response's size, the
-	// tokens a model produced), as [Limiter.Charge] does. Its Cost may
-	// exceed the rule's Capacity, up to MaxLimit (MaxSlidingCost for a
+	// tokens a model produced), as [Limiter.Settle] does. Its Cost may
+	// exceed the rule's Capacity, up to 2^51 (1,000 for a
 	// SlidingWindow rule).
 	//
 	// In a check, the other hits stay all-or-nothing among themselves,
@@ -45,10 +45,10 @@ type Hit struct {
 	//     per hour, 100,000 per day); it weighs as that count weighs:
 	//     wholly through its window, then less and less through the next.
 	//   - TokenBucket: the theoretical arrival time moves on by Cost times
-	//     the emission interval, up to MaxWindow past a full bucket's: the
+	//     the emission interval, up to ten years past a full bucket's: the
 	//     debt is worked off at the rule's rate.
 	//   - SlidingWindow: the log keeps the hit's Cost times, up to
-	//     MaxSlidingCost times past its limit (6 bytes each in Redis); each
+	//     1,000 times past its limit (6 bytes each in Redis); each
 	//     weighs until it leaves the window, and the key admits a request
 	//     again once fewer than Limit of its times are in the window.
 	//
@@ -59,10 +59,6 @@ type Hit struct {
 	// the state no longer tells what remains of them.
 	Overdraw bool
 }
-
-// MaxKeyLen is the longest key a [Hit] accepts: 1 MiB. Stores keep keys
-// longer than a few dozen bytes as a fixed-size digest.
-const MaxKeyLen = 1 << 20
 
 func (h Hit) cost() int64 {
 	if h.Cost == 0 {
@@ -75,8 +71,8 @@ func (h Hit) cost() int64 {
 // concurrent use, and must pass the storetest conformance suite.
 //
 // Every method receives hits that the Limiter has validated: valid rules,
-// keys of 1 to MaxKeyLen bytes and costs of 1 to the rule's capacity (to
-// MaxLimit for an Overdraw hit), and at most MaxSlidingCost for a sliding
+// keys of 1 byte to 1 MiB and costs of 1 to the rule's capacity (to
+// 2^51 for an Overdraw hit), and at most 1,000 for a sliding
 // window.
 //
 // A key's state under a rule belongs to the rule's name, algorithm and
@@ -223,7 +219,7 @@ type Receipt struct {
 
 // LocalStore is an optional interface of a [Store] that keeps its state in
 // the memory of the process, such as memstore's. The Limiter calls TakeOne
-// for checks of a single hit ([Limiter.Allow], [Limiter.AllowN]), which
+// for checks of a single hit ([Limiter.Allow], [Limiter.Check]), which
 // spares the slices of Take so that a decision can allocate nothing.
 //
 // A store that implements LocalStore promises never to block on I/O or

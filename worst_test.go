@@ -408,13 +408,11 @@ func (s blockingStore) Reset(ctx context.Context, _ floodgate.Rule, _ string) er
 	return s.wait(ctx)
 }
 
-// TestDefaultBudget: with Timeout zero, every store call gets
-// DefaultTimeout (50ms), no less and not unbounded; a negative Timeout
+// TestDefaultBudget: with Timeout zero, every store call gets the
+// documented default, 50 ms, no less and not unbounded; a negative Timeout
 // leaves only the caller's context.
 func TestDefaultBudget(t *testing.T) {
-	if floodgate.DefaultTimeout != 50*time.Millisecond {
-		t.Fatalf("DefaultTimeout is %v; the documented default is 50ms", floodgate.DefaultTimeout)
-	}
+	const defaultTimeout = 50 * time.Millisecond
 	r := mustRule(t, "r", 1, time.Minute)
 	hit := floodgate.Hit{Rule: r, Key: "k"}
 	l, err := floodgate.New(blockingStore{}, floodgate.Options{})
@@ -434,21 +432,21 @@ func TestDefaultBudget(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
 			t.Errorf("%s on a stalled store = %v; want ErrStoreUnavailable and DeadlineExceeded", name, err)
 		}
-		if took < floodgate.DefaultTimeout || took > 2*time.Second {
-			t.Errorf("%s gave up after %v; want the default budget, %v", name, took, floodgate.DefaultTimeout)
+		if took < defaultTimeout || took > 2*time.Second {
+			t.Errorf("%s gave up after %v; want the default budget, %v", name, took, defaultTimeout)
 		}
 	}
 
 	// A store slower than the default budget answers when Timeout is
 	// negative, and the caller's deadline still holds.
-	slow, err := floodgate.New(blockingStore{delay: 3 * floodgate.DefaultTimeout / 2}, floodgate.Options{Timeout: -1})
+	slow, err := floodgate.New(blockingStore{delay: 3 * defaultTimeout / 2}, floodgate.Options{Timeout: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := slow.Allow(ctx, r, "k"); err != nil {
 		t.Fatalf("Allow with no budget = %v; want the slow store's answer", err)
 	}
-	short, cancel := context.WithTimeout(ctx, floodgate.DefaultTimeout/5)
+	short, cancel := context.WithTimeout(ctx, defaultTimeout/5)
 	defer cancel()
 	if _, err := slow.Allow(short, r, "k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Allow past the caller's deadline = %v; want DeadlineExceeded", err)

@@ -72,7 +72,7 @@ func memoryTable(ctx context.Context, addr string, out io.Writer) error {
 			}
 			suffix := map[floodgate.Algorithm]string{floodgate.SlidingWindow: "w", floodgate.TokenBucket: "t", floodgate.FixedWindow: "f", floodgate.SlidingWindowCounter: "c"}[alg]
 			// The key layout of redisstore's package documentation.
-			n, err := usage(redisstore.DefaultPrefix + "{login:" + key + "}:" + suffix + ":" + r.Window.String())
+			n, err := usage("fg:{login:" + key + "}:" + suffix + ":" + r.Window.String())
 			if err != nil {
 				return err
 			}

@@ -99,7 +99,7 @@ func (f *fgLimiter) Close() { f.close() }
 const overridden = 10_000
 
 // withOverrides is build with overridden overrides (package overrides, a
-// fixed Set, which is what a Source swaps in) on the limiter's rule.
+// fixed Set, which is what a Table swaps in) on the limiter's rule.
 func withOverrides(build func(addr, prefix string) (limiter, error)) func(addr, prefix string) (limiter, error) {
 	return func(addr, prefix string) (limiter, error) {
 		l, err := build(addr, prefix)
@@ -114,9 +114,15 @@ func withOverrides(build func(addr, prefix string) (limiter, error)) func(addr, 
 			entries[i] = overrides.Entry{Rule: r, Key: prefix + "vip-" + strconv.Itoa(i)}
 		}
 		set, err := overrides.NewSet(entries...)
-		if err != nil || set.Len() != overridden {
+		if err != nil {
 			l.Close()
-			return nil, fmt.Errorf("overrides: %d of %d: %v", set.Len(), overridden, err)
+			return nil, fmt.Errorf("overrides: %w", err)
+		}
+		for _, e := range entries {
+			if r, ok := set.Override(e.Rule, e.Key); !ok || r != e.Rule {
+				l.Close()
+				return nil, fmt.Errorf("overrides: the set lacks the override of key %q", e.Key)
+			}
 		}
 		f.l, err = floodgate.New(f.store, floodgate.Options{Timeout: f.timeout, DenialCacheSize: f.cache, Overrides: set})
 		if err != nil {

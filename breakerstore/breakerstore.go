@@ -28,22 +28,24 @@ const (
 
 // Defaults of [Options].
 const (
-	// DefaultFailures is how many consecutive failures open the breaker.
-	DefaultFailures = 5
-	// DefaultCooldown is how long the breaker stays open before it probes.
-	DefaultCooldown = 5 * time.Second
-	// DefaultProbes is how many calls a half-open breaker lets through.
-	DefaultProbes = 1
+	// defaultFailures is how many consecutive failures open the breaker.
+	defaultFailures = 5
+	// defaultCooldown is how long the breaker stays open before it probes.
+	defaultCooldown = 5 * time.Second
+	// defaultProbes is how many calls a half-open breaker lets through.
+	defaultProbes = 1
 )
 
 // ErrOpen is wrapped, together with [floodgate.ErrStoreUnavailable], by
 // the error of every call that the breaker refused without calling the
-// store. That error is an [*OpenError].
+// store. That error also has a method RetryAfter() time.Duration: what is
+// left of the cooldown of an open breaker, zero for a half-open one whose
+// probes are in flight.
 var ErrOpen = errors.New("circuit breaker open")
 
-// OpenError is the error of a call that the breaker refused without calling
+// openError is the error of a call that the breaker refused without calling
 // the store. It wraps [ErrOpen] and [floodgate.ErrStoreUnavailable].
-type OpenError struct {
+type openError struct {
 	// RetryIn is the time until the breaker lets a probe through: what is
 	// left of the cooldown of an open breaker, zero for a half-open one
 	// whose probes are in flight.
@@ -51,7 +53,7 @@ type OpenError struct {
 }
 
 // Error reports the breaker open and, if known, when it probes again.
-func (e *OpenError) Error() string {
+func (e *openError) Error() string {
 	if e.RetryIn > 0 {
 		return fmt.Sprintf("breakerstore: %v (probes again in %v): %v", ErrOpen, e.RetryIn.Round(time.Millisecond), floodgate.ErrStoreUnavailable)
 	}
@@ -59,12 +61,12 @@ func (e *OpenError) Error() string {
 }
 
 // Unwrap returns [ErrOpen] and [floodgate.ErrStoreUnavailable].
-func (e *OpenError) Unwrap() []error { return []error{ErrOpen, floodgate.ErrStoreUnavailable} }
+func (e *openError) Unwrap() []error { return []error{ErrOpen, floodgate.ErrStoreUnavailable} }
 
 // RetryAfter returns RetryIn. An HTTP layer finds it with errors.As on an
-// interface{ RetryAfter() time.Duration }, without importing this package,
-// and tells clients when the store may be back.
-func (e *OpenError) RetryAfter() time.Duration { return e.RetryIn }
+// interface{ RetryAfter() time.Duration }, and tells clients when the
+// store may be back.
+func (e *openError) RetryAfter() time.Duration { return e.RetryIn }
 
 // ErrInvalidOptions is wrapped by the errors of [Options.Validate] and
 // [New].
@@ -75,13 +77,13 @@ type Options struct {
 	// Name names the breaker in OnStateChange; zero means "floodgate".
 	Name string
 	// Failures is how many consecutive failures open the breaker. Zero
-	// means DefaultFailures (5).
+	// means 5.
 	Failures uint32
 	// Cooldown is how long the breaker stays open before it lets probes
-	// through. Zero means DefaultCooldown (5s); negative is invalid.
+	// through. Zero means 5s; negative is invalid.
 	Cooldown time.Duration
 	// Probes is how many calls a half-open breaker lets through; all must
-	// succeed to close it. Zero means DefaultProbes (1).
+	// succeed to close it. Zero means 1.
 	Probes uint32
 	// OnStateChange, if set, is called on every transition, for a log line
 	// or a metric. It runs synchronously while the breaker's lock is held:
@@ -118,10 +120,10 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	failures := orDefault(opts.Failures, DefaultFailures)
+	failures := orDefault(opts.Failures, defaultFailures)
 	st := gobreaker.Settings{
 		Name:        opts.Name,
-		MaxRequests: orDefault(opts.Probes, DefaultProbes),
+		MaxRequests: orDefault(opts.Probes, defaultProbes),
 		Timeout:     opts.Cooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 		IsExcluded:  func(err error) bool { return errors.As(err, new(excluded)) },
@@ -130,7 +132,7 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 		st.Name = "floodgate"
 	}
 	if st.Timeout == 0 {
-		st.Timeout = DefaultCooldown
+		st.Timeout = defaultCooldown
 	}
 	s := &Store{next: next, cooldown: st.Timeout}
 	s.clock.init()
@@ -180,9 +182,9 @@ func (s *Store) do(ctx context.Context, call func() ([]floodgate.Result, error))
 	case errors.As(err, &ex):
 		return nil, ex.err
 	case errors.Is(err, gobreaker.ErrOpenState):
-		return nil, &OpenError{RetryIn: s.retryIn()}
+		return nil, &openError{RetryIn: s.retryIn()}
 	case errors.Is(err, gobreaker.ErrTooManyRequests):
-		return nil, &OpenError{}
+		return nil, &openError{}
 	}
 	return nil, err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -114,7 +115,7 @@ func newSlowFixture(t *testing.T) *slowFixture {
 	if f.limiter, err = floodgate.New(f.breaker, floodgate.Options{Timeout: budget}); err != nil {
 		t.Fatal(err)
 	}
-	if f.rule, err = floodgate.PerMinute("r", floodgate.MaxShorthandLimit); err != nil {
+	if f.rule, err = floodgate.NewRule("r", bounds.DefaultLog, time.Minute, floodgate.SlidingWindow); err != nil {
 		t.Fatal(err)
 	}
 	return f

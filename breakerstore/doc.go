@@ -11,8 +11,8 @@
 // lets [Options.Probes] calls through; if they all succeed it closes, if
 // one fails it opens again for another cooldown. Recovery needs no action.
 //
-// An open breaker's error is an [*OpenError]: its RetryIn (also its
-// RetryAfter method) is what is left of the cooldown, so that an HTTP layer
+// An open breaker's error wraps [ErrOpen], and its method RetryAfter()
+// time.Duration tells what is left of the cooldown, so that an HTTP layer
 // can tell clients when to come back.
 //
 // # What counts as a failure

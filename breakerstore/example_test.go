@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
@@ -41,7 +42,7 @@ func Example() {
 		panic(err)
 	}
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	rule, _ := floodgate.PerMinute("pix", 10)
+	rule, _ := floodgate.NewRule("pix", 10, time.Minute, floodgate.SlidingWindow)
 	for i := range 5 {
 		_, err := limiter.Allow(context.Background(), rule, "account-42")
 		fmt.Printf("call %d: unavailable=%v breaker-open=%v\n", i+1,

@@ -6,3 +6,6 @@ func SetRunnable(s *Store, runnable func() int) { s.clock.runnable = runnable }
 
 // ReadRunnable exposes the runtime reading itself.
 func ReadRunnable(s *Store) int { return s.clock.readRunnable() }
+
+// DefaultFailures is Options.Failures's default, for the tests.
+const DefaultFailures = defaultFailures

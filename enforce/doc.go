@@ -27,7 +27,7 @@
 // # Failures of the store
 //
 // Every decision has the time budget of the floodgate.Limiter
-// (Options.Timeout, 50ms by default). A store that fails or does not
+// (floodgate.Options.Timeout). A store that fails or does not
 // answer in time is handled by the failure mode: [FailLocal] (the
 // default of HTTP routes and gRPC methods) decides with per-replica
 // in-memory limits, [FailClosed] denies, [FailOpen] allows, [FailError]
@@ -37,7 +37,7 @@
 // breaker by default (redisstore.Options.Breaker), and a breakerstore does
 // the same in front of any other: a dead store costs nothing once its
 // breaker is open, and it is probed and taken back by itself. A fail-closed denial should ask the client to
-// wait [Result.FailRetryAfter]: [MinFailRetryAfter] (5s), or the
+// wait [Result.FailRetryAfter]: 5s, or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted, and logged at most once per gate per [Options.LogInterval]
 // (5s), each line saying how many more it stands for.
@@ -73,6 +73,6 @@
 // A gate's policy label values are the names its hits are reported under
 // (a hit's Policy, or its rule's name): its Spec's, and those of the
 // rules that come with the requests ([Gate.Check]) up to
-// [MaxPolicyLabels] of them; the rest are counted under "(other)", so
+// 1,000 of them; the rest are counted under "(other)", so
 // that no client input creates series without bound.
 package enforce

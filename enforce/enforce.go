@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
@@ -21,24 +22,24 @@ import (
 
 // Defaults of [Options] and [Spec].
 const (
-	// DefaultLogInterval is the least time between two log lines about one
+	// defaultLogInterval is the least time between two log lines about one
 	// gate's degraded decisions.
-	DefaultLogInterval = 5 * time.Second
-	// DefaultMaxWaiters bounds the requests of one gate that wait for
+	defaultLogInterval = 5 * time.Second
+	// defaultMaxWaiters bounds the requests of one gate that wait for
 	// quota at once.
-	DefaultMaxWaiters = 100
-	// MinFailRetryAfter is the least wait a fail-closed denial asks for:
+	defaultMaxWaiters = 100
+	// minFailRetryAfter is the least wait a fail-closed denial asks for:
 	// during an outage, clients should not come back every second. When
 	// the store's circuit breaker is open, the wait is its remaining open
 	// time if that is longer.
-	MinFailRetryAfter = 5 * time.Second
-	// MaxPolicyLabels bounds the policies of rules that come with the
+	minFailRetryAfter = 5 * time.Second
+	// maxPolicyLabels bounds the policies of rules that come with the
 	// requests ([Gate.Check] of rules not among the Spec's limits, such as
 	// an RLS caller's per-descriptor limit overrides) that one gate counts
 	// under their own name in floodgate_decisions_total; the others are
 	// counted under the policy "(other)", so that no client creates
 	// series without bound. The Spec's own limits do not count against it.
-	MaxPolicyLabels = 1000
+	maxPolicyLabels = 1000
 )
 
 // ErrInvalid is wrapped by the errors of [New] and [Enforcer.Gate] about
@@ -67,7 +68,7 @@ type Options struct {
 	Logger *slog.Logger
 	// LogInterval is the least time between two log lines about one
 	// gate's degraded decisions; the decisions in between are counted in
-	// the next line. Zero means DefaultLogInterval (5s).
+	// the next line. Zero means 5s.
 	LogInterval time.Duration
 }
 
@@ -108,7 +109,7 @@ func New(opts Options) (*Enforcer, error) {
 		e.logger = slog.Default()
 	}
 	if e.logEvery == 0 {
-		e.logEvery = DefaultLogInterval
+		e.logEvery = defaultLogInterval
 	}
 	if e.local == nil {
 		e.ownLocal = memstore.New(memstore.Options{})
@@ -116,9 +117,6 @@ func New(opts Options) (*Enforcer, error) {
 	}
 	return e, nil
 }
-
-// Limiter returns the limiter that decides against the shared store.
-func (e *Enforcer) Limiter() *floodgate.Limiter { return e.limiter }
 
 // Logger returns the logger of the degraded-decision lines, for the
 // transports' own warnings.
@@ -180,8 +178,7 @@ type Spec struct {
 	// denial is the answer at once. Zero means no waiting.
 	MaxDelay time.Duration
 	// MaxWaiters bounds the requests of this gate waiting at once; a
-	// request over the bound is denied at once. Zero means
-	// DefaultMaxWaiters (100).
+	// request over the bound is denied at once. Zero means 100.
 	MaxWaiters int
 }
 
@@ -212,8 +209,8 @@ func (e *Enforcer) Gate(s Spec) (*Gate, error) {
 // Gates returns the gates of specs, in order, or builds none and returns
 // an error listing everything wrong with them, each wrapping
 // [ErrInvalid]: the routes or methods of one transport, built together.
-// One rule name means one rule in all the gates of e: rules that share a
-// name (and algorithm and window) share one count in the store, so a
+// One rule name means one rule in all the gates of e: rules of one name
+// share a key's count in the store (floodgate.Store), so a
 // 2/min limit would be denied by the traffic of a 100/min one. A limit
 // whose rule has another gate's rule name with other parameters, in specs
 // or in a gate built before, is refused.
@@ -245,7 +242,7 @@ func (e *Enforcer) register(g *Gate) {
 	g.m.warn = func() {
 		e.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: a gate counts more policies that come with the requests than enforce.MaxPolicyLabels; "+
 			"the others are counted under the policy \"(other)\" in floodgate_decisions_total. Logged once",
-			slog.String("gate", g.spec.Name), slog.Int("max", MaxPolicyLabels))
+			slog.String("gate", g.spec.Name), slog.Int("max", maxPolicyLabels))
 	}
 	g.skipWarned = make([]atomic.Bool, len(g.spec.Limits))
 	e.gates = append(e.gates, g)
@@ -321,17 +318,9 @@ func (e *Enforcer) validateOne(s Spec, batch map[string]floodgate.Rule) (*Gate, 
 	if g.maxWaiters < 0 {
 		bad("MaxWaiters %d is negative", g.maxWaiters)
 	} else if g.maxWaiters == 0 {
-		g.maxWaiters = DefaultMaxWaiters
+		g.maxWaiters = defaultMaxWaiters
 	}
 	return g, errors.Join(errs...)
-}
-
-// Spec returns the gate's spec, as validated: a limit's Shadow is set
-// when the Spec's is.
-func (g *Gate) Spec() Spec {
-	s := g.spec
-	s.Limits = append([]Limit(nil), s.Limits...)
-	return s
 }
 
 // Hit is a hit with how it is enforced.
@@ -359,7 +348,7 @@ type Hit struct {
 // per-user limit whose principal is never set (the rate-limit check runs
 // before authentication) would otherwise limit nobody, silently. Keys
 // beyond the Spec's limits are ignored; missing ones are "". A key longer
-// than floodgate.MaxKeyLen is replaced by its SHA-256 digest, so that no
+// than 1 MiB is replaced by its SHA-256 digest, so that no
 // request's key makes an invalid hit.
 func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 	hits := make([]Hit, 0, len(g.spec.Limits))
@@ -390,7 +379,7 @@ func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
 // shadow hit on its own. Every decision is counted and degraded ones are
 // logged. Rules need not be among the Spec's limits: a gate may check
 // rules that come with each request (an RLS domain's descriptors). A key
-// longer than floodgate.MaxKeyLen is replaced by its SHA-256 digest. The
+// longer than 1 MiB is replaced by its SHA-256 digest. The
 // error is non-nil only when ctx is done (nobody waits for the answer) or
 // an enforced hit is invalid (it wraps floodgate.ErrInvalidHit or
 // ErrInvalidRule, or ErrInvalid for a failure mode that does not exist:
@@ -411,14 +400,10 @@ func (g *Gate) Peek(ctx context.Context, hits []Hit) (Result, error) {
 	return g.run(ctx, hits, false)
 }
 
-// ask decides hits with l, recording them if record (one hit goes
-// through AllowN, which the core serves faster), or peeks at them.
+// ask decides hits with l, recording them if record, or peeks at them.
 func ask(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit, record bool) (floodgate.Decision, error) {
-	switch {
-	case !record:
+	if !record {
 		return l.Peek(ctx, hits...)
-	case len(hits) == 1 && !hits[0].Overdraw:
-		return l.AllowN(ctx, hits[0].Rule, hits[0].Key, hits[0].Cost)
 	}
 	return l.Check(ctx, hits...)
 }
@@ -581,7 +566,7 @@ func rename(d *floodgate.Decision, hits []Hit) {
 
 // fitKey returns k, or its digest if it is too long for a hit.
 func fitKey(k string) string {
-	if len(k) <= floodgate.MaxKeyLen {
+	if len(k) <= bounds.KeyLen {
 		return k
 	}
 	sum := sha256.Sum256([]byte(k))
@@ -684,7 +669,7 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 }
 
 // InForce returns h as a check decides it: its key replaced by its digest
-// if longer than floodgate.MaxKeyLen, under the rule in force for that
+// if longer than 1 MiB, under the rule in force for that
 // key, with its problems under that rule (see floodgate.Limiter.InForce):
 // for a transport that reports the limit in force before deciding, or
 // answers a cost beyond every admission as a denial.

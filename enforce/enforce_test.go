@@ -68,7 +68,7 @@ func (v *env) metric(t *testing.T, name string, want map[string]string) float64 
 }
 
 func rule(name string, limit int64) floodgate.Rule {
-	return floodgate.MustRule(floodgate.NewRule(name, limit, time.Minute, floodgate.SlidingWindow))
+	return floodgate.Rule{Name: name, Limit: limit, Window: time.Minute}
 }
 
 func hit(r floodgate.Rule, key string, m enforce.FailureMode) enforce.Hit {

@@ -17,7 +17,7 @@ func Example() {
 	limiter, _ := floodgate.New(store, floodgate.Options{})
 	e, _ := enforce.New(enforce.Options{Limiter: limiter}) // Registerer, Logger: as the service has them
 	defer e.Close()
-	perTenant := floodgate.MustRule(floodgate.PerMinute("jobs", 2))
+	perTenant := floodgate.Rule{Name: "jobs", Limit: 2, Window: time.Minute}
 	jobs, _ := e.Gate(enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: perTenant}}, Failure: enforce.FailClosed})
 
 	ctx := context.Background()

@@ -62,7 +62,7 @@ func TestFullMemoryStoreIsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	day := floodgate.MustRule(floodgate.NewRule("daily", 5, 24*time.Hour, floodgate.FixedWindow))
+	day := floodgate.Rule{Name: "daily", Limit: 5, Window: 24 * time.Hour, Algorithm: floodgate.FixedWindow}
 	g, err := e.Gate(enforce.Spec{Name: "full", Failure: enforce.FailClosed, Limits: []enforce.Limit{{Rule: day}}})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestCorruptStateIsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	g, err := e.Gate(enforce.Spec{Name: "corrupt", Failure: enforce.FailError, Limits: []enforce.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("r", 5))}}})
+	g, err := e.Gate(enforce.Spec{Name: "corrupt", Failure: enforce.FailError, Limits: []enforce.Limit{{Rule: floodgate.Rule{Name: "r", Limit: 5, Window: time.Minute}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ type gateMetrics struct {
 	policies  sync.Map             // policy name -> *[counters]prometheus.Counter
 	leases    sync.Map             // policy name -> *leaseMetrics, bound on first use
 	// dynamic counts the policies bound on first use (request-borne
-	// rules), at most MaxPolicyLabels; capped is set once the others go
+	// rules), at most maxPolicyLabels; capped is set once the others go
 	// to otherPolicy, and warn tells it once.
 	dynamic atomic.Int64
 	capped  atomic.Bool
@@ -145,7 +145,7 @@ type gateMetrics struct {
 }
 
 // otherPolicy is the policy label of the request-borne policies past
-// MaxPolicyLabels: no rule's name, which has no parentheses.
+// maxPolicyLabels: no rule's name, which has no parentheses.
 const otherPolicy = "(other)"
 
 func (m *metrics) gate(name string, policies []string) *gateMetrics {
@@ -173,13 +173,13 @@ func (m *metrics) gate(name string, policies []string) *gateMetrics {
 
 // policy returns the decision counters of policy p: those of the Spec's
 // limits are bound when the gate is built, others (rules that come with
-// the request) on first use, up to MaxPolicyLabels of them; the rest
+// the request) on first use, up to maxPolicyLabels of them; the rest
 // share the counters of otherPolicy.
 func (gm *gateMetrics) policy(p string) *[counters]prometheus.Counter {
 	if cs, ok := gm.policies.Load(p); ok {
 		return cs.(*[counters]prometheus.Counter)
 	}
-	if gm.dynamic.Add(1) > MaxPolicyLabels {
+	if gm.dynamic.Add(1) > maxPolicyLabels {
 		if !gm.capped.Swap(true) && gm.warn != nil {
 			gm.warn()
 		}
@@ -225,7 +225,7 @@ func (gm *gateMetrics) shadowed(policy string, allowed bool) {
 
 func (gm *gateMetrics) storeError(err error) {
 	reason := "error"
-	var open interface{ RetryAfter() time.Duration } // breakerstore.OpenError
+	var open interface{ RetryAfter() time.Duration } // a breakerstore's open breaker
 	switch {
 	case errors.As(err, &open):
 		reason = "breaker_open"

@@ -47,8 +47,8 @@ func TestConcurrentRepeatedRefundsCreditOnce(t *testing.T) {
 			// A fixed window of a year (no boundary falls within the test,
 			// but once a year): a refund there lowers a count, where a
 			// second one would show.
-			a := floodgate.MustRule(floodgate.NewRule("race-a", limit, 365*24*time.Hour, floodgate.FixedWindow))
-			b := floodgate.MustRule(floodgate.NewRule("race-b", limit, time.Hour, floodgate.TokenBucket))
+			a := floodgate.Rule{Name: "race-a", Limit: limit, Window: 365 * 24 * time.Hour, Algorithm: floodgate.FixedWindow}
+			b := floodgate.Rule{Name: "race-b", Limit: limit, Window: time.Hour, Algorithm: floodgate.TokenBucket}
 			g, err := e.Gate(enforce.Spec{Name: "race", Limits: []enforce.Limit{{Rule: a}, {Rule: b}}})
 			if err != nil {
 				t.Fatal(err)

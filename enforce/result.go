@@ -84,16 +84,16 @@ func (r Result) Allowed() bool {
 }
 
 // FailRetryAfter is how long a client refused because the store failed
-// should wait: [MinFailRetryAfter], or the remaining open time of the
+// should wait: 5s, or the remaining open time of the
 // store's circuit breaker if that is longer. The breaker's time is found
-// on Err's chain through a RetryAfter() time.Duration method, as
-// breakerstore.OpenError has.
+// on Err's chain through a RetryAfter() time.Duration method, as a
+// breakerstore's open breaker's error has.
 func (r Result) FailRetryAfter() time.Duration {
 	var open interface{ RetryAfter() time.Duration }
 	if errors.As(r.Err, &open) {
-		return max(MinFailRetryAfter, open.RetryAfter())
+		return max(minFailRetryAfter, open.RetryAfter())
 	}
-	return MinFailRetryAfter
+	return minFailRetryAfter
 }
 
 // Covers reports whether the request's check counted a hit of the rule

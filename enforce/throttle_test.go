@@ -28,7 +28,7 @@ func TestThrottleDoesNotOutwaitTheDeadline(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newEnv(t)
-			r := floodgate.MustRule(floodgate.NewRule("slow", 1, tc.window, floodgate.SlidingWindow))
+			r := floodgate.Rule{Name: "slow", Limit: 1, Window: tc.window}
 			g := v.gate(t, enforce.Spec{Name: "slow", Limits: []enforce.Limit{{Rule: r}}, MaxDelay: time.Minute})
 			if res, err := g.Decide(t.Context(), []string{"k"}); err != nil || !res.Allowed() {
 				t.Fatalf("first request: %v, %v", res.Outcome, err)

@@ -52,7 +52,7 @@ func mdInt(ctx context.Context, key string) int64 {
 // denied (issue 27).
 func TestCostSettledAfterTheCall(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	tokens := floodgate.MustRule(floodgate.NewRule("tokens", 1000, time.Hour, floodgate.FixedWindow))
+	tokens := floodgate.Rule{Name: "tokens", Limit: 1000, Window: time.Hour, Algorithm: floodgate.FixedWindow}
 	gl, err := grpclimit.New(grpclimit.Options{Enforcer: e.enf, Methods: map[string]grpclimit.Method{
 		unaryCall: {Limits: []grpclimit.Limit{{Rule: tokens, Key: grpclimit.Metadata("x-user"),
 			Cost: func(ctx context.Context) int64 { return mdInt(ctx, "x-estimate") }}}},

@@ -33,7 +33,7 @@
 //
 // Each method, and the Default for all the others, is one enforce gate,
 // named in the metrics and logs by the full method name (the Default by
-// [DefaultGate]). The stream interceptor limits stream opens: a stream is
+// "default"). The stream interceptor limits stream opens: a stream is
 // one call, however many messages it carries.
 //
 // # Keys
@@ -50,9 +50,9 @@
 //	{Rule: pixRule, Key: func(ctx context.Context) string { return auth.UserID(ctx) }}
 //
 // A KeyFunc returns "" when the call has no such key. That limit then
-// skips the call; the skip is counted in floodgate_skipped_limits_total
-// and the first one is logged, since a per-user limit installed before
-// authentication would otherwise limit nobody, unnoticed. The limits of a
+// skips the call, counted and logged (enforce.Gate.Hits), since a
+// per-user limit installed before authentication would otherwise limit
+// nobody, unnoticed. The limits of a
 // method are checked together, all-or-nothing, and the worst is reported.
 // Live limits (rlconfig.Rules reloads envoy-format YAML) and per-key
 // overrides are the Interceptors's (floodgate.Options.Overrides): every call
@@ -86,7 +86,7 @@
 // failure mode (enforce.FailLocal, the default, decides with per-replica
 // in-memory limits; enforce.FailOpen lets the call through;
 // enforce.FailClosed refuses it with codes.Unavailable and a RetryInfo of
-// enforce.MinFailRetryAfter, or the circuit breaker's remaining open time
+// 5s, or the circuit breaker's remaining open time
 // if longer). Degraded decisions are counted and logged in aggregate by
 // the Enforcer. A client that cancels or runs out of time while the store
 // is slow gets codes.Canceled or codes.DeadlineExceeded, and nothing is

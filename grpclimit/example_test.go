@@ -35,7 +35,7 @@ func Example() {
 		Enforce: enforce.Options{Limiter: limiter}, // and Registerer, Logger for metrics and logs
 		Methods: map[string]grpclimit.Method{
 			healthpb.Health_Check_FullMethodName: {Limits: []grpclimit.Limit{
-				{Rule: floodgate.MustRule(floodgate.PerMinute("ip", 2)), Key: grpclimit.ClientIP(nil)},
+				{Rule: floodgate.Rule{Name: "ip", Limit: 2, Window: time.Minute}, Key: grpclimit.ClientIP(nil)},
 			}},
 		},
 	})

@@ -77,8 +77,8 @@ func TestFailureModes(t *testing.T) {
 				worst = max(worst, time.Since(start)/3)
 
 				closed := got[enforce.FailClosed]
-				if closed.st.Code() != codes.Unavailable || closed.retry != enforce.MinFailRetryAfter {
-					t.Fatalf("closed method, degraded call %d: %v, RetryInfo %v; want Unavailable, %v", i+1, closed.err, closed.retry, enforce.MinFailRetryAfter)
+				if closed.st.Code() != codes.Unavailable || closed.retry != grpclimit.MinFailRetryAfter {
+					t.Fatalf("closed method, degraded call %d: %v, RetryInfo %v; want Unavailable, %v", i+1, closed.err, closed.retry, grpclimit.MinFailRetryAfter)
 				}
 				if want := "the rate limit could not be checked; retry after 5 s"; closed.st.Message() != want || closed.nquota != 0 {
 					t.Errorf("closed method: message %q with %d QuotaFailures, want %q and none", closed.st.Message(), closed.nquota, want)
@@ -211,7 +211,7 @@ func TestOpaqueFailClosed(t *testing.T) {
 	}})
 	e.fault.Set(faultstore.Fail)
 	a := empty(t, c, context.Background())
-	if a.st.Code() != codes.Unavailable || a.retry != enforce.MinFailRetryAfter || a.nquota != 0 || len(a.header.Get(grpclimit.MetadataRateLimit)) != 0 {
+	if a.st.Code() != codes.Unavailable || a.retry != grpclimit.MinFailRetryAfter || a.nquota != 0 || len(a.header.Get(grpclimit.MetadataRateLimit)) != 0 {
 		t.Errorf("%v, RetryInfo %v, %d QuotaFailures, metadata %v; want Unavailable, 5s, none, none", a.err, a.retry, a.nquota, a.header)
 	}
 }

@@ -28,10 +28,10 @@ import (
 // methods.
 var ErrInvalidOptions = errors.New("grpclimit: invalid options")
 
-// DefaultGate is the name, in metrics and logs, of the gate of
+// defaultGate is the name, in metrics and logs, of the gate of
 // [Options.Default]: the limits of every method not listed in
 // Options.Methods.
-const DefaultGate = "default"
+const defaultGate = "default"
 
 // Options configures a [Interceptors]: the enforcement layer, given
 // (Enforcer) or built from Enforce, and the limits of each method. A
@@ -53,7 +53,7 @@ type Options struct {
 	// Default.
 	Methods map[string]Method
 	// Default limits every method not in Methods, under one gate named
-	// DefaultGate; its limits count per rule name and key, so a Default
+	// "default"; its limits count per rule name and key, so a Default
 	// per-IP rule of 100 per minute admits 100 calls a minute to all those
 	// methods together. The zero Method (no Limits) leaves them unlimited.
 	Default Method
@@ -100,8 +100,8 @@ type Limit struct {
 	// share their count, across methods too.
 	Rule floodgate.Rule
 	// Key returns the key the rule counts; required. A call for which it
-	// returns "" is not counted by this limit (the skip is counted in
-	// floodgate_skipped_limits_total and the first one logged).
+	// returns "" is not counted by this limit: a skip, counted and
+	// logged as enforce.Gate.Hits says.
 	Key KeyFunc
 	// Shadow checks and counts the limit but never lets it deny: how a new
 	// limit is rolled out. Its outcome is counted as shadow_allowed or
@@ -211,7 +211,7 @@ func build(e *enforce.Enforcer, opts Options) (*Interceptors, error) {
 		l.folded[strings.ToLower(name)] = name
 	}
 	if len(opts.Default.Limits) > 0 {
-		m, err := buildMethod(e, DefaultGate, opts.Default)
+		m, err := buildMethod(e, defaultGate, opts.Default)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -221,9 +221,9 @@ func build(e *enforce.Enforcer, opts Options) (*Interceptors, error) {
 	}
 	var specs []enforce.Spec
 	var built []*method
-	for _, name := range append(names, DefaultGate) {
+	for _, name := range append(names, defaultGate) {
 		m := l.methods[name]
-		if name == DefaultGate {
+		if name == defaultGate {
 			m = l.def
 		}
 		if m != nil {

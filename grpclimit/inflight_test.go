@@ -22,7 +22,7 @@ import (
 // unary call's until its handler returns.
 func TestCallsInFlight(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	inflight := floodgate.MustRule(floodgate.NewRule("inflight", 1, time.Minute, floodgate.Concurrency))
+	inflight := floodgate.Rule{Name: "inflight", Limit: 1, Window: time.Minute, Algorithm: floodgate.Concurrency}
 	lim := []grpclimit.Limit{{Rule: inflight, Key: grpclimit.Metadata("x-user")}}
 	gl, err := grpclimit.New(grpclimit.Options{Enforcer: e.enf, Methods: map[string]grpclimit.Method{
 		unaryCall: {Limits: lim}, duplexCall: {Limits: lim},

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/grpclimit"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // call returns the context of a server call from addr with the incoming
@@ -112,14 +112,14 @@ func TestKeyFuncsOwnTheirArguments(t *testing.T) {
 	}
 }
 
-// A metadata value longer than floodgate.MaxKeyLen is counted under its
+// A metadata value longer than bounds.KeyLen is counted under its
 // digest: two such values that differ only at the end count apart.
 func TestLongKeysAreDigested(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	c, _ := e.serve(t, grpclimit.Options{Methods: map[string]grpclimit.Method{
 		emptyCall: {Limits: []grpclimit.Limit{{Rule: rule(t, "token", 1, time.Minute), Key: grpclimit.Metadata("x-token")}}},
 	}})
-	long := strings.Repeat("t", floodgate.MaxKeyLen)
+	long := strings.Repeat("t", bounds.KeyLen)
 	for i, tok := range []string{long + "a", long + "a", long + "b"} {
 		a := empty(t, c, withMD("x-token", tok))
 		if wantErr := i == 1; (a.err != nil) != wantErr {

@@ -114,8 +114,8 @@ func TestLimitOutsideACall(t *testing.T) {
 	}
 	e.fault.Set(faultstore.Fail)
 	err = gl.Limit(grpclimit.WithPrincipal(context.Background(), "worker-2"))
-	if a := newAnswer(err, nil); a.st.Code() != codes.Unavailable || a.retry != enforce.MinFailRetryAfter {
-		t.Fatalf("store down: %v, RetryInfo %v; want Unavailable, %v", err, a.retry, enforce.MinFailRetryAfter)
+	if a := newAnswer(err, nil); a.st.Code() != codes.Unavailable || a.retry != grpclimit.MinFailRetryAfter {
+		t.Fatalf("store down: %v, RetryInfo %v; want Unavailable, %v", err, a.retry, grpclimit.MinFailRetryAfter)
 	}
 	if got := metric(t, e.reg, "floodgate_decisions_total", map[string]string{"gate": grpclimit.DefaultGate, "outcome": "failed_closed"}); got != 1 {
 		t.Errorf("decisions{outcome=failed_closed} = %v, want 1", got)

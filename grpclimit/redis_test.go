@@ -123,7 +123,7 @@ func TestRedisOutage(t *testing.T) {
 		start := time.Now()
 		got := calls(t, c)
 		worst = max(worst, time.Since(start)/3)
-		if a := got[enforce.FailClosed]; a.st.Code() != codes.Unavailable || a.retry < enforce.MinFailRetryAfter {
+		if a := got[enforce.FailClosed]; a.st.Code() != codes.Unavailable || a.retry < grpclimit.MinFailRetryAfter {
 			t.Fatalf("closed method, Redis down, call %d: %v, RetryInfo %v", i+1, a.err, a.retry)
 		}
 		if a := got[enforce.FailOpen]; a.err != nil {

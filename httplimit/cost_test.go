@@ -17,7 +17,7 @@ import (
 // settled from the response's usage (issue 27).
 func TestCostSettledAfterTheResponse(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	tokens := floodgate.MustRule(floodgate.NewRule("tokens", 1000, time.Hour, floodgate.FixedWindow))
+	tokens := floodgate.Rule{Name: "tokens", Limit: 1000, Window: time.Hour, Algorithm: floodgate.FixedWindow}
 	header := func(r *http.Request, name string) int64 {
 		n, _ := strconv.ParseInt(r.Header.Get(name), 10, 64)
 		return n

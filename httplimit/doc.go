@@ -60,12 +60,12 @@
 // # Failures of the store
 //
 // The enforcement layer (package enforce) decides: every decision has the
-// time budget of the floodgate.Limiter (Options.Timeout, 50ms by
-// default); a store that fails or does not answer in time is handled by
+// time budget of the floodgate.Limiter (floodgate.Options.Timeout); a
+// store that fails or does not answer in time is handled by
 // the route's [enforce.FailureMode]: [enforce.FailLocal] (the default)
 // decides with per-replica in-memory limits, [enforce.FailClosed] denies,
 // [enforce.FailOpen] allows, [enforce.FailError] answers 503 (package
-// enforce tells the rest, the circuit breaker included). A fail-closed 429 (or 503) sends a Retry-After of [enforce.MinFailRetryAfter] (5s), or the
+// enforce tells the rest, the circuit breaker included). A fail-closed 429 (or 503) sends a Retry-After of 5s, or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted in the metrics, and logged at most once per route per
 // [Options.LogInterval] (5s), each line saying how many more it stands

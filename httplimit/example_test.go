@@ -43,7 +43,7 @@ func Example() {
 	}
 	defer hl.Close()
 	resolver, _ := clientip.New(clientip.Options{TrustedProxies: []string{"192.0.2.0/24"}})
-	rule, _ := floodgate.PerMinute("statement", 2)
+	rule, _ := floodgate.NewRule("statement", 2, time.Minute, floodgate.SlidingWindow)
 	limit, err := hl.Middleware(httplimit.Route{
 		Limits:  []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(resolver)}},
 		Failure: enforce.FailOpen,
@@ -81,8 +81,8 @@ func ExampleRoutes_Middleware_multiLevel() {
 	limiter, _ := floodgate.New(store, floodgate.Options{})
 	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
-	perIP, _ := floodgate.PerMinute("global-ip", 100)
-	pix, _ := floodgate.PerMinute("pix", 10)
+	perIP, _ := floodgate.NewRule("global-ip", 100, time.Minute, floodgate.SlidingWindow)
+	pix, _ := floodgate.NewRule("pix", 10, time.Minute, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{
 		Limits: []httplimit.Limit{
 			{Rule: perIP, Key: httplimit.ClientIP(nil)},
@@ -158,7 +158,7 @@ func ExampleRoute_failure() {
 	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
 	for _, mode := range []enforce.FailureMode{enforce.FailClosed, enforce.FailOpen, enforce.FailLocal} {
-		rule, _ := floodgate.PerMinute("r-"+mode.String(), 1)
+		rule, _ := floodgate.NewRule("r-"+mode.String(), 1, time.Minute, floodgate.SlidingWindow)
 		limit, _ := hl.Middleware(httplimit.Route{Failure: mode, Limits: []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(nil)}}})
 		h := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			res, _ := httplimit.FromContext(r.Context())
@@ -207,8 +207,8 @@ func ExampleResult_Refund() {
 	limiter, _ := floodgate.New(store, floodgate.Options{})
 	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
 	defer hl.Close()
-	byIP, _ := floodgate.PerMinute("login-ip", 100)
-	byAccount, _ := floodgate.PerMinute("login-account", 2)
+	byIP, _ := floodgate.NewRule("login-ip", 100, time.Minute, floodgate.SlidingWindow)
+	byAccount, _ := floodgate.NewRule("login-account", 2, time.Minute, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{
 		{Rule: byIP, Key: httplimit.ClientIP(nil)},
 		{Rule: byAccount, Key: httplimit.Header("X-Demo-Account")},
@@ -259,7 +259,7 @@ func ExampleOptions() {
 		},
 	}))
 	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter, Registerer: reg, Logger: logger}})
-	rule, _ := floodgate.PerMinute("statement", 100)
+	rule, _ := floodgate.NewRule("statement", 100, time.Minute, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{Name: "statement", Failure: enforce.FailOpen,
 		Limits: []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(nil)}}})
 	h := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))

@@ -40,7 +40,7 @@ func footgunLimiter(t *testing.T) (*httplimit.Routes, *prometheus.Registry, *syn
 // one count (a 2/min route denied by the traffic of a 100/min one).
 func TestOneNameOneRuleAcrossRoutes(t *testing.T) {
 	hl, _, _ := footgunLimiter(t)
-	api := floodgate.MustRule(floodgate.PerMinute("api", 100))
+	api := floodgate.Rule{Name: "api", Limit: 100, Window: time.Minute}
 	if _, err := hl.Middleware(httplimit.Route{Name: "list", Limits: []httplimit.Limit{{Rule: api, Key: httplimit.Principal}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +49,9 @@ func TestOneNameOneRuleAcrossRoutes(t *testing.T) {
 		t.Fatalf("the same rule on a second route: %v", err)
 	}
 	for _, other := range []floodgate.Rule{
-		floodgate.MustRule(floodgate.PerMinute("api", 2)),
-		floodgate.MustRule(floodgate.PerHour("api", 100)),
-		floodgate.MustRule(floodgate.NewRule("api", 100, time.Minute, floodgate.TokenBucket)),
+		floodgate.Rule{Name: "api", Limit: 2, Window: time.Minute},
+		floodgate.Rule{Name: "api", Limit: 100, Window: time.Hour},
+		floodgate.Rule{Name: "api", Limit: 100, Window: time.Minute, Algorithm: floodgate.TokenBucket},
 	} {
 		_, err := hl.Middleware(httplimit.Route{Name: "export", Limits: []httplimit.Limit{{Rule: other, Key: httplimit.Principal}}})
 		if !errors.Is(err, httplimit.ErrInvalidOptions) || !strings.Contains(err.Error(), `rule "api" is `+other.String()) {
@@ -59,10 +59,10 @@ func TestOneNameOneRuleAcrossRoutes(t *testing.T) {
 		}
 	}
 	// A refused route reserves no name.
-	if _, err := hl.Middleware(httplimit.Route{Name: "bad", Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("fresh", 5))}}}); err == nil {
+	if _, err := hl.Middleware(httplimit.Route{Name: "bad", Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "fresh", Limit: 5, Window: time.Minute}}}}); err == nil {
 		t.Fatal("a limit without Key was accepted")
 	}
-	if _, err := hl.Middleware(httplimit.Route{Name: "good", Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("fresh", 7)), Key: httplimit.Principal}}}); err != nil {
+	if _, err := hl.Middleware(httplimit.Route{Name: "good", Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "fresh", Limit: 7, Window: time.Minute}, Key: httplimit.Principal}}}); err != nil {
 		t.Fatalf("a name a refused route named: %v", err)
 	}
 }
@@ -73,7 +73,7 @@ func TestOneNameOneRuleAcrossRoutes(t *testing.T) {
 func TestSkippedLimitIsCountedAndLoggedOnce(t *testing.T) {
 	hl, reg, logs := footgunLimiter(t)
 	mw, err := hl.Middleware(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
-		{Rule: floodgate.MustRule(floodgate.PerMinute("per-user", 1)), Key: httplimit.Principal},
+		{Rule: floodgate.Rule{Name: "per-user", Limit: 1, Window: time.Minute}, Key: httplimit.Principal},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -110,8 +110,8 @@ func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
 			got = append(got, res)
 		}))
 	}
-	perIP := floodgate.MustRule(floodgate.PerMinute("shadow-ip", 10))
-	perUser := floodgate.MustRule(floodgate.PerMinute("shadow-user", 1))
+	perIP := floodgate.Rule{Name: "shadow-ip", Limit: 10, Window: time.Minute}
+	perUser := floodgate.Rule{Name: "shadow-user", Limit: 1, Window: time.Minute}
 	h := serve(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
 		{Rule: perIP, Key: httplimit.Header("X-IP")},
 		{Rule: perUser, Key: httplimit.Header("X-User"), Shadow: true},
@@ -142,7 +142,7 @@ func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
 	}
 
 	// A route in shadow mode never denies, past every limit.
-	all := serve(httplimit.Route{Name: "new", Shadow: true, Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("shadow-new", 1)), Key: httplimit.Header("X-User")}}})
+	all := serve(httplimit.Route{Name: "new", Shadow: true, Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "shadow-new", Limit: 1, Window: time.Minute}, Key: httplimit.Header("X-User")}}})
 	for i := range 3 {
 		req := httptest.NewRequest("GET", "/", nil)
 		req.Header.Set("X-User", "bob")
@@ -163,8 +163,8 @@ func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
 // nesting is logged once.
 func TestNestedMiddlewaresCompose(t *testing.T) {
 	hl, _, logs := footgunLimiter(t)
-	ip := floodgate.MustRule(floodgate.PerMinute("nest-ip", 10))
-	user := floodgate.MustRule(floodgate.PerMinute("nest-user", 2))
+	ip := floodgate.Rule{Name: "nest-ip", Limit: 10, Window: time.Minute}
+	user := floodgate.Rule{Name: "nest-user", Limit: 2, Window: time.Minute}
 	global, err := hl.Middleware(httplimit.Route{Name: "global", Limits: []httplimit.Limit{{Rule: ip, Key: httplimit.Header("X-IP")}}})
 	if err != nil {
 		t.Fatal(err)
@@ -218,8 +218,8 @@ func TestNestedMiddlewaresCompose(t *testing.T) {
 // outer verdict in place.
 func TestNestingCountsOnceAtEveryDepth(t *testing.T) {
 	hl, reg, _ := footgunLimiter(t)
-	ip := floodgate.MustRule(floodgate.PerMinute("deep-ip", 10))
-	user := floodgate.MustRule(floodgate.PerMinute("deep-user", 5))
+	ip := floodgate.Rule{Name: "deep-ip", Limit: 10, Window: time.Minute}
+	user := floodgate.Rule{Name: "deep-user", Limit: 5, Window: time.Minute}
 	mw := func(name string, limits ...httplimit.Limit) func(http.Handler) http.Handler {
 		m, err := hl.Middleware(httplimit.Route{Name: name, Limits: limits})
 		if err != nil {
@@ -277,9 +277,9 @@ func TestShadowSkipsAFailedStore(t *testing.T) {
 	}
 	defer hl.Close()
 	mw, err := hl.Middleware(httplimit.Route{Name: "r", Failure: enforce.FailOpen, Limits: []httplimit.Limit{
-		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-a", 5)), Key: httplimit.Header("X-K")},
-		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-b", 5)), Key: httplimit.Header("X-K"), Shadow: true},
-		{Rule: floodgate.MustRule(floodgate.PerMinute("fail-c", 5)), Key: httplimit.Header("X-K"), Shadow: true},
+		{Rule: floodgate.Rule{Name: "fail-a", Limit: 5, Window: time.Minute}, Key: httplimit.Header("X-K")},
+		{Rule: floodgate.Rule{Name: "fail-b", Limit: 5, Window: time.Minute}, Key: httplimit.Header("X-K"), Shadow: true},
+		{Rule: floodgate.Rule{Name: "fail-c", Limit: 5, Window: time.Minute}, Key: httplimit.Header("X-K"), Shadow: true},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +349,7 @@ func TestSkippedLimitWarnsWithoutALogger(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hl.Close() })
-	mw, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("per-user", 5)), Key: httplimit.Principal}}})
+	mw, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "per-user", Limit: 5, Window: time.Minute}, Key: httplimit.Principal}}})
 	if err != nil {
 		t.Fatal(err)
 	}

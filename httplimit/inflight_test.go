@@ -16,8 +16,8 @@ import (
 // takes nothing from the route's rate.
 func TestRequestsInFlight(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	rate := floodgate.MustRule(floodgate.NewRule("rate", 100, time.Hour, floodgate.SlidingWindow))
-	inflight := floodgate.MustRule(floodgate.NewRule("inflight", 1, 60*time.Millisecond, floodgate.Concurrency))
+	rate := floodgate.Rule{Name: "rate", Limit: 100, Window: time.Hour, Algorithm: floodgate.SlidingWindow}
+	inflight := floodgate.Rule{Name: "inflight", Limit: 1, Window: 60 * time.Millisecond, Algorithm: floodgate.Concurrency}
 	mw, err := e.hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{
 		{Rule: rate, Key: httplimit.Header("X-User")},
 		{Rule: inflight, Key: httplimit.Header("X-User")},

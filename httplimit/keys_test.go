@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 func constant(k string) httplimit.KeyFunc { return func(*http.Request) string { return k } }
@@ -38,11 +38,11 @@ func FuzzJoin(f *testing.F) {
 	})
 }
 
-// A key longer than floodgate.MaxKeyLen is replaced by its digest rather
+// A key longer than bounds.KeyLen is replaced by its digest rather
 // than failing the decision.
 func TestLongKeysAreDigested(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	long := strings.Repeat("k", floodgate.MaxKeyLen+1)
+	long := strings.Repeat("k", bounds.KeyLen+1)
 	h := e.handler(t, httplimit.Route{Failure: enforce.FailClosed, Limits: []httplimit.Limit{{Rule: rule(t, "r", 1, time.Minute), Key: constant(long)}}})
 	if rec := do(h, "192.0.2.1:1"); rec.Code != 200 {
 		t.Fatalf("a %d-byte key: %d", len(long), rec.Code)

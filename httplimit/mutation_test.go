@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
@@ -317,13 +318,13 @@ func TestOutcomeString(t *testing.T) {
 	}
 }
 
-// TestKeyAtMaxKeyLen: a key of exactly floodgate.MaxKeyLen bytes is used
+// TestKeyAtMaxKeyLen: a key of exactly bounds.KeyLen bytes is used
 // as it is; only a longer one is replaced by its digest.
 func TestKeyAtMaxKeyLen(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	r := rule(t, "key", 5, time.Minute)
 	h := e.handler(t, httplimit.Route{Limits: []httplimit.Limit{{Rule: r, Key: httplimit.Header("X-Key")}}})
-	key := strings.Repeat("k", floodgate.MaxKeyLen)
+	key := strings.Repeat("k", bounds.KeyLen)
 	if rec := do(h, "192.0.2.1:1", "X-Key", key); rec.Code != 200 {
 		t.Fatal(rec.Code)
 	}

@@ -17,8 +17,8 @@ import (
 // RateLimit-Policy and legacy fields carry the override's quota, other
 // keys the route's.
 func TestFieldsReportTheOverride(t *testing.T) {
-	api := floodgate.MustRule(floodgate.PerMinute("api", 2))
-	set, err := overrides.NewSet(overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule("api", 5, 2*time.Minute, floodgate.SlidingWindow)), Key: "vip"})
+	api := floodgate.Rule{Name: "api", Limit: 2, Window: time.Minute}
+	set, err := overrides.NewSet(overrides.Entry{Rule: floodgate.Rule{Name: "api", Limit: 5, Window: 2 * time.Minute}, Key: "vip"})
 	if err != nil {
 		t.Fatal(err)
 	}

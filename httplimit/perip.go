@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // PerIP returns middleware that lets each client address make limit
@@ -20,7 +21,7 @@ import (
 // one count rather than go unlimited. Behind a proxy every client shares the proxy's address:
 // build a Route with ClientIP and a clientip.Resolver that trusts the
 // proxy instead. The rule is an exact sliding-window log up to
-// floodgate.MaxShorthandLimit requests and a sliding-window counter above
+// 1,000 requests and a sliding-window counter above
 // (its memory does not grow with the limit), named "ip-<limit>-per-<window>"
 // so that PerIP limits of other limits or windows never share a count.
 // Two PerIP of the same limit and window do share one, on every route
@@ -36,10 +37,10 @@ import (
 // window is invalid (see floodgate.NewRule).
 func PerIP(l *floodgate.Limiter, limit int64, window time.Duration) func(http.Handler) http.Handler {
 	alg := floodgate.SlidingWindow
-	if limit > floodgate.MaxShorthandLimit {
+	if limit > bounds.DefaultLog {
 		alg = floodgate.SlidingWindowCounter
 	}
-	rule := floodgate.MustRule(floodgate.NewRule(fmt.Sprintf("ip-%d-per-%v", limit, window), limit, window, alg))
+	rule := floodgate.Rule{Name: fmt.Sprintf("ip-%d-per-%v", limit, window), Limit: limit, Window: window, Algorithm: alg}
 	resolver, err := clientip.New(clientip.Options{})
 	if err != nil {
 		panic(err) // the zero Options are valid

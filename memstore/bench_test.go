@@ -77,7 +77,7 @@ func BenchmarkAllowDenied(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r, err := floodgate.PerHour("hot", 10)
+			r, err := floodgate.NewRule("hot", 10, time.Hour, floodgate.SlidingWindow)
 			if err != nil {
 				b.Fatal(err)
 			}

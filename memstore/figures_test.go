@@ -56,7 +56,8 @@ func mustRule(t *testing.T, limit int64, window time.Duration, alg floodgate.Alg
 	t.Helper()
 	r, err := floodgate.NewRule("fig", limit, window, alg)
 	if err == nil && burst > 0 {
-		r, err = r.WithBurst(burst)
+		r.Burst = burst
+		err = r.Validate()
 	}
 	if err != nil {
 		t.Fatal(err)

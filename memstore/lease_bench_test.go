@@ -17,8 +17,8 @@ import (
 // concurrency limit of 64, never denied, then Refund). Each reports its
 // operations per second.
 func BenchmarkLease(b *testing.B) {
-	rate := floodgate.MustRule(floodgate.NewRule("rate", 1_000_000_000, time.Second, floodgate.TokenBucket))
-	inflight := floodgate.MustRule(floodgate.NewRule("inflight", 64, time.Minute, floodgate.Concurrency))
+	rate := floodgate.Rule{Name: "rate", Limit: 1_000_000_000, Window: time.Second, Algorithm: floodgate.TokenBucket}
+	inflight := floodgate.Rule{Name: "inflight", Limit: 64, Window: time.Minute, Algorithm: floodgate.Concurrency}
 	for _, bc := range []struct {
 		name  string
 		lease bool

@@ -77,7 +77,7 @@ func TestDeniedProbesDoNotGrowTheMap(t *testing.T) {
 func TestClosedStoreFails(t *testing.T) {
 	s := memstore.New(memstore.Options{})
 	l, _ := floodgate.New(s, floodgate.Options{})
-	r, _ := floodgate.PerMinute("closed", 1)
+	r, _ := floodgate.NewRule("closed", 1, time.Minute, floodgate.SlidingWindow)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestTokenBucketRefundCreditsWhatIsLeft(t *testing.T) {
 	l, _ := floodgate.New(s, floodgate.Options{})
 	ctx := context.Background()
 	r, _ := floodgate.NewRule("left", 1, time.Second, floodgate.TokenBucket) // one token a second
-	r, _ = r.WithBurst(2)
+	r.Burst = 2
 	a, _ := l.Allow(ctx, r, "k")
 	clock.Advance(400 * time.Millisecond)
 	if b, _ := l.Allow(ctx, r, "k"); !a.Allowed || !b.Allowed {
@@ -276,7 +276,7 @@ func TestLongKeyDigestIsNotAKey(t *testing.T) {
 	defer s.Close()
 	l, _ := floodgate.New(s, floodgate.Options{})
 	ctx := context.Background()
-	r, _ := floodgate.PerMinute("digest", 1)
+	r, _ := floodgate.NewRule("digest", 1, time.Minute, floodgate.SlidingWindow)
 	long := strings.Repeat("k", keyenc.MaxPlain+1)
 	for _, key := range []string{keyenc.Encode(long), long, long + "x"} {
 		if d, err := l.Allow(ctx, r, key); err != nil || !d.Allowed {

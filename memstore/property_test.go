@@ -51,7 +51,7 @@ func TestSlidingWindowMatchesModel(t *testing.T) {
 					}
 				}
 				want := inWindow+cost <= tc.limit
-				d, err := l.AllowN(context.Background(), rule, "k", cost)
+				d, err := l.Check(context.Background(), floodgate.Hit{Rule: rule, Key: "k", Cost: cost})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -121,7 +121,7 @@ func TestSlidingWindowCounterMatchesModel(t *testing.T) {
 				now := clock.Now()
 				cost := 1 + rng.Int64N(tc.maxCost)
 				want := model(now, cost)
-				d, err := l.AllowN(context.Background(), rule, "k", cost)
+				d, err := l.Check(context.Background(), floodgate.Hit{Rule: rule, Key: "k", Cost: cost})
 				if err != nil {
 					t.Fatal(err)
 				}

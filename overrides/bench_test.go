@@ -15,7 +15,7 @@ import (
 // and of the key itself (a hit).
 func BenchmarkSetOverride(b *testing.B) {
 	const n = 10_000
-	api := floodgate.MustRule(floodgate.NewRule("api", 100, time.Minute, floodgate.SlidingWindow))
+	api := floodgate.Rule{Name: "api", Limit: 100, Window: time.Minute}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = "user-" + strconv.Itoa(i)

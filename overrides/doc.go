@@ -2,11 +2,9 @@
 // in Redis and changed from a shell without a redeploy: "customer 42 gets
 // 1000/1m on api", a plan tier, a temporary raise with an expiry.
 //
-//	table, err := overrides.NewTable(overrides.Options{URL: redisURL})
-//	src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Registerer: reg, Logger: logger})
+//	table, err := overrides.New(ctx, overrides.Options{URL: redisURL, Registerer: reg, Logger: logger})
 //	defer table.Close()
-//	defer src.Close()
-//	limiter, err := floodgate.New(store, floodgate.Options{Overrides: src})
+//	limiter, err := floodgate.New(store, floodgate.Options{Overrides: table})
 //
 // and, from a shell, against the same Redis:
 //
@@ -26,38 +24,41 @@
 //
 // # When a change is in force
 //
-// A [Source] keeps the overrides in memory and refreshes them every
-// SourceOptions.Refresh (5s by default): a change made with the command
-// (or a [Table]) is in force in every replica within that time, plus one
-// Redis round trip. A decision never waits on Redis for an override: the
-// lookup is a map lookup in the process (BENCHMARKS.md has the cost), so
-// overrides add no round trip to the hot path. An override's expiry is
+// A [Table] keeps the overrides in memory and refreshes them every
+// Options.Refresh: a change made with the command (or [Table.Set] and
+// [Table.Delete]) is in force in every replica within that time, plus
+// one Redis round trip. A decision never waits on Redis for an override:
+// the lookup is a map lookup in the process (BENCHMARKS.md has the cost),
+// so overrides add no round trip to the hot path. An override's expiry is
 // checked at each lookup, on the replica's clock, so it ends on time
 // whether or not a refresh ran; the replicas' clocks may disagree by the
 // skew between them.
 //
-// A table holds at most [MaxEntries] (10,000) overrides: every replica
-// keeps them all in memory and reads them all again at least once a
-// minute. [Table.Set] refuses a new one beyond that with an error
-// wrapping [ErrTableFull] (after deleting the expired ones, which make
-// room). A table written past the bound by hand is read up to it: the
-// first MaxEntries fields by byte order load, the same in every replica,
-// and the rest are refused, listed by floodgate override ls, counted in
-// floodgate_overrides_invalid and logged in one line.
-//
 // A refresh is one GET of a version counter that every change bumps; only
-// when it moved does the Source read the whole hash (HGETALL) and swap in
-// a new [Set]. Every SourceOptions.ReloadEvery refreshes (12: a minute by
-// default) it reads the hash even if the counter did not move, so a hash
-// edited by hand with redis-cli HSET is seen within that time. A refresh
-// that fails (Redis down) keeps the overrides loaded last, and is logged
-// and counted; a Source that never loaded starts empty, so a service can
-// start during an outage.
+// when it moved does the Table read the whole hash (HGETALL) and swap in
+// a new [Set]. Every Options.ReloadEvery refreshes it reads the hash even
+// if the counter did not move, so a hash edited by hand with redis-cli
+// HSET is seen within that time. A refresh that fails (Redis down) keeps
+// the overrides loaded last, and is logged and counted; a Table that
+// never loaded starts empty, so a service can start during an outage.
+//
+// A table holds at most 10,000 overrides, since every replica keeps them
+// all in memory and reads them all again at every full load (measured:
+// about 150 bytes kept per entry, and about 1 KB allocated per entry at
+// each full load; at the bound and the default options, some 2 MB kept
+// and 10 MB of garbage a minute per replica). [Table.Set] refuses a new
+// one beyond the bound with an error wrapping [ErrTableFull] (after
+// deleting the expired ones, which make room). A table written past the
+// bound by hand is read up to it: the first fields by byte order load,
+// the same in every replica, and the rest are refused, listed by
+// floodgate override ls, counted in floodgate_overrides_invalid and
+// logged in one line. An application with more per-key limits keeps them
+// in its own store and builds a [Set] from it.
 //
 // # Key layout
 //
-// The overrides of a key prefix (the services' redisstore prefix, "fg:"
-// by default) are one hash and its version counter, which share the hash
+// The overrides of a key prefix (Options.Prefix, the services'
+// redisstore prefix) are one hash and its version counter, which share the hash
 // tag {overrides}, so that they live in one Redis Cluster slot and one
 // script updates both atomically:
 //
@@ -79,17 +80,17 @@
 // # Validation
 //
 // An override is validated ([Entry.Validate]) when it is set, and again
-// when a Source loads it. Its rule must pass floodgate.Rule.Validate, the
+// when a Table loads it. Its rule must pass floodgate.Rule.Validate, the
 // bounds of every rule (a sliding-window log of at most
-// floodgate.MaxSlidingLimit, a limit or burst of at most
-// floodgate.MaxLimit, a window of at most floodgate.MaxWindow, a
+// 1,000,000, a limit or burst of at most 2^51, a window of at most ten
+// years, a
 // sliding-window counter whose limit times window stays exact), and a
 // token bucket must refill at most one token a microsecond, the stores'
 // resolution: 2^51 per ten years is refused, 1000/1ms is the fastest of a
-// millisecond. Its key is 1 to floodgate.MaxKeyLen bytes, and its expiry
-// is absent (no expiry) or a time in the years 0 to 9999: a stored
-// expires=0001-01-01T00:00:00Z, the zero time, is refused rather than
-// read as no expiry. A value written by hand that does not parse or
+// millisecond. Its key is 1 byte to 1 MiB, and its expiry
+// is absent (no expiry) or a time in the years 0 to 9999, which its
+// stored form (RFC 3339) holds: a stored expires=0001-01-01T00:00:00Z,
+// the zero time, is refused rather than read as no expiry. A value written by hand that does not parse or
 // validate is skipped, logged once and counted in the
 // floodgate_overrides_invalid gauge, and floodgate override ls lists it.
 // The Limiter validates each hit against the rule in force, so a request
@@ -98,11 +99,14 @@
 //
 // # Metrics
 //
-// With SourceOptions.Registerer, labelled table="<prefix>{overrides}":
+// With Options.Registerer, labelled table="<prefix>{overrides}":
 // floodgate_overrides (overrides in force in the process),
-// floodgate_overrides_invalid, floodgate_overrides_refresh_errors_total
-// and floodgate_overrides_last_refresh_timestamp_seconds (alert when it
-// lags).
+// floodgate_overrides_invalid (stored entries skipped as invalid, or
+// refused beyond the bound, at the last load),
+// floodgate_overrides_refresh_errors_total and
+// floodgate_overrides_last_refresh_timestamp_seconds (alert when it
+// lags). A registerer takes one Table per key prefix; [New] refuses a
+// second.
 //
 // # Without Redis
 //

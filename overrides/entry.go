@@ -1,20 +1,25 @@
 package overrides
 
 import (
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 )
 
-// ErrInvalidEntry reports an override that cannot be used: a bad rule, an
-// empty or oversized key, a malformed stored value. Errors of
-// [Entry.Validate], [Table.Set] and the loading of bad entries wrap it;
-// those of a bad rule wrap floodgate.ErrInvalidRule too.
-var ErrInvalidEntry = errors.New("overrides: invalid entry")
+var (
+	// ErrInvalidEntry reports an override that cannot be used: a bad
+	// rule, an empty or oversized key, a malformed stored value. The
+	// errors of [Entry.Validate], [Table.Set] and [NewSet] wrap it; those
+	// of a bad rule wrap floodgate.ErrInvalidRule too.
+	ErrInvalidEntry = overridetable.ErrInvalidEntry
+	// ErrInvalidOptions reports [Options] that cannot be used.
+	ErrInvalidOptions = overridetable.ErrInvalidOptions
+	// ErrTableFull reports an override that [Table.Set] refused because
+	// the table holds the most overrides it may (see the package
+	// documentation).
+	ErrTableFull = overridetable.ErrTableFull
+)
 
 // Entry is one override: under the rule named Rule.Name, Key gets Rule's
 // limit, window, algorithm and burst instead of the base rule's, until
@@ -24,147 +29,15 @@ type Entry struct {
 	// name, which the override keeps (see floodgate.Overrides).
 	Rule floodgate.Rule
 	// Key is the key as the application spells it (the Key of its
-	// floodgate.Hit, before any encoding): 1 to floodgate.MaxKeyLen bytes,
+	// floodgate.Hit, before any encoding): 1 byte to 1 MiB,
 	// any bytes.
 	Key string
-	// Expires is when the override ends; the zero Time means never (and
-	// is stored as no expiry at all: a stored expiry of the zero time is
-	// refused as invalid).
+	// Expires is when the override ends, to the nanosecond; the zero Time
+	// means never.
 	Expires time.Time
 }
 
 // Validate reports every problem with e, each wrapping [ErrInvalidEntry]
-// (and floodgate.ErrInvalidRule for a problem with its rule). The rule
-// must pass floodgate.Rule.Validate and, for a token bucket, refill at
-// most one token a microsecond (see the package documentation); the key
-// must be 1 to floodgate.MaxKeyLen bytes; a non-zero Expires must lie in
-// the years 0 to 9999, which its stored form (RFC 3339) holds.
-func (e Entry) Validate() error {
-	var errs []error
-	if err := e.Rule.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidEntry, err))
-	} else if us := int64(e.Rule.Window / time.Microsecond); e.Rule.Algorithm == floodgate.TokenBucket && e.Rule.Limit > us {
-		// The stores refill a bucket one token per emission interval,
-		// Window/Limit rounded up to a whole microsecond (internal/algo):
-		// a faster rule would be enforced at one token a microsecond
-		// while its Decisions report its own limit.
-		errs = append(errs, fmt.Errorf("%w: %w: rule %q: %d per %v is more than a token a microsecond, the fastest a token bucket refills; at most %d per %v, or a fixed window",
-			ErrInvalidEntry, floodgate.ErrInvalidRule, e.Rule.Name, e.Rule.Limit, e.Rule.Window, us, e.Rule.Window))
-	}
-	switch {
-	case e.Key == "":
-		errs = append(errs, fmt.Errorf("%w: key is empty", ErrInvalidEntry))
-	case len(e.Key) > floodgate.MaxKeyLen:
-		errs = append(errs, fmt.Errorf("%w: key is %d bytes, at most %d allowed", ErrInvalidEntry, len(e.Key), floodgate.MaxKeyLen))
-	}
-	if y := e.Expires.UTC().Year(); !e.Expires.IsZero() && (y < 0 || y > 9999) {
-		errs = append(errs, fmt.Errorf("%w: expires %v is outside the years 0 to 9999 that its stored form (RFC 3339) holds", ErrInvalidEntry, e.Expires.UTC()))
-	}
-	return errors.Join(errs...)
-}
-
-// ExpiredAt reports whether e is no longer in force at t.
-func (e Entry) ExpiredAt(t time.Time) bool {
-	return !e.Expires.IsZero() && !t.Before(e.Expires)
-}
-
-// String formats e as "api: 1000/1m0s sliding-window for key \"customer-42\"
-// until 2026-12-01T00:00:00Z" (or "no expiry").
-func (e Entry) String() string {
-	until := "no expiry"
-	if !e.Expires.IsZero() {
-		until = "until " + e.Expires.UTC().Format(time.RFC3339)
-	}
-	return fmt.Sprintf("%v for key %q, %s", e.Rule, e.Key, until)
-}
-
-// The stored form. The hash field is the rule's name, a colon and the
-// key: rule names have no colon (floodgate.Rule.Validate), so the first
-// colon splits them, and the key keeps every byte. The value is the
-// rule's figures and the expiry, readable in redis-cli:
-//
-//	api:customer-42 -> limit=1000/1m0s,algorithm=sliding-window
-//	api:customer-7  -> limit=50/1s,algorithm=token-bucket,burst=200,expires=2026-12-01T00:00:00Z
-const fieldSep = ":"
-
-func (e Entry) field() string { return e.Rule.Name + fieldSep + e.Key }
-
-func (e Entry) value() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "limit=%d/%v,algorithm=%v", e.Rule.Limit, e.Rule.Window, e.Rule.Algorithm)
-	if e.Rule.Burst > 0 {
-		fmt.Fprintf(&b, ",burst=%d", e.Rule.Burst)
-	}
-	if !e.Expires.IsZero() {
-		b.WriteString(",expires=" + e.Expires.UTC().Format(time.RFC3339Nano))
-	}
-	return b.String()
-}
-
-// parseEntry reads a stored field and value, and validates the entry.
-func parseEntry(field, value string) (Entry, error) {
-	name, key, ok := strings.Cut(field, fieldSep)
-	if !ok {
-		return Entry{}, fmt.Errorf("%w: field %q: want RULE:KEY", ErrInvalidEntry, truncate(field))
-	}
-	fields := map[string]string{}
-	for _, part := range strings.Split(value, ",") {
-		k, v, ok := strings.Cut(part, "=")
-		if !ok || v == "" {
-			return Entry{}, fmt.Errorf("%w: field %q: value %q: %q is not NAME=VALUE", ErrInvalidEntry, truncate(field), truncate(value), part)
-		}
-		switch k {
-		case "limit", "algorithm", "burst", "expires":
-		default:
-			return Entry{}, fmt.Errorf("%w: field %q: value %q: unknown %q (want limit, algorithm, burst, expires)", ErrInvalidEntry, truncate(field), truncate(value), k)
-		}
-		if _, dup := fields[k]; dup {
-			return Entry{}, fmt.Errorf("%w: field %q: value %q: %s given twice", ErrInvalidEntry, truncate(field), truncate(value), k)
-		}
-		fields[k] = v
-	}
-	e := Entry{Key: key}
-	alg := floodgate.SlidingWindow
-	var err error
-	if a, ok := fields["algorithm"]; ok {
-		if alg, err = floodgate.ParseAlgorithm(a); err != nil {
-			return Entry{}, fmt.Errorf("%w: field %q: %w", ErrInvalidEntry, truncate(field), err)
-		}
-	}
-	if fields["limit"] == "" {
-		return Entry{}, fmt.Errorf("%w: field %q: value %q has no limit", ErrInvalidEntry, truncate(field), truncate(value))
-	}
-	if e.Rule, err = floodgate.ParseLimit(name, fields["limit"], alg); err != nil {
-		return Entry{}, fmt.Errorf("%w: field %q: %w", ErrInvalidEntry, truncate(field), err)
-	}
-	if b, ok := fields["burst"]; ok {
-		n, err := strconv.ParseInt(b, 10, 64)
-		if err != nil {
-			return Entry{}, fmt.Errorf("%w: field %q: burst %q is not a whole number", ErrInvalidEntry, truncate(field), b)
-		}
-		e.Rule.Burst = n
-	}
-	if x, ok := fields["expires"]; ok {
-		if e.Expires, err = time.Parse(time.RFC3339Nano, x); err != nil {
-			return Entry{}, fmt.Errorf("%w: field %q: expires %q is not an RFC 3339 time", ErrInvalidEntry, truncate(field), x)
-		}
-		if e.Expires.IsZero() {
-			// The zero Time is how an Entry says "no expiry"; stored, no
-			// expiry is no expires at all. An explicit zero is refused,
-			// not read as "never".
-			return Entry{}, fmt.Errorf("%w: field %q: expires %q is the zero time, which is not an expiry: leave expires out for an override that lasts until it is removed", ErrInvalidEntry, truncate(field), x)
-		}
-	}
-	if err := e.Validate(); err != nil {
-		return Entry{}, fmt.Errorf("field %q: %w", truncate(field), err)
-	}
-	return e, nil
-}
-
-// truncate shortens a field or value for an error message.
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
-}
+// (and floodgate.ErrInvalidRule for a problem with its rule): the bounds
+// are in the package documentation, under Validation.
+func (e Entry) Validate() error { return overridetable.Entry(e).Validate() }

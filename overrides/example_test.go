@@ -13,8 +13,8 @@ import (
 // A fixed set of overrides on a memstore: the enterprise customer gets 5
 // requests a minute where everyone else gets 2.
 func ExampleSet() {
-	api := floodgate.MustRule(floodgate.PerMinute("api", 2))
-	vip, err := overrides.NewSet(overrides.Entry{Rule: floodgate.MustRule(floodgate.PerMinute("api", 5)), Key: "enterprise-1"})
+	api := floodgate.Rule{Name: "api", Limit: 2, Window: time.Minute}
+	vip, err := overrides.NewSet(overrides.Entry{Rule: floodgate.Rule{Name: "api", Limit: 5, Window: time.Minute}, Key: "enterprise-1"})
 	if err != nil {
 		panic(err)
 	}
@@ -39,23 +39,18 @@ func ExampleSet() {
 	// enterprise-1: 5 of 10 admitted
 }
 
-// A service reads the overrides that operators set in Redis, and every
-// replica applies a change within the Source's refresh interval.
-func ExampleSource() {
+// A service follows the overrides that operators set in Redis: every
+// replica applies a change within its refresh interval.
+func ExampleNew() {
 	ctx := context.Background()
-	table, err := overrides.NewTable(overrides.Options{URL: "redis://127.0.0.1:6379/0"})
+	table, err := overrides.New(ctx, overrides.Options{URL: "redis://127.0.0.1:6379/0", Refresh: 5 * time.Second})
 	if err != nil {
 		panic(err) // only bad options fail
 	}
 	defer table.Close()
-	src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Refresh: 5 * time.Second})
-	if err != nil {
-		panic(err)
-	}
-	defer src.Close()                         // before the table
 	store := memstore.New(memstore.Options{}) // redisstore in production
 	defer store.Close()
-	limiter, err := floodgate.New(store, floodgate.Options{Overrides: src})
+	limiter, err := floodgate.New(store, floodgate.Options{Overrides: table})
 	if err != nil {
 		panic(err)
 	}

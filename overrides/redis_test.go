@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/overrides"
@@ -26,9 +27,21 @@ func prefix(t *testing.T) string {
 	return "ovr-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 }
 
-func table(t *testing.T, url, prefix string) *overrides.Table {
+// open returns the table of opts, closed when t ends.
+func open(t *testing.T, opts overrides.Options) *overrides.Table {
 	t.Helper()
-	tb, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+	tb, err := overrides.New(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
+// raw returns the table of url and prefix as the command reads it.
+func raw(t *testing.T, url, prefix string) *overridetable.Table {
+	t.Helper()
+	tb, err := overridetable.New(overridetable.Options{URL: url, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +88,9 @@ func backends(t *testing.T) map[string]backend {
 }
 
 // noLeak checks, once t and its cleanups are done, that t left no
-// goroutine running: the Source's refresher must stop on Close. A
+// goroutine running: the Table's refresher must stop on Close. A
 // rueidis Cluster client leaves a sleeping goroutine of its own for a
-// few seconds after Close; that one is not the Source's.
+// few seconds after Close; that one is not the Table's.
 func noLeak(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() {
@@ -85,7 +98,7 @@ func noLeak(t *testing.T) {
 	})
 }
 
-// clock is a settable clock for Source.Now.
+// clock is a settable clock for NewWithClock.
 type clock struct {
 	mu sync.Mutex
 	t  time.Time
@@ -102,31 +115,32 @@ func (c *clock) add(d time.Duration) {
 // replica's Limiter admits exactly the new limit after a refresh, rm
 // restores the base rule, an expiry is honoured without a refresh, and a
 // bad entry is skipped, logged and counted.
-func TestSourceDrivesLimiter(t *testing.T) {
+func TestTableDrivesLimiter(t *testing.T) {
 	for name, be := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			url := be.url
 			noLeak(t)
 			ctx := context.Background()
 			p := prefix(t)
-			tb := table(t, url, p)
+			key := p + "{overrides}"
 			clk := &clock{t: time.Now()}
 			var logs syncbuf.Buffer
 			reg := prometheus.NewPedanticRegistry()
-			src, err := overrides.NewSource(ctx, tb, overrides.SourceOptions{
+			tb, err := overrides.NewWithClock(ctx, overrides.Options{
+				URL: url, Prefix: p,
 				Refresh: time.Hour, // refreshed by hand below
-				Logger:  slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg, Now: clk.now,
-			})
+				Logger:  slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg,
+			}, clk.now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer src.Close()
+			defer tb.Close()
 			store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: p})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			l, err := floodgate.New(store, floodgate.Options{Timeout: 5 * time.Second, Overrides: src})
+			l, err := floodgate.New(store, floodgate.Options{Timeout: 5 * time.Second, Overrides: tb})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,8 +162,8 @@ func TestSourceDrivesLimiter(t *testing.T) {
 				t.Helper()
 				return metric(t, reg, name)
 			}
-			if mfs, err := reg.Gather(); err != nil || len(mfs) != 4 || mfs[0].GetMetric()[0].GetLabel()[0].GetValue() != tb.Key() {
-				t.Fatalf("metrics = %v, %v; want 4, labelled table=%s", mfs, err, tb.Key())
+			if mfs, err := reg.Gather(); err != nil || len(mfs) != 4 || mfs[0].GetMetric()[0].GetLabel()[0].GetValue() != key {
+				t.Fatalf("metrics = %v, %v; want 4, labelled table=%s", mfs, err, key)
 			}
 
 			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 5, time.Minute), Key: "customer-42"}); err != nil {
@@ -158,17 +172,17 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			if n := admitted("customer-41"); n != 2 {
 				t.Fatalf("customer-41 admitted %d; want the base 2", n)
 			}
-			if _, ok := src.Override(api, "customer-42"); ok {
+			if _, ok := tb.Override(api, "customer-42"); ok {
 				t.Fatal("an override applied before any refresh")
 			}
-			if err := src.Refresh(ctx); err != nil {
+			if err := tb.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if n := admitted("customer-42"); n != 5 {
 				t.Fatalf("customer-42 admitted %d after a refresh; want the override's 5", n)
 			}
 			if g, want := gauge("floodgate_overrides_last_refresh_timestamp_seconds"), float64(clk.now().UnixNano())/1e9; g != want {
-				t.Errorf("last refresh = %v; want %v, the Source's clock at the refresh", g, want)
+				t.Errorf("last refresh = %v; want %v, the Table's clock at the refresh", g, want)
 			}
 			if g := gauge("floodgate_overrides"); g != 1 {
 				t.Errorf("floodgate_overrides = %v; want 1", g)
@@ -183,7 +197,7 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			if ok, err := tb.Delete(ctx, "api", "customer-42"); err != nil || ok {
 				t.Fatalf("second Delete = %v, %v; want false", ok, err)
 			}
-			if err := src.Refresh(ctx); err != nil {
+			if err := tb.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if d, err := l.Allow(ctx, api, "customer-42"); err != nil || d.Allowed || d.Limit != 2 {
@@ -193,12 +207,12 @@ func TestSourceDrivesLimiter(t *testing.T) {
 				t.Errorf("floodgate_overrides after rm = %v; want 0", g)
 			}
 
-			// An expiry is honoured by the Source's clock, before any
+			// An expiry is honoured by the Table's clock, before any
 			// refresh; the refresh drops it from the count.
 			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 4, 2*time.Minute), Key: "trial", Expires: clk.now().Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
-			if err := src.Refresh(ctx); err != nil {
+			if err := tb.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if n := admitted("trial"); n != 4 {
@@ -211,7 +225,7 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			if g := gauge("floodgate_overrides"); g != 1 {
 				t.Errorf("floodgate_overrides before a refresh = %v; want 1 still", g)
 			}
-			if err := src.Refresh(ctx); err != nil {
+			if err := tb.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if g := gauge("floodgate_overrides"); g != 0 {
@@ -220,7 +234,7 @@ func TestSourceDrivesLimiter(t *testing.T) {
 
 			// A bad entry, written by hand, is skipped, logged once and
 			// counted; the good ones still load.
-			if _, err := redistest.Command(be.holder(t, tb.Key()), "HSET", tb.Key(), "api:broken", "limit=lots/1m", "api:nobody", "limit=0/1m"); err != nil {
+			if _, err := redistest.Command(be.holder(t, key), "HSET", key, "api:broken", "limit=lots/1m", "api:nobody", "limit=0/1m"); err != nil {
 				t.Fatal(err)
 			}
 			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 3, time.Minute), Key: "good"}); err != nil {
@@ -228,13 +242,13 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			}
 			// Two full loads (a change between them): the bad entries are
 			// logged at the first only.
-			if err := src.Refresh(ctx); err != nil {
+			if err := tb.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 3, time.Minute), Key: "good"}); err != nil {
 				t.Fatal(err)
 			}
-			if err := src.Refresh(ctx); err != nil {
+			if err := tb.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if g := gauge("floodgate_overrides_invalid"); g != 2 {
@@ -249,7 +263,7 @@ func TestSourceDrivesLimiter(t *testing.T) {
 			if n := admitted("broken"); n != 2 {
 				t.Errorf("broken admitted %d; want the base 2", n)
 			}
-			if l, err := tb.List(ctx); err != nil || len(l.Invalid) != 2 || l.Invalid[0].Field != "api:broken" || l.Invalid[1].Field != "api:nobody" {
+			if l, err := raw(t, url, p).List(ctx); err != nil || len(l.Invalid) != 2 || l.Invalid[0].Field != "api:broken" || l.Invalid[1].Field != "api:nobody" {
 				t.Errorf("List's invalid entries = %+v, %v; want api:broken then api:nobody", l, err)
 			}
 			out := logs.String()
@@ -265,23 +279,23 @@ func TestSourceDrivesLimiter(t *testing.T) {
 
 // The refresher runs by itself: a change is in force within the stated
 // Refresh, and Close stops it without leaking a goroutine.
-func TestSourceRefreshesInBackground(t *testing.T) {
+func TestTableRefreshesInBackground(t *testing.T) {
 	noLeak(t)
 	ctx := context.Background()
-	tb := table(t, "redis://"+redistest.Addr(t), prefix(t))
+	url, p := "redis://"+redistest.Addr(t), prefix(t)
 	const refresh = 50 * time.Millisecond
-	src, err := overrides.NewSource(ctx, tb, overrides.SourceOptions{Refresh: refresh})
+	tb, err := overrides.New(ctx, overrides.Options{URL: url, Prefix: p, Refresh: refresh})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer src.Close()
+	defer tb.Close()
 	api := mustRule(t, "api", 2, time.Minute)
 	set := time.Now()
 	if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 7, time.Minute), Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		if r, ok := src.Override(api, "k"); ok {
+		if r, ok := tb.Override(api, "k"); ok {
 			if r.Limit != 7 {
 				t.Fatalf("override = %v; want 7/1m", r)
 			}
@@ -292,18 +306,28 @@ func TestSourceRefreshesInBackground(t *testing.T) {
 		}
 		time.Sleep(refresh / 10)
 	}
-	if err := src.Close(); err != nil {
+	if err := tb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := src.Close(); err != nil {
+	if err := tb.Close(); err != nil {
 		t.Fatal("second Close:", err)
 	}
-	// Closed: what was loaded stays in force, nothing more is read.
-	if _, err := tb.Delete(ctx, "api", "k"); err != nil {
-		t.Fatal(err)
+	// Closed: what was loaded stays in force, nothing more is read, and
+	// the Table edits nothing.
+	if _, err := tb.Delete(ctx, "api", "k"); err == nil {
+		t.Error("Delete on a closed Table succeeded")
+	}
+	if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 8, time.Minute), Key: "k"}); err == nil {
+		t.Error("Set on a closed Table succeeded")
+	}
+	if err := tb.Refresh(ctx); err == nil {
+		t.Error("Refresh on a closed Table succeeded")
+	}
+	if ok, err := raw(t, url, p).Delete(ctx, "api", "k"); err != nil || !ok {
+		t.Fatalf("Delete through another table = %v, %v; want the override of 7 deleted", ok, err)
 	}
 	time.Sleep(3 * refresh)
-	if _, ok := src.Override(api, "k"); !ok {
-		t.Error("a closed Source dropped its overrides")
+	if r, ok := tb.Override(api, "k"); !ok || r.Limit != 7 {
+		t.Errorf("a closed Table's override = %v, %v; want the 7/1m loaded last", r, ok)
 	}
 }

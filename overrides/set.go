@@ -3,24 +3,24 @@ package overrides
 import (
 	"fmt"
 	"hash/maphash"
-	"sort"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 )
 
 // Set is a fixed set of overrides, held in memory: a floodgate.Overrides
 // for a service that needs no Redis (memstore) or takes its overrides
-// from elsewhere. A [Source] keeps one Set, loaded from Redis, and swaps
+// from elsewhere. A [Table] keeps one Set, loaded from Redis, and swaps
 // it for a new one on every change. A Set is immutable and safe for
 // concurrent use; the nil *Set is an empty one.
 //
 // Looking up a key that has no override allocates nothing and costs a
 // scan of the few rule names that have overrides, then (when the rule has
 // some) one hash of the key and one word of a Bloom filter, which answers
-// most misses without touching the map (BENCHMARKS.md has the figures). An entry that has expired no longer
-// applies, to the nanosecond, by the clock of the Set (time.Now for
-// [NewSet]).
+// most misses without touching the map (BENCHMARKS.md has the figures).
+// An entry that has expired no longer applies, to the nanosecond, by the
+// clock of the Set (time.Now for [NewSet]).
 type Set struct {
 	seed    maphash.Seed
 	names   []ruleHash        // the rule names that have overrides, and their hashes
@@ -55,15 +55,15 @@ var _ floodgate.Overrides = (*Set)(nil)
 // NewSet returns the set of entries, which must be valid and name each
 // rule and key once. Entries that expired already are left out.
 func NewSet(entries ...Entry) (*Set, error) {
-	seen := make(map[string]bool, len(entries))
+	seen := make(map[[2]string]bool, len(entries))
 	for i, e := range entries {
 		if err := e.Validate(); err != nil {
 			return nil, fmt.Errorf("overrides: entry %d: %w", i, err)
 		}
-		if seen[e.field()] {
-			return nil, fmt.Errorf("%w: entry %d: key %q of rule %s given twice", ErrInvalidEntry, i, truncate(e.Key), e.Rule.Name)
+		if seen[[2]string{e.Rule.Name, e.Key}] {
+			return nil, fmt.Errorf("%w: entry %d: key %q of rule %s given twice", ErrInvalidEntry, i, overridetable.Truncate(e.Key), e.Rule.Name)
 		}
-		seen[e.field()] = true
+		seen[[2]string{e.Rule.Name, e.Key}] = true
 	}
 	return newSet(entries, time.Now), nil
 }
@@ -82,7 +82,7 @@ func newSet(entries []Entry, now func() time.Time) *Set {
 	t := now()
 	names := map[string]uint64{}
 	for _, e := range entries {
-		if e.ExpiredAt(t) {
+		if overridetable.Entry(e).ExpiredAt(t) {
 			continue
 		}
 		nh, ok := names[e.Rule.Name]
@@ -174,18 +174,18 @@ func (s *Set) nameHash(name string) (uint64, bool) {
 	return 0, false
 }
 
-// Len is the number of entries of the set, including those that expired
+// len is the number of entries of the set, including those that expired
 // since it was made.
-func (s *Set) Len() int {
+func (s *Set) len() int {
 	if s == nil {
 		return 0
 	}
 	return len(s.entries)
 }
 
-// Entries returns the entries of the set, by rule name and key, including
-// those that expired since it was made.
-func (s *Set) Entries() []Entry {
+// list returns the entries of the set, including those that expired
+// since it was made, in no order.
+func (s *Set) list() []Entry {
 	if s == nil {
 		return nil
 	}
@@ -197,15 +197,5 @@ func (s *Set) Entries() []Entry {
 		}
 		out = append(out, x)
 	}
-	sortEntries(out)
 	return out
-}
-
-func sortEntries(es []Entry) {
-	sort.Slice(es, func(i, j int) bool {
-		if es[i].Rule.Name != es[j].Rule.Name {
-			return es[i].Rule.Name < es[j].Rule.Name
-		}
-		return es[i].Key < es[j].Key
-	})
 }

@@ -3,381 +3,325 @@ package overrides
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/internal/redisopt"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 )
 
-// DefaultPrefix is the key prefix when [Options.Prefix] is empty: the
-// same as redisstore's, so that a service's overrides sit beside its
-// limits.
-const DefaultPrefix = "fg:"
-
-// DefaultDialTimeout bounds one connection attempt of a Table built from
-// a URL when [Options.DialTimeout] is zero.
-const DefaultDialTimeout = time.Second
-
-// ErrInvalidOptions reports [Options] that cannot be used.
-var ErrInvalidOptions = errors.New("overrides: invalid options")
-
-// MaxEntries is the most overrides a [Table] holds. Every replica's
-// [Source] keeps all of them in memory and reads them all again at least
-// once a minute (measured: about 150 bytes kept per entry, and about
-// 1 KB allocated per entry at each full load): at 10,000, some 2 MB kept
-// and 10 MB of garbage a minute per replica.
-// [Table.Set] refuses a new override beyond it with an error wrapping
-// [ErrTableFull]; a Source that finds more (written by hand) loads the
-// first MaxEntries fields by byte order and refuses the rest, listed as
-// invalid, logged and counted. An application with more per-key limits
-// than this keeps them in its own store and builds a [Set] from it.
-const MaxEntries = 10_000
-
-// ErrTableFull reports an override refused because its table holds
-// MaxEntries overrides already: by [Table.Set], and as the reason of each
-// entry a load refuses beyond MaxEntries ([Listing].Invalid).
-var ErrTableFull = errors.New("overrides: table full")
-
-// Options locates a [Table]. Exactly one of URL and Client must be set.
+// Options configures a [Table]. Exactly one of URL and Client must be
+// set; the other fields may be zero.
 type Options struct {
 	// URL locates Redis as redisstore.Options.URL does (rueidis.ParseURL:
-	// standalone, Sentinel or Cluster). The Table owns the client it
-	// builds, connects on first use (so a service can start while Redis
-	// is down) and closes it on Close.
+	// standalone, Sentinel or Cluster; its dial_timeout bounds a
+	// connection attempt, a second if it has none). The Table owns the
+	// client it builds, connects on first use (so a service can start
+	// while Redis is down) and closes it on Close.
 	URL string
 	// Client is an existing rueidis client, used as it is and never
 	// closed by the Table.
 	Client rueidis.Client
 	// Prefix is the services' key prefix (redisstore.Options.Prefix): the
-	// overrides live in "<prefix>{overrides}". Empty means DefaultPrefix.
-	// At most 64 bytes, without braces.
+	// overrides live in "<prefix>{overrides}". Empty means "fg:",
+	// redisstore's. At most 64 bytes, without braces.
 	Prefix string
-	// DialTimeout bounds one connection attempt of a Table built from
-	// URL. Zero means the URL's dial_timeout, or DefaultDialTimeout.
-	DialTimeout time.Duration
+	// Refresh is how often the Table checks Redis for changes. Zero
+	// means 5s; at least 10ms otherwise.
+	Refresh time.Duration
+	// ReloadEvery is the number of refreshes after which the Table reads
+	// the whole hash even though the version counter did not move. Zero
+	// means 12 (with the default Refresh, a minute); 1 reads it on every
+	// refresh.
+	ReloadEvery int
+	// Logger receives the failed refreshes (the first of an outage, then
+	// one line every 12, and the recovery), the invalid entries (each
+	// once, when it first appears) and the entries refused beyond the
+	// bound of a table (one line whenever their number changes). Nil
+	// discards.
+	Logger *slog.Logger
+	// Registerer, if set, receives the Table's metrics (see the package
+	// documentation).
+	Registerer prometheus.Registerer
 }
 
 // Validate reports every problem with o, each wrapping
 // [ErrInvalidOptions].
 func (o Options) Validate() error {
-	var errs []error
-	switch {
-	case o.URL == "" && o.Client == nil:
-		errs = append(errs, fmt.Errorf("%w: set URL or Client", ErrInvalidOptions))
-	case o.URL != "" && o.Client != nil:
-		errs = append(errs, fmt.Errorf("%w: set only one of URL and Client", ErrInvalidOptions))
-	case o.URL != "":
-		if _, err := redisopt.FromURL(o.URL, 0, 0); err != nil {
-			errs = append(errs, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err))
-		}
+	errs := []error{overridetable.Options{URL: o.URL, Client: o.Client, Prefix: o.Prefix}.Validate()}
+	if o.Refresh != 0 && o.Refresh < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("%w: refresh %v is below 10ms", ErrInvalidOptions, o.Refresh))
 	}
-	if len(o.Prefix) > 64 {
-		errs = append(errs, fmt.Errorf("%w: prefix is %d bytes long, at most 64 allowed", ErrInvalidOptions, len(o.Prefix)))
-	}
-	if strings.ContainsAny(o.Prefix, "{}") {
-		errs = append(errs, fmt.Errorf("%w: prefix %q has a brace, which would change the keys' Cluster hash tag", ErrInvalidOptions, o.Prefix))
-	}
-	if o.DialTimeout < 0 {
-		errs = append(errs, fmt.Errorf("%w: dial timeout %v is negative", ErrInvalidOptions, o.DialTimeout))
+	if o.ReloadEvery < 0 {
+		errs = append(errs, fmt.Errorf("%w: reload every %d refreshes is negative", ErrInvalidOptions, o.ReloadEvery))
 	}
 	return errors.Join(errs...)
 }
 
-// Table is the overrides of one key prefix, in Redis: one hash, and a
-// version counter that every change through a Table bumps (see the
-// package documentation for the layout). It is what an operator edits
-// (floodgate override set|get|rm|ls) and what a [Source] reads. A Table
-// is safe for concurrent use; Close it when done.
-type Table struct {
-	hash, version string
-	opt           rueidis.ClientOption // for a Table built from a URL
-	owned         bool                 // the Table built its client and closes it
+// defaultReloadEvery is Options.ReloadEvery's default: with the default
+// Refresh, a hash edited by hand is read within a minute.
+const defaultReloadEvery = 12
 
-	mu     sync.Mutex
-	client rueidis.Client // guarded by mu until set; nil until connected
-	closed bool           // guarded by mu
+// Table is the per-key overrides of one key prefix, held in Redis and
+// followed in memory, as a [Set] that it swaps atomically: a
+// floodgate.Overrides whose lookups never wait on Redis (the package
+// documentation says when a change is in force). [Table.Set] and
+// [Table.Delete] edit the overrides of every replica, as floodgate
+// override set and rm do.
+//
+// Build one per process with [New], pass it as
+// floodgate.Options.Overrides, and Close it on shutdown. It is safe for
+// concurrent use.
+type Table struct {
+	store   *overridetable.Table
+	key     string // the hash's name, the label of the metrics and logs
+	opts    Options
+	now     func() time.Time
+	log     *slog.Logger
+	set     atomic.Pointer[Set]
+	metrics tableMetrics
+
+	mu       sync.Mutex        // serializes refreshes; guards the fields below
+	version  string            // the counter at the last full load
+	loaded   bool              // a full load succeeded
+	since    int               // refreshes since the last full load
+	reported map[string]string // invalid fields already logged, and their values
+	excess   int               // entries refused beyond MaxEntries at the last load
+	failing  int               // refreshes failed in a row
+
+	stop context.CancelFunc // ends the refresher's context
+	done chan struct{}      // closed when the refresher returned
 }
 
-var (
-	//go:embed set.lua
-	setLua    string
-	setScript = rueidis.NewLuaScript(setLua)
-	//go:embed delete.lua
-	deleteLua    string
-	deleteScript = rueidis.NewLuaScript(deleteLua)
-)
+var _ floodgate.Overrides = (*Table)(nil)
 
-// NewTable returns the table that opts locates. Only bad options fail: a
-// Table built from a URL connects on first use.
-func NewTable(opts Options) (*Table, error) {
+type tableMetrics struct {
+	count, invalid, last prometheus.Gauge
+	errors               prometheus.Counter
+}
+
+// New returns the overrides table that opts locates, loaded (waiting at
+// most until ctx is done), and starts refreshing it. Only bad options
+// fail: a Table whose first load fails (Redis down) starts empty, logs
+// the failure and keeps trying every Refresh, so a service can start
+// during an outage.
+func New(ctx context.Context, opts Options) (*Table, error) {
+	return newTable(ctx, opts, time.Now)
+}
+
+// newTable is New with the clock that expires overrides.
+func newTable(ctx context.Context, opts Options, now func() time.Time) (*Table, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	prefix := cmp.Or(opts.Prefix, DefaultPrefix)
-	t := &Table{hash: prefix + "{overrides}", version: prefix + "{overrides}:version", client: opts.Client}
-	if opts.URL != "" {
-		opt, err := redisopt.FromURL(opts.URL, opts.DialTimeout, DefaultDialTimeout)
-		if err != nil { // Validate parsed it already
-			return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
-		}
-		t.opt, t.owned = opt, true
-	}
-	return t, nil
-}
-
-// Key is the name of the Redis hash that holds the overrides.
-func (t *Table) Key() string { return t.hash }
-
-// Close closes the client the Table built from a URL; a Client passed in
-// Options stays open. Later calls fail.
-func (t *Table) Close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.closed && t.owned && t.client != nil {
-		t.client.Close()
-	}
-	t.closed = true
-	return nil
-}
-
-// conn returns the client, connecting first if the Table was built from a
-// URL and has not connected yet. rueidis.NewClient takes no context: a
-// connection attempt lasts at most the dial timeout.
-func (t *Table) conn() (rueidis.Client, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, errors.New("overrides: table is closed")
-	}
-	if t.client == nil {
-		c, err := rueidis.NewClient(t.opt)
-		if err != nil {
-			return nil, fmt.Errorf("overrides: connect: %w: %w", floodgate.ErrStoreUnavailable, err)
-		}
-		t.client = c
-	}
-	return t.client, nil
-}
-
-// Set stores e, which must be valid, replacing any override of the same
-// rule name and key. A new override into a table that holds MaxEntries
-// already first deletes the overrides that expired by this machine's
-// clock ([Table.Prune]); if that makes no room, Set writes nothing and
-// returns an error wrapping [ErrTableFull].
-func (t *Table) Set(ctx context.Context, e Entry) error {
-	if err := e.Validate(); err != nil {
-		return err
-	}
-	held, err := t.set(ctx, e)
-	if err == nil && held > 0 {
-		var pruned int
-		if pruned, err = t.Prune(ctx, time.Now()); err == nil && pruned > 0 {
-			held, err = t.set(ctx, e)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if held > 0 {
-		return fmt.Errorf("%w: %s holds %d overrides, the most a table holds (MaxEntries is %d): remove some (floodgate override rm) before adding key %q under rule %s",
-			ErrTableFull, t.hash, held, MaxEntries, truncate(e.Key), e.Rule.Name)
-	}
-	return nil
-}
-
-// set runs set.lua: 0 when e is stored, or the number of fields the
-// table holds when it refused e as a new field beyond MaxEntries.
-func (t *Table) set(ctx context.Context, e Entry) (int64, error) {
-	c, err := t.conn()
-	if err != nil {
-		return 0, err
-	}
-	reply, err := setScript.Exec(ctx, c, []string{t.hash, t.version}, []string{e.field(), e.value(), strconv.Itoa(MaxEntries)}).AsIntSlice()
-	if err != nil {
-		return 0, fmt.Errorf("overrides: set: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	if len(reply) != 2 || reply[0] != 0 && reply[0] != 1 {
-		return 0, fmt.Errorf("overrides: set: %w: unexpected reply %v", floodgate.ErrStoreUnavailable, reply)
-	}
-	if reply[0] == 1 {
-		return 0, nil
-	}
-	return max(reply[1], 1), nil
-}
-
-// Get returns the override of key under the rule named rule, and whether
-// there is one. An expired override is returned as well (see
-// [Entry.ExpiredAt]); a stored value that cannot be read is an error
-// wrapping [ErrInvalidEntry]. Get reads one field: in a table written
-// past MaxEntries by hand it may return an override that Sources refuse
-// ([Table.List] tells which).
-func (t *Table) Get(ctx context.Context, rule, key string) (Entry, bool, error) {
-	c, err := t.conn()
-	if err != nil {
-		return Entry{}, false, err
-	}
-	field := rule + fieldSep + key
-	v, err := c.Do(ctx, c.B().Hget().Key(t.hash).Field(field).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return Entry{}, false, nil
-	}
-	if err != nil {
-		return Entry{}, false, fmt.Errorf("overrides: get: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	e, err := parseEntry(field, v)
-	if err != nil {
-		return Entry{}, false, err
-	}
-	return e, true, nil
-}
-
-// Delete removes the override of key under the rule named rule, and
-// reports whether there was one.
-func (t *Table) Delete(ctx context.Context, rule, key string) (bool, error) {
-	return t.delete(ctx, rule+fieldSep+key)
-}
-
-// delete removes field; given a value, only while the field holds it.
-func (t *Table) delete(ctx context.Context, field string, value ...string) (bool, error) {
-	c, err := t.conn()
-	if err != nil {
-		return false, err
-	}
-	n, err := deleteScript.Exec(ctx, c, []string{t.hash, t.version}, append([]string{field}, value...)).AsInt64()
-	if err != nil {
-		return false, fmt.Errorf("overrides: delete: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	return n > 0, nil
-}
-
-// Listing is the content of a [Table] at one moment.
-type Listing struct {
-	// Version is the table's version counter when it was read (empty if
-	// the counter does not exist): the entries are at least that recent.
-	Version string
-	// Entries are the valid overrides, expired ones included, by rule
-	// name and key.
-	Entries []Entry
-	// Invalid are the fields whose values cannot be read or that lie
-	// beyond MaxEntries, by field.
-	Invalid []Invalid
-}
-
-// Invalid is a stored override that cannot be used.
-type Invalid struct {
-	Field, Value string
-	// Err says why; it wraps ErrInvalidEntry.
-	Err error
-}
-
-// List reads every override, in one round trip. Of a table that holds
-// more than MaxEntries fields (written by hand), it reads the first
-// MaxEntries by byte order, as a [Source] does, and lists the others as
-// Invalid, each with the same error wrapping [ErrTableFull] and
-// [ErrInvalidEntry], unparsed.
-func (t *Table) List(ctx context.Context) (*Listing, error) {
-	v, m, err := t.load(ctx)
+	store, err := overridetable.New(overridetable.Options{URL: opts.URL, Client: opts.Client, Prefix: opts.Prefix})
 	if err != nil {
 		return nil, err
 	}
-	fields := make([]string, 0, len(m))
-	for f := range m {
-		fields = append(fields, f)
+	opts.Refresh = cmp.Or(opts.Refresh, overridetable.DefaultRefresh)
+	opts.ReloadEvery = cmp.Or(opts.ReloadEvery, defaultReloadEvery)
+	t := &Table{
+		store: store, key: store.Key(), opts: opts, now: now, log: opts.Logger,
+		reported: map[string]string{}, done: make(chan struct{}),
 	}
-	sort.Strings(fields)
-	var excess []string
-	if len(fields) > MaxEntries {
-		fields, excess = fields[:MaxEntries], fields[MaxEntries:]
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
 	}
-	l := &Listing{Version: v, Entries: make([]Entry, 0, len(fields))}
-	for _, f := range fields {
-		e, err := parseEntry(f, m[f])
+	if err := t.newMetrics(opts.Registerer); err != nil {
+		store.Close()
+		return nil, err
+	}
+	t.set.Store(newSet(nil, t.now))
+	_ = t.Refresh(ctx) // logged and counted
+	bg, stop := context.WithCancel(context.Background())
+	t.stop = stop
+	go t.run(bg)
+	return t, nil
+}
+
+func (t *Table) newMetrics(reg prometheus.Registerer) error {
+	labels := prometheus.Labels{"table": t.key}
+	t.metrics = tableMetrics{
+		count: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_overrides", ConstLabels: labels,
+			Help: "Per-key overrides in force in this process."}),
+		invalid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_overrides_invalid", ConstLabels: labels,
+			Help: "Stored overrides skipped as invalid, or refused beyond the most a table holds, at the last load (floodgate override ls lists them)."}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_overrides_last_refresh_timestamp_seconds", ConstLabels: labels,
+			Help: "When the overrides were last refreshed from Redis (Unix time)."}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_overrides_refresh_errors_total", ConstLabels: labels,
+			Help: "Refreshes of the overrides that failed; the last overrides loaded stay in force."}),
+	}
+	if reg == nil {
+		return nil
+	}
+	cs := []prometheus.Collector{t.metrics.count, t.metrics.invalid, t.metrics.last, t.metrics.errors}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("%w: registering the metrics of %s (one Table per key prefix and registerer): %w", ErrInvalidOptions, t.key, err)
+		}
+	}
+	return nil
+}
+
+// Override implements floodgate.Overrides from the overrides loaded last.
+func (t *Table) Override(rule floodgate.Rule, key string) (floodgate.Rule, bool) {
+	return t.set.Load().Override(rule, key)
+}
+
+// Set stores e, which must be valid, replacing any override of the same
+// rule name and key. Like any change it is in force at the replicas'
+// next refresh, this Table's included ([Table.Refresh] applies it here at
+// once). A new override into a full table first deletes the overrides
+// that expired by this machine's clock; if that makes no room, Set
+// writes nothing and returns an error wrapping [ErrTableFull].
+func (t *Table) Set(ctx context.Context, e Entry) error {
+	return t.store.Set(ctx, overridetable.Entry(e))
+}
+
+// Delete removes the override of key under the rule named rule, and
+// reports whether there was one. The rule's own limit applies again to
+// key at the replicas' next refresh.
+func (t *Table) Delete(ctx context.Context, rule, key string) (bool, error) {
+	return t.store.Delete(ctx, rule, key)
+}
+
+// Refresh brings the overrides up to date now, as the background
+// refresher does every Options.Refresh; a caller may call it too, for
+// example after editing the table. On failure the overrides stay as they
+// were; the error is logged, counted and returned.
+func (t *Table) Refresh(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	err := t.refresh(ctx)
+	if err != nil {
+		t.metrics.errors.Inc()
+		// The first failure, then one line a failLogEvery: an outage
+		// does not write a line per refresh.
+		if t.failing%failLogEvery == 0 {
+			t.log.LogAttrs(ctx, slog.LevelWarn, "overrides: refresh failed; the last overrides loaded stay in force",
+				slog.String("table", t.key), slog.Int("failed_in_a_row", t.failing+1), slog.Any("error", err))
+		}
+		t.failing++
+		return err
+	}
+	if t.failing > 0 {
+		t.log.LogAttrs(ctx, slog.LevelInfo, "overrides: refresh recovered",
+			slog.String("table", t.key), slog.Int("failed_in_a_row", t.failing))
+		t.failing = 0
+	}
+	t.metrics.last.Set(float64(t.now().UnixNano()) / 1e9)
+	return nil
+}
+
+// failLogEvery is how many failed refreshes in a row make one log line
+// after the first: a minute at the default refresh.
+const failLogEvery = 12
+
+// refresh does Refresh's work; t.mu is held.
+func (t *Table) refresh(ctx context.Context) error {
+	t.since++
+	if t.loaded && t.since < t.opts.ReloadEvery {
+		v, err := t.store.Version(ctx)
 		if err != nil {
-			l.Invalid = append(l.Invalid, Invalid{Field: f, Value: m[f], Err: err})
+			return err
+		}
+		if v != "" && v == t.version {
+			t.expire()
+			return nil
+		}
+	}
+	l, err := t.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	t.loaded, t.since, t.version = true, 0, l.Version
+	t.report(ctx, l.Invalid)
+	entries := make([]Entry, len(l.Entries))
+	for i, e := range l.Entries {
+		entries[i] = Entry(e)
+	}
+	set := newSet(entries, t.now)
+	t.set.Store(set)
+	t.metrics.count.Set(float64(set.len()))
+	t.metrics.invalid.Set(float64(len(l.Invalid)))
+	return nil
+}
+
+// expire drops the overrides that expired from the set (they no longer
+// apply already; this keeps the set and its gauge exact). t.mu is held.
+func (t *Table) expire() {
+	set := t.set.Load()
+	if set.next.IsZero() || t.now().Before(set.next) {
+		return
+	}
+	set = newSet(set.list(), t.now)
+	t.set.Store(set)
+	t.metrics.count.Set(float64(set.len()))
+}
+
+// report logs the invalid entries not logged yet (or changed since), once
+// each, and the entries refused beyond MaxEntries in one line, whenever
+// their number changes. t.mu is held.
+func (t *Table) report(ctx context.Context, invalid []overridetable.Invalid) {
+	now := make(map[string]string, min(len(invalid), overridetable.MaxEntries))
+	excess, first := 0, ""
+	for _, b := range invalid {
+		if errors.Is(b.Err, ErrTableFull) {
+			if excess == 0 {
+				first = b.Field
+			}
+			excess++
 			continue
 		}
-		l.Entries = append(l.Entries, e)
-	}
-	if len(excess) > 0 {
-		// One error for all of them: a table written far past the bound
-		// costs no error per entry refused.
-		err := fmt.Errorf("%w: %w: %s holds %d overrides, %d more than MaxEntries: the fields after the first %d by byte order are refused",
-			ErrInvalidEntry, ErrTableFull, t.hash, len(m), len(excess), MaxEntries)
-		for _, f := range excess {
-			l.Invalid = append(l.Invalid, Invalid{Field: f, Value: m[f], Err: err})
-		}
-	}
-	sortEntries(l.Entries)
-	return l, nil
-}
-
-// load reads the version counter ("" if missing) and the hash, as stored.
-func (t *Table) load(ctx context.Context) (string, map[string]string, error) {
-	c, err := t.conn()
-	if err != nil {
-		return "", nil, err
-	}
-	// Pipelined in order on the node of the hash's slot: the version is
-	// read first, so the entries are at least as recent as it.
-	rs := c.DoMulti(ctx, c.B().Get().Key(t.version).Build(), c.B().Hgetall().Key(t.hash).Build())
-	v, err := rs[0].ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return "", nil, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	m, err := rs[1].AsStrMap()
-	if err != nil {
-		return "", nil, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	return v, m, nil
-}
-
-// currentVersion reads the version counter alone: what a Source checks
-// between loads. A missing counter is "".
-func (t *Table) currentVersion(ctx context.Context) (string, error) {
-	c, err := t.conn()
-	if err != nil {
-		return "", err
-	}
-	v, err := c.Do(ctx, c.B().Get().Key(t.version).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("overrides: version: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	return v, nil
-}
-
-// Prune deletes the overrides that expired by now, each only if its
-// stored value did not change meanwhile, and returns how many it deleted.
-// Sources ignore expired overrides by themselves; Prune only keeps the
-// hash small. Invalid entries are left for an operator to read.
-func (t *Table) Prune(ctx context.Context, now time.Time) (int, error) {
-	_, m, err := t.load(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for f, val := range m {
-		e, err := parseEntry(f, val)
-		if err != nil || !e.ExpiredAt(now) {
+		now[b.Field] = b.Value
+		if v, ok := t.reported[b.Field]; ok && v == b.Value {
 			continue
 		}
-		ok, err := t.delete(ctx, f, val)
-		if err != nil {
-			return n, err
-		}
-		if ok {
-			n++
+		t.log.LogAttrs(ctx, slog.LevelWarn, "overrides: skipping an invalid entry",
+			slog.String("table", t.key), slog.String("field", overridetable.Truncate(b.Field)),
+			slog.String("value", overridetable.Truncate(b.Value)), slog.Any("error", b.Err))
+	}
+	t.reported = now
+	if excess != t.excess && excess > 0 {
+		t.log.LogAttrs(ctx, slog.LevelWarn, "overrides: the table holds more than max_entries overrides; those beyond, by byte order of their fields, are refused (floodgate override ls lists them)",
+			slog.String("table", t.key), slog.Int("max_entries", overridetable.MaxEntries), slog.Int("refused", excess),
+			slog.String("first_refused", overridetable.Truncate(first)))
+	}
+	t.excess = excess
+}
+
+// run refreshes every Refresh until ctx is done (Close).
+func (t *Table) run(ctx context.Context) {
+	defer close(t.done)
+	tick := time.NewTicker(t.opts.Refresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			rctx, cancel := context.WithTimeout(ctx, t.opts.Refresh)
+			_ = t.Refresh(rctx) // logged and counted
+			cancel()
 		}
 	}
-	return n, nil
+}
+
+// Close stops the refresher and waits for it, then closes the client the
+// Table built from a URL (a Client passed in Options stays open). The
+// overrides loaded last stay in force for Override; Set, Delete and
+// Refresh fail. Close is safe to call more than once.
+func (t *Table) Close() error {
+	t.stop()
+	<-t.done
+	return t.store.Close()
 }

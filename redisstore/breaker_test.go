@@ -28,8 +28,11 @@ func (frozen) Cluster() bool                           { return false }
 // asking a frozen Redis after a few failures, so an outage does not cost
 // every request the whole budget (issue 24, footgun 5). With NoBreaker,
 // every request waits out its budget.
+// breakerFailures is breakerstore's default Options.Failures.
+const breakerFailures = 5
+
 func TestBreakerOnByDefault(t *testing.T) {
-	rule := floodgate.MustRule(floodgate.PerMinute("frozen", 5))
+	rule := floodgate.Rule{Name: "frozen", Limit: 5, Window: time.Minute}
 	for _, noBreaker := range []bool{false, true} {
 		st, err := redisstore.New(context.Background(), redisstore.Options{Conn: frozen{}, NoBreaker: noBreaker})
 		if err != nil {
@@ -40,7 +43,7 @@ func TestBreakerOnByDefault(t *testing.T) {
 			t.Fatal(err)
 		}
 		var open, timedOut int
-		for i := range 3 * breakerstore.DefaultFailures {
+		for i := range 3 * breakerFailures {
 			_, err := lim.Allow(context.Background(), rule, "k")
 			switch {
 			case errors.Is(err, breakerstore.ErrOpen):
@@ -55,10 +58,10 @@ func TestBreakerOnByDefault(t *testing.T) {
 			}
 		}
 		st.Close()
-		// The breaker opens after DefaultFailures misses that it counts
+		// The breaker opens after its default 5 misses that it counts
 		// as the store's (a miss while this process is short of CPU is
 		// not counted: see breakerstore), within the first two thirds.
-		if noBreaker && open != 0 || !noBreaker && (open < breakerstore.DefaultFailures || timedOut < breakerstore.DefaultFailures) {
+		if noBreaker && open != 0 || !noBreaker && (open < breakerFailures || timedOut < breakerFailures) {
 			t.Errorf("NoBreaker=%v: %d answered by the open breaker, %d timed out", noBreaker, open, timedOut)
 		}
 		if got := st.State(); (got == breakerstore.Open) == noBreaker {

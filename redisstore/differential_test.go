@@ -10,6 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/storetest"
@@ -196,9 +197,9 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 				if tr.overdraw > 0 && rng.IntN(4) == 0 {
 					h.Overdraw, h.Cost = true, 1+rng.Int64N(tr.overdraw)
 					if rng.IntN(20) == 0 {
-						h.Cost = floodgate.MaxLimit
+						h.Cost = bounds.Limit
 						if alg == floodgate.SlidingWindow {
-							h.Cost = floodgate.MaxSlidingCost
+							h.Cost = bounds.SlidingCost
 						}
 					}
 				}

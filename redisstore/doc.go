@@ -36,9 +36,9 @@
 //
 // Every key of one rule and one client key shares the hash tag
 // {<rule>:<key>}, so all of them live in one Redis Cluster slot. A state
-// belongs to the rule's name, algorithm and window (floodgate.Store), so
-// its key ends with the algorithm's letter and the window, as
-// time.Duration writes it:
+// key ends with the algorithm's letter and the window, as time.Duration
+// writes it, since those and the name are a state's identity
+// (floodgate.Store):
 //
 //	<prefix>{<rule>:<key>}:w:<window>        sliding window: string, a ring of the
 //	                                         last Limit admitted times (up to 1,000
@@ -61,10 +61,9 @@
 //	                                         refund tombstone: "1", so a refund
 //	                                         credits once
 //
-// For example fg:{pix:acct-42}:w:1m0s. [StateKey] writes a state key,
-// [StatePattern] and [ParseStateKey] find and read them (floodgate
-// blocked lists blocked keys with them), and [Store.PeekStored] peeks at
-// a key found so, hashed ones included. A rule whose window or algorithm
+// For example fg:{pix:acct-42}:w:1m0s. floodgate blocked finds keys
+// by this layout, and [Store.PeekStored] peeks at a key found so, hashed
+// ones included. A rule whose window or algorithm
 // changes (a rolling deploy) starts from fresh keys, once; a changed limit
 // or burst keeps them. Earlier versions kept a sliding window under other
 // letters: s (a sorted set) and l (a ring of 7-byte times). Those keys are

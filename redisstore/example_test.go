@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -24,7 +25,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	login, err := floodgate.PerMinute("login", 10)
+	login, err := floodgate.NewRule("login", 10, time.Minute, floodgate.SlidingWindow)
 	if err != nil {
 		log.Fatal(err)
 	}

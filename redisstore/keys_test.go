@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -57,17 +58,17 @@ func TestStateKeysAreTheStores(t *testing.T) {
 				if _, err := other.Take(ctx(t), "x", []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}); err != nil {
 					t.Fatal(err)
 				}
-				k, err := StateKey(s.prefix, r, key)
+				k, err := rediskeys.StateKey(s.prefix, r, key)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if n, err := raw.Do(ctx(t), raw.B().Exists().Key(k).Build()).AsInt64(); err != nil || n != 1 {
 					t.Errorf("%v %q: StateKey %q does not exist (%d, %v): it is not the store's key", r, key, k, n, err)
 				}
-				got, stored, ok := ParseStateKey(s.prefix, k)
+				got, stored, ok := rediskeys.ParseStateKey(s.prefix, k)
 				want := floodgate.Rule{Name: r.Name, Algorithm: r.Algorithm, Window: r.Window}
 				if !ok || got != want || stored != keyenc.Encode(key) {
-					t.Errorf("ParseStateKey(%q) = %v, %q, %v; want %v, %q", k, got, stored, ok, want, keyenc.Encode(key))
+					t.Errorf("rediskeys.ParseStateKey(%q) = %v, %q, %v; want %v, %q", k, got, stored, ok, want, keyenc.Encode(key))
 				}
 				if window == time.Minute && alg == floodgate.SlidingWindow {
 					written = append(written, k)
@@ -84,32 +85,32 @@ func TestStateKeysAreTheStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(written)
-	if got := keysOf(t, raw, StatePattern(s.prefix, mustRule(t, "login", 99, time.Minute, floodgate.SlidingWindow))); !slices.Equal(got, written) {
+	if got := keysOf(t, raw, rediskeys.StatePattern(s.prefix, mustRule(t, "login", 99, time.Minute, floodgate.SlidingWindow))); !slices.Equal(got, written) {
 		t.Errorf("StatePattern of login 1m sliding-window matches %q; want %q", got, written)
 	}
-	all := keysOf(t, raw, StatePattern(s.prefix, floodgate.Rule{Name: "login"}))
+	all := keysOf(t, raw, rediskeys.StatePattern(s.prefix, floodgate.Rule{Name: "login"}))
 	states := 0
 	for _, k := range all {
-		r, _, ok := ParseStateKey(s.prefix, k)
+		r, _, ok := rediskeys.ParseStateKey(s.prefix, k)
 		if ok {
 			states++
 		}
 		if ok != !strings.Contains(k, "}:r:") || ok && r.Name != "login" {
-			t.Errorf("ParseStateKey(%q) = %v, %v: a state key of login is ok, a tombstone is not", k, r, ok)
+			t.Errorf("rediskeys.ParseStateKey(%q) = %v, %v: a state key of login is ok, a tombstone is not", k, r, ok)
 		}
 	}
 	// bob's bucket is full again after its refund: only its tombstone is left.
 	if want := 2 * len(algorithms) * len(keys); states != want || len(all) == states {
 		t.Errorf("StatePattern of login matches %d state keys of %d keys; want %d and a tombstone", states, len(all), want)
 	}
-	every := keysOf(t, raw, StatePattern(s.prefix, floodgate.Rule{}))
+	every := keysOf(t, raw, rediskeys.StatePattern(s.prefix, floodgate.Rule{}))
 	if len(every) != len(all)+1 {
 		t.Errorf("StatePattern of every rule matches %d keys; want login's %d and pix's", len(every), len(all))
 	}
-	if k, err := StateKey("", mustRule(t, "pix", 1, time.Minute, floodgate.TokenBucket), "acct-42"); err != nil || k != "fg:{pix:acct-42}:t:1m0s" {
+	if k, err := rediskeys.StateKey("", mustRule(t, "pix", 1, time.Minute, floodgate.TokenBucket), "acct-42"); err != nil || k != "fg:{pix:acct-42}:t:1m0s" {
 		t.Errorf("StateKey under the default prefix = %q, %v", k, err)
 	}
-	if _, err := StateKey("", floodgate.Rule{Name: "pix", Algorithm: floodgate.TokenBucket, Window: time.Minute}, "k"); !errors.Is(err, floodgate.ErrInvalidRule) {
+	if _, err := rediskeys.StateKey("", floodgate.Rule{Name: "pix", Algorithm: floodgate.TokenBucket, Window: time.Minute}, "k"); !errors.Is(err, floodgate.ErrInvalidRule) {
 		t.Errorf("StateKey of a rule without a limit: %v; want ErrInvalidRule", err)
 	}
 }
@@ -131,11 +132,11 @@ func TestParseStateKeyRefusesOtherKeys(t *testing.T) {
 		"other:{login:alice}:w:1m0s",
 		"fg:login:alice:w:1m0s",
 	} {
-		if r, stored, ok := ParseStateKey("", k); ok {
-			t.Errorf("ParseStateKey(%q) = %v, %q, true; want not a state key", k, r, stored)
+		if r, stored, ok := rediskeys.ParseStateKey("", k); ok {
+			t.Errorf("rediskeys.ParseStateKey(%q) = %v, %q, true; want not a state key", k, r, stored)
 		}
 	}
-	if _, stored, ok := ParseStateKey("fg:", "fg:{login:"+digest+"}:w:1m0s"); !ok || stored != digest {
+	if _, stored, ok := rediskeys.ParseStateKey("fg:", "fg:{login:"+digest+"}:w:1m0s"); !ok || stored != digest {
 		t.Errorf("a hashed key: %q, %v", stored, ok)
 	}
 }
@@ -199,8 +200,8 @@ func TestStatePatternEscapesThePrefix(t *testing.T) {
 		"fg:":        "fg:{r:*}:w:1m0s",
 		`a*b?c[d]e\`: `a\*b\?c\[d\]e\\{r:*}:w:1m0s`,
 	} {
-		if got := StatePattern(prefix, r); got != want {
-			t.Errorf("StatePattern(%q) = %q, want %q", prefix, got, want)
+		if got := rediskeys.StatePattern(prefix, r); got != want {
+			t.Errorf("rediskeys.StatePattern(%q) = %q, want %q", prefix, got, want)
 		}
 	}
 }

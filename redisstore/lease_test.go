@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -247,7 +248,7 @@ func TestRenewSetsTheTTL(t *testing.T) {
 	if d, err = l.Renew(ctx(t), d); err != nil || !d.Allowed {
 		t.Fatalf("Renew: %+v, %v", d, err)
 	}
-	key, err := StateKey(s.prefix, rule, "k")
+	key, err := rediskeys.StateKey(s.prefix, rule, "k")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,11 +21,11 @@ func TestOptionsBounds(t *testing.T) {
 		errs int
 	}{
 		{"zero durations", Options{URL: url}, 0},
-		{"prefix at the bound", Options{URL: url, Prefix: strings.Repeat("p", MaxPrefixLen)}, 0},
+		{"prefix at the bound", Options{URL: url, Prefix: strings.Repeat("p", maxPrefixLen)}, 0},
 		{"negative dial timeout", Options{URL: url, DialTimeout: -1}, 1},
 		{"negative redial interval", Options{URL: url, RedialInterval: -1}, 1},
 		{"negative call timeout", Options{URL: url, CallTimeout: -1}, 1},
-		{"every problem", Options{Prefix: strings.Repeat("{", MaxPrefixLen+1), DialTimeout: -1, RedialInterval: -1, CallTimeout: -1}, 6},
+		{"every problem", Options{Prefix: strings.Repeat("{", maxPrefixLen+1), DialTimeout: -1, RedialInterval: -1, CallTimeout: -1}, 6},
 	} {
 		err := tc.opts.Validate()
 		n := 0
@@ -39,12 +39,12 @@ func TestOptionsBounds(t *testing.T) {
 }
 
 // TestCallTimeout: a call whose context has no deadline gets CallTimeout,
-// DefaultCallTimeout when zero; a deadline of the caller's is kept.
+// defaultCallTimeout when zero; a deadline of the caller's is kept.
 func TestCallTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		opt, want time.Duration
 	}{
-		{0, DefaultCallTimeout},
+		{0, defaultCallTimeout},
 		{time.Minute, time.Minute},
 	} {
 		s, err := New(context.Background(), Options{Conn: &faultConn{}, CallTimeout: tc.opt})
@@ -70,8 +70,8 @@ func TestCallTimeout(t *testing.T) {
 }
 
 // TestDialOptions: a store built from a URL dials with Options'
-// DialTimeout, else the URL's dial_timeout, else DefaultDialTimeout, and
-// with the URL's write_timeout, else DefaultWriteTimeout.
+// DialTimeout, else the URL's dial_timeout, else defaultDialTimeout, and
+// with the URL's write_timeout, else defaultWriteTimeout.
 func TestDialOptions(t *testing.T) {
 	addr := "redis://" + redistest.Addr(t)
 	for _, tc := range []struct {
@@ -79,9 +79,9 @@ func TestDialOptions(t *testing.T) {
 		opts         Options
 		dial, writes time.Duration
 	}{
-		{"defaults", Options{URL: addr}, DefaultDialTimeout, DefaultWriteTimeout},
+		{"defaults", Options{URL: addr}, defaultDialTimeout, defaultWriteTimeout},
 		{"the URL's", Options{URL: addr + "?dial_timeout=5s&write_timeout=7s"}, 5 * time.Second, 7 * time.Second},
-		{"Options' over the URL's", Options{URL: addr + "?dial_timeout=5s", DialTimeout: 2 * time.Second}, 2 * time.Second, DefaultWriteTimeout},
+		{"Options' over the URL's", Options{URL: addr + "?dial_timeout=5s", DialTimeout: 2 * time.Second}, 2 * time.Second, defaultWriteTimeout},
 	} {
 		s, err := New(ctx(t), tc.opts)
 		if err != nil {

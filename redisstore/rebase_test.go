@@ -10,6 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/redis/rueidis"
 )
 
@@ -212,7 +213,7 @@ func TestRingTooOldForItsBase(t *testing.T) {
 	for _, srv := range ringServers(t) {
 		t.Run(srv.name, func(t *testing.T) {
 			s, c := srv.store, srv.raw
-			r := mustRule(t, "decade", 5, floodgate.MaxWindow, floodgate.SlidingWindow)
+			r := mustRule(t, "decade", 5, bounds.Window, floodgate.SlidingWindow)
 			key := stateKey(s, r, "k")
 			now0 := serverTime(t, c)
 			base := now0 - span
@@ -234,8 +235,8 @@ func TestRingTooOldForItsBase(t *testing.T) {
 				t.Fatal("the failed take changed the ring")
 			}
 			res, err := s.Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
-			if err != nil || !res[0].Allowed || res[0].Remaining != 2 || res[0].ResetAfter != floodgate.MaxWindow {
-				t.Fatalf("peek of 1 beside 2 live times of 5: %+v, %v; want allowed, remaining 2, reset %v", res, err, floodgate.MaxWindow)
+			if err != nil || !res[0].Allowed || res[0].Remaining != 2 || res[0].ResetAfter != bounds.Window {
+				t.Fatalf("peek of 1 beside 2 live times of 5: %+v, %v; want allowed, remaining 2, reset %v", res, err, bounds.Window)
 			}
 		})
 	}

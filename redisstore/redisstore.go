@@ -11,29 +11,28 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/redis/rueidis"
 )
 
 // Defaults of [Options].
 const (
-	// DefaultPrefix starts every key the store writes.
-	DefaultPrefix = "fg:"
-	// DefaultDialTimeout bounds one connection attempt.
-	DefaultDialTimeout = time.Second
-	// DefaultRedialInterval is the least time between two connection
+	// defaultDialTimeout bounds one connection attempt.
+	defaultDialTimeout = time.Second
+	// defaultRedialInterval is the least time between two connection
 	// attempts while Redis has never been reached.
-	DefaultRedialInterval = 500 * time.Millisecond
-	// DefaultCallTimeout bounds a call whose context has no deadline.
-	DefaultCallTimeout = 3 * time.Second
-	// DefaultWriteTimeout is rueidis's ConnWriteTimeout for clients the
+	defaultRedialInterval = 500 * time.Millisecond
+	// defaultCallTimeout bounds a call whose context has no deadline.
+	defaultCallTimeout = 3 * time.Second
+	// defaultWriteTimeout is rueidis's ConnWriteTimeout for clients the
 	// store builds: a connection that leaves a command unanswered longer
 	// is closed.
-	DefaultWriteTimeout = 3 * time.Second
+	defaultWriteTimeout = 3 * time.Second
 )
 
-// MaxPrefixLen is the longest [Options.Prefix] accepted.
-const MaxPrefixLen = 64
+// maxPrefixLen is the longest [Options.Prefix] accepted.
+const maxPrefixLen = 64
 
 // ErrInvalidOptions reports [Options] that cannot be used. Errors from
 // [Options.Validate] and [New] wrap it.
@@ -61,24 +60,21 @@ type Options struct {
 	// and does not close it.
 	Conn Conn
 	// Prefix starts every key: "<prefix>{<rule>:<key>}:w:1m0s" (see the
-	// package documentation). Zero means DefaultPrefix ("fg:"). At most
-	// MaxPrefixLen bytes, without braces (a brace would move the Cluster
+	// package documentation). Zero means "fg:". At most 64 bytes, without braces (a brace would move the Cluster
 	// hash tag). Services that share one Redis and use the same rule
 	// names for different limits need distinct prefixes.
 	Prefix string
 	// DialTimeout bounds one connection attempt of a store built from URL.
-	// Zero means the URL's dial_timeout, or DefaultDialTimeout (1s).
+	// Zero means the URL's dial_timeout, or 1s.
 	DialTimeout time.Duration
 	// RedialInterval is the least time between two connection attempts of
 	// a store built from URL while Redis has not been reached yet; calls in
 	// between fail at once with an error wrapping
-	// floodgate.ErrStoreUnavailable. Zero means DefaultRedialInterval
-	// (500ms). Once connected, rueidis reconnects by itself.
+	// floodgate.ErrStoreUnavailable. Zero means 500ms. Once connected, rueidis reconnects by itself.
 	RedialInterval time.Duration
 	// CallTimeout bounds each call whose context has no deadline, so that
 	// no call waits forever on a dead Redis (rueidis retries a read-only
-	// command until its context is done). Zero means DefaultCallTimeout
-	// (3s). A floodgate.Limiter always sets a deadline of its own.
+	// command until its context is done). Zero means 3s. A floodgate.Limiter always sets a deadline of its own.
 	CallTimeout time.Duration
 	// Breaker configures the circuit breaker that guards the store by
 	// default (see package breakerstore): while Redis fails, a call fails
@@ -112,8 +108,8 @@ func (o Options) Validate() error {
 			bad("URL: %v", err)
 		}
 	}
-	if len(o.Prefix) > MaxPrefixLen {
-		bad("prefix is %d bytes long, at most %d allowed", len(o.Prefix), MaxPrefixLen)
+	if len(o.Prefix) > maxPrefixLen {
+		bad("prefix is %d bytes long, at most %d allowed", len(o.Prefix), maxPrefixLen)
 	}
 	if strings.ContainsAny(o.Prefix, "{}") {
 		bad("prefix %q has a brace, which would change the keys' Cluster hash tag", o.Prefix)
@@ -167,21 +163,21 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{prefix: cmp.Or(opts.Prefix, DefaultPrefix), callTO: cmp.Or(opts.CallTimeout, DefaultCallTimeout)}
+	s := &Store{prefix: cmp.Or(opts.Prefix, rediskeys.DefaultPrefix), callTO: cmp.Or(opts.CallTimeout, defaultCallTimeout)}
 	switch {
 	case opts.Client != nil:
 		s.conn = onClient(opts.Client)
 	case opts.Conn != nil:
 		s.conn = opts.Conn
 	default:
-		opt, err := redisopt.FromURL(opts.URL, opts.DialTimeout, DefaultDialTimeout)
+		opt, err := redisopt.FromURL(opts.URL, opts.DialTimeout, defaultDialTimeout)
 		if err != nil { // Validate parsed it already
 			return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
 		}
 		if opt.ConnWriteTimeout == 0 {
-			opt.ConnWriteTimeout = DefaultWriteTimeout
+			opt.ConnWriteTimeout = defaultWriteTimeout
 		}
-		s.dialed = dialing(ctx, opt, cmp.Or(opts.RedialInterval, DefaultRedialInterval))
+		s.dialed = dialing(ctx, opt, cmp.Or(opts.RedialInterval, defaultRedialInterval))
 		s.conn = s.dialed
 	}
 	s.guard = direct{s}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/storetest"
 	"github.com/redis/rueidis"
@@ -110,7 +111,7 @@ func TestHostileKeysHaveOneHashTag(t *testing.T) {
 	c := rawClient(t)
 	r := mustRule(t, "hostile", 5, time.Minute, floodgate.SlidingWindow)
 	for _, k := range []string{
-		"{a}", "a}{b", "}{", "{{}}", "line\nbreak", "\r\n", "nul\x00", "\xff\xfe", strings.Repeat("m", floodgate.MaxKeyLen), "ok-key",
+		"{a}", "a}{b", "}{", "{{}}", "line\nbreak", "\r\n", "nul\x00", "\xff\xfe", strings.Repeat("m", bounds.KeyLen), "ok-key",
 	} {
 		key := stateKey(s, r, k)
 		if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || strings.Index(key, "{") > strings.Index(key, "}") {
@@ -548,7 +549,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"bad scheme", Options{URL: "http://127.0.0.1"}, false},
 		{"bad db", Options{URL: "redis://127.0.0.1/x"}, false},
 		{"brace in prefix", Options{URL: "redis://127.0.0.1", Prefix: "a{b"}, false},
-		{"long prefix", Options{URL: "redis://127.0.0.1", Prefix: strings.Repeat("p", MaxPrefixLen+1)}, false},
+		{"long prefix", Options{URL: "redis://127.0.0.1", Prefix: strings.Repeat("p", maxPrefixLen+1)}, false},
 		{"negative timeouts", Options{URL: "redis://127.0.0.1", DialTimeout: -1, RedialInterval: -1}, false},
 	} {
 		err := tc.opts.Validate()

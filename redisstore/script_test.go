@@ -113,8 +113,8 @@ func TestParams(t *testing.T) {
 	rule := func(limit int64, window time.Duration, alg floodgate.Algorithm, burst int64) floodgate.Rule {
 		r := mustRule(t, "p", limit, window, alg)
 		if burst > 0 {
-			var err error
-			if r, err = r.WithBurst(burst); err != nil {
+			r.Burst = burst
+			if err := r.Validate(); err != nil {
 				t.Fatal(err)
 			}
 		}

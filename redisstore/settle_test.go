@@ -17,9 +17,9 @@ func TestSettleOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := floodgate.MustRule(floodgate.NewRule("settle", 100, time.Hour, floodgate.FixedWindow))
+	rule := floodgate.Rule{Name: "settle", Limit: 100, Window: time.Hour, Algorithm: floodgate.FixedWindow}
 	key := "settle-" + t.Name()
-	d, err := l.AllowN(ctx, rule, key, 30)
+	d, err := l.Check(ctx, floodgate.Hit{Rule: rule, Key: key, Cost: 30})
 	if err != nil || d.Remaining != 70 {
 		t.Fatalf("estimate 30: %+v, %v", d, err)
 	}
@@ -29,7 +29,7 @@ func TestSettleOnRedis(t *testing.T) {
 	if p, err := l.Peek(ctx, floodgate.Hit{Rule: rule, Key: key}); err != nil || p.Remaining != 89 {
 		t.Fatalf("after settling 30 as 10: %+v, %v; want 89 left after the peek's one", p, err)
 	}
-	d, err = l.AllowN(ctx, rule, key, 50)
+	d, err = l.Check(ctx, floodgate.Hit{Rule: rule, Key: key, Cost: 50})
 	if err != nil || d.Remaining != 40 {
 		t.Fatalf("estimate 50: %+v, %v", d, err)
 	}

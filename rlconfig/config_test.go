@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -179,7 +180,7 @@ descriptors:
   - key: leaf                # no limit and no children: allowed
 `})
 	m := cfg.Match("d", e("phone", "2061234567"))
-	if m.Outcome != rlconfig.Limited || m.Limits[0].Unit != rlconfig.Second {
+	if m.Outcome != rlmatch.Limited || m.Limits[0].Unit != rlmatch.Second {
 		t.Errorf("numeric value: %+v", m)
 	}
 	m = cfg.Match("d", e("q", "x"))
@@ -192,10 +193,10 @@ descriptors:
 	if w := cfg.Match("d", e("y", "x")).Limits[0].Rule.Window; w != 365*24*time.Hour {
 		t.Errorf("year window %v", w)
 	}
-	if m := cfg.Match("d", e("l", "x")); m.Outcome != rlconfig.Unlimited {
+	if m := cfg.Match("d", e("l", "x")); m.Outcome != rlmatch.Unlimited {
 		t.Errorf("unlimited: %v", m.Outcome)
 	}
-	if m := cfg.Match("d", e("leaf", "x")); m.Outcome != rlconfig.NoLimit || m.Path != "d.leaf" {
+	if m := cfg.Match("d", e("leaf", "x")); m.Outcome != rlmatch.NoLimit || m.Path != "d.leaf" {
 		t.Errorf("leaf: %+v", m)
 	}
 }
@@ -243,31 +244,31 @@ descriptors:
 		Window time.Duration
 		Alg    floodgate.Algorithm
 		Burst  int64
-		Unit   rlconfig.Unit
+		Unit   rlmatch.Unit
 		Shadow bool
 		Label  string
 	}
 	tests := []struct {
 		name    string
 		domain  string
-		entries []rlconfig.Entry
+		entries []rlmatch.Entry
 		failure enforce.FailureMode
 		want    []r
 	}{
 		{"unchanged file: fixed window, error", "plain", e("k", "x"), enforce.FailError,
-			[]r{{10, time.Minute, floodgate.FixedWindow, 0, rlconfig.Minute, false, "plain.k"}}},
+			[]r{{10, time.Minute, floodgate.FixedWindow, 0, rlmatch.Minute, false, "plain.k"}}},
 		{"domain defaults", "ext", e("inherit", "x"), enforce.FailOpen,
-			[]r{{10, time.Minute, floodgate.SlidingWindow, 0, rlconfig.Minute, false, "ext.inherit"}}},
+			[]r{{10, time.Minute, floodgate.SlidingWindow, 0, rlmatch.Minute, false, "ext.inherit"}}},
 		{"descriptor overrides", "ext", e("bucket", "x"), enforce.FailLocal,
-			[]r{{5, time.Second, floodgate.TokenBucket, 20, rlconfig.Second, false, "ext.bucket"}}},
+			[]r{{5, time.Second, floodgate.TokenBucket, 20, rlmatch.Second, false, "ext.bucket"}}},
 		{"nested inherits the descriptor", "ext", e("bucket", "x", "nested", "y"), enforce.FailLocal,
-			[]r{{30, 90 * time.Second, floodgate.TokenBucket, 20, rlconfig.UnitUnknown, false, "ext.bucket.nested"}}},
+			[]r{{30, 90 * time.Second, floodgate.TokenBucket, 20, rlmatch.UnitUnknown, false, "ext.bucket.nested"}}},
 		{"an algorithm resets the burst", "ext", e("bucket", "x", "reset", "y"), enforce.FailClosed,
-			[]r{{30, time.Minute, floodgate.FixedWindow, 0, rlconfig.Minute, false, "ext.bucket.reset"}}},
+			[]r{{30, time.Minute, floodgate.FixedWindow, 0, rlmatch.Minute, false, "ext.bucket.reset"}}},
 		{"rate_limits", "ext", e("multi", "x"), enforce.FailError, []r{
-			{10, time.Second, floodgate.TokenBucket, 20, rlconfig.Second, false, "ext.multi"},
-			{300, 90 * time.Second, floodgate.SlidingWindow, 0, rlconfig.UnitUnknown, true, "ext.multi#2"},
-			{10000, 24 * time.Hour, floodgate.SlidingWindowCounter, 0, rlconfig.Day, true, "daily"},
+			{10, time.Second, floodgate.TokenBucket, 20, rlmatch.Second, false, "ext.multi"},
+			{300, 90 * time.Second, floodgate.SlidingWindow, 0, rlmatch.UnitUnknown, true, "ext.multi#2"},
+			{10000, 24 * time.Hour, floodgate.SlidingWindowCounter, 0, rlmatch.Day, true, "daily"},
 		}},
 	}
 	for _, tc := range tests {
@@ -417,7 +418,7 @@ func TestLoadDirOddFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(big, "big.yaml"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(filepath.Join(big, "big.yaml"), rlconfig.MaxFileSize+1); err != nil {
+	if err := os.Truncate(filepath.Join(big, "big.yaml"), maxFileSize+1); err != nil {
 		t.Fatal(err)
 	}
 	for dir, want := range map[string]string{fifo: "b.yaml: not a regular file", device: "zero.yaml: not a regular file", big: "big.yaml: 16777217 bytes, more than the 16777216"} {
@@ -436,11 +437,11 @@ func TestLoadDirOddFiles(t *testing.T) {
 		}
 	}
 	// Exactly the bound is read.
-	if err := os.Truncate(filepath.Join(big, "big.yaml"), rlconfig.MaxFileSize); err != nil {
+	if err := os.Truncate(filepath.Join(big, "big.yaml"), maxFileSize); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rlconfig.LoadDir(big, rlconfig.Options{}); err == nil || strings.Contains(err.Error(), "more than") {
-		t.Errorf("a file of exactly MaxFileSize: %v, want it read (and refused as a file of NUL bytes)", err)
+		t.Errorf("a file of exactly 16 MiB: %v, want it read (and refused as a file of NUL bytes)", err)
 	}
 }
 
@@ -453,7 +454,7 @@ func TestMergeDomains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, b := cfg.Match("d", e("a", "x")), cfg.Match("d", e("b", "x")); a.Outcome != rlconfig.Limited || b.Outcome != rlconfig.Limited || b.Limits[0].File != "b.yaml" {
+	if a, b := cfg.Match("d", e("a", "x")), cfg.Match("d", e("b", "x")); a.Outcome != rlmatch.Limited || b.Outcome != rlmatch.Limited || b.Limits[0].File != "b.yaml" {
 		t.Errorf("merged: %+v %+v", a, b)
 	}
 	files["c.yaml"] = "domain: d\ndescriptors:\n  - key: a\n"
@@ -478,7 +479,7 @@ descriptors:
          shadow_mode: true}
 `})
 	m := cfg.Match("api", e("user", "ana"))
-	if m.Outcome != rlconfig.Limited || len(m.Limits) != 3 || m.FailureMode != enforce.FailOpen || !m.Limits[2].ShadowMode {
+	if m.Outcome != rlmatch.Limited || len(m.Limits) != 3 || m.FailureMode != enforce.FailOpen || !m.Limits[2].ShadowMode {
 		t.Errorf("doc example: %+v", m)
 	}
 }
@@ -498,3 +499,6 @@ func TestWholeNumbers(t *testing.T) {
 		}
 	}
 }
+
+// maxFileSize is the bound that LoadDir's doc states: 16 MiB.
+const maxFileSize = 16 << 20

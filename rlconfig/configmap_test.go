@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -84,7 +85,7 @@ func TestConfigMapSwapIsAtomic(t *testing.T) {
 			continue
 		}
 		cfg := w.Config()
-		a, b := cfg.Match("a", []rlconfig.Entry{{Key: "k", Value: "x"}}), cfg.Match("b", []rlconfig.Entry{{Key: "k", Value: "x"}})
+		a, b := cfg.Match("a", []rlmatch.Entry{{Key: "k", Value: "x"}}), cfg.Match("b", []rlmatch.Entry{{Key: "k", Value: "x"}})
 		if len(a.Limits) != 1 || len(b.Limits) != 1 || a.Limits[0].RequestsPerUnit != b.Limits[0].RequestsPerUnit {
 			mixed++
 			if mixed == 1 {

@@ -1,8 +1,10 @@
 // Package rlconfig reads rate-limit policies written in the YAML format of
 // envoyproxy/ratelimit, unchanged, plus a few floodgate extensions. It
-// parses and validates them, matches a request's descriptors against
-// them, and reloads them when their directory changes. Each configured
-// limit becomes a validated [floodgate.Rule].
+// parses and validates them ([Parse], [LoadDir]) and reloads them when
+// they change ([Watch]). The [Config] it returns is what package rls
+// serves as Envoy's rate-limit service, and what [NewRules] turns into
+// live limits of a library's [floodgate.Limiter]. Each configured limit
+// becomes a validated [floodgate.Rule].
 //
 // # The format
 //
@@ -34,13 +36,17 @@
 //
 // # Matching
 //
-// [Config.Match] walks a request descriptor's entries level by level: an
-// entry matches a descriptor with its key and value first, then one with
-// a matching wildcard value (in the order written), then one with its key
-// and no value. The limits are those of the descriptor that the last
-// entry reaches, so a request must have exactly as many entries as the
-// limit is deep. [Config.MatchAll] matches every descriptor of a request
-// and applies replaces.
+// A request's descriptor (a list of entries, each a key and a value) is
+// matched level by level: an entry matches a descriptor with its key and
+// value first, then one with a matching wildcard value (in the order
+// written), then one with its key and no value. The limits are those of
+// the descriptor that the last entry reaches, so a request must have
+// exactly as many entries as the limit is deep; a request with more
+// entries than the configuration has levels matches nothing, and a
+// descriptor without a rate_limit applies none. The descriptors of one
+// request are matched each on its own, and then replaces applies: a named
+// limit that any matched limit (an unlimited one included) replaces does
+// not apply.
 //
 // # Extensions
 //
@@ -76,15 +82,20 @@
 //     Gateway's costs) is recorded in full, the key owing what it took past
 //     its limit (floodgate.Hit.Overdraw); false (floodgate's default) counts
 //     only what is admitted. Unset, the service's setting applies
-//     ([Config.CountsOverLimit]).
+//     (rls.Options.CountOverLimit).
 //
 // # Rules and keys
 //
-// Each limit's [Limit.Rule] is named from the domain and descriptor path
-// plus a hash of them, so the same descriptor keeps its rule name (and
-// its counts) across reloads while two descriptors never share one.
-// [Match.Key] names the domain and the request's entries with their
-// values; [Match.Hits] pairs it with each counted limit's rule.
+// Each limit counts under a floodgate rule named from the domain and the
+// descriptor path plus a hash of them, so the same descriptor keeps its
+// rule name (and its counts) across reloads while two descriptors never
+// share one. A request is counted under a key that names the domain and
+// the request's entries with their values, so that different values are
+// counted apart and identical ones together; a share_threshold wildcard
+// level keeps its pattern instead, so all its values share one count.
+// A limit is reported under its name field, or else its descriptor path
+// ("messaging.message_type_marketing.to_number", with "#2", "#3"... for
+// the later items of a rate_limits list).
 //
 // # Differences from envoyproxy/ratelimit
 //
@@ -109,22 +120,21 @@
 // underscore into the key. Files whose names start with a dot, files
 // not named *.yaml or *.yml, and subdirectories are not read, where
 // envoyproxy/ratelimit reads them all; [Config.Skipped] lists them (but
-// the dot files), for a service to warn of. quota_mode is carried on [Limit] and not
-// interpreted. The per-request limit override of the RLS API is not part
-// of this package.
+// the dot files), for a service to warn of. quota_mode is read and not
+// interpreted. The per-request limit override of the RLS API is package
+// rls's.
 //
 // # xDS
 //
-// [ProtoFiles] turns the RateLimitConfig resources of an xDS server into
-// files of this format, read and validated as any other; package
-// rlconfig/xds subscribes to a server. The proto has none of floodgate's
-// extensions: they are for files only.
+// Package rlconfig/xds takes the configuration from an xDS server, as
+// envoyproxy/ratelimit does; each resource is read and validated as a
+// file of this format. The proto has none of floodgate's extensions: they
+// are for files only.
 //
 // # Reloading
 //
-// A [Watcher] holds the configuration of a directory and reloads it on
-// every change, including the ..data symbolic link swap of a Kubernetes
-// ConfigMap volume and the swap of any symbolic link on the directory's
-// path (envoyproxy/ratelimit's RUNTIME_ROOT). An invalid configuration is refused with every
-// problem listed, and the old one stays in force.
+// A [Watcher] follows a directory (or one file) through every change,
+// Kubernetes ConfigMap updates and RUNTIME_ROOT swaps included; its doc
+// says how. An invalid configuration is refused with every problem
+// listed, and the old one stays in force.
 package rlconfig

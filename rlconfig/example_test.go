@@ -3,53 +3,60 @@ package rlconfig_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
-// An envoyproxy/ratelimit file with one floodgate extension (an exact
-// sliding window for the whole domain), matched and enforced with a
-// floodgate Limiter.
+// Live limits from an envoyproxy/ratelimit file with one floodgate
+// extension (an exact sliding window for the whole domain): every
+// account makes 2 PIX transfers a minute, and account acct-42 makes 3.
+// A [rlconfig.Watcher]'s Config method in place of the func would follow
+// the file as it changes.
 func Example() {
-	cfg, err := rlconfig.Parse(map[string][]byte{"messaging.yaml": []byte(`
-domain: messaging
+	cfg, err := rlconfig.Parse(map[string][]byte{"bank.yaml": []byte(`
+domain: bank
 algorithm: sliding_window
 descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 2
+  - key: pix
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: pix
+    value: acct-42
+    rate_limit: {unit: minute, requests_per_unit: 3}
 `)}, rlconfig.Options{})
 	if err != nil {
 		fmt.Println(err) // every problem, each with its file and path
 		return
 	}
+	fmt.Print(cfg)
+
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
-	limiter, err := floodgate.New(store, floodgate.Options{})
+	limiter, err := floodgate.New(store, floodgate.Options{
+		Overrides: rlconfig.NewRules("bank", func() *rlconfig.Config { return cfg }),
+	})
 	if err != nil {
 		panic(err)
 	}
-
-	m := cfg.Match("messaging", []rlconfig.Entry{{Key: "message_type", Value: "marketing"}, {Key: "to_number", Value: "2061111111"}})
-	fmt.Println(m.Outcome, m.Limits[0])
-	for i := 1; i <= 3; i++ {
-		d, err := limiter.Check(context.Background(), m.Hits(1)...)
-		if err != nil {
-			panic(err) // the store failed: apply m.FailureMode
+	pix := floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute} // the file's limits replace the 10
+	for _, account := range []string{"acct-1", "acct-42"} {
+		allowed := 0
+		for range 5 {
+			d, err := limiter.Allow(context.Background(), pix, account)
+			if err != nil {
+				panic(err) // the store failed
+			}
+			if d.Allowed {
+				allowed++
+			}
 		}
-		fmt.Printf("message %d: allowed=%v remaining=%d\n", i, d.Allowed, d.Remaining)
+		fmt.Printf("%s: %d of 5 allowed\n", account, allowed)
 	}
-	fmt.Println(cfg.Match("billing", nil).Outcome)
 	// Output:
-	// limited messaging.message_type_marketing.to_number: 2/day sliding-window
-	// message 1: allowed=true remaining=1
-	// message 2: allowed=true remaining=0
-	// message 3: allowed=false remaining=0
-	// unknown-domain
+	// bank.pix: 2/minute sliding-window
+	// bank.pix_acct-42: 3/minute sliding-window
+	// acct-1: 2 of 5 allowed
+	// acct-42: 3 of 5 allowed
 }

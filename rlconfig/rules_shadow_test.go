@@ -24,7 +24,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	rules := rlconfig.NewRules("app", func() *rlconfig.Config { return cfg })
-	pix := floodgate.MustRule(floodgate.NewRule("pix", 10, time.Minute, floodgate.SlidingWindow))
+	pix := floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute}
 	if got, ok := rules.Override(pix, "trial"); ok {
 		t.Fatalf("Rule of a shadow_mode descriptor = %v, true; want none (a shadow limit must not deny)", got)
 	}

@@ -36,18 +36,18 @@ descriptors:
 		t.Fatal(err)
 	}
 	rules := rlconfig.NewRules("app", func() *rlconfig.Config { return cfg })
-	pix := floodgate.MustRule(floodgate.NewRule("pix", 10, time.Minute, floodgate.SlidingWindow))
-	bucket := floodgate.MustRule(floodgate.NewRule("pix", 10, time.Minute, floodgate.TokenBucket))
+	pix := floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute}
+	bucket := floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute, Algorithm: floodgate.TokenBucket}
 	bucket.Burst = 3
-	api := floodgate.MustRule(floodgate.NewRule("api", 1, time.Minute, floodgate.SlidingWindow))
+	api := floodgate.Rule{Name: "api", Limit: 1, Window: time.Minute}
 	cases := []struct {
 		base floodgate.Rule
 		key  string
 		want floodgate.Rule
 		ok   bool
 	}{
-		{pix, "acct-1", floodgate.Rule{Name: "pix", Limit: 20, Window: time.Minute, Algorithm: floodgate.SlidingWindow}, true},
-		{pix, "vip", floodgate.Rule{Name: "pix", Limit: 500, Window: time.Hour, Algorithm: floodgate.SlidingWindow}, true},
+		{pix, "acct-1", floodgate.Rule{Name: "pix", Limit: 20, Window: time.Minute}, true},
+		{pix, "vip", floodgate.Rule{Name: "pix", Limit: 500, Window: time.Hour}, true},
 		{bucket, "acct-1", floodgate.Rule{Name: "pix", Limit: 20, Window: time.Minute, Algorithm: floodgate.TokenBucket, Burst: 3}, true},
 		{api, "k", floodgate.Rule{Name: "api", Limit: 5, Window: time.Second, Algorithm: floodgate.TokenBucket, Burst: 7}, true},
 		{pix, "free", floodgate.Rule{}, false},

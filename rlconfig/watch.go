@@ -33,8 +33,8 @@ type WatchOptions struct {
 	OnReload func(cfg *Config, err error)
 }
 
-// Watcher holds the configuration read from a directory and reloads it
-// when the directory changes. It sees files written in place, added or
+// Watcher holds the configuration read from a directory (or one file of
+// it, see [Watch]) and reloads it when the directory changes. It sees files written in place, added or
 // removed, and the atomic swap of the ..data symbolic link that
 // Kubernetes performs on a mounted ConfigMap, as well as a swap of the
 // directory itself, or of any directory above it, when it is a symbolic
@@ -63,23 +63,25 @@ type Watcher struct {
 	links map[string]map[string]bool
 }
 
-// Watch loads the configuration in dir with [LoadDir] and starts
-// watching it. It returns an error, and starts nothing, when the first
-// configuration is invalid or the directory cannot be watched.
-func Watch(dir string, opts WatchOptions) (*Watcher, error) { return watch(dir, "", opts) }
-
-// WatchFile is [Watch] of one file: it reads only path, watching its
-// directory (which sees the file replaced by a rename, as editors and
-// configuration tools write it). The file must be named *.yaml or *.yml
-// and must not start with a dot. A reload that finds no file is refused,
-// as an invalid file is: the configuration in force stays.
-func WatchFile(path string, opts WatchOptions) (*Watcher, error) {
+// Watch loads the configuration at path and starts watching it. path
+// names a directory, read as [LoadDir] reads it, or one file named
+// *.yaml or *.yml (not starting with a dot), read alone: its directory is
+// watched, which sees the file replaced by a rename, as editors and
+// configuration tools write it, and a reload that finds the file gone is
+// refused, as an invalid file is. Watch returns an error, and starts
+// nothing, when the first configuration is invalid or path cannot be
+// watched.
+func Watch(path string, opts WatchOptions) (*Watcher, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("rlconfig: watch %s: %w", path, err)
+	}
+	if st.IsDir() {
+		return watch(path, "", opts)
+	}
 	name := filepath.Base(path)
 	if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
 		return nil, fmt.Errorf("%w: %s: the file's name must end in .yaml or .yml and not start with a dot", ErrInvalidConfig, path)
-	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("rlconfig: %w", err)
 	}
 	return watch(filepath.Dir(path), name, opts)
 }
@@ -152,7 +154,7 @@ func (w *Watcher) read() (*Config, error) {
 		return nil, err
 	}
 	if _, ok := files[w.only]; w.only != "" && !ok {
-		// WatchFile's file is required: its absence is not an empty
+		// Watch's one file is required: its absence is not an empty
 		// configuration that would drop every limit.
 		return nil, fmt.Errorf("rlconfig: %s: %w", filepath.Join(w.dir, w.only), os.ErrNotExist)
 	}

@@ -283,17 +283,17 @@ func TestWatchConcurrentReaders(t *testing.T) {
 	}
 }
 
-// WatchFile reads its one file, ignores its neighbours (valid or not),
+// Watch of one file reads it alone, ignores its neighbours (valid or not),
 // and sees the file replaced by a rename, as editors write it.
 func TestWatchFile(t *testing.T) {
 	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("1"), "other.yaml": "domain: d\nnot: valid\n"})
 	ch := make(chan reload, 100)
-	w, err := rlconfig.WatchFile(filepath.Join(dir, "limits.yaml"), rlconfig.WatchOptions{
+	w, err := rlconfig.Watch(filepath.Join(dir, "limits.yaml"), rlconfig.WatchOptions{
 		Debounce: 20 * time.Millisecond,
 		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
 	})
 	if err != nil {
-		t.Fatalf("WatchFile beside an invalid neighbour: %v", err)
+		t.Fatalf("Watch of a file beside an invalid neighbour: %v", err)
 	}
 	defer w.Close()
 	if got := limitOf(w.Config()); got != 1 {
@@ -308,10 +308,16 @@ func TestWatchFile(t *testing.T) {
 	if got := w.Config().Files(); len(got) != 1 || got[0] != "limits.yaml" {
 		t.Errorf("files read: %v, want [limits.yaml]", got)
 	}
-	for _, bad := range []string{filepath.Join(dir, "limits.json"), filepath.Join(dir, ".hidden.yaml"), filepath.Join(dir, "missing.yaml")} {
-		if _, err := rlconfig.WatchFile(bad, rlconfig.WatchOptions{}); err == nil {
-			t.Errorf("WatchFile(%s) accepted", bad)
+	// A file that LoadDir would not read is refused by name, even valid.
+	for _, name := range []string{"limits.json", ".hidden.yaml"} {
+		bad := filepath.Join(dir, name)
+		write(t, bad, limitFile("1"))
+		if _, err := rlconfig.Watch(bad, rlconfig.WatchOptions{}); !errors.Is(err, rlconfig.ErrInvalidConfig) {
+			t.Errorf("Watch(%s): %v, want ErrInvalidConfig", bad, err)
 		}
+	}
+	if _, err := rlconfig.Watch(filepath.Join(dir, "missing.yaml"), rlconfig.WatchOptions{}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Watch of a missing file: %v, want os.ErrNotExist", err)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
-// The one file of WatchFile is required, at every reload as at the first:
+// The one file that Watch is given is required, at every reload as at the first:
 // its removal is refused (OnReload gets the error) and the limits in force
 // stay, rather than an empty configuration that drops every live limit
 // and is reported as a successful reload.
@@ -17,7 +17,7 @@ func TestWatchFileRemovedKeepsTheLimits(t *testing.T) {
 	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("3")})
 	path := filepath.Join(dir, "limits.yaml")
 	ch := make(chan reload, 100)
-	w, err := rlconfig.WatchFile(path, rlconfig.WatchOptions{
+	w, err := rlconfig.Watch(path, rlconfig.WatchOptions{
 		Debounce: 20 * time.Millisecond,
 		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
 	})
@@ -46,7 +46,7 @@ func TestWatchFileInTheWorkingDirectory(t *testing.T) {
 	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("3")})
 	t.Chdir(dir)
 	ch := make(chan reload, 100)
-	w, err := rlconfig.WatchFile("limits.yaml", rlconfig.WatchOptions{
+	w, err := rlconfig.Watch("limits.yaml", rlconfig.WatchOptions{
 		Debounce: 20 * time.Millisecond,
 		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
 	})

@@ -14,7 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/fields"
-	"github.com/floodgate-rl/floodgate/rlconfig"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 )
 
 // ShouldRateLimit decides one request: every descriptor's limits are
@@ -62,14 +62,14 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	var shed bool
-	if size >= LargeRequest {
+	if size >= largeRequest {
 		n := s.large.Add(int64(size))
 		defer s.large.Add(-int64(size))
-		shed = n > MaxLargeInFlight
+		shed = n > maxLargeInFlight
 	}
-	cfg := s.Config() // read once: no request sees half of a reload
+	cfg := (*rlmatch.Config)(s.Config()) // read once: no request sees half of a reload
 	ms := cfg.MatchAll(req.GetDomain(), entries)
-	if ms[0].Outcome == rlconfig.UnknownDomain {
+	if ms[0].Outcome == rlmatch.UnknownDomain {
 		s.metrics.unknownDomain.Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
@@ -102,8 +102,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 // shadowed returns m with every limit in shadow mode (Options.ShadowMode).
 // The configuration's limits are shared, so each is copied.
-func shadowed(m rlconfig.Match) rlconfig.Match {
-	ls := make([]*rlconfig.Limit, len(m.Limits))
+func shadowed(m rlmatch.Match) rlmatch.Match {
+	ls := make([]*rlmatch.Limit, len(m.Limits))
 	for j, l := range m.Limits {
 		c := *l
 		c.ShadowMode = true
@@ -115,32 +115,32 @@ func shadowed(m rlconfig.Match) rlconfig.Match {
 
 // requestEntries checks the request's shape and returns its descriptors'
 // entries, and their size in bytes of keys and values.
-func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlconfig.Entry, int, error) {
+func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlmatch.Entry, int, error) {
 	switch {
 	case req.GetDomain() == "":
 		return nil, 0, invalid("domain is empty")
 	case len(req.GetDescriptors()) == 0:
 		return nil, 0, invalid("no descriptors")
-	case len(req.GetDescriptors()) > MaxDescriptors:
-		return nil, 0, invalid("%d descriptors, at most %d allowed", len(req.GetDescriptors()), MaxDescriptors)
+	case len(req.GetDescriptors()) > maxDescriptors:
+		return nil, 0, invalid("%d descriptors, at most %d allowed", len(req.GetDescriptors()), maxDescriptors)
 	}
-	out := make([][]rlconfig.Entry, len(req.GetDescriptors()))
+	out := make([][]rlmatch.Entry, len(req.GetDescriptors()))
 	size := 0
 	for i, d := range req.GetDescriptors() {
 		switch {
 		case len(d.GetEntries()) == 0:
 			return nil, 0, invalid("descriptor %d has no entries", i)
-		case len(d.GetEntries()) > MaxEntries:
-			return nil, 0, invalid("descriptor %d has %d entries, at most %d allowed", i, len(d.GetEntries()), MaxEntries)
+		case len(d.GetEntries()) > maxEntries:
+			return nil, 0, invalid("descriptor %d has %d entries, at most %d allowed", i, len(d.GetEntries()), maxEntries)
 		case d.GetIsNegativeHits():
 			return nil, 0, invalid("descriptor %d: is_negative_hits is not supported", i)
 		}
-		es := make([]rlconfig.Entry, len(d.GetEntries()))
+		es := make([]rlmatch.Entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
 			if e.GetKey() == "" {
 				return nil, 0, invalid("descriptor %d, entry %d: key is empty", i, j)
 			}
-			es[j] = rlconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
+			es[j] = rlmatch.Entry{Key: e.GetKey(), Value: e.GetValue()}
 			size += len(e.GetKey()) + len(e.GetValue())
 		}
 		out[i] = es
@@ -170,7 +170,7 @@ type plan struct {
 
 // desc is one descriptor of the request.
 type desc struct {
-	match rlconfig.Match
+	match rlmatch.Match
 	cost  int64 // its hits_addend; 0 with peek
 	peek  bool
 	refs  []ref     // one per limit of the match, in order
@@ -180,7 +180,7 @@ type desc struct {
 // ref is one limit of a descriptor and the hit that counts it; hit is -1
 // for a blocked limit (requests_per_unit 0), which is never counted.
 type ref struct {
-	limit *rlconfig.Limit
+	limit *rlmatch.Limit
 	hit   int
 }
 
@@ -202,7 +202,7 @@ type planned struct {
 // the rule in force for its key, marking oversize a hit whose cost that
 // rule could never admit; with shadow, every limit (a limit override's
 // too) is in shadow mode.
-func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlconfig.Match, shadow, countOver bool, enf *enforce.Enforcer) (*plan, error) {
+func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatch.Match, shadow, countOver bool, enf *enforce.Enforcer) (*plan, error) {
 	base := int64(max(req.GetHitsAddend(), 1))
 	p := &plan{descs: make([]desc, len(ms)), countOver: countOver}
 	index := map[hitID]int{}
@@ -223,7 +223,7 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlconfig.Entry, ms []rlcon
 			d.peek = d.cost == 0
 		}
 		for _, l := range m.Limits {
-			if m.Outcome != rlconfig.Limited {
+			if m.Outcome != rlmatch.Limited {
 				break
 			}
 			r := ref{limit: l, hit: -1}

@@ -10,7 +10,7 @@
 // # A request
 //
 // Each descriptor of a request is matched against its domain's
-// configuration (see [rlconfig.Config.MatchAll]: the most specific
+// configuration (as package rlconfig states: the most specific
 // match, replaces applied). Every limit that applies counts the
 // descriptor's hits_addend (the descriptor's, else the request's, else
 // 1) under a key made of the domain and the descriptor's entries. Then:
@@ -36,7 +36,7 @@
 //     makes metric series.
 //   - A hits_addend that the limit in force (after a key's override)
 //     could never admit (beyond its capacity,
-//     or beyond [floodgate.MaxSlidingCost] for a sliding window) is over
+//     or beyond 1,000 for a sliding window) is over
 //     that limit without asking the store, as envoyproxy/ratelimit
 //     answers it; not an error, which Envoy's filter lets through by
 //     default (failure_mode_deny: false), while a hits_addend may come
@@ -46,12 +46,12 @@
 //     that is not configured, is OK (the latter counted in
 //     floodgate_rls_unknown_domain_total).
 //
-// A limit is reported under its name: its name field, or its descriptor
-// path (rlconfig.Limit.Label), in current_limit, the RateLimit fields and
-// every metric, with the figures of the rule in force (a key's override
-// included). detailed_metric labels the floodgate_rls_* series with the
-// request's values; past 1,000 distinct values, new ones are counted
-// under "(other)".
+// A limit is reported under its name (its name field, or else its
+// descriptor path, as package rlconfig states), in current_limit, the
+// RateLimit fields and every metric, with the figures of the rule in
+// force (a key's override included). detailed_metric labels the
+// floodgate_rls_* series with the request's values; past 1,000 distinct
+// values, new ones are counted under "(other)".
 //
 // The response has one status per descriptor, in the request's order:
 // its code (OVER_LIMIT when one of its own limits denied), and the
@@ -71,7 +71,7 @@
 // failure_mode: error (the default) answers the gRPC error Unavailable,
 // so that Envoy's failure_mode_deny decides, as with envoyproxy/ratelimit
 // but within the budget instead of a stall; closed answers OVER_LIMIT
-// with a Retry-After of at least 5s ([enforce.MinFailRetryAfter]); open
+// with a Retry-After of at least 5s; open
 // answers OK; local decides with the instance's own in-memory limits.
 // In a request with several modes the strictest decides: closed, then
 // error, then local, then open. A peek that the store cannot answer takes
@@ -84,9 +84,9 @@
 //
 // InvalidArgument, with the reason, answers an empty domain, no
 // descriptors, a descriptor without entries or with an empty key, more
-// than [MaxDescriptors] descriptors or [MaxEntries] entries, a
+// than 256 descriptors or 64 entries, a
 // limit override without a unit, and is_negative_hits (unsupported). A
-// message over [MaxMessageSize] is refused by gRPC (ResourceExhausted)
+// message over 1 MiB is refused by gRPC (ResourceExhausted)
 // and by /json (413).
 //
 // # Configuration and reload

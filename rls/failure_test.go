@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/rls"
@@ -152,7 +152,7 @@ func TestBoundsAccepted(t *testing.T) {
 	// decided; one byte more is decided under its digest, apart from the
 	// first; and so are values whose key (escaped: "/" is "%2F") is over
 	// the bound, though the request is not. Each is counted on its own.
-	value := strings.Repeat("v", floodgate.MaxKeyLen-len("inv/user="))
+	value := strings.Repeat("v", bounds.KeyLen-len("inv/user="))
 	slashes := "user=" + strings.Repeat("/", 400_000)
 	for _, c := range []struct {
 		req  *rlsv3.RateLimitRequest

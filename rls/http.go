@@ -20,7 +20,7 @@ import (
 //     RateLimitResponse in proto3 JSON, with status 200 (OK) or 429
 //     (OVER_LIMIT) and the response_headers_to_add as HTTP headers. A
 //     request that cannot be decided answers 400 (bad JSON, or what
-//     gRPC answers InvalidArgument), 413 (a body over MaxMessageSize),
+//     gRPC answers InvalidArgument), 413 (a body over maxMessageSize),
 //     503 (the store failed and failure_mode is error), 504 (the
 //     request's context ended first) or 500, with the reason as text.
 //   - GET /healthcheck: 200 "OK" while serving, 503 once Shutdown began.
@@ -75,12 +75,12 @@ func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxMessageSize))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessageSize))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			s.metrics.requests.WithLabelValues("invalid_argument").Inc()
-			http.Error(w, fmt.Sprintf("rls: the request is over %d bytes", MaxMessageSize), http.StatusRequestEntityTooLarge)
+			http.Error(w, fmt.Sprintf("rls: the request is over %d bytes", maxMessageSize), http.StatusRequestEntityTooLarge)
 			return
 		}
 		http.Error(w, "rls: reading the request: "+err.Error(), http.StatusBadRequest)

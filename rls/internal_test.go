@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/rlconfig"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 )
 
 func TestToSnake(t *testing.T) {
@@ -76,7 +76,7 @@ func TestCurrentLimit(t *testing.T) {
 		1500 * time.Millisecond: "UNKNOWN",
 		500 * time.Millisecond:  "UNKNOWN",
 	} {
-		cl := currentLimit(&rlconfig.Limit{Rule: floodgate.Rule{Window: w}, RequestsPerUnit: 7}, floodgate.Rule{Window: w, Limit: 7})
+		cl := currentLimit(&rlmatch.Limit{Rule: floodgate.Rule{Window: w}, RequestsPerUnit: 7}, floodgate.Rule{Window: w, Limit: 7})
 		got := cl.GetUnit().String()
 		if m := cl.GetUnitMultiplier(); m != nil {
 			got += " x" + strconv.Itoa(int(m.GetValue()))

@@ -68,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"code"}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_rls_shed_total",
-			Help: "Large requests (descriptors of LargeRequest bytes or more) decided by their failure modes without the store, because MaxLargeInFlight bytes of them were in flight.",
+			Help: "Large requests (descriptors of largeRequest bytes or more) decided by their failure modes without the store, because maxLargeInFlight bytes of them were in flight.",
 		}),
 		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_rls_unknown_domain_total",

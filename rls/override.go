@@ -12,7 +12,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/floodgate-rl/floodgate/rlconfig"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 )
 
 // override applies a descriptor's per-request limit override (Envoy's
@@ -22,9 +22,9 @@ import (
 // It counts in a fixed window aligned to the epoch, under a rule of its
 // own per domain, entry keys, limit and window (so two overrides of one
 // descriptor count apart). The descriptor keeps its configured failure_mode, or error.
-func override(domain string, entries []rlconfig.Entry, lo *commonv3.RateLimitDescriptor_RateLimitOverride, m rlconfig.Match) (rlconfig.Match, error) {
-	unit := rlconfig.Unit(lo.GetUnit())
-	if unit == rlconfig.UnitUnknown || unit.Window() == 0 {
+func override(domain string, entries []rlmatch.Entry, lo *commonv3.RateLimitDescriptor_RateLimitOverride, m rlmatch.Match) (rlmatch.Match, error) {
+	unit := rlmatch.Unit(lo.GetUnit())
+	if unit == rlmatch.UnitUnknown || unit.Window() == 0 {
 		return m, invalid("limit override: unit %v is not second, minute, hour, day, month or year", lo.GetUnit())
 	}
 	mult := int64(1)
@@ -59,13 +59,13 @@ func override(domain string, entries []rlconfig.Entry, lo *commonv3.RateLimitDes
 		return m, invalid("limit override: %v", err)
 	}
 	rule.Limit = rpu
-	l := &rlconfig.Limit{Rule: rule, Label: domain + ".override", Path: domain + ".override", RequestsPerUnit: rpu}
+	l := &rlmatch.Limit{Rule: rule, Label: domain + ".override", Path: domain + ".override", RequestsPerUnit: rpu}
 	if mult == 1 {
 		l.Unit = unit
 	}
 	mode := enforce.FailError
-	if m.Outcome == rlconfig.Limited || m.Outcome == rlconfig.Unlimited {
+	if m.Outcome == rlmatch.Limited || m.Outcome == rlmatch.Unlimited {
 		mode = m.FailureMode
 	}
-	return rlconfig.Match{Outcome: rlconfig.Limited, Limits: []*rlconfig.Limit{l}, Path: l.Path, Key: key.String(), MetricKey: l.Path, FailureMode: mode}, nil
+	return rlmatch.Match{Outcome: rlmatch.Limited, Limits: []*rlmatch.Limit{l}, Path: l.Path, Key: key.String(), MetricKey: l.Path, FailureMode: mode}, nil
 }

@@ -12,12 +12,12 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/fields"
-	"github.com/floodgate-rl/floodgate/rlconfig"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 )
 
 // verdict is one limit of a descriptor as decided.
 type verdict struct {
-	limit  *rlconfig.Limit
+	limit  *rlmatch.Limit
 	rule   floodgate.Rule // the rule in force: an override's, if its key has one
 	hit    int            // -1 for a blocked limit
 	dec    floodgate.Decision
@@ -101,7 +101,7 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 // worst limit.
 func (p *plan) status(d desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	if d.match.Outcome == rlconfig.Unlimited {
+	if d.match.Outcome == rlmatch.Unlimited {
 		// As envoyproxy/ratelimit answers it: no limit, and all of
 		// limit_remaining's range left.
 		st.LimitRemaining = math.MaxUint32
@@ -165,9 +165,9 @@ var units = []struct {
 // configured, or, for another window, the longest unit that divides the
 // window, with unit_multiplier (90s is SECOND times 90, 2h is HOUR times
 // 2), or UNKNOWN when no unit divides it (1500ms).
-func currentLimit(l *rlconfig.Limit, r floodgate.Rule) *rlsv3.RateLimitResponse_RateLimit {
+func currentLimit(l *rlmatch.Limit, r floodgate.Rule) *rlsv3.RateLimitResponse_RateLimit {
 	cl := &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(min(max(r.Limit, 0), int64(^uint32(0))))}
-	if l.Unit != rlconfig.UnitUnknown && l.Unit.Window() == r.Window {
+	if l.Unit != rlmatch.UnitUnknown && l.Unit.Window() == r.Window {
 		cl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
 		return cl
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,37 +24,39 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 // Bounds on one request. A request beyond them is refused with
 // InvalidArgument before anything is matched or counted.
 const (
-	// MaxMessageSize bounds a request's encoded size, over gRPC (the
+	// maxMessageSize bounds a request's encoded size, over gRPC (the
 	// server's receive limit, see [Server.GRPCServerOptions]) and as the
 	// body of POST /json.
-	MaxMessageSize = 1 << 20
-	// MaxDescriptors bounds the descriptors of one request.
-	MaxDescriptors = 256
-	// MaxEntries bounds the entries of one descriptor.
-	MaxEntries = 64
-	// LargeRequest is the size, in bytes of descriptor keys and values,
+	maxMessageSize = 1 << 20
+	// maxDescriptors bounds the descriptors of one request.
+	maxDescriptors = 256
+	// maxEntries bounds the entries of one descriptor.
+	maxEntries = 64
+	// largeRequest is the size, in bytes of descriptor keys and values,
 	// from which a request is large. Envoy's descriptors are a few
 	// hundred bytes (a path, an address, a header); a large request is a
 	// flood or a misconfiguration.
-	LargeRequest = 16 << 10
-	// MaxLargeInFlight bounds the bytes of the large requests decided at
+	largeRequest = 16 << 10
+	// maxLargeInFlight bounds the bytes of the large requests decided at
 	// once: one 1 MiB request, or a few of tens of KiB. A large request that would exceed it is shed: decided by its
 	// descriptors' failure modes without the store (failure_mode error
 	// answers Unavailable, closed OVER_LIMIT, open OK, local by the local
 	// limits), counted in floodgate_rls_shed_total and logged with the
-	// degraded decisions. A request under LargeRequest is never shed: one
+	// degraded decisions. A request under largeRequest is never shed: one
 	// client's flood of large requests cannot crowd out the others'.
-	MaxLargeInFlight = 1 << 20
+	maxLargeInFlight = 1 << 20
 )
 
-// ErrShed is the error of a request shed by MaxLargeInFlight: what its
-// descriptors' failure modes decide.
+// ErrShed is the error of a large request (16 KiB or more) shed because
+// 1 MiB of them are already being decided: what its descriptors' failure
+// modes decide.
 var ErrShed = errors.New("rls: request shed: too many large requests in flight")
 
 // ErrInvalidOptions is wrapped by the errors of [New].
@@ -152,6 +155,11 @@ func New(opts Options) (*Server, error) {
 	if opts.ConfigDir != "" && opts.Config != nil {
 		errs = append(errs, fmt.Errorf("%w: set ConfigDir or Config, not both", ErrInvalidOptions))
 	}
+	if st, err := os.Stat(opts.ConfigDir); opts.ConfigDir != "" && err == nil && !st.IsDir() {
+		// rlconfig.Watch would watch the one file; the service reads a
+		// directory, as envoyproxy/ratelimit does.
+		errs = append(errs, fmt.Errorf("%w: ConfigDir %s is not a directory", ErrInvalidOptions, opts.ConfigDir))
+	}
 	if r := opts.NearLimitRatio; !(r >= 0 && r <= 1) {
 		errs = append(errs, fmt.Errorf("%w: NearLimitRatio %v is not above 0 and at most 1", ErrInvalidOptions, r))
 	}
@@ -194,7 +202,7 @@ func New(opts Options) (*Server, error) {
 	}
 	m.configLoadSuccess.Inc()
 	cfg := s.Config()
-	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
 	s.warnConfig(cfg)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -212,7 +220,7 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 		return
 	}
 	s.metrics.configLoadSuccess.Inc()
-	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
 	s.warnConfig(cfg)
 }
 
@@ -229,7 +237,7 @@ func (s *Server) warnConfig(cfg *rlconfig.Config) {
 	}
 	var quota, dangling []string
 	named := map[string]bool{}
-	for _, l := range cfg.Limits() {
+	for _, l := range (*rlmatch.Config)(cfg).Limits() {
 		if l.QuotaMode {
 			quota = append(quota, l.Label)
 		}
@@ -237,7 +245,7 @@ func (s *Server) warnConfig(cfg *rlconfig.Config) {
 			named[l.Name] = true
 		}
 	}
-	for _, l := range cfg.Limits() {
+	for _, l := range (*rlmatch.Config)(cfg).Limits() {
 		for _, r := range l.Replaces {
 			if !named[r] {
 				dangling = append(dangling, l.Label+" replaces "+strconv.Quote(r))
@@ -274,7 +282,7 @@ var ErrWatching = errors.New("rls: the Server follows its ConfigDir")
 // Apply puts cfg in force, as a reload of ConfigDir would, and logs and
 // counts it as one (warning of what it does not apply): for a
 // configuration that comes from elsewhere than files, such as an xDS
-// server (rlconfig.Parse of rlconfig.ProtoFiles). A request reads the
+// server (package rlconfig/xds). A request reads the
 // configuration once, so none sees half of two. It fails with
 // [ErrWatching] on a Server built with ConfigDir.
 func (s *Server) Apply(cfg *rlconfig.Config) error {
@@ -404,31 +412,30 @@ func (w *watchStream) Send(res *healthpb.HealthCheckResponse) error {
 // Bounds on a caller's connections, which the grpc.Server of
 // [Server.GRPCServerOptions] enforces.
 const (
-	// MaxConcurrentStreams bounds the calls and streams open at once on
+	// maxConcurrentStreams bounds the calls and streams open at once on
 	// one connection: an Envoy multiplexes every user's checks over a few
 	// connections, so it is sized for a busy one (a thousand checks in
 	// flight on one connection), while 10,000 health Watch streams on one
 	// connection wait for a slot instead of holding memory.
-	MaxConcurrentStreams = 1024
-	// MinPingInterval is the shortest keepalive ping interval a client
+	maxConcurrentStreams = 1024
+	// minPingInterval is the shortest keepalive ping interval a client
 	// may use; a client pinging faster is disconnected.
-	MinPingInterval = 10 * time.Second
+	minPingInterval = 10 * time.Second
 )
 
 // GRPCServerOptions returns the options a grpc.Server for this service
-// should have: the receive limit MaxMessageSize, at most
-// MaxConcurrentStreams streams per connection, keepalive pings no more
-// often than MinPingInterval (with or without streams open, as Envoy's
+// should have: a receive limit of 1 MiB, at most 1024 streams per
+// connection, keepalive pings no more often than every 10s (with or without streams open, as Envoy's
 // keepalive may ping an idle connection), and a codec that decodes one
-// large request (LargeRequest bytes or more) at a time: a flood of them
+// large request (16 KiB of descriptor keys and values or more) at a time: a flood of them
 // takes one CPU for its decoding, not every CPU, so the small requests
 // of everyone else are still decided within their budgets.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(oneLargeAtATime{CodecV2: encoding.GetCodecV2(proto.Name), turn: s.decoding}),
-		grpc.MaxRecvMsgSize(MaxMessageSize),
-		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
+		grpc.MaxRecvMsgSize(maxMessageSize),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 	}
 }
 
@@ -452,7 +459,7 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// oneLargeAtATime is the proto codec, decoding messages of LargeRequest
+// oneLargeAtATime is the proto codec, decoding messages of largeRequest
 // bytes or more one at a time.
 type oneLargeAtATime struct {
 	encoding.CodecV2
@@ -460,7 +467,7 @@ type oneLargeAtATime struct {
 }
 
 func (c oneLargeAtATime) Unmarshal(data mem.BufferSlice, v any) error {
-	if data.Len() >= LargeRequest {
+	if data.Len() >= largeRequest {
 		c.turn <- struct{}{}
 		defer func() { <-c.turn }()
 	}

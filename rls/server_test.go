@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -21,6 +23,10 @@ func TestNewOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	file := filepath.Join(t.TempDir(), "a.yaml") // a valid file, but not a directory
+	if err := os.WriteFile(file, []byte(featureConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		opts    rls.Options
 		want    []string
@@ -31,6 +37,7 @@ func TestNewOptions(t *testing.T) {
 		{rls.Options{Enforcer: enf, Config: cfg, NearLimitRatio: -0.1}, []string{"NearLimitRatio -0.1 is not above 0 and at most 1"}, true},
 		{rls.Options{Enforcer: enf, Config: cfg, NearLimitRatio: 1.5}, []string{"NearLimitRatio 1.5 is not above 0 and at most 1"}, true},
 		{rls.Options{Enforcer: enf, ConfigDir: t.TempDir() + "/missing"}, []string{"rlconfig"}, false},
+		{rls.Options{Enforcer: enf, ConfigDir: file}, []string{"ConfigDir " + file + " is not a directory"}, true},
 	} {
 		_, err := rls.New(c.opts)
 		for _, w := range c.want {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/burst"
 )
 
@@ -94,8 +95,8 @@ var cases = []testCase{
 	}},
 	{"TokenBucketBurst", func(t *testing.T, e env, l *floodgate.Limiter) {
 		r := rule(t, "burst", 1, 2*e.unit, floodgate.TokenBucket)
-		r, err := r.WithBurst(3)
-		if err != nil {
+		r.Burst = 3
+		if err := r.Validate(); err != nil {
 			t.Fatal(err)
 		}
 		hit := floodgate.Hit{Rule: r, Key: key(t)}
@@ -305,7 +306,7 @@ var cases = []testCase{
 		}
 	}},
 	{"HostileKeysAreIndependent", func(t *testing.T, e env, l *floodgate.Limiter) {
-		mb := strings.Repeat("x", floodgate.MaxKeyLen-256) // room for the prefix
+		mb := strings.Repeat("x", bounds.KeyLen-256) // room for the prefix
 		long := strings.Repeat("k", 100)
 		keys := []string{
 			"{a}", "a}{b", "{", "}", "line\nbreak", "cr\r\nlf", "nul\x00byte", "\xff\xfe\xfd", "ünïcødé",

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // Overdraw hits (floodgate.Hit.Overdraw): recorded past the limit, the
@@ -156,10 +157,10 @@ var overdrawCases = []testCase{
 			charges []int64
 			want    int64 // Remaining once at the bound
 		}{
-			{floodgate.FixedWindow, []int64{floodgate.MaxLimit, floodgate.MaxLimit, floodgate.MaxLimit}, 4 - 1<<52},
-			{floodgate.SlidingWindowCounter, []int64{10, floodgate.MaxLimit}, 4 - (1<<53/int64(hour/time.Microsecond) - 1)},
-			{floodgate.TokenBucket, []int64{10, floodgate.MaxLimit}, -int64(floodgate.MaxWindow / (hour / 4))}, // ten years of debt past a full bucket
-			{floodgate.SlidingWindow, []int64{10, floodgate.MaxSlidingCost}, 4 - (4 + floodgate.MaxSlidingCost)},
+			{floodgate.FixedWindow, []int64{bounds.Limit, bounds.Limit, bounds.Limit}, 4 - 1<<52},
+			{floodgate.SlidingWindowCounter, []int64{10, bounds.Limit}, 4 - (1<<53/int64(hour/time.Microsecond) - 1)},
+			{floodgate.TokenBucket, []int64{10, bounds.Limit}, -int64(bounds.Window / (hour / 4))}, // ten years of debt past a full bucket
+			{floodgate.SlidingWindow, []int64{10, bounds.SlidingCost}, 4 - (4 + bounds.SlidingCost)},
 		} {
 			r := rule(t, "odbound", 4, hour, tc.alg)
 			k := key(t)
@@ -182,10 +183,10 @@ var overdrawCases = []testCase{
 	}},
 }
 
-// charge is Limiter.Charge, failing the test on an error.
+// charge is a Check of one Overdraw hit, failing the test on an error.
 func charge(t *testing.T, l *floodgate.Limiter, r floodgate.Rule, k string, n int64) floodgate.Decision {
 	t.Helper()
-	d, err := l.Charge(context.Background(), r, k, n)
+	d, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: k, Cost: n, Overdraw: true})
 	if err != nil {
 		t.Fatalf("Charge(%d): %v", n, err)
 	}

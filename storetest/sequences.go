@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // Sequences that once broke a store's promises: a refund after a Reset,
@@ -224,7 +225,7 @@ var sequences = []testCase{
 		// whole capacity. A store must take it, deny the next request with
 		// a positive wait no longer than the rule's period, and overflow
 		// nowhere.
-		counterMax := int64(1<<53)/int64(floodgate.MaxWindow/time.Microsecond) - 2
+		counterMax := int64(1<<53)/int64(bounds.Window/time.Microsecond) - 2
 		for _, tc := range []struct {
 			alg    floodgate.Algorithm
 			limit  int64
@@ -232,14 +233,14 @@ var sequences = []testCase{
 			cost   int64
 		}{
 			{floodgate.SlidingWindow, 1, time.Millisecond, 1},
-			{floodgate.SlidingWindow, floodgate.MaxSlidingCost, floodgate.MaxWindow, floodgate.MaxSlidingCost},
+			{floodgate.SlidingWindow, bounds.SlidingCost, bounds.Window, bounds.SlidingCost},
 			{floodgate.TokenBucket, 1, time.Millisecond, 1},
-			{floodgate.TokenBucket, floodgate.MaxLimit, time.Millisecond, floodgate.MaxLimit},
-			{floodgate.TokenBucket, floodgate.MaxLimit, floodgate.MaxWindow, floodgate.MaxLimit},
-			{floodgate.TokenBucket, 1, floodgate.MaxWindow, 1},
-			{floodgate.FixedWindow, floodgate.MaxLimit, floodgate.MaxWindow, floodgate.MaxLimit},
+			{floodgate.TokenBucket, bounds.Limit, time.Millisecond, bounds.Limit},
+			{floodgate.TokenBucket, bounds.Limit, bounds.Window, bounds.Limit},
+			{floodgate.TokenBucket, 1, bounds.Window, 1},
+			{floodgate.FixedWindow, bounds.Limit, bounds.Window, bounds.Limit},
 			{floodgate.FixedWindow, 1, time.Millisecond, 1},
-			{floodgate.SlidingWindowCounter, counterMax, floodgate.MaxWindow, counterMax},
+			{floodgate.SlidingWindowCounter, counterMax, bounds.Window, counterMax},
 			{floodgate.SlidingWindowCounter, 1, time.Millisecond, 1},
 		} {
 			r := rule(t, "edge", tc.limit, tc.window, tc.alg)
@@ -264,9 +265,9 @@ var sequences = []testCase{
 
 func allowN(t *testing.T, l *floodgate.Limiter, r floodgate.Rule, k string, n int64) floodgate.Decision {
 	t.Helper()
-	d, err := l.AllowN(context.Background(), r, k, n)
+	d, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: k, Cost: n})
 	if err != nil {
-		t.Fatalf("AllowN: %v", err)
+		t.Fatalf("Check: %v", err)
 	}
 	return d
 }

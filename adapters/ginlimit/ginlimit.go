@@ -96,8 +96,8 @@ func Result(c *gin.Context) (httplimit.Result, bool) {
 // size (a database key: 42 and "42" are the same principal) or a
 // fmt.Stringer (its String()); any other type, like a missing or empty
 // id, leaves the request without a principal, and its per-principal
-// limits follow their Missing policy (a skip is counted in
-// floodgate_skipped_limits_total and logged once). Put it after
+// limits follow their Missing policy (a skip is counted and logged:
+// enforce.Gate.Hits). Put it after
 // authentication and before Middleware.
 func Principal(key string) gin.HandlerFunc {
 	return func(c *gin.Context) {

@@ -34,7 +34,7 @@ func app(t *testing.T) (*gin.Engine, *int) {
 	t.Cleanup(func() { hl.Close() })
 	pix, err := hl.Middleware(httplimit.Route{
 		Name:   "pix",
-		Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.NewRule("pix", 2, time.Minute, floodgate.SlidingWindow)), Key: httplimit.Principal}},
+		Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "pix", Limit: 2, Window: time.Minute}, Key: httplimit.Principal}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestClientIPFollowsGinsTrustedProxies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hl.Close() })
-	perIP, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: floodgate.MustRule(floodgate.PerMinute("gin-ip", 1)), Key: ginlimit.ClientIP}}})
+	perIP, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "gin-ip", Limit: 1, Window: time.Minute}, Key: ginlimit.ClientIP}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestPrincipalOfAnyIDType(t *testing.T) {
 			}
 			t.Cleanup(func() { hl.Close() })
 			mw, err := hl.Middleware(httplimit.Route{Name: "u", Limits: []httplimit.Limit{{
-				Rule: floodgate.MustRule(floodgate.NewRule("per-user", 1, time.Minute, floodgate.SlidingWindow)), Key: httplimit.Principal}}})
+				Rule: floodgate.Rule{Name: "per-user", Limit: 1, Window: time.Minute}, Key: httplimit.Principal}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,8 +17,10 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
-	"github.com/floodgate-rl/floodgate/overrides"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 	"github.com/redis/rueidis"
@@ -48,7 +50,7 @@ func (b blockedKey) hashed() bool { return strings.HasPrefix(b.key, "~") }
 // blocked lists the keys of the given rules that a request would now find
 // at or over their limit: floodgate blocked. It SCANs (never KEYS) every
 // master, one node at a time on a Cluster, for the rules' state keys
-// (redisstore.StatePattern, ParseStateKey), and asks the store to peek at
+// (rediskeys.StatePattern, ParseStateKey), and asks the store to peek at
 // each (redisstore.Store.PeekStored), as the services would: the command
 // computes no algorithm and knows no key layout of its own. A key over a
 // shadow_mode limit (or any limit of -config under SHADOW_MODE) is listed
@@ -118,7 +120,7 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	s := &scanner{
-		store: store, client: client, prefix: cmp.Or(*prefix, redisstore.DefaultPrefix),
+		store: store, client: client, prefix: cmp.Or(*prefix, rediskeys.DefaultPrefix),
 		rules: rules, limit: *limit, timeout: *timeout,
 		progress: *progress, stderr: stderr, start: time.Now(),
 	}
@@ -196,7 +198,7 @@ func blockedRules(specs []string, configDir, limitsFile, domain string, env shar
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
-		for _, l := range cfg.Limits() {
+		for _, l := range (*rlmatch.Config)(cfg).Limits() {
 			if l.Unlimited || l.Blocked() || domainOf(cfg.Domains(), l.Path) != domain {
 				continue
 			}
@@ -246,7 +248,7 @@ func loadFile(file string) (*rlconfig.Config, error) {
 // floodgate blocked must judge keys by. An invalid entry is skipped, as
 // the services skip it, and said on stderr.
 func (rs *ruleSet) loadOverrides(ctx context.Context, client rueidis.Client, prefix string, timeout time.Duration, stderr io.Writer) error {
-	table, err := overrides.NewTable(overrides.Options{Client: client, Prefix: prefix})
+	table, err := overridetable.New(overridetable.Options{Client: client, Prefix: prefix})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -280,11 +282,11 @@ func (rs *ruleSet) loadOverrides(ctx context.Context, client rueidis.Client, pre
 func (rs *ruleSet) pattern(prefix string) string {
 	if r := rs.one; r != nil {
 		if rs.anyWindow {
-			return redisstore.StatePattern(prefix, floodgate.Rule{Name: r.Name})
+			return rediskeys.StatePattern(prefix, floodgate.Rule{Name: r.Name})
 		}
-		return redisstore.StatePattern(prefix, *r)
+		return rediskeys.StatePattern(prefix, *r)
 	}
-	return redisstore.StatePattern(prefix, floodgate.Rule{})
+	return rediskeys.StatePattern(prefix, floodgate.Rule{})
 }
 
 // rule returns the rule of the state id of stored key, if it is one of
@@ -428,7 +430,7 @@ func (s *scanner) masters(ctx context.Context) (map[string]rueidis.Client, error
 // parse returns the candidate of a state key found by SCAN, if it is one
 // of the rules'.
 func (s *scanner) parse(k string) (candidate, bool) {
-	id, key, ok := redisstore.ParseStateKey(s.prefix, k)
+	id, key, ok := rediskeys.ParseStateKey(s.prefix, k)
 	if !ok {
 		return candidate{}, false
 	}

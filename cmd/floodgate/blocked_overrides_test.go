@@ -8,8 +8,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/overrides"
 )
 
 // floodgate blocked judges a key with an override (floodgate override)
@@ -28,15 +28,15 @@ func TestBlockedFollowsOverrides(t *testing.T) {
 func blockedFollowsOverrides(t *testing.T, url string) {
 	ctx := context.Background()
 	prefix := "blkovr" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+	table, err := overridetable.New(overridetable.Options{URL: url, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer table.Close()
-	base := floodgate.MustRule(floodgate.NewRule("api", 5, time.Minute, floodgate.SlidingWindow))
-	lower := floodgate.MustRule(floodgate.NewRule("api", 2, time.Minute, floodgate.SlidingWindow))   // same state as base
-	raised := floodgate.MustRule(floodgate.NewRule("api", 50, time.Minute, floodgate.SlidingWindow)) // same state as base
-	hourly := floodgate.MustRule(floodgate.NewRule("api", 2, time.Hour, floodgate.SlidingWindow))    // a state of its own
+	base := floodgate.Rule{Name: "api", Limit: 5, Window: time.Minute}
+	lower := floodgate.Rule{Name: "api", Limit: 2, Window: time.Minute}   // same state as base
+	raised := floodgate.Rule{Name: "api", Limit: 50, Window: time.Minute} // same state as base
+	hourly := floodgate.Rule{Name: "api", Limit: 2, Window: time.Hour}    // a state of its own
 	l := newLimiter(t, url, prefix)
 	take := func(r floodgate.Rule, key string, n int) {
 		t.Helper()
@@ -57,9 +57,9 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 	take(lower, hashed, 2)   // blocked under its override: listed by its digest
 	// A rule not asked for, blocked under an override of its own: not
 	// listed, though every state key is scanned when two rules are asked.
-	other := floodgate.MustRule(floodgate.NewRule("other", 1, time.Minute, floodgate.SlidingWindow))
+	other := floodgate.Rule{Name: "other", Limit: 1, Window: time.Minute}
 	take(other, "o", 1)
-	for _, e := range []overrides.Entry{
+	for _, e := range []overridetable.Entry{
 		{Rule: other, Key: "o"},
 		{Rule: lower, Key: "low"}, {Rule: raised, Key: "high"}, {Rule: hourly, Key: "moved"},
 		{Rule: lower, Key: "unused"}, // an override of a key with no state: nothing to list
@@ -69,7 +69,7 @@ func blockedFollowsOverrides(t *testing.T, url string) {
 			t.Fatal(err)
 		}
 	}
-	if err := table.Set(ctx, overrides.Entry{Rule: raised, Key: "expired", Expires: time.Now().Add(-time.Minute)}); err != nil {
+	if err := table.Set(ctx, overridetable.Entry{Rule: raised, Key: "expired", Expires: time.Now().Add(-time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]floodgate.Rule{"api plain": base, "api low": lower, "api moved": hourly, "api expired": base,

@@ -16,7 +16,9 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -127,8 +129,8 @@ func TestBlocked(t *testing.T) {
 			}
 			// Another rule of the same name and another window, and a rule
 			// not asked for: their keys are not the listed rules' keys.
-			other := floodgate.MustRule(floodgate.NewRule("login", 1, time.Hour, floodgate.SlidingWindow))
-			notAsked := floodgate.MustRule(floodgate.NewRule("export", 1, time.Hour, floodgate.SlidingWindow))
+			other := floodgate.Rule{Name: "login", Limit: 1, Window: time.Hour}
+			notAsked := floodgate.Rule{Name: "export", Limit: 1, Window: time.Hour}
 			for _, r := range []floodgate.Rule{other, notAsked} {
 				if d, err := l.Allow(ctx, r, "carol"); err != nil || !d.Allowed {
 					t.Fatalf("%v: %+v, %v", r, d, err)
@@ -168,7 +170,7 @@ func TestBlocked(t *testing.T) {
 				}
 				wantNode := redistest.Addr(t)
 				if name == "cluster" {
-					sk, err := redisstore.StateKey(prefix, rules[s.rule], s.key)
+					sk, err := rediskeys.StateKey(prefix, rules[s.rule], s.key)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -217,7 +219,7 @@ func TestBlockedMany(t *testing.T) {
 			ctx := context.Background()
 			prefix := testPrefix(t)
 			l := newLimiter(t, url, prefix)
-			rule := floodgate.MustRule(floodgate.NewRule("otp", 1, time.Hour, floodgate.FixedWindow))
+			rule := floodgate.Rule{Name: "otp", Limit: 1, Window: time.Hour, Algorithm: floodgate.FixedWindow}
 			const n = 600
 			for i := range n {
 				key := fmt.Sprintf("user-%d", i)
@@ -286,8 +288,8 @@ descriptors:
 	prefix := testPrefix(t)
 	ctx := context.Background()
 	l := newLimiter(t, url, prefix)
-	take := func(domain string, e rlconfig.Entry, n int) string {
-		m := cfg.Match(domain, []rlconfig.Entry{e})
+	take := func(domain string, e rlmatch.Entry, n int) string {
+		m := (*rlmatch.Config)(cfg).Match(domain, []rlmatch.Entry{e})
 		for range n {
 			if d, err := l.Check(ctx, m.Hits(1)...); err != nil || !d.Allowed {
 				t.Fatalf("%v: %+v, %v", e, d, err)
@@ -295,10 +297,10 @@ descriptors:
 		}
 		return m.Key
 	}
-	carol := take("rl", rlconfig.Entry{Key: "user", Value: "carol"}, 2)
-	take("rl", rlconfig.Entry{Key: "user", Value: "dave"}, 1)
-	ip := take("rl", rlconfig.Entry{Key: "ip", Value: "192.0.2.7"}, 1)
-	take("rl.other", rlconfig.Entry{Key: "user", Value: "erin"}, 1)
+	carol := take("rl", rlmatch.Entry{Key: "user", Value: "carol"}, 2)
+	take("rl", rlmatch.Entry{Key: "user", Value: "dave"}, 1)
+	ip := take("rl", rlmatch.Entry{Key: "ip", Value: "192.0.2.7"}, 1)
+	take("rl.other", rlmatch.Entry{Key: "user", Value: "erin"}, 1)
 
 	code, out, errs := cli(t, url, "blocked", "-config", dir, "-domain", "rl", "-prefix", prefix, "-o", "json")
 	got := parseListed(t, out)

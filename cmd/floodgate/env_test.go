@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -57,7 +58,7 @@ func TestSubcommandsReadTheServicesEnvironment(t *testing.T) {
 	}
 	prefix := testPrefix(t)
 	l := newLimiter(t, "redis://:s3cret@"+srv.Addr(), prefix)
-	hits := cfg.Match("rl", []rlconfig.Entry{{Key: "user", Value: "carol"}}).Hits(1)
+	hits := (*rlmatch.Config)(cfg).Match("rl", []rlmatch.Entry{{Key: "user", Value: "carol"}}).Hits(1)
 	if d, err := l.Check(context.Background(), hits...); err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
@@ -83,7 +84,7 @@ func TestSubcommandsReadTheServicesEnvironment(t *testing.T) {
 		t.Errorf("reset with REDIS_URL HOST:PORT and REDIS_AUTH = %d %q %q", code, out, errs)
 	}
 	// A plain HOST:PORT, as the service takes it.
-	rule := floodgate.MustRule(floodgate.NewRule("login", 1, time.Hour, floodgate.SlidingWindow))
+	rule := floodgate.Rule{Name: "login", Limit: 1, Window: time.Hour}
 	plain := testPrefix(t)
 	if d, err := newLimiter(t, "redis://"+redistest.Addr(t), plain).Allow(context.Background(), rule, "alice"); err != nil || !d.Allowed {
 		t.Fatal(d, err)

@@ -19,7 +19,7 @@ func TestPeekAndBlockedShowHolders(t *testing.T) {
 	ctx := context.Background()
 	prefix := testPrefix(t)
 	l := newLimiter(t, url, prefix)
-	rule := floodgate.MustRule(floodgate.NewRule("exports", 3, time.Minute, floodgate.Concurrency))
+	rule := floodgate.Rule{Name: "exports", Limit: 3, Window: time.Minute, Algorithm: floodgate.Concurrency}
 	const spec = "name=exports,limit=3/1m,algorithm=concurrency"
 	held := map[string]int{"full-tenant": 3, "busy-tenant": 2}
 	for key, n := range held {

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -81,7 +82,7 @@ func TestKubernetesManifests(t *testing.T) {
 		files2[name] = []byte(body)
 	}
 	cfg, err := rlconfig.Parse(files2, rlconfig.Options{})
-	if err != nil || len(cfg.Limits()) != 2 {
+	if err != nil || len((*rlmatch.Config)(cfg).Limits()) != 2 {
 		t.Fatalf("floodgate-config: %v, %v; want two limits", cfg, err)
 	}
 	dep := objects["Deployment/floodgate"].Spec.Template.Spec.Containers

@@ -11,8 +11,8 @@
 // as the store does, so a hashed key never has to be typed. A rule is
 // "name=NAME,limit=COUNT/WINDOW" with optional ",algorithm=ALG" (the
 // default is sliding-window) and ",burst=N" (token-bucket): the same rule
-// as the service's, since a key's state belongs to its rule's name,
-// algorithm and window. For a limit on requests in flight
+// as the service's (floodgate.Store says which parts of a rule name a
+// key's state). For a limit on requests in flight
 // (",algorithm=concurrency", COUNT holders, WINDOW the leases' time to
 // live), peek tells how many leases hold the key and blocked lists the
 // keys at their limit of holders. The environment is read as the service reads it
@@ -61,6 +61,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algo"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -254,7 +256,7 @@ func cachedDenialNote(after string, wait time.Duration) string {
 // one peeks at or resets the key of one hit, and reports it.
 func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHit, prefix, output string, stdout io.Writer) error {
 	rule, key := h.Rule, h.Key
-	stateKey, err := redisstore.StateKey(prefix, rule, key)
+	stateKey, err := rediskeys.StateKey(prefix, rule, key)
 	if err != nil {
 		return err
 	}
@@ -347,15 +349,15 @@ func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	entries := make([]rlconfig.Entry, len(args))
+	entries := make([]rlmatch.Entry, len(args))
 	for i, a := range args {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("%w: entry %q is not KEY=VALUE", errUsage, a)
 		}
-		entries[i] = rlconfig.Entry{Key: k, Value: v}
+		entries[i] = rlmatch.Entry{Key: k, Value: v}
 	}
-	m := cfg.Match(domain, entries)
+	m := (*rlmatch.Config)(cfg).Match(domain, entries)
 	var hits []targetHit
 	for _, l := range m.Limits { // those of m.Hits
 		if !l.Unlimited && !l.Blocked() {
@@ -402,8 +404,7 @@ func parseRule(spec string) (floodgate.Rule, error) {
 	}
 	alg := floodgate.SlidingWindow
 	if a, ok := fields["algorithm"]; ok {
-		var err error
-		if alg, err = floodgate.ParseAlgorithm(a); err != nil {
+		if err := alg.UnmarshalText([]byte(a)); err != nil {
 			return floodgate.Rule{}, err
 		}
 	}
@@ -416,7 +417,8 @@ func parseRule(spec string) (floodgate.Rule, error) {
 		if err != nil {
 			return floodgate.Rule{}, fmt.Errorf("%w: -rule %q: burst %q is not a whole number", errUsage, spec, b)
 		}
-		return r.WithBurst(n)
+		r.Burst = n
+		return r, r.Validate()
 	}
 	return r, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -50,7 +51,7 @@ func TestPeekAndReset(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rule := floodgate.MustRule(floodgate.NewRule("login", 5, 10*time.Minute, floodgate.SlidingWindow))
+			rule := floodgate.Rule{Name: "login", Limit: 5, Window: 10 * time.Minute}
 			spec := "name=login,limit=5/10m"
 			for _, key := range []string{"alice@example.com", "{braces} and\nnewline"} {
 				for range 5 {
@@ -133,7 +134,7 @@ func TestByConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hits := cfg.Match("rl", []rlconfig.Entry{{Key: "user", Value: "carol"}}).Hits(1)
+	hits := (*rlmatch.Config)(cfg).Match("rl", []rlmatch.Entry{{Key: "user", Value: "carol"}}).Hits(1)
 	for range 2 {
 		if d, err := l.Check(ctx, hits...); err != nil || !d.Allowed {
 			t.Fatalf("%+v, %v", d, err)

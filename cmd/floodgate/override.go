@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/overrides"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 )
 
 // The override subcommands edit the per-key limits that services read
@@ -26,8 +27,8 @@ import (
 //	floodgate override ls  [-rule api]
 //	floodgate override set -config /etc/ratelimit -domain rl -limit 100/1m user=42
 //
-// A service whose Limiter takes an overrides.Source applies a change
-// within the Source's refresh interval (5s by default), with no restart.
+// A service whose Limiter takes an overrides.Table applies a change
+// within the Table's refresh interval (5s by default), with no restart.
 // An override keeps the rule's name: a new limit keeps the key's count, a
 // new window or algorithm starts the key afresh. -ttl makes it expire
 // (counted from now on this machine's clock); without it, it lasts until
@@ -63,7 +64,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	fs.SetOutput(io.Discard)
 	ruleName := fs.String("rule", "", "the rule's name, as the services name it")
 	limit := fs.String("limit", "", "set: the key's limit, COUNT/WINDOW such as 1000/1m")
-	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window (the default, up to floodgate.MaxShorthandLimit), token-bucket, fixed-window or sliding-window-counter")
+	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window (the default, up to a limit of 1000), token-bucket, fixed-window or sliding-window-counter")
 	burst := fs.Int64("burst", 0, "set: the bucket capacity of a token-bucket override (0 means the limit)")
 	ttl := fs.Duration("ttl", 0, "set: how long the override lasts (0: until rm)")
 	configDir := fs.String("config", "", "set|get|rm: a directory of envoyproxy/ratelimit YAML (with -domain): the rule and key of a descriptor")
@@ -131,23 +132,23 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 			return err
 		}
 	}
-	var entry overrides.Entry
+	var entry overridetable.Entry
 	if sub == "set" {
 		var err error
 		if entry, err = overrideEntry(*ruleName, *limit, *algorithm, *burst, *ttl, key); err != nil {
 			return err
 		}
-		if !set("algorithm") && *configDir == "" && entry.Rule.Limit > floodgate.MaxShorthandLimit {
+		if !set("algorithm") && *configDir == "" && entry.Rule.Limit > bounds.DefaultLog {
 			// The default, as the shorthands' (floodgate.PerMinute), and
 			// refused above the same bound: the log would cost 6 bytes
 			// in Redis per request of the limit, per key.
 			return fmt.Errorf("%w: -limit %s without -algorithm: the default sliding-window log keeps every request (6 bytes each in Redis: %d KB per key); "+
 				"above %d, give -algorithm token-bucket or sliding-window-counter (a few dozen bytes a key), or -algorithm sliding-window to insist. "+
 				"A rule's state belongs to its algorithm: give the rule's own to keep the key's count",
-				errUsage, *limit, entry.Rule.Limit*6/1000, floodgate.MaxShorthandLimit)
+				errUsage, *limit, entry.Rule.Limit*6/1000, bounds.DefaultLog)
 		}
 	}
-	table, err := overrides.NewTable(overrides.Options{URL: env.RedisURL, Prefix: *prefix, DialTimeout: *timeout})
+	table, err := overridetable.New(overridetable.Options{URL: env.RedisURL, Prefix: *prefix, DialTimeout: *timeout})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -168,7 +169,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		// until it reads the override (a cached denial is of one rule),
 		// and one cached under the new rule, had the key that rule
 		// before, until its Retry-After runs out.
-		wait := max(overrides.DefaultRefresh, longestWait(entry.Rule))
+		wait := max(overridetable.DefaultRefresh, longestWait(entry.Rule))
 		text := fmt.Sprintf("set %s; services apply it within their refresh interval (5s by default)\n%s\n",
 			entry, cachedDenialNote("this change", wait))
 		if pruned > 0 {
@@ -206,7 +207,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 			// which only the configuration tells.
 			text = fmt.Sprintf("removed the override of key %q under rule %s; services apply the rule's own limit within their refresh interval (5s by default)\n", key, *ruleName)
 			if base != nil {
-				wait := max(overrides.DefaultRefresh, longestWait(*base))
+				wait := max(overridetable.DefaultRefresh, longestWait(*base))
 				v["cached_denial_max_ms"] = wait.Milliseconds()
 				text += cachedDenialNote("the override (under the rule's own limit)", wait) + "\n"
 			} else {
@@ -225,39 +226,40 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 }
 
 // overrideEntry builds the entry of "override set" from its flags.
-func overrideEntry(rule, limit, algorithm string, burst int64, ttl time.Duration, key string) (overrides.Entry, error) {
+func overrideEntry(rule, limit, algorithm string, burst int64, ttl time.Duration, key string) (overridetable.Entry, error) {
 	if limit == "" {
-		return overrides.Entry{}, fmt.Errorf("%w: override set needs -limit COUNT/WINDOW, such as 1000/1m", errUsage)
+		return overridetable.Entry{}, fmt.Errorf("%w: override set needs -limit COUNT/WINDOW, such as 1000/1m", errUsage)
 	}
-	alg, err := floodgate.ParseAlgorithm(algorithm)
-	if err != nil {
-		return overrides.Entry{}, err
+	var alg floodgate.Algorithm
+	if err := alg.UnmarshalText([]byte(algorithm)); err != nil {
+		return overridetable.Entry{}, err
 	}
 	r, err := floodgate.ParseLimit(rule, limit, alg)
 	if err != nil {
-		return overrides.Entry{}, err
+		return overridetable.Entry{}, err
 	}
 	if burst != 0 {
-		if r, err = r.WithBurst(burst); err != nil {
-			return overrides.Entry{}, err
+		r.Burst = burst
+		if err := r.Validate(); err != nil {
+			return overridetable.Entry{}, err
 		}
 	}
 	if ttl < 0 {
-		return overrides.Entry{}, fmt.Errorf("%w: -ttl %v is negative", errUsage, ttl)
+		return overridetable.Entry{}, fmt.Errorf("%w: -ttl %v is negative", errUsage, ttl)
 	}
-	e := overrides.Entry{Rule: r, Key: key}
+	e := overridetable.Entry{Rule: r, Key: key}
 	if ttl > 0 {
 		e.Expires = time.Now().Add(ttl).UTC().Truncate(time.Millisecond)
 	}
 	if err := e.Validate(); err != nil {
-		return overrides.Entry{}, fmt.Errorf("%w: %w", errUsage, err)
+		return overridetable.Entry{}, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return e, nil
 }
 
 // listOverrides prints the overrides of l (those of rule, if not empty),
 // then the invalid entries.
-func listOverrides(out overrideOutput, l *overrides.Listing, rule string, now time.Time) error {
+func listOverrides(out overrideOutput, l *overridetable.Listing, rule string, now time.Time) error {
 	invalid := l.Invalid
 	if out.json {
 		enc := json.NewEncoder(out.w)
@@ -311,7 +313,7 @@ func listOverrides(out overrideOutput, l *overrides.Listing, rule string, now ti
 }
 
 // entryJSON is an entry as -o json prints it.
-func entryJSON(e overrides.Entry, now time.Time) map[string]any {
+func entryJSON(e overridetable.Entry, now time.Time) map[string]any {
 	v := map[string]any{
 		"rule": e.Rule.Name, "key": e.Key, "limit": e.Rule.Limit, "window": e.Rule.Window.String(),
 		"window_ms": e.Rule.Window.Milliseconds(), "algorithm": e.Rule.Algorithm.String(), "burst": e.Rule.Burst,
@@ -343,7 +345,7 @@ func (o overrideOutput) report(v map[string]any, text string) error {
 // noted on stderr. An entry the services skip as invalid is skipped here
 // too.
 func withOverrides(ctx context.Context, url, prefix string, timeout time.Duration, hits []targetHit, stderr io.Writer) ([]targetHit, error) {
-	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix, DialTimeout: timeout})
+	table, err := overridetable.New(overridetable.Options{URL: url, Prefix: prefix, DialTimeout: timeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -354,7 +356,7 @@ func withOverrides(ctx context.Context, url, prefix string, timeout time.Duratio
 		out[i] = h
 		e, ok, err := table.Get(ctx, h.Rule.Name, h.Key)
 		switch {
-		case errors.Is(err, overrides.ErrInvalidEntry):
+		case errors.Is(err, overridetable.ErrInvalidEntry):
 			fmt.Fprintf(stderr, "floodgate: the override of key %q under rule %s is invalid, and skipped as the services skip it: %v\n", h.Key, h.Rule.Name, err)
 		case err != nil:
 			return nil, err

@@ -6,20 +6,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // override set picks the sliding-window log when -algorithm is not given,
 // as the shorthands (floodgate.PerMinute...) do, and like them refuses to
-// pick it for a limit above floodgate.MaxShorthandLimit, whose log would
+// pick it for a limit above bounds.DefaultLog, whose log would
 // cost kilobytes to megabytes per key in Redis (6 bytes a request: 600 KB
 // at 100000/1h): it names the O(1) algorithms. Given explicitly, any
 // algorithm takes any limit.
 func TestOverrideSetRefusesACostlyDefault(t *testing.T) {
 	url := "redis://" + redistest.Addr(t)
 	prefix := "ovralg" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	big := strconv.Itoa(floodgate.MaxShorthandLimit+1) + "/1h"
+	big := strconv.Itoa(bounds.DefaultLog+1) + "/1h"
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -27,7 +27,7 @@ func TestOverrideSetRefusesACostlyDefault(t *testing.T) {
 	}{
 		{[]string{"-limit", big}, 2, "token-bucket"},
 		{[]string{"-limit", "100000/1h"}, 2, "-algorithm sliding-window"},
-		{[]string{"-limit", strconv.Itoa(floodgate.MaxShorthandLimit) + "/1h"}, 0, "sliding-window"},
+		{[]string{"-limit", strconv.Itoa(bounds.DefaultLog) + "/1h"}, 0, "sliding-window"},
 		{[]string{"-limit", big, "-algorithm", "token-bucket"}, 0, "token-bucket"},
 		{[]string{"-limit", big, "-algorithm", "sliding-window"}, 0, "sliding-window"},
 	} {

@@ -17,7 +17,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -25,7 +27,7 @@ import (
 
 // TestOverride gives a customer a limit of its own from the shell, on a
 // standalone Redis and on a Cluster, and checks that a service's Limiter
-// (through an overrides.Source) admits exactly that limit, then the
+// (through an overrides.Table) admits exactly that limit, then the
 // rule's own once the override is removed.
 func TestOverride(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3, 0)
@@ -33,27 +35,23 @@ func TestOverride(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			prefix := "ovr" + strings.ReplaceAll(t.Name(), "/", "-") + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-			// The service: redisstore and a Source on the same prefix.
+			// The service: redisstore and an overrides.Table on the same prefix.
 			store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: prefix})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer table.Close()
-			src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Refresh: time.Hour})
+			src, err := overrides.New(ctx, overrides.Options{URL: url, Prefix: prefix, Refresh: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer src.Close()
+			key := prefix + "{overrides}"
 			l, err := floodgate.New(store, floodgate.Options{Timeout: 5 * time.Second, Overrides: src})
 			if err != nil {
 				t.Fatal(err)
 			}
-			api := floodgate.MustRule(floodgate.NewRule("api", 2, time.Minute, floodgate.SlidingWindow))
+			api := floodgate.Rule{Name: "api", Limit: 2, Window: time.Minute}
 			admitted := func(key string) int {
 				t.Helper()
 				if err := src.Refresh(ctx); err != nil {
@@ -105,7 +103,7 @@ func TestOverride(t *testing.T) {
 
 			// ls shows an override without expiry as "never", and what the
 			// services skip.
-			if _, err := redistest.Command(holder(t, cluster, name, url, table.Key()), "HSET", table.Key(), "api:junk", "lots"); err != nil {
+			if _, err := redistest.Command(holder(t, cluster, name, url, key), "HSET", key, "api:junk", "lots"); err != nil {
 				t.Fatal(err)
 			}
 			code, out, _ = cli(t, url, "override", "ls", "-prefix", prefix)
@@ -161,12 +159,12 @@ func TestOverrideExpired(t *testing.T) {
 	ctx := context.Background()
 	url := "redis://" + redistest.Addr(t)
 	prefix := "ovrexp" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+	table, err := overridetable.New(overridetable.Options{URL: url, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer table.Close()
-	old := overrides.Entry{Rule: floodgate.MustRule(floodgate.NewRule("api", 9, time.Minute, floodgate.SlidingWindow)), Key: "old", Expires: time.Now().Add(-time.Minute)}
+	old := overridetable.Entry{Rule: floodgate.Rule{Name: "api", Limit: 9, Window: time.Minute}, Key: "old", Expires: time.Now().Add(-time.Minute)}
 	if err := table.Set(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -242,15 +240,15 @@ func TestPeekAndResetFollowOverrides(t *testing.T) {
 	ctx := context.Background()
 	url := "redis://" + redistest.Addr(t)
 	prefix := "ovrpeek" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	table, err := overrides.NewTable(overrides.Options{URL: url, Prefix: prefix})
+	table, err := overridetable.New(overridetable.Options{URL: url, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer table.Close()
 	// Another window: the override's state is another key than the base
 	// rule's.
-	vip := floodgate.MustRule(floodgate.NewRule("api", 3, 2*time.Minute, floodgate.SlidingWindow))
-	if err := table.Set(ctx, overrides.Entry{Rule: vip, Key: "vip"}); err != nil {
+	vip := floodgate.Rule{Name: "api", Limit: 3, Window: 2 * time.Minute}
+	if err := table.Set(ctx, overridetable.Entry{Rule: vip, Key: "vip"}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := redisstore.New(ctx, redisstore.Options{URL: url, Prefix: prefix})
@@ -304,7 +302,7 @@ func TestServeAppliesOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hits := cfg.Match("svc", []rlconfig.Entry{{Key: "user", Value: "vip"}}).Hits(1)
+	hits := (*rlmatch.Config)(cfg).Match("svc", []rlmatch.Entry{{Key: "user", Value: "vip"}}).Hits(1)
 	if len(hits) != 1 {
 		t.Fatalf("%d hits for user=vip; want 1", len(hits))
 	}

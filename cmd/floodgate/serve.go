@@ -113,7 +113,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	c := serveConfig{
 		GRPCAddr:        ":8081",
 		HTTPAddr:        ":8080",
-		DecisionTimeout: floodgate.DefaultTimeout,
+		DecisionTimeout: 50 * time.Millisecond, // the Limiter's default
 		ShutdownTimeout: 10 * time.Second,
 		MaxConnAge:      24 * time.Hour,
 		MaxConnAgeGrace: time.Hour,
@@ -356,19 +356,14 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		defer rs.Close()
 		store, breaker = rs, rs
 		// The overrides beside the limits, refreshed every 5s.
-		table, err := overrides.NewTable(overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
+		loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		table, err := overrides.New(loadCtx, overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Registerer: reg, Logger: logger})
+		cancel()
 		if err != nil {
 			return fmt.Errorf("%w: REDIS_URL: %s", errConfig, redisopt.Redact(err.Error(), cfg.RedisURL))
 		}
 		defer table.Close()
-		loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		src, err := overrides.NewSource(loadCtx, table, overrides.SourceOptions{Registerer: reg, Logger: logger})
-		cancel()
-		if err != nil {
-			return err
-		}
-		defer src.Close() // before the table's
-		ovr = src
+		ovr = table
 	}
 	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache, Overrides: ovr})
 	if err != nil {

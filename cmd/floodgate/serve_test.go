@@ -28,6 +28,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -576,8 +577,8 @@ func TestRedisOptionErrorsHidePasswords(t *testing.T) {
 	if _, err := redisstore.New(context.Background(), redisstore.Options{URL: u}); !hidden(err) {
 		t.Errorf("redisstore.New: %v", err)
 	}
-	if _, err := overrides.NewTable(overrides.Options{URL: u}); !hidden(err) {
-		t.Errorf("overrides.NewTable: %v", err)
+	if _, err := overrides.New(context.Background(), overrides.Options{URL: u}); !hidden(err) {
+		t.Errorf("overrides.New: %v", err)
 	}
 	var out, errs bytes.Buffer
 	run(context.Background(), []string{"peek", "-rule", "name=login,limit=5/10m", "alice"}, env(map[string]string{"REDIS_URL": u}), &out, &errs)
@@ -598,18 +599,18 @@ func TestDeployConfig(t *testing.T) {
 		t.Errorf("entries not read: %v", sk)
 	}
 	for _, c := range []struct {
-		entries []rlconfig.Entry
+		entries []rlmatch.Entry
 		want    string
 	}{
-		{[]rlconfig.Entry{{Key: "remote_address", Value: "192.0.2.1"}}, "edge.remote_address: 5/minute sliding-window"},
-		{[]rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "192.0.2.1"}}, "edge.path.remote_address: 100/minute fixed-window"},
+		{[]rlmatch.Entry{{Key: "remote_address", Value: "192.0.2.1"}}, "edge.remote_address: 5/minute sliding-window"},
+		{[]rlmatch.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "192.0.2.1"}}, "edge.path.remote_address: 100/minute fixed-window"},
 	} {
-		m := cfg.Match("edge", c.entries)
+		m := (*rlmatch.Config)(cfg).Match("edge", c.entries)
 		if len(m.Limits) != 1 || m.Limits[0].String() != c.want {
 			t.Errorf("%v: %v, want %s", c.entries, m.Limits, c.want)
 		}
 	}
-	if m := cfg.Match("edge", []rlconfig.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "a"}}); m.FailureMode != enforce.FailOpen {
+	if m := (*rlmatch.Config)(cfg).Match("edge", []rlmatch.Entry{{Key: "path", Value: "/"}, {Key: "remote_address", Value: "a"}}); m.FailureMode != enforce.FailOpen {
 		t.Errorf("path and address: failure_mode %v, want open", m.FailureMode)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -40,7 +41,7 @@ descriptors:
 	l := newLimiter(t, url, prefix)
 	keys := map[string]string{}
 	for _, k := range []string{"user", "trial"} {
-		m := cfg.Match("rl", []rlconfig.Entry{{Key: k, Value: "carol"}})
+		m := (*rlmatch.Config)(cfg).Match("rl", []rlmatch.Entry{{Key: k, Value: "carol"}})
 		if d, err := l.Check(context.Background(), m.Hits(1)...); err != nil || !d.Allowed {
 			t.Fatal(d, err)
 		}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // TestPeekAndBlockedNameTheStateKey: peek and blocked name the Redis key
@@ -19,7 +19,7 @@ func TestPeekAndBlockedNameTheStateKey(t *testing.T) {
 	url := "redis://" + redistest.Addr(t)
 	prefix := testPrefix(t)
 	l := newLimiter(t, url, prefix)
-	rule := floodgate.MustRule(floodgate.NewRule("login", 2, 10*time.Minute, floodgate.SlidingWindow))
+	rule := floodgate.Rule{Name: "login", Limit: 2, Window: 10 * time.Minute}
 	want := map[string]bool{}
 	for _, key := range []string{"alice@example.com", "{braces} and\nnewline"} {
 		for range 2 {
@@ -27,7 +27,7 @@ func TestPeekAndBlockedNameTheStateKey(t *testing.T) {
 				t.Fatal(d, err)
 			}
 		}
-		sk, err := redisstore.StateKey(prefix, rule, key)
+		sk, err := rediskeys.StateKey(prefix, rule, key)
 		if err != nil {
 			t.Fatal(err)
 		}

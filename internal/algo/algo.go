@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // Interval is a token bucket's emission interval, Window/Limit, rounded
@@ -54,7 +55,7 @@ const (
 	// arrival time may run: MaxWindow. With a full bucket's refill time
 	// (at most 2^51µs under Rule.Validate's bounds) and the server time (below 2^52µs),
 	// it stays below 2^53µs.
-	Ahead = floodgate.MaxWindow
+	Ahead = bounds.Window
 )
 
 // CounterMax is the most a sliding-window counter under r counts in one
@@ -66,8 +67,8 @@ func CounterMax(r floodgate.Rule) int64 {
 }
 
 // LogMax is the most times a sliding-window log under r keeps: its limit
-// and floodgate.MaxSlidingCost more.
-func LogMax(r floodgate.Rule) int64 { return r.Limit + floodgate.MaxSlidingCost }
+// and bounds.SlidingCost more.
+func LogMax(r floodgate.Rule) int64 { return r.Limit + bounds.SlidingCost }
 
 // MaxCost is the highest cost a hit may have: its rule's capacity, or
 // MaxLimit for an Overdraw hit; at most MaxSlidingCost for a sliding
@@ -76,10 +77,10 @@ func LogMax(r floodgate.Rule) int64 { return r.Limit + floodgate.MaxSlidingCost 
 func MaxCost(h floodgate.Hit) int64 {
 	c := h.Rule.Capacity()
 	if h.Overdraw {
-		c = floodgate.MaxLimit
+		c = bounds.Limit
 	}
 	if h.Rule.Algorithm == floodgate.SlidingWindow || h.Rule.Algorithm == floodgate.Concurrency {
-		c = min(c, floodgate.MaxSlidingCost)
+		c = min(c, bounds.SlidingCost)
 	}
 	return c
 }

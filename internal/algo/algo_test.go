@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algo"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 func rule(t *testing.T, limit int64, window time.Duration, alg floodgate.Algorithm) floodgate.Rule {
@@ -27,7 +28,7 @@ func TestInterval(t *testing.T) {
 		{3, time.Second, 333334 * time.Microsecond}, // rounded up
 		{1, time.Millisecond, time.Millisecond},
 		{1000, time.Millisecond, time.Microsecond}, // never below 1µs
-		{floodgate.MaxLimit, time.Millisecond, time.Microsecond},
+		{bounds.Limit, time.Millisecond, time.Microsecond},
 		{10_000_000, time.Hour, 360 * time.Microsecond},
 	} {
 		if got := algo.Interval(rule(t, tc.limit, tc.window, floodgate.TokenBucket)); got != tc.want {
@@ -49,14 +50,14 @@ func TestLifeAtTheBounds(t *testing.T) {
 		{rule(t, 10, time.Hour, floodgate.SlidingWindowCounter), 1, 2 * time.Hour},
 		{rule(t, 10, time.Minute, floodgate.TokenBucket), 3, 18 * time.Second},
 		{rule(t, 10_000_000, time.Hour, floodgate.TokenBucket), 10_000_000, time.Hour},
-		{rule(t, floodgate.MaxLimit, time.Millisecond, floodgate.TokenBucket), floodgate.MaxLimit, floodgate.MaxLimit * time.Microsecond},
-		{rule(t, 1, floodgate.MaxWindow, floodgate.TokenBucket), 1, floodgate.MaxWindow},
-		{rule(t, 1, floodgate.MaxWindow, floodgate.SlidingWindowCounter), 1, 2 * floodgate.MaxWindow},
+		{rule(t, bounds.Limit, time.Millisecond, floodgate.TokenBucket), bounds.Limit, bounds.Limit * time.Microsecond},
+		{rule(t, 1, bounds.Window, floodgate.TokenBucket), 1, bounds.Window},
+		{rule(t, 1, bounds.Window, floodgate.SlidingWindowCounter), 1, 2 * bounds.Window},
 		// An Overdraw hit's cost, up to MaxLimit: the TAT runs at most
 		// Ahead past a full bucket's.
-		{rule(t, 10, time.Minute, floodgate.TokenBucket), floodgate.MaxLimit, time.Minute + algo.Ahead},
-		{rule(t, 1, floodgate.MaxWindow, floodgate.TokenBucket), floodgate.MaxLimit, floodgate.MaxWindow + algo.Ahead},
-		{rule(t, 1000, time.Millisecond, floodgate.TokenBucket), floodgate.MaxLimit, time.Millisecond + algo.Ahead},
+		{rule(t, 10, time.Minute, floodgate.TokenBucket), bounds.Limit, time.Minute + algo.Ahead},
+		{rule(t, 1, bounds.Window, floodgate.TokenBucket), bounds.Limit, bounds.Window + algo.Ahead},
+		{rule(t, 1000, time.Millisecond, floodgate.TokenBucket), bounds.Limit, time.Millisecond + algo.Ahead},
 	} {
 		if got := algo.Life(tc.r, tc.cost); got != tc.want || got <= 0 {
 			t.Errorf("Life(%v, cost %d) = %v, want %v", tc.r, tc.cost, got, tc.want)
@@ -71,7 +72,7 @@ func TestOverdrawBounds(t *testing.T) {
 		rule(t, 1, time.Millisecond, floodgate.SlidingWindowCounter),
 		rule(t, 100, time.Minute, floodgate.SlidingWindowCounter),
 		rule(t, 100_000, 24*time.Hour, floodgate.SlidingWindowCounter),
-		rule(t, 27, floodgate.MaxWindow, floodgate.SlidingWindowCounter),
+		rule(t, 27, bounds.Window, floodgate.SlidingWindowCounter),
 		rule(t, 1<<53/(1<<20)-1, 1<<20*time.Microsecond, floodgate.SlidingWindowCounter), // (limit+1)*W is 2^53
 	} {
 		us := int64(r.Window / time.Microsecond)
@@ -84,9 +85,9 @@ func TestOverdrawBounds(t *testing.T) {
 		want int64
 	}{
 		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.FixedWindow)}, 10},
-		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.FixedWindow), Overdraw: true}, floodgate.MaxLimit},
-		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.SlidingWindow), Overdraw: true}, floodgate.MaxSlidingCost},
-		{floodgate.Hit{Rule: rule(t, 5000, time.Minute, floodgate.SlidingWindow)}, floodgate.MaxSlidingCost},
+		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.FixedWindow), Overdraw: true}, bounds.Limit},
+		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.SlidingWindow), Overdraw: true}, bounds.SlidingCost},
+		{floodgate.Hit{Rule: rule(t, 5000, time.Minute, floodgate.SlidingWindow)}, bounds.SlidingCost},
 	} {
 		if got := algo.MaxCost(tc.h); got != tc.want {
 			t.Errorf("MaxCost(%+v) = %d, want %d", tc.h, got, tc.want)

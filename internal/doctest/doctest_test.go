@@ -111,7 +111,7 @@ var proseVars = map[string]string{
 	"mw":       "func(http.Handler) http.Handler",
 	"watcher":  "*rlconfig.Watcher",
 
-	"redisOverrides": "*overrides.Source",
+	"redisOverrides": "*overrides.Table",
 }
 
 func TestDocs(t *testing.T) {

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -88,8 +89,10 @@ type Update struct {
 	Version string
 	// Config is the configuration, as Parse read Files.
 	Config *rlconfig.Config
-	// Files are the resources as envoyproxy/ratelimit YAML files, named
-	// after the resources; [rlconfig.Parse] reads them as Config.
+	// Files are the resources as envoyproxy/ratelimit YAML files, one
+	// per resource, named after it (cut to letters, digits, ".", "-" and
+	// "_", made unique, ending in .yaml); [rlconfig.Parse] reads them as
+	// Config.
 	Files map[string][]byte
 }
 
@@ -400,7 +403,7 @@ func (c *Client) handle(ctx context.Context, resp *discovery.DiscoveryResponse) 
 				c.rejected = rejection{}
 				req := ack(&accepted{version: u.Version, hash: hash, cfg: u.Config})
 				c.logger.Info("rate-limit configuration from xDS in force", "version", u.Version, "domains", u.Config.Domains(),
-					"limits", len(u.Config.Limits()), "resources", len(u.Files), "rejected_since_the_last", c.nacks.reset())
+					"limits", len((*rlmatch.Config)(u.Config).Limits()), "resources", len(u.Files), "rejected_since_the_last", c.nacks.reset())
 				select {
 				case <-c.loaded:
 				default:
@@ -433,7 +436,7 @@ func (c *Client) read(resp *discovery.DiscoveryResponse) (Update, error) {
 			return Update{}, fmt.Errorf("%w: resource %d: %v", rlconfig.ErrInvalidConfig, i, err)
 		}
 	}
-	files, err := rlconfig.ProtoFiles(res)
+	files, err := rlmatch.ProtoFiles(res)
 	if err != nil {
 		return Update{}, err
 	}

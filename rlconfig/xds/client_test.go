@@ -17,9 +17,9 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/internal/testcerts"
 	"github.com/floodgate-rl/floodgate/internal/xdstest"
-	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 const node = "envoy-ratelimit"
@@ -93,8 +93,8 @@ func limitOf(c *Client, d, k string) int64 {
 	if cfg == nil {
 		return -1
 	}
-	m := cfg.Match(d, []rlconfig.Entry{{Key: k, Value: "v"}})
-	if m.Outcome != rlconfig.Limited {
+	m := (*rlmatch.Config)(cfg).Match(d, []rlmatch.Entry{{Key: k, Value: "v"}})
+	if m.Outcome != rlmatch.Limited {
 		return -1
 	}
 	return m.Limits[0].RequestsPerUnit

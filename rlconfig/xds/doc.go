@@ -6,8 +6,9 @@
 // the server and subscribes to every resource of type
 // [TypeURL] (ratelimit.config.ratelimit.v3.RateLimitConfig) for its node.
 // Each response is a whole configuration: every resource is turned into
-// a file by [rlconfig.ProtoFiles] and the set is validated by
-// [rlconfig.Parse], as a directory of files is. A valid one is handed to
+// a file of rlconfig's format ([Update].Files) and the set is validated
+// by [rlconfig.Parse], as a directory of files is, so a resource is
+// valid exactly when its file is. A valid one is handed to
 // [Options].Apply, which puts it in force, and is then acknowledged
 // (ACK: the response's version and nonce). An invalid one, or one Apply
 // refuses, is rejected (NACK: the version in force, the response's
@@ -42,7 +43,17 @@
 //
 // # What the proto carries
 //
-// See [rlconfig.ProtoFiles]: floodgate's own extensions to the YAML
+// A resource carries what envoyproxy/ratelimit's proto has: key, value,
+// rate_limit (unit, requests_per_unit, unlimited, name, replaces),
+// nested descriptors, shadow_mode, detailed_metric, and, from newer
+// versions of the proto than the one compiled in, quota_mode, metadata
+// and the units week, month and year. floodgate's extensions to the YAML
 // format (algorithm, burst, window, rate_limits, failure_mode) have no
-// field in the proto, so they exist in files only.
+// field there, so they exist in files only: a configuration from xDS
+// counts as envoyproxy/ratelimit does, in fixed windows. A
+// requests_per_unit of 0 is a limit that denies every request, as
+// upstream reads it (the proto cannot tell it from a missing one). A
+// field the proto does not define is refused, with
+// [rlconfig.ErrInvalidConfig], so that nothing the server meant is
+// dropped unseen.
 package xds

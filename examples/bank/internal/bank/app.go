@@ -129,7 +129,7 @@ func (a *App) watchLimits(file string, reg prometheus.Registerer, logger *slog.L
 	ok := prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_config_load_success_total", Help: "Reloads of the limits file that took effect."})
 	bad := prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_config_load_error_total", Help: "Reloads of the limits file that were refused; the limits in force stay."})
 	reg.MustRegister(ok, bad)
-	w, err := rlconfig.WatchFile(file, rlconfig.WatchOptions{OnReload: func(cfg *rlconfig.Config, err error) {
+	w, err := rlconfig.Watch(file, rlconfig.WatchOptions{OnReload: func(cfg *rlconfig.Config, err error) {
 		if err != nil {
 			bad.Inc()
 			logger.Error("LIMITS_FILE refused; the limits in force stay", "file", file, "error", err)
@@ -162,22 +162,16 @@ func newLimiter(store floodgate.Store, cfg Config, ovr floodgate.Overrides) (*fl
 // service's Redis (floodgate override set -rule pix -limit 50/1m ACCOUNT),
 // refreshed every 5 seconds and exported as floodgate_overrides.
 func (a *App) followOverrides(ctx context.Context, cfg Config, opts AppOptions, reg prometheus.Registerer, logger *slog.Logger) (floodgate.Overrides, error) {
-	tableOpts := overrides.Options{URL: cfg.RedisURL}
+	tableOpts := overrides.Options{URL: cfg.RedisURL, Registerer: reg, Logger: logger}
 	if opts.RedisClient != nil {
-		tableOpts = overrides.Options{Client: opts.RedisClient}
+		tableOpts.URL, tableOpts.Client = "", opts.RedisClient
 	}
-	table, err := overrides.NewTable(tableOpts)
+	table, err := overrides.New(ctx, tableOpts)
 	if err != nil {
 		return nil, fmt.Errorf("bank: overrides: %w", redactErr(err, cfg.RedisURL))
 	}
-	src, err := overrides.NewSource(ctx, table, overrides.SourceOptions{Registerer: reg, Logger: logger})
-	if err != nil {
-		table.Close()
-		return nil, fmt.Errorf("bank: overrides: %w", err)
-	}
-	// Closed in this order after the store: the Source, then its table.
-	a.closers = append(a.closers, src.Close, table.Close)
-	return src, nil
+	a.closers = append(a.closers, table.Close) // after the store
+	return table, nil
 }
 
 // Close releases the server, then the store.

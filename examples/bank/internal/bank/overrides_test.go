@@ -16,7 +16,7 @@ import (
 )
 
 // With Redis, an account's PIX limit set from a shell (floodgate override
-// set, here through its Table) holds in a replica started after it at
+// set, here through an overrides.Table) holds in a replica started after it at
 // once, and in a running replica within the 5 s refresh, without a
 // restart; /metrics counts the overrides.
 func TestOverridesReachEveryReplica(t *testing.T) {
@@ -57,13 +57,13 @@ func TestOverridesReachEveryReplica(t *testing.T) {
 		t.Fatalf("first PIX: %d, policy %q; want 201 under the default 10/min", code, policy)
 	}
 
-	table, err := overrides.NewTable(overrides.Options{URL: url})
+	table, err := overrides.New(context.Background(), overrides.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer table.Close()
 	set := time.Now()
-	if err := table.Set(context.Background(), overrides.Entry{Rule: floodgate.MustRule(floodgate.PerMinute("pix", 3)), Key: account}); err != nil {
+	if err := table.Set(context.Background(), overrides.Entry{Rule: floodgate.Rule{Name: "pix", Limit: 3, Window: time.Minute}, Key: account}); err != nil {
 		t.Fatal(err)
 	}
 	defer table.Delete(context.Background(), "pix", account)

@@ -1,4 +1,4 @@
-package rlconfig
+package rlmatch
 
 import (
 	"errors"
@@ -14,24 +14,11 @@ import (
 )
 
 // ProtoFiles turns RateLimitConfig resources, as an xDS server sends them
-// to envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW), into configuration
-// files in envoyproxy/ratelimit's YAML format: one file per resource,
-// named after the resource (cut to letters, digits, ".", "-" and "_",
-// made unique, ending in .yaml). [Parse], [LoadDir] and a [Watcher] read
-// them as any other file, with the same validation: a resource is valid
-// exactly when its file is.
-//
-// A resource carries what envoyproxy/ratelimit's proto has: key, value,
-// rate_limit (unit, requests_per_unit, unlimited, name, replaces),
-// nested descriptors, shadow_mode, detailed_metric, and, from newer
-// versions of the proto than the one compiled in, quota_mode, metadata
-// and the units week, month and year. floodgate's extensions (algorithm,
-// burst, window, rate_limits, failure_mode) have no field there: a
-// configuration from xDS counts as envoyproxy/ratelimit does, in fixed
-// windows. A requests_per_unit of 0 is a limit that denies every request,
-// as upstream reads it (the proto cannot tell it from a missing one). A
-// field the proto does not define is refused, with [ErrInvalidConfig], so
-// that nothing the server meant is dropped unseen.
+// to envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW), into files of
+// rlconfig's format, which [Parse] reads with the same validation as any
+// other. Package rlconfig/xds states what a resource carries and how its
+// file is named; a field the proto does not define is refused, with
+// [ErrInvalidConfig].
 func ProtoFiles(resources []*rlsconf.RateLimitConfig) (map[string][]byte, error) {
 	files := make(map[string][]byte, len(resources))
 	var errs []error

@@ -1,4 +1,4 @@
-package rlconfig
+package rlmatch
 
 import (
 	"bytes"
@@ -99,14 +99,14 @@ func decodeWhole(v *yaml.Node, field string, dst *int64) error {
 // yamlTypeNames turns the decoder's Go type names into the names a
 // configuration author knows.
 var yamlTypeNames = strings.NewReplacer(
-	"type rlconfig.rawFile", "the top level",
-	"type rlconfig.rawDescriptor", "a descriptor",
-	"type rlconfig.rawLimit", "a rate limit",
-	"type rlconfig.rawReplace", "a replaces entry",
-	"rlconfig.rawFile", "a file",
-	"rlconfig.rawDescriptor", "a descriptor",
-	"rlconfig.rawLimit", "a rate limit",
-	"rlconfig.rawReplace", "a replaces entry",
+	"type rlmatch.rawFile", "the top level",
+	"type rlmatch.rawDescriptor", "a descriptor",
+	"type rlmatch.rawLimit", "a rate limit",
+	"type rlmatch.rawReplace", "a replaces entry",
+	"rlmatch.rawFile", "a file",
+	"rlmatch.rawDescriptor", "a descriptor",
+	"rlmatch.rawLimit", "a rate limit",
+	"rlmatch.rawReplace", "a replaces entry",
 )
 
 // decodeFile decodes one file strictly. It returns every decoding problem

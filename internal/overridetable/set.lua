@@ -1,6 +1,6 @@
 -- set.lua: sets one override and bumps the version, atomically, so that
--- every Source that saw the old version reloads; refuses a new field when
--- the hash holds max fields already (overrides.MaxEntries).
+-- every service that saw the old version reloads; refuses a new field when
+-- the hash holds max fields already (MaxEntries, table.go).
 -- KEYS[1]  the overrides hash, <prefix>{overrides}
 -- KEYS[2]  its version counter, <prefix>{overrides}:version (same slot)
 -- ARGV     field, value, max

@@ -1,4 +1,4 @@
-package rlconfig
+package rlmatch
 
 import (
 	"crypto/sha256"
@@ -106,13 +106,8 @@ const (
 )
 
 // Match returns the limits that apply to one descriptor of a request in
-// domain, matched as envoyproxy/ratelimit matches: level by level, each
-// entry first against a descriptor with that key and value, then against
-// wildcard values in the order written, then against a descriptor with
-// that key and no value. The limits are those of the descriptor reached
-// by the last entry: a request with more entries than the configuration
-// has levels, or fewer than a limit's depth, matches nothing.
-// Replaces is not applied here; see [Config.MatchAll].
+// domain, matched as rlconfig's package doc states (Matching). Replaces
+// is not applied here; see [Config.MatchAll].
 func (c *Config) Match(domain string, entries []Entry) Match {
 	if c == nil {
 		return Match{Outcome: UnknownDomain}
@@ -168,9 +163,8 @@ func (c *Config) Match(domain string, entries []Entry) Match {
 }
 
 // MatchAll matches each descriptor of one request and then applies
-// replaces as envoyproxy/ratelimit does: a named limit that any matched
-// limit (unlimited ones included) replaces moves from Limits to Replaced,
-// and a descriptor left with no limits becomes NoLimit.
+// replaces: a replaced limit moves from Limits to Replaced, and a
+// descriptor left with no limits becomes NoLimit.
 func (c *Config) MatchAll(domain string, descriptors [][]Entry) []Match {
 	ms := make([]Match, len(descriptors))
 	replacing := map[string]bool{}

@@ -1,13 +1,13 @@
-package overrides
+package overridetable
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 func rule(t *testing.T, name string, limit int64, window time.Duration, alg floodgate.Algorithm) floodgate.Rule {
@@ -111,26 +111,26 @@ func TestParseEntryRejects(t *testing.T) {
 // at one a microsecond while its Decisions report the rule's limit).
 // Each bound is checked on both sides.
 func TestEntryRuleBounds(t *testing.T) {
-	tenYears := floodgate.MaxWindow
+	tenYears := bounds.Window
 	for _, tc := range []struct {
 		name string
 		rule floodgate.Rule
 		want string // "" if valid
 	}{
-		{"token bucket of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.TokenBucket}, "a token a microsecond"},
+		{"token bucket of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: bounds.Limit, Window: tenYears, Algorithm: floodgate.TokenBucket}, "a token a microsecond"},
 		{"token bucket of one a microsecond", floodgate.Rule{Name: "api", Limit: 1000, Window: time.Millisecond, Algorithm: floodgate.TokenBucket}, ""},
 		{"token bucket of one more", floodgate.Rule{Name: "api", Limit: 1001, Window: time.Millisecond, Algorithm: floodgate.TokenBucket}, "a token a microsecond"},
 		{"token bucket of one a microsecond for ten years", floodgate.Rule{Name: "api", Limit: int64(tenYears / time.Microsecond), Window: tenYears, Algorithm: floodgate.TokenBucket}, ""},
 		{"token bucket of one a microsecond, bursting to ten years of it", floodgate.Rule{Name: "api", Limit: 1000, Window: time.Millisecond, Algorithm: floodgate.TokenBucket, Burst: int64(tenYears / time.Microsecond)}, ""},
-		{"fixed window of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.FixedWindow}, ""},
-		{"fixed window past 2^51", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit + 1, Window: tenYears, Algorithm: floodgate.FixedWindow}, "above"},
-		{"sliding window at its cap", floodgate.Rule{Name: "api", Limit: floodgate.MaxSlidingLimit, Window: time.Minute}, ""},
-		{"sliding window past its cap", floodgate.Rule{Name: "api", Limit: floodgate.MaxSlidingLimit + 1, Window: time.Minute}, "sliding-window log"},
-		{"counter of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: floodgate.MaxLimit, Window: tenYears, Algorithm: floodgate.SlidingWindowCounter}, "too high for a sliding-window counter"},
+		{"fixed window of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: bounds.Limit, Window: tenYears, Algorithm: floodgate.FixedWindow}, ""},
+		{"fixed window past 2^51", floodgate.Rule{Name: "api", Limit: bounds.Limit + 1, Window: tenYears, Algorithm: floodgate.FixedWindow}, "above"},
+		{"sliding window at its cap", floodgate.Rule{Name: "api", Limit: bounds.SlidingLimit, Window: time.Minute}, ""},
+		{"sliding window past its cap", floodgate.Rule{Name: "api", Limit: bounds.SlidingLimit + 1, Window: time.Minute}, "sliding-window log"},
+		{"counter of 2^51 per ten years", floodgate.Rule{Name: "api", Limit: bounds.Limit, Window: tenYears, Algorithm: floodgate.SlidingWindowCounter}, "too high for a sliding-window counter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := Entry{Rule: tc.rule, Key: "k"}
-			for how, err := range map[string]error{"Validate": e.Validate(), "NewSet": func() error { _, err := NewSet(e); return err }()} {
+			for how, err := range map[string]error{"Validate": e.Validate()} {
 				if tc.want == "" {
 					if err != nil {
 						t.Errorf("%s(%v) = %v; want valid", how, tc.rule, err)
@@ -151,7 +151,7 @@ func TestEntryRuleBounds(t *testing.T) {
 
 // An expiry is stored as RFC 3339, which holds the years 0000 to 9999: an
 // entry whose expiry it cannot hold is refused when set, not written in a
-// form that every Source would then skip. The zero Time is no expiry.
+// form that every service would then skip. The zero Time is no expiry.
 func TestEntryExpiryBounds(t *testing.T) {
 	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
 	for _, tc := range []struct {
@@ -180,171 +180,20 @@ func TestEntryExpiryBounds(t *testing.T) {
 	}
 }
 
-// A Set applies its entries to their rule and key only, and no longer
-// once they expired, to the nanosecond.
-func TestSetOverride(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
-	vip := rule(t, "api", 1000, time.Minute, floodgate.TokenBucket)
-	temp := rule(t, "api", 20, time.Minute, floodgate.SlidingWindow)
-	s := newSet([]Entry{
-		{Rule: vip, Key: "vip"},
-		{Rule: temp, Key: "temp", Expires: now.Add(time.Hour)},
-		{Rule: temp, Key: "gone", Expires: now}, // expired already: left out
-	}, clock)
-	if s.Len() != 2 || !s.next.Equal(now.Add(time.Hour)) {
-		t.Fatalf("Len = %d, next expiry %v; want 2 and %v", s.Len(), s.next, now.Add(time.Hour))
-	}
-	for _, tc := range []struct {
-		rule floodgate.Rule
-		key  string
-		want floodgate.Rule
-		ok   bool
-	}{
-		{api, "vip", vip, true},
-		{api, "temp", temp, true},
-		{api, "gone", api, false},
-		{api, "nobody", api, false},
-		{rule(t, "web", 5, time.Second, floodgate.SlidingWindow), "vip", rule(t, "web", 5, time.Second, floodgate.SlidingWindow), false},
-	} {
-		if got, ok := s.Override(tc.rule, tc.key); got != tc.want || ok != tc.ok {
-			t.Errorf("Override(%s, %q) = %v, %v; want %v, %v", tc.rule.Name, tc.key, got, ok, tc.want, tc.ok)
-		}
-	}
-	now = now.Add(time.Hour - time.Nanosecond)
-	if _, ok := s.Override(api, "temp"); !ok {
-		t.Error("temp expired a nanosecond early")
-	}
-	now = now.Add(time.Nanosecond)
-	if got, ok := s.Override(api, "temp"); ok || got != api {
-		t.Errorf("temp at its expiry = %v, %v; want the base rule", got, ok)
-	}
-	var empty *Set
-	if got, ok := empty.Override(api, "vip"); ok || got != api || empty.Len() != 0 || empty.Entries() != nil {
-		t.Error("the nil Set is not empty")
-	}
-	es := s.Entries()
-	if len(es) != 2 || es[0].Key != "temp" || !es[0].Expires.Equal(now) || es[1].Key != "vip" || es[1].Rule != vip {
-		t.Errorf("Entries = %+v; want temp (until %v) then vip", es, now)
-	}
-}
-
-// NewSet refuses invalid entries and a key given twice.
-func TestNewSetRejects(t *testing.T) {
-	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
-	for name, es := range map[string][]Entry{
-		"twice":    {{Rule: api, Key: "k"}, {Rule: api, Key: "k"}},
-		"no key":   {{Rule: api}},
-		"bad rule": {{Rule: floodgate.Rule{Name: "api", Limit: 1}, Key: "k"}},
-		"long key": {{Rule: api, Key: strings.Repeat("x", floodgate.MaxKeyLen+1)}},
-	} {
-		if _, err := NewSet(es...); !errors.Is(err, ErrInvalidEntry) {
-			t.Errorf("%s: NewSet = %v; want ErrInvalidEntry", name, err)
-		}
-	}
-	s, err := NewSet(Entry{Rule: api, Key: "k"}, Entry{Rule: rule(t, "web", 1, time.Second, floodgate.SlidingWindow), Key: "k"})
-	if err != nil || s.Len() != 2 {
-		t.Fatalf("NewSet of one key under two rules = %v, %v; want 2 entries", s, err)
-	}
-}
-
-// Two entries whose hashes collide are both found, by their strings. A
-// real collision of 64-bit hashes cannot be produced on purpose, so the
-// test makes one: B's slot of the index points at A.
-func TestSetHashCollision(t *testing.T) {
-	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
-	a := Entry{Rule: rule(t, "api", 20, time.Minute, floodgate.SlidingWindow), Key: "a"}
-	b := Entry{Rule: rule(t, "api", 30, time.Minute, floodgate.SlidingWindow), Key: "b"}
-	s := newSet([]Entry{a, b}, time.Now)
-	nh, _ := s.nameHash("api")
-	hb := s.hash(nh, "b")
-	s.index[hb] = s.index[s.hash(nh, "a")]
-	if got, ok := s.Override(api, "b"); ok {
-		t.Fatalf("b found as %v with its slot taken and no collision entry", got)
-	}
-	s.collide = map[[2]string]int32{{"api", "b"}: 1}
-	if got, ok := s.Override(api, "b"); !ok || got != b.Rule {
-		t.Errorf("b = %v, %v; want %v from the collision map", got, ok, b.Rule)
-	}
-	if got, ok := s.Override(api, "a"); !ok || got != a.Rule {
-		t.Errorf("a = %v, %v; want %v", got, ok, a.Rule)
-	}
-}
-
-// With more rule names than a lookup scans, names are found by a map.
-func TestSetManyRuleNames(t *testing.T) {
-	var es []Entry
-	for i := range scanNames + 2 {
-		es = append(es, Entry{Rule: rule(t, "r"+strconv.Itoa(i), int64(i+1), time.Minute, floodgate.SlidingWindow), Key: "k"})
-	}
-	if s := newSet(es[:scanNames], time.Now); s.byName != nil {
-		t.Errorf("%d names are found by a map; want them scanned", scanNames)
-	}
-	s := newSet(es, time.Now)
-	if s.byName == nil || len(s.names) != scanNames+2 {
-		t.Fatalf("%d names, map %v; want %d names in a map", len(s.names), s.byName != nil, scanNames+2)
-	}
-	for i, e := range es {
-		if got, ok := s.Override(rule(t, e.Rule.Name, 100, time.Minute, floodgate.SlidingWindow), "k"); !ok || got.Limit != int64(i+1) {
-			t.Errorf("%s = %v, %v; want limit %d", e.Rule.Name, got, ok, i+1)
-		}
-	}
-	if _, ok := s.Override(rule(t, "other", 1, time.Minute, floodgate.SlidingWindow), "k"); ok {
-		t.Error("a rule without overrides got one")
-	}
-}
-
-// The Bloom filter never hides an entry, and lets few misses through to
-// the map: with 10,000 entries, fewer than 1 in 200 of 100,000 other keys
-// (about 1 in 1,000 expected).
-func TestSetBloomFilter(t *testing.T) {
-	const n = 10_000
-	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
-	es := make([]Entry, n)
-	for i := range es {
-		es[i] = Entry{Rule: rule(t, "api", int64(i+1), time.Minute, floodgate.SlidingWindow), Key: "vip-" + strconv.Itoa(i)}
-	}
-	s := newSet(es, time.Now)
-	if len(s.bloom) != 4096 {
-		t.Errorf("filter of %d words for %d entries; want 4096 (16 bits each, a power of two)", len(s.bloom), n)
-	}
-	for i, e := range es {
-		if got, ok := s.Override(api, e.Key); !ok || got.Limit != int64(i+1) {
-			t.Fatalf("%s = %v, %v; want limit %d", e.Key, got, ok, i+1)
-		}
-	}
-	nh, _ := s.nameHash("api")
-	passed := 0
-	for i := range 100_000 {
-		h := s.hash(nh, "user-"+strconv.Itoa(i))
-		if b := bloomBits(h); s.bloom[h&s.mask]&b == b {
-			passed++
-		}
-	}
-	if passed >= 500 {
-		t.Errorf("%d of 100,000 misses passed the filter; want fewer than 500", passed)
-	}
-	t.Logf("%d of 100,000 misses passed the filter", passed)
-	if s := newSet(nil, time.Now); len(s.bloom) != 1 {
-		t.Errorf("empty set: filter of %d words; want 1", len(s.bloom))
-	}
-}
-
 // The edges of an entry and of its messages: a key of MaxKeyLen bytes is
 // valid, one more is not; a text of 64 bytes is quoted whole, a longer
 // one cut there.
 func TestEdges(t *testing.T) {
 	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
-	if err := (Entry{Rule: api, Key: strings.Repeat("k", floodgate.MaxKeyLen)}).Validate(); err != nil {
+	if err := (Entry{Rule: api, Key: strings.Repeat("k", bounds.KeyLen)}).Validate(); err != nil {
 		t.Errorf("a key of MaxKeyLen bytes: %v; want valid", err)
 	}
 	s64 := strings.Repeat("x", 64)
-	if got := truncate(s64); got != s64 {
-		t.Errorf("truncate of 64 bytes = %q; want it whole", got)
+	if got := Truncate(s64); got != s64 {
+		t.Errorf("Truncate of 64 bytes = %q; want it whole", got)
 	}
-	if got := truncate(s64 + "y"); got != s64+"..." {
-		t.Errorf("truncate of 65 bytes = %q; want 64 and ...", got)
+	if got := Truncate(s64 + "y"); got != s64+"..." {
+		t.Errorf("Truncate of 65 bytes = %q; want 64 and ...", got)
 	}
 	e := Entry{Rule: api, Key: "k", Expires: time.Date(2026, 12, 1, 1, 0, 0, 0, time.FixedZone("x", 3600))}
 	if got, want := e.String(), `api: 10/1m0s sliding-window for key "k", until 2026-12-01T00:00:00Z`; got != want {
@@ -352,15 +201,5 @@ func TestEdges(t *testing.T) {
 	}
 	if got, want := (Entry{Rule: api, Key: "k"}).String(), `api: 10/1m0s sliding-window for key "k", no expiry`; got != want {
 		t.Errorf("String = %q; want %q", got, want)
-	}
-	// The filter: a word per 4 entries, rounded up to a power of two.
-	for _, tc := range []struct{ entries, words int }{{0, 1}, {4, 1}, {5, 2}, {8, 2}, {9, 4}} {
-		es := make([]Entry, tc.entries)
-		for i := range es {
-			es[i] = Entry{Rule: api, Key: strconv.Itoa(i)}
-		}
-		if s := newSet(es, time.Now); len(s.bloom) != tc.words {
-			t.Errorf("%d entries: a filter of %d words; want %d", tc.entries, len(s.bloom), tc.words)
-		}
 	}
 }

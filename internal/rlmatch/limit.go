@@ -1,4 +1,4 @@
-package rlconfig
+package rlmatch
 
 import (
 	"fmt"
@@ -84,7 +84,8 @@ func unitOf(w time.Duration) Unit {
 // parseAlgorithm reads the configuration's algorithm names, which spell
 // floodgate's names with underscores ("token_bucket").
 func parseAlgorithm(s string) (floodgate.Algorithm, error) {
-	a, err := floodgate.ParseAlgorithm(strings.ReplaceAll(s, "_", "-"))
+	var a floodgate.Algorithm
+	err := a.UnmarshalText([]byte(strings.ReplaceAll(s, "_", "-")))
 	if err != nil || a == floodgate.Concurrency { // Envoy's rate-limit API never ends a request: no lease is released
 		return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_window_counter or token_bucket)", s)
 	}

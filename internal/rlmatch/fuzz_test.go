@@ -1,4 +1,4 @@
-package rlconfig
+package rlmatch
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 // error must wrap ErrInvalidConfig, and every accepted limit must carry a
 // valid rule.
 func FuzzParse(f *testing.F) {
-	seeds, _ := filepath.Glob("testdata/envoy/*.y*ml")
+	seeds, _ := filepath.Glob("../../rlconfig/testdata/envoy/*.y*ml")
 	for _, s := range seeds {
 		data, err := os.ReadFile(s)
 		if err != nil {

@@ -1,4 +1,4 @@
-package rlconfig
+package rlmatch
 
 import (
 	"errors"

@@ -1,0 +1,279 @@
+package overridetable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// prefix is a fresh key prefix for one test, so tests share a Redis
+// without cleaning it.
+func prefix(t *testing.T) string {
+	return "ovt-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+}
+
+func table(t *testing.T, url, prefix string) *overridetable.Table {
+	t.Helper()
+	tb, err := overridetable.New(overridetable.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
+func mustRule(t *testing.T, name string, limit int64, window time.Duration) floodgate.Rule {
+	t.Helper()
+	r, err := floodgate.NewRule(name, limit, window, floodgate.SlidingWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// backend is a Redis deployment the tests run on: its URL, and the
+// address of the server that holds a key.
+type backend struct {
+	url    string
+	holder func(t *testing.T, key string) string
+}
+
+// backends are a standalone server, and a Cluster (3 masters) where the
+// hash and its version counter must share a slot for the scripts to run.
+func backends(t *testing.T) map[string]backend {
+	addr := redistest.Addr(t)
+	cluster := redistest.StartCluster(t, 3, 0)
+	return map[string]backend{
+		"standalone": {"redis://" + addr, func(*testing.T, string) string { return addr }},
+		"cluster": {cluster.URL(), func(t *testing.T, key string) string {
+			t.Helper()
+			slot, err := cluster.KeySlot(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node, err := cluster.MasterOf(slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return node.Addr()
+		}},
+	}
+}
+
+// Set, Get, List, Delete and Prune, and the version counter every change
+// bumps, on a standalone server and a Cluster.
+func TestTable(t *testing.T) {
+	for name, be := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			p := prefix(t)
+			tb := table(t, be.url, p)
+			if tb.Key() != p+"{overrides}" {
+				t.Fatalf("Key = %q; want %q", tb.Key(), p+"{overrides}")
+			}
+			version := func() string {
+				v, err := redistest.Command(be.holder(t, tb.Key()), "GET", tb.Key()+":version")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			if v, err := tb.Version(ctx); v != "" || err != nil {
+				t.Fatalf("Version of an empty table = %q, %v; want none", v, err)
+			}
+			l, err := tb.List(ctx)
+			if err != nil || l.Version != "" || len(l.Entries) != 0 || len(l.Invalid) != 0 {
+				t.Fatalf("List of an empty table = %+v, %v; want nothing, no version", l, err)
+			}
+			now := time.Now().Truncate(time.Second).UTC()
+			a := overridetable.Entry{Rule: mustRule(t, "api", 1000, time.Minute), Key: "customer-42"}
+			b := overridetable.Entry{Rule: mustRule(t, "api", 10, time.Second), Key: "{weird}\n:key", Expires: now.Add(time.Hour)}
+			c := overridetable.Entry{Rule: mustRule(t, "login", 3, time.Minute), Key: "old", Expires: now.Add(-time.Second)}
+			for _, e := range []overridetable.Entry{a, b, c} {
+				if err := tb.Set(ctx, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if v, err := tb.Version(ctx); v != "3" || err != nil || version() != "3" {
+				t.Errorf("Version after 3 sets = %q, %v; want 3, as stored", v, err)
+			}
+			if err := tb.Set(ctx, overridetable.Entry{Rule: floodgate.Rule{Name: "api"}, Key: "x"}); !errors.Is(err, overridetable.ErrInvalidEntry) || !errors.Is(err, floodgate.ErrInvalidRule) {
+				t.Errorf("Set of an invalid rule = %v; want ErrInvalidEntry and ErrInvalidRule", err)
+			}
+			if v := version(); v != "3" {
+				t.Errorf("version after a refused set = %q; want 3 still", v)
+			}
+			got, ok, err := tb.Get(ctx, "api", b.Key)
+			if err != nil || !ok || got.Rule != b.Rule || got.Key != b.Key || !got.Expires.Equal(b.Expires) {
+				t.Fatalf("Get = %+v, %v, %v; want %+v", got, ok, err, b)
+			}
+			if _, ok, err := tb.Get(ctx, "web", a.Key); err != nil || ok {
+				t.Fatalf("Get of another rule = %v, %v; want none", ok, err)
+			}
+			l, err = tb.List(ctx)
+			if err != nil || l.Version != "3" || len(l.Entries) != 3 || l.Entries[0].Key != a.Key || l.Entries[1].Key != b.Key || l.Entries[2].Key != c.Key {
+				t.Fatalf("List = %+v, %v; want version 3, api's two keys in byte order, then login's", l, err)
+			}
+			// Prune deletes only what expired, and bumps the version.
+			if n, err := tb.Prune(ctx, now); err != nil || n != 1 {
+				t.Fatalf("Prune = %d, %v; want 1 (the expired one)", n, err)
+			}
+			if _, ok, _ := tb.Get(ctx, "login", "old"); ok {
+				t.Error("the expired override survived Prune")
+			}
+			if v := version(); v != "4" {
+				t.Errorf("version after Prune = %q; want 4", v)
+			}
+			if ok, err := tb.Delete(ctx, "api", a.Key); err != nil || !ok {
+				t.Fatalf("Delete = %v, %v", ok, err)
+			}
+			if v := version(); v != "5" {
+				t.Errorf("version after Delete = %q; want 5", v)
+			}
+			if ok, err := tb.Delete(ctx, "api", a.Key); err != nil || ok {
+				t.Fatalf("Delete again = %v, %v; want false", ok, err)
+			}
+			if v := version(); v != "5" {
+				t.Errorf("version after deleting nothing = %q; want 5 still", v)
+			}
+			// A field holding garbage: Get says why, List lists it apart.
+			if _, err := redistest.Command(be.holder(t, tb.Key()), "HSET", tb.Key(), "api:junk", "1000 per minute"); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := tb.Get(ctx, "api", "junk"); !errors.Is(err, overridetable.ErrInvalidEntry) {
+				t.Errorf("Get of garbage = %v; want ErrInvalidEntry", err)
+			}
+			l, err = tb.List(ctx)
+			if err != nil || len(l.Entries) != 1 || len(l.Invalid) != 1 || l.Invalid[0].Field != "api:junk" || l.Invalid[0].Value != "1000 per minute" || !errors.Is(l.Invalid[0].Err, overridetable.ErrInvalidEntry) {
+				t.Fatalf("List with garbage = %+v, %v; want 1 entry and api:junk invalid", l, err)
+			}
+			if n, err := tb.Prune(ctx, now.Add(24*time.Hour)); err != nil || n != 1 {
+				t.Fatalf("Prune a day later = %d, %v; want 1 (b), garbage left alone", n, err)
+			}
+			if l, _ := tb.List(ctx); len(l.Entries) != 0 || len(l.Invalid) != 1 {
+				t.Fatalf("after Prune: %+v; want only the garbage", l)
+			}
+		})
+	}
+}
+
+// Bad options are refused, each problem named.
+func TestOptionsRejected(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts overridetable.Options
+		want string
+	}{
+		{"nothing", overridetable.Options{}, "set URL or Client"},
+		{"bad URL", overridetable.Options{URL: "http://example.com"}, "URL"},
+		{"brace", overridetable.Options{URL: "redis://192.0.2.1:6379", Prefix: "a{b"}, "brace"},
+		{"long prefix", overridetable.Options{URL: "redis://192.0.2.1:6379", Prefix: strings.Repeat("p", 65)}, "at most 64"},
+		{"negative dial", overridetable.Options{URL: "redis://192.0.2.1:6379", DialTimeout: -1}, "negative"},
+	} {
+		if err := tc.opts.Validate(); !errors.Is(err, overridetable.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v; want ErrInvalidOptions saying %q", tc.name, err, tc.want)
+		}
+		if _, err := overridetable.New(tc.opts); !errors.Is(err, overridetable.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v; want ErrInvalidOptions saying %q", tc.name, err, tc.want)
+		}
+	}
+	if err := (overridetable.Options{URL: "redis://192.0.2.1:6379", Prefix: strings.Repeat("p", 64)}).Validate(); err != nil {
+		t.Errorf("a prefix of 64 bytes: %v; want valid", err)
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Addr(t)}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if err := (overridetable.Options{URL: "redis://192.0.2.1:6379", Client: client}).Validate(); !errors.Is(err, overridetable.ErrInvalidOptions) || !strings.Contains(err.Error(), "only one of URL and Client") {
+		t.Errorf("URL and Client: %v; want ErrInvalidOptions", err)
+	}
+	if err := (overridetable.Options{Client: client}).Validate(); err != nil {
+		t.Errorf("a Client alone: %v; want valid", err)
+	}
+}
+
+// A table holds at most MaxEntries (10,000) overrides. Set refuses a new
+// one beyond it (after deleting the expired ones, which make room), with
+// an error wrapping ErrTableFull, and writes nothing; replacing one is
+// not adding one. Of a table written past the bound by hand, List reads
+// the first MaxEntries fields by byte order, whichever were written last,
+// and lists the rest as invalid with ErrTableFull.
+func TestTableCap(t *testing.T) {
+	if overridetable.MaxEntries != 10_000 {
+		t.Fatalf("MaxEntries = %d; package overrides documents 10,000", overridetable.MaxEntries)
+	}
+	ctx := context.Background()
+	addr, p := redistest.Addr(t), prefix(t)
+	tb := table(t, "redis://"+addr, p)
+	redis := func(args ...string) string {
+		t.Helper()
+		v, err := redistest.Command(addr, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	fill := []string{"HSET", tb.Key()}
+	for i := range overridetable.MaxEntries {
+		v := "limit=5/1m"
+		if i == 5000 {
+			v += ",expires=2020-01-01T00:00:00Z"
+		}
+		fill = append(fill, fmt.Sprintf("api:k%05d", i), v)
+	}
+	redis(fill...)
+	set := func(key string, limit int64) error {
+		return tb.Set(ctx, overridetable.Entry{Rule: mustRule(t, "api", limit, time.Minute), Key: key})
+	}
+	if err := set("new", 9); err != nil {
+		t.Fatalf("Set into a full table holding an expired override = %v; want it pruned to make room", err)
+	}
+	if n := redis("HLEN", tb.Key()); n != strconv.Itoa(overridetable.MaxEntries) {
+		t.Fatalf("HLEN = %s after the set; want %d (api:k05000 pruned, api:new added)", n, overridetable.MaxEntries)
+	}
+	version := redis("GET", tb.Key()+":version")
+	err := set("new2", 9)
+	if !errors.Is(err, overridetable.ErrTableFull) || !strings.Contains(err.Error(), fmt.Sprintf("holds %d overrides", overridetable.MaxEntries)) {
+		t.Fatalf("Set of a new override into a full table = %v; want ErrTableFull naming the %d held", err, overridetable.MaxEntries)
+	}
+	if errors.Is(err, floodgate.ErrStoreUnavailable) || errors.Is(err, overridetable.ErrInvalidEntry) {
+		t.Errorf("the refusal %v wraps ErrStoreUnavailable or ErrInvalidEntry; it is neither", err)
+	}
+	if _, ok, _ := tb.Get(ctx, "api", "new2"); ok || redis("GET", tb.Key()+":version") != version || redis("HLEN", tb.Key()) != strconv.Itoa(overridetable.MaxEntries) {
+		t.Fatal("a refused Set wrote the override or bumped the version")
+	}
+	if err := set("k00001", 7); err != nil {
+		t.Fatalf("Set replacing an override of a full table = %v; want it replaced", err)
+	}
+
+	// Past the bound by hand: three fields that sort before every other.
+	redis("HSET", tb.Key(), "api:a-1", "limit=6/1m", "api:a-2", "limit=6/1m", "api:a-3", "limit=6/1m")
+	l, err := tb.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Entries) != overridetable.MaxEntries || len(l.Invalid) != 3 {
+		t.Fatalf("List of %d fields: %d entries, %d invalid; want %d and 3", overridetable.MaxEntries+3, len(l.Entries), len(l.Invalid), overridetable.MaxEntries)
+	}
+	if e := l.Entries[0]; e.Key != "a-1" || e.Rule.Limit != 6 {
+		t.Errorf("first entry = %v; want a-1, written last but first by byte order", e)
+	}
+	for i, want := range []string{"api:k09998", "api:k09999", "api:new"} {
+		b := l.Invalid[i]
+		if b.Field != want || !errors.Is(b.Err, overridetable.ErrTableFull) || !errors.Is(b.Err, overridetable.ErrInvalidEntry) {
+			t.Errorf("refused entry %d = %+v; want %s, the last by byte order, with ErrTableFull", i, b, want)
+		}
+	}
+}
