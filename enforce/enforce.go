@@ -175,7 +175,9 @@ type Spec struct {
 	// retry-after of at most MaxDelay waits that long and is decided
 	// again, for at most MaxDelay in all, and never past its context's
 	// deadline: a wait that would outlast it is not started, and the
-	// denial is the answer at once. Zero means no waiting.
+	// denial is the answer at once. A denial by concurrency limits alone
+	// waits for a slot to be released, for at most MaxDelay (the package
+	// doc's "Requests in flight"). Zero means no waiting.
 	MaxDelay time.Duration
 	// MaxWaiters bounds the requests of this gate waiting at once; a
 	// request over the bound is denied at once. Zero means 100.

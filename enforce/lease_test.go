@@ -35,6 +35,11 @@ func TestHoldRenewsUntilRelease(t *testing.T) {
 	}
 	release()
 	release()
+	calls := v.fault.Calls()
+	time.Sleep(100 * time.Millisecond) // five renewal periods
+	if got := v.fault.Calls(); got != calls {
+		t.Fatalf("%d store calls after the release; a renewal must never outlive its holder's release", got-calls)
+	}
 	next, err := g.Decide(t.Context(), []string{"tenant"})
 	if err != nil || !next.Allowed() {
 		t.Fatalf("after release: %v, %v; a released lease frees its slot", next.Outcome, err)
