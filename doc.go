@@ -13,9 +13,10 @@
 //
 // A [Rule] is a policy: a name, a limit per window, an [Algorithm] (an
 // exact sliding-window log by default, a token bucket, a fixed window or a
-// sliding-window counter; or a limit on requests in flight, below). A [Decision] says whether a request may
-// proceed, with what remains and when to retry; a denial is a Decision,
-// never an error, and records nothing. [Limiter.Check] checks several keys
+// sliding-window counter; or a limit on requests in flight, below). A
+// [Decision] says whether a request may proceed, with what remains and
+// when to retry; a denial is a Decision, never an error, and records
+// nothing. [Limiter.Check] checks several keys
 // at once (login by IP and by account), all-or-nothing; [Limiter.Refund]
 // undoes what an allowed decision recorded, as far as it provably still
 // weighs; [Limiter.Reset] unlocks a key; [Limiter.Wait] slows down before

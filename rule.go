@@ -52,9 +52,10 @@ const (
 	// slot (Cost slots) until it is released ([Limiter.Refund]) or its
 	// time to live, Window, runs out; [Limiter.Renew] extends it while a
 	// long request runs. The package documentation's section "Requests in
-	// flight" says when to use it and what the time to live means. A lease is an
-	// entry of a sliding-window log, so Limit and a hit's cost are bounded
-	// as SlidingWindow's, and a Concurrency hit may not be Overdraw.
+	// flight" says when to use it and what the time to live means. A lease
+	// is an entry of a sliding-window log, so Limit and a hit's cost are
+	// bounded as SlidingWindow's, and a Concurrency hit may not be
+	// Overdraw.
 	Concurrency
 )
 
@@ -82,9 +83,9 @@ func (a Algorithm) String() string {
 
 // UnmarshalText sets a to the algorithm named text ("sliding-window",
 // "token-bucket", "fixed-window", "sliding-window-counter" or
-// "concurrency"), so that an
-// Algorithm reads from flags (flag.TextVar) and configuration files; an
-// unknown name is an error wrapping [ErrInvalidRule].
+// "concurrency"), so that an Algorithm reads from flags (flag.TextVar)
+// and configuration files; an unknown name is an error wrapping
+// [ErrInvalidRule].
 func (a *Algorithm) UnmarshalText(text []byte) error {
 	for i, name := range algorithmNames {
 		if string(text) == name {
@@ -115,7 +116,7 @@ type Rule struct {
 	// bytes of [A-Za-z0-9_.-].
 	Name string
 	// Limit is the number of requests allowed per Window: 1 to 2^51
-	// (1,000,000 for a SlidingWindow rule).
+	// (1,000,000 for a SlidingWindow or Concurrency rule).
 	Limit int64
 	// Window is the period the limit applies to: one millisecond to ten
 	// years, a whole number of microseconds.

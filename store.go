@@ -16,7 +16,7 @@ type Hit struct {
 	Key string
 	// Cost is how many requests this hit counts for; zero means 1. It may
 	// not exceed the rule's Capacity, unless Overdraw is set; nor, for a
-	// SlidingWindow rule, 1,000.
+	// SlidingWindow or Concurrency rule, 1,000.
 	Cost int64
 	// Overdraw records the hit whatever the limit says, as far as the
 	// algorithm can hold it, and the key owes what it took past its
