@@ -195,3 +195,30 @@ func TestHoldReleasesShadowLeases(t *testing.T) {
 		t.Errorf("shadow_denied = %v, want 1", got)
 	}
 }
+
+// A handler's Refund (the account's attempt after a successful login)
+// undoes the request's rate hits, never its lease: the request still
+// runs, and holds its slot until it ends.
+func TestRefundKeepsTheLease(t *testing.T) {
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "login", Limits: []enforce.Limit{{Rule: rule("attempts", 2)}, {Rule: inFlight("inflight", 1, time.Minute)}}})
+	res, err := g.Decide(t.Context(), []string{"ana", "ana"})
+	if err != nil || !res.Allowed() {
+		t.Fatalf("first: %v, %v", res.Outcome, err)
+	}
+	release := res.Hold(t.Context())
+	if err := res.Refund(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := g.Decide(t.Context(), []string{"ana", "ana"}); again.Allowed() || again.Decision.Policy != "inflight" {
+		t.Fatalf("while the first runs, after its Refund: %v by %s; want denied by the concurrency limit", again.Outcome, again.Decision.Policy)
+	}
+	release()
+	for i := range 2 { // the refunded attempt left both of the rate's
+		next, _ := g.Decide(t.Context(), []string{"ana", "ana"})
+		if !next.Allowed() {
+			t.Fatalf("request %d after the release: %v by %s", i+1, next.Outcome, next.Decision.Policy)
+		}
+		next.Hold(t.Context())()
+	}
+}

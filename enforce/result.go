@@ -110,17 +110,23 @@ func (r Result) Covers(rule, key string) bool {
 // out not to count, such as the account's attempt after a successful
 // login. It is idempotent, and does nothing for a request whose hits no
 // limiter recorded (Denied, but for Overdraw hits, FailedOpen,
-// FailedClosed, Skipped). Shadow hits are not refunded.
+// FailedClosed, Skipped). Shadow hits are not refunded, nor leases
+// (floodgate.Concurrency hits): the request holds its slots until it ends
+// ([Result.Hold]).
 func (r Result) Refund(ctx context.Context, policies ...string) error {
 	if r.limiter == nil || !r.Decision.Recorded {
 		return nil
 	}
-	if len(policies) == 0 {
+	leases := slices.ContainsFunc(r.hits, func(h floodgate.Hit) bool { return h.Rule.Algorithm == floodgate.Concurrency })
+	if len(policies) == 0 && !leases {
 		return r.limiter.Refund(ctx, r.Decision)
 	}
 	var errs []error
-	for _, d := range fields.Each(r.Decision) {
-		if slices.Contains(policies, d.Policy) {
+	for i, d := range fields.Each(r.Decision) {
+		if i < len(r.hits) && r.hits[i].Rule.Algorithm == floodgate.Concurrency {
+			continue
+		}
+		if len(policies) == 0 || slices.Contains(policies, d.Policy) {
 			errs = append(errs, r.limiter.Refund(ctx, d))
 		}
 	}
