@@ -222,3 +222,30 @@ func TestRefundKeepsTheLease(t *testing.T) {
 		next.Hold(t.Context())()
 	}
 }
+
+// A request throttled by a concurrency limit sees a slot that another
+// process released at its next check: it polls, an eighth of MaxDelay
+// apart (within 10ms and 250ms).
+func TestThrottleSeesAnotherProcessRelease(t *testing.T) {
+	v := newEnv(t)
+	spec := enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, time.Hour)}}, MaxDelay: 800 * time.Millisecond}
+	g := v.gate(t, spec)
+	other, err := floodgate.New(v.fault, floodgate.Options{}) // another replica, on the same store
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.Check(t.Context(), floodgate.Hit{Rule: spec.Limits[0].Rule, Key: "k"})
+	if err != nil || !held.Allowed {
+		t.Fatalf("the other replica's lease: %+v, %v", held, err)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_ = other.Refund(context.Background(), held)
+	}()
+	start := time.Now()
+	res, err := g.Decide(t.Context(), []string{"k"})
+	if err != nil || !res.Allowed() {
+		t.Fatalf("the throttled request: %v, %v after %v; want admitted once the other replica released", res.Outcome, err, time.Since(start))
+	}
+	res.Hold(t.Context())()
+}
