@@ -17,7 +17,7 @@ import (
 func TestRequestsInFlight(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	rate := floodgate.Rule{Name: "rate", Limit: 100, Window: time.Hour, Algorithm: floodgate.SlidingWindow}
-	inflight := floodgate.Rule{Name: "inflight", Limit: 1, Window: 60 * time.Millisecond, Algorithm: floodgate.Concurrency}
+	inflight := floodgate.Rule{Name: "inflight", Limit: 1, Window: 300 * time.Millisecond, Algorithm: floodgate.Concurrency}
 	mw, err := e.hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{
 		{Rule: rate, Key: httplimit.Header("X-User")},
 		{Rule: inflight, Key: httplimit.Header("X-User")},
@@ -45,7 +45,7 @@ func TestRequestsInFlight(t *testing.T) {
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- send(true) }()
 	<-entered
-	time.Sleep(200 * time.Millisecond) // past the lease's time to live: renewed
+	time.Sleep(time.Second) // past the lease's time to live: renewed
 	rec := send(false)
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" ||
 		rec.Header().Get("RateLimit") != `"rate";r=99;t=3600, "inflight";r=0;t=1` {
