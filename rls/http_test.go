@@ -219,7 +219,7 @@ func TestOperations(t *testing.T) {
 	if code, body := get(t, svc.url+"/healthcheck"); code != 200 || body != "OK\n" {
 		t.Errorf("/healthcheck: %d %q", code, body)
 	}
-	svc.srv.Shutdown()
+	svc.srv.Close()
 	if code, _ := get(t, svc.url+"/healthcheck"); code != http.StatusServiceUnavailable {
 		t.Errorf("/healthcheck after Shutdown: %d, want 503", code)
 	}

@@ -439,20 +439,15 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Shutdown marks the service as not serving (health checks and
-// /healthcheck fail, so load balancers drain it) without refusing
-// requests; call it before stopping the servers gracefully.
-func (s *Server) Shutdown() {
+// Close marks the service as not serving (health checks and /healthcheck
+// fail, so load balancers drain it) and stops watching the configuration
+// directory, without refusing requests: they still answer, with the
+// configuration last in force. Call it before stopping the servers
+// gracefully. Close is idempotent.
+func (s *Server) Close() error {
 	s.closing.Store(true)
 	s.health.Shutdown()
 	s.drain.Do(func() { close(s.drained) })
-}
-
-// Close stops watching the configuration directory and marks the service
-// as not serving. Requests still answer, with the configuration last in
-// force. Close is idempotent.
-func (s *Server) Close() error {
-	s.Shutdown()
 	if s.watcher != nil {
 		return s.watcher.Close()
 	}

@@ -55,11 +55,11 @@ func TestShutdownEndsHealthWatches(t *testing.T) {
 		watches = append(watches, w)
 	}
 
-	srv.Shutdown()
+	srv.Close()
 	for i, w := range watches {
 		m, err := w.Recv()
 		if err != nil || m.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
-			t.Errorf("watch %d after Shutdown: %v, %v; want NOT_SERVING", i, m, err)
+			t.Errorf("watch %d after Close: %v, %v; want NOT_SERVING", i, m, err)
 		}
 		if m, err := w.Recv(); !errors.Is(err, io.EOF) {
 			t.Errorf("watch %d after NOT_SERVING: %v, %v; want the stream's end", i, m, err)

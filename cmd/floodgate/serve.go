@@ -487,7 +487,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down: in-flight calls finish", "timeout", cfg.ShutdownTimeout)
-	srv.Shutdown()
+	srv.Close() // not serving: load balancers drain it; requests still answer
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	stopped := make(chan struct{})
