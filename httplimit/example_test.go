@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -225,6 +226,68 @@ func ExampleResult_Refund() {
 	rec := send(login, "POST", "/login", "203.0.113.9:1", "X-Demo-Account", "alice", "X-Demo-Password", "wrong")
 	fmt.Println(rec.Code, rec.Header().Get("RateLimit"))
 	// Output: 200 "login-ip";r=94;t=60, "login-account";r=1;t=60
+}
+
+// An LLM proxy with a budget of 1,000 tokens a minute per user: a request
+// reserves an estimate from its prompt (a quarter of its bytes, plus the
+// longest answer it asks for), the model answers, and the handler settles
+// the estimate with the usage the answer reports. The unused part of an
+// estimate is credited at once; an answer longer than its estimate is
+// charged past the budget, and the user owes it: the next request waits
+// until the token bucket has refilled the debt.
+func ExampleResult_Settle() {
+	// A clock that stands still, so that the bucket refills nothing
+	// between the requests and the figures print the same on every run.
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	store := memstore.New(memstore.Options{Now: func() time.Time { return start }})
+	defer store.Close()
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
+	defer hl.Close()
+	tokens := floodgate.Rule{Name: "llm-tokens", Limit: 1000, Window: time.Minute, Algorithm: floodgate.TokenBucket}
+	estimate := func(r *http.Request) int64 {
+		maxTokens, _ := strconv.ParseInt(r.Header.Get("X-Max-Tokens"), 10, 64)
+		return r.ContentLength/4 + maxTokens
+	}
+	// model stands for the upstream call: it answers with the tokens it
+	// used, prompt and completion, as an OpenAI-style usage object does.
+	model := func(r *http.Request) (usage int64) {
+		used, _ := strconv.ParseInt(r.Header.Get("X-Demo-Usage"), 10, 64)
+		return used
+	}
+	limit, _ := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{
+		{Rule: tokens, Key: httplimit.Header("X-User"), Cost: estimate},
+	}})
+	proxy := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		used := model(r)
+		res, _ := httplimit.FromContext(r.Context())
+		if _, err := res.Settle(r.Context(), "llm-tokens", used); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintf(w, "used %d", used)
+	}))
+	chat := func(prompt string, maxTokens, usage int) {
+		req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(prompt))
+		req.Header.Set("X-User", "ana")
+		req.Header.Set("X-Max-Tokens", strconv.Itoa(maxTokens))
+		req.Header.Set("X-Demo-Usage", strconv.Itoa(usage))
+		rec := httptest.NewRecorder()
+		proxy.ServeHTTP(rec, req)
+		if rec.Code == http.StatusTooManyRequests {
+			fmt.Println(rec.Code, rec.Header().Get("RateLimit"), "| Retry-After:", rec.Header().Get("Retry-After"))
+			return
+		}
+		fmt.Println(rec.Code, rec.Header().Get("RateLimit"), "|", rec.Body.String())
+	}
+	prompt := strings.Repeat("word ", 80) // 400 bytes: 100 tokens estimated
+	chat(prompt, 300, 250)                // reserves 400, settles 250: 150 back
+	chat(prompt, 300, 1100)               // reserves 400, settles 1,100: 700 more, past the budget
+	chat(prompt, 300, 0)                  // in debt: refused until refilled
+	// Output:
+	// 200 "llm-tokens";r=600;t=24 | used 250
+	// 200 "llm-tokens";r=350;t=39 | used 1100
+	// 429 "llm-tokens";r=0;t=81 | Retry-After: 45
 }
 
 // Key functions combine: First keys an authenticated request by its
