@@ -92,3 +92,30 @@ func ExampleHit_overdraw() {
 	// false true -500 30s
 	// false -500
 }
+
+// At most two reports render at once per account, however long each
+// takes: a Concurrency rule's hit is a lease, held until it is refunded,
+// renewed while the work runs longer than its time to live (30 s here).
+func ExampleLimiter_Renew() {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	rendering := floodgate.Rule{Name: "reports", Limit: 2, Window: 30 * time.Second, Algorithm: floodgate.Concurrency}
+	ctx := context.Background()
+
+	a, _ := limiter.Allow(ctx, rendering, "acct")
+	b, _ := limiter.Allow(ctx, rendering, "acct")
+	c, _ := limiter.Allow(ctx, rendering, "acct")
+	fmt.Println(a.Allowed, b.Allowed, c.Allowed) // the third waits for a slot
+
+	a, _ = limiter.Renew(ctx, a) // a long report keeps its slot
+	fmt.Println(a.Allowed)
+	_ = limiter.Refund(ctx, b) // a report done: its slot is free
+	_ = limiter.Refund(ctx, b) // released once, however often
+	c, _ = limiter.Allow(ctx, rendering, "acct")
+	fmt.Println(c.Allowed, c.Remaining)
+	// Output:
+	// true true false
+	// true
+	// true 0
+}
