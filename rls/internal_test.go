@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
@@ -65,9 +67,9 @@ func TestBetter(t *testing.T) {
 	}
 }
 
-// TestCurrentLimit: a window is written as the longest unit that divides
+// TestSetLimit: a window is written as the longest unit that divides
 // it, times unit_multiplier.
-func TestCurrentLimit(t *testing.T) {
+func TestSetLimit(t *testing.T) {
 	for w, want := range map[time.Duration]string{
 		48 * time.Hour:          "DAY x2",
 		36 * time.Hour:          "HOUR x36",
@@ -76,7 +78,7 @@ func TestCurrentLimit(t *testing.T) {
 		1500 * time.Millisecond: "UNKNOWN",
 		500 * time.Millisecond:  "UNKNOWN",
 	} {
-		cl := currentLimit(&rlconfig.Limit{Rule: floodgate.Rule{Window: w}, RequestsPerUnit: 7}, floodgate.Rule{Window: w, Limit: 7})
+		cl := setLimit(new(rlsv3.RateLimitResponse_RateLimit), &rlconfig.Limit{Rule: floodgate.Rule{Window: w}, RequestsPerUnit: 7}, floodgate.Rule{Window: w, Limit: 7})
 		got := cl.GetUnit().String()
 		if m := cl.GetUnitMultiplier(); m != nil {
 			got += " x" + strconv.Itoa(int(m.GetValue()))
