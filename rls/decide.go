@@ -26,14 +26,14 @@ import (
 // ends first.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := s.shouldRateLimit(ctx, req)
-	code := "ok"
 	switch {
 	case err != nil:
-		code = toSnake(status.Code(err).String())
+		s.metrics.requests.WithLabelValues(toSnake(status.Code(err).String())).Inc()
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		code = "over_limit"
+		s.metrics.overall.Inc()
+	default:
+		s.metrics.ok.Inc()
 	}
-	s.metrics.requests.WithLabelValues(code).Inc()
 	return resp, err
 }
 
