@@ -417,14 +417,6 @@ const (
 	MinPingInterval = 10 * time.Second
 )
 
-// streamWorkers is the number of goroutines that the grpc.Server of
-// [Server.GRPCServerOptions] keeps to run calls on. A call that finds
-// them all busy runs on a goroutine of its own, as without them. A
-// fresh goroutine starts with a small stack and grows it again on every
-// call (runtime.morestack: 5.6% of the service's CPU under rlsbench's
-// allowed load); a worker's stack stays grown.
-const streamWorkers = 256
-
 // GRPCServerOptions returns the options a grpc.Server for this service
 // should have: the receive limit MaxMessageSize, at most
 // MaxConcurrentStreams streams per connection, keepalive pings no more
@@ -432,11 +424,9 @@ const streamWorkers = 256
 // keepalive may ping an idle connection), and a codec that decodes one
 // large request (LargeRequest bytes or more) at a time: a flood of them
 // takes one CPU for its decoding, not every CPU, so the small requests
-// of everyone else are still decided within their budgets. Calls run on a
-// pool of goroutines that keep their grown stacks.
+// of everyone else are still decided within their budgets.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ForceServerCodecV2(oneLargeAtATime{CodecV2: encoding.GetCodecV2(proto.Name), turn: s.decoding}),
 		grpc.MaxRecvMsgSize(MaxMessageSize),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
