@@ -71,7 +71,7 @@ type row struct {
 
 type options struct {
 	floodgate, envoy, redisServer string
-	baseBin, baseName             string
+	baseBin, baseName, baseEnv    string
 	config                        string
 	duration, warmup, timeout     time.Duration
 	rounds, callers, conns        int
@@ -89,6 +89,7 @@ func mainErr(args []string, out io.Writer) error {
 	fs.StringVar(&o.floodgate, "floodgate", "", "the floodgate binary (go build ./cmd/floodgate)")
 	fs.StringVar(&o.baseBin, "base", "", "another floodgate binary (a baseline, or a change under trial): adds its fixed-window and sliding-window rows")
 	fs.StringVar(&o.baseName, "base-name", "base", "the name of -base's rows: floodgate fixed window (NAME)")
+	fs.StringVar(&o.baseEnv, "base-env", "", "-base's rows' extra settings, after -floodgate-env's, comma-separated NAME=VALUE (a setting under trial: -base of the same binary, e.g. GOGC=200)")
 	fs.StringVar(&o.envoy, "envoy", "", "envoyproxy/ratelimit's service_cmd binary")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.config, "config", "", "the RUNTIME_ROOT: a directory holding ratelimit/config/*.yaml")
@@ -239,7 +240,7 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 		name string
 		run  func(grpcAddr string) (*proc, error)
 	}
-	fg := func(name, bin, configDir, prefix string) spec {
+	fg := func(name, bin, configDir, prefix string, extra ...string) spec {
 		return spec{name, func(grpcAddr string) (*proc, error) {
 			hp, err := ps.free()
 			if err != nil {
@@ -248,7 +249,7 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 			return start(ctx, dir, name, grpcAddr, bin, nil, append([]string{
 				"CONFIG_DIR=" + configDir, "REDIS_URL=" + rd.addr(), "CACHE_KEY_PREFIX=" + prefix,
 				"GRPC_ADDR=" + grpcAddr, fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", hp), "LOG_LEVEL=warn", cache,
-			}, envList(o.floodgateEnv)...))
+			}, append(envList(o.floodgateEnv), extra...)...))
 		}}
 	}
 	sw, err := variant("sliding_window")
@@ -266,8 +267,8 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 	}
 	if o.baseBin != "" {
 		specs = append(specs,
-			fg("floodgate fixed window ("+o.baseName+")", o.baseBin, shared, "fgbfw:"),
-			fg("floodgate sliding window ("+o.baseName+")", o.baseBin, sw, "fgbsw:"))
+			fg("floodgate fixed window ("+o.baseName+")", o.baseBin, shared, "fgbfw:", envList(o.baseEnv)...),
+			fg("floodgate sliding window ("+o.baseName+")", o.baseBin, sw, "fgbsw:", envList(o.baseEnv)...))
 	}
 	specs = append(specs, []spec{
 		{"envoyproxy/ratelimit", func(grpcAddr string) (*proc, error) {
