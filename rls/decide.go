@@ -25,6 +25,7 @@ import (
 // descriptor's failure_mode is error, and the context's code when ctx
 // ends first.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	growStack()
 	resp, err := s.shouldRateLimit(ctx, req)
 	switch {
 	case err != nil:
