@@ -91,7 +91,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	p.over = p.blocked()
 	if shed {
 		s.metrics.shed.Inc()
-		err = p.shed(ctx, g)
+		err = p.settle(p.counted(), g.Failed(ctx, p.enforceHits(p.counted()), ErrShed), nil, false)
 	} else {
 		err = p.decide(ctx, g)
 	}
@@ -107,7 +107,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // a large request's strings are not kept alive by a plan waiting for the
 // next one. A plan that grew past a large request's size is dropped.
 func (s *Server) release(p *plan) {
-	if cap(p.entries) > maxPooledEntries || cap(p.hits) > maxPooledEntries || cap(p.shown) > maxPooledEntries {
+	if cap(p.entries) > maxPooledEntries || cap(p.hits) > maxPooledEntries {
 		return
 	}
 	p.reset()
@@ -205,8 +205,7 @@ type plan struct {
 	vs          []verdict
 	idx         []int
 	ehits       []enforce.Hit
-	shown       []floodgate.Decision // the decisions in the response's headers
-	index       map[hitID]int        // the hits by identity, for a request of many
+	index       map[hitID]int // the hits by identity, for a request of many
 }
 
 // reset empties p for another request, keeping its arrays and dropping
@@ -219,8 +218,7 @@ func (p *plan) reset() {
 	clear(p.refs)
 	clear(p.vs)
 	clear(p.ehits)
-	clear(p.shown)
-	*p = plan{shown: p.shown[:0], descs: p.descs[:0], hits: p.hits[:0], entries: p.entries[:0], descEntries: p.descEntries[:0],
+	*p = plan{descs: p.descs[:0], hits: p.hits[:0], entries: p.entries[:0], descEntries: p.descEntries[:0],
 		refs: p.refs[:0], vs: p.vs[:0], idx: p.idx[:0], ehits: p.ehits[:0]}
 }
 
@@ -384,13 +382,11 @@ type hitID struct {
 // checked, all-or-nothing. The gate applies each hit's failure mode.
 func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 	peeks, counted := p.split()
-	var failed error       // the store failed already: ask it nothing more
-	var res enforce.Result // one for every answer: a Result is large, and the stack is not
-	var err error
+	var failed error // the store failed already: ask it nothing more
 	if len(peeks) > 0 {
-		res, err = g.Peek(ctx, p.enforceHits(peeks))
+		res, err := g.Peek(ctx, p.enforceHits(peeks))
 		over := p.over
-		if err := p.settle(peeks, &res, err, true); err != nil {
+		if err := p.settle(peeks, res, err, true); err != nil {
 			return err
 		}
 		if p.countOver && res.Err == nil {
@@ -405,25 +401,17 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 		// The figures only; a failed store leaves the statuses without
 		// them, and the answer is over the limit anyway.
 		if failed == nil {
-			res, err = g.Peek(ctx, p.enforceHits(counted))
+			res, err := g.Peek(ctx, p.enforceHits(counted))
 			if err == nil && res.Err == nil {
-				p.assign(counted, &res, true)
+				p.assign(counted, res, true)
 			}
 		}
 		return nil
 	case failed != nil:
-		res = g.Failed(ctx, p.enforceHits(counted), failed)
-		return p.settle(counted, &res, nil, false)
+		return p.settle(counted, g.Failed(ctx, p.enforceHits(counted), failed), nil, false)
 	}
-	res, err = g.Check(ctx, p.enforceHits(counted))
-	return p.settle(counted, &res, err, false)
-}
-
-// shed decides the plan by its failure modes, without the store: a
-// request shed by MaxLargeInFlight.
-func (p *plan) shed(ctx context.Context, g *enforce.Gate) error {
-	res := g.Failed(ctx, p.enforceHits(p.counted()), ErrShed)
-	return p.settle(p.counted(), &res, nil, false)
+	res, err := g.Check(ctx, p.enforceHits(counted))
+	return p.settle(counted, res, err, false)
 }
 
 // pastLimit reports whether a peeked hit of idx is strictly past its
@@ -450,7 +438,7 @@ func (p *plan) pastLimit(idx []int) bool {
 // whether the request is over the limit. The store's failure answers as
 // the gate's outcome says: over the limit (failed closed), Unavailable
 // (the error failure_mode: Envoy decides), or within (failed open).
-func (p *plan) settle(idx []int, res *enforce.Result, err error, peeked bool) error {
+func (p *plan) settle(idx []int, res enforce.Result, err error, peeked bool) error {
 	switch {
 	case errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule):
 		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
@@ -539,7 +527,7 @@ func (p *plan) split() (peeks, counted []int) {
 // about: a peek that allowed every hit reports them as after it (a
 // denied one already reports its allowed hits as before), and nothing
 // was recorded.
-func (p *plan) assign(idx []int, res *enforce.Result, peeked bool) {
+func (p *plan) assign(idx []int, res enforce.Result, peeked bool) {
 	var eb, sb, lb [8]int // the usual few, without an allocation
 	enforced, shadow, local := eb[:0], sb[:0], lb[:0]
 	for _, i := range idx {

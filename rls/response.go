@@ -94,7 +94,8 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 		resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.descs))
 		mem = make([]statusMem, len(p.descs))
 	}
-	shown := p.shown[:0]
+	var sbuf [4]floodgate.Decision
+	shown := sbuf[:0]
 	var retry time.Duration
 	for i := range p.descs {
 		d := &p.descs[i]
@@ -112,7 +113,6 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 			}
 		}
 	}
-	p.shown = shown
 	hs := a.headerP[:0]
 	if len(shown) > 0 {
 		a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown)}
