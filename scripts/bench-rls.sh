@@ -41,6 +41,10 @@ echo "== building floodgate and rlsbench" >&2
 go build -o "$workdir/floodgate" ./cmd/floodgate
 (cd bench && go build -o "$workdir/rlsbench" ./cmd/rlsbench)
 baseargs=()
+if [ "$base" != none ] && ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then
+	echo "== base commit $base not in this repository: no base rows (BASE=none to silence)" >&2
+	base=none
+fi
 if [ "$base" != none ]; then
 	sha=$(git rev-parse --short=7 "$base^{commit}")
 	basebin=${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/base-$sha/floodgate
