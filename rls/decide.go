@@ -156,12 +156,14 @@ func (p *plan) requestEntries(req *rlsv3.RateLimitRequest) ([][]rlconfig.Entry, 
 		}
 		n += len(d.GetEntries())
 	}
-	// One array for every entry; each descriptor's is a slice of it.
-	all := slices.Grow(p.entries[:0], n)[:n]
-	out := slices.Grow(p.descEntries[:0], len(req.GetDescriptors()))
+	// One array for every entry; each descriptor's is a slice of it. Both
+	// are p's from the start, so that reset clears what a request refused
+	// half-way wrote.
+	p.entries = slices.Grow(p.entries[:0], n)[:n]
+	p.descEntries = slices.Grow(p.descEntries[:0], len(req.GetDescriptors()))
 	size, k := 0, 0
 	for i, d := range req.GetDescriptors() {
-		es := all[k : k+len(d.GetEntries()) : k+len(d.GetEntries())]
+		es := p.entries[k : k+len(d.GetEntries()) : k+len(d.GetEntries())]
 		for j, e := range d.GetEntries() {
 			if e.GetKey() == "" {
 				return nil, 0, invalid("descriptor %d, entry %d: key is empty", i, j)
@@ -170,10 +172,9 @@ func (p *plan) requestEntries(req *rlsv3.RateLimitRequest) ([][]rlconfig.Entry, 
 			size += len(e.GetKey()) + len(e.GetValue())
 		}
 		k += len(es)
-		out = append(out, es)
+		p.descEntries = append(p.descEntries, es)
 	}
-	p.entries, p.descEntries = all, out
-	return out, size, nil
+	return p.descEntries, size, nil
 }
 
 func okStatuses(n int) []*rlsv3.RateLimitResponse_DescriptorStatus {

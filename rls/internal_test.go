@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate"
@@ -95,5 +96,39 @@ func TestSetLimit(t *testing.T) {
 func TestGrowStackAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, growStack); n != 0 {
 		t.Fatalf("growStack allocates %v times per call, want 0", n)
+	}
+}
+
+// TestResetHoldsNothing: a pooled plan keeps no reference into the
+// request before, even one refused half-way through its entries.
+func TestResetHoldsNothing(t *testing.T) {
+	entry := func(k, v string) *commonv3.RateLimitDescriptor_Entry {
+		return &commonv3.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	ok := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{entry("a", "1"), entry("b", "2"), entry("c", "3")}},
+	}}
+	refused := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{entry("secret", "value")}},
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{entry("", "x")}},
+	}}
+	p := new(plan)
+	if _, _, err := p.requestEntries(ok); err != nil {
+		t.Fatal(err)
+	}
+	p.reset()
+	if _, _, err := p.requestEntries(refused); err == nil {
+		t.Fatal("a descriptor with an empty key was not refused")
+	}
+	p.reset()
+	for i, e := range p.entries[:cap(p.entries)] {
+		if e != (rlconfig.Entry{}) {
+			t.Errorf("entry %d of the plan's array after reset: %+v, want none", i, e)
+		}
+	}
+	for i, es := range p.descEntries[:cap(p.descEntries)] {
+		if es != nil {
+			t.Errorf("descriptor %d of the plan's array after reset: %v, want none", i, es)
+		}
 	}
 }
