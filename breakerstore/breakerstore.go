@@ -126,7 +126,9 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 		MaxRequests: orDefault(opts.Probes, defaultProbes),
 		Timeout:     opts.Cooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		IsExcluded:  func(err error) bool { return errors.As(err, new(excluded)) },
+		// Asked of every call, successes included: nil first, without
+		// the allocation of errors.As's target.
+		IsExcluded: func(err error) bool { return err != nil && errors.As(err, new(excluded)) },
 	}
 	if st.Name == "" {
 		st.Name = "floodgate"
@@ -176,9 +178,10 @@ func (s *Store) do(ctx context.Context, call func() ([]floodgate.Result, error))
 		}
 		return res, err
 	})
+	if err == nil {
+		return res, nil // first: errors.As's target would cost a success an allocation
+	}
 	switch ex := (excluded{}); {
-	case err == nil:
-		return res, nil
 	case errors.As(err, &ex):
 		return nil, ex.err
 	case errors.Is(err, gobreaker.ErrOpenState):

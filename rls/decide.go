@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,15 +25,16 @@ import (
 // descriptor's failure_mode is error, and the context's code when ctx
 // ends first.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	growStack()
 	resp, err := s.shouldRateLimit(ctx, req)
-	code := "ok"
 	switch {
 	case err != nil:
-		code = toSnake(status.Code(err).String())
+		s.metrics.requests.WithLabelValues(toSnake(status.Code(err).String())).Inc()
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		code = "over_limit"
+		s.metrics.overall.Inc()
+	default:
+		s.metrics.ok.Inc()
 	}
-	s.metrics.requests.WithLabelValues(code).Inc()
 	return resp, err
 }
 
@@ -57,7 +59,9 @@ func invalid(format string, args ...any) error {
 }
 
 func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	entries, size, err := requestEntries(req)
+	p := s.plans.Get().(*plan)
+	defer s.release(p)
+	entries, size, err := p.requestEntries(req)
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +81,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if !set {
 		over = s.over
 	}
-	p, err := newPlan(req, entries, ms, s.shadow, over, s.enf)
-	if err != nil {
+	if err := p.build(req, entries, ms, s.shadow, over, s.enf); err != nil {
 		return nil, err
 	}
 	g, err := s.gate(req.GetDomain())
@@ -100,6 +103,22 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return p.response(), nil
 }
 
+// release returns p to the Server's pool, holding nothing of its request:
+// a large request's strings are not kept alive by a plan waiting for the
+// next one. A plan that grew past a large request's size is dropped.
+func (s *Server) release(p *plan) {
+	if cap(p.entries) > maxPooledEntries || cap(p.hits) > maxPooledEntries {
+		return
+	}
+	p.reset()
+	s.plans.Put(p)
+}
+
+// maxPooledEntries bounds the entries and hits a pooled plan keeps room
+// for: Envoy's requests have a few; a plan grown past that by a large
+// request goes to the garbage collector.
+const maxPooledEntries = 64
+
 // shadowed returns m with every limit in shadow mode (Options.ShadowMode).
 // The configuration's limits are shared, so each is copied.
 func shadowed(m rlmatch.Match) rlmatch.Match {
@@ -114,8 +133,9 @@ func shadowed(m rlmatch.Match) rlmatch.Match {
 }
 
 // requestEntries checks the request's shape and returns its descriptors'
-// entries, and their size in bytes of keys and values.
-func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlmatch.Entry, int, error) {
+// entries, and their size in bytes of keys and values. They are p's,
+// valid until p is reset.
+func (p *plan) requestEntries(req *rlsv3.RateLimitRequest) ([][]rlmatch.Entry, int, error) {
 	switch {
 	case req.GetDomain() == "":
 		return nil, 0, invalid("domain is empty")
@@ -124,8 +144,7 @@ func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlmatch.Entry, int, error)
 	case len(req.GetDescriptors()) > maxDescriptors:
 		return nil, 0, invalid("%d descriptors, at most %d allowed", len(req.GetDescriptors()), maxDescriptors)
 	}
-	out := make([][]rlmatch.Entry, len(req.GetDescriptors()))
-	size := 0
+	n := 0
 	for i, d := range req.GetDescriptors() {
 		switch {
 		case len(d.GetEntries()) == 0:
@@ -135,7 +154,16 @@ func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlmatch.Entry, int, error)
 		case d.GetIsNegativeHits():
 			return nil, 0, invalid("descriptor %d: is_negative_hits is not supported", i)
 		}
-		es := make([]rlmatch.Entry, len(d.GetEntries()))
+		n += len(d.GetEntries())
+	}
+	// One array for every entry; each descriptor's is a slice of it. Both
+	// are p's from the start, so that reset clears what a request refused
+	// half-way wrote.
+	p.entries = slices.Grow(p.entries[:0], n)[:n]
+	p.descEntries = slices.Grow(p.descEntries[:0], len(req.GetDescriptors()))
+	size, k := 0, 0
+	for i, d := range req.GetDescriptors() {
+		es := p.entries[k : k+len(d.GetEntries()) : k+len(d.GetEntries())]
 		for j, e := range d.GetEntries() {
 			if e.GetKey() == "" {
 				return nil, 0, invalid("descriptor %d, entry %d: key is empty", i, j)
@@ -143,9 +171,10 @@ func requestEntries(req *rlsv3.RateLimitRequest) ([][]rlmatch.Entry, int, error)
 			es[j] = rlmatch.Entry{Key: e.GetKey(), Value: e.GetValue()}
 			size += len(e.GetKey()) + len(e.GetValue())
 		}
-		out[i] = es
+		k += len(es)
+		p.descEntries = append(p.descEntries, es)
 	}
-	return out, size, nil
+	return p.descEntries, size, nil
 }
 
 func okStatuses(n int) []*rlsv3.RateLimitResponse_DescriptorStatus {
@@ -157,7 +186,8 @@ func okStatuses(n int) []*rlsv3.RateLimitResponse_DescriptorStatus {
 }
 
 // plan is one request, matched: its descriptors, the distinct hits they
-// make, and, once decided, each hit's decision.
+// make, and, once decided, each hit's decision. A Server keeps plans in a
+// pool: one request's working memory serves the next (see reset).
 type plan struct {
 	descs []desc
 	hits  []planned
@@ -166,6 +196,31 @@ type plan struct {
 	countOver  bool          // hits count even past their limits (Server.CountOverLimit)
 	failClosed bool          // over because the store failed and a descriptor's failure_mode is closed
 	failRetry  time.Duration // that failure's wait, for Retry-After
+
+	// Room reused from request to request: the backing arrays of the
+	// request's entries, of every descriptor's refs and verdicts, the
+	// hits' indices and the hits handed to the gate.
+	entries     []rlmatch.Entry
+	descEntries [][]rlmatch.Entry
+	refs        []ref
+	vs          []verdict
+	idx         []int
+	ehits       []enforce.Hit
+	index       map[hitID]int // the hits by identity, for a request of many
+}
+
+// reset empties p for another request, keeping its arrays and dropping
+// every reference into the last one.
+func (p *plan) reset() {
+	clear(p.entries)
+	clear(p.descEntries)
+	clear(p.descs)
+	clear(p.hits)
+	clear(p.refs)
+	clear(p.vs)
+	clear(p.ehits)
+	*p = plan{descs: p.descs[:0], hits: p.hits[:0], entries: p.entries[:0], descEntries: p.descEntries[:0],
+		refs: p.refs[:0], vs: p.vs[:0], idx: p.idx[:0], ehits: p.ehits[:0]}
 }
 
 // desc is one descriptor of the request.
@@ -192,25 +247,48 @@ type planned struct {
 	peek bool
 	dec  floodgate.Decision
 	have bool // dec is set
+	// shown marks a hit whose figures the response's headers have.
+	shown bool
 	// oversize marks a hit beyond what the rule in force could ever
 	// admit: over the limit without asking the store, which would refuse
 	// it.
 	oversize bool
 }
 
-// newPlan builds the hits of a request's matched descriptors, each under
+// linearHits is the number of hits up to which build finds a hit among
+// those before it by a scan rather than a map.
+const linearHits = 8
+
+// find returns the index of the hit id, or -1.
+func (p *plan) find(id hitID) int {
+	if p.index != nil {
+		if j, ok := p.index[id]; ok {
+			return j
+		}
+		return -1
+	}
+	for j := range p.hits {
+		h := &p.hits[j]
+		if h.peek == id.peek && h.hit.Key == id.key && h.hit.Rule == id.rule {
+			return j
+		}
+	}
+	return -1
+}
+
+// build builds the hits of a request's matched descriptors, each under
 // the rule in force for its key, marking oversize a hit whose cost that
 // rule could never admit; with shadow, every limit (a limit override's
 // too) is in shadow mode.
-func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatch.Match, shadow, countOver bool, enf *enforce.Enforcer) (*plan, error) {
+func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatch.Match, shadow, countOver bool, enf *enforce.Enforcer) error {
 	base := int64(max(req.GetHitsAddend(), 1))
-	p := &plan{descs: make([]desc, len(ms)), countOver: countOver}
-	index := map[hitID]int{}
+	p.countOver = countOver
+	p.descs = slices.Grow(p.descs[:0], len(ms))[:len(ms)]
 	for i, m := range ms {
 		if lo := req.GetDescriptors()[i].GetLimit(); lo != nil {
 			var err error
 			if m, err = override(req.GetDomain(), entries[i], lo, m); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if shadow {
@@ -222,6 +300,7 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatc
 			d.cost = int64(min(ha.GetValue(), math.MaxInt64))
 			d.peek = d.cost == 0
 		}
+		start := len(p.refs)
 		for _, l := range m.Limits {
 			if m.Outcome != rlmatch.Limited {
 				break
@@ -231,10 +310,9 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatc
 				// Distinct rules never share a hit: two per-request
 				// overrides of one descriptor count apart.
 				id := hitID{rule: l.Rule, key: m.Key, peek: d.peek}
-				j, ok := index[id]
-				if !ok {
+				j := p.find(id)
+				if j < 0 {
 					j = len(p.hits)
-					index[id] = j
 					mode := m.FailureMode
 					if l.ShadowMode {
 						mode = enforce.FailOpen // a shadow limit never denies
@@ -244,14 +322,33 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatc
 							Shadow: l.ShadowMode, Policy: l.Label, Failure: mode},
 						peek: d.peek,
 					})
+					switch {
+					case p.index != nil:
+						p.index[id] = j
+					case len(p.hits) > linearHits:
+						p.index = make(map[hitID]int, 2*len(p.hits))
+						for k := range p.hits {
+							h := &p.hits[k]
+							p.index[hitID{rule: h.hit.Rule, key: h.hit.Key, peek: h.peek}] = k
+						}
+					}
 				}
 				h := &p.hits[j].hit
 				h.Cost += min(d.cost, math.MaxInt64-h.Cost) // at most MaxInt64: beyond every capacity
 				r.hit = j
 			}
-			d.refs = append(d.refs, r)
+			p.refs = append(p.refs, r)
 		}
+		d.refs = p.refs[start:len(p.refs):len(p.refs)]
 		p.descs[i] = d
+	}
+	// p.refs may have moved as it grew: each descriptor's refs are a
+	// slice of its final array.
+	k := 0
+	for i := range p.descs {
+		n := len(p.descs[i].refs)
+		p.descs[i].refs = p.refs[k : k+n : k+n]
+		k += n
 	}
 	// A cost that the rule in force could never admit is over it, as
 	// upstream answers, and not an error: Envoy lets a request through on
@@ -264,13 +361,13 @@ func newPlan(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatc
 		in, err := enf.InForce(floodgate.Hit{Rule: h.Rule, Key: h.Key, Cost: max(cost, 1), Overdraw: h.Overdraw}) // a peek asks about one more hit
 		switch {
 		case errors.Is(err, floodgate.ErrInvalidRule):
-			return nil, status.Errorf(codes.Internal, "rls: the limit in force for a descriptor is invalid")
+			return status.Errorf(codes.Internal, "rls: the limit in force for a descriptor is invalid")
 		case err != nil:
 			p.hits[i].oversize = true
 		}
 		h.Rule, h.Key = in.Rule, in.Key
 	}
-	return p, nil
+	return nil
 }
 
 type hitID struct {
@@ -364,12 +461,14 @@ func (p *plan) settle(idx []int, res enforce.Result, err error, peeked bool) err
 	return nil
 }
 
-// enforceHits returns the hits idx.
+// enforceHits returns the hits idx, in p's room: valid until the next
+// call (the gate keeps nothing of them).
 func (p *plan) enforceHits(idx []int) []enforce.Hit {
-	hits := make([]enforce.Hit, len(idx))
-	for k, i := range idx {
-		hits[k] = p.hits[i].hit
+	hits := p.ehits[:0]
+	for _, i := range idx {
+		hits = append(hits, p.hits[i].hit)
 	}
+	p.ehits = hits
 	return hits
 }
 
@@ -388,31 +487,37 @@ func (p *plan) blocked() bool {
 }
 
 // counted returns the indices of every hit that is not oversize, peeks
-// included: what a shed request's failure modes decide.
+// included: what a shed request's failure modes decide. They are in p's
+// room, as split's.
 func (p *plan) counted() []int {
-	var idx []int
-	for i, h := range p.hits {
-		if !h.oversize {
+	idx := p.idx[:0]
+	for i := range p.hits {
+		if !p.hits[i].oversize {
 			idx = append(idx, i)
 		}
 	}
+	p.idx = idx
 	return idx
 }
 
 // split returns the indices of the peeked hits and of the counted ones,
-// leaving out the oversize ones.
+// leaving out the oversize ones, in p's room: valid until the next call
+// of split or counted.
 func (p *plan) split() (peeks, counted []int) {
-	for i, h := range p.hits {
-		if h.oversize {
-			continue // over without asking
-		}
-		if h.peek {
-			peeks = append(peeks, i)
-		} else {
-			counted = append(counted, i)
+	idx := slices.Grow(p.idx[:0], 2*len(p.hits))
+	for i := range p.hits {
+		if h := &p.hits[i]; !h.oversize && h.peek {
+			idx = append(idx, i)
 		}
 	}
-	return peeks, counted
+	n := len(idx)
+	for i := range p.hits {
+		if h := &p.hits[i]; !h.oversize && !h.peek {
+			idx = append(idx, i)
+		}
+	}
+	p.idx = idx
+	return idx[:n:n], idx[n:]
 }
 
 // assign sets the decisions of the hits idx from the gate's result: the
@@ -424,7 +529,8 @@ func (p *plan) split() (peeks, counted []int) {
 // denied one already reports its allowed hits as before), and nothing
 // was recorded.
 func (p *plan) assign(idx []int, res enforce.Result, peeked bool) {
-	var enforced, shadow, local []int
+	var eb, sb, lb [8]int // the usual few, without an allocation
+	enforced, shadow, local := eb[:0], sb[:0], lb[:0]
 	for _, i := range idx {
 		switch h := p.hits[i]; {
 		case h.hit.Shadow:

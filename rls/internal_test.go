@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 )
@@ -65,9 +68,9 @@ func TestBetter(t *testing.T) {
 	}
 }
 
-// TestCurrentLimit: a window is written as the longest unit that divides
+// TestSetLimit: a window is written as the longest unit that divides
 // it, times unit_multiplier.
-func TestCurrentLimit(t *testing.T) {
+func TestSetLimit(t *testing.T) {
 	for w, want := range map[time.Duration]string{
 		48 * time.Hour:          "DAY x2",
 		36 * time.Hour:          "HOUR x36",
@@ -76,13 +79,56 @@ func TestCurrentLimit(t *testing.T) {
 		1500 * time.Millisecond: "UNKNOWN",
 		500 * time.Millisecond:  "UNKNOWN",
 	} {
-		cl := currentLimit(&rlmatch.Limit{Rule: floodgate.Rule{Window: w}, RequestsPerUnit: 7}, floodgate.Rule{Window: w, Limit: 7})
+		cl := setLimit(new(rlsv3.RateLimitResponse_RateLimit), &rlmatch.Limit{Rule: floodgate.Rule{Window: w}, RequestsPerUnit: 7}, floodgate.Rule{Window: w, Limit: 7})
 		got := cl.GetUnit().String()
 		if m := cl.GetUnitMultiplier(); m != nil {
 			got += " x" + strconv.Itoa(int(m.GetValue()))
 		}
 		if got != want || cl.GetRequestsPerUnit() != 7 {
 			t.Errorf("%v: %s, %d; want %s, 7", w, got, cl.GetRequestsPerUnit(), want)
+		}
+	}
+}
+
+// TestGrowStackAllocatesNothing: growStack's buffer must stay on the
+// stack (its whole point); escaped, it would cost every call 12 KiB of
+// heap.
+func TestGrowStackAllocatesNothing(t *testing.T) {
+	if n := testing.AllocsPerRun(100, growStack); n != 0 {
+		t.Fatalf("growStack allocates %v times per call, want 0", n)
+	}
+}
+
+// TestResetHoldsNothing: a pooled plan keeps no reference into the
+// request before, even one refused half-way through its entries.
+func TestResetHoldsNothing(t *testing.T) {
+	entry := func(k, v string) *commonv3.RateLimitDescriptor_Entry {
+		return &commonv3.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	ok := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{entry("a", "1"), entry("b", "2"), entry("c", "3")}},
+	}}
+	refused := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{entry("secret", "value")}},
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{entry("", "x")}},
+	}}
+	p := new(plan)
+	if _, _, err := p.requestEntries(ok); err != nil {
+		t.Fatal(err)
+	}
+	p.reset()
+	if _, _, err := p.requestEntries(refused); err == nil {
+		t.Fatal("a descriptor with an empty key was not refused")
+	}
+	p.reset()
+	for i, e := range p.entries[:cap(p.entries)] {
+		if e != (rlmatch.Entry{}) {
+			t.Errorf("entry %d of the plan's array after reset: %+v, want none", i, e)
+		}
+	}
+	for i, es := range p.descEntries[:cap(p.descEntries)] {
+		if es != nil {
+			t.Errorf("descriptor %d of the plan's array after reset: %v, want none", i, es)
 		}
 	}
 }

@@ -24,6 +24,53 @@ type metrics struct {
 
 	details    sync.Map     // the descriptor labels in use (detailed_metric), at most maxDetailLabels
 	detailSeen atomic.Int64 // how many there are
+
+	ok, overall prometheus.Counter                  // requests answered OK and OVER_LIMIT, bound once
+	perLimit    [limitSeries]*prometheus.CounterVec // totalHits ... shadowMode, by their index
+	limits      sync.Map                            // limitLabels -> *limitCounters
+}
+
+// limitLabels are the labels of one limit's series.
+type limitLabels struct{ domain, limit, descriptor string }
+
+// limitCounters are one limit's series, each bound on its first use (a
+// series appears once counted, as before): a request counts its limits
+// without hashing their labels again. There are as many as the labels'
+// combinations, which detail bounds.
+type limitCounters struct {
+	labels limitLabels
+	vecs   *[limitSeries]*prometheus.CounterVec
+	bound  [limitSeries]atomic.Pointer[prometheus.Counter]
+}
+
+// The series of a limit, in metrics.perLimit.
+const (
+	totalHits = iota
+	overLimit
+	nearLimit
+	withinLimit
+	shadowMode
+	limitSeries
+)
+
+// add adds n to series i.
+func (c *limitCounters) add(i int, n float64) {
+	p := c.bound[i].Load()
+	if p == nil {
+		ctr := c.vecs[i].WithLabelValues(c.labels.domain, c.labels.limit, c.labels.descriptor)
+		p = &ctr
+		c.bound[i].Store(p)
+	}
+	(*p).Add(n)
+}
+
+// limit returns the counters of the labels l.
+func (m *metrics) limit(l limitLabels) *limitCounters {
+	if c, ok := m.limits.Load(l); ok {
+		return c.(*limitCounters)
+	}
+	got, _ := m.limits.LoadOrStore(l, &limitCounters{labels: l, vecs: &m.perLimit})
+	return got.(*limitCounters)
 }
 
 // maxDetailLabels bounds the distinct descriptor labels that
@@ -87,6 +134,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Settings of the configuration in force that have no effect as written (each logged at every load): shadow_mode on a descriptor without a rate_limit, quota_mode, a replaces that names no limit, files of the directory not read.",
 		}),
 	}
+	m.ok, m.overall = m.requests.WithLabelValues("ok"), m.requests.WithLabelValues("over_limit")
+	m.perLimit = [limitSeries]*prometheus.CounterVec{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode}
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
 		m.requests, m.unknownDomain, m.shed, m.configLoadSuccess, m.configLoadError, m.configIgnored} {
 		if err := reg.Register(c); err != nil {
@@ -108,22 +157,22 @@ func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 			detail = m.detail(d.match.MetricKey)
 		}
 		for _, v := range d.vs {
-			labels := []string{domain, v.limit.Label, detail}
+			c := m.limit(limitLabels{domain, v.limit.Label, detail})
 			n := float64(d.cost)
-			m.totalHits.WithLabelValues(labels...).Add(n)
+			c.add(totalHits, n)
 			if !v.have {
 				continue
 			}
 			if v.dec.Allowed {
-				m.withinLimit.WithLabelValues(labels...).Add(n)
+				c.add(withinLimit, n)
 				if lim := v.dec.Limit; lim > 0 && float64(lim-v.dec.Remaining) >= nearRatio*float64(lim) {
-					m.nearLimit.WithLabelValues(labels...).Add(n)
+					c.add(nearLimit, n)
 				}
 				continue
 			}
-			m.overLimit.WithLabelValues(labels...).Add(n)
+			c.add(overLimit, n)
 			if v.shadow {
-				m.shadowMode.WithLabelValues(labels...).Add(n)
+				c.add(shadowMode, n)
 			}
 		}
 	}

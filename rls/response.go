@@ -2,6 +2,7 @@ package rls
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -29,15 +30,19 @@ func (v verdict) denied() bool { return v.have && !v.dec.Allowed }
 
 // judge sets each descriptor's verdicts, once the plan is decided.
 func (p *plan) judge() {
+	p.vs = slices.Grow(p.vs[:0], len(p.refs))[:len(p.refs)]
+	k := 0
 	for i := range p.descs {
-		p.descs[i].vs = p.verdicts(p.descs[i])
+		d := &p.descs[i]
+		d.vs = p.vs[k : k+len(d.refs) : k+len(d.refs)]
+		k += len(d.refs)
+		p.verdicts(d.refs, d.vs)
 	}
 }
 
-// verdicts returns d's limits as decided.
-func (p *plan) verdicts(d desc) []verdict {
-	vs := make([]verdict, len(d.refs))
-	for k, r := range d.refs {
+// verdicts sets vs to the limits of refs as decided.
+func (p *plan) verdicts(refs []ref, vs []verdict) {
+	for k, r := range refs {
 		v := verdict{limit: r.limit, rule: r.limit.Rule, hit: r.hit, shadow: r.limit.ShadowMode}
 		if r.hit >= 0 {
 			v.rule = p.hits[r.hit].hit.Rule
@@ -53,28 +58,54 @@ func (p *plan) verdicts(d desc) []verdict {
 		}
 		vs[k] = v
 	}
-	return vs
+}
+
+// answer is the memory of one response but its header values, allocated
+// at once: the response, its first descriptor's status and figures, and
+// its headers.
+type answer struct {
+	resp    rlsv3.RateLimitResponse
+	statusP [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status  [1]statusMem
+	headerP [3]*corev3.HeaderValue
+	headers [3]corev3.HeaderValue
+}
+
+// statusMem is the memory of one descriptor's status.
+type statusMem struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
 }
 
 // response builds the answer: one status per descriptor in the request's
 // order, and the RateLimit-Policy, RateLimit and (over the limit)
 // Retry-After headers over every enforced limit that has figures.
 func (p *plan) response() *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.descs))}
+	a := new(answer)
+	resp := &a.resp
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if p.over {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	var shown []floodgate.Decision
-	seen := map[int]bool{}
+	var mem []statusMem
+	resp.Statuses, mem = a.statusP[:], a.status[:]
+	if len(p.descs) != 1 {
+		resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.descs))
+		mem = make([]statusMem, len(p.descs))
+	}
+	var sbuf [4]floodgate.Decision
+	shown := sbuf[:0]
 	var retry time.Duration
-	for i, d := range p.descs {
-		resp.Statuses[i] = p.status(d, d.vs)
+	for i := range p.descs {
+		d := &p.descs[i]
+		resp.Statuses[i] = p.status(&mem[i], d, d.vs)
 		for _, v := range d.vs {
-			if v.shadow || !v.have || (v.hit >= 0 && seen[v.hit]) {
+			if v.shadow || !v.have || (v.hit >= 0 && p.hits[v.hit].shown) {
 				continue
 			}
 			if v.hit >= 0 {
-				seen[v.hit] = true
+				p.hits[v.hit].shown = true
 			}
 			shown = append(shown, v.dec) // the rule in force, under the limit's name
 			if v.denied() {
@@ -82,25 +113,31 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 			}
 		}
 	}
+	hs := a.headerP[:0]
 	if len(shown) > 0 {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown)},
-			&corev3.HeaderValue{Key: "RateLimit", Value: fields.QuotaField(shown)})
+		a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown)}
+		a.headers[1] = corev3.HeaderValue{Key: "RateLimit", Value: fields.QuotaField(shown)}
+		hs = append(hs, &a.headers[0], &a.headers[1])
 	}
 	if p.failClosed {
 		retry = max(retry, p.failRetry)
 	}
 	if p.over && retry > 0 {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Retry-After", Value: fields.RetryAfter(retry)})
+		a.headers[2] = corev3.HeaderValue{Key: "Retry-After", Value: fields.RetryAfter(retry)}
+		hs = append(hs, &a.headers[2])
+	}
+	if len(hs) > 0 {
+		resp.ResponseHeadersToAdd = hs
 	}
 	return resp
 }
 
-// status is descriptor d's status: OVER_LIMIT when one of its enforced
-// limits denied (or its store failed closed), with the figures of its
-// worst limit.
-func (p *plan) status(d desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+// status is descriptor d's status, in mem: OVER_LIMIT when one of its
+// enforced limits denied (or its store failed closed), with the figures
+// of its worst limit.
+func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &mem.status
+	st.Code = rlsv3.RateLimitResponse_OK
 	if d.match.Outcome == rlmatch.Unlimited {
 		// As envoyproxy/ratelimit answers it: no limit, and all of
 		// limit_remaining's range left.
@@ -129,11 +166,12 @@ func (p *plan) status(d desc, vs []verdict) *rlsv3.RateLimitResponse_DescriptorS
 			}
 		}
 	}
-	v := vs[pick]
-	st.CurrentLimit = currentLimit(v.limit, v.rule)
+	v := &vs[pick]
+	st.CurrentLimit = setLimit(&mem.limit, v.limit, v.rule)
 	if v.have {
 		st.LimitRemaining = uint32(min(max(v.dec.Remaining, 0), int64(^uint32(0))))
-		st.DurationUntilReset = durationpb.New(v.dec.ResetAfter)
+		mem.reset = durationpb.Duration{Seconds: int64(v.dec.ResetAfter / time.Second), Nanos: int32(v.dec.ResetAfter % time.Second)}
+		st.DurationUntilReset = &mem.reset
 	}
 	return st
 }
@@ -160,13 +198,13 @@ var units = []struct {
 	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
 }
 
-// currentLimit describes l for a status, under r, the rule in force (an
-// override's limit and window, if its key has one): its unit as
+// setLimit sets cl to describe l for a status, under r, the rule in force
+// (an override's limit and window, if its key has one): its unit as
 // configured, or, for another window, the longest unit that divides the
 // window, with unit_multiplier (90s is SECOND times 90, 2h is HOUR times
-// 2), or UNKNOWN when no unit divides it (1500ms).
-func currentLimit(l *rlmatch.Limit, r floodgate.Rule) *rlsv3.RateLimitResponse_RateLimit {
-	cl := &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: uint32(min(max(r.Limit, 0), int64(^uint32(0))))}
+// 2), or UNKNOWN when no unit divides it (1500ms). It returns cl.
+func setLimit(cl *rlsv3.RateLimitResponse_RateLimit, l *rlmatch.Limit, r floodgate.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	cl.Name, cl.RequestsPerUnit = l.Name, uint32(min(max(r.Limit, 0), int64(^uint32(0))))
 	if l.Unit != rlmatch.UnitUnknown && l.Unit.Window() == r.Window {
 		cl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
 		return cl

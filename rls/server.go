@@ -136,6 +136,7 @@ type Server struct {
 	large    atomic.Int64  // the bytes of the large requests in flight
 	decoding chan struct{} // a turn to decode a large request (oneLargeAtATime)
 	drain    sync.Once
+	plans    sync.Pool // *plan: the working memory of the requests
 
 	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
@@ -187,6 +188,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
+	s.plans.New = func() any { return new(plan) }
 	s.fixed.Store(opts.Config)
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{

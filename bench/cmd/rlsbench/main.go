@@ -8,15 +8,17 @@
 // (SIGSTOP) for 10 seconds under load, kills it and starts it again, and
 // reports what each service answered meanwhile.
 //
-//	rlsbench -floodgate BIN -envoy BIN -config bench/rls [-duration 6s] [-rounds 3] [-outage]
+//	rlsbench -floodgate BIN -envoy BIN -config bench/rls [-base BIN] [-duration 6s] [-rounds 3] [-outage]
 //
 // Rows:
 //
-//	floodgate fixed window     the envoy-format file unchanged
-//	floodgate sliding window   the same file with "algorithm: sliding_window" added to the domain
-//	floodgate token bucket     the same file with "algorithm: token_bucket"
-//	envoyproxy/ratelimit       the unchanged file, with -envoy-env's settings
-//	null                       "rlsbench null": OK to every descriptor, no store
+//	floodgate fixed window          the envoy-format file unchanged
+//	floodgate sliding window        the same file with "algorithm: sliding_window" added to the domain
+//	floodgate token bucket          the same file with "algorithm: token_bucket"
+//	floodgate fixed window (NAME)   with -base: the fixed window of another floodgate binary
+//	floodgate sliding window (NAME) and its sliding window, NAME from -base-name
+//	envoyproxy/ratelimit            the unchanged file, with -envoy-env's settings
+//	null                            "rlsbench null": OK to every descriptor, no store
 //
 // Workloads: allowed (one descriptor of 10,000 values, never over its
 // limit), attack (one hot value far over its limit: the denial caches of
@@ -69,7 +71,7 @@ type row struct {
 
 type options struct {
 	floodgate, envoy, redisServer string
-	variantBin, variantName       string
+	baseBin, baseName, baseEnv    string
 	config                        string
 	duration, warmup, timeout     time.Duration
 	rounds, callers, conns        int
@@ -85,8 +87,9 @@ func mainErr(args []string, out io.Writer) error {
 	var o options
 	fs := flag.NewFlagSet("rlsbench", flag.ContinueOnError)
 	fs.StringVar(&o.floodgate, "floodgate", "", "the floodgate binary (go build ./cmd/floodgate)")
-	fs.StringVar(&o.variantBin, "variant", "", "another floodgate binary (a change under trial): adds a fixed-window row for it")
-	fs.StringVar(&o.variantName, "variant-name", "variant", "the name of -variant's row: floodgate fixed window, NAME")
+	fs.StringVar(&o.baseBin, "base", "", "another floodgate binary (a baseline, or a change under trial): adds its fixed-window and sliding-window rows")
+	fs.StringVar(&o.baseName, "base-name", "base", "the name of -base's rows: floodgate fixed window (NAME)")
+	fs.StringVar(&o.baseEnv, "base-env", "", "-base's rows' extra settings, after -floodgate-env's, comma-separated NAME=VALUE (a setting under trial: -base of the same binary, e.g. GOGC=200)")
 	fs.StringVar(&o.envoy, "envoy", "", "envoyproxy/ratelimit's service_cmd binary")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.config, "config", "", "the RUNTIME_ROOT: a directory holding ratelimit/config/*.yaml")
@@ -192,7 +195,7 @@ func mainErr(args []string, out io.Writer) error {
 		}
 	}
 	printTable(out, rows, wls)
-	printTargets(out, rows, wls)
+	printTargets(out, rows, wls, o.baseName)
 
 	if o.perf {
 		if err := profile(ctx, out, o, rows, wls); err != nil {
@@ -237,11 +240,7 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 		name string
 		run  func(grpcAddr string) (*proc, error)
 	}
-	fg := func(name, configDir, prefix string) spec {
-		bin := o.floodgate
-		if strings.HasPrefix(name, "floodgate fixed window, ") {
-			bin = o.variantBin
-		}
+	fg := func(name, bin, configDir, prefix string, extra ...string) spec {
 		return spec{name, func(grpcAddr string) (*proc, error) {
 			hp, err := ps.free()
 			if err != nil {
@@ -250,7 +249,7 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 			return start(ctx, dir, name, grpcAddr, bin, nil, append([]string{
 				"CONFIG_DIR=" + configDir, "REDIS_URL=" + rd.addr(), "CACHE_KEY_PREFIX=" + prefix,
 				"GRPC_ADDR=" + grpcAddr, fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", hp), "LOG_LEVEL=warn", cache,
-			}, envList(o.floodgateEnv)...))
+			}, append(envList(o.floodgateEnv), extra...)...))
 		}}
 	}
 	sw, err := variant("sliding_window")
@@ -262,12 +261,14 @@ func startRows(ctx context.Context, o options, dir string, ps ports, rd *redisPr
 		return nil, err
 	}
 	specs := []spec{
-		fg("floodgate fixed window", shared, "fgfw:"),
-		fg("floodgate sliding window", sw, "fgsw:"),
-		fg("floodgate token bucket", tb, "fgtb:"),
+		fg("floodgate fixed window", o.floodgate, shared, "fgfw:"),
+		fg("floodgate sliding window", o.floodgate, sw, "fgsw:"),
+		fg("floodgate token bucket", o.floodgate, tb, "fgtb:"),
 	}
-	if o.variantBin != "" {
-		specs = append(specs, fg("floodgate fixed window, "+o.variantName, shared, "fgv:"))
+	if o.baseBin != "" {
+		specs = append(specs,
+			fg("floodgate fixed window ("+o.baseName+")", o.baseBin, shared, "fgbfw:", envList(o.baseEnv)...),
+			fg("floodgate sliding window ("+o.baseName+")", o.baseBin, sw, "fgbsw:", envList(o.baseEnv)...))
 	}
 	specs = append(specs, []spec{
 		{"envoyproxy/ratelimit", func(grpcAddr string) (*proc, error) {
@@ -354,27 +355,31 @@ func (r *row) dps(w workload) float64 {
 	return float64((t.ok+t.over)*int64(w.decisions)) / t.elapsed.Seconds()
 }
 
+// cpuPer is the service's CPU time per decision, in µs.
+func (r *row) cpuPer(w workload) float64 {
+	t := r.t[w.name]
+	if t == nil || t.ok+t.over == 0 {
+		return 0
+	}
+	return float64(r.cpu[w.name].Microseconds()) / float64((t.ok+t.over)*int64(w.decisions))
+}
+
 func printTable(out io.Writer, rows []*row, wls []workload) {
 	envoy, null := find(rows, "envoyproxy/ratelimit"), find(rows, "null")
 	for _, w := range wls {
 		fmt.Fprintf(out, "\n## %s (%d descriptor(s) per request)\n\n", w.name, w.decisions)
 		tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.AlignRight|tabwriter.Debug)
-		fmt.Fprintln(tw, "row\tdecisions/s\tvs envoy\tvs null\tp50\tp99\tp99 vs envoy\tCPU µs/decision\tRSS MB\tOK / OVER / errors\t")
+		fmt.Fprintln(tw, "row\tdecisions/s\tvs envoy\tvs null\tp50\tp99\tp99 vs envoy\tCPU µs/decision\tCPU vs null\tRSS MB\tOK / OVER / errors\t")
 		for _, r := range rows {
 			t := r.t[w.name]
 			if t == nil {
 				continue
 			}
-			dps := r.dps(w)
-			dec := (t.ok + t.over) * int64(w.decisions)
-			cpu := 0.0
-			if dec > 0 {
-				cpu = float64(r.cpu[w.name].Microseconds()) / float64(dec)
-			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.0f\t%d / %d / %d\t\n", r.name, dps,
+			dps, cpu := r.dps(w), r.cpuPer(w)
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%.0f\t%d / %d / %d\t\n", r.name, dps,
 				ratio(dps, envoy.dps(w)), ratio(dps, null.dps(w)),
 				ms(t.quantile(0.5)), ms(t.quantile(0.99)), ratio(float64(t.quantile(0.99)), float64(envoy.t[w.name].quantile(0.99))),
-				cpu, float64(r.rss[w.name])/(1<<20), t.ok, t.over, t.errs)
+				cpu, ratio(cpu, null.cpuPer(w)), float64(r.rss[w.name])/(1<<20), t.ok, t.over, t.errs)
 		}
 		tw.Flush()
 		for _, r := range rows {
@@ -394,41 +399,52 @@ func ratio(a, b float64) string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
-// printTargets checks issue 16's targets, each a ratio in this run.
-func printTargets(out io.Writer, rows []*row, wls []workload) {
+// printTargets checks issue 28's targets in the workloads without
+// denials, each a ratio in this run: for floodgate's two windows and,
+// with -base, for the base binary's beside them.
+func printTargets(out io.Writer, rows []*row, wls []workload, baseName string) {
 	envoy, null := find(rows, "envoyproxy/ratelimit"), find(rows, "null")
-	fmt.Fprintf(out, "\n## Targets of issue 16 (ratios in this run)\n\n")
-	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "target\tworkload\tmeasured\tmet\t")
-	check := func(target, wl string, got, want float64, atLeast bool) {
-		met := got >= want
-		if !atLeast {
-			met = got <= want
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.2f×\t%s\t\n", target, wl, got, map[bool]string{true: "met", false: "NOT met"}[met])
+	if envoy == nil || null == nil {
+		return
 	}
+	fmt.Fprintf(out, "\n## Targets of issue 28 (ratios in this run)\n\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintf(tw, "target\tworkload\t%s\tnow\tmet now\t\n", baseName)
 	for _, w := range wls {
-		fw, sw, tb := find(rows, "floodgate fixed window"), find(rows, "floodgate sliding window"), find(rows, "floodgate token bucket")
-		if w.name != "attack" {
-			if fw != nil {
-				check("fixed window ≥ 1.8× envoyproxy/ratelimit", w.name, fw.dps(w)/envoy.dps(w), 1.8, true)
-				check("fixed window ≥ 0.6× null", w.name, fw.dps(w)/null.dps(w), 0.6, true)
-			}
-			if sw != nil {
-				check("sliding window ≥ 1.5× envoyproxy/ratelimit", w.name, sw.dps(w)/envoy.dps(w), 1.5, true)
-				check("sliding window ≥ 0.6× null", w.name, sw.dps(w)/null.dps(w), 0.6, true)
-			}
-		} else {
-			for _, r := range []*row{fw, sw, tb} {
-				if r != nil {
-					check(r.name+" attack ≥ 0.9× null", w.name, r.dps(w)/null.dps(w), 0.9, true)
-				}
-			}
+		if w.name == "attack" || envoy.t[w.name] == nil || null.t[w.name] == nil {
+			continue
 		}
-		for _, r := range []*row{fw, sw, tb} {
-			if r != nil && envoy.t[w.name] != nil {
-				check(r.name+" p99 ≤ 0.5× envoyproxy/ratelimit's", w.name,
-					float64(r.t[w.name].quantile(0.99))/float64(envoy.t[w.name].quantile(0.99)), 0.5, false)
+		for _, alg := range []struct {
+			name string
+			vs   float64 // the least ratio to envoyproxy/ratelimit's decisions/s
+		}{{"fixed window", 2.0}, {"sliding window", 1.8}} {
+			now, base := find(rows, "floodgate "+alg.name), find(rows, "floodgate "+alg.name+" ("+baseName+")")
+			for _, c := range []struct {
+				target  string
+				of      func(r *row) float64
+				want    float64
+				atLeast bool
+			}{
+				{fmt.Sprintf("%s ≥ %.1f× envoyproxy/ratelimit", alg.name, alg.vs), func(r *row) float64 { return r.dps(w) / envoy.dps(w) }, alg.vs, true},
+				{alg.name + " ≥ 0.6× null", func(r *row) float64 { return r.dps(w) / null.dps(w) }, 0.6, true},
+				{alg.name + " p99 ≤ 0.5× envoyproxy/ratelimit's", func(r *row) float64 {
+					return float64(r.t[w.name].quantile(0.99)) / float64(envoy.t[w.name].quantile(0.99))
+				}, 0.5, false},
+				{alg.name + " CPU per decision ≤ 1.5× null's", func(r *row) float64 { return r.cpuPer(w) / null.cpuPer(w) }, 1.5, false},
+			} {
+				if now == nil || now.t[w.name] == nil {
+					continue
+				}
+				got := c.of(now)
+				met := got >= c.want
+				if !c.atLeast {
+					met = got <= c.want
+				}
+				was := "-"
+				if base != nil && base.t[w.name] != nil {
+					was = fmt.Sprintf("%.2f×", c.of(base))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f×\t%s\t\n", c.target, w.name, was, got, map[bool]string{true: "met", false: "NOT met"}[met])
 			}
 		}
 	}
