@@ -161,8 +161,7 @@
 // A store built from a URL connects in the background, so a service can
 // start while Redis is down: until Redis answers, calls fail at once with
 // an error wrapping floodgate.ErrStoreUnavailable, and a connection is
-// attempted at most every [Options.RedialInterval]. Once connected, rueidis
-// reconnects by itself. Every call returns when its context is done, even
+// attempted at most every 500ms (see [New]). Every call returns when its context is done, even
 // when Redis hangs; the floodgate.Limiter gives each call its budget. Every
 // error the store returns starts with "redisstore: " and wraps
 // floodgate.ErrStoreUnavailable (and the cause, such as

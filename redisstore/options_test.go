@@ -22,10 +22,9 @@ func TestOptionsBounds(t *testing.T) {
 	}{
 		{"zero durations", Options{URL: url}, 0},
 		{"prefix at the bound", Options{URL: url, Prefix: strings.Repeat("p", maxPrefixLen)}, 0},
-		{"negative dial timeout", Options{URL: url, DialTimeout: -1}, 1},
-		{"negative redial interval", Options{URL: url, RedialInterval: -1}, 1},
+		{"negative redial interval", Options{URL: url, redialInterval: -1}, 1},
 		{"negative call timeout", Options{URL: url, CallTimeout: -1}, 1},
-		{"every problem", Options{Prefix: strings.Repeat("{", maxPrefixLen+1), DialTimeout: -1, RedialInterval: -1, CallTimeout: -1}, 6},
+		{"every problem", Options{Prefix: strings.Repeat("{", maxPrefixLen+1), redialInterval: -1, CallTimeout: -1}, 5},
 	} {
 		err := tc.opts.Validate()
 		n := 0
@@ -69,8 +68,8 @@ func TestCallTimeout(t *testing.T) {
 	}
 }
 
-// TestDialOptions: a store built from a URL dials with Options'
-// DialTimeout, else the URL's dial_timeout, else defaultDialTimeout, and
+// TestDialOptions: a store built from a URL dials with the URL's
+// dial_timeout, else defaultDialTimeout, and
 // with the URL's write_timeout, else defaultWriteTimeout.
 func TestDialOptions(t *testing.T) {
 	addr := "redis://" + redistest.Addr(t)
@@ -81,7 +80,6 @@ func TestDialOptions(t *testing.T) {
 	}{
 		{"defaults", Options{URL: addr}, defaultDialTimeout, defaultWriteTimeout},
 		{"the URL's", Options{URL: addr + "?dial_timeout=5s&write_timeout=7s"}, 5 * time.Second, 7 * time.Second},
-		{"Options' over the URL's", Options{URL: addr + "?dial_timeout=5s", DialTimeout: 2 * time.Second}, 2 * time.Second, defaultWriteTimeout},
 	} {
 		s, err := New(ctx(t), tc.opts)
 		if err != nil {

@@ -76,7 +76,7 @@ func TestStartDuringOutage(t *testing.T) {
 func TestDialIsRateLimited(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	s, err := New(ctx(t), Options{URL: srv.URL(), RedialInterval: time.Hour})
+	s, err := New(ctx(t), Options{URL: srv.URL(), redialInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,21 +60,14 @@ type Options struct {
 	// and does not close it.
 	Conn Conn
 	// Prefix starts every key: "<prefix>{<rule>:<key>}:w:1m0s" (see the
-	// package documentation). Zero means "fg:". At most 64 bytes, without braces (a brace would move the Cluster
-	// hash tag). Services that share one Redis and use the same rule
+	// package documentation). Zero means "fg:". At most 64 bytes,
+	// without braces (a brace would move the Cluster hash tag). Services that share one Redis and use the same rule
 	// names for different limits need distinct prefixes.
 	Prefix string
-	// DialTimeout bounds one connection attempt of a store built from URL.
-	// Zero means the URL's dial_timeout, or 1s.
-	DialTimeout time.Duration
-	// RedialInterval is the least time between two connection attempts of
-	// a store built from URL while Redis has not been reached yet; calls in
-	// between fail at once with an error wrapping
-	// floodgate.ErrStoreUnavailable. Zero means 500ms. Once connected, rueidis reconnects by itself.
-	RedialInterval time.Duration
 	// CallTimeout bounds each call whose context has no deadline, so that
 	// no call waits forever on a dead Redis (rueidis retries a read-only
-	// command until its context is done). Zero means 3s. A floodgate.Limiter always sets a deadline of its own.
+	// command until its context is done). Zero means 3s. A
+	// floodgate.Limiter always sets a deadline of its own.
 	CallTimeout time.Duration
 	// Breaker configures the circuit breaker that guards the store by
 	// default (see package breakerstore): while Redis fails, a call fails
@@ -84,6 +77,10 @@ type Options struct {
 	// NoBreaker turns the breaker off: for a caller that puts a
 	// breakerstore of its own in front of the store.
 	NoBreaker bool
+
+	// redialInterval, when set, replaces the 500ms between two connection
+	// attempts (the tests' fast or slow redials).
+	redialInterval time.Duration
 }
 
 // Validate reports every problem with o, each wrapping [ErrInvalidOptions].
@@ -114,11 +111,8 @@ func (o Options) Validate() error {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		bad("prefix %q has a brace, which would change the keys' Cluster hash tag", o.Prefix)
 	}
-	if o.DialTimeout < 0 {
-		bad("dial timeout %v is negative", o.DialTimeout)
-	}
-	if o.RedialInterval < 0 {
-		bad("redial interval %v is negative", o.RedialInterval)
+	if o.redialInterval < 0 {
+		bad("redial interval %v is negative", o.redialInterval)
 	}
 	if o.CallTimeout < 0 {
 		bad("call timeout %v is negative", o.CallTimeout)
@@ -158,7 +152,9 @@ var _ floodgate.Store = (*Store)(nil)
 // done, and a Redis that cannot be reached is not an error, so a service
 // can start in the middle of an outage. Until Redis is reached, calls fail
 // fast with an error wrapping floodgate.ErrStoreUnavailable, and a new
-// connection attempt is made at most every RedialInterval.
+// connection attempt is made at most every 500ms (each bounded by the
+// URL's dial_timeout, 1s by default). Once connected, rueidis reconnects
+// by itself.
 func New(ctx context.Context, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -170,14 +166,14 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	case opts.Conn != nil:
 		s.conn = opts.Conn
 	default:
-		opt, err := redisopt.FromURL(opts.URL, opts.DialTimeout, defaultDialTimeout)
+		opt, err := redisopt.FromURL(opts.URL, 0, defaultDialTimeout)
 		if err != nil { // Validate parsed it already
 			return nil, fmt.Errorf("%w: URL: %w", ErrInvalidOptions, err)
 		}
 		if opt.ConnWriteTimeout == 0 {
 			opt.ConnWriteTimeout = defaultWriteTimeout
 		}
-		s.dialed = dialing(ctx, opt, cmp.Or(opts.RedialInterval, defaultRedialInterval))
+		s.dialed = dialing(ctx, opt, cmp.Or(opts.redialInterval, defaultRedialInterval))
 		s.conn = s.dialed
 	}
 	s.guard = direct{s}
