@@ -20,7 +20,7 @@
 //	...
 //	jobs, err := e.Gate(enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: perTenant}}, Failure: enforce.FailOpen})
 //	...
-//	res, err := jobs.Decide(ctx, []string{tenant})
+//	res, err := jobs.Check(ctx, jobs.Hits(ctx, []string{tenant}))
 //	if err != nil { return err } // ctx is done, or a hit is invalid: the zero Result is no verdict
 //	if !res.Allowed() { ... retry after res.Decision.RetryAfter }
 //

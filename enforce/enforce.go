@@ -160,7 +160,7 @@ type Spec struct {
 	// Name names the gate in metrics and logs. 1 to 128 bytes of A-Z a-z
 	// 0-9 _ . - + / (a gRPC method's full name fits).
 	Name string
-	// Limits are the limits that [Gate.Decide] takes one key each for,
+	// Limits are the limits that [Gate.Hits] takes one key each for,
 	// checked together, all-or-nothing; no two on the same rule name. A
 	// gate used only with [Gate.Check] may have none.
 	Limits []Limit
@@ -367,12 +367,6 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: lim.Rule, Key: fitKey(keys[i])}, Shadow: lim.Shadow, Failure: g.spec.Failure})
 	}
 	return hits
-}
-
-// Decide checks the request whose keys are keys: Check(ctx, g.Hits(ctx,
-// keys)).
-func (g *Gate) Decide(ctx context.Context, keys []string) (Result, error) {
-	return g.Check(ctx, g.Hits(ctx, keys))
 }
 
 // Check decides hits: the enforced ones together, all-or-nothing, within

@@ -212,8 +212,8 @@ func TestFailRetryAfter(t *testing.T) {
 			t.Fatal(err)
 		}
 		g, _ := e.Gate(enforce.Spec{Name: "g", Limits: []enforce.Limit{{Rule: rule("r", 1)}}, Failure: enforce.FailClosed})
-		first, _ := g.Decide(t.Context(), []string{"k"}) // opens the breaker
-		res, _ := g.Decide(t.Context(), []string{"k"})
+		first, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})) // opens the breaker
+		res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"}))
 		e.Close()
 		if first.FailRetryAfter() != enforce.MinFailRetryAfter {
 			t.Errorf("cooldown %v: a plain store error asks %v, want %v", cooldown, first.FailRetryAfter(), enforce.MinFailRetryAfter)
@@ -262,7 +262,7 @@ func TestSkipsAndShadows(t *testing.T) {
 	g := v.gate(t, enforce.Spec{Name: "api", Limits: []enforce.Limit{{Rule: rule("user", 1)}, {Rule: rule("new", 1), Shadow: true}}})
 	var shadowAllowed []bool
 	for range 3 {
-		res, err := g.Decide(t.Context(), []string{"", "ip"})
+		res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"", "ip"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,11 +289,11 @@ func TestSkipsAndShadows(t *testing.T) {
 		t.Errorf("%d skip log lines, want 1:\n%s", n, v.logs)
 	}
 	// With both keys, the enforced limit decides and the shadow one rides along.
-	res, _ := g.Decide(t.Context(), []string{"u", "ip"})
+	res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"u", "ip"}))
 	if res.Outcome != enforce.Allowed || res.Decision.Policy != "user" || len(res.Shadow) != 1 || res.Shadow[0].Allowed {
 		t.Errorf("both keys: %v by %s, shadow %+v; want allowed by user, shadow denied", res.Outcome, res.Decision.Policy, res.Shadow)
 	}
-	if res, _ := g.Decide(t.Context(), []string{"u", "ip"}); res.Outcome != enforce.Denied || res.Shadow != nil {
+	if res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"u", "ip"})); res.Outcome != enforce.Denied || res.Shadow != nil {
 		t.Errorf("over the enforced limit: %v, shadow %v; want denied, no shadow check", res.Outcome, res.Shadow)
 	}
 }
@@ -303,13 +303,13 @@ func TestRefundByPolicy(t *testing.T) {
 	v := newEnv(t)
 	g := v.gate(t, enforce.Spec{Name: "login", Limits: []enforce.Limit{{Rule: rule("ip", 3)}, {Rule: rule("acct", 3)}}})
 	ctx := context.Background()
-	res, _ := g.Decide(ctx, []string{"1.2.3.4", "alice"})
+	res, _ := g.Check(ctx, g.Hits(ctx, []string{"1.2.3.4", "alice"}))
 	for range 2 {
 		if err := res.Refund(ctx, "acct"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	next, _ := g.Decide(ctx, []string{"1.2.3.4", "alice"})
+	next, _ := g.Check(ctx, g.Hits(ctx, []string{"1.2.3.4", "alice"}))
 	each := fields.Each(next.Decision)
 	if each[0].Remaining != 1 || each[1].Remaining != 2 {
 		t.Errorf("after refunding acct twice: ip %d left, acct %d left; want 1 and 2", each[0].Remaining, each[1].Remaining)

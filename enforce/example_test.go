@@ -22,11 +22,11 @@ func Example() {
 
 	ctx := context.Background()
 	for range 3 {
-		res, _ := jobs.Decide(ctx, []string{"tenant-7"})
+		res, _ := jobs.Check(ctx, jobs.Hits(ctx, []string{"tenant-7"}))
 		fmt.Println(res.Outcome, res.Decision.Remaining, res.Decision.RetryAfter.Round(time.Minute))
 	}
 	store.Close() // the store fails: the gate fails closed
-	res, _ := jobs.Decide(ctx, []string{"tenant-7"})
+	res, _ := jobs.Check(ctx, jobs.Hits(ctx, []string{"tenant-7"}))
 	fmt.Println(res.Outcome, res.Allowed(), res.FailRetryAfter())
 	// Output:
 	// allowed 1 0s

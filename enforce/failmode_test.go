@@ -68,7 +68,7 @@ func TestFullMemoryStoreIsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []enforce.Outcome{enforce.Allowed, enforce.Allowed, enforce.FailedClosed} {
-		res, err := g.Decide(t.Context(), []string{fmt.Sprint("client-", i)})
+		res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{fmt.Sprint("client-", i)}))
 		if err != nil || res.Outcome != want {
 			t.Fatalf("client %d: %v, %v; want %v", i, res.Outcome, err, want)
 		}
@@ -105,7 +105,7 @@ func TestCorruptStateIsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := g.Decide(t.Context(), []string{"k"}); err != nil || res.Outcome != enforce.Errored || !errors.Is(res.Err, floodgate.ErrCorruptState) {
+	if res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})); err != nil || res.Outcome != enforce.Errored || !errors.Is(res.Err, floodgate.ErrCorruptState) {
 		t.Fatalf("%v, %v, %v; want Errored with the corrupt state", res.Outcome, res.Err, err)
 	}
 	if got := promtest.Sum(t, reg, "floodgate_store_errors_total", map[string]string{"gate": "corrupt", "reason": "corrupt_state"}); got != 1 {

@@ -20,7 +20,7 @@ func inFlight(name string, limit int64, ttl time.Duration) floodgate.Rule {
 func TestHoldRenewsUntilRelease(t *testing.T) {
 	v := newEnv(t)
 	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, 300*time.Millisecond)}}})
-	res, err := g.Decide(t.Context(), []string{"tenant"})
+	res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"tenant"}))
 	if err != nil || !res.Allowed() {
 		t.Fatalf("first: %v, %v", res.Outcome, err)
 	}
@@ -30,7 +30,7 @@ func TestHoldRenewsUntilRelease(t *testing.T) {
 		t.Fatalf("floodgate_leases_held = %v while held, want 1", got)
 	}
 	time.Sleep(time.Second) // three times the time to live: renewals hold it
-	if res, _ := g.Decide(t.Context(), []string{"tenant"}); res.Allowed() {
+	if res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"tenant"})); res.Allowed() {
 		t.Fatalf("past the time to live, while held: %v; a held lease must be renewed", res.Outcome)
 	}
 	release()
@@ -40,13 +40,13 @@ func TestHoldRenewsUntilRelease(t *testing.T) {
 	if got := v.fault.Calls(); got != calls {
 		t.Fatalf("%d store calls after the release; a renewal must never outlive its holder's release", got-calls)
 	}
-	next, err := g.Decide(t.Context(), []string{"tenant"})
+	next, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"tenant"}))
 	if err != nil || !next.Allowed() {
 		t.Fatalf("after release: %v, %v; a released lease frees its slot", next.Outcome, err)
 	}
 	defer next.Hold(t.Context())()
 	release() // a third release of the first lease frees nothing
-	if res, _ := g.Decide(t.Context(), []string{"tenant"}); res.Allowed() {
+	if res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"tenant"})); res.Allowed() {
 		t.Fatalf("after the first lease was released again: %v; want denied", res.Outcome)
 	}
 	for name, want := range map[string]float64{"floodgate_leases_held": 1, "floodgate_leases_expired_total": 0, "floodgate_lease_renewals_failed_total": 0} {
@@ -65,7 +65,7 @@ func TestHoldCountsFailedRenewals(t *testing.T) {
 	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: r}}})
 	labels := map[string]string{"gate": "jobs", "policy": "jobs"}
 
-	res, _ := g.Decide(t.Context(), []string{"a"})
+	res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"a"}))
 	release := res.Hold(t.Context())
 	admin, err := floodgate.New(v.fault, floodgate.Options{}) // an operator's unlock, from another process
 	if err != nil {
@@ -74,7 +74,7 @@ func TestHoldCountsFailedRenewals(t *testing.T) {
 	if err := admin.Reset(t.Context(), r, "a"); err != nil {
 		t.Fatal(err)
 	}
-	other, _ := g.Decide(t.Context(), []string{"a"}) // takes the freed slot
+	other, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"a"})) // takes the freed slot
 	releaseOther := other.Hold(t.Context())
 	time.Sleep(100 * time.Millisecond)
 	if got := v.metric(t, "floodgate_lease_renewals_failed_total", labels); got != 1 {
@@ -84,12 +84,12 @@ func TestHoldCountsFailedRenewals(t *testing.T) {
 		t.Fatalf("leases expired = %v, want 1", got)
 	}
 	release()
-	if res, _ := g.Decide(t.Context(), []string{"a"}); res.Allowed() {
+	if res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"a"})); res.Allowed() {
 		t.Fatalf("with the new holder's lease: %v; the lost lease's renewal and release must not free it", res.Outcome)
 	}
 	releaseOther()
 
-	res, _ = g.Decide(t.Context(), []string{"b"})
+	res, _ = g.Check(t.Context(), g.Hits(t.Context(), []string{"b"}))
 	release = res.Hold(t.Context())
 	v.fault.Set(faultstore.Fail)
 	time.Sleep(200 * time.Millisecond)
@@ -113,7 +113,7 @@ func TestHoldCountsFailedRenewals(t *testing.T) {
 func TestThrottleWaitsForARelease(t *testing.T) {
 	v := newEnv(t)
 	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, time.Hour)}}, MaxDelay: time.Minute})
-	first, _ := g.Decide(t.Context(), []string{"k"})
+	first, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"}))
 	release := first.Hold(t.Context())
 	type answer struct {
 		res enforce.Result
@@ -122,7 +122,7 @@ func TestThrottleWaitsForARelease(t *testing.T) {
 	}
 	done := make(chan answer)
 	go func() {
-		res, err := g.Decide(t.Context(), []string{"k"})
+		res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"}))
 		done <- answer{res, err, time.Now()}
 	}()
 	// The second request waits; its polls come every 250ms (an eighth of
@@ -145,11 +145,11 @@ func TestThrottleWaitsForARelease(t *testing.T) {
 
 	// With the holder gone elsewhere, the waiting request's deadline ends
 	// the wait with the denial.
-	held, _ := g.Decide(t.Context(), []string{"k"})
+	held, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"}))
 	defer held.Hold(t.Context())()
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if res, err := g.Decide(ctx, []string{"k"}); err == nil && res.Allowed() {
+	if res, err := g.Check(ctx, g.Hits(ctx, []string{"k"})); err == nil && res.Allowed() {
 		t.Fatalf("while held: %v", res.Outcome)
 	}
 }
@@ -160,16 +160,16 @@ func TestLocalLimitsCountHolders(t *testing.T) {
 	v := newEnv(t)
 	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, time.Minute)}}, Failure: enforce.FailLocal})
 	v.fault.Set(faultstore.Fail)
-	first, err := g.Decide(t.Context(), []string{"k"})
+	first, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"}))
 	if err != nil || first.Outcome != enforce.Local || !first.Allowed() {
 		t.Fatalf("first, the store down: %v (allowed %v), %v; want admitted by the local limits", first.Outcome, first.Allowed(), err)
 	}
 	release := first.Hold(t.Context())
-	if res, _ := g.Decide(t.Context(), []string{"k"}); res.Outcome != enforce.Local || res.Allowed() {
+	if res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})); res.Outcome != enforce.Local || res.Allowed() {
 		t.Fatalf("a second holder: %v (allowed %v); want denied by the local limits", res.Outcome, res.Allowed())
 	}
 	release()
-	if res, _ := g.Decide(t.Context(), []string{"k"}); res.Outcome != enforce.Local || !res.Allowed() {
+	if res, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})); res.Outcome != enforce.Local || !res.Allowed() {
 		t.Fatalf("after the release: %v (allowed %v); want admitted by the local limits", res.Outcome, res.Allowed())
 	}
 }
@@ -179,16 +179,16 @@ func TestLocalLimitsCountHolders(t *testing.T) {
 func TestHoldReleasesShadowLeases(t *testing.T) {
 	v := newEnv(t)
 	g := v.gate(t, enforce.Spec{Name: "jobs", Limits: []enforce.Limit{{Rule: inFlight("jobs", 1, time.Minute), Shadow: true}}})
-	first, _ := g.Decide(t.Context(), []string{"k"})
+	first, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"}))
 	if len(first.Shadow) != 1 || !first.Shadow[0].Allowed {
 		t.Fatalf("first: shadow %+v", first.Shadow)
 	}
 	release := first.Hold(t.Context())
-	if second, _ := g.Decide(t.Context(), []string{"k"}); !second.Allowed() || len(second.Shadow) != 1 || second.Shadow[0].Allowed {
+	if second, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})); !second.Allowed() || len(second.Shadow) != 1 || second.Shadow[0].Allowed {
 		t.Fatalf("second, while the first holds: allowed %v, shadow %+v; want allowed, the shadow limit denying", second.Allowed(), second.Shadow)
 	}
 	release()
-	if third, _ := g.Decide(t.Context(), []string{"k"}); len(third.Shadow) != 1 || !third.Shadow[0].Allowed {
+	if third, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})); len(third.Shadow) != 1 || !third.Shadow[0].Allowed {
 		t.Fatalf("third, after the release: shadow %+v; want the shadow limit allowing", third.Shadow)
 	}
 	if got := v.metric(t, "floodgate_decisions_total", map[string]string{"outcome": "shadow_denied"}); got != 1 {
@@ -202,7 +202,7 @@ func TestHoldReleasesShadowLeases(t *testing.T) {
 func TestRefundKeepsTheLease(t *testing.T) {
 	v := newEnv(t)
 	g := v.gate(t, enforce.Spec{Name: "login", Limits: []enforce.Limit{{Rule: rule("attempts", 2)}, {Rule: inFlight("inflight", 1, time.Minute)}}})
-	res, err := g.Decide(t.Context(), []string{"ana", "ana"})
+	res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"ana", "ana"}))
 	if err != nil || !res.Allowed() {
 		t.Fatalf("first: %v, %v", res.Outcome, err)
 	}
@@ -210,12 +210,12 @@ func TestRefundKeepsTheLease(t *testing.T) {
 	if err := res.Refund(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := g.Decide(t.Context(), []string{"ana", "ana"}); again.Allowed() || again.Decision.Policy != "inflight" {
+	if again, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"ana", "ana"})); again.Allowed() || again.Decision.Policy != "inflight" {
 		t.Fatalf("while the first runs, after its Refund: %v by %s; want denied by the concurrency limit", again.Outcome, again.Decision.Policy)
 	}
 	release()
 	for i := range 2 { // the refunded attempt left both of the rate's
-		next, _ := g.Decide(t.Context(), []string{"ana", "ana"})
+		next, _ := g.Check(t.Context(), g.Hits(t.Context(), []string{"ana", "ana"}))
 		if !next.Allowed() {
 			t.Fatalf("request %d after the release: %v by %s", i+1, next.Outcome, next.Decision.Policy)
 		}
@@ -243,7 +243,7 @@ func TestThrottleSeesAnotherProcessRelease(t *testing.T) {
 		_ = other.Refund(context.Background(), held)
 	}()
 	start := time.Now()
-	res, err := g.Decide(t.Context(), []string{"k"})
+	res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"}))
 	if err != nil || !res.Allowed() {
 		t.Fatalf("the throttled request: %v, %v after %v; want admitted once the other replica released", res.Outcome, err, time.Since(start))
 	}

@@ -25,7 +25,7 @@ func TestRefundAfterTheLiveWindowChanged(t *testing.T) {
 	src.window.Store(int64(time.Minute))
 	v := newEnvOverridden(t, src)
 	g := v.gate(t, enforce.Spec{Name: "live-refund", Limits: []enforce.Limit{{Rule: rule("live-refund", 1)}}})
-	res, err := g.Decide(t.Context(), []string{"k"})
+	res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"}))
 	if err != nil || !res.Allowed() || res.Decision.Window != time.Minute {
 		t.Fatalf("first take: %+v, %v; want allowed under the minute", res.Decision, err)
 	}
@@ -34,12 +34,12 @@ func TestRefundAfterTheLiveWindowChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []bool{true, false} { // the hour's own count: 1, untouched by the refund
-		if got, err := g.Decide(t.Context(), []string{"k"}); err != nil || got.Allowed() != want {
+		if got, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})); err != nil || got.Allowed() != want {
 			t.Fatalf("take %d under the hour: allowed %v, %v; want %v", i, got.Allowed(), err, want)
 		}
 	}
 	src.window.Store(int64(time.Minute))
-	if got, err := g.Decide(t.Context(), []string{"k"}); err != nil || !got.Allowed() || got.Decision.Remaining != 0 {
+	if got, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})); err != nil || !got.Allowed() || got.Decision.Remaining != 0 {
 		t.Fatalf("take under the minute again: %+v, %v; want allowed (the refund gave the minute back), 0 left", got.Decision, err)
 	}
 }

@@ -63,7 +63,7 @@ func TestConcurrentRepeatedRefundsCreditOnce(t *testing.T) {
 				wg.Go(func() {
 					rng := rand.New(rand.NewPCG(uint64(w), 1))
 					for range 300 {
-						res, err := g.Decide(t.Context(), []string{"k", "k"})
+						res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k", "k"}))
 						if err != nil {
 							t.Error(err)
 							return

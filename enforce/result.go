@@ -72,7 +72,7 @@ type Result struct {
 }
 
 // Allowed reports whether the request may proceed. The Result that Check
-// and Decide return with an error is FailedClosed: it reports false.
+// returns with an error is FailedClosed: it reports false.
 func (r Result) Allowed() bool {
 	switch r.Outcome {
 	case Denied, FailedClosed, Errored:

@@ -30,13 +30,13 @@ func TestThrottleDoesNotOutwaitTheDeadline(t *testing.T) {
 			v := newEnv(t)
 			r := floodgate.Rule{Name: "slow", Limit: 1, Window: tc.window}
 			g := v.gate(t, enforce.Spec{Name: "slow", Limits: []enforce.Limit{{Rule: r}}, MaxDelay: time.Minute})
-			if res, err := g.Decide(t.Context(), []string{"k"}); err != nil || !res.Allowed() {
+			if res, err := g.Check(t.Context(), g.Hits(t.Context(), []string{"k"})); err != nil || !res.Allowed() {
 				t.Fatalf("first request: %v, %v", res.Outcome, err)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), tc.deadline)
 			defer cancel()
 			start := time.Now()
-			res, err := g.Decide(ctx, []string{"k"})
+			res, err := g.Check(ctx, g.Hits(ctx, []string{"k"}))
 			took := time.Since(start)
 			if err != nil || res.Outcome != tc.outcome {
 				t.Fatalf("second request: %v, %v after %v; want %v, no error", res.Outcome, err, took, tc.outcome)
