@@ -127,12 +127,18 @@ func (sh *shard) get(h uint64, k *entryKey) *entry {
 // getOrCreate returns the entry of k, creating it if needed, or nil if the
 // shard holds limit entries (limit > 0) and reclaiming found none that no
 // longer weighs. An entry that has expired (it holds nothing that matters
-// any more) starts afresh, with a new epoch. sh.mu must be held.
-func (sh *shard) getOrCreate(seed maphash.Seed, h uint64, k *entryKey, now int64, limit int) *entry {
+// any more) starts afresh, with a new epoch. With hold, an entry created
+// or restarted is safe from reclaiming until the check records into it or
+// deletes it: a check of several hits needs that, since a later hit's
+// getOrCreate may reclaim, while a check of one hit (TakeOne) reclaims
+// only before it creates. sh.mu must be held.
+func (sh *shard) getOrCreate(seed maphash.Seed, h uint64, k *entryKey, now int64, limit int, hold bool) *entry {
 	if e := sh.get(h, k); e != nil {
 		if e.expires <= now && e.epoch != 0 {
 			*e = entry{ring: e.ring[:0], epoch: sh.nextEpoch(), k: e.k, next: e.next, queued: e.queued}
-			if limit > 0 {
+			if limit > 0 && hold {
+				// Without hold, the entry keeps its place: a lower bound
+				// of its expiry still once the check records, after now.
 				sh.enqueue(e, now+1) // not reclaimable under this check
 			}
 		}
@@ -305,7 +311,7 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result,
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
-	e := sh.getOrCreate(s.seed, hash, &k, now, s.perShard)
+	e := sh.getOrCreate(s.seed, hash, &k, now, s.perShard, false)
 	if e == nil {
 		sh.mu.Unlock()
 		return floodgate.Result{}, s.full()
@@ -428,7 +434,7 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 			}
 			continue
 		}
-		if sl.e = sh.getOrCreate(s.seed, sl.hash, &sl.k, now, s.perShard); sl.e == nil {
+		if sl.e = sh.getOrCreate(s.seed, sl.hash, &sl.k, now, s.perShard, true); sl.e == nil {
 			// Leave no empty entry behind for the hits before this one.
 			for _, prev := range slots[:i] {
 				if prev.e.expires <= now {

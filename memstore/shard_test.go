@@ -23,7 +23,7 @@ func TestShardChainsCollidingHashes(t *testing.T) {
 	}
 	const h = 42 // one hash for all: a forced collision
 	for i := range keys {
-		e := sh.getOrCreate(maphash.MakeSeed(), h, &keys[i], 0, 0)
+		e := sh.getOrCreate(maphash.MakeSeed(), h, &keys[i], 0, 0, false)
 		e.count = int64(i + 1)
 	}
 	if sh.n != len(keys) || len(sh.entries) != 1 {
@@ -125,7 +125,7 @@ func TestReclaimLooksAtAFewEntriesPerCheck(t *testing.T) {
 	key := func(i int) entryKey { return entryKey{rule: "r", window: time.Minute, key: strconv.Itoa(i)} }
 	for i := range n {
 		k := key(i)
-		e := sh.getOrCreate(seed, identity(seed, &k), &k, 0, n) // queued at 1
+		e := sh.getOrCreate(seed, identity(seed, &k), &k, 0, n, false) // queued at 1
 		e.expires = 1000
 		if i == n/2 {
 			e.expires = 5
