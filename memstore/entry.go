@@ -176,6 +176,16 @@ func (e *entry) record(now int64, h *floodgate.Hit) (floodgate.Stamp, bool) {
 	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch, Take: e.takes}, full
 }
 
+// restart gives the entry a fresh state, epoch, once it has expired (it
+// holds nothing that still matters): what entry{} holds, but for its
+// key, chain, place in the reclaim queue and ring's room.
+func (e *entry) restart(epoch uint64) {
+	e.ring, e.head = e.ring[:0], 0
+	e.tat, e.count, e.window, e.prev = 0, 0, 0, 0
+	e.refunded = nil
+	e.epoch, e.takes, e.expires = epoch, 0, 0
+}
+
 // renew gives the entry a new state, epoch, after a hit carried it past
 // what it holds: the refunds of its earlier takes no longer match it.
 func (e *entry) renew(epoch uint64) {

@@ -118,7 +118,7 @@ type shard struct {
 // get returns the entry of k, whose hash is h, or nil. sh.mu must be held.
 func (sh *shard) get(h uint64, k *entryKey) *entry {
 	e := sh.entries[h]
-	for e != nil && e.k != *k {
+	for e != nil && !e.k.same(k) {
 		e = e.next
 	}
 	return e
@@ -135,7 +135,7 @@ func (sh *shard) get(h uint64, k *entryKey) *entry {
 func (sh *shard) getOrCreate(seed maphash.Seed, h uint64, k *entryKey, now int64, limit int, hold bool) *entry {
 	if e := sh.get(h, k); e != nil {
 		if e.expires <= now && e.epoch != 0 {
-			*e = entry{ring: e.ring[:0], epoch: sh.nextEpoch(), k: e.k, next: e.next, queued: e.queued}
+			e.restart(sh.nextEpoch())
 			if limit > 0 && hold {
 				// Without hold, the entry keeps its place: a lower bound
 				// of its expiry still once the check records, after now.
@@ -174,7 +174,7 @@ func (sh *shard) nextEpoch() uint64 {
 func (sh *shard) del(h uint64, k *entryKey) {
 	var prev *entry
 	for e := sh.entries[h]; e != nil; prev, e = e, e.next {
-		if e.k != *k {
+		if !e.k.same(k) {
 			continue
 		}
 		switch {
@@ -202,6 +202,15 @@ type entryKey struct {
 	digest bool
 	window time.Duration
 	key    string
+}
+
+// same reports whether k and o are one identity: k == o, with the fields
+// that differ most often and cost least compared first (the generated
+// equality compares in field order, and rule names are usually one
+// string, which strings' equality checks by pointer first).
+func (k *entryKey) same(o *entryKey) bool {
+	return len(k.key) == len(o.key) && k.window == o.window && k.alg == o.alg && k.digest == o.digest &&
+		k.key == o.key && k.rule == o.rule
 }
 
 func keyOf(h *floodgate.Hit) entryKey {

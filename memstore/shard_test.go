@@ -3,10 +3,12 @@ package memstore
 import (
 	"hash/maphash"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -20,6 +22,9 @@ func TestShardChainsCollidingHashes(t *testing.T) {
 		{rule: "b", alg: floodgate.SlidingWindow, window: time.Minute, key: "k"},
 		{rule: "a", alg: floodgate.TokenBucket, window: time.Minute, key: "k"},
 		{rule: "a", alg: floodgate.SlidingWindow, window: time.Minute, key: "k", digest: true}, // a digest equal to a key held as is
+		{rule: "a", alg: floodgate.SlidingWindow, window: time.Hour, key: "k"},
+		{rule: "a", alg: floodgate.SlidingWindow, window: time.Minute, key: "K"},
+		{rule: "A", alg: floodgate.SlidingWindow, window: time.Minute, key: "k"},
 	}
 	const h = 42 // one hash for all: a forced collision
 	for i := range keys {
@@ -34,7 +39,7 @@ func TestShardChainsCollidingHashes(t *testing.T) {
 			t.Fatalf("get %v = %+v; want the entry with count %d", keys[i], e, i+1)
 		}
 	}
-	for _, del := range []int{1, 3, 2, 0} { // middle, head, head, last
+	for _, del := range []int{1, 6, 3, 2, 0, 5, 4} { // middle, head, ..., last
 		sh.del(h, &keys[del])
 		if sh.get(h, &keys[del]) != nil {
 			t.Fatalf("entry %v still there after del", keys[del])
@@ -159,5 +164,41 @@ func TestReclaimLooksAtAFewEntriesPerCheck(t *testing.T) {
 	queue := slices.Clone(sh.queue)
 	if sh.reclaim(seed, now, n-1) || !slices.Equal(queue, sh.queue) {
 		t.Fatal("a check of an up-to-date queue of keys that all weigh reclaimed or moved something")
+	}
+}
+
+// TestRestartLeavesAFreshState: an entry restarted in place holds what a
+// new entry holds (entry{}), but for its key, chain, place in the queue
+// and the room of its ring, whatever every other field held: a field
+// added to entry and forgotten by restart fails here.
+func TestRestartLeavesAFreshState(t *testing.T) {
+	e := &entry{}
+	v := reflect.ValueOf(e).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // settable
+		switch f.Kind() {
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(i + 3))
+		case reflect.Uint64:
+			f.SetUint(uint64(i + 3))
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 3, 8))
+		case reflect.Map:
+			f.Set(reflect.MakeMap(f.Type()))
+			f.SetMapIndex(reflect.ValueOf(uint64(1)), reflect.ValueOf(int64(2)))
+		case reflect.Struct: // the key
+			f.Set(reflect.ValueOf(entryKey{rule: "r", alg: floodgate.TokenBucket, window: time.Minute, key: "k"}))
+		case reflect.Pointer:
+			f.Set(reflect.ValueOf(&entry{}))
+		default:
+			t.Fatalf("field %s of kind %v: teach this test to fill it", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	ring := e.ring
+	want := entry{ring: ring[:0], epoch: 99, k: e.k, next: e.next, queued: e.queued}
+	e.restart(99)
+	if !reflect.DeepEqual(*e, want) || cap(e.ring) != cap(ring) {
+		t.Fatalf("restarted entry %+v; want %+v", *e, want)
 	}
 }
