@@ -45,7 +45,8 @@ type entry struct {
 // check returns what taking h now would answer, trimming expired state but
 // recording nothing. An Overdraw hit past its limit is answered as the key
 // stands with it recorded (floodgate.Hit.Overdraw): a denial of cost 1.
-func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
+// t is hitInterval(h), which a take computes once for check and record.
+func (e *entry) check(now int64, h *floodgate.Hit, t int64) floodgate.Result {
 	r := h.Rule
 	limit, window, cost := r.Limit, int64(r.Window), h.Cost
 	// A cost above the capacity never fits, and is computed with only as
@@ -53,7 +54,6 @@ func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 	fits := !h.Overdraw || cost <= r.Capacity()
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		t := interval(r)
 		capacity := r.Capacity() * t
 		tat := max(e.tat, now)
 		if fits {
@@ -136,14 +136,15 @@ func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 // unless h is Overdraw. It returns the hit's stamp, and whether the hit
 // carried the key past what its state holds (floodgate.Hit.Overdraw):
 // the caller then renews the entry's epoch, so that no refund of the hit
-// or of an earlier one credits anything.
-func (e *entry) record(now int64, h *floodgate.Hit) (floodgate.Stamp, bool) {
+// or of an earlier one credits anything. t is hitInterval(h), as for
+// check.
+func (e *entry) record(now int64, h *floodgate.Hit, t int64) (floodgate.Stamp, bool) {
 	r := h.Rule
 	cost := h.Cost
 	full := false // only an Overdraw hit can fill the state
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		if t := interval(r); h.Overdraw {
+		if h.Overdraw {
 			e.tat, full = bucketOver(now, max(e.tat, now), cost, t, r.Capacity()*t)
 		} else {
 			e.tat = max(e.tat, now) + cost*t
@@ -358,7 +359,7 @@ func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 	case floodgate.SlidingWindow:
 		e.remove(at, credit)
 	default:
-		e.check(now, h) // moves the counts to the current window
+		e.check(now, h, 0) // moves the counts to the current window (not a bucket: no interval)
 		e.count = max(0, e.count-credit)
 	}
 }
@@ -435,5 +436,15 @@ func counter(t, limit, window, cost, prev, cur int64) floodgate.Result {
 
 // interval is a token bucket's emission interval in nanoseconds.
 func interval(r floodgate.Rule) int64 { return int64(algo.Interval(r)) }
+
+// hitInterval is the emission interval of h's rule if it is a token
+// bucket, and 0 otherwise: what check and record need, computed once per
+// take (two divisions).
+func hitInterval(h *floodgate.Hit) int64 {
+	if h.Rule.Algorithm != floodgate.TokenBucket {
+		return 0
+	}
+	return interval(h.Rule)
+}
 
 func dur(ns int64) time.Duration { return time.Duration(ns) }

@@ -292,7 +292,7 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 		results := make([]floodgate.Result, len(hits))
 		admitted := true // every hit that is not Overdraw is allowed
 		for i := range hits {
-			results[i] = slots[i].e.check(now, &hits[i])
+			results[i] = slots[i].e.check(now, &hits[i], hitInterval(&hits[i]))
 			admitted = admitted && (results[i].Allowed || hits[i].Overdraw)
 		}
 		if !admitted {
@@ -300,7 +300,7 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 		}
 		for i := range hits {
 			var full bool
-			if results[i].Stamp, full = slots[i].e.record(now, &hits[i]); full {
+			if results[i].Stamp, full = slots[i].e.record(now, &hits[i], hitInterval(&hits[i])); full {
 				slots[i].e.renew(s.shard(slots[i].hash).nextEpoch())
 			}
 		}
@@ -311,24 +311,25 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 // TakeOne implements [floodgate.LocalStore]: Take of one hit, which
 // allocates nothing once the key is known (a sliding window's log grows
 // by doubling, and reuses its room as entries leave the window).
-func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result, error) {
+func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Result, err error) {
 	if err := s.usable(ctx); err != nil {
-		return floodgate.Result{}, err
+		return r, err
 	}
 	k := keyOf(&h)
 	hash := s.hash(&k)
+	t := hitInterval(&h) // outside the lock
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
 	e := sh.getOrCreate(s.seed, hash, &k, now, s.perShard, false)
 	if e == nil {
 		sh.mu.Unlock()
-		return floodgate.Result{}, s.full()
+		return r, s.full()
 	}
-	r := e.check(now, &h)
+	r = e.check(now, &h, t)
 	if r.Allowed || h.Overdraw {
 		var full bool
-		if r.Stamp, full = e.record(now, &h); full {
+		if r.Stamp, full = e.record(now, &h, t); full {
 			e.renew(sh.nextEpoch())
 		}
 	}
@@ -345,7 +346,7 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 	return s.apply(ctx, hits, false, func(now int64, slots []slot) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		for i := range hits {
-			results[i] = slots[i].e.check(now, &hits[i])
+			results[i] = slots[i].e.check(now, &hits[i], hitInterval(&hits[i]))
 		}
 		return results
 	})
