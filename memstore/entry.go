@@ -33,10 +33,10 @@ type entry struct {
 	epoch, takes uint64
 	// expires is when the entry stops mattering and may be dropped.
 	expires int64
-	// k is the entry's key, and next the next entry whose key has the same
-	// hash (see shard).
+	// k is the entry's key, and hash the hash of its identity (see
+	// table).
 	k    entryKey
-	next *entry
+	hash uint64
 	// queued is 1 + the entry's index in its shard's queue, or 0 when
 	// it is not in it (the store is unbounded): see reclaim.go.
 	queued int
@@ -179,7 +179,7 @@ func (e *entry) record(now int64, h *floodgate.Hit, t int64) (floodgate.Stamp, b
 
 // restart gives the entry a fresh state, epoch, once it has expired (it
 // holds nothing that still matters): what entry{} holds, but for its
-// key, chain, place in the reclaim queue and ring's room.
+// key and hash, place in the reclaim queue and ring's room.
 func (e *entry) restart(epoch uint64) {
 	e.ring, e.head = e.ring[:0], 0
 	e.tat, e.count, e.window, e.prev = 0, 0, 0, 0

@@ -98,11 +98,8 @@ var (
 
 type shard struct {
 	mu sync.Mutex
-	// entries holds the entries by the hash that also picks the shard, so
-	// that a key is hashed once; entries whose hashes collide are chained
-	// through entry.next.
-	entries map[uint64]*entry // guarded by mu
-	n       int               // guarded by mu; entries, chained ones included
+	// entries holds the entries by their hashes (see table).
+	entries table // guarded by mu
 	// queue holds the entries, in a bounded store, in the order they stop
 	// weighing, for a full shard to reclaim the first (see reclaim.go).
 	queue []queued // guarded by mu
@@ -116,13 +113,7 @@ type shard struct {
 }
 
 // get returns the entry of k, whose hash is h, or nil. sh.mu must be held.
-func (sh *shard) get(h uint64, k *entryKey) *entry {
-	e := sh.entries[h]
-	for e != nil && !e.k.same(k) {
-		e = e.next
-	}
-	return e
-}
+func (sh *shard) get(h uint64, k *entryKey) *entry { return sh.entries.get(h, k) }
 
 // getOrCreate returns the entry of k, creating it if needed, or nil if the
 // shard holds limit entries (limit > 0) and reclaiming found none that no
@@ -132,7 +123,7 @@ func (sh *shard) get(h uint64, k *entryKey) *entry {
 // deletes it: a check of several hits needs that, since a later hit's
 // getOrCreate may reclaim, while a check of one hit (TakeOne) reclaims
 // only before it creates. sh.mu must be held.
-func (sh *shard) getOrCreate(seed maphash.Seed, h uint64, k *entryKey, now int64, limit int, hold bool) *entry {
+func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int, hold bool) *entry {
 	if e := sh.get(h, k); e != nil {
 		if e.expires <= now && e.epoch != 0 {
 			e.restart(sh.nextEpoch())
@@ -144,17 +135,16 @@ func (sh *shard) getOrCreate(seed maphash.Seed, h uint64, k *entryKey, now int64
 		}
 		return e
 	}
-	if limit > 0 && sh.n >= limit && !sh.reclaim(seed, now, limit) {
+	if limit > 0 && sh.entries.n >= limit && !sh.reclaim(now, limit) {
 		return nil
 	}
-	e := &entry{epoch: sh.nextEpoch(), k: *k, next: sh.entries[h]}
+	e := &entry{epoch: sh.nextEpoch(), k: *k, hash: h}
 	if !k.digest {
 		// The caller's key may be a slice of a larger buffer (a
 		// request's headers): keep a copy, not that buffer.
 		e.k.key = strings.Clone(k.key)
 	}
-	sh.entries[h] = e
-	sh.n++
+	sh.entries.put(e)
 	if limit > 0 {
 		sh.enqueue(e, now+1) // not reclaimable under this check
 	}
@@ -170,24 +160,11 @@ func (sh *shard) nextEpoch() uint64 {
 	return sh.epochs
 }
 
-// del removes the entry of k, if any. sh.mu must be held.
-func (sh *shard) del(h uint64, k *entryKey) {
-	var prev *entry
-	for e := sh.entries[h]; e != nil; prev, e = e, e.next {
-		if !e.k.same(k) {
-			continue
-		}
-		switch {
-		case prev != nil:
-			prev.next = e.next
-		case e.next != nil:
-			sh.entries[h] = e.next
-		default:
-			delete(sh.entries, h)
-		}
+// del removes e from the shard, if the shard holds it. sh.mu must be
+// held.
+func (sh *shard) del(e *entry) {
+	if sh.entries.remove(e) {
 		sh.dequeue(e)
-		sh.n--
-		return
 	}
 }
 
@@ -244,7 +221,6 @@ func New(opts Options) *Store {
 	s.base = time.Now()
 	s.baseNS = s.base.UnixNano()
 	for i := range s.shards {
-		s.shards[i].entries = make(map[uint64]*entry)
 		s.shards[i].epochs = rand.Uint64()
 	}
 	interval := opts.SweepInterval
@@ -271,7 +247,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.n
+		n += sh.entries.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -321,7 +297,7 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
-	e := sh.getOrCreate(s.seed, hash, &k, now, s.perShard, false)
+	e := sh.getOrCreate(hash, &k, now, s.perShard, false)
 	if e == nil {
 		sh.mu.Unlock()
 		return r, s.full()
@@ -334,7 +310,7 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 		}
 	}
 	if e.expires <= now {
-		sh.del(hash, &k)
+		sh.del(e)
 	}
 	sh.mu.Unlock()
 	return r, nil
@@ -378,7 +354,9 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 	h := s.hash(&k)
 	sh := s.shard(h)
 	sh.mu.Lock()
-	sh.del(h, &k)
+	if e := sh.get(h, &k); e != nil {
+		sh.del(e)
+	}
 	sh.mu.Unlock()
 	return nil
 }
@@ -444,11 +422,11 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 			}
 			continue
 		}
-		if sl.e = sh.getOrCreate(s.seed, sl.hash, &sl.k, now, s.perShard, true); sl.e == nil {
+		if sl.e = sh.getOrCreate(sl.hash, &sl.k, now, s.perShard, true); sl.e == nil {
 			// Leave no empty entry behind for the hits before this one.
 			for _, prev := range slots[:i] {
 				if prev.e.expires <= now {
-					s.shard(prev.hash).del(prev.hash, &prev.k)
+					s.shard(prev.hash).del(prev.e)
 				}
 			}
 			return nil, s.full()
@@ -460,7 +438,7 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 	// first hit, so that probing keys does not grow the map.
 	for i := range slots {
 		if sl := &slots[i]; sl.held && sl.e.expires <= now {
-			s.shard(sl.hash).del(sl.hash, &sl.k)
+			s.shard(sl.hash).del(sl.e)
 		}
 	}
 	return results, nil
@@ -509,12 +487,16 @@ func (s *Store) sweep() {
 
 // sweep deletes the shard's expired entries. sh.mu must be held.
 func (sh *shard) sweep(now int64) {
-	for h, e := range sh.entries {
-		for ; e != nil; e = e.next {
-			if e.expires <= now {
-				sh.del(h, &e.k)
-			}
+	slots := sh.entries.slots
+	for i := 0; i < len(slots); {
+		if e := slots[i]; e != nil && e.expires <= now {
+			// Removing shifts a later entry into slot i, if any: look at
+			// it again. (One shifted from the start of the slots to the
+			// end, past the wrap, was looked at already: no harm.)
+			sh.del(e)
+			continue
 		}
+		i++
 	}
 }
 
