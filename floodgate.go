@@ -462,7 +462,9 @@ func (l *Limiter) refuse(base Rule, err error) {
 // nothing.
 func (h *Hit) validate(i int) error {
 	valid := h.Rule.valid()
-	if valid && h.Key != "" && len(h.Key) <= MaxKeyLen && h.Cost >= 0 && h.cost() <= h.maxCost() {
+	// A cost of 0 or 1 (the usual one) is within every valid rule's
+	// maxCost, which is at least 1.
+	if valid && h.Key != "" && len(h.Key) <= MaxKeyLen && (uint64(h.Cost) <= 1 || h.Cost > 0 && h.Cost <= h.maxCost()) {
 		return nil
 	}
 	if !valid {

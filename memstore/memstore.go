@@ -191,11 +191,16 @@ func (k *entryKey) same(o *entryKey) bool {
 }
 
 func keyOf(h *floodgate.Hit) entryKey {
-	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key}
-	if len(k.key) > keyenc.MaxPlain {
-		k.key, k.digest = keyenc.Encode(k.key), true
+	if len(h.Key) > keyenc.MaxPlain {
+		return digestKeyOf(h)
 	}
-	return k
+	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key}
+}
+
+// digestKeyOf is keyOf of a key held as its digest, out of line so that
+// keyOf inlines.
+func digestKeyOf(h *floodgate.Hit) entryKey {
+	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: keyenc.Encode(h.Key), digest: true}
 }
 
 // New returns a store and starts its janitor.
