@@ -13,9 +13,9 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// TestShardChainsCollidingHashes: entries whose hashes collide all live
+// TestShardHoldsCollidingHashes: entries whose hashes collide all live
 // in the table, and each stays reachable and deletable on its own.
-func TestShardChainsCollidingHashes(t *testing.T) {
+func TestShardHoldsCollidingHashes(t *testing.T) {
 	sh := &shard{}
 	keys := []entryKey{
 		{rule: "a", alg: floodgate.SlidingWindow, window: time.Minute, key: "k"},
@@ -176,7 +176,7 @@ func TestReclaimLooksAtAFewEntriesPerCheck(t *testing.T) {
 }
 
 // TestRestartLeavesAFreshState: an entry restarted in place holds what a
-// new entry holds (entry{}), but for its key, chain, place in the queue
+// new entry holds (entry{}), but for its key, hash, place in the queue
 // and the room of its ring, whatever every other field held: a field
 // added to entry and forgotten by restart fails here.
 func TestRestartLeavesAFreshState(t *testing.T) {

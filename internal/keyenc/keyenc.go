@@ -49,9 +49,9 @@ func Identity(seed maphash.Seed, name string, alg uint8, window time.Duration, k
 
 // nameHash mixes a rule's name (at most 64 bytes), eight bytes at a time.
 // It is not seeded: names come from the configuration, not from clients,
-// and two names that happened to mix alike would only chain their keys'
-// states in one memstore slot, or share a slot of the denial cache's
-// generations, never merge them (both compare the full identity).
+// and two names that happened to mix alike would only give their keys'
+// states one hash in memstore's table, or share a slot of the denial
+// cache's generations, never merge them (both compare the full identity).
 func nameHash(name string) uint64 {
 	const k = 0x9e3779b97f4a7c15
 	h := uint64(len(name))
