@@ -101,7 +101,10 @@ func New(store Store, opts Options) (*Limiter, error) {
 
 // Allow checks one request of key under rule and records it if allowed.
 func (l *Limiter) Allow(ctx context.Context, rule Rule, key string) (Decision, error) {
-	return l.one(ctx, Hit{Rule: rule, Key: key})
+	h := Hit{Rule: rule, Key: key}
+	var d Decision
+	err := l.one(ctx, &h, &d)
+	return d, err
 }
 
 // Settle settles a cost taken as an estimate against the actual cost,
@@ -138,57 +141,67 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) (Decisio
 	return d, nil
 }
 
-// one is Check of a single hit. It takes the hit by value so that, with a
-// LocalStore, a decision allocates nothing.
-func (l *Limiter) one(ctx context.Context, h Hit) (d Decision, err error) {
-	if h, err = l.inForce(h, 0); err != nil {
-		return Decision{}, err
+// one is Check of the single hit *h, which it resolves in place (see
+// inForce), written into *d, which is zero and stays zero on an error.
+// The hit and the decision stay on the caller's stack, and are copied only
+// into the store's call and out to the caller (a Decision is 256 bytes),
+// so that with a LocalStore a decision allocates nothing.
+func (l *Limiter) one(ctx context.Context, h *Hit, d *Decision) error {
+	if err := l.inForce(h, 0); err != nil {
+		return err
 	}
 	if l.local == nil {
 		// A cached denial, without allocating; otherwise the general path
 		// (which validates and probes again: a few nanoseconds next to a
 		// remote store's call).
 		if l.denials != nil {
-			hs := [1]Hit{h}
-			if d, ok := l.denials.get(l.denials.probe(hs[:]), hs[:]); ok {
-				return d, nil
+			hs := [1]Hit{*h}
+			if c, ok := l.denials.get(l.denials.probe(hs[:]), hs[:]); ok {
+				*d = c
+				return nil
 			}
 		}
-		return l.take(ctx, []Hit{h})
+		var err error
+		*d, err = l.take(ctx, []Hit{*h})
+		return err
 	}
 	var p probe
 	if l.denials != nil {
-		hs := [1]Hit{h}
+		hs := [1]Hit{*h}
 		p = l.denials.probe(hs[:])
-		if d, ok := l.denials.get(p, hs[:]); ok {
-			return d, nil
+		if c, ok := l.denials.get(p, hs[:]); ok {
+			*d = c
+			return nil
 		}
 	}
 	sent := l.denials.clock()
-	r, err := l.local.TakeOne(ctx, h)
+	r, err := l.local.TakeOne(ctx, *h)
 	if err != nil {
-		return Decision{}, storeError("take", err)
+		return storeError("take", err)
 	}
-	d.decideOne(true, "", &h, &r)
+	d.decideOne(true, "", h, &r)
 	if !d.Recorded && l.denials != nil {
-		hs := [1]Hit{h}
-		l.denials.add(p, hs[:], d, sent)
+		hs := [1]Hit{*h}
+		l.denials.add(p, hs[:], *d, sent)
 	}
-	return d, nil
+	return nil
 }
 
 // Check checks every hit and records them all only if every one is within
 // its limit: all-or-nothing. The decision describes the worst hit and lists
 // each in Decision.Each.
 func (l *Limiter) Check(ctx context.Context, hits ...Hit) (Decision, error) {
-	if len(hits) == 1 {
-		return l.one(ctx, hits[0]) // the single hit's path, which allocates nothing
+	if len(hits) == 1 { // the single hit's path, which allocates nothing
+		h := hits[0]
+		var d Decision
+		err := l.one(ctx, &h, &d)
+		return d, err
 	}
-	hits, err := l.own(hits)
+	owned, err := l.own(hits) // a copy: the caller's hits do not escape
 	if err != nil {
 		return Decision{}, err
 	}
-	return l.take(ctx, hits)
+	return l.take(ctx, owned)
 }
 
 // take checks hits, which are valid, normalized and the Limiter's own.
@@ -351,8 +364,8 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 				errs = append(errs, fmt.Errorf("%w: hits %d and %d both name key %q under rule %s; use one hit with Cost", ErrInvalidHit, j, i, truncate(h.Key), h.Rule.Name))
 			}
 		}
-		var err error
-		if out[i], err = l.inForce(h, i); err != nil {
+		out[i] = h
+		if err := l.inForce(&out[i], i); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -373,26 +386,29 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 // hits this way; a caller resolves ahead only to report, or to treat a
 // cost beyond every admission as a denial (the RLS service does, as
 // envoyproxy/ratelimit answers).
-func (l *Limiter) InForce(h Hit) (Hit, error) { return l.inForce(h, 0) }
+func (l *Limiter) InForce(h Hit) (Hit, error) {
+	err := l.inForce(&h, 0)
+	return h, err
+}
 
-// inForce is InForce of hit number i. The valid case without an override
-// allocates nothing.
-func (l *Limiter) inForce(h Hit, i int) (Hit, error) {
-	if l.overrides != nil && h.Rule.Validate() == nil {
+// inForce is InForce of hit number i, done in place on *h. The valid case
+// without an override allocates nothing.
+func (l *Limiter) inForce(h *Hit, i int) error {
+	if l.overrides != nil && h.Rule.valid() {
 		if r, ok := l.override(h.Rule, h.Key); ok && r != h.Rule {
 			base := h.Rule
 			h.Rule = r
 			err := h.validate(i)
 			h.Cost = h.cost()
 			if err != nil {
-				return h, fmt.Errorf("override of %s for key %q: %w", base, truncate(h.Key), err)
+				return fmt.Errorf("override of %s for key %q: %w", base, truncate(h.Key), err)
 			}
-			return h, nil
+			return nil
 		}
 	}
 	err := h.validate(i)
 	h.Cost = h.cost() // stores see costs of 1 to capacity
-	return h, err
+	return err
 }
 
 // override returns the rule that Options.Overrides gives key in place of
@@ -436,12 +452,15 @@ func (l *Limiter) refuse(base Rule, err error) {
 
 // validate checks hit number i on its own. The valid case allocates
 // nothing.
-func (h Hit) validate(i int) error {
-	if err := h.Rule.Validate(); err != nil {
-		return fmt.Errorf("hit %d: %w", i, err)
-	}
-	if h.Key != "" && len(h.Key) <= bounds.KeyLen && h.Cost >= 0 && h.cost() <= h.maxCost() && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
+func (h *Hit) validate(i int) error {
+	valid := h.Rule.valid()
+	// A cost of 0 or 1 (the usual one) is within every valid rule's
+	// maxCost, which is at least 1.
+	if valid && h.Key != "" && len(h.Key) <= bounds.KeyLen && (uint64(h.Cost) <= 1 || h.Cost > 0 && h.Cost <= h.maxCost()) && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
 		return nil
+	}
+	if !valid {
+		return fmt.Errorf("hit %d: %w", i, h.Rule.problems())
 	}
 	var errs []error
 	switch {

@@ -147,6 +147,35 @@ func (r Rule) Capacity() int64 {
 
 // Validate reports every problem with r, each wrapping [ErrInvalidRule].
 func (r Rule) Validate() error {
+	if r.valid() {
+		return nil
+	}
+	return r.problems()
+}
+
+// valid reports whether r has no problem: what problems checks, in
+// straight-line code, since every decision validates its rule (the
+// closure and error slice of problems cost a memstore decision a tenth
+// of its instructions). TestValidMatchesProblems holds the two together.
+func (r *Rule) valid() bool {
+	if r.Name == "" || len(r.Name) > bounds.NameLen || badNameByte(r.Name) >= 0 || !r.Algorithm.valid() {
+		return false
+	}
+	if r.Limit < 1 || r.Limit > bounds.Limit || r.Algorithm.logged() && r.Limit > bounds.SlidingLimit {
+		return false
+	}
+	if r.Window < time.Millisecond || r.Window > bounds.Window || r.Window%time.Microsecond != 0 {
+		return false
+	}
+	if r.Algorithm == SlidingWindowCounter && r.Limit >= maxCounterProduct/int64(r.Window/time.Microsecond) {
+		return false
+	}
+	return r.Burst == 0 || r.Burst > 0 && r.Burst <= bounds.Limit && r.Algorithm == TokenBucket && r.Burst/r.Limit <= int64(bounds.Window/r.Window)
+}
+
+// problems is Validate's full account of r: every problem, each wrapping
+// ErrInvalidRule, or nil.
+func (r Rule) problems() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: rule %q: "+format, append([]any{ErrInvalidRule, r.Name}, args...)...))

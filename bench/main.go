@@ -9,7 +9,9 @@
 //	go run . -redis 127.0.0.1:6379 [-duration 2s] [-only REGEXP] [-goroutines 1,64]
 //
 // scripts/bench.sh starts a throwaway redis-server and runs it; see
-// BENCHMARKS.md.
+// BENCHMARKS.md. Built with -tags base, as scripts/bench.sh builds it, the
+// memory rows of floodgate's store run a second time as a baseline commit
+// had them (base.go).
 package main
 
 import (

@@ -34,10 +34,10 @@ type entry struct {
 	epoch, takes uint64
 	// expires is when the entry stops mattering and may be dropped.
 	expires int64
-	// k is the entry's key, and next the next entry whose key has the same
-	// hash (see shard).
+	// k is the entry's key, and hash the hash of its identity (see
+	// table).
 	k    entryKey
-	next *entry
+	hash uint64
 	// queued is 1 + the entry's index in its shard's queue, or 0 when
 	// it is not in it (the store is unbounded): see reclaim.go.
 	queued int
@@ -46,7 +46,8 @@ type entry struct {
 // check returns what taking h now would answer, trimming expired state but
 // recording nothing. An Overdraw hit past its limit is answered as the key
 // stands with it recorded (floodgate.Hit.Overdraw): a denial of cost 1.
-func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
+// t is hitInterval(h), which a take computes once for check and record.
+func (e *entry) check(now int64, h *floodgate.Hit, t int64) floodgate.Result {
 	r := h.Rule
 	limit, window, cost := r.Limit, int64(r.Window), h.Cost
 	// A cost above the capacity never fits, and is computed with only as
@@ -54,7 +55,6 @@ func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 	fits := !h.Overdraw || cost <= r.Capacity()
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		t := interval(r)
 		capacity := r.Capacity() * t
 		tat := max(e.tat, now)
 		if fits {
@@ -137,14 +137,15 @@ func (e *entry) check(now int64, h *floodgate.Hit) floodgate.Result {
 // unless h is Overdraw. It returns the hit's stamp, and whether the hit
 // carried the key past what its state holds (floodgate.Hit.Overdraw):
 // the caller then renews the entry's epoch, so that no refund of the hit
-// or of an earlier one credits anything.
-func (e *entry) record(now int64, h *floodgate.Hit) (floodgate.Stamp, bool) {
+// or of an earlier one credits anything. t is hitInterval(h), as for
+// check.
+func (e *entry) record(now int64, h *floodgate.Hit, t int64) (floodgate.Stamp, bool) {
 	r := h.Rule
 	cost := h.Cost
 	full := false // only an Overdraw hit can fill the state
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
-		if t := interval(r); h.Overdraw {
+		if h.Overdraw {
 			e.tat, full = bucketOver(now, max(e.tat, now), cost, t, r.Capacity()*t)
 		} else {
 			e.tat = max(e.tat, now) + cost*t
@@ -175,6 +176,16 @@ func (e *entry) record(now int64, h *floodgate.Hit) (floodgate.Stamp, bool) {
 	}
 	e.takes++
 	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch, Take: e.takes}, full
+}
+
+// restart gives the entry a fresh state, epoch, once it has expired (it
+// holds nothing that still matters): what entry{} holds, but for its
+// key and hash, place in the reclaim queue and ring's room.
+func (e *entry) restart(epoch uint64) {
+	e.ring, e.head = e.ring[:0], 0
+	e.tat, e.count, e.window, e.prev = 0, 0, 0, 0
+	e.refunded = nil
+	e.epoch, e.takes, e.expires = epoch, 0, 0
 }
 
 // renew gives the entry a new state, epoch, after a hit carried it past
@@ -349,7 +360,7 @@ func (e *entry) refund(now int64, h *floodgate.Hit, st floodgate.Stamp) {
 	case floodgate.SlidingWindow, floodgate.Concurrency:
 		e.remove(at, credit)
 	default:
-		e.check(now, h) // moves the counts to the current window
+		e.check(now, h, 0) // moves the counts to the current window (not a bucket: no interval)
 		e.count = max(0, e.count-credit)
 	}
 }
@@ -467,5 +478,15 @@ func counter(t, limit, window, cost, prev, cur int64) floodgate.Result {
 
 // interval is a token bucket's emission interval in nanoseconds.
 func interval(r floodgate.Rule) int64 { return int64(algo.Interval(r)) }
+
+// hitInterval is the emission interval of h's rule if it is a token
+// bucket, and 0 otherwise: what check and record need, computed once per
+// take (two divisions).
+func hitInterval(h *floodgate.Hit) int64 {
+	if h.Rule.Algorithm != floodgate.TokenBucket {
+		return 0
+	}
+	return interval(h.Rule)
+}
 
 func dur(ns int64) time.Duration { return time.Duration(ns) }

@@ -98,11 +98,8 @@ var (
 
 type shard struct {
 	mu sync.Mutex
-	// entries holds the entries by the hash that also picks the shard, so
-	// that a key is hashed once; entries whose hashes collide are chained
-	// through entry.next.
-	entries map[uint64]*entry // guarded by mu
-	n       int               // guarded by mu; entries, chained ones included
+	// entries holds the entries by their hashes (see table).
+	entries table // guarded by mu
 	// queue holds the entries, in a bounded store, in the order they stop
 	// weighing, for a full shard to reclaim the first (see reclaim.go).
 	queue []queued // guarded by mu
@@ -116,39 +113,38 @@ type shard struct {
 }
 
 // get returns the entry of k, whose hash is h, or nil. sh.mu must be held.
-func (sh *shard) get(h uint64, k *entryKey) *entry {
-	e := sh.entries[h]
-	for e != nil && e.k != *k {
-		e = e.next
-	}
-	return e
-}
+func (sh *shard) get(h uint64, k *entryKey) *entry { return sh.entries.get(h, k) }
 
 // getOrCreate returns the entry of k, creating it if needed, or nil if the
 // shard holds limit entries (limit > 0) and reclaiming found none that no
 // longer weighs. An entry that has expired (it holds nothing that matters
-// any more) starts afresh, with a new epoch. sh.mu must be held.
-func (sh *shard) getOrCreate(seed maphash.Seed, h uint64, k *entryKey, now int64, limit int) *entry {
+// any more) starts afresh, with a new epoch. With hold, an entry created
+// or restarted is safe from reclaiming until the check records into it or
+// deletes it: a check of several hits needs that, since a later hit's
+// getOrCreate may reclaim, while a check of one hit (TakeOne) reclaims
+// only before it creates. sh.mu must be held.
+func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int, hold bool) *entry {
 	if e := sh.get(h, k); e != nil {
 		if e.expires <= now && e.epoch != 0 {
-			*e = entry{ring: e.ring[:0], epoch: sh.nextEpoch(), k: e.k, next: e.next, queued: e.queued}
-			if limit > 0 {
+			e.restart(sh.nextEpoch())
+			if limit > 0 && hold {
+				// Without hold, the entry keeps its place: a lower bound
+				// of its expiry still once the check records, after now.
 				sh.enqueue(e, now+1) // not reclaimable under this check
 			}
 		}
 		return e
 	}
-	if limit > 0 && sh.n >= limit && !sh.reclaim(seed, now, limit) {
+	if limit > 0 && sh.entries.n >= limit && !sh.reclaim(now, limit) {
 		return nil
 	}
-	e := &entry{epoch: sh.nextEpoch(), k: *k, next: sh.entries[h]}
+	e := &entry{epoch: sh.nextEpoch(), k: *k, hash: h}
 	if !k.digest {
 		// The caller's key may be a slice of a larger buffer (a
 		// request's headers): keep a copy, not that buffer.
 		e.k.key = strings.Clone(k.key)
 	}
-	sh.entries[h] = e
-	sh.n++
+	sh.entries.put(e)
 	if limit > 0 {
 		sh.enqueue(e, now+1) // not reclaimable under this check
 	}
@@ -164,24 +160,11 @@ func (sh *shard) nextEpoch() uint64 {
 	return sh.epochs
 }
 
-// del removes the entry of k, if any. sh.mu must be held.
-func (sh *shard) del(h uint64, k *entryKey) {
-	var prev *entry
-	for e := sh.entries[h]; e != nil; prev, e = e, e.next {
-		if e.k != *k {
-			continue
-		}
-		switch {
-		case prev != nil:
-			prev.next = e.next
-		case e.next != nil:
-			sh.entries[h] = e.next
-		default:
-			delete(sh.entries, h)
-		}
+// del removes e from the shard, if the shard holds it. sh.mu must be
+// held.
+func (sh *shard) del(e *entry) {
+	if sh.entries.remove(e) {
 		sh.dequeue(e)
-		sh.n--
-		return
 	}
 }
 
@@ -198,12 +181,26 @@ type entryKey struct {
 	key    string
 }
 
+// same reports whether k and o are one identity: k == o, with the fields
+// that differ most often and cost least compared first (the generated
+// equality compares in field order, and rule names are usually one
+// string, which strings' equality checks by pointer first).
+func (k *entryKey) same(o *entryKey) bool {
+	return len(k.key) == len(o.key) && k.window == o.window && k.alg == o.alg && k.digest == o.digest &&
+		k.key == o.key && k.rule == o.rule
+}
+
 func keyOf(h *floodgate.Hit) entryKey {
-	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key}
-	if len(k.key) > keyenc.MaxPlain {
-		k.key, k.digest = keyenc.Encode(k.key), true
+	if len(h.Key) > keyenc.MaxPlain {
+		return digestKeyOf(h)
 	}
-	return k
+	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key}
+}
+
+// digestKeyOf is keyOf of a key held as its digest, out of line so that
+// keyOf inlines.
+func digestKeyOf(h *floodgate.Hit) entryKey {
+	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: keyenc.Encode(h.Key), digest: true}
 }
 
 // New returns a store and starts its janitor.
@@ -229,7 +226,6 @@ func New(opts Options) *Store {
 	s.base = time.Now()
 	s.baseNS = s.base.UnixNano()
 	for i := range s.shards {
-		s.shards[i].entries = make(map[uint64]*entry)
 		s.shards[i].epochs = rand.Uint64()
 	}
 	interval := opts.SweepInterval
@@ -256,7 +252,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.n
+		n += sh.entries.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -277,7 +273,7 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 		results := make([]floodgate.Result, len(hits))
 		admitted := true // every hit that is not Overdraw is allowed
 		for i := range hits {
-			results[i] = slots[i].e.check(now, &hits[i])
+			results[i] = slots[i].e.check(now, &hits[i], hitInterval(&hits[i]))
 			admitted = admitted && (results[i].Allowed || hits[i].Overdraw)
 		}
 		if !admitted {
@@ -285,7 +281,7 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 		}
 		for i := range hits {
 			var full bool
-			if results[i].Stamp, full = slots[i].e.record(now, &hits[i]); full {
+			if results[i].Stamp, full = slots[i].e.record(now, &hits[i], hitInterval(&hits[i])); full {
 				slots[i].e.renew(s.shard(slots[i].hash).nextEpoch())
 			}
 		}
@@ -296,29 +292,30 @@ func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]flo
 // TakeOne implements [floodgate.LocalStore]: Take of one hit, which
 // allocates nothing once the key is known (a sliding window's log grows
 // by doubling, and reuses its room as entries leave the window).
-func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result, error) {
+func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Result, err error) {
 	if err := s.usable(ctx); err != nil {
-		return floodgate.Result{}, err
+		return r, err
 	}
 	k := keyOf(&h)
 	hash := s.hash(&k)
+	t := hitInterval(&h) // outside the lock
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
-	e := sh.getOrCreate(s.seed, hash, &k, now, s.perShard)
+	e := sh.getOrCreate(hash, &k, now, s.perShard, false)
 	if e == nil {
 		sh.mu.Unlock()
-		return floodgate.Result{}, s.full()
+		return r, s.full()
 	}
-	r := e.check(now, &h)
+	r = e.check(now, &h, t)
 	if r.Allowed || h.Overdraw {
 		var full bool
-		if r.Stamp, full = e.record(now, &h); full {
+		if r.Stamp, full = e.record(now, &h, t); full {
 			e.renew(sh.nextEpoch())
 		}
 	}
 	if e.expires <= now {
-		sh.del(hash, &k)
+		sh.del(e)
 	}
 	sh.mu.Unlock()
 	return r, nil
@@ -330,7 +327,7 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 	return s.apply(ctx, hits, false, func(now int64, slots []slot) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		for i := range hits {
-			results[i] = slots[i].e.check(now, &hits[i])
+			results[i] = slots[i].e.check(now, &hits[i], hitInterval(&hits[i]))
 		}
 		return results
 	})
@@ -382,7 +379,9 @@ func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 	h := s.hash(&k)
 	sh := s.shard(h)
 	sh.mu.Lock()
-	sh.del(h, &k)
+	if e := sh.get(h, &k); e != nil {
+		sh.del(e)
+	}
 	sh.mu.Unlock()
 	return nil
 }
@@ -448,11 +447,11 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 			}
 			continue
 		}
-		if sl.e = sh.getOrCreate(s.seed, sl.hash, &sl.k, now, s.perShard); sl.e == nil {
+		if sl.e = sh.getOrCreate(sl.hash, &sl.k, now, s.perShard, true); sl.e == nil {
 			// Leave no empty entry behind for the hits before this one.
 			for _, prev := range slots[:i] {
 				if prev.e.expires <= now {
-					s.shard(prev.hash).del(prev.hash, &prev.k)
+					s.shard(prev.hash).del(prev.e)
 				}
 			}
 			return nil, s.full()
@@ -464,7 +463,7 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 	// first hit, so that probing keys does not grow the map.
 	for i := range slots {
 		if sl := &slots[i]; sl.held && sl.e.expires <= now {
-			s.shard(sl.hash).del(sl.hash, &sl.k)
+			s.shard(sl.hash).del(sl.e)
 		}
 	}
 	return results, nil
@@ -513,12 +512,16 @@ func (s *Store) sweep() {
 
 // sweep deletes the shard's expired entries. sh.mu must be held.
 func (sh *shard) sweep(now int64) {
-	for h, e := range sh.entries {
-		for ; e != nil; e = e.next {
-			if e.expires <= now {
-				sh.del(h, &e.k)
-			}
+	slots := sh.entries.slots
+	for i := 0; i < len(slots); {
+		if e := slots[i]; e != nil && e.expires <= now {
+			// Removing shifts a later entry into slot i, if any: look at
+			// it again. (One shifted from the start of the slots to the
+			// end, past the wrap, was looked at already: no harm.)
+			sh.del(e)
+			continue
 		}
+		i++
 	}
 }
 

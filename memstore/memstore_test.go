@@ -88,8 +88,10 @@ func TestClosedStoreFails(t *testing.T) {
 	}
 }
 
-// TestAllowDoesNotAllocate: a decision on a known key allocates nothing
-// (ids come from chunks shared by about a hundred decisions).
+// TestAllowDoesNotAllocate: a decision of Allow, or Check of one hit, on a known key
+// allocates nothing, allowed or denied, with or without the denial cache:
+// the Limiter gives a LocalStore's takes no id and builds the Decision in
+// place, and memstore finds the key without allocating.
 func TestAllowDoesNotAllocate(t *testing.T) {
 	s := memstore.New(memstore.Options{})
 	defer s.Close()
@@ -115,6 +117,9 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 				l.Allow(ctx, tc.rule, "k")
 				if n := testing.AllocsPerRun(1000, func() { l.Allow(ctx, tc.rule, "k") }); n != 0 {
 					t.Errorf("%v, %s, denial cache %d: %v allocations per decision, want 0", alg, tc.name, cache, n)
+				}
+				if n := testing.AllocsPerRun(1000, func() { l.Check(ctx, floodgate.Hit{Rule: tc.rule, Key: "k", Cost: 1}) }); n != 0 {
+					t.Errorf("%v, %s, denial cache %d: Check of one hit: %v allocations per decision, want 0", alg, tc.name, cache, n)
 				}
 			}
 		}

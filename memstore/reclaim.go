@@ -1,7 +1,5 @@
 package memstore
 
-import "hash/maphash"
-
 // Reclaiming room in a full shard.
 //
 // A key whose entry has expired (entry.expires <= now) no longer weighs:
@@ -38,7 +36,7 @@ type queued struct {
 // than limit entries afterwards. The entries that the calling check
 // created or restarted are queued after now (see enqueue), so they are
 // never dropped under it. sh.mu must be held.
-func (sh *shard) reclaim(seed maphash.Seed, now int64, limit int) bool {
+func (sh *shard) reclaim(now int64, limit int) bool {
 	for range reclaimSteps {
 		if len(sh.queue) == 0 || sh.queue[0].at > now {
 			break // every entry weighs after now
@@ -50,9 +48,9 @@ func (sh *shard) reclaim(seed maphash.Seed, now int64, limit int) bool {
 			sh.down(0)
 			continue
 		}
-		sh.del(identity(seed, &e.k), &e.k)
+		sh.del(e)
 	}
-	return sh.n < limit
+	return sh.entries.n < limit
 }
 
 // enqueue puts e in the queue, or moves it there, at at. An entry created

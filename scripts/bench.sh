@@ -9,6 +9,9 @@
 # With RLS=1 it runs scripts/bench-rls.sh after (the service against
 # envoyproxy/ratelimit, issue 16), and with RLS=only that alone; the
 # arguments then go to rlsbench.
+# The memory rows of floodgate's store run twice, as it is now and as it
+# was at BASE (default 65b8f30, issue 28's baseline), copied by
+# scripts/benchbase.sh; BASE= (empty) leaves the baseline out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,10 +19,15 @@ if [ "${RLS:-}" = only ]; then
 	exec scripts/bench-rls.sh "$@"
 fi
 
+tags=
+if [ -n "${BASE-65b8f30}" ]; then
+	scripts/benchbase.sh "${BASE-65b8f30}"
+	tags=base
+fi
 (
 	. scripts/redis.sh
 	cd bench
-	go run . -redis "$FLOODGATE_REDIS_ADDR" "$@"
+	go run -tags "$tags" . -redis "$FLOODGATE_REDIS_ADDR" "$@"
 )
 if [ -n "${RLS:-}" ]; then
 	scripts/bench-rls.sh

@@ -1,0 +1,72 @@
+package floodgate
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/bounds"
+)
+
+// TestValidMatchesProblems: Validate's fast path (valid) accepts exactly
+// the rules in which its full account (problems) finds nothing, on every
+// combination of each field's values at and around its bounds, and on
+// random rules near them: a rule the fast path lets through unchecked
+// would reach the stores invalid, and one it refuses wrongly would fail
+// with no problem to report.
+func TestValidMatchesProblems(t *testing.T) {
+	counterEdge := int64(maxCounterProduct / int64(time.Hour/time.Microsecond)) // the first refused per hour
+	names := []string{"", "a", "pix", strings.Repeat("n", bounds.NameLen), strings.Repeat("n", bounds.NameLen+1), "a{b", "Z-9._z", "é", "a b"}
+	limits := []int64{-1, 0, 1, 2, 1000, bounds.SlidingLimit, bounds.SlidingLimit + 1, counterEdge - 1, counterEdge, bounds.Limit, bounds.Limit + 1, 1 << 62}
+	windows := []time.Duration{-time.Second, 0, time.Millisecond - time.Microsecond, time.Millisecond, time.Millisecond + 1, time.Second, time.Hour, 24 * time.Hour, bounds.Window, bounds.Window + time.Microsecond}
+	bursts := []int64{-1, 0, 1, 2, 10 * 366, 1 << 40, bounds.Limit, bounds.Limit + 1}
+	algs := []Algorithm{SlidingWindow, TokenBucket, FixedWindow, SlidingWindowCounter, SlidingWindowCounter + 1, 255}
+	n, accepted := 0, 0
+	check := func(r Rule) {
+		t.Helper()
+		n++
+		err := r.problems()
+		if r.valid() != (err == nil) {
+			t.Fatalf("%#v: valid() = %v, problems() = %v", r, r.valid(), err)
+		}
+		if got := r.Validate(); (got == nil) != (err == nil) {
+			t.Fatalf("%#v: Validate() = %v, problems() = %v", r, got, err)
+		}
+		if err == nil {
+			accepted++
+		}
+	}
+	for _, name := range names {
+		for _, limit := range limits {
+			for _, w := range windows {
+				for _, b := range bursts {
+					for _, a := range algs {
+						check(Rule{Name: name, Limit: limit, Window: w, Algorithm: a, Burst: b})
+					}
+				}
+			}
+		}
+	}
+	// Random rules near the bounds that depend on two fields at once: a
+	// counter's limit times its window, and a burst's refill time.
+	rng := rand.New(rand.NewPCG(28, 1))
+	for range 200_000 {
+		w := time.Duration(rng.Int64N(int64(bounds.Window/time.Microsecond))+1) * time.Microsecond
+		if rng.IntN(2) == 0 {
+			w = time.Duration(rng.Int64N(int64(48*time.Hour/time.Microsecond))+1000) * time.Microsecond
+		}
+		us := int64(w / time.Microsecond)
+		limit := rng.Int64N(4*maxCounterProduct/us+2) - 1
+		burst := int64(0)
+		if rng.IntN(2) == 0 && limit > 0 {
+			edge := limit * int64(bounds.Window/w)
+			burst = max(0, edge+rng.Int64N(2*limit+2)-limit)
+		}
+		check(Rule{Name: "r", Limit: limit, Window: w, Algorithm: algs[rng.IntN(len(algs))], Burst: burst})
+	}
+	if accepted < n/100 {
+		t.Fatalf("only %d of %d rules accepted: the cases miss the valid side of the bounds", accepted, n)
+	}
+	t.Logf("%d rules, %d valid", n, accepted)
+}
