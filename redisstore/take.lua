@@ -104,8 +104,9 @@ end
 -- enc6 and dec6 encode and decode an entry, a time as its offset from the
 -- ring's base (6 bytes); packHeader and headerFields the ring's header (34
 -- bytes: see "The ring" below), whose tfirst and newest they take and give
--- as times.
-local enc6, dec6, packHeader, headerFields
+-- as times; packTail n entries at the time t, then a header (what an append
+-- writes), in one string.
+local enc6, dec6, packHeader, headerFields, packTail
 local struct = rawget(_G, 'struct')
 if struct then
   local pack, unpack = struct.pack, struct.unpack
@@ -117,6 +118,14 @@ if struct then
   end
   packHeader = function(ep, head, count, first, base, tfirst, newest)
     return pack('<I6I3I3I3I7I6I6', ep, head, count, first, base, tfirst - base, newest - base)
+  end
+  packTail = function(n, t, ep, head, count, first, base, tfirst, newest)
+    if n == 1 then
+      -- One pack: no entry string to repeat and join (callgrind, BENCHMARKS.md).
+      return pack('<I6I6I3I3I3I7I6I6', t - base, ep, head, count, first, base, tfirst - base, newest - base)
+    end
+    return string.rep(pack('<I6', t - base), n) .. pack('<I6I3I3I3I7I6I6', ep, head, count, first, base,
+      tfirst - base, newest - base)
   end
   headerFields = function(s, i)
     local ep, head, count, first, base, tfirst, newest = unpack('<I6I3I3I3I7I6I6', s, i)
@@ -153,6 +162,9 @@ else
     local base = dec(s, i + 15, 7)
     return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), base,
       base + dec(s, i + 22, 6), base + dec(s, i + 28, 6)
+  end
+  packTail = function(n, t, ep, head, count, first, base, tfirst, newest)
+    return string.rep(enc(t - base, 6), n) .. packHeader(ep, head, count, first, base, tfirst, newest)
   end
 end
 
@@ -204,6 +216,10 @@ end
 -- entry's offset from base; CHUNK is how many entries one read brings when
 -- first must move.
 local W, HDR, SPAN, CHUNK = 6, 34, 2 ^ 48, 8
+-- The header's range, -HDR to -1, as strings: Redis formats a number
+-- passed to redis.call with snprintf('%.17g'), which cost a take more than
+-- the rest of its GETRANGE (callgrind, BENCHMARKS.md).
+local HDRFROM, HDRTO = '-34', '-1'
 
 -- oomFirst: every write of a ring starts with PEXPIRE, a write that
 -- cannot grow memory. Redis at maxmemory (noeviction) refuses a script's
@@ -220,7 +236,7 @@ local W, HDR, SPAN, CHUNK = 6, 34, 2 ^ 48, 8
 -- false), remaining, reset_after, retry_after and the ring's epoch; or nil
 -- and the header it read, for the general path to take over.
 local function quick(key, cost, limit, window, epoch)
-  local h = redis.call('GETRANGE', key, -HDR, -1)
+  local h = redis.call('GETRANGE', key, HDRFROM, HDRTO)
   if h == '' then
     epoch = tonumber(epoch)
     local px = ttl(now + window)
@@ -273,21 +289,19 @@ local function quick(key, cost, limit, window, epoch)
   if t - base >= SPAN then
     return nil, h -- the general path rebases the ring
   end
-  local entries = string.rep(enc6(t - base), cost)
   redis.call('PEXPIRE', key, ttl(t + window)) -- first: see oomFirst
   if append then
     -- Append, the header after the new entries.
-    redis.call('SETRANGE', key, W * count, entries .. packHeader(ep, 0, count + cost, first, base, tfirst, t))
-  else
+    redis.call('SETRANGE', key, W * count, packTail(cost, t, ep, 0, count + cost, first, base, tfirst, t))
+  elseif head + cost == count then
     -- Full: overwrite the cost oldest, which have left the window
-    -- (live + cost <= limit = count), up to the last slot.
-    local header = packHeader(ep, (head + cost) % count, count, first - cost, base, tfirst, t)
-    if head + cost == count then
-      redis.call('SETRANGE', key, W * head, entries .. header)
-    else
-      redis.call('SETRANGE', key, W * head, entries)
-      redis.call('SETRANGE', key, W * count, header)
-    end
+    -- (live + cost <= limit = count), up to the last slot, which the
+    -- header follows.
+    redis.call('SETRANGE', key, W * head, packTail(cost, t, ep, 0, count, first - cost, base, tfirst, t))
+  else
+    -- Full, as above, short of the last slot.
+    redis.call('SETRANGE', key, W * head, string.rep(enc6(t - base), cost))
+    redis.call('SETRANGE', key, W * count, packHeader(ep, head + cost, count, first - cost, base, tfirst, t))
   end
   return true, limit - live - cost, window, 0, ep
 end
@@ -319,18 +333,31 @@ local keys, algs, costs, limits, windows = KEYS, {alg}, {cost}, {limit}, {window
 local overdraws = overdraw and {true} or nil
 local ngroups = 1
 do
+  -- num is tonumber, once per distinct string of the call: a batch
+  -- repeats its rules' figures, and glibc's strtod costs a take more than
+  -- a table lookup (callgrind, BENCHMARKS.md).
+  local nums = {}
+  local function num(s)
+    local v = nums[s]
+    if v == nil then
+      v = tonumber(s)
+      if v ~= nil then
+        nums[s] = v
+      end
+    end
+    return v
+  end
   local a, h, nargs = 9, 1, #ARGV -- the next argument, the hits read
   repeat
     local g = ngroups
     if g > 1 then
-      epochs[g], sizes[g] = ARGV[a], tonumber(ARGV[a + 1]) or 0
+      epochs[g], sizes[g] = ARGV[a], num(ARGV[a + 1]) or 0
       a = a + 2
     end
     for i = 1, math.min(sizes[g], nargs) do -- a malformed nhits cannot spin the script
       if g > 1 or i > 1 then -- the first was read at the top
         h = h + 1
-        algs[h], costs[h], limits[h], windows[h] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
-          tonumber(ARGV[a + 3])
+        algs[h], costs[h], limits[h], windows[h] = ARGV[a], num(ARGV[a + 1]), num(ARGV[a + 2]), num(ARGV[a + 3])
         if ARGV[a + 4] == '1' then
           overdraws = overdraws or {}
           overdraws[h] = true
@@ -404,7 +431,7 @@ end
 -- it already): a table with the key and the header's fields, or nil if
 -- there is no ring.
 local function ringOpen(key, h)
-  h = h or redis.call('GETRANGE', key, -HDR, -1)
+  h = h or redis.call('GETRANGE', key, HDRFROM, HDRTO)
   if h == '' then
     return nil
   end
