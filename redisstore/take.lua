@@ -320,53 +320,82 @@ if record and alone and alg == 's' and not overdraw then
   header = remaining
 end
 
--- The general path.
-
--- The arguments of every hit, h = 1 to #KEYS in KEYS order: keys[h] (KEYS
--- itself), algs[h], costs[h], limits[h], windows[h] and overdraws[h]; and
--- of every group g = 1 to ngroups: epochs[g] and sizes[g] (its nhits). The
--- first group's and first hit's were read at the top. overdraws holds the
--- overdraw hits alone (true), and is nil in a call without one: a table
--- per call costs Redis 3% of a batch's instructions (BENCHMARKS.md).
-local epochs, sizes = {epoch}, {nhits}
-local keys, algs, costs, limits, windows = KEYS, {alg}, {cost}, {limit}, {window}
-local overdraws = overdraw and {true} or nil
-local ngroups = 1
-do
-  -- num is tonumber, once per distinct string of the call: a batch
-  -- repeats its rules' figures, and glibc's strtod costs a take more than
-  -- a table lookup (callgrind, BENCHMARKS.md).
-  local nums = {}
-  local function num(s)
-    local v = nums[s]
-    if v == nil then
-      v = tonumber(s)
-      if v ~= nil then
-        nums[s] = v
-      end
+-- num is tonumber, once per distinct string of the call: a batch repeats
+-- its rules' figures, and glibc's strtod costs a take more than a table
+-- lookup (callgrind, BENCHMARKS.md).
+local nums = {}
+local function num(s)
+  local v = nums[s]
+  if v == nil then
+    v = tonumber(s)
+    if v ~= nil then
+      nums[s] = v
     end
-    return v
   end
-  local a, h, nargs = 9, 1, #ARGV -- the next argument, the hits read
+  return v
+end
+
+-- Every group, hit by hit in KEYS order: out[1] is the time, and hit h's
+-- five values are out[5 * h - 3] to out[5 * h + 1].
+local out = {now}
+-- The groups done (g0), their hits (h0) and the next argument (a0).
+local g0, h0, a0 = 0, 0, 2
+
+-- Batch path: the groups of one sliding-window hit at the start of a call
+-- that records (the group commit's usual call, a batch of lone Takes), each
+-- decided by quick as it comes, with no table of arguments; a call made of
+-- them alone (1 + 7 arguments per key) returns here. The first group that
+-- quick does not decide, and every group after it, go to the general path,
+-- with the header quick read. A call of another shape skips this path, so
+-- that the general path rejects a malformed one before it writes anything.
+if record and header == nil and #ARGV == 1 + 7 * #KEYS then
+  local nargs = #ARGV
+  while a0 < nargs do
+    if ARGV[a0 + 1] ~= '1' or ARGV[a0 + 2] ~= 's' or ARGV[a0 + 6] ~= '0' then
+      break
+    end
+    local ok, remaining, reset, retry, ep = quick(KEYS[h0 + 1], num(ARGV[a0 + 3]), num(ARGV[a0 + 4]),
+      num(ARGV[a0 + 5]), ARGV[a0])
+    if ok == nil then
+      header = remaining
+      break
+    end
+    local o = 5 * h0 + 1
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, remaining, reset, retry, ok and ep or 0
+    g0, h0, a0 = g0 + 1, h0 + 1, a0 + 7
+  end
+  if a0 > nargs then
+    return out
+  end
+end
+
+-- The general path, from group g0 + 1.
+
+-- The arguments of every hit h from h0 + 1 to #KEYS, in KEYS order:
+-- keys[h] (KEYS itself), algs[h], costs[h], limits[h], windows[h] and
+-- overdraws[h]; and of every group g from g0 + 1 to ngroups: epochs[g] and
+-- sizes[g] (its nhits). overdraws holds the overdraw hits alone (true), and
+-- is nil in a call without one: a table per call costs Redis 3% of a
+-- batch's instructions (BENCHMARKS.md).
+local epochs, sizes = {}, {}
+local keys, algs, costs, limits, windows = KEYS, {}, {}, {}, {}
+local overdraws
+local ngroups = g0
+do
+  local a, h, nargs = a0, h0, #ARGV -- the next argument, the hits read
   repeat
+    ngroups = ngroups + 1
     local g = ngroups
-    if g > 1 then
-      epochs[g], sizes[g] = ARGV[a], num(ARGV[a + 1]) or 0
-      a = a + 2
-    end
-    for i = 1, math.min(sizes[g], nargs) do -- a malformed nhits cannot spin the script
-      if g > 1 or i > 1 then -- the first was read at the top
-        h = h + 1
-        algs[h], costs[h], limits[h], windows[h] = ARGV[a], num(ARGV[a + 1]), num(ARGV[a + 2]), num(ARGV[a + 3])
-        if ARGV[a + 4] == '1' then
-          overdraws = overdraws or {}
-          overdraws[h] = true
-        end
-        a = a + 5
+    epochs[g], sizes[g] = ARGV[a], num(ARGV[a + 1]) or 0
+    a = a + 2
+    for _ = 1, math.min(sizes[g], nargs) do -- a malformed nhits cannot spin the script
+      h = h + 1
+      algs[h], costs[h], limits[h], windows[h] = ARGV[a], num(ARGV[a + 1]), num(ARGV[a + 2]), num(ARGV[a + 3])
+      if ARGV[a + 4] == '1' then
+        overdraws = overdraws or {}
+        overdraws[h] = true
       end
-    end
-    if a <= nargs then
-      ngroups = ngroups + 1
+      a = a + 5
     end
   until a > nargs
   if a ~= nargs + 1 or h ~= #KEYS then
@@ -818,13 +847,11 @@ local function counter(key, cost, limit, window, over)
   return false, remaining, reset, window - t + at, val, ep, filled
 end
 
--- Every group, hit by hit in KEYS order: out[1] is the time, and hit h's
--- five values are out[5 * h - 3] to out[5 * h + 1]. A group records when
+-- Every group from g0 + 1, hit by hit, into out. A group records when
 -- each of its hits is allowed or overdraw.
-local out = {now}
 local oks, vals, lefts, eps, fulls -- per hit of a group of several, until the group is written
-local h = 0 -- the hits done
-for g = 1, ngroups do
+local h = h0 -- the hits done
+for g = g0 + 1, ngroups do
   group = g
   local epoch, n = epochs[g], sizes[g]
   local first = h + 1 -- the group's first hit
