@@ -323,7 +323,8 @@ end
 -- num is tonumber, once per distinct string of the call: a batch repeats
 -- its rules' figures, and glibc's strtod costs a take more than a table
 -- lookup (callgrind, BENCHMARKS.md).
-local nums = {}
+-- It starts with the first group's figures, which the top read.
+local nums = {[ARGV[3] or ''] = nhits, [ARGV[5] or ''] = cost, [ARGV[6] or ''] = limit, [ARGV[7] or ''] = window}
 local function num(s)
   local v = nums[s]
   if v == nil then
