@@ -53,10 +53,11 @@
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
 -- before writing).
 
--- The arguments, each read once, into locals named as above, here the
--- call's mode, the first group's epoch and nhits, and its first hit's
--- key, alg, cost, limit, window and overdraw, which are all a call of one
--- hit has (the fast path's); the general path reads the rest.
+-- The arguments, into locals named as above: here the call's mode, the
+-- first group's epoch and nhits, and its first hit's key, alg, cost,
+-- limit, window and overdraw, which are all a call of one hit has (the
+-- fast path's); the batch path and the general path read the groups from
+-- there.
 local mode = ARGV[1]
 local epoch, nhits = ARGV[2], tonumber(ARGV[3])
 local key, alg, cost, limit, window = KEYS[1], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
