@@ -19,7 +19,8 @@
 -- credits only a state whose epoch is its take's (refund.lua).
 -- ARGV (each read once, by these names: see "The arguments" below):
 --   mode     "1" records the groups that are allowed (Take), "0" records
---            nothing and writes nothing (Peek)
+--            nothing and writes nothing (Peek), "2" records a batch of
+--            lone sliding-window takes of one rule in short form (below)
 --   then each group, to the end of ARGV (the groups are not counted: a
 --   call of one hit has 8 arguments, and a 9th would cost Redis a larger
 --   ARGV table on every call, BENCHMARKS.md):
@@ -39,6 +40,11 @@
 --                 (floodgate.Hit.Overdraw, whose table of what each state
 --                 holds past its limit this script follows); "0": only
 --                 within its limit
+-- Mode "2", the group commit's batch of lone Takes that share a rule and
+-- a cost, none overdraw: cost, limit and window once, then one epoch per
+-- key, each the group of one hit "<epoch> 1 s <cost> <limit> <window> 0"
+-- of mode "1", whose 7 arguments a take cost Redis about 7% of a batched
+-- take more than 1 (BENCHMARKS.md).
 -- Reply: a flat array of integers: the server time in us, then 5 per hit,
 -- in KEYS order: allowed (1 or 0), remaining (negative when the key holds
 -- more than its limit), reset_after (us), retry_after (us; 0 when
@@ -62,8 +68,8 @@ local mode = ARGV[1]
 local epoch, nhits = ARGV[2], tonumber(ARGV[3])
 local key, alg, cost, limit, window = KEYS[1], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local overdraw = ARGV[8] == '1'
-local record = mode == '1'
-local alone = nhits == 1 and ARGV[9] == nil -- one group of one hit
+local record = mode == '1' or mode == '2'
+local alone = mode == '1' and nhits == 1 and ARGV[9] == nil -- one group of one hit
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -350,7 +356,29 @@ local g0, h0, a0 = 0, 0, 2
 -- quick does not decide, and every group after it, go to the general path,
 -- with the header quick read. A call of another shape skips this path, so
 -- that the general path rejects a malformed one before it writes anything.
-if record and header == nil and #ARGV == 1 + 7 * #KEYS then
+-- The short form (mode "2") is decided here alone, its shape checked
+-- first.
+local short = mode == '2'
+if short then
+  if #ARGV ~= 4 + #KEYS then
+    error('redisstore: take: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments in short form')
+  end
+  cost, limit, window = num(ARGV[2]), num(ARGV[3]), num(ARGV[4])
+  a0 = 5
+  while h0 < #KEYS do
+    local ok, remaining, reset, retry, ep = quick(KEYS[h0 + 1], cost, limit, window, ARGV[a0])
+    if ok == nil then
+      header = remaining
+      break
+    end
+    local o = 5 * h0 + 1
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, remaining, reset, retry, ok and ep or 0
+    g0, h0, a0 = g0 + 1, h0 + 1, a0 + 1
+  end
+  if h0 == #KEYS then
+    return out
+  end
+elseif record and header == nil and #ARGV == 1 + 7 * #KEYS then
   local nargs = #ARGV
   while a0 < nargs do
     if ARGV[a0 + 1] ~= '1' or ARGV[a0 + 2] ~= 's' or ARGV[a0 + 6] ~= '0' then
@@ -385,21 +413,31 @@ local overdraws
 local ngroups = g0
 do
   local a, h, nargs = a0, h0, #ARGV -- the next argument, the hits read
-  repeat
-    ngroups = ngroups + 1
-    local g = ngroups
-    epochs[g], sizes[g] = ARGV[a], num(ARGV[a + 1]) or 0
-    a = a + 2
-    for _ = 1, math.min(sizes[g], nargs) do -- a malformed nhits cannot spin the script
-      h = h + 1
-      algs[h], costs[h], limits[h], windows[h] = ARGV[a], num(ARGV[a + 1]), num(ARGV[a + 2]), num(ARGV[a + 3])
-      if ARGV[a + 4] == '1' then
-        overdraws = overdraws or {}
-        overdraws[h] = true
-      end
-      a = a + 5
+  if short then
+    -- One lone sliding-window take per argument.
+    while a <= nargs do
+      ngroups, h = ngroups + 1, h + 1
+      epochs[ngroups], sizes[ngroups] = ARGV[a], 1
+      algs[h], costs[h], limits[h], windows[h] = 's', cost, limit, window
+      a = a + 1
     end
-  until a > nargs
+  else
+    repeat
+      ngroups = ngroups + 1
+      local g = ngroups
+      epochs[g], sizes[g] = ARGV[a], num(ARGV[a + 1]) or 0
+      a = a + 2
+      for _ = 1, math.min(sizes[g], nargs) do -- a malformed nhits cannot spin the script
+        h = h + 1
+        algs[h], costs[h], limits[h], windows[h] = ARGV[a], num(ARGV[a + 1]), num(ARGV[a + 2]), num(ARGV[a + 3])
+        if ARGV[a + 4] == '1' then
+          overdraws = overdraws or {}
+          overdraws[h] = true
+        end
+        a = a + 5
+      end
+    until a > nargs
+  end
   if a ~= nargs + 1 or h ~= #KEYS then
     error('redisstore: take: ' .. #KEYS .. ' keys and ' .. nargs .. ' arguments for ' .. ngroups ..
       ' groups of ' .. h .. ' hits')
