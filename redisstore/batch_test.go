@@ -203,6 +203,61 @@ func TestBatchPathHandsOver(t *testing.T) {
 	}
 }
 
+// TestShortFormHandsOver is TestBatchPathHandsOver for the group
+// commit's short form (take.lua's mode "2"): a batch of lone takes of one
+// rule, sent as the batcher sends it, where quick hands a take that fills
+// its ring to the general path.
+func TestShortFormHandsOver(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	r := mustRule(t, "short", 3, time.Minute, floodgate.SlidingWindow)
+	lone := func(id, key string) group {
+		return group{id, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}}
+	}
+	if _, err := runGroups(ctx(t), s, []group{lone("p1", "full"), lone("p2", "full"), lone("p3", "full"),
+		lone("p4", "fills"), lone("p5", "fills")}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []*call
+	for i, key := range []string{"a", "a", "full", "fills", "a", "full", "a"} {
+		keys, args, err := s.appendGroup(nil, nil, "take", lone(fmt.Sprint("t", i), key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, &call{keys: keys, args: args, hits: 1})
+	}
+	if _, args := batchArgs(batch); args[0] != "2" || len(args) != 4+len(batch) {
+		t.Fatalf("batch arguments %q; want the short form: mode 2, the rule's figures, an epoch a take", args)
+	}
+	res, err := s.send(ctx(t), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		allowed   bool
+		remaining int64
+	}{
+		{true, 2},  // a new ring: the short form's loop
+		{true, 1},  // an append
+		{false, 0}, // a full ring: denied
+		{true, 0},  // fills its ring: quick hands over
+		{true, 0},  // the general path from here: fills a's ring
+		{false, 0}, // denied
+		{false, 0}, // a is full now
+	}
+	for i, w := range want {
+		r := res[i][0]
+		if r.Allowed != w.allowed || r.Remaining != w.remaining || (r.Stamp.Epoch != 0) != w.allowed || (r.RetryAfter != 0) == w.allowed {
+			t.Errorf("take %d: %+v; want allowed %v, Remaining %d, an epoch only when recorded, a RetryAfter only when denied", i+1, r, w.allowed, w.remaining)
+		}
+	}
+	for _, key := range []string{"a", "full", "fills"} {
+		if n := ringLen(t, c, stateKey(s, r, key)); n != 3 {
+			t.Errorf("ring of %s holds %d times; want 3", key, n)
+		}
+	}
+}
+
 // TestBatchFailureReachesEveryTake: a batch that fails fails each of its
 // Takes with ErrStoreUnavailable, and nothing is retried.
 func TestBatchFailureReachesEveryTake(t *testing.T) {
