@@ -97,16 +97,16 @@ func mainErr(args []string, out io.Writer) error {
 	fmt.Fprintln(out)
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	var redisCPU func() time.Duration
+	var readRedis func() redisTimes
 	if *addr != "" {
-		read, closeFn, err := redisCPUReader(*addr)
+		read, closeFn, err := redisTimesReader(*addr)
 		if err != nil {
 			return err
 		}
 		defer closeFn()
-		redisCPU = read
+		readRedis = read
 	}
-	fmt.Fprintln(tw, "store\tworkload\tgoroutines\tlimiter\talgorithm\tdecisions/s\tx fg\tp50\tx fg\tp99\tx fg\tallocs/op\tCPU/op\tx fg\t")
+	fmt.Fprintln(tw, "store\tworkload\tgoroutines\tlimiter\talgorithm\tdecisions/s\tx fg\tp50\tx fg\tp99\tx fg\tallocs/op\tCPU/op\tx fg\tRedis/op\tx fg\t")
 	var failures []string
 	for _, redis := range []bool{true, false} {
 		if redis && *addr == "" || redis && !strings.Contains(*stores, "redis") || !redis && !strings.Contains(*stores, "memory") {
@@ -119,7 +119,7 @@ func mainErr(args []string, out io.Writer) error {
 			for _, g := range counts {
 				var group []peer
 				for _, p := range peers {
-					if p.redis == redis && (filter == nil || p.ref && *withRef || filter.MatchString(p.name)) {
+					if p.redis == redis && (filter == nil || (p.ref || p.base) && *withRef || filter.MatchString(p.name)) {
 						group = append(group, p)
 					}
 				}
@@ -127,7 +127,7 @@ func mainErr(args []string, out io.Writer) error {
 				if redis {
 					d = *redisDur
 				}
-				results := runGroup(group, w, g, *addr, d, *rounds, redisCPU)
+				results := runGroup(group, w, g, *addr, d, *rounds, readRedis)
 				var ref *result
 				for i, p := range group {
 					if p.ref {
@@ -142,16 +142,22 @@ func mainErr(args []string, out io.Writer) error {
 					r := results[i]
 					if r.err != nil {
 						failures = append(failures, fmt.Sprintf("%s %s %d goroutines, %s: %v", store, w.name, g, p.name, r.err))
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\tFAILED (%d)\t\t\t\t\t\t\t\t\t\n", store, w.name, g, p.name, p.algorithm, len(failures))
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\tFAILED (%d)\t\t\t\t\t\t\t\t\t\t\t\n", store, w.name, g, p.name, p.algorithm, len(failures))
 						continue
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t\n",
+					redisOp, redisRatio := "-", "-"
+					if redis {
+						redisOp = lat(r.redisCmds)
+						redisRatio = ratio(float64(r.redisCmds), ref, func(r result) float64 { return float64(r.redisCmds) })
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t\n",
 						store, w.name, g, p.name, p.algorithm,
 						count(r.perSec()), ratio(r.perSec(), ref, result.perSec),
 						lat(r.p50), ratio(float64(r.p50), ref, func(r result) float64 { return float64(r.p50) }),
 						lat(r.p99), ratio(float64(r.p99), ref, func(r result) float64 { return float64(r.p99) }),
 						r.allocs(),
-						lat(r.cpu+r.redisCPU), ratio(float64(r.cpu+r.redisCPU), ref, func(r result) float64 { return float64(r.cpu + r.redisCPU) }))
+						lat(r.cpu+r.redisCPU), ratio(float64(r.cpu+r.redisCPU), ref, func(r result) float64 { return float64(r.cpu + r.redisCPU) }),
+						redisOp, redisRatio)
 				}
 				fmt.Fprintf(os.Stderr, "bench: %s %s %d goroutines done\n", store, w.name, g)
 			}
@@ -173,6 +179,7 @@ func mainErr(args []string, out io.Writer) error {
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "x fg: the figure divided by floodgate's in the same store, workload and goroutine count (above 1 is more decisions/s, or a longer latency).")
 	fmt.Fprintln(out, "CPU/op: CPU time per decision of the benchmark process (client, runtime included) plus, for Redis rows, of redis-server: the cost that decides throughput on a busy machine.")
+	fmt.Fprintln(out, "Redis/op: Redis's time per decision in its commands (INFO commandstats: the script calls, or every command of a limiter that calls none), what caps every row on Redis's one thread.")
 	if len(failures) > 0 {
 		fmt.Fprintln(out)
 		for i, f := range failures {
@@ -194,7 +201,7 @@ func newPrefix() string {
 
 // runGroup builds a fresh limiter of each peer, warms each up (a fifth of
 // d), then measures them in turns: rounds rounds of d/rounds each.
-func runGroup(group []peer, w workload, g int, addr string, d time.Duration, rounds int, redisCPU func() time.Duration) []result {
+func runGroup(group []peer, w workload, g int, addr string, d time.Duration, rounds int, readRedis func() redisTimes) []result {
 	runs := make([]*cellRun, len(group))
 	results := make([]result, len(group))
 	for i, p := range group {
@@ -206,11 +213,11 @@ func runGroup(group []peer, w workload, g int, addr string, d time.Duration, rou
 		}
 		defer l.Close()
 		keys, hot := keySet(prefix)
-		every, rcpu := uint64(16), (func() time.Duration)(nil)
+		every, rtimes := uint64(16), (func() redisTimes)(nil)
 		if p.redis {
-			every, rcpu = 1, redisCPU
+			every, rtimes = 1, readRedis
 		}
-		runs[i] = newCellRun(l, w, keys, hot, g, every, rcpu)
+		runs[i] = newCellRun(l, w, keys, hot, g, every, rtimes)
 		runs[i].phase(d/5, false)
 	}
 	for range rounds {

@@ -31,6 +31,9 @@ type peer struct {
 	// ref marks floodgate's reference row of its group (Redis or memory),
 	// the denominator of every ratio.
 	ref bool
+	// base marks the row of floodgate at an earlier commit (base.go),
+	// which runs whenever the reference rows do.
+	base bool
 	// algorithm names what the peer counts with.
 	algorithm string
 	build     func(addr, prefix string) (limiter, error)
@@ -384,31 +387,71 @@ func redisVersion(addr string) (string, error) {
 	return "unknown", nil
 }
 
-// redisCPUReader returns a function that reads the used_cpu_sys and
-// used_cpu_user of the redis-server at addr.
-func redisCPUReader(addr string) (func() time.Duration, func(), error) {
+// redisTimes is what the redis-server spent so far: its CPU time (INFO
+// cpu, used_cpu_sys plus used_cpu_user) and the time its commands took
+// (INFO commandstats), split into script calls (EVAL, EVALSHA, FCALL and
+// their read-only forms, which include the commands the scripts call) and
+// every other command but INFO, which the benchmark itself sends.
+type redisTimes struct {
+	cpu, scripts, others time.Duration
+}
+
+func (t redisTimes) sub(u redisTimes) redisTimes {
+	return redisTimes{cpu: t.cpu - u.cpu, scripts: t.scripts - u.scripts, others: t.others - u.others}
+}
+
+// commands is the time Redis spent on a limiter's commands: its script
+// calls when it made any (Redis counts the commands a script calls both
+// on their own line and within the script's, so the two must not be
+// added), all its commands otherwise.
+func (t redisTimes) commands() time.Duration {
+	if t.scripts > 0 {
+		return t.scripts
+	}
+	return t.others
+}
+
+// redisTimesReader returns a function that reads the redisTimes of the
+// redis-server at addr.
+func redisTimesReader(addr string) (func() redisTimes, func(), error) {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
 		return nil, nil, err
 	}
-	read := func() time.Duration {
+	read := func() redisTimes {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
+		var t redisTimes
+		info, err := c.Do(ctx, c.B().Info().Section("cpu").Section("commandstats").Build()).ToString()
 		if err != nil {
-			return 0
+			return t
 		}
-		var total float64
 		for _, line := range strings.Split(info, "\n") {
 			line = strings.TrimSpace(line)
 			for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
 				if v, ok := strings.CutPrefix(line, f); ok {
 					x, _ := strconv.ParseFloat(v, 64)
-					total += x
+					t.cpu += time.Duration(x * float64(time.Second))
+				}
+			}
+			// cmdstat_evalsha:calls=1,usec=75,usec_per_call=75.00,...
+			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+			if !ok || name == line || name == "info" {
+				continue
+			}
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec="); ok {
+					us, _ := strconv.ParseInt(v, 10, 64)
+					switch name {
+					case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
+						t.scripts += time.Duration(us) * time.Microsecond
+					default:
+						t.others += time.Duration(us) * time.Microsecond
+					}
 				}
 			}
 		}
-		return time.Duration(total * float64(time.Second))
+		return t
 	}
 	return read, c.Close, nil
 }

@@ -85,8 +85,9 @@ type result struct {
 	// cpu is the CPU time the benchmark process spent (all goroutines,
 	// the runtime included) and redisCPU the redis-server's, both per
 	// decision: unlike throughput, they hardly move when other processes
-	// share the machine.
-	cpu, redisCPU time.Duration
+	// share the machine. redisCmds is Redis's time in the limiter's
+	// commands per decision (redisTimes.commands).
+	cpu, redisCPU, redisCmds time.Duration
 }
 
 func (r result) perSec() float64 { return float64(r.ops) / r.elapsed.Seconds() }
@@ -103,7 +104,7 @@ type cellRun struct {
 	hotKey      string
 	g           int
 	sampleEvery uint64
-	redisCPU    func() time.Duration // nil for in-memory limiters
+	redisTimes  func() redisTimes // nil for in-memory limiters
 
 	hist    hist
 	born    time.Time // when the limiter's first phase started
@@ -113,8 +114,8 @@ type cellRun struct {
 	r       result
 }
 
-func newCellRun(l limiter, w workload, keys []string, hotKey string, g int, sampleEvery uint64, redisCPU func() time.Duration) *cellRun {
-	return &cellRun{l: l, w: w, keys: keys, hotKey: hotKey, g: g, sampleEvery: sampleEvery, redisCPU: redisCPU,
+func newCellRun(l limiter, w workload, keys []string, hotKey string, g int, sampleEvery uint64, readRedis func() redisTimes) *cellRun {
+	return &cellRun{l: l, w: w, keys: keys, hotKey: hotKey, g: g, sampleEvery: sampleEvery, redisTimes: readRedis,
 		touched: make([]bool, numKeys), next: make([]uint64, g), seq: make([]uint64, g)}
 }
 
@@ -180,13 +181,14 @@ func (c *cellRun) phase(d time.Duration, measure bool) {
 		})
 	}
 	var before, after runtime.MemStats
-	var cpu0, rcpu0, cpu1, rcpu1 time.Duration
+	var cpu0, cpu1 time.Duration
+	var redis0, redis1 redisTimes
 	if measure {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		cpu0 = processCPU()
-		if c.redisCPU != nil {
-			rcpu0 = c.redisCPU()
+		if c.redisTimes != nil {
+			redis0 = c.redisTimes()
 		}
 	}
 	t0 := time.Now()
@@ -204,8 +206,8 @@ func (c *cellRun) phase(d time.Duration, measure bool) {
 		return
 	}
 	cpu1 = processCPU()
-	if c.redisCPU != nil {
-		rcpu1 = c.redisCPU()
+	if c.redisTimes != nil {
+		redis1 = c.redisTimes()
 	}
 	runtime.ReadMemStats(&after)
 	c.r.elapsed += elapsed
@@ -219,7 +221,9 @@ func (c *cellRun) phase(d time.Duration, measure bool) {
 	}
 	c.r.mallocs += after.Mallocs - before.Mallocs
 	c.r.cpu += cpu1 - cpu0
-	c.r.redisCPU += rcpu1 - rcpu0
+	rd := redis1.sub(redis0)
+	c.r.redisCPU += rd.cpu
+	c.r.redisCmds += rd.commands()
 }
 
 // result returns the accumulated measurement, checked against the
@@ -231,6 +235,7 @@ func (c *cellRun) result() result {
 	if r.ops > 0 {
 		r.cpu /= time.Duration(r.ops)
 		r.redisCPU /= time.Duration(r.ops)
+		r.redisCmds /= time.Duration(r.ops)
 	}
 	for _, t := range c.touched {
 		if t {

@@ -242,19 +242,10 @@ func (s *Store) sendOne(ctx context.Context, keys, args []string, hits int) ([]f
 // send runs the calls of a batch in one take script call.
 func (s *Store) send(ctx context.Context, batch []*call) ([][]floodgate.Result, error) {
 	sizes := make([]int, len(batch))
-	n, m := 0, 1
-	for _, cl := range batch {
-		n += len(cl.keys)
-		m += len(cl.args)
-	}
-	keys := make([]string, 0, n)
-	args := make([]string, 1, m)
-	args[0] = "1"
 	for i, cl := range batch {
-		keys = append(keys, cl.keys...)
-		args = append(args, cl.args...)
 		sizes[i] = cl.hits
 	}
+	keys, args := batchArgs(batch)
 	v, err := s.eval(ctx, takeScript, keys, args)
 	if err != nil {
 		return nil, err
@@ -264,6 +255,44 @@ func (s *Store) send(ctx context.Context, batch []*call) ([][]floodgate.Result, 
 		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
 	return res, nil
+}
+
+// batchArgs returns the keys and take.lua's arguments of a batch: in
+// mode "1", the calls' groups one after another; or, when every call is a
+// lone sliding-window take of one rule and cost, none overdraw, and there
+// are several, in the short form of mode "2" (the figures once, then an
+// epoch a take), which costs Redis less (BENCHMARKS.md).
+func batchArgs(batch []*call) (keys, args []string) {
+	n, m := 0, 1
+	short := len(batch) > 1
+	first := batch[0].args
+	for _, cl := range batch {
+		n += len(cl.keys)
+		m += len(cl.args)
+		// epoch, nhits, alg, cost, limit, window, overdraw
+		a := cl.args
+		if short && (cl.hits != 1 || len(a) != 7 || a[1] != "1" || a[2] != "s" || a[6] != "0" ||
+			a[3] != first[3] || a[4] != first[4] || a[5] != first[5]) {
+			short = false
+		}
+	}
+	keys = make([]string, 0, n)
+	if short {
+		args = make([]string, 4, 4+n)
+		args[0], args[1], args[2], args[3] = "2", first[3], first[4], first[5]
+		for _, cl := range batch {
+			keys = append(keys, cl.keys[0])
+			args = append(args, cl.args[0])
+		}
+		return keys, args
+	}
+	args = make([]string, 1, m)
+	args[0] = "1"
+	for _, cl := range batch {
+		keys = append(keys, cl.keys...)
+		args = append(args, cl.args...)
+	}
+	return keys, args
 }
 
 // appendGroup appends the state keys of g's hits to keys and take.lua's

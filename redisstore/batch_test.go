@@ -148,6 +148,116 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// TestBatchPathHandsOver runs one script call of lone Takes (the shape
+// that take.lua's batch path decides) in which quick leaves a group
+// undecided: a take that fills a ring, which the general path writes
+// whole. Every group, before and after the handover, must get its own
+// figures and see what the groups before it recorded, whichever path
+// decides it.
+func TestBatchPathHandsOver(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	a := mustRule(t, "hand-a", 10, time.Minute, floodgate.SlidingWindow)
+	full := mustRule(t, "hand-full", 2, time.Minute, floodgate.SlidingWindow)
+	fills := mustRule(t, "hand-fills", 2, time.Minute, floodgate.SlidingWindow)
+	bucket := mustRule(t, "hand-bucket", 10, time.Minute, floodgate.TokenBucket)
+	lone := func(id string, r floodgate.Rule) group {
+		return group{id, []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}}
+	}
+	if _, err := runGroups(ctx(t), s, []group{lone("pre1", full), lone("pre2", full), lone("pre3", fills)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := runGroups(ctx(t), s, []group{
+		lone("1", a),      // a new ring: the batch path
+		lone("2", a),      // an append: the batch path
+		lone("3", full),   // denied: the batch path
+		lone("4", fills),  // fills its ring: quick hands over
+		lone("5", a),      // the general path from here
+		lone("6", bucket), // a token bucket
+		lone("7", full),   // denied
+		lone("8", a),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		allowed   bool
+		remaining int64
+	}{{true, 9}, {true, 8}, {false, 0}, {true, 0}, {true, 7}, {true, 9}, {false, 0}, {true, 6}}
+	if len(res) != len(want) {
+		t.Fatalf("%d results for %d groups", len(res), len(want))
+	}
+	for i, w := range want {
+		r := res[i][0]
+		if r.Allowed != w.allowed || r.Remaining != w.remaining || (r.Stamp.Epoch != 0) != w.allowed || (r.RetryAfter != 0) == w.allowed {
+			t.Errorf("group %d: %+v; want allowed %v, Remaining %d, an epoch only when recorded, a RetryAfter only when denied", i+1, r, w.allowed, w.remaining)
+		}
+	}
+	for _, k := range []struct {
+		r    floodgate.Rule
+		want int64
+	}{{a, 4}, {full, 2}, {fills, 2}} {
+		if n := ringLen(t, c, stateKey(s, k.r, "k")); n != k.want {
+			t.Errorf("ring of %s holds %d times; want %d", k.r.Name, n, k.want)
+		}
+	}
+}
+
+// TestShortFormHandsOver is TestBatchPathHandsOver for the group
+// commit's short form (take.lua's mode "2"): a batch of lone takes of one
+// rule, sent as the batcher sends it, where quick hands a take that fills
+// its ring to the general path.
+func TestShortFormHandsOver(t *testing.T) {
+	s := newStore(t)
+	c := rawClient(t)
+	r := mustRule(t, "short", 3, time.Minute, floodgate.SlidingWindow)
+	lone := func(id, key string) group {
+		return group{id, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}}
+	}
+	if _, err := runGroups(ctx(t), s, []group{lone("p1", "full"), lone("p2", "full"), lone("p3", "full"),
+		lone("p4", "fills"), lone("p5", "fills")}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []*call
+	for i, key := range []string{"a", "a", "full", "fills", "a", "full", "a"} {
+		keys, args, err := s.appendGroup(nil, nil, "take", lone(fmt.Sprint("t", i), key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, &call{keys: keys, args: args, hits: 1})
+	}
+	if _, args := batchArgs(batch); args[0] != "2" || len(args) != 4+len(batch) {
+		t.Fatalf("batch arguments %q; want the short form: mode 2, the rule's figures, an epoch a take", args)
+	}
+	res, err := s.send(ctx(t), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		allowed   bool
+		remaining int64
+	}{
+		{true, 2},  // a new ring: the short form's loop
+		{true, 1},  // an append
+		{false, 0}, // a full ring: denied
+		{true, 0},  // fills its ring: quick hands over
+		{true, 0},  // the general path from here: fills a's ring
+		{false, 0}, // denied
+		{false, 0}, // a is full now
+	}
+	for i, w := range want {
+		r := res[i][0]
+		if r.Allowed != w.allowed || r.Remaining != w.remaining || (r.Stamp.Epoch != 0) != w.allowed || (r.RetryAfter != 0) == w.allowed {
+			t.Errorf("take %d: %+v; want allowed %v, Remaining %d, an epoch only when recorded, a RetryAfter only when denied", i+1, r, w.allowed, w.remaining)
+		}
+	}
+	for _, key := range []string{"a", "full", "fills"} {
+		if n := ringLen(t, c, stateKey(s, r, key)); n != 3 {
+			t.Errorf("ring of %s holds %d times; want 3", key, n)
+		}
+	}
+}
+
 // TestBatchFailureReachesEveryTake: a batch that fails fails each of its
 // Takes with ErrStoreUnavailable, and nothing is retried.
 func TestBatchFailureReachesEveryTake(t *testing.T) {

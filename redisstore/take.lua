@@ -19,7 +19,8 @@
 -- credits only a state whose epoch is its take's (refund.lua).
 -- ARGV (each read once, by these names: see "The arguments" below):
 --   mode     "1" records the groups that are allowed (Take), "0" records
---            nothing and writes nothing (Peek)
+--            nothing and writes nothing (Peek), "2" records a batch of
+--            lone sliding-window takes of one rule in short form (below)
 --   then each group, to the end of ARGV (the groups are not counted: a
 --   call of one hit has 8 arguments, and a 9th would cost Redis a larger
 --   ARGV table on every call, BENCHMARKS.md):
@@ -39,6 +40,11 @@
 --                 (floodgate.Hit.Overdraw, whose table of what each state
 --                 holds past its limit this script follows); "0": only
 --                 within its limit
+-- Mode "2", the group commit's batch of lone Takes that share a rule and
+-- a cost, none overdraw: cost, limit and window once, then one epoch per
+-- key, each the group of one hit "<epoch> 1 s <cost> <limit> <window> 0"
+-- of mode "1", whose 7 arguments a take cost Redis about 7% of a batched
+-- take more than 1 (BENCHMARKS.md).
 -- Reply: a flat array of integers: the server time in us, then 5 per hit,
 -- in KEYS order: allowed (1 or 0), remaining (negative when the key holds
 -- more than its limit), reset_after (us), retry_after (us; 0 when
@@ -53,16 +59,17 @@
 -- Requires Redis 5.0 or later (effects replication of scripts that read TIME
 -- before writing).
 
--- The arguments, each read once, into locals named as above, here the
--- call's mode, the first group's epoch and nhits, and its first hit's
--- key, alg, cost, limit, window and overdraw, which are all a call of one
--- hit has (the fast path's); the general path reads the rest.
+-- The arguments, into locals named as above: here the call's mode, the
+-- first group's epoch and nhits, and its first hit's key, alg, cost,
+-- limit, window and overdraw, which are all a call of one hit has (the
+-- fast path's); the batch path and the general path read the groups from
+-- there.
 local mode = ARGV[1]
 local epoch, nhits = ARGV[2], tonumber(ARGV[3])
 local key, alg, cost, limit, window = KEYS[1], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local overdraw = ARGV[8] == '1'
-local record = mode == '1'
-local alone = nhits == 1 and ARGV[9] == nil -- one group of one hit
+local record = mode == '1' or mode == '2'
+local alone = mode == '1' and nhits == 1 and ARGV[9] == nil -- one group of one hit
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -104,8 +111,9 @@ end
 -- enc6 and dec6 encode and decode an entry, a time as its offset from the
 -- ring's base (6 bytes); packHeader and headerFields the ring's header (34
 -- bytes: see "The ring" below), whose tfirst and newest they take and give
--- as times.
-local enc6, dec6, packHeader, headerFields
+-- as times; packTail n entries at the time t, then a header (what an append
+-- writes), in one string.
+local enc6, dec6, packHeader, headerFields, packTail
 local struct = rawget(_G, 'struct')
 if struct then
   local pack, unpack = struct.pack, struct.unpack
@@ -117,6 +125,14 @@ if struct then
   end
   packHeader = function(ep, head, count, first, base, tfirst, newest)
     return pack('<I6I3I3I3I7I6I6', ep, head, count, first, base, tfirst - base, newest - base)
+  end
+  packTail = function(n, t, ep, head, count, first, base, tfirst, newest)
+    if n == 1 then
+      -- One pack: no entry string to repeat and join (callgrind, BENCHMARKS.md).
+      return pack('<I6I6I3I3I3I7I6I6', t - base, ep, head, count, first, base, tfirst - base, newest - base)
+    end
+    return string.rep(pack('<I6', t - base), n) .. pack('<I6I3I3I3I7I6I6', ep, head, count, first, base,
+      tfirst - base, newest - base)
   end
   headerFields = function(s, i)
     local ep, head, count, first, base, tfirst, newest = unpack('<I6I3I3I3I7I6I6', s, i)
@@ -153,6 +169,9 @@ else
     local base = dec(s, i + 15, 7)
     return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), base,
       base + dec(s, i + 22, 6), base + dec(s, i + 28, 6)
+  end
+  packTail = function(n, t, ep, head, count, first, base, tfirst, newest)
+    return string.rep(enc(t - base, 6), n) .. packHeader(ep, head, count, first, base, tfirst, newest)
   end
 end
 
@@ -204,6 +223,10 @@ end
 -- entry's offset from base; CHUNK is how many entries one read brings when
 -- first must move.
 local W, HDR, SPAN, CHUNK = 6, 34, 2 ^ 48, 8
+-- The header's range, -HDR to -1, as strings: Redis formats a number
+-- passed to redis.call with snprintf('%.17g'), which cost a take more than
+-- the rest of its GETRANGE (callgrind, BENCHMARKS.md).
+local HDRFROM, HDRTO = '-34', '-1'
 
 -- oomFirst: every write of a ring starts with PEXPIRE, a write that
 -- cannot grow memory. Redis at maxmemory (noeviction) refuses a script's
@@ -220,7 +243,7 @@ local W, HDR, SPAN, CHUNK = 6, 34, 2 ^ 48, 8
 -- false), remaining, reset_after, retry_after and the ring's epoch; or nil
 -- and the header it read, for the general path to take over.
 local function quick(key, cost, limit, window, epoch)
-  local h = redis.call('GETRANGE', key, -HDR, -1)
+  local h = redis.call('GETRANGE', key, HDRFROM, HDRTO)
   if h == '' then
     epoch = tonumber(epoch)
     local px = ttl(now + window)
@@ -273,21 +296,19 @@ local function quick(key, cost, limit, window, epoch)
   if t - base >= SPAN then
     return nil, h -- the general path rebases the ring
   end
-  local entries = string.rep(enc6(t - base), cost)
   redis.call('PEXPIRE', key, ttl(t + window)) -- first: see oomFirst
   if append then
     -- Append, the header after the new entries.
-    redis.call('SETRANGE', key, W * count, entries .. packHeader(ep, 0, count + cost, first, base, tfirst, t))
-  else
+    redis.call('SETRANGE', key, W * count, packTail(cost, t, ep, 0, count + cost, first, base, tfirst, t))
+  elseif head + cost == count then
     -- Full: overwrite the cost oldest, which have left the window
-    -- (live + cost <= limit = count), up to the last slot.
-    local header = packHeader(ep, (head + cost) % count, count, first - cost, base, tfirst, t)
-    if head + cost == count then
-      redis.call('SETRANGE', key, W * head, entries .. header)
-    else
-      redis.call('SETRANGE', key, W * head, entries)
-      redis.call('SETRANGE', key, W * count, header)
-    end
+    -- (live + cost <= limit = count), up to the last slot, which the
+    -- header follows.
+    redis.call('SETRANGE', key, W * head, packTail(cost, t, ep, 0, count, first - cost, base, tfirst, t))
+  else
+    -- Full, as above, short of the last slot.
+    redis.call('SETRANGE', key, W * head, string.rep(enc6(t - base), cost))
+    redis.call('SETRANGE', key, W * count, packHeader(ep, head + cost, count, first - cost, base, tfirst, t))
   end
   return true, limit - live - cost, window, 0, ep
 end
@@ -306,42 +327,117 @@ if record and alone and alg == 's' and not overdraw then
   header = remaining
 end
 
--- The general path.
-
--- The arguments of every hit, h = 1 to #KEYS in KEYS order: keys[h] (KEYS
--- itself), algs[h], costs[h], limits[h], windows[h] and overdraws[h]; and
--- of every group g = 1 to ngroups: epochs[g] and sizes[g] (its nhits). The
--- first group's and first hit's were read at the top. overdraws holds the
--- overdraw hits alone (true), and is nil in a call without one: a table
--- per call costs Redis 3% of a batch's instructions (BENCHMARKS.md).
-local epochs, sizes = {epoch}, {nhits}
-local keys, algs, costs, limits, windows = KEYS, {alg}, {cost}, {limit}, {window}
-local overdraws = overdraw and {true} or nil
-local ngroups = 1
-do
-  local a, h, nargs = 9, 1, #ARGV -- the next argument, the hits read
-  repeat
-    local g = ngroups
-    if g > 1 then
-      epochs[g], sizes[g] = ARGV[a], tonumber(ARGV[a + 1]) or 0
-      a = a + 2
+-- num is tonumber, once per distinct string of the call: a batch repeats
+-- its rules' figures, and glibc's strtod costs a take more than a table
+-- lookup (callgrind, BENCHMARKS.md).
+-- It starts with the first group's figures, which the top read.
+local nums = {[ARGV[3] or ''] = nhits, [ARGV[5] or ''] = cost, [ARGV[6] or ''] = limit, [ARGV[7] or ''] = window}
+local function num(s)
+  local v = nums[s]
+  if v == nil then
+    v = tonumber(s)
+    if v ~= nil then
+      nums[s] = v
     end
-    for i = 1, math.min(sizes[g], nargs) do -- a malformed nhits cannot spin the script
-      if g > 1 or i > 1 then -- the first was read at the top
+  end
+  return v
+end
+
+-- Every group, hit by hit in KEYS order: out[1] is the time, and hit h's
+-- five values are out[5 * h - 3] to out[5 * h + 1].
+local out = {now}
+-- The groups done (g0), their hits (h0) and the next argument (a0).
+local g0, h0, a0 = 0, 0, 2
+
+-- Batch path: the groups of one sliding-window hit at the start of a call
+-- that records (the group commit's usual call, a batch of lone Takes), each
+-- decided by quick as it comes, with no table of arguments; a call made of
+-- them alone (1 + 7 arguments per key) returns here. The first group that
+-- quick does not decide, and every group after it, go to the general path,
+-- with the header quick read. A call of another shape skips this path, so
+-- that the general path rejects a malformed one before it writes anything.
+-- The short form (mode "2") is decided here alone, its shape checked
+-- first.
+local short = mode == '2'
+if short then
+  if #ARGV ~= 4 + #KEYS then
+    error('redisstore: take: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments in short form')
+  end
+  cost, limit, window = num(ARGV[2]), num(ARGV[3]), num(ARGV[4])
+  a0 = 5
+  while h0 < #KEYS do
+    local ok, remaining, reset, retry, ep = quick(KEYS[h0 + 1], cost, limit, window, ARGV[a0])
+    if ok == nil then
+      header = remaining
+      break
+    end
+    local o = 5 * h0 + 1
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, remaining, reset, retry, ok and ep or 0
+    g0, h0, a0 = g0 + 1, h0 + 1, a0 + 1
+  end
+  if h0 == #KEYS then
+    return out
+  end
+elseif record and header == nil and #ARGV == 1 + 7 * #KEYS then
+  local nargs = #ARGV
+  while a0 < nargs do
+    if ARGV[a0 + 1] ~= '1' or ARGV[a0 + 2] ~= 's' or ARGV[a0 + 6] ~= '0' then
+      break
+    end
+    local ok, remaining, reset, retry, ep = quick(KEYS[h0 + 1], num(ARGV[a0 + 3]), num(ARGV[a0 + 4]),
+      num(ARGV[a0 + 5]), ARGV[a0])
+    if ok == nil then
+      header = remaining
+      break
+    end
+    local o = 5 * h0 + 1
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, remaining, reset, retry, ok and ep or 0
+    g0, h0, a0 = g0 + 1, h0 + 1, a0 + 7
+  end
+  if a0 > nargs then
+    return out
+  end
+end
+
+-- The general path, from group g0 + 1.
+
+-- The arguments of every hit h from h0 + 1 to #KEYS, in KEYS order:
+-- keys[h] (KEYS itself), algs[h], costs[h], limits[h], windows[h] and
+-- overdraws[h]; and of every group g from g0 + 1 to ngroups: epochs[g] and
+-- sizes[g] (its nhits). overdraws holds the overdraw hits alone (true), and
+-- is nil in a call without one: a table per call costs Redis 3% of a
+-- batch's instructions (BENCHMARKS.md).
+local epochs, sizes = {}, {}
+local keys, algs, costs, limits, windows = KEYS, {}, {}, {}, {}
+local overdraws
+local ngroups = g0
+do
+  local a, h, nargs = a0, h0, #ARGV -- the next argument, the hits read
+  if short then
+    -- One lone sliding-window take per argument.
+    while a <= nargs do
+      ngroups, h = ngroups + 1, h + 1
+      epochs[ngroups], sizes[ngroups] = ARGV[a], 1
+      algs[h], costs[h], limits[h], windows[h] = 's', cost, limit, window
+      a = a + 1
+    end
+  else
+    repeat
+      ngroups = ngroups + 1
+      local g = ngroups
+      epochs[g], sizes[g] = ARGV[a], num(ARGV[a + 1]) or 0
+      a = a + 2
+      for _ = 1, math.min(sizes[g], nargs) do -- a malformed nhits cannot spin the script
         h = h + 1
-        algs[h], costs[h], limits[h], windows[h] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
-          tonumber(ARGV[a + 3])
+        algs[h], costs[h], limits[h], windows[h] = ARGV[a], num(ARGV[a + 1]), num(ARGV[a + 2]), num(ARGV[a + 3])
         if ARGV[a + 4] == '1' then
           overdraws = overdraws or {}
           overdraws[h] = true
         end
         a = a + 5
       end
-    end
-    if a <= nargs then
-      ngroups = ngroups + 1
-    end
-  until a > nargs
+    until a > nargs
+  end
   if a ~= nargs + 1 or h ~= #KEYS then
     error('redisstore: take: ' .. #KEYS .. ' keys and ' .. nargs .. ' arguments for ' .. ngroups ..
       ' groups of ' .. h .. ' hits')
@@ -404,7 +500,7 @@ end
 -- it already): a table with the key and the header's fields, or nil if
 -- there is no ring.
 local function ringOpen(key, h)
-  h = h or redis.call('GETRANGE', key, -HDR, -1)
+  h = h or redis.call('GETRANGE', key, HDRFROM, HDRTO)
   if h == '' then
     return nil
   end
@@ -791,13 +887,11 @@ local function counter(key, cost, limit, window, over)
   return false, remaining, reset, window - t + at, val, ep, filled
 end
 
--- Every group, hit by hit in KEYS order: out[1] is the time, and hit h's
--- five values are out[5 * h - 3] to out[5 * h + 1]. A group records when
+-- Every group from g0 + 1, hit by hit, into out. A group records when
 -- each of its hits is allowed or overdraw.
-local out = {now}
 local oks, vals, lefts, eps, fulls -- per hit of a group of several, until the group is written
-local h = 0 -- the hits done
-for g = 1, ngroups do
+local h = h0 -- the hits done
+for g = g0 + 1, ngroups do
   group = g
   local epoch, n = epochs[g], sizes[g]
   local first = h + 1 -- the group's first hit
