@@ -43,7 +43,7 @@ type Decision struct {
 	// [Limiter.Refund] to undo only that hit.
 	Each []Decision
 
-	// ticket is what Refund needs: the take's id and what it recorded.
+	// ticket is what Refund needs: what the take recorded.
 	// It is empty unless Recorded.
 	ticket ticket
 }
@@ -53,8 +53,7 @@ type Decision struct {
 // allocation). The Decision owns them: they are copies of the caller's
 // hits.
 type ticket struct {
-	taken    bool   // the decision recorded something
-	id       string // empty for a LocalStore's takes
+	taken    bool // the decision recorded something
 	one      Receipt
 	receipts []Receipt
 }
@@ -72,12 +71,12 @@ func (d Decision) LogValue() slog.Value {
 
 // decide builds the decision for hits from the store's results: the worst
 // result on top, every hit's own decision in Each. taken says whether the
-// results are a Take's (id its id), which an allowed decision can refund,
+// results are a Take's, which an allowed decision can refund,
 // or a Peek's.
-func decide(taken bool, id string, hits []Hit, results []Result) Decision {
+func decide(taken bool, hits []Hit, results []Result) Decision {
 	if len(hits) == 1 {
 		var d Decision
-		d.decideOne(taken, id, &hits[0], &results[0])
+		d.decideOne(taken, &hits[0], &results[0])
 		return d
 	}
 	each := make([]Decision, len(hits))
@@ -118,10 +117,10 @@ func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 		for i := range each {
 			receipts[i] = Receipt{Hit: hits[i], Stamp: results[i].Stamp}
 			each[i].Recorded = true
-			each[i].ticket = ticket{taken: true, id: id, one: receipts[i]}
+			each[i].ticket = ticket{taken: true, one: receipts[i]}
 		}
 		d.Recorded = true
-		d.ticket = ticket{taken: true, id: id, receipts: receipts}
+		d.ticket = ticket{taken: true, receipts: receipts}
 	}
 	d.Each = each
 	return d
@@ -130,13 +129,13 @@ func decide(taken bool, id string, hits []Hit, results []Result) Decision {
 // decideOne is decide of a single hit, written into d, which is zero. It
 // allocates nothing, and copies no Decision: single-hit checks are the hot
 // path of a memory store.
-func (d *Decision) decideOne(taken bool, id string, h *Hit, r *Result) {
+func (d *Decision) decideOne(taken bool, h *Hit, r *Result) {
 	d.Allowed = r.Allowed
 	d.Policy, d.Limit, d.Window = h.Rule.Name, h.Rule.Limit, h.Rule.Window
 	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, r.RetryAfter
 	if (r.Allowed || h.Overdraw) && taken {
 		d.Recorded = true
-		d.ticket.taken, d.ticket.id = true, id
+		d.ticket.taken = true
 		d.ticket.one = Receipt{Hit: *h, Stamp: r.Stamp}
 	}
 }

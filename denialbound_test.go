@@ -3,7 +3,6 @@ package floodgate
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -166,53 +165,6 @@ func TestDenialCacheSkipsDenialsWithoutWait(t *testing.T) {
 	c.clock.advance(time.Nanosecond)
 	if c.has("one") {
 		t.Fatal("a denial was served at its RetryAfter")
-	}
-}
-
-// TestIDLength: an id is the Limiter's 12-character base followed by its
-// sequence number in base 64 without leading zeros: 13 to 23 characters of
-// base64url.
-func TestIDLength(t *testing.T) {
-	var g ids
-	g.init()
-	if len(g.base) != 12 || strings.Trim(g.base, seqDigits) != "" {
-		t.Fatalf("base %q; want 12 characters of base64url", g.base)
-	}
-	for range 1000 {
-		id := g.next()
-		seq := id[12:]
-		if !strings.HasPrefix(id, g.base) || len(id) < 13 || len(id) > maxIDLen ||
-			strings.Trim(seq, seqDigits) != "" || seq[0] == 'A' {
-			t.Fatalf("id %q; want the base %q and a base-64 sequence number without leading zeros", id, g.base)
-		}
-	}
-	for _, tc := range []struct {
-		n    uint64
-		want string
-	}{
-		{0, "A"}, {1, "B"}, {63, "_"}, {64, "BA"}, {65, "BB"}, {64*64 - 1, "__"}, {64 * 64, "BAA"},
-		{1<<64 - 1, "P__________"},
-	} {
-		if got := string(appendSeq([]byte("x"), tc.n)); got != "x"+tc.want {
-			t.Errorf("appendSeq(%d) = %q; want x%s", tc.n, got, tc.want)
-		}
-	}
-}
-
-// TestIDChunksStaySmall: a chunk of ids is replaced, not grown, when it
-// cannot hold another id, so an id never keeps more than idChunkSize bytes
-// alive.
-func TestIDChunksStaySmall(t *testing.T) {
-	var g ids
-	g.init()
-	for range 10 * idChunkSize / maxIDLen {
-		g.next()
-		if c, _ := g.pool.Get().(*idChunk); c != nil {
-			if cap(c.buf) > idChunkSize || len(c.buf) > idChunkSize {
-				t.Fatalf("a chunk grew to %d bytes (capacity %d); want at most %d", len(c.buf), cap(c.buf), idChunkSize)
-			}
-			g.pool.Put(c)
-		}
 	}
 }
 

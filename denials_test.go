@@ -16,7 +16,7 @@ type countingStore struct {
 	during func() // runs inside each Take, as if concurrently with it
 }
 
-func (s *countingStore) Take(_ context.Context, _ string, hits []Hit) ([]Result, error) {
+func (s *countingStore) Take(_ context.Context, hits []Hit) ([]Result, error) {
 	s.mu.Lock()
 	s.takes++
 	during := s.during
@@ -27,9 +27,9 @@ func (s *countingStore) Take(_ context.Context, _ string, hits []Hit) ([]Result,
 	return s.answer(hits), nil
 }
 
-func (s *countingStore) Peek(context.Context, []Hit) ([]Result, error)   { return nil, nil }
-func (s *countingStore) Refund(context.Context, string, []Receipt) error { return nil }
-func (s *countingStore) Renew(_ context.Context, _ string, rs []Receipt) ([]Stamp, error) {
+func (s *countingStore) Peek(context.Context, []Hit) ([]Result, error) { return nil, nil }
+func (s *countingStore) Refund(context.Context, []Receipt) error       { return nil }
+func (s *countingStore) Renew(_ context.Context, rs []Receipt) ([]Stamp, error) {
 	return make([]Stamp, len(rs)), nil
 }
 func (s *countingStore) Reset(context.Context, Rule, string) error { return nil }
@@ -47,7 +47,7 @@ type localCountingStore struct{ *countingStore }
 var _ LocalStore = localCountingStore{}
 
 func (s localCountingStore) TakeOne(ctx context.Context, h Hit) (Result, error) {
-	r, err := s.Take(ctx, "", []Hit{h})
+	r, err := s.Take(ctx, []Hit{h})
 	return r[0], err
 }
 
@@ -351,31 +351,6 @@ func TestDenialCacheOffByDefault(t *testing.T) {
 	if n := cs.count(); n != 3 {
 		t.Fatalf("%d store calls for 3 checks without a cache", n)
 	}
-}
-
-func TestIDsAreUnique(t *testing.T) {
-	var g ids
-	g.init()
-	seen := map[string]bool{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			local := make([]string, 0, 5000)
-			for range 5000 {
-				local = append(local, g.next())
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for _, id := range local {
-				if seen[id] {
-					t.Errorf("id %q given twice", id)
-				}
-				seen[id] = true
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // TestCachedDenialDoesNotAllocate: the attack path, a single-hit check

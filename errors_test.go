@@ -11,11 +11,11 @@ import (
 // failingStore fails every call with err.
 type failingStore struct{ err error }
 
-func (s failingStore) Take(context.Context, string, []Hit) ([]Result, error) { return nil, s.err }
-func (s failingStore) Peek(context.Context, []Hit) ([]Result, error)         { return nil, s.err }
-func (s failingStore) Refund(context.Context, string, []Receipt) error       { return s.err }
-func (s failingStore) Reset(context.Context, Rule, string) error             { return s.err }
-func (s failingStore) Renew(context.Context, string, []Receipt) ([]Stamp, error) {
+func (s failingStore) Take(context.Context, []Hit) ([]Result, error) { return nil, s.err }
+func (s failingStore) Peek(context.Context, []Hit) ([]Result, error) { return nil, s.err }
+func (s failingStore) Refund(context.Context, []Receipt) error       { return s.err }
+func (s failingStore) Reset(context.Context, Rule, string) error     { return s.err }
+func (s failingStore) Renew(context.Context, []Receipt) ([]Stamp, error) {
 	return nil, s.err
 }
 

@@ -73,7 +73,6 @@ type Limiter struct {
 	overrides Overrides    // nil when Options.Overrides is
 	logger    *slog.Logger
 	refused   atomic.Bool // an override was refused: logged once
-	ids       ids
 }
 
 // New returns a limiter that keeps its state in store.
@@ -95,7 +94,6 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if opts.DenialCacheSize > 0 {
 		l.denials = newDenialCache(opts.DenialCacheSize)
 	}
-	l.ids.init()
 	return l, nil
 }
 
@@ -179,7 +177,7 @@ func (l *Limiter) one(ctx context.Context, h *Hit, d *Decision) error {
 	if err != nil {
 		return storeError("take", err)
 	}
-	d.decideOne(true, "", h, &r)
+	d.decideOne(true, h, &r)
 	if !d.Recorded && l.denials != nil {
 		hs := [1]Hit{*h}
 		l.denials.add(p, hs[:], *d, sent)
@@ -214,20 +212,16 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 		}
 	}
 	sent := l.denials.clock()
-	var id string
-	if l.local == nil {
-		id = l.ids.next() // a LocalStore needs none (see LocalStore)
-	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	results, err := l.store.Take(ctx, id, hits)
+	results, err := l.store.Take(ctx, hits)
 	if err != nil {
 		return Decision{}, storeError("take", err)
 	}
 	if len(results) != len(hits) {
 		return Decision{}, storeError("take", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	d := decide(true, id, hits, results)
+	d := decide(true, hits, results)
 	if !d.Recorded && l.denials != nil {
 		l.denials.add(p, hits, d, sent)
 	}
@@ -249,7 +243,7 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("peek", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
-	return decide(false, "", hits, results), nil
+	return decide(false, hits, results), nil
 }
 
 // Refund undoes what a decision recorded, for example the account's
@@ -273,7 +267,7 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	err := l.store.Refund(ctx, d.ticket.id, receipts)
+	err := l.store.Refund(ctx, receipts)
 	// Cleared even when the store failed: the refund may have been made.
 	for _, r := range receipts {
 		l.denials.clear(r.Hit.Rule, r.Hit.Key)

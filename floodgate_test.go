@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func TestDeniedCheckReportsUnrecordedRemaining(t *testing.T) {
 // stallStore never answers before its context ends.
 type stallStore struct{ floodgate.Store }
 
-func (stallStore) Take(ctx context.Context, _ string, _ []floodgate.Hit) ([]floodgate.Result, error) {
+func (stallStore) Take(ctx context.Context, _ []floodgate.Hit) ([]floodgate.Result, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
@@ -111,7 +112,7 @@ func (stallStore) Take(ctx context.Context, _ string, _ []floodgate.Hit) ([]floo
 // shortStore answers with too few results.
 type shortStore struct{ floodgate.Store }
 
-func (shortStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+func (shortStore) Take(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, nil
 }
 
@@ -147,7 +148,7 @@ type deadlineStore struct {
 	got []time.Time
 }
 
-func (s *deadlineStore) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s *deadlineStore) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	d, _ := ctx.Deadline()
 	s.got = append(s.got, d)
 	return make([]floodgate.Result, len(hits)), nil
@@ -183,43 +184,52 @@ func TestBudgetIsTheTighterDeadline(t *testing.T) {
 	}
 }
 
-// idStore records the ids of the Takes and Refunds it forwards to its
-// store.
-type idStore struct {
+// stampStore records the take names ([floodgate.Stamp.Take]) that its
+// store's Takes gave and those its Refunds received.
+type stampStore struct {
 	floodgate.Store
-	takes, refunds []string
+	takes, refunds [][]uint64
 }
 
-func (s *idStore) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	s.takes = append(s.takes, id)
-	return s.Store.Take(ctx, id, hits)
+func (s *stampStore) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	res, err := s.Store.Take(ctx, hits)
+	var names []uint64
+	for _, r := range res {
+		names = append(names, r.Stamp.Take)
+	}
+	s.takes = append(s.takes, names)
+	return res, err
 }
 
-func (s *idStore) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
-	s.refunds = append(s.refunds, id)
-	return s.Store.Refund(ctx, id, receipts)
+func (s *stampStore) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
+	var names []uint64
+	for _, r := range receipts {
+		names = append(names, r.Stamp.Take)
+	}
+	s.refunds = append(s.refunds, names)
+	return s.Store.Refund(ctx, receipts)
 }
 
-// localIDStore is an idStore whose store is a LocalStore.
-type localIDStore struct{ *idStore }
+// localStampStore is a stampStore whose store is a LocalStore.
+type localStampStore struct{ *stampStore }
 
-func (s localIDStore) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result, error) {
+func (s localStampStore) TakeOne(ctx context.Context, h floodgate.Hit) (floodgate.Result, error) {
 	return s.Store.(floodgate.LocalStore).TakeOne(ctx, h)
 }
 
-// TestTakeIds: a store gets a fresh id for every Take, and its Refund
-// gets the take's own; a LocalStore gets none (see LocalStore), and its
-// refunds still undo each take once.
-func TestTakeIds(t *testing.T) {
+// TestRefundPassesTheStamps: the Limiter hands each Refund the stamps its
+// Take gave, which alone name the take ([floodgate.Stamp.Take]), through a
+// LocalStore or not; and the refunds undo each take once.
+func TestRefundPassesTheStamps(t *testing.T) {
 	a := mustRule(t, "ids-a", 2, time.Minute)
 	b := mustRule(t, "ids-b", 2, time.Minute)
 	for _, local := range []bool{false, true} {
 		ms := memstore.New(memstore.Options{})
 		defer ms.Close()
-		ids := &idStore{Store: ms}
-		var s floodgate.Store = ids
+		ss := &stampStore{Store: ms}
+		var s floodgate.Store = ss
 		if local {
-			s = localIDStore{ids}
+			s = localStampStore{ss}
 		}
 		l, err := floodgate.New(s, floodgate.Options{})
 		if err != nil {
@@ -239,15 +249,12 @@ func TestTakeIds(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		want := ""
-		if !local {
-			if len(ids.takes) != 2 || ids.takes[0] == "" || ids.takes[1] == "" || ids.takes[0] == ids.takes[1] {
-				t.Fatalf("a store's takes got ids %q, want two distinct ones", ids.takes)
-			}
-			want = ids.takes[0]
+		if len(ss.takes) != 2 || len(ss.takes[0]) != 2 || ss.takes[0][0] == 0 || ss.takes[0][1] == 0 ||
+			ss.takes[0][0] == ss.takes[1][0] || ss.takes[0][1] == ss.takes[1][1] {
+			t.Fatalf("local %v: takes named %v; want two takes of two hits, each named, the two takes apart", local, ss.takes)
 		}
-		if len(ids.takes) != 2 || len(ids.refunds) != 2 || ids.refunds[0] != want || ids.refunds[1] != ids.takes[1] {
-			t.Errorf("local %v: takes got ids %q, refunds %q; want the takes' own (none for a LocalStore)", local, ids.takes, ids.refunds)
+		if !reflect.DeepEqual(ss.refunds, ss.takes) {
+			t.Errorf("local %v: refunds got take names %v; want the takes' own %v", local, ss.refunds, ss.takes)
 		}
 		if d, _ := l.Peek(ctx, floodgate.Hit{Rule: a, Key: "k"}); d.Remaining != 1 {
 			t.Errorf("local %v: after both refunds, %d remaining; want 1 (2, less the peeked hit)", local, d.Remaining)

@@ -40,7 +40,7 @@ func (l *Limiter) Renew(ctx context.Context, d Decision) (Decision, error) {
 	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
-	stamps, err := l.store.Renew(ctx, d.ticket.id, leases)
+	stamps, err := l.store.Renew(ctx, leases)
 	if err != nil {
 		return d, storeError("renew", err)
 	}

@@ -86,8 +86,9 @@ func (h Hit) cost() int64 {
 // clocks are never trusted.
 type Store interface {
 	// Take checks every hit and, only if every hit that is not Overdraw
-	// is within its limit, records all of them under the identifier id,
-	// Overdraw hits past their limits included (see [Hit.Overdraw]);
+	// is within its limit, records all of them as one take, Overdraw
+	// hits past their limits included (see [Hit.Overdraw]), and names the
+	// take in the stamp of every hit it recorded ([Stamp.Take]);
 	// otherwise it records nothing. It is atomic: no concurrent Take on
 	// any of the keys may make a key admit more than its limit. One
 	// exception, which no key's limit feels: a store whose keys live on
@@ -96,13 +97,14 @@ type Store interface {
 	// until the roll-back lands, a denied Take holds those reservations,
 	// so concurrent Takes may be denied where they would not be, and
 	// never admitted where they would not be.
-	Take(ctx context.Context, id string, hits []Hit) ([]Result, error)
+	Take(ctx context.Context, hits []Hit) ([]Result, error)
 	// Peek reports what Take would answer now, recording nothing.
 	Peek(ctx context.Context, hits []Hit) ([]Result, error)
-	// Refund undoes what the Take with identifier id recorded, as far as
-	// it still weighs on the state. Each [Receipt] names one hit of that
-	// Take and the [Stamp] the store gave it; the Limiter refunds every
-	// hit of an allowed decision, or one of them.
+	// Refund undoes what Takes recorded, as far as it still weighs on the
+	// state. Each [Receipt] names one hit of a Take and the [Stamp] the
+	// store gave it, which alone finds the take: one call may hold
+	// receipts of several Takes. The Limiter refunds every hit of an
+	// allowed decision, or one of them.
 	//
 	// A refund must never let a key admit more than its limit: it credits
 	// only what provably remains of the take. This is the one statement of
@@ -128,18 +130,17 @@ type Store interface {
 	//     Crediting no more leaves the bucket no fuller than had the take
 	//     never happened.
 	//
-	// It is idempotent: a second Refund of the same id and hit (of the
-	// same receipt, for a store that sets [Stamp.Take]) changes nothing,
-	// whatever happened to the key in between. Stores remember a
+	// It is idempotent: a second Refund of the same receipt changes
+	// nothing, whatever happened to the key in between. Stores remember a
 	// refund done for as long as a later one could still credit anything
 	// (now only grows, so once the credit above is zero it stays zero). A
 	// receipt that Take never gave credits nothing.
-	Refund(ctx context.Context, id string, receipts []Receipt) error
+	Refund(ctx context.Context, receipts []Receipt) error
 	// Reset forgets all state of key under rule, as if it had never been
 	// seen.
 	Reset(ctx context.Context, rule Rule, key string) error
-	// Renew extends leases: for each receipt of a Concurrency hit of the
-	// Take with identifier id whose entries still hold their slots (the
+	// Renew extends leases: for each receipt of a Concurrency hit whose
+	// entries still hold their slots (the
 	// state is the take's, its time At is in the window, and it was not
 	// refunded), it moves them to the store's time now, atomically, so
 	// the key's count never changes, and returns the receipt's new stamp
@@ -161,7 +162,7 @@ type Store interface {
 	// leases than are held: at worst a slot stays taken until a later
 	// entry's time to live runs out. Each lease must be released at most
 	// once: Refund's idempotence sees to it.
-	Renew(ctx context.Context, id string, receipts []Receipt) ([]Stamp, error)
+	Renew(ctx context.Context, receipts []Receipt) ([]Stamp, error)
 }
 
 // Result is what a store answers for one hit.
@@ -181,8 +182,8 @@ type Result struct {
 	// would be allowed (for an Overdraw hit, recorded past its limit: until
 	// a request of cost 1 would be).
 	RetryAfter time.Duration
-	// Stamp is what Refund needs to find the hit again: set by Take for
-	// a hit it recorded, zero otherwise.
+	// Stamp is all Refund and Renew need to find the hit again: set by
+	// Take for a hit it recorded, zero otherwise.
 	Stamp Stamp
 }
 
@@ -197,16 +198,16 @@ type Stamp struct {
 	// empty, reset or expired) an epoch that no earlier state of that key
 	// had, and never zero: memstore counts them from a random start per
 	// shard (so that another store's stamps match its own by chance
-	// alone); redisstore hashes the id of the take that creates the state
-	// into 48 bits, so two states of one key share an epoch with a chance
-	// of about 2^-48 (and a caller of the store that reuses an id makes
-	// them share it). Zero means no state: a stamp no Take gave, which
-	// credits nothing.
+	// alone); redisstore hashes the name of the take that creates the
+	// state into 48 bits, so two states of one key share an epoch with a
+	// chance of about 2^-48. Zero means no state: a stamp no Take gave,
+	// which credits nothing.
 	Epoch uint64
-	// Take, when not zero, tells the takes of one state apart: a store
-	// that sets it (memstore) gives each hit it records a Take that no
-	// other hit of that state has, and Refund then needs no id. Stores
-	// that name takes by their ids (redisstore) leave it zero.
+	// Take is the store's own name for the take that recorded the hit,
+	// opaque to callers and never zero for a recorded hit: no other take
+	// of that state has it (memstore counts the takes of a state;
+	// redisstore names each Take call, and all its hits share the name).
+	// Refund and Renew find the take by it.
 	Take uint64
 }
 
@@ -226,11 +227,6 @@ type Receipt struct {
 // wait on anything but its own short critical sections: the Limiter gives
 // its calls (all of them, not only TakeOne) no time budget
 // (Options.Timeout), only the caller's context.
-//
-// It also tells takes apart by their stamps ([Stamp.Take]) rather than by
-// ids, so the Limiter gives its takes none: the id of its Take and Refund
-// calls is empty. (A unique id per take cost a memstore decision a tenth
-// of its time.)
 type LocalStore interface {
 	Store
 	// TakeOne is Take of the single hit h.

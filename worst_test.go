@@ -22,7 +22,7 @@ type scriptStore struct {
 	takes   int
 }
 
-func (s *scriptStore) Take(_ context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s *scriptStore) Take(_ context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.replies[min(s.takes, len(s.replies)-1)]
@@ -393,7 +393,7 @@ func (s blockingStore) wait(ctx context.Context) error {
 	}
 }
 
-func (s blockingStore) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s blockingStore) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
@@ -401,7 +401,7 @@ func (s blockingStore) Take(ctx context.Context, _ string, hits []floodgate.Hit)
 }
 
 func (s blockingStore) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return s.Take(ctx, "", hits)
+	return s.Take(ctx, hits)
 }
 
 func (s blockingStore) Reset(ctx context.Context, _ floodgate.Rule, _ string) error {

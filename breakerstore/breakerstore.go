@@ -212,8 +212,8 @@ func isExcluded(ctx context.Context, err error) bool {
 }
 
 // Take implements [floodgate.Store].
-func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return s.do(ctx, func() ([]floodgate.Result, error) { return s.next.Take(ctx, id, hits) })
+func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	return s.do(ctx, func() ([]floodgate.Result, error) { return s.next.Take(ctx, hits) })
 }
 
 // Peek implements [floodgate.Store].
@@ -222,17 +222,17 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 }
 
 // Refund implements [floodgate.Store].
-func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
-	_, err := s.do(ctx, func() ([]floodgate.Result, error) { return nil, s.next.Refund(ctx, id, receipts) })
+func (s *Store) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
+	_, err := s.do(ctx, func() ([]floodgate.Result, error) { return nil, s.next.Refund(ctx, receipts) })
 	return err
 }
 
 // Renew implements [floodgate.Store].
-func (s *Store) Renew(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+func (s *Store) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
 	var stamps []floodgate.Stamp
 	_, err := s.do(ctx, func() ([]floodgate.Result, error) {
 		var err error
-		stamps, err = s.next.Renew(ctx, id, receipts)
+		stamps, err = s.next.Renew(ctx, receipts)
 		return nil, err
 	})
 	if err != nil {

@@ -196,7 +196,7 @@ func TestCallerCancellationIsNotAFailure(t *testing.T) {
 	for _, invalid := range []error{floodgate.ErrInvalidHit, floodgate.ErrInvalidRule} {
 		b, _ = breakerstore.New(errStore{fmt.Errorf("somestore: %w", invalid)}, breakerstore.Options{Failures: 1})
 		for range 3 {
-			if _, err := b.Take(context.Background(), "id", []floodgate.Hit{{Rule: f.rule, Key: "k"}}); !errors.Is(err, invalid) {
+			if _, err := b.Take(context.Background(), []floodgate.Hit{{Rule: f.rule, Key: "k"}}); !errors.Is(err, invalid) {
 				t.Fatalf("err = %v, want %v", err, invalid)
 			}
 		}
@@ -209,15 +209,15 @@ func TestCallerCancellationIsNotAFailure(t *testing.T) {
 // errStore fails every call with err.
 type errStore struct{ err error }
 
-func (s errStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+func (s errStore) Take(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, s.err
 }
 func (s errStore) Peek(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, s.err
 }
-func (s errStore) Refund(context.Context, string, []floodgate.Receipt) error { return s.err }
-func (s errStore) Reset(context.Context, floodgate.Rule, string) error       { return s.err }
-func (s errStore) Renew(context.Context, string, []floodgate.Receipt) ([]floodgate.Stamp, error) {
+func (s errStore) Refund(context.Context, []floodgate.Receipt) error   { return s.err }
+func (s errStore) Reset(context.Context, floodgate.Rule, string) error { return s.err }
+func (s errStore) Renew(context.Context, []floodgate.Receipt) ([]floodgate.Stamp, error) {
 	return nil, s.err
 }
 

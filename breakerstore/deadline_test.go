@@ -58,11 +58,11 @@ func (s *slowStore) wait(ctx context.Context, key string) error {
 	}
 }
 
-func (s *slowStore) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s *slowStore) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if err := s.wait(ctx, hits[0].Key); err != nil {
 		return nil, err
 	}
-	return s.next.Take(ctx, id, hits)
+	return s.next.Take(ctx, hits)
 }
 
 func (s *slowStore) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
@@ -72,18 +72,18 @@ func (s *slowStore) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate
 	return s.next.Peek(ctx, hits)
 }
 
-func (s *slowStore) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+func (s *slowStore) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
 	if err := s.wait(ctx, receipts[0].Hit.Key); err != nil {
 		return err
 	}
-	return s.next.Refund(ctx, id, receipts)
+	return s.next.Refund(ctx, receipts)
 }
 
-func (s *slowStore) Renew(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+func (s *slowStore) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
 	if err := s.wait(ctx, receipts[0].Hit.Key); err != nil {
 		return nil, err
 	}
-	return s.next.Renew(ctx, id, receipts)
+	return s.next.Renew(ctx, receipts)
 }
 
 func (s *slowStore) Reset(ctx context.Context, rule floodgate.Rule, key string) error {

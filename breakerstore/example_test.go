@@ -15,17 +15,17 @@ type deadStore struct{}
 
 var errRefused = errors.New("dial tcp 127.0.0.1:6379: connection refused")
 
-func (deadStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+func (deadStore) Take(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, errRefused
 }
 func (deadStore) Peek(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, errRefused
 }
-func (deadStore) Refund(context.Context, string, []floodgate.Receipt) error {
+func (deadStore) Refund(context.Context, []floodgate.Receipt) error {
 	return errRefused
 }
 func (deadStore) Reset(context.Context, floodgate.Rule, string) error { return errRefused }
-func (deadStore) Renew(context.Context, string, []floodgate.Receipt) ([]floodgate.Stamp, error) {
+func (deadStore) Renew(context.Context, []floodgate.Receipt) ([]floodgate.Stamp, error) {
 	return nil, errRefused
 }
 

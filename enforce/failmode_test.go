@@ -82,7 +82,7 @@ func TestFullMemoryStoreIsCounted(t *testing.T) {
 // state.
 type corruptStore struct{ floodgate.Store }
 
-func (corruptStore) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+func (corruptStore) Take(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, fmt.Errorf("redisstore: %w: rule \"r\": malformed state", floodgate.ErrCorruptState)
 }
 

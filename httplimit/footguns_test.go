@@ -300,7 +300,7 @@ func TestShadowSkipsAFailedStore(t *testing.T) {
 // failing is a store that fails every call at once.
 type failing struct{ floodgate.Store }
 
-func (failing) Take(context.Context, string, []floodgate.Hit) ([]floodgate.Result, error) {
+func (failing) Take(context.Context, []floodgate.Hit) ([]floodgate.Result, error) {
 	return nil, errors.New("down")
 }
 

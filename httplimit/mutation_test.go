@@ -248,7 +248,7 @@ type denyOnce struct {
 	takes atomic.Int64
 }
 
-func (s *denyOnce) Take(_ context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s *denyOnce) Take(_ context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	rs := make([]floodgate.Result, len(hits))
 	for i := range rs {
 		if s.takes.Add(1) == 1 {

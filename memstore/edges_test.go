@@ -103,7 +103,7 @@ func TestSystemClock(t *testing.T) {
 	h := floodgate.Hit{Rule: mustRule(t, 3, time.Minute, floodgate.FixedWindow, 0), Key: "k", Cost: 1}
 	time.Sleep(10 * time.Millisecond)
 	before := time.Now()
-	res, err := s.Take(context.Background(), "id", []floodgate.Hit{h})
+	res, err := s.Take(context.Background(), []floodgate.Hit{h})
 	after := time.Now()
 	if err != nil {
 		t.Fatal(err)

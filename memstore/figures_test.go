@@ -30,7 +30,6 @@ type rig struct {
 	s     *memstore.Store
 	clock *storetest.FakeClock
 	multi bool
-	n     int // take ids
 }
 
 func newRig(t *testing.T, multi bool, opts memstore.Options) *rig {
@@ -65,17 +64,15 @@ func mustRule(t *testing.T, limit int64, window time.Duration, alg floodgate.Alg
 	return r
 }
 
-// take takes h as a new take id, returning its result.
+// take takes h as a new take, returning its result.
 func (g *rig) take(h floodgate.Hit) floodgate.Result {
 	g.t.Helper()
-	g.n++
-	id := fmt.Sprintf("take-%d", g.n)
 	hits := []floodgate.Hit{h}
 	if g.multi {
 		companion, _ := floodgate.NewRule("companion", 1_000_000, time.Hour, floodgate.FixedWindow)
 		hits = append(hits, floodgate.Hit{Rule: companion, Key: "c", Cost: 1})
 	}
-	res, err := g.s.Take(context.Background(), id, hits)
+	res, err := g.s.Take(context.Background(), hits)
 	if err != nil || len(res) != len(hits) {
 		g.t.Fatalf("Take: %v, %v", res, err)
 	}
@@ -110,7 +107,7 @@ func (g *rig) peek(step string, h floodgate.Hit, want fig) {
 
 func (g *rig) refund(h floodgate.Hit, id string, st floodgate.Stamp) {
 	g.t.Helper()
-	if err := g.s.Refund(context.Background(), id, []floodgate.Receipt{{Hit: h, Stamp: st}}); err != nil {
+	if err := g.s.Refund(context.Background(), []floodgate.Receipt{{Hit: h, Stamp: st}}); err != nil {
 		g.t.Fatal(err)
 	}
 }
@@ -342,7 +339,7 @@ func TestFullStoreLeavesNoEntryBehind(t *testing.T) {
 		for i, k := range keys {
 			hits[i] = floodgate.Hit{Rule: r, Key: k, Cost: 1}
 		}
-		_, err := g.s.Take(ctx, "id", hits)
+		_, err := g.s.Take(ctx, hits)
 		return err
 	}
 	if err := takeKeys("held", "filler"); err != nil {
@@ -386,7 +383,7 @@ func TestMaxKeysPerShard(t *testing.T) {
 			g := newRig(t, false, memstore.Options{Shards: tc.shards, MaxKeys: tc.maxKeys})
 			var full error
 			for i := range 2000 {
-				if _, err := g.s.Take(context.Background(), "id", []floodgate.Hit{{Rule: r, Key: fmt.Sprint(i), Cost: 1}}); err != nil {
+				if _, err := g.s.Take(context.Background(), []floodgate.Hit{{Rule: r, Key: fmt.Sprint(i), Cost: 1}}); err != nil {
 					full = err
 				}
 			}

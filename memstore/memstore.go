@@ -258,10 +258,9 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Take implements [floodgate.Store]. It tells takes apart by their
-// stamps ([floodgate.Stamp.Take]), so it needs no id: it ignores the one
-// it is given.
-func (s *Store) Take(ctx context.Context, _ string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+// Take implements [floodgate.Store]. It names each take by a counter of
+// the state ([floodgate.Stamp.Take]).
+func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if len(hits) == 1 {
 		r, err := s.TakeOne(ctx, hits[0])
 		if err != nil {
@@ -335,8 +334,8 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 
 // Refund implements [floodgate.Store]. A key the store does not hold
 // has nothing to refund, and is not created. It finds the takes by their
-// stamps, ignoring id, so that it is idempotent per receipt.
-func (s *Store) Refund(ctx context.Context, _ string, receipts []floodgate.Receipt) error {
+// stamps, so that it is idempotent per receipt.
+func (s *Store) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
 	hits := make([]floodgate.Hit, len(receipts))
 	for i, r := range receipts {
 		hits[i] = r.Hit
@@ -351,8 +350,8 @@ func (s *Store) Refund(ctx context.Context, _ string, receipts []floodgate.Recei
 }
 
 // Renew implements [floodgate.Store]. Like Refund, it finds the leases
-// by their stamps, ignoring id, and creates no key.
-func (s *Store) Renew(ctx context.Context, _ string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+// by their stamps, and creates no key.
+func (s *Store) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
 	hits := make([]floodgate.Hit, len(receipts))
 	for i, r := range receipts {
 		hits[i] = r.Hit

@@ -180,7 +180,7 @@ func TestPeekAndRefundCreateNoKeys(t *testing.T) {
 		if err != nil || !d.Allowed || d.Remaining != 2 {
 			t.Fatalf("%v: Peek of an absent key at the bound: %+v, %v; want a fresh key's answer (allowed, Remaining 2)", alg, d, err)
 		}
-		if err := s.Refund(ctx, "never-taken", receipts(hits)); err != nil {
+		if err := s.Refund(ctx, receipts(hits)); err != nil {
 			t.Fatalf("%v: Refund of an absent key at the bound: %v; want a no-op", alg, err)
 		}
 		if n, rej := s.Len(), s.Rejected(); n != 1 || rej != 0 {
@@ -241,7 +241,7 @@ func TestRefundFindsTakesByStamp(t *testing.T) {
 	h := floodgate.Hit{Rule: r, Key: "k", Cost: 1}
 	var stamps []floodgate.Stamp
 	for range 2 { // two takes at one instant: the same At and Epoch
-		res, err := s.Take(ctx, "", []floodgate.Hit{h})
+		res, err := s.Take(ctx, []floodgate.Hit{h})
 		if err != nil || !res[0].Allowed {
 			t.Fatalf("take: %+v, %v", res, err)
 		}
@@ -264,7 +264,7 @@ func TestRefundFindsTakesByStamp(t *testing.T) {
 		{"b, of the same instant as a", b, 2},
 		{"b again", b, 2},
 	} {
-		if err := s.Refund(ctx, "any id", []floodgate.Receipt{{Hit: h, Stamp: step.stamp}}); err != nil {
+		if err := s.Refund(ctx, []floodgate.Receipt{{Hit: h, Stamp: step.stamp}}); err != nil {
 			t.Fatalf("refund %s: %v", step.name, err)
 		}
 		res, err := s.Peek(ctx, []floodgate.Hit{h})
@@ -349,7 +349,7 @@ func TestRefundOfAnotherKeysStampCreditsNothing(t *testing.T) {
 	stamps := make([]floodgate.Stamp, n)
 	for i := range hits {
 		hits[i] = floodgate.Hit{Rule: r, Key: "k" + strconv.Itoa(i), Cost: 1}
-		res, err := s.Take(ctx, "", hits[i:i+1])
+		res, err := s.Take(ctx, hits[i:i+1])
 		if err != nil || !res[0].Allowed {
 			t.Fatalf("take of %s: %+v, %v", hits[i].Key, res, err)
 		}
@@ -360,7 +360,7 @@ func TestRefundOfAnotherKeysStampCreditsNothing(t *testing.T) {
 			if i == j {
 				continue
 			}
-			if err := s.Refund(ctx, "", []floodgate.Receipt{{Hit: hits[i], Stamp: stamps[j]}}); err != nil {
+			if err := s.Refund(ctx, []floodgate.Receipt{{Hit: hits[i], Stamp: stamps[j]}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -385,7 +385,7 @@ func TestKeyOfAReusedBufferIsCopied(t *testing.T) {
 	buf := []byte("alice")
 	take := func(key string) bool {
 		t.Helper()
-		res, err := s.Take(ctx, "", []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
+		res, err := s.Take(ctx, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

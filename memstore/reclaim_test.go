@@ -27,7 +27,7 @@ func namedRule(t *testing.T, name string, limit int64, window time.Duration, alg
 
 // takeOne takes h alone on s.
 func takeOne(s *memstore.Store, h floodgate.Hit) (floodgate.Result, error) {
-	res, err := s.Take(context.Background(), "id", []floodgate.Hit{h})
+	res, err := s.Take(context.Background(), []floodgate.Hit{h})
 	if err != nil {
 		return floodgate.Result{}, err
 	}
@@ -109,7 +109,7 @@ func TestFullStoreOfLiveKeysRefuses(t *testing.T) {
 	if !isFull(err) || !strings.Contains(err.Error(), "memstore: full: 3 keys held") {
 		t.Fatalf("TakeOne of a new key: %v; want ErrFull and ErrStoreUnavailable, naming the 3 keys held", err)
 	}
-	if _, err := g.s.Take(ctx, "id", []floodgate.Hit{{Rule: rules[0], Key: "held", Cost: 1}, newHit}); !isFull(err) {
+	if _, err := g.s.Take(ctx, []floodgate.Hit{{Rule: rules[0], Key: "held", Cost: 1}, newHit}); !isFull(err) {
 		t.Fatalf("Take of a held key and a new one: %v; want ErrFull and ErrStoreUnavailable", err)
 	}
 	l, err := floodgate.New(g.s, floodgate.Options{})
@@ -148,7 +148,7 @@ func TestFullStoreKeepsEveryHitOfATake(t *testing.T) {
 	g.take(floodgate.Hit{Rule: once, Key: "held", Cost: 1})
 	g.take(floodgate.Hit{Rule: namedRule(t, "brief", 1, time.Second, floodgate.SlidingWindow), Key: "old", Cost: 1})
 	g.clock.Advance(time.Second) // "old" no longer weighs
-	_, err := g.s.Take(ctx, "id", []floodgate.Hit{{Rule: once, Key: "a", Cost: 1}, {Rule: once, Key: "b", Cost: 1}})
+	_, err := g.s.Take(ctx, []floodgate.Hit{{Rule: once, Key: "a", Cost: 1}, {Rule: once, Key: "b", Cost: 1}})
 	if !isFull(err) {
 		t.Fatalf("Take of two new keys with room for one: %v; want ErrFull and ErrStoreUnavailable", err)
 	}
@@ -242,7 +242,7 @@ func TestReclaimNeverChangesADecision(t *testing.T) {
 				case op < 12: // a take
 					hs := hits()
 					full := small.Len() == held
-					rs, err := small.Take(ctx, "id", hs)
+					rs, err := small.Take(ctx, hs)
 					if err != nil {
 						if !isFull(err) {
 							t.Fatalf("step %d: the bounded store failed with %v", step, err)
@@ -253,7 +253,7 @@ func TestReclaimNeverChangesADecision(t *testing.T) {
 					if full {
 						atBound++
 					}
-					rl, err := large.Take(ctx, "id", hs)
+					rl, err := large.Take(ctx, hs)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -269,10 +269,10 @@ func TestReclaimNeverChangesADecision(t *testing.T) {
 					same(step, "peek", rs, rl)
 				case op < 19 && len(past) > 0: // a refund, of a recent take mostly
 					p := past[max(0, len(past)-1-rng.IntN(min(len(past), 20)))]
-					if err := small.Refund(ctx, "id", receipts(p.hits, p.small)); err != nil {
+					if err := small.Refund(ctx, receipts(p.hits, p.small)); err != nil {
 						t.Fatal(err)
 					}
-					if err := large.Refund(ctx, "id", receipts(p.hits, p.large)); err != nil {
+					if err := large.Refund(ctx, receipts(p.hits, p.large)); err != nil {
 						t.Fatal(err)
 					}
 				default: // a reset

@@ -101,7 +101,7 @@ func TestGroupCommit(t *testing.T) {
 	r := mustRule(t, "batch", 1, time.Minute, floodgate.SlidingWindow)
 	results := make(chan takeResult, 100)
 	take := func(ctx context.Context, key string) {
-		res, err := s.Take(ctx, "id-"+key, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
+		res, err := s.Take(ctx, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 		results <- takeResult{key, res, err}
 	}
 	// Two lone Takes: sent at once, each alone, and held at the gate.
@@ -270,7 +270,7 @@ func TestBatchFailureReachesEveryTake(t *testing.T) {
 	r := mustRule(t, "fail", 5, time.Minute, floodgate.TokenBucket)
 	results := make(chan takeResult, 100)
 	take := func(key string) {
-		res, err := s.Take(ctx(t), "id-"+key, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
+		res, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 		results <- takeResult{key, res, err}
 	}
 	go take("lone-1")
@@ -309,7 +309,7 @@ func TestDeadlineWhileInFlight(t *testing.T) {
 	r := mustRule(t, "late", 5, time.Minute, floodgate.FixedWindow)
 	results := make(chan takeResult, 10)
 	take := func(ctx context.Context, key string) {
-		res, err := s.Take(ctx, "id-"+key, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
+		res, err := s.Take(ctx, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 		results <- takeResult{key, res, err}
 	}
 	go take(ctx(t), "lone-1")
@@ -368,7 +368,7 @@ func TestBatchersPerSlot(t *testing.T) {
 	for i := range 60 {
 		wg.Go(func() {
 			key := fmt.Sprintf("k%d", i%4)
-			res, err := s.Take(ctx(t), fmt.Sprintf("id%d", i), []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
+			res, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: key, Cost: 1}})
 			if err != nil {
 				t.Error(err)
 				return

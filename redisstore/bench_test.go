@@ -29,7 +29,7 @@ func benchmarkTake(b *testing.B, parallel bool) {
 			take := func(ctx context.Context) {
 				n := seq.Add(1)
 				hit := []floodgate.Hit{{Rule: r, Key: keys[n%benchKeys], Cost: 1}}
-				if _, err := s.Take(ctx, "b"+strconv.FormatUint(n, 36), hit); err != nil {
+				if _, err := s.Take(ctx, hit); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -74,8 +74,8 @@ func BenchmarkTakeFullLog(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	for k := range keys { // fill every log first
-		for i := range 1000 {
-			if _, err := s.Take(ctx, "fill-"+strconv.Itoa(k)+"-"+strconv.Itoa(i), []floodgate.Hit{{Rule: r, Key: "k" + strconv.Itoa(k), Cost: 1}}); err != nil {
+		for range 1000 {
+			if _, err := s.Take(ctx, []floodgate.Hit{{Rule: r, Key: "k" + strconv.Itoa(k), Cost: 1}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -87,7 +87,7 @@ func BenchmarkTakeFullLog(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			n := seq.Add(1)
-			res, err := s.Take(ctx, "b"+strconv.FormatUint(n, 36), []floodgate.Hit{{Rule: r, Key: "k" + strconv.Itoa(int(n%keys)), Cost: 1}})
+			res, err := s.Take(ctx, []floodgate.Hit{{Rule: r, Key: "k" + strconv.Itoa(int(n%keys)), Cost: 1}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,16 +10,16 @@ import (
 // direct is the store without its breaker: what the breaker guards.
 type direct struct{ s *Store }
 
-func (d direct) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return d.s.takeDirect(ctx, id, hits)
+func (d direct) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	return d.s.takeDirect(ctx, hits)
 }
 
 func (d direct) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	return d.s.peekDirect(ctx, hits)
 }
 
-func (d direct) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
-	return d.s.refundDirect(ctx, id, receipts)
+func (d direct) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
+	return d.s.refundDirect(ctx, receipts)
 }
 
 func (d direct) Reset(ctx context.Context, rule floodgate.Rule, key string) error {

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -83,17 +82,17 @@ func TestAbandonedCallsAreNeverSent(t *testing.T) {
 	r := mustRule(t, "abandon", 10, time.Minute, floodgate.FixedWindow)
 	hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
 	var wg sync.WaitGroup
-	for i := range maxInflight {
+	for range maxInflight {
 		wg.Go(func() {
-			if res, err := s.Take(ctx(t), fmt.Sprint("inflight-", i), hits); err != nil || !res[0].Allowed {
+			if res, err := s.Take(ctx(t), hits); err != nil || !res[0].Allowed {
 				t.Errorf("a Take in flight: %+v, %v", res, err)
 			}
 		})
 	}
 	waitFor(t, "the calls in flight", func() bool { return f.evals.Load() == maxInflight })
-	for i := range 3 {
+	for range 3 {
 		short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		_, err := s.Take(short, fmt.Sprint("queued-", i), hits)
+		_, err := s.Take(short, hits)
 		cancel()
 		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), "not sent") {
 			t.Fatalf("a queued Take whose context ended: %v; want it reported not sent", err)

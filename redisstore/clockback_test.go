@@ -50,7 +50,7 @@ func TestClockStepBackKeepsTheRing(t *testing.T) {
 			} {
 				elapsed(step.d, step.real)
 				for name, s := range map[string]floodgate.Store{"memstore": ms, "redisstore": rs} {
-					res, err := s.Take(ctx, fmt.Sprintf("take-%d", i), hits)
+					res, err := s.Take(ctx, hits)
 					if err != nil {
 						t.Fatal(err)
 					}

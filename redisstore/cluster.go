@@ -18,14 +18,14 @@ import (
 //
 // One script can touch the keys of one slot only. A check whose hits
 // live in several slots (login by IP and by account) is therefore taken
-// slot by slot, in ascending slot order, with the same take id:
+// slot by slot, in ascending slot order, under one take name (takename.go):
 //
 //  1. reserve: the take script runs on the first slot's hits, all or
 //     nothing. If it allows them, the next slot follows; if it denies,
 //     the slots after it are only peeked, for the decision's figures.
 //  2. roll back: once a slot denies (or fails), the slots already taken
-//     are refunded with the take's id and each hit's stamp. The refund
-//     script is idempotent (a tombstone per take id), so a roll-back may
+//     are refunded by each hit's stamp, which carries the take's name. The
+//     refund script is idempotent (a tombstone per take name), so a roll-back may
 //     be retried; and it credits only what provably remains of the take,
 //     so a retry after a window boundary credits nothing. A slot whose
 //     take failed (it may have run) has no stamp, and is left to expire;
@@ -133,17 +133,19 @@ func (s *Store) slotGroups(hits []floodgate.Hit) []slotGroup {
 
 // takeSlots takes a check of n hits whose groups live in different slots:
 // reserve slot by slot, roll back on a denial or a failure.
-func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n int) ([]floodgate.Result, error) {
+func (s *Store) takeSlots(ctx context.Context, t uint64, groups []slotGroup, n int) ([]floodgate.Result, error) {
 	out := make([]floodgate.Result, n)
 	var taken []floodgate.Receipt // what the slots before this one recorded
+	id := takeID(t)
 	for i, g := range groups {
 		res, err := s.take(ctx, id, g.hits) // one slot: one script
+		named(res, t)
 		if err == nil && len(res) != len(g.hits) {
 			err = fmt.Errorf("redisstore: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))
 		}
 		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
 			// Refused before any script ran on slot i.
-			s.rollback(ctx, id, taken)
+			s.rollback(ctx, taken)
 			return nil, err
 		}
 		if err != nil {
@@ -152,7 +154,7 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 			// there is no stamp to refund it by, and a refund of a take
 			// that never happened would credit someone else's: its state
 			// is left to expire (over-denial, never over-admission).
-			s.rollback(ctx, id, taken)
+			s.rollback(ctx, taken)
 			return nil, err
 		}
 		for j, r := range res {
@@ -160,7 +162,7 @@ func (s *Store) takeSlots(ctx context.Context, id string, groups []slotGroup, n 
 		}
 		if !admitted(g.hits, res) {
 			var wg sync.WaitGroup
-			wg.Go(func() { s.rollback(ctx, id, taken) })
+			wg.Go(func() { s.rollback(ctx, taken) })
 			for _, rest := range groups[i+1:] {
 				wg.Go(func() { s.peekInto(ctx, rest, out) })
 			}
@@ -192,11 +194,11 @@ func (s *Store) peekInto(ctx context.Context, g slotGroup, out []floodgate.Resul
 // rollback refunds what a check took before it was denied or failed
 // (Refund splits it by slot), and hands a failed refund to the
 // background.
-func (s *Store) rollback(ctx context.Context, id string, taken []floodgate.Receipt) {
+func (s *Store) rollback(ctx context.Context, taken []floodgate.Receipt) {
 	if len(taken) == 0 {
 		return
 	}
-	err := s.refundAll(ctx, id, taken)
+	err := s.refundAll(ctx, taken)
 	if err == nil || errors.Is(err, floodgate.ErrClosed) {
 		return
 	}
@@ -206,7 +208,7 @@ func (s *Store) rollback(ctx context.Context, id string, taken []floodgate.Recei
 	}
 	if !s.roll.background(func(ctx context.Context) {
 		defer s.roll.queued.Add(-1)
-		s.retryRollback(ctx, id, taken)
+		s.retryRollback(ctx, taken)
 	}) {
 		s.roll.queued.Add(-1)
 	}
@@ -216,7 +218,7 @@ func (s *Store) rollback(ctx context.Context, id string, taken []floodgate.Recei
 // the store closes, the reservation has expired by itself anyway, or
 // maxRollbackRetry has passed. The receipts carry the takes' server times,
 // so a retry after a window boundary credits nothing to the new window.
-func (s *Store) retryRollback(ctx context.Context, id string, taken []floodgate.Receipt) {
+func (s *Store) retryRollback(ctx context.Context, taken []floodgate.Receipt) {
 	until := time.Now().Add(min(reservationLife(taken), maxRollbackRetry))
 	pause := 50 * time.Millisecond
 	for time.Now().Before(until) {
@@ -228,7 +230,7 @@ func (s *Store) retryRollback(ctx context.Context, id string, taken []floodgate.
 		case <-t.C:
 		}
 		call, cancel := context.WithTimeout(ctx, s.callTO)
-		err := s.refundAll(call, id, taken)
+		err := s.refundAll(call, taken)
 		cancel()
 		if err == nil || errors.Is(err, floodgate.ErrClosed) {
 			return
@@ -290,7 +292,7 @@ func (s *Store) peekSlots(ctx context.Context, groups []slotGroup, n int) ([]flo
 
 // refundSlots refunds each slot's receipts concurrently. A refund is
 // idempotent, so a caller may retry the whole call after an error.
-func (s *Store) refundSlots(ctx context.Context, id string, receipts []floodgate.Receipt, groups []slotGroup) error {
+func (s *Store) refundSlots(ctx context.Context, receipts []floodgate.Receipt, groups []slotGroup) error {
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for i, g := range groups {
@@ -298,7 +300,7 @@ func (s *Store) refundSlots(ctx context.Context, id string, receipts []floodgate
 		for j, k := range g.idx {
 			rs[j] = receipts[k]
 		}
-		wg.Go(func() { errs[i] = s.refund(ctx, id, rs) })
+		wg.Go(func() { errs[i] = s.refund(ctx, rs) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -55,7 +55,7 @@ func BenchmarkCluster(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					n := seq.Add(1)
-					if _, err := s.Take(ctx, "b"+strconv.FormatUint(n, 36), tc.hits(n, s)); err != nil {
+					if _, err := s.Take(ctx, tc.hits(n, s)); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -180,7 +180,7 @@ func testCrossSlot(t *testing.T, newStore func(*testing.T) *Store, raw rueidis.C
 			hits := []floodgate.Hit{ip, acct}
 
 			// Allowed: both slots record, and a peek sees both.
-			res, err := s.Take(ctx(t), "t1", hits)
+			res, err := s.Take(ctx(t), hits)
 			if err != nil || !res[0].Allowed || !res[1].Allowed || res[0].Remaining != 2 || res[1].Remaining != 0 {
 				t.Fatalf("first take: %+v, %v; want both allowed, remaining 2 and 0", res, err)
 			}
@@ -193,8 +193,8 @@ func testCrossSlot(t *testing.T, newStore func(*testing.T) *Store, raw rueidis.C
 
 			// Denied by the account: whichever slot comes first, the IP
 			// must hold nothing of this take afterwards.
-			for i := range 3 {
-				res, err = s.Take(ctx(t), "t-denied-"+strconv.Itoa(i), hits)
+			for range 3 {
+				res, err = s.Take(ctx(t), hits)
 				if err != nil || !res[0].Allowed || res[1].Allowed || res[1].RetryAfter <= 0 {
 					t.Fatalf("take past the account's limit: %+v, %v; want ip within its limit, account denied", res, err)
 				}
@@ -208,10 +208,10 @@ func testCrossSlot(t *testing.T, newStore func(*testing.T) *Store, raw rueidis.C
 			}
 
 			// Refund across slots frees both.
-			if err := s.Refund(ctx(t), "t1", receipts(hits, res1)); err != nil {
+			if err := s.Refund(ctx(t), receipts(hits, res1)); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Refund(ctx(t), "t1", receipts(hits, res1)); err != nil { // idempotent
+			if err := s.Refund(ctx(t), receipts(hits, res1)); err != nil { // idempotent
 				t.Fatal(err)
 			}
 			peek, err = s.Peek(ctx(t), hits)
@@ -230,12 +230,12 @@ func testCrossSlot(t *testing.T, newStore func(*testing.T) *Store, raw rueidis.C
 			for i := 0; keySlot(s.tag("device", third.Key)) == ipSlot || keySlot(s.tag("device", third.Key)) == acctSlot; i++ {
 				third.Key = "device-" + strconv.Itoa(i)
 			}
-			if _, err := s.Take(ctx(t), "t2", []floodgate.Hit{acct}); err != nil {
+			if _, err := s.Take(ctx(t), []floodgate.Hit{acct}); err != nil {
 				t.Fatal(err)
 			}
 			before := []string{slotState(t, raw, s, ipRule, ip.Key), slotState(t, raw, s, third.Rule, third.Key)}
 			readAt = time.Now()
-			res, err = s.Take(ctx(t), "t3", []floodgate.Hit{third, ip, acct})
+			res, err = s.Take(ctx(t), []floodgate.Hit{third, ip, acct})
 			if err != nil || res[2].Allowed || !res[0].Allowed || !res[1].Allowed {
 				t.Fatalf("three-slot take: %+v, %v", res, err)
 			}
@@ -276,7 +276,7 @@ func testRollbackWhenASlotFails(t *testing.T, cluster *redistest.Cluster, raw ru
 			first, second, frozen = a, b, mb
 		}
 	}
-	if _, err := s.Take(ctx(t), "warm", []floodgate.Hit{first}); err != nil { // learn the topology
+	if _, err := s.Take(ctx(t), []floodgate.Hit{first}); err != nil { // learn the topology
 		t.Fatal(err)
 	}
 	// Frozen for well under cluster-node-timeout: no failover starts.
@@ -284,7 +284,7 @@ func testRollbackWhenASlotFails(t *testing.T, cluster *redistest.Cluster, raw ru
 		t.Fatal(err)
 	}
 	c, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-	_, err := s.Take(c, "cut", []floodgate.Hit{first, second})
+	_, err := s.Take(c, []floodgate.Hit{first, second})
 	cancel()
 	if contErr := frozen.Cont(); contErr != nil {
 		t.Fatal(contErr)

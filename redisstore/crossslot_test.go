@@ -126,7 +126,7 @@ func isRefund(script Script) bool { return script.SHA1 == refundScript.SHA1 }
 func TestCrossSlotFailedRollbackIsRetried(t *testing.T) {
 	s, f, raw := faultStore(t)
 	a, b := twoSlots(t, s, mustRule(t, "ip", 5, time.Hour, floodgate.SlidingWindow), mustRule(t, "account", 1, time.Hour, floodgate.SlidingWindow))
-	if _, err := s.Take(ctx(t), "fill", []floodgate.Hit{b}); err != nil {
+	if _, err := s.Take(ctx(t), []floodgate.Hit{b}); err != nil {
 		t.Fatal(err)
 	}
 	var refunds, failed atomic.Int64
@@ -143,7 +143,7 @@ func TestCrossSlotFailedRollbackIsRetried(t *testing.T) {
 		}
 		return nil
 	}, nil)
-	res, err := s.Take(ctx(t), "denied", []floodgate.Hit{a, b})
+	res, err := s.Take(ctx(t), []floodgate.Hit{a, b})
 	if err != nil || res[1].Allowed || !res[0].Allowed {
 		t.Fatalf("take: %+v, %v; want a within its limit, b denied", res, err)
 	}
@@ -185,7 +185,7 @@ func TestCrossSlotUnsureSlotIsLeftToExpire(t *testing.T) {
 		}
 		return nil
 	})
-	_, err := s.Take(ctx(t), "unsure", []floodgate.Hit{a, b, bt})
+	_, err := s.Take(ctx(t), []floodgate.Hit{a, b, bt})
 	if !errors.Is(err, floodgate.ErrStoreUnavailable) {
 		t.Fatalf("take: %v; want ErrStoreUnavailable", err)
 	}
@@ -210,7 +210,7 @@ func TestCrossSlotUnsureSlotIsLeftToExpire(t *testing.T) {
 func TestCrossSlotPeekFailureKeepsTheDenial(t *testing.T) {
 	s, f, _ := faultStore(t)
 	a, b := twoSlots(t, s, mustRule(t, "first", 1, time.Hour, floodgate.SlidingWindow), mustRule(t, "second", 5, time.Hour, floodgate.SlidingWindow))
-	if _, err := s.Take(ctx(t), "fill", []floodgate.Hit{a}); err != nil {
+	if _, err := s.Take(ctx(t), []floodgate.Hit{a}); err != nil {
 		t.Fatal(err)
 	}
 	f.set(func(script Script, _ []string) error {
@@ -219,7 +219,7 @@ func TestCrossSlotPeekFailureKeepsTheDenial(t *testing.T) {
 		}
 		return nil
 	}, nil)
-	res, err := s.Take(ctx(t), "denied", []floodgate.Hit{a, b})
+	res, err := s.Take(ctx(t), []floodgate.Hit{a, b})
 	if err != nil || res[0].Allowed || res[0].RetryAfter <= 0 || !res[1].Allowed {
 		t.Fatalf("take: %+v, %v; a denial must stay a denial when a later slot cannot be read", res, err)
 	}
@@ -232,7 +232,7 @@ func TestCloseStopsBackgroundRollbacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := twoSlots(t, s, mustRule(t, "ip", 5, time.Hour, floodgate.SlidingWindow), mustRule(t, "account", 1, time.Hour, floodgate.SlidingWindow))
-	if _, err := s.Take(ctx(t), "fill", []floodgate.Hit{b}); err != nil {
+	if _, err := s.Take(ctx(t), []floodgate.Hit{b}); err != nil {
 		t.Fatal(err)
 	}
 	f.set(func(script Script, _ []string) error {
@@ -241,8 +241,8 @@ func TestCloseStopsBackgroundRollbacks(t *testing.T) {
 		}
 		return nil
 	}, nil)
-	for i := range 5 {
-		if _, err := s.Take(ctx(t), "denied-"+strconv.Itoa(i), []floodgate.Hit{a, b}); err != nil {
+	for range 5 {
+		if _, err := s.Take(ctx(t), []floodgate.Hit{a, b}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -55,7 +55,7 @@ func TestStateKeysAreTheStores(t *testing.T) {
 				if err != nil || !d.Allowed {
 					t.Fatalf("%v %q: %+v, %v", r, key, d, err)
 				}
-				if _, err := other.Take(ctx(t), "x", []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}); err != nil {
+				if _, err := other.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}); err != nil {
 					t.Fatal(err)
 				}
 				k, err := rediskeys.StateKey(s.prefix, r, key)
@@ -154,7 +154,7 @@ func TestPeekStoredIsPeek(t *testing.T) {
 				r := mustRule(t, "r", 3, time.Hour, alg)
 				for j, key := range []string{"acct-1", "acct 2", "{acct-3}", strings.Repeat("k", 60), "never-taken"} {
 					for range (i + j) % 4 {
-						if _, err := s.Take(ctx(t), "t", []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}); err != nil {
+						if _, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}); err != nil {
 							t.Fatal(err)
 						}
 					}

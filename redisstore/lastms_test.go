@@ -50,7 +50,7 @@ func TestRefundInTheKeysLastMillisecondKeepsOtherTakes(t *testing.T) {
 		if pttl != 0 {
 			continue // gone before the poll saw its last millisecond
 		}
-		keys, args, err := s.refundCall("b-"+k, receipts(b, res[1]))
+		keys, args, err := s.refundCall(receipts(b, res[1]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestRefundInTheKeysLastMillisecondKeepsOtherTakes(t *testing.T) {
 		if ttl, err := c.Do(ctx(t), c.B().Pttl().Key(key).Build()).AsInt64(); err != nil || ttl <= 0 || ttl > time.Minute.Milliseconds() {
 			t.Errorf("PTTL after the refund: %d, %v; want the key to live until A's time leaves the window (at most 60000 ms)", ttl, err)
 		}
-		all, err := s.Take(ctx(t), "all-"+k, []floodgate.Hit{{Rule: r, Key: k, Cost: 4}})
+		all, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: k, Cost: 4}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestRefundInTheKeysLastMillisecondKeepsOtherTakes(t *testing.T) {
 			t.Errorf("a take of 4 after the refund: allowed %v, Remaining %d; want denied with 1 remaining (A's 3 units are in the window; admitting it makes 7 against a limit of 4)", all[0].Allowed, all[0].Remaining)
 		}
 		for i, want := range []bool{true, false} {
-			one, err := s.Take(ctx(t), "one-"+strconv.Itoa(i)+"-"+k, b)
+			one, err := s.Take(ctx(t), b)
 			if err != nil {
 				t.Fatal(err)
 			}

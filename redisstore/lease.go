@@ -24,16 +24,17 @@ var (
 // Renew implements [floodgate.Store] with one script call (one per slot
 // on a Cluster, concurrently): renew.lua moves each lease's entries in
 // its ring to the server's time, if they still hold their slots, and
-// never renews a lease whose refund's tombstone exists.
-func (s *Store) Renew(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
-	return s.guard.Renew(ctx, id, receipts)
+// never renews a lease whose refund's tombstone (named by the receipt's
+// Stamp.Take) exists.
+func (s *Store) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+	return s.guard.Renew(ctx, receipts)
 }
 
-func (d direct) Renew(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
-	return d.s.renewDirect(ctx, id, receipts)
+func (d direct) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+	return d.s.renewDirect(ctx, receipts)
 }
 
-func (s *Store) renewDirect(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+func (s *Store) renewDirect(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
 	out := make([]floodgate.Stamp, len(receipts))
 	// Only leases are renewed: the other receipts keep the zero Stamp.
 	var leases []floodgate.Receipt
@@ -56,12 +57,12 @@ func (s *Store) renewDirect(ctx context.Context, id string, receipts []floodgate
 	var stamps []floodgate.Stamp
 	var err error
 	if groups := s.slotGroups(hits); groups != nil {
-		stamps, err = s.renewSlots(ctx, id, leases, groups)
+		stamps, err = s.renewSlots(ctx, leases, groups)
 	} else {
-		stamps, err = s.renew(ctx, id, leases)
+		stamps, err = s.renew(ctx, leases)
 		if errors.Is(err, ErrCrossSlot) { // see Take
 			if groups := s.slotGroups(hits); groups != nil {
-				stamps, err = s.renewSlots(ctx, id, leases, groups)
+				stamps, err = s.renewSlots(ctx, leases, groups)
 			}
 		}
 	}
@@ -75,7 +76,7 @@ func (s *Store) renewDirect(ctx context.Context, id string, receipts []floodgate
 }
 
 // renew runs the renew script for leases of one slot.
-func (s *Store) renew(ctx context.Context, id string, leases []floodgate.Receipt) ([]floodgate.Stamp, error) {
+func (s *Store) renew(ctx context.Context, leases []floodgate.Receipt) ([]floodgate.Stamp, error) {
 	keys := make([]string, 0, 2*len(leases))
 	args := make([]string, 0, 4*len(leases))
 	for i, r := range leases {
@@ -84,7 +85,7 @@ func (s *Store) renew(ctx context.Context, id string, leases []floodgate.Receipt
 			return nil, fmt.Errorf("redisstore: renew: lease %d: %w", i, err)
 		}
 		tag := s.tag(r.Hit.Rule.Name, r.Hit.Key)
-		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+id)
+		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+takeID(r.Stamp.Take))
 		at := max(0, min(r.Stamp.At.UnixMicro(), maxServerTime)) // a zero stamp renews nothing
 		args = append(args, strconv.FormatInt(p.cost, 10), strconv.FormatInt(p.b, 10),
 			strconv.FormatInt(at, 10), strconv.FormatUint(r.Stamp.Epoch, 10))
@@ -102,14 +103,14 @@ func (s *Store) renew(ctx context.Context, id string, leases []floodgate.Receipt
 		case t < 0 || t > maxServerTime:
 			return nil, fmt.Errorf("redisstore: renew: %w: %w: lease %d: time %dµs", floodgate.ErrStoreUnavailable, errMalformed, i, t)
 		case t > 0:
-			out[i] = floodgate.Stamp{At: time.UnixMicro(t), Epoch: leases[i].Stamp.Epoch}
+			out[i] = floodgate.Stamp{At: time.UnixMicro(t), Epoch: leases[i].Stamp.Epoch, Take: leases[i].Stamp.Take}
 		}
 	}
 	return out, nil
 }
 
 // renewSlots renews each slot's leases concurrently.
-func (s *Store) renewSlots(ctx context.Context, id string, leases []floodgate.Receipt, groups []slotGroup) ([]floodgate.Stamp, error) {
+func (s *Store) renewSlots(ctx context.Context, leases []floodgate.Receipt, groups []slotGroup) ([]floodgate.Stamp, error) {
 	out := make([]floodgate.Stamp, len(leases))
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
@@ -119,7 +120,7 @@ func (s *Store) renewSlots(ctx context.Context, id string, leases []floodgate.Re
 			rs[j] = leases[k]
 		}
 		wg.Go(func() {
-			st, err := s.renew(ctx, id, rs)
+			st, err := s.renew(ctx, rs)
 			if err != nil {
 				errs[i] = err
 				return

@@ -23,7 +23,7 @@ func TestOutOfMemoryKeepsEnforcing(t *testing.T) {
 		for _, k := range keys {
 			hits = append(hits, floodgate.Hit{Rule: r, Key: k, Cost: 1})
 		}
-		res, err := s.Take(ctx(t), id, hits)
+		res, err := s.Take(ctx(t), hits)
 		if err != nil {
 			t.Fatalf("take %s of %v at maxmemory: %v; a full Redis must keep enforcing", id, keys, err)
 		}

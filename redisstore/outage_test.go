@@ -45,7 +45,7 @@ func TestStartDuringOutage(t *testing.T) {
 	hits := []floodgate.Hit{{Rule: mustRule(t, "outage", 10, time.Minute, floodgate.SlidingWindow), Key: "k", Cost: 1}}
 	for range 5 {
 		c, cancel := budget(50 * time.Millisecond)
-		_, err := s.Take(c, "id", hits)
+		_, err := s.Take(c, hits)
 		cancel()
 		if !errors.Is(err, floodgate.ErrStoreUnavailable) {
 			t.Fatalf("Take with Redis down: %v; want an error wrapping ErrStoreUnavailable", err)
@@ -63,7 +63,7 @@ func TestStartDuringOutage(t *testing.T) {
 	eventually(t, 5*time.Second, func() error {
 		c, cancel := budget(time.Second)
 		defer cancel()
-		_, err := s.Take(c, "id", hits)
+		_, err := s.Take(c, hits)
 		return err
 	})
 	if err := s.Ping(ctx(t)); err != nil {
@@ -96,13 +96,13 @@ func TestKilledRedisRecovers(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStoreOn(t, srv.Addr())
 	hits := []floodgate.Hit{{Rule: mustRule(t, "killed", 10, time.Minute, floodgate.TokenBucket), Key: "k", Cost: 1}}
-	if _, err := s.Take(ctx(t), "a", hits); err != nil {
+	if _, err := s.Take(ctx(t), hits); err != nil {
 		t.Fatal(err)
 	}
 	srv.Kill()
 	start := time.Now()
 	c, cancel := budget(50 * time.Millisecond)
-	_, err := s.Take(c, "b", hits)
+	_, err := s.Take(c, hits)
 	cancel()
 	if !errors.Is(err, floodgate.ErrStoreUnavailable) {
 		t.Fatalf("Take after kill: %v; want ErrStoreUnavailable", err)
@@ -116,7 +116,7 @@ func TestKilledRedisRecovers(t *testing.T) {
 	eventually(t, 5*time.Second, func() error {
 		c, cancel := budget(time.Second)
 		defer cancel()
-		_, err := s.Take(c, "c", hits)
+		_, err := s.Take(c, hits)
 		return err
 	})
 }
@@ -178,8 +178,8 @@ func TestNoCallWaitsForever(t *testing.T) {
 		for name, f := range map[string]func() error{
 			"Ping":   func() error { return s.Ping(bg) },
 			"Peek":   func() error { _, err := s.Peek(bg, hits); return err },
-			"Take":   func() error { _, err := s.Take(bg, "id", hits); return err },
-			"Refund": func() error { return s.Refund(bg, "id", receipts(hits, nil)) },
+			"Take":   func() error { _, err := s.Take(bg, hits); return err },
+			"Refund": func() error { return s.Refund(bg, receipts(hits, nil)) },
 			"Reset":  func() error { return s.Reset(bg, r, "k") },
 		} {
 			start := time.Now()

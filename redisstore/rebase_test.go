@@ -145,7 +145,7 @@ func TestRingRebase(t *testing.T) {
 				writeRing(t, c, key, 42, 2, 0, base, rel(-70, -65, -50, -40, -30))
 				hit := func(cost int64) []floodgate.Hit { return []floodgate.Hit{{Rule: r, Key: k, Cost: cost}} }
 
-				res, err := s.Take(ctx(t), "take-1", hit(1))
+				res, err := s.Take(ctx(t), hit(1))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -165,7 +165,7 @@ func TestRingRebase(t *testing.T) {
 				// Denied: 4 live, cost 2. Room comes when the oldest live
 				// (now0-50s) leaves; the log is full until at1 does.
 				before := serverTime(t, c)
-				res, err = s.Take(ctx(t), "take-2", hit(2))
+				res, err = s.Take(ctx(t), hit(2))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -182,7 +182,7 @@ func TestRingRebase(t *testing.T) {
 
 				// The refund drops the take's time and the times that
 				// left the window; the base stays.
-				if err := s.Refund(ctx(t), "take-1", []floodgate.Receipt{{Hit: hit(1)[0], Stamp: floodgate.Stamp{At: time.UnixMicro(at1), Epoch: 42}}}); err != nil {
+				if err := s.Refund(ctx(t), []floodgate.Receipt{{Hit: hit(1)[0], Stamp: floodgate.Stamp{At: time.UnixMicro(at1), Epoch: 42}}}); err != nil {
 					t.Fatal(err)
 				}
 				if _, _, times = ring(t, c, key); !slices.Equal(times, rel(-50, -40, -30)) || ringBase(t, c, key) != wantBase {
@@ -193,7 +193,7 @@ func TestRingRebase(t *testing.T) {
 				}
 
 				// It fills: written whole, the base kept (it still fits).
-				if res, err = s.Take(ctx(t), "take-3", hit(2)); err != nil || !res[0].Allowed || res[0].Remaining != 0 {
+				if res, err = s.Take(ctx(t), hit(2)); err != nil || !res[0].Allowed || res[0].Remaining != 0 {
 					t.Fatalf("take of 2 beside 3 live times of 5: %+v, %v; want allowed, remaining 0", res, err)
 				}
 				at3 := res[0].Stamp.At.UnixMicro()
@@ -227,7 +227,7 @@ func TestRingTooOldForItsBase(t *testing.T) {
 				return v
 			}
 			was := stored()
-			_, err := s.Take(ctx(t), "take", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
+			_, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
 			if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), "8.9 years") {
 				t.Fatalf("take: %v; want an error wrapping ErrStoreUnavailable that says the entry is 8.9 years old", err)
 			}

@@ -140,6 +140,7 @@ type Store struct {
 	dialed *rueidisConn // the driver the store dialed from Options.URL, which Close closes
 	closed atomic.Bool
 	batch  batchers            // group commit of concurrent Takes (batch.go)
+	names  takeNames           // the names of its takes (takename.go)
 	roll   rollbacks           // roll-backs retried in the background (cluster.go)
 	guard  floodgate.Store     // what the exported calls go through: the breaker, or direct{s}
 	cb     *breakerstore.Store // the breaker; nil with Options.NoBreaker
@@ -160,6 +161,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{prefix: cmp.Or(opts.Prefix, rediskeys.DefaultPrefix), callTO: cmp.Or(opts.CallTimeout, defaultCallTimeout)}
+	s.names.seed()
 	switch {
 	case opts.Client != nil:
 		s.conn = onClient(opts.Client)
@@ -207,27 +209,30 @@ func (s *Store) Close() error {
 // Take implements [floodgate.Store] with one script call, which it may
 // share with concurrent Takes of the same slot (batch.go). On a Cluster, a
 // check whose hits live in several slots takes one script call per slot,
-// reserving and rolling back (cluster.go). Take, Peek, Refund and Reset
-// go through the store's breaker, unless Options.NoBreaker.
-func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return s.guard.Take(ctx, id, hits)
+// reserving and rolling back (cluster.go). It names the take (see
+// takename.go) in the stamp of every hit it recorded. Take, Peek, Refund
+// and Reset go through the store's breaker, unless Options.NoBreaker.
+func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	return s.guard.Take(ctx, hits)
 }
 
-func (s *Store) takeDirect(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s *Store) takeDirect(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	t := s.names.next()
 	if groups := s.slotGroups(hits); groups != nil {
-		return s.takeSlots(ctx, id, groups, len(hits))
+		return s.takeSlots(ctx, t, groups, len(hits))
 	}
-	res, err := s.take(ctx, id, hits)
+	res, err := s.take(ctx, takeID(t), hits)
 	if errors.Is(err, ErrCrossSlot) {
 		// The driver learnt it talks to a Cluster only now (a rueidis
 		// client's first connection): nothing ran, take again by slot.
 		if groups := s.slotGroups(hits); groups != nil {
-			return s.takeSlots(ctx, id, groups, len(hits))
+			return s.takeSlots(ctx, t, groups, len(hits))
 		}
-		return s.take(ctx, id, hits)
+		res, err = s.take(ctx, takeID(t), hits)
 	}
+	named(res, t)
 	return res, err
 }
 
@@ -257,33 +262,34 @@ func (s *Store) peekDirect(ctx context.Context, hits []floodgate.Hit) ([]floodga
 // members; a token bucket, fixed window or sliding-window counter credits
 // what provably remains of the take, from the take's server time and the
 // state's epoch (see refund.lua), once, remembered by a tombstone key that
-// lives as long as a later refund could credit anything.
-func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
-	return s.guard.Refund(ctx, id, receipts)
+// is named by the take's name (the receipt's Stamp.Take) and lives as long
+// as a later refund could credit anything.
+func (s *Store) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
+	return s.guard.Refund(ctx, receipts)
 }
 
-func (s *Store) refundDirect(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+func (s *Store) refundDirect(ctx context.Context, receipts []floodgate.Receipt) error {
 	if len(receipts) == 0 {
 		return nil
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	return s.refundAll(ctx, id, receipts)
+	return s.refundAll(ctx, receipts)
 }
 
 // refundAll is Refund under a deadline: one script per slot.
-func (s *Store) refundAll(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+func (s *Store) refundAll(ctx context.Context, receipts []floodgate.Receipt) error {
 	hits := make([]floodgate.Hit, len(receipts))
 	for i, r := range receipts {
 		hits[i] = r.Hit
 	}
 	if groups := s.slotGroups(hits); groups != nil {
-		return s.refundSlots(ctx, id, receipts, groups)
+		return s.refundSlots(ctx, receipts, groups)
 	}
-	err := s.refund(ctx, id, receipts)
+	err := s.refund(ctx, receipts)
 	if errors.Is(err, ErrCrossSlot) { // see Take
 		if groups := s.slotGroups(hits); groups != nil {
-			return s.refundSlots(ctx, id, receipts, groups)
+			return s.refundSlots(ctx, receipts, groups)
 		}
 	}
 	return err

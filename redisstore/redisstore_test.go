@@ -120,7 +120,7 @@ func TestHostileKeysHaveOneHashTag(t *testing.T) {
 		if len(key) > 100 {
 			t.Errorf("key of %d bytes: store key is %d bytes; long keys must be digested", len(k), len(key))
 		}
-		if _, err := s.Take(ctx(t), "id1", []floodgate.Hit{{Rule: r, Key: k, Cost: 1}}); err != nil {
+		if _, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: k, Cost: 1}}); err != nil {
 			t.Fatalf("key %.20q: %v", k, err)
 		}
 		if n := ringLen(t, c, key); n != 1 {
@@ -137,14 +137,14 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	for _, alg := range algorithms {
 		r := mustRule(t, "ttl", 10, time.Minute, alg)
 		hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}
-		res, err := s.Take(ctx(t), "take-1", hits)
+		res, err := s.Take(ctx(t), hits)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Take(ctx(t), "take-2", hits); err != nil {
+		if _, err := s.Take(ctx(t), hits); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Refund(ctx(t), "take-1", receipts(hits, res)); err != nil {
+		if err := s.Refund(ctx(t), receipts(hits, res)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -276,23 +276,6 @@ func TestGroupsAreIndependent(t *testing.T) {
 	}
 }
 
-// TestReusedIDStillCounts checks that a caller reusing a take id cannot
-// make a sliding window under-count.
-func TestReusedIDStillCounts(t *testing.T) {
-	s := newStore(t)
-	r := mustRule(t, "reuse", 3, time.Minute, floodgate.SlidingWindow)
-	hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
-	for i := range 4 {
-		res, err := s.Take(ctx(t), "same-id", hits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res[0].Allowed != (i < 3) {
-			t.Fatalf("take %d with a reused id: %+v", i+1, res[0])
-		}
-	}
-}
-
 func TestRefundIsIdempotent(t *testing.T) {
 	s := newStore(t)
 	c := rawClient(t)
@@ -300,8 +283,8 @@ func TestRefundIsIdempotent(t *testing.T) {
 		r := mustRule(t, "refund", 4, time.Minute, alg)
 		hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 2}}
 		var first []floodgate.Result
-		for _, id := range []string{"t1", "t2"} {
-			res, err := s.Take(ctx(t), id, hits)
+		for range 2 {
+			res, err := s.Take(ctx(t), hits)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,7 +293,7 @@ func TestRefundIsIdempotent(t *testing.T) {
 			}
 		}
 		for i := range 3 {
-			if err := s.Refund(ctx(t), "t1", receipts(hits, first)); err != nil {
+			if err := s.Refund(ctx(t), receipts(hits, first)); err != nil {
 				t.Fatal(err)
 			}
 			res, err := s.Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
@@ -335,21 +318,21 @@ func TestRefundScriptReportsChanges(t *testing.T) {
 	s := newStore(t)
 	r := mustRule(t, "rs", 4, time.Minute, floodgate.TokenBucket)
 	hits := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
-	res, err := s.Take(ctx(t), "id", hits)
+	res, err := s.Take(ctx(t), hits)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A stamp of another state of the key (another epoch) changes nothing.
 	other := receipts(hits, res)
 	other[0].Stamp.Epoch++
-	keys, args, err := s.refundCall("id", other)
+	keys, args, err := s.refundCall(other)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.eval(ctx(t), refundScript, keys, args); err != nil || len(n) != 1 || n[0] != 0 {
 		t.Fatalf("refund with another epoch: changed %d, %v; want 0", n, err)
 	}
-	keys, args, err = s.refundCall("id", receipts(hits, res))
+	keys, args, err = s.refundCall(receipts(hits, res))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +353,7 @@ func TestNoscriptFallback(t *testing.T) {
 		if err := c.Do(ctx(t), c.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		res, err := s.Take(ctx(t), "id"+string(rune('a'+i)), hits)
+		res, err := s.Take(ctx(t), hits)
 		if err != nil {
 			t.Fatalf("take after SCRIPT FLUSH: %v", err)
 		}
@@ -386,7 +369,7 @@ func TestNoscriptFallback(t *testing.T) {
 		if err := c.Do(ctx(t), c.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Refund(ctx(t), "nothing", receipts(hits, nil)); err != nil {
+		if err := s.Refund(ctx(t), receipts(hits, nil)); err != nil {
 			t.Fatalf("refund after SCRIPT FLUSH: %v", err)
 		}
 	}
@@ -416,17 +399,17 @@ func TestTakeIsNeverRetried(t *testing.T) {
 	}
 	defer s.Close()
 	hits := []floodgate.Hit{{Rule: mustRule(t, "retry", 10, time.Minute, floodgate.TokenBucket), Key: "k", Cost: 1}}
-	res, err := s.Take(ctx(t), "id", hits)
+	res, err := s.Take(ctx(t), hits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Refund(ctx(t), "id", receipts(hits, res)); err != nil {
+	if err := s.Refund(ctx(t), receipts(hits, res)); err != nil {
 		t.Fatal(err)
 	}
 	if err := rec.Client.Do(ctx(t), rec.Client.B().ScriptFlush().Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Take(ctx(t), "id2", hits); err != nil { // EVALSHA, NOSCRIPT, EVAL
+	if _, err := s.Take(ctx(t), hits); err != nil { // EVALSHA, NOSCRIPT, EVAL
 		t.Fatal(err)
 	}
 	for _, name := range []string{"EVALSHA", "EVAL"} {
@@ -465,7 +448,7 @@ func TestBadStateIsAnError(t *testing.T) {
 		if err := c.Do(ctx(t), cmd).Error(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
+		_, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
 		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "redisstore: store unavailable: ") {
 			t.Errorf("%v: take on a corrupt key: %v; want an error wrapping ErrStoreUnavailable", alg, err)
 		}
@@ -487,7 +470,7 @@ func TestInvalidHits(t *testing.T) {
 		{"window too long", []floodgate.Hit{{Rule: floodgate.Rule{Name: "long", Limit: 1, Window: 100 * 365 * 24 * time.Hour}, Key: "k"}}, floodgate.ErrInvalidRule},
 		{"unknown algorithm", []floodgate.Hit{{Rule: floodgate.Rule{Name: "x", Limit: 1, Window: time.Second, Algorithm: 9}, Key: "k"}}, floodgate.ErrInvalidRule},
 	} {
-		if _, err := s.Take(ctx(t), "id", tc.hits); !errors.Is(err, tc.want) {
+		if _, err := s.Take(ctx(t), tc.hits); !errors.Is(err, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
 		}
 	}
@@ -496,7 +479,7 @@ func TestInvalidHits(t *testing.T) {
 func TestClose(t *testing.T) {
 	s := newStore(t)
 	hits := []floodgate.Hit{{Rule: mustRule(t, "close", 3, time.Minute, floodgate.SlidingWindow), Key: "k", Cost: 1}}
-	if _, err := s.Take(ctx(t), "id", hits); err != nil {
+	if _, err := s.Take(ctx(t), hits); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -505,9 +488,9 @@ func TestClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	_, err1 := s.Take(ctx(t), "id", hits)
+	_, err1 := s.Take(ctx(t), hits)
 	_, err2 := s.Peek(ctx(t), hits)
-	err3 := s.Refund(ctx(t), "id", receipts(hits, nil))
+	err3 := s.Refund(ctx(t), receipts(hits, nil))
 	err4 := s.Reset(ctx(t), hits[0].Rule, "k")
 	err5 := s.Ping(ctx(t))
 	for i, err := range []error{err1, err2, err3, err4, err5} {
@@ -574,7 +557,7 @@ func TestTimeIsTheServers(t *testing.T) {
 	c := rawClient(t)
 	r := mustRule(t, "clock", 10, time.Minute, floodgate.SlidingWindow)
 	before := serverTime(t, c)
-	if _, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}); err != nil {
+	if _, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	after := serverTime(t, c)

@@ -104,7 +104,7 @@ func TestMalformedReplyIsAnError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.Take(ctx(t), "id", hits)
+		_, err = s.Take(ctx(t), hits)
 		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "redisstore: store unavailable: ") {
 			t.Errorf("%s: Take = %v; want an error wrapping ErrStoreUnavailable", src, err)
 		}

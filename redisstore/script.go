@@ -63,8 +63,8 @@ func (s *Store) peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 }
 
 // refund runs the refund script for receipts of one slot.
-func (s *Store) refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
-	keys, args, err := s.refundCall(id, receipts)
+func (s *Store) refund(ctx context.Context, receipts []floodgate.Receipt) error {
+	keys, args, err := s.refundCall(receipts)
 	if err != nil {
 		return err
 	}
@@ -221,8 +221,19 @@ func result(v [5]int64) (floodgate.Result, error) {
 // window ring's header field (and exact in Lua's doubles).
 const maxEpoch = 1<<48 - 1
 
-// epochOf returns the epoch of a state that the take id creates: 48 bits
-// of a hash of the id (FNV-1a), never zero. Ids are unique, so two states
+// named sets the name t of the take that gave res in the stamp of each hit
+// it recorded (those with an epoch).
+func named(res []floodgate.Result, t uint64) {
+	for i := range res {
+		if res[i].Stamp.Epoch != 0 {
+			res[i].Stamp.Take = t
+		}
+	}
+}
+
+// epochOf returns the epoch of a state that the take id (takeID of its
+// name) creates: 48 bits of a hash of the id (FNV-1a), never zero. Ids are
+// unique (takename.go), so two states
 // of one key share an epoch with a chance of about 2^-48, and a refund is
 // then credited to a state that does not hold its take.
 func epochOf(id string) uint64 {
@@ -237,10 +248,10 @@ func epochOf(id string) uint64 {
 	return h
 }
 
-// refundCall returns the keys and arguments of the refund script for the
-// receipts of the take id (see refund.lua): id names the tombstones, and
-// the script needs no other trace of it.
-func (s *Store) refundCall(id string, receipts []floodgate.Receipt) (keys, args []string, err error) {
+// refundCall returns the keys and arguments of the refund script for
+// receipts (see refund.lua): each receipt's take name (Stamp.Take) names
+// its tombstone, and the script needs no other trace of the take.
+func (s *Store) refundCall(receipts []floodgate.Receipt) (keys, args []string, err error) {
 	keys = make([]string, 0, 2*len(receipts))
 	args = make([]string, 0, 5*len(receipts))
 	for i, r := range receipts {
@@ -249,7 +260,7 @@ func (s *Store) refundCall(id string, receipts []floodgate.Receipt) (keys, args 
 			return nil, nil, fmt.Errorf("redisstore: refund: hit %d: %w", i, err)
 		}
 		tag := s.tag(r.Hit.Rule.Name, r.Hit.Key)
-		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+id)
+		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+takeID(r.Stamp.Take))
 		// A receipt no take gave (zero time) credits nothing: time 0 is
 		// older than any window.
 		at := max(0, min(r.Stamp.At.UnixMicro(), maxServerTime))

@@ -223,7 +223,7 @@ func TestRefundCall(t *testing.T) {
 		{Hit: floodgate.Hit{Rule: fw, Key: "j", Cost: 1}},                                                                          // no stamp: time 0
 		{Hit: floodgate.Hit{Rule: fw, Key: "l", Cost: 3}, Stamp: floodgate.Stamp{At: time.UnixMicro(maxServerTime + 5), Epoch: 1}}, // clamped
 	}
-	keys, args, err := s.refundCall("id", receipts)
+	keys, args, err := s.refundCall(receipts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestRefundCall(t *testing.T) {
 		t.Fatalf("refundCall:\nkeys %q\nargs %q\nwant\nkeys %q\nargs %q", keys, args, wantKeys, wantArgs)
 	}
 	bad := append(receipts[:1:1], floodgate.Receipt{Hit: floodgate.Hit{Rule: fw, Key: "k", Cost: 5}})
-	if _, _, err := s.refundCall("id", bad); err == nil || !strings.Contains(err.Error(), "hit 1") {
+	if _, _, err := s.refundCall(bad); err == nil || !strings.Contains(err.Error(), "hit 1") {
 		t.Fatalf("a receipt whose cost passes the limit: %v; want an error naming hit 1", err)
 	}
 }

@@ -52,7 +52,7 @@ func TestCrossSlotInvalidHitRollsBack(t *testing.T) {
 	ra := mustRule(t, "ip", 5, time.Hour, floodgate.FixedWindow)
 	a, b := twoSlots(t, s, ra, mustRule(t, "account", 1, time.Hour, floodgate.FixedWindow))
 	b.Cost = 2
-	_, err := s.Take(ctx(t), "invalid", []floodgate.Hit{a, b})
+	_, err := s.Take(ctx(t), []floodgate.Hit{a, b})
 	if !errors.Is(err, floodgate.ErrInvalidHit) {
 		t.Fatalf("take with an invalid hit in the second slot: %v; want ErrInvalidHit", err)
 	}
@@ -66,11 +66,11 @@ func TestCrossSlotInvalidHitRollsBack(t *testing.T) {
 func TestCrossSlotDenialReportsLaterSlots(t *testing.T) {
 	s, _, _ := faultStore(t)
 	a, b := twoSlots(t, s, mustRule(t, "first", 1, time.Hour, floodgate.FixedWindow), mustRule(t, "second", 5, time.Hour, floodgate.FixedWindow))
-	if _, err := s.Take(ctx(t), "fill", []floodgate.Hit{a}); err != nil {
+	if _, err := s.Take(ctx(t), []floodgate.Hit{a}); err != nil {
 		t.Fatal(err)
 	}
 	b.Cost = 2
-	res, err := s.Take(ctx(t), "denied", []floodgate.Hit{a, b})
+	res, err := s.Take(ctx(t), []floodgate.Hit{a, b})
 	if err != nil || res[0].Allowed {
 		t.Fatalf("take: %+v, %v; want a denied", res, err)
 	}
@@ -94,11 +94,11 @@ func TestBackgroundRollbacksAreBounded(t *testing.T) {
 	r := mustRule(t, "bound", 5, time.Hour, floodgate.FixedWindow)
 	taken := []floodgate.Receipt{{Hit: floodgate.Hit{Rule: r, Key: "k", Cost: 1}, Stamp: floodgate.Stamp{At: time.Now(), Epoch: 1}}}
 	s.roll.queued.Store(maxBackgroundRollbacks - 1)
-	s.rollback(ctx(t), "last", taken)
+	s.rollback(ctx(t), taken)
 	if n := s.roll.queued.Load(); n != maxBackgroundRollbacks {
 		t.Fatalf("%d roll-backs counted after the last one the bound allows; want %d", n, maxBackgroundRollbacks)
 	}
-	s.rollback(ctx(t), "past", taken)
+	s.rollback(ctx(t), taken)
 	if n := s.roll.queued.Load(); n != maxBackgroundRollbacks {
 		t.Fatalf("%d roll-backs counted after one past the bound; want it dropped, %d", n, maxBackgroundRollbacks)
 	}
@@ -106,7 +106,7 @@ func TestBackgroundRollbacksAreBounded(t *testing.T) {
 	if n := s.roll.queued.Load(); n != maxBackgroundRollbacks-1 {
 		t.Fatalf("%d roll-backs counted once the background one stopped; want %d", n, maxBackgroundRollbacks-1)
 	}
-	s.rollback(ctx(t), "late", taken) // shutting down: dropped
+	s.rollback(ctx(t), taken) // shutting down: dropped
 	if n := s.roll.queued.Load(); n != maxBackgroundRollbacks-1 {
 		t.Fatalf("%d roll-backs counted after one during shutdown; want %d", n, maxBackgroundRollbacks-1)
 	}
@@ -127,7 +127,7 @@ func TestFailedRollbackRetriesArePaced(t *testing.T) {
 	r := mustRule(t, "paced", 5, time.Hour, floodgate.FixedWindow)
 	taken := []floodgate.Receipt{{Hit: floodgate.Hit{Rule: r, Key: "k", Cost: 1}, Stamp: floodgate.Stamp{At: time.Now(), Epoch: 1}}}
 	start := time.Now()
-	s.rollback(ctx(t), "id", taken)
+	s.rollback(ctx(t), taken)
 	time.Sleep(400 * time.Millisecond)
 	s.Close()
 	// The first attempt, then retries at 50, 150 and 350ms at the soonest.
@@ -142,7 +142,7 @@ func TestFailedRollbackRetriesArePaced(t *testing.T) {
 func TestCrossSlotPeek(t *testing.T) {
 	s, f, _ := faultStore(t)
 	a, b := twoSlots(t, s, mustRule(t, "first", 3, time.Hour, floodgate.FixedWindow), mustRule(t, "second", 5, time.Hour, floodgate.FixedWindow))
-	if _, err := s.Take(ctx(t), "one", []floodgate.Hit{a}); err != nil {
+	if _, err := s.Take(ctx(t), []floodgate.Hit{a}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Peek(ctx(t), []floodgate.Hit{b, a})

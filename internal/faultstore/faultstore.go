@@ -59,11 +59,11 @@ func (s *Store) fault(ctx context.Context) error {
 }
 
 // Take implements [floodgate.Store].
-func (s *Store) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if err := s.fault(ctx); err != nil {
 		return nil, err
 	}
-	return s.next.Take(ctx, id, hits)
+	return s.next.Take(ctx, hits)
 }
 
 // Peek implements [floodgate.Store].
@@ -75,19 +75,19 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 }
 
 // Refund implements [floodgate.Store].
-func (s *Store) Refund(ctx context.Context, id string, receipts []floodgate.Receipt) error {
+func (s *Store) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
 	if err := s.fault(ctx); err != nil {
 		return err
 	}
-	return s.next.Refund(ctx, id, receipts)
+	return s.next.Refund(ctx, receipts)
 }
 
 // Renew implements [floodgate.Store].
-func (s *Store) Renew(ctx context.Context, id string, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
+func (s *Store) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
 	if err := s.fault(ctx); err != nil {
 		return nil, err
 	}
-	return s.next.Renew(ctx, id, receipts)
+	return s.next.Renew(ctx, receipts)
 }
 
 // Reset implements [floodgate.Store].

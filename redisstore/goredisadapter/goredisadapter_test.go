@@ -324,7 +324,7 @@ func TestScriptsAreNeverReplayed(t *testing.T) {
 	if _, err := newStore(t, direct, prefix).Peek(ctx(t), []floodgate.Hit{{Rule: r, Key: "warm", Cost: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Take(ctx(t), "once", []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}); err == nil {
+	if _, err := s.Take(ctx(t), []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}); err == nil {
 		t.Fatal("a take whose connection broke before the reply succeeded")
 	} else if !errors.Is(err, floodgate.ErrStoreUnavailable) {
 		t.Fatalf("take: %v; want ErrStoreUnavailable", err)
@@ -487,7 +487,7 @@ func TestCorruptStateThroughGoRedis(t *testing.T) {
 		if err := write(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Take(ctx(t), "id", []floodgate.Hit{{Rule: rule, Key: "user=alice", Cost: 1}})
+		_, err := s.Take(ctx(t), []floodgate.Hit{{Rule: rule, Key: "user=alice", Cost: 1}})
 		if !errors.Is(err, floodgate.ErrCorruptState) {
 			t.Errorf("%s: %v; want ErrCorruptState", name, err)
 		}

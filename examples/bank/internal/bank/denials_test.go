@@ -16,9 +16,9 @@ type countingStore struct {
 	takes atomic.Int64
 }
 
-func (s *countingStore) Take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s *countingStore) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	s.takes.Add(1)
-	return s.Store.Take(ctx, id, hits)
+	return s.Store.Take(ctx, hits)
 }
 
 // The service's limiter has the denial cache on by default: once a key is
