@@ -211,26 +211,27 @@ func TestEpochOf(t *testing.T) {
 	}
 }
 
-// TestRefundCall: two keys per receipt (the state and the take's
-// tombstone), and per receipt the algorithm, cost, window or interval in
-// µs, the take's time in µs (clamped to the scripts' range) and epoch.
+// TestRefundCall: two keys per receipt (the state and the tombstone named
+// by the receipt's own take name, in base 36), and per receipt the
+// algorithm, cost, window or interval in µs, the take's time in µs
+// (clamped to the scripts' range) and epoch.
 func TestRefundCall(t *testing.T) {
 	s := &Store{prefix: "p:"}
 	tb := mustRule(t, "tb", 4, time.Second, floodgate.TokenBucket)
 	fw := mustRule(t, "fw", 4, time.Minute, floodgate.FixedWindow)
 	receipts := []floodgate.Receipt{
-		{Hit: floodgate.Hit{Rule: tb, Key: "k", Cost: 2}, Stamp: floodgate.Stamp{At: time.UnixMicro(1_700_000_000_000_123), Epoch: 42}},
-		{Hit: floodgate.Hit{Rule: fw, Key: "j", Cost: 1}},                                                                          // no stamp: time 0
-		{Hit: floodgate.Hit{Rule: fw, Key: "l", Cost: 3}, Stamp: floodgate.Stamp{At: time.UnixMicro(maxServerTime + 5), Epoch: 1}}, // clamped
+		{Hit: floodgate.Hit{Rule: tb, Key: "k", Cost: 2}, Stamp: floodgate.Stamp{At: time.UnixMicro(1_700_000_000_000_123), Epoch: 42, Take: 1<<64 - 1}},
+		{Hit: floodgate.Hit{Rule: fw, Key: "j", Cost: 1}}, // no stamp: time 0
+		{Hit: floodgate.Hit{Rule: fw, Key: "l", Cost: 3}, Stamp: floodgate.Stamp{At: time.UnixMicro(maxServerTime + 5), Epoch: 1, Take: 36}}, // clamped
 	}
 	keys, args, err := s.refundCall(receipts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantKeys := []string{
-		"p:{tb:k}:t:1s", "p:{tb:k}:r:t:1s:id",
-		"p:{fw:j}:f:1m0s", "p:{fw:j}:r:f:1m0s:id",
-		"p:{fw:l}:f:1m0s", "p:{fw:l}:r:f:1m0s:id",
+		"p:{tb:k}:t:1s", "p:{tb:k}:r:t:1s:3w5e11264sgsf",
+		"p:{fw:j}:f:1m0s", "p:{fw:j}:r:f:1m0s:0",
+		"p:{fw:l}:f:1m0s", "p:{fw:l}:r:f:1m0s:10",
 	}
 	wantArgs := []string{
 		"t", "2", "250000", "1700000000000123", "42",
