@@ -57,9 +57,10 @@
 //	                                         "<window index>:<count>:<epoch>"
 //	<prefix>{<rule>:<key>}:c:<window>        sliding-window counter: string
 //	                                         "<window index>:<previous count>:<count>:<epoch>"
-//	<prefix>{<rule>:<key>}:r:<alg>:<window>:<id>
+//	<prefix>{<rule>:<key>}:r:<alg>:<window>:<take>
 //	                                         refund tombstone: "1", so a refund
-//	                                         credits once
+//	                                         credits once; <take> is the take's
+//	                                         name (floodgate.Stamp.Take) in base 36
 //
 // For example fg:{pix:acct-42}:w:1m0s. floodgate blocked finds keys
 // by this layout, and [Store.PeekStored] peeks at a key found so, hashed
@@ -80,7 +81,7 @@
 // miscount.
 //
 // The epoch names a state: the take that creates it (the key is absent)
-// writes 48 bits of a hash of its id, and later takes keep it. Take
+// writes 48 bits of a hash of its name, and later takes keep it. Take
 // replies with each recorded hit's epoch and the server time, which the
 // Limiter hands back to Refund: a refund credits only the state its take
 // was recorded in (so nothing after a Reset or an expiry), and measures

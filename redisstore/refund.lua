@@ -1,4 +1,4 @@
--- refund.lua: undo what one take recorded for some of its hits,
+-- refund.lua: undo what takes recorded for some of their hits,
 -- idempotently, crediting only what provably remains of the take, so
 -- that a refund never lets a key admit more than its limit. The proof is
 -- on floodgate.Store.Refund; this script follows it.
@@ -7,9 +7,9 @@
 -- the locals of the same names below):
 --   key   the state key <prefix>{<rule>:<key>}:<letter>:<window> (see
 --         take.lua)
---   tomb  the tombstone key <prefix>{<rule>:<key>}:r:<letter>:<window>:<id>,
---         where id is the take's identifier: a tiny string that marks the
---         take's refund as done
+--   tomb  the tombstone key <prefix>{<rule>:<key>}:r:<letter>:<window>:<take>,
+--         where take is the name of the hit's take (floodgate.Stamp.Take,
+--         in base 36): a tiny string that marks the take's refund as done
 -- ARGV: for each hit, 5 values (read once each, likewise):
 --   alg     "s" sliding window (key letter w), "t" token bucket, "f" fixed
 --           window, "c" sliding-window counter
