@@ -140,14 +140,13 @@ type Store interface {
 	// seen.
 	Reset(ctx context.Context, rule Rule, key string) error
 	// Renew extends leases: for each receipt of a Concurrency hit whose
-	// entries still hold their slots (the
-	// state is the take's, its time At is in the window, and it was not
-	// refunded), it moves them to the store's time now, atomically, so
-	// the key's count never changes, and returns the receipt's new stamp
-	// (its Epoch and Take unchanged). A receipt that no longer holds (or
-	// is not of a Concurrency hit) renews nothing, and gets the zero
-	// Stamp: its slot may already be another holder's, and a renewal
-	// never takes one back. A later Refund or Renew of the lease passes
+	// entries still hold their slots (the state is the take's, its time
+	// At is in the window, and it was not refunded), it moves them to the
+	// store's time now, atomically, so the key's count never changes, and
+	// returns the receipt's new stamp (its Epoch and Take unchanged). A
+	// receipt that no longer holds (or is not of a Concurrency hit) renews
+	// nothing, and gets the zero Stamp: its slot may already be another
+	// holder's, and a renewal never takes one back. A later Refund or Renew of the lease passes
 	// the newest stamp.
 	//
 	// A sliding-window log finds a lease's entries as Refund finds a
@@ -205,7 +204,7 @@ type Stamp struct {
 	Epoch uint64
 	// Take is the store's own name for the take that recorded the hit,
 	// opaque to callers and never zero for a recorded hit: no other take
-	// of that state has it (memstore counts the takes of a state;
+	// of that state has it (memstore counts the hits each state recorded;
 	// redisstore names each Take call, and all its hits share the name).
 	// Refund and Renew find the take by it.
 	Take uint64
