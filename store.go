@@ -146,8 +146,8 @@ type Store interface {
 	// returns the receipt's new stamp (its Epoch and Take unchanged). A
 	// receipt that no longer holds (or is not of a Concurrency hit) renews
 	// nothing, and gets the zero Stamp: its slot may already be another
-	// holder's, and a renewal never takes one back. A later Refund or Renew of the lease passes
-	// the newest stamp.
+	// holder's, and a renewal never takes one back. A later Refund or
+	// Renew of the lease passes the newest stamp.
 	//
 	// A sliding-window log finds a lease's entries as Refund finds a
 	// take's: the Cost oldest at or after At. Every lease held can be
