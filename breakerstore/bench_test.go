@@ -35,7 +35,7 @@ func BenchmarkTake(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				res, err := st.Take(ctx, "", hits[i%len(hits)])
+				res, err := st.Take(ctx, hits[i%len(hits)])
 				if err != nil || len(res) != 1 {
 					b.Fatal(res, err)
 				}
