@@ -209,9 +209,9 @@ func FuzzNewRule(f *testing.F) {
 		}
 		w := r.Window
 		if name == "" || len(name) > bounds.NameLen || limit < 1 || w < time.Millisecond || w > bounds.Window ||
-			w%time.Microsecond != 0 || alg > uint8(floodgate.SlidingWindowCounter) || burst < 0 ||
+			w%time.Microsecond != 0 || alg > uint8(floodgate.Concurrency) || burst < 0 ||
 			burst > 0 && r.Algorithm != floodgate.TokenBucket ||
-			r.Algorithm == floodgate.SlidingWindow && limit > bounds.SlidingLimit {
+			(r.Algorithm == floodgate.SlidingWindow || r.Algorithm == floodgate.Concurrency) && limit > bounds.SlidingLimit {
 			t.Fatalf("Validate accepted %v", r)
 		}
 		if r.Algorithm == floodgate.SlidingWindowCounter && float64(limit+1)*float64(w/time.Microsecond) > 1<<53 {
