@@ -58,35 +58,6 @@ func mustRule(t *testing.T, name string, limit int64, window time.Duration) floo
 	return r
 }
 
-// backend is a Redis deployment the tests run on: its URL, and the
-// address of the server that holds a key.
-type backend struct {
-	url    string
-	holder func(t *testing.T, key string) string
-}
-
-// backends are a standalone server, and a Cluster (3 masters) where the
-// hash and its version counter must share a slot for the scripts to run.
-func backends(t *testing.T) map[string]backend {
-	addr := redistest.Addr(t)
-	cluster := redistest.StartCluster(t, 3, 0)
-	return map[string]backend{
-		"standalone": {"redis://" + addr, func(*testing.T, string) string { return addr }},
-		"cluster": {cluster.URL(), func(t *testing.T, key string) string {
-			t.Helper()
-			slot, err := cluster.KeySlot(key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			node, err := cluster.MasterOf(slot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return node.Addr()
-		}},
-	}
-}
-
 // noLeak checks, once t and its cleanups are done, that t left no
 // goroutine running: the Table's refresher must stop on Close. A
 // rueidis Cluster client leaves a sleeping goroutine of its own for a
@@ -116,9 +87,9 @@ func (c *clock) add(d time.Duration) {
 // restores the base rule, an expiry is honoured without a refresh, and a
 // bad entry is skipped, logged and counted.
 func TestTableDrivesLimiter(t *testing.T) {
-	for name, be := range backends(t) {
+	for name, be := range redistest.Backends(t) {
 		t.Run(name, func(t *testing.T) {
-			url := be.url
+			url := be.URL
 			noLeak(t)
 			ctx := context.Background()
 			p := prefix(t)
@@ -234,7 +205,7 @@ func TestTableDrivesLimiter(t *testing.T) {
 
 			// A bad entry, written by hand, is skipped, logged once and
 			// counted; the good ones still load.
-			if _, err := redistest.Command(be.holder(t, key), "HSET", key, "api:broken", "limit=lots/1m", "api:nobody", "limit=0/1m"); err != nil {
+			if _, err := redistest.Command(be.Holder(t, key), "HSET", key, "api:broken", "limit=lots/1m", "api:nobody", "limit=0/1m"); err != nil {
 				t.Fatal(err)
 			}
 			if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", 3, time.Minute), Key: "good"}); err != nil {

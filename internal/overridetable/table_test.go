@@ -42,48 +42,19 @@ func mustRule(t *testing.T, name string, limit int64, window time.Duration) floo
 	return r
 }
 
-// backend is a Redis deployment the tests run on: its URL, and the
-// address of the server that holds a key.
-type backend struct {
-	url    string
-	holder func(t *testing.T, key string) string
-}
-
-// backends are a standalone server, and a Cluster (3 masters) where the
-// hash and its version counter must share a slot for the scripts to run.
-func backends(t *testing.T) map[string]backend {
-	addr := redistest.Addr(t)
-	cluster := redistest.StartCluster(t, 3, 0)
-	return map[string]backend{
-		"standalone": {"redis://" + addr, func(*testing.T, string) string { return addr }},
-		"cluster": {cluster.URL(), func(t *testing.T, key string) string {
-			t.Helper()
-			slot, err := cluster.KeySlot(key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			node, err := cluster.MasterOf(slot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return node.Addr()
-		}},
-	}
-}
-
 // Set, Get, List, Delete and Prune, and the version counter every change
 // bumps, on a standalone server and a Cluster.
 func TestTable(t *testing.T) {
-	for name, be := range backends(t) {
+	for name, be := range redistest.Backends(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			p := prefix(t)
-			tb := table(t, be.url, p)
+			tb := table(t, be.URL, p)
 			if tb.Key() != p+"{overrides}" {
 				t.Fatalf("Key = %q; want %q", tb.Key(), p+"{overrides}")
 			}
 			version := func() string {
-				v, err := redistest.Command(be.holder(t, tb.Key()), "GET", tb.Key()+":version")
+				v, err := redistest.Command(be.Holder(t, tb.Key()), "GET", tb.Key()+":version")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -148,7 +119,7 @@ func TestTable(t *testing.T) {
 				t.Errorf("version after deleting nothing = %q; want 5 still", v)
 			}
 			// A field holding garbage: Get says why, List lists it apart.
-			if _, err := redistest.Command(be.holder(t, tb.Key()), "HSET", tb.Key(), "api:junk", "1000 per minute"); err != nil {
+			if _, err := redistest.Command(be.Holder(t, tb.Key()), "HSET", tb.Key(), "api:junk", "1000 per minute"); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := tb.Get(ctx, "api", "junk"); !errors.Is(err, overridetable.ErrInvalidEntry) {

@@ -348,3 +348,33 @@ func requireBinaryNamed(t testing.TB, bin, pkg string) {
 	}
 	t.Skip(why)
 }
+
+// Backend is a Redis deployment a test runs on: its URL, and Holder, the
+// address of the server that holds a key (to stop or inspect that one).
+type Backend struct {
+	URL    string
+	Holder func(t testing.TB, key string) string
+}
+
+// Backends are the shared standalone server and a fresh Cluster of three
+// masters, by name: for code whose keys must share a slot (a hash and its
+// version counter, a script's keys) to prove it on both.
+func Backends(t testing.TB) map[string]Backend {
+	addr := Addr(t)
+	cluster := StartCluster(t, 3, 0)
+	return map[string]Backend{
+		"standalone": {"redis://" + addr, func(testing.TB, string) string { return addr }},
+		"cluster": {cluster.URL(), func(t testing.TB, key string) string {
+			t.Helper()
+			slot, err := cluster.KeySlot(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node, err := cluster.MasterOf(slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return node.Addr()
+		}},
+	}
+}
