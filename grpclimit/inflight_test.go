@@ -60,8 +60,12 @@ func TestCallsInFlight(t *testing.T) {
 	if _, err := st.Recv(); err != nil {
 		t.Fatalf("the stream: %v", err) // admitted: its handler answered
 	}
-	if code := unary(); code != codes.ResourceExhausted {
-		t.Fatalf("a call while the stream is open: %v; want ResourceExhausted", code)
+	var h metadata.MD
+	_, err = c.UnaryCall(ctx, new(testpb.SimpleRequest), grpc.Header(&h))
+	if a := newAnswer(err, h); status.Code(err) != codes.ResourceExhausted ||
+		a.field(t, grpclimit.MetadataRateLimitPolicy) != `"inflight";q=1;qu="concurrent-requests"` {
+		t.Fatalf("a call while the stream is open: %v, ratelimit-policy %q; want ResourceExhausted from a limit of 1 concurrent request",
+			status.Code(err), a.field(t, grpclimit.MetadataRateLimitPolicy))
 	}
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)

@@ -42,7 +42,9 @@
 //
 // q is the rule's limit and w its window in seconds (rounded up); r is the
 // requests left now and t the seconds (rounded up) until the quota is
-// whole again. By default the legacy X-RateLimit-Limit,
+// whole again. A concurrency limit (floodgate.Concurrency) counts
+// requests in flight, which its member says in the draft's quota unit,
+// with no window: "reports";q=2;qu="concurrent-requests". By default the legacy X-RateLimit-Limit,
 // X-RateLimit-Remaining and X-RateLimit-Reset (delta seconds) describe the
 // worst limit; [Options.NoLegacyHeaders] turns them off.
 //

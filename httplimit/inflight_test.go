@@ -52,6 +52,11 @@ func TestRequestsInFlight(t *testing.T) {
 		t.Fatalf("a second request in flight: %d, Retry-After %q, RateLimit %q; want 429 from the concurrency limit",
 			rec.Code, rec.Header().Get("Retry-After"), rec.Header().Get("RateLimit"))
 	}
+	// The policy says what the limit counts: requests in flight, with no
+	// window (300ms is the leases' time to live, not a window).
+	if got, want := rec.Header().Get("RateLimit-Policy"), `"rate";q=100;w=3600, "inflight";q=1;qu="concurrent-requests"`; got != want {
+		t.Fatalf("RateLimit-Policy %q; want %q", got, want)
+	}
 	close(leave)
 	if rec := <-done; rec.Code != http.StatusOK {
 		t.Fatalf("the slow request: %d", rec.Code)

@@ -115,7 +115,7 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 	}
 	hs := a.headerP[:0]
 	if len(shown) > 0 {
-		a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown)}
+		a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown, nil)}
 		a.headers[1] = corev3.HeaderValue{Key: "RateLimit", Value: fields.QuotaField(shown)}
 		hs = append(hs, &a.headers[0], &a.headers[1])
 	}

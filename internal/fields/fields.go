@@ -6,6 +6,7 @@
 package fields
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,6 +31,9 @@ func sfInt(n int64) int64 { return min(max(n, 0), sfMax) }
 
 // PolicyMember serializes the RateLimit-Policy list member of rule r:
 // "pix";q=10;w=60. The window is in whole seconds, rounded up, at least 1.
+// A Concurrency rule's quota is of concurrent requests, and it has no
+// window (its Window is a lease's time to live):
+// "reports";q=2;qu="concurrent-requests".
 // Members of several rules are joined by ", " (RFC 9651 §4.1.1). A valid
 // rule's name (1-64 bytes of [A-Za-z0-9_.-]) is an sf-string as it is, so
 // the member is written by hand, as it is on every request of a live or
@@ -39,23 +43,38 @@ func PolicyMember(r floodgate.Rule) (string, error) {
 	if !plainName(r.Name) {
 		it := httpsfv.NewItem(r.Name)
 		it.Params.Add("q", sfInt(r.Limit))
-		it.Params.Add("w", max(1, Seconds(r.Window)))
+		if r.Algorithm == floodgate.Concurrency {
+			it.Params.Add("qu", concurrentRequests)
+		} else {
+			it.Params.Add("w", max(1, Seconds(r.Window)))
+		}
 		return httpsfv.Marshal(httpsfv.List{it})
 	}
-	return string(appendPlainMember(make([]byte, 0, len(r.Name)+32), r.Name, r.Limit, r.Window)), nil
+	return string(appendPlainMember(make([]byte, 0, len(r.Name)+48), r)), nil
 }
+
+// concurrentRequests is the quota unit of a Concurrency rule's policy
+// (draft-ietf-httpapi-ratelimit-headers, "Quota Unit Parameter"); other
+// rules count requests, the default unit, which is left unsaid.
+const concurrentRequests = "concurrent-requests"
 
 // PolicyField serializes the RateLimit-Policy field of ds, one list
 // member per decision, each describing the rule that decided it (the
 // rule in force: an override's limit and window, under the decision's
 // Policy): "pix";q=10;w=60, joined by ", ". A member whose name
-// PolicyMember refuses is left out.
-func PolicyField(ds []floodgate.Decision) string {
+// PolicyMember refuses is left out. concurrent, if not nil, reports the
+// policies of Concurrency rules (a Decision does not carry its
+// algorithm).
+func PolicyField(ds []floodgate.Decision, concurrent func(policy string) bool) string {
 	b := make([]byte, 0, 32*len(ds))
 	for _, d := range ds {
 		sep := len(b) > 0
+		r := floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window}
+		if concurrent != nil && concurrent(d.Policy) {
+			r.Algorithm = floodgate.Concurrency
+		}
 		if !plainName(d.Policy) {
-			m, err := PolicyMember(floodgate.Rule{Name: d.Policy, Limit: d.Limit, Window: d.Window})
+			m, err := PolicyMember(r)
 			if err != nil {
 				continue
 			}
@@ -68,7 +87,7 @@ func PolicyField(ds []floodgate.Decision) string {
 		if sep {
 			b = append(b, ", "...)
 		}
-		b = appendPlainMember(b, d.Policy, d.Limit, d.Window)
+		b = appendPlainMember(b, r)
 	}
 	return string(b)
 }
@@ -79,8 +98,9 @@ func PolicyField(ds []floodgate.Decision) string {
 // decisions otherwise (an override, a limit skipped). The zero value
 // always writes. It is safe for concurrent use once built.
 type Policies struct {
-	rules []floodgate.Decision // Policy, Limit and Window of each rule, in order
-	field string
+	rules      []floodgate.Decision // Policy, Limit and Window of each rule, in order
+	concurrent []string             // the policies of the Concurrency rules
+	field      string
 }
 
 // NewPolicies returns the Policies of rules, in order.
@@ -88,33 +108,46 @@ func NewPolicies(rules []floodgate.Rule) Policies {
 	p := Policies{rules: make([]floodgate.Decision, len(rules))}
 	for i, r := range rules {
 		p.rules[i] = floodgate.Decision{Policy: r.Name, Limit: r.Limit, Window: r.Window}
+		if r.Algorithm == floodgate.Concurrency {
+			p.concurrent = append(p.concurrent, r.Name)
+		}
 	}
-	p.field = PolicyField(p.rules)
+	p.field = PolicyField(p.rules, p.isConcurrent)
 	return p
+}
+
+// isConcurrent reports whether policy is one of a Concurrency rule. An
+// override keeps a rule's name and never turns a rate into a concurrency
+// limit or back, so the policy tells it.
+func (p Policies) isConcurrent(policy string) bool {
+	return slices.Contains(p.concurrent, policy)
 }
 
 // Field returns the RateLimit-Policy field of ds.
 func (p Policies) Field(ds []floodgate.Decision) string {
 	if len(ds) != len(p.rules) || len(ds) == 0 {
-		return PolicyField(ds)
+		return PolicyField(ds, p.isConcurrent)
 	}
 	for i, d := range ds {
 		if r := p.rules[i]; d.Policy != r.Policy || d.Limit != r.Limit || d.Window != r.Window {
-			return PolicyField(ds)
+			return PolicyField(ds, p.isConcurrent)
 		}
 	}
 	return p.field
 }
 
-// appendPlainMember appends the member "name";q=limit;w=window of a plain
-// name (see plainName), by hand: it runs on every request.
-func appendPlainMember(b []byte, name string, limit int64, window time.Duration) []byte {
+// appendPlainMember appends the member of r, whose name is plain (see
+// plainName), by hand: it runs on every request. See PolicyMember.
+func appendPlainMember(b []byte, r floodgate.Rule) []byte {
 	b = append(b, '"')
-	b = append(b, name...)
+	b = append(b, r.Name...)
 	b = append(b, `";q=`...)
-	b = strconv.AppendInt(b, sfInt(limit), 10)
+	b = strconv.AppendInt(b, sfInt(r.Limit), 10)
+	if r.Algorithm == floodgate.Concurrency {
+		return append(b, `;qu="`+concurrentRequests+`"`...)
+	}
 	b = append(b, ";w="...)
-	return strconv.AppendInt(b, min(max(1, Seconds(window)), sfMax), 10)
+	return strconv.AppendInt(b, min(max(1, Seconds(r.Window)), sfMax), 10)
 }
 
 // plainName reports whether name is 1-64 bytes of [A-Za-z0-9_.-], as a

@@ -22,10 +22,16 @@ func TestPolicyMemberMatchesHTTPSFV(t *testing.T) {
 		{Name: strings.Repeat("n", 65), Limit: 5, Window: time.Hour},
 		{Name: `quo"te`, Limit: 5, Window: time.Second},
 		{Name: "sp ace", Limit: 5, Window: time.Second},
+		{Name: "reports", Limit: 2, Window: 30 * time.Second, Algorithm: floodgate.Concurrency},
+		{Name: "sp ace", Limit: 2, Window: 30 * time.Second, Algorithm: floodgate.Concurrency},
 	} {
 		it := httpsfv.NewItem(r.Name)
 		it.Params.Add("q", min(max(r.Limit, 0), 999_999_999_999_999))
-		it.Params.Add("w", min(max(1, Seconds(r.Window)), 999_999_999_999_999))
+		if r.Algorithm == floodgate.Concurrency {
+			it.Params.Add("qu", "concurrent-requests") // and no window: a lease's time to live is none
+		} else {
+			it.Params.Add("w", min(max(1, Seconds(r.Window)), 999_999_999_999_999))
+		}
 		want, werr := httpsfv.Marshal(httpsfv.List{it})
 		got, err := PolicyMember(r)
 		if got != want || (err == nil) != (werr == nil) {
@@ -66,5 +72,35 @@ func TestPolicies(t *testing.T) {
 	own := []floodgate.Decision{d(ip), d(acct)}
 	if n := testing.AllocsPerRun(100, func() { p.Field(own) }); n != 0 {
 		t.Errorf("Field of the route's own rules allocates %v times, want 0", n)
+	}
+}
+
+// A concurrency limit's member says its quota is of concurrent requests,
+// with no window, whether Policies answers with its field written once or
+// writes the decisions' (an override's limit, a limit skipped).
+func TestPoliciesOfConcurrencyLimits(t *testing.T) {
+	rate := floodgate.Rule{Name: "rate", Limit: 100, Window: time.Minute}
+	held := floodgate.Rule{Name: "held", Limit: 3, Window: 30 * time.Second, Algorithm: floodgate.Concurrency}
+	p := NewPolicies([]floodgate.Rule{rate, held})
+	d := func(r floodgate.Rule) floodgate.Decision {
+		return floodgate.Decision{Policy: r.Name, Limit: r.Limit, Window: r.Window}
+	}
+	over := held
+	over.Limit = 5
+	for _, c := range []struct {
+		ds   []floodgate.Decision
+		want string
+	}{
+		{[]floodgate.Decision{d(rate), d(held)}, `"rate";q=100;w=60, "held";q=3;qu="concurrent-requests"`},
+		{[]floodgate.Decision{d(rate), d(over)}, `"rate";q=100;w=60, "held";q=5;qu="concurrent-requests"`},
+		{[]floodgate.Decision{d(held)}, `"held";q=3;qu="concurrent-requests"`},
+		{[]floodgate.Decision{d(rate)}, `"rate";q=100;w=60`},
+	} {
+		if got := p.Field(c.ds); got != c.want {
+			t.Errorf("Field(%v) = %q, want %q", c.ds, got, c.want)
+		}
+	}
+	if got := PolicyField([]floodgate.Decision{d(held)}, nil); got != `"held";q=3;w=30` {
+		t.Errorf("PolicyField without the algorithms = %q; a Decision alone reads as a rate", got)
 	}
 }
