@@ -67,6 +67,9 @@ func TestCallsInFlight(t *testing.T) {
 		t.Fatalf("a call while the stream is open: %v, ratelimit-policy %q; want ResourceExhausted from a limit of 1 concurrent request",
 			status.Code(err), a.field(t, grpclimit.MetadataRateLimitPolicy))
 	}
+	if a := newAnswer(err, h); len(a.quota) != 1 || a.quota[0].GetDescription() != "1 requests at once" || a.quota[0].GetQuotaValue() != 1 {
+		t.Fatalf("QuotaFailure %v; want one violation of 1 requests at once", a.quota)
+	}
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 		if e.Allowed {
 			continue
 		}
-		desc := fmt.Sprintf("%d requests per %s", e.Limit, window(e.Window))
+		desc := m.policies.Quota(e)
 		fmt.Fprintf(&detail, "%s (%s); ", desc, e.Policy)
 		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
 			Subject: e.Policy, Description: desc, QuotaId: e.Policy, QuotaValue: e.Limit})
@@ -91,12 +91,4 @@ func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {
 		st = full
 	} // else: cannot happen (the details are well-formed); the code and message stand
 	return st.Err()
-}
-
-// window formats d for a human: "60 s", or "1.5s" if not whole seconds.
-func window(d time.Duration) string {
-	if d%time.Second == 0 {
-		return fmt.Sprintf("%d s", d/time.Second)
-	}
-	return d.String()
 }

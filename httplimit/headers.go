@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
@@ -52,14 +51,6 @@ func (p Problem) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 }
 
 const quotaTitle = "Request cannot be satisfied as assigned quota has been exceeded"
-
-// window formats d for a human: "60 s", or "1.5s" if not whole seconds.
-func window(d time.Duration) string {
-	if d%time.Second == 0 {
-		return strconv.FormatInt(int64(d/time.Second), 10) + " s"
-	}
-	return d.String()
-}
 
 // Canonical forms of the header names, for writing to the map directly.
 const (
@@ -176,7 +167,7 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 		for _, e := range fields.Each(d) {
 			if !e.Allowed {
 				violated = append(violated, e.Policy)
-				fmt.Fprintf(&detail, "%d requests per %s (%s); ", e.Limit, window(e.Window), e.Policy)
+				fmt.Fprintf(&detail, "%s (%s); ", rt.policies.Quota(e), e.Policy)
 			}
 		}
 		p = Problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status, ViolatedPolicies: violated,

@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,9 @@ func TestRequestsInFlight(t *testing.T) {
 	// window (300ms is the leases' time to live, not a window).
 	if got, want := rec.Header().Get("RateLimit-Policy"), `"rate";q=100;w=3600, "inflight";q=1;qu="concurrent-requests"`; got != want {
 		t.Fatalf("RateLimit-Policy %q; want %q", got, want)
+	}
+	if body := rec.Body.String(); !strings.Contains(body, `"detail":"Quota exceeded: 1 requests at once (inflight); retry after `) {
+		t.Fatalf("problem body %s; want a detail naming 1 request at once", body)
 	}
 	close(leave)
 	if rec := <-done; rec.Code != http.StatusOK {

@@ -123,6 +123,21 @@ func (p Policies) isConcurrent(policy string) bool {
 	return slices.Contains(p.concurrent, policy)
 }
 
+// Quota describes the limit that decided d, for people (a 429's detail, a
+// gRPC QuotaFailure): "10 requests per 60 s" (a window that is not whole
+// seconds as time.Duration writes it), or "2 requests at once" for a
+// concurrency limit.
+func (p Policies) Quota(d floodgate.Decision) string {
+	if p.isConcurrent(d.Policy) {
+		return strconv.FormatInt(d.Limit, 10) + " requests at once"
+	}
+	w := d.Window.String()
+	if d.Window%time.Second == 0 {
+		w = strconv.FormatInt(int64(d.Window/time.Second), 10) + " s"
+	}
+	return strconv.FormatInt(d.Limit, 10) + " requests per " + w
+}
+
 // Field returns the RateLimit-Policy field of ds.
 func (p Policies) Field(ds []floodgate.Decision) string {
 	if len(ds) != len(p.rules) || len(ds) == 0 {

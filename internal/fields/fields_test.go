@@ -100,6 +100,18 @@ func TestPoliciesOfConcurrencyLimits(t *testing.T) {
 			t.Errorf("Field(%v) = %q, want %q", c.ds, got, c.want)
 		}
 	}
+	for _, c := range []struct {
+		d    floodgate.Decision
+		want string
+	}{
+		{d(over), "5 requests at once"},
+		{d(rate), "100 requests per 60 s"},
+		{floodgate.Decision{Policy: "rate", Limit: 7, Window: 1500 * time.Millisecond}, "7 requests per 1.5s"},
+	} {
+		if got := p.Quota(c.d); got != c.want {
+			t.Errorf("Quota(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
 	if got := PolicyField([]floodgate.Decision{d(held)}, nil); got != `"held";q=3;w=30` {
 		t.Errorf("PolicyField without the algorithms = %q; a Decision alone reads as a rate", got)
 	}
