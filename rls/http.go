@@ -23,7 +23,7 @@ import (
 //     gRPC answers InvalidArgument), 413 (a body over maxMessageSize),
 //     503 (the store failed and failure_mode is error), 504 (the
 //     request's context ended first) or 500, with the reason as text.
-//   - GET /healthcheck: 200 "OK" while serving, 503 once Shutdown began.
+//   - GET /healthcheck: 200 "OK" while serving, 503 once Close began.
 //   - GET /metrics: the Gatherer's metrics (Prometheus text format).
 //
 // The configuration in force (domains, limits, file names) is not on it:

@@ -132,7 +132,7 @@ type Server struct {
 	gather   prometheus.Gatherer
 	health   *health.Server
 	closing  atomic.Bool
-	drained  chan struct{} // closed by Shutdown: health watches end
+	drained  chan struct{} // closed by Close: health watches end
 	large    atomic.Int64  // the bytes of the large requests in flight
 	decoding chan struct{} // a turn to decode a large request (oneLargeAtATime)
 	drain    sync.Once
