@@ -74,8 +74,6 @@ var ErrInvalidOptions = errors.New("breakerstore: invalid options")
 
 // Options configures a [Store]. The zero value is ready to use.
 type Options struct {
-	// Name names the breaker in OnStateChange; zero means "floodgate".
-	Name string
 	// Failures is how many consecutive failures open the breaker. Zero
 	// means 5.
 	Failures uint32
@@ -88,7 +86,7 @@ type Options struct {
 	// OnStateChange, if set, is called on every transition, for a log line
 	// or a metric. It runs synchronously while the breaker's lock is held:
 	// it must return quickly and must not call the Store.
-	OnStateChange func(name string, from, to State)
+	OnStateChange func(from, to State)
 }
 
 // Validate reports every problem with o, each wrapping [ErrInvalidOptions].
@@ -122,7 +120,6 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 	}
 	failures := orDefault(opts.Failures, defaultFailures)
 	st := gobreaker.Settings{
-		Name:        opts.Name,
 		MaxRequests: orDefault(opts.Probes, defaultProbes),
 		Timeout:     opts.Cooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
@@ -130,20 +127,17 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 		// the allocation of errors.As's target.
 		IsExcluded: func(err error) bool { return err != nil && errors.As(err, new(excluded)) },
 	}
-	if st.Name == "" {
-		st.Name = "floodgate"
-	}
 	if st.Timeout == 0 {
 		st.Timeout = defaultCooldown
 	}
 	s := &Store{next: next, cooldown: st.Timeout}
 	s.clock.init()
-	st.OnStateChange = func(name string, from, to State) {
+	st.OnStateChange = func(_ string, from, to State) {
 		if to == Open {
 			s.openedAt.Store(time.Now().UnixNano())
 		}
 		if opts.OnStateChange != nil {
-			opts.OnStateChange(name, from, to)
+			opts.OnStateChange(from, to)
 		}
 	}
 	s.cb = gobreaker.NewCircuitBreaker[[]floodgate.Result](st)

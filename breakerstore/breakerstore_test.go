@@ -51,7 +51,7 @@ func newFixture(t *testing.T, opts breakerstore.Options) *fixture {
 	ms := memstore.New(memstore.Options{})
 	t.Cleanup(func() { ms.Close() })
 	f := &fixture{fault: faultstore.New(ms)}
-	opts.OnStateChange = func(_ string, from, to breakerstore.State) {
+	opts.OnStateChange = func(from, to breakerstore.State) {
 		f.mu.Lock()
 		f.transitions = append(f.transitions, from.String()+"->"+to.String())
 		f.mu.Unlock()

@@ -34,8 +34,8 @@ func (deadStore) Renew(context.Context, []floodgate.Receipt) ([]floodgate.Stamp,
 func Example() {
 	store, err := breakerstore.New(deadStore{}, breakerstore.Options{
 		Failures: 3,
-		OnStateChange: func(name string, from, to breakerstore.State) {
-			fmt.Printf("breaker %s: %v -> %v\n", name, from, to)
+		OnStateChange: func(from, to breakerstore.State) {
+			fmt.Printf("breaker: %v -> %v\n", from, to)
 		},
 	})
 	if err != nil {
@@ -52,7 +52,7 @@ func Example() {
 	// Output:
 	// call 1: unavailable=true breaker-open=false
 	// call 2: unavailable=true breaker-open=false
-	// breaker floodgate: closed -> open
+	// breaker: closed -> open
 	// call 3: unavailable=true breaker-open=false
 	// call 4: unavailable=true breaker-open=true
 	// call 5: unavailable=true breaker-open=true

@@ -106,7 +106,7 @@ func runFlood(tb testing.TB, flooders int, budget time.Duration) floodRun {
 	var r floodRun
 	var opened atomic.Int64
 	br, err := breakerstore.New(freshRedis(tb), breakerstore.Options{Cooldown: time.Second,
-		OnStateChange: func(_ string, _, to breakerstore.State) {
+		OnStateChange: func(_, to breakerstore.State) {
 			if to == breakerstore.Open {
 				opened.Add(1)
 			}

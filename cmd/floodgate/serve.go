@@ -346,7 +346,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	} else {
 		dialCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		rs, err := redisstore.New(dialCtx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix,
-			Breaker: breakerstore.Options{Name: "redis", OnStateChange: func(_ string, from, to breakerstore.State) {
+			Breaker: breakerstore.Options{OnStateChange: func(from, to breakerstore.State) {
 				logger.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 			}}})
 		cancel()

@@ -76,10 +76,9 @@ func NewApp(ctx context.Context, cfg Config, logger *slog.Logger, opts AppOption
 	} else {
 		ropts := redisOptions(cfg, opts)
 		ropts.Breaker = breakerstore.Options{
-			Name:     "redis",
 			Cooldown: breakerCooldown,
-			OnStateChange: func(name string, from, to breakerstore.State) {
-				logger.Warn("store circuit breaker", "store", name, "from", from.String(), "to", to.String())
+			OnStateChange: func(from, to breakerstore.State) {
+				logger.Warn("store circuit breaker", "store", "redis", "from", from.String(), "to", to.String())
 			},
 		}
 		rs, err := redisstore.New(ctx, ropts)
