@@ -318,7 +318,7 @@ func TestNestedResultCoversEveryRoute(t *testing.T) {
 	var got [3]bool
 	h := outer(inner(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, _ := httplimit.FromContext(r.Context())
-		got = [3]bool{res.Covers("ip", "192.0.2.1"), res.Covers("user", "u1"), res.Covers("user", "u2")}
+		got = [3]bool{httplimit.Covers(res, "ip", "192.0.2.1"), httplimit.Covers(res, "user", "u1"), httplimit.Covers(res, "user", "u2")}
 	})))
 	if rec := do(h, "192.0.2.1:1", "User", "u1"); rec.Code != 200 {
 		t.Fatalf("status %d", rec.Code)

@@ -359,7 +359,7 @@ func decided(o enforce.Outcome) bool {
 // here refunds the outer routes' hits, and the Result in the context
 // covers every route.
 func (rt *route) nest(ctx context.Context, outer *Result, hits []enforce.Hit) []enforce.Hit {
-	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.Covers(h.Rule.Name, h.Key) })
+	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.covers(h.Rule.Name, h.Key) })
 }
 
 // keepWorst remembers the legacy X-RateLimit-* fields that an outer route
