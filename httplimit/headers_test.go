@@ -490,7 +490,7 @@ func TestInvalidRoutes(t *testing.T) {
 		}
 	}
 	if _, err := httplimit.New(httplimit.Options{}); !errors.Is(err, httplimit.ErrInvalidOptions) {
-		t.Errorf("New without a Limiter: %v", err)
+		t.Errorf("New without an Enforcer: %v", err)
 	}
 	if _, err := enforce.ParseFailureMode("sideways"); !errors.Is(err, httplimit.ErrInvalidOptions) {
 		t.Errorf("ParseFailureMode: %v", err)

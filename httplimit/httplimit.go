@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,18 +21,13 @@ import (
 // enforce.ErrInvalid, which the enforcement layer's errors wrap too.
 var ErrInvalidOptions = enforce.ErrInvalid
 
-// Options configures a [Routes]: an Enforcer to share, or the options
-// of one to build.
+// Options configures a [Routes].
 type Options struct {
-	// Enforcer is the enforcement layer that the routes share with the
-	// other transports of the process (a gRPC server, say): its limiters,
-	// metrics and logger. If set, Enforce must be zero, and Close leaves
-	// it open.
+	// Enforcer is the enforcement layer of the routes: its limiters,
+	// metrics and logger. Required. The caller builds it with enforce.New,
+	// shares it with the process's other transports and closes it on
+	// shutdown (see package enforce).
 	Enforcer *enforce.Enforcer
-	// Enforce configures the Enforcer that New builds when Enforcer is
-	// nil, and Close closes (see enforce.Options: its Routes is
-	// required).
-	Enforce enforce.Options
 	// NoLegacyHeaders turns off X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset, which are sent by default.
 	NoLegacyHeaders bool
@@ -41,43 +35,19 @@ type Options struct {
 
 // Routes builds rate-limit middleware for the routes of one service, on
 // the enforcement layer that the routes share. It is safe for concurrent
-// use. Build one with [New] and Close it on shutdown.
+// use. Build one with [New]; it holds nothing to release.
 type Routes struct {
 	e      *enforce.Enforcer
-	ownE   bool // New built e: Close closes it
 	legacy bool
 }
 
-// New returns a Routes for opts. It fails if both opts.Enforcer and
-// opts.Enforce are set, or the Enforcer cannot be built (no Routes), or
-// its metrics cannot be registered:
-// a second Routes on one registerer gets one error that names the metric
-// and wraps the prometheus.AlreadyRegisteredError, and registers nothing.
+// New returns a Routes for opts, or an error wrapping [ErrInvalidOptions]
+// if opts.Enforcer is nil.
 func New(opts Options) (*Routes, error) {
-	l := &Routes{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}
-	if l.e != nil {
-		if !reflect.ValueOf(opts.Enforce).IsZero() {
-			return nil, fmt.Errorf("%w: Options.Enforcer and Options.Enforce are both set: configure the Enforcer", ErrInvalidOptions)
-		}
-		return l, nil
+	if opts.Enforcer == nil {
+		return nil, fmt.Errorf("%w: Options.Enforcer is nil: build one with enforce.New", ErrInvalidOptions)
 	}
-	e, err := enforce.New(opts.Enforce)
-	if err != nil {
-		return nil, err
-	}
-	l.e, l.ownE = e, true
-	return l, nil
-}
-
-// Close writes the degraded-decision counts not yet logged and releases
-// the local store that New built; an Enforcer given in Options is left
-// open. The middleware keeps working after Close, but FailLocal routes
-// then fail closed (unless Options.Local was given).
-func (l *Routes) Close() error {
-	if l.ownE {
-		return l.e.Close()
-	}
-	return nil
+	return &Routes{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}, nil
 }
 
 // Limit is one rule applied to one key of a request.
