@@ -54,10 +54,20 @@
 //
 // A denial answers 429 (or [Route.Status]) with Retry-After in whole
 // seconds, rounded up and at least 1 (1.2s gives 2, 0.3s gives 1),
-// Cache-Control: no-store, and an RFC 9457 application/problem+json body
-// ([Problem]) of type [QuotaExceeded] naming the violated policies.
-// [Route.Deny] replaces the body. Retry-After is sent with 429 and 503
-// only (RFC 9110 §10.2.3), never on other statuses.
+// Cache-Control: no-store, and an RFC 9457 application/problem+json body:
+//
+//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+//	 "title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,
+//	 "detail":"Quota exceeded: 10 requests per 60 s (pix); retry after 42 s.",
+//	 "violated-policies":["pix"]}
+//
+// Its type is [QuotaExceeded], and violated-policies names the policies
+// whose quota is exhausted (the route's Name on an opaque route). A route
+// that fails closed answers type "about:blank", the status's text as
+// title, and a detail that says the limit could not be checked.
+// [Route.Deny] may log or count a denial before this answer, or write
+// its own. Retry-After is sent with 429 and 503 only (RFC 9110 §10.2.3),
+// never on other statuses.
 //
 // An opaque route ([Route.Opaque]) answers every denial with the same
 // bytes, whichever limit refused it, and sends no per-limit fields at all:

@@ -120,10 +120,13 @@ type Route struct {
 	// FailStatus is the status of a fail-closed denial. Zero means 429;
 	// 503 is apt too, and also carries Retry-After.
 	FailStatus int
-	// Deny writes a denial, after the middleware has set Cache-Control,
-	// Retry-After and the rate-limit fields. Nil means p.ServeHTTP: an
-	// application/problem+json body.
-	Deny func(w http.ResponseWriter, r *http.Request, p Problem)
+	// Deny, if set, answers a denial, after the middleware has set
+	// Cache-Control, Retry-After and the rate-limit fields. answer writes
+	// the default one, the application/problem+json body of the package
+	// doc: Deny may log or count and then call answer.ServeHTTP(w, r), or
+	// write an answer of its own. r's context holds the verdict
+	// ([FromContext]). Nil means answer.ServeHTTP(w, r).
+	Deny func(w http.ResponseWriter, r *http.Request, answer http.Handler)
 }
 
 // route is a built Route.
@@ -133,7 +136,6 @@ type route struct {
 	gate        *enforce.Gate
 	status      int
 	failStatus  int
-	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
 	opaqueRetry string          // Retry-After of an opaque denial
 	longest     time.Duration   // the longest window of the Route's enforced rules
 	costs       bool            // a limit has a Cost
@@ -147,7 +149,7 @@ type route struct {
 // all-or-nothing decision within the limiter's time budget, applies the
 // route's failure mode if the store fails, waits if the route throttles,
 // and then either calls next with the [Result] in the request's context
-// and the rate-limit fields set, or answers the denial.
+// and the rate-limit fields set, or answers the denial (Route.Deny).
 func (l *Routes) Middleware(rt Route) (func(http.Handler) http.Handler, error) {
 	r, err := l.build(rt)
 	if err != nil {
@@ -165,8 +167,7 @@ func (l *Routes) build(rt Route) (*route, error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
 	}
-	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus,
-		denyFunc: rt.Deny}
+	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus}
 	r.Limits = slices.Clone(rt.Limits)
 	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
@@ -218,9 +219,6 @@ func (l *Routes) build(rt Route) (*route, error) {
 		return nil, err
 	}
 	r.gate = g
-	if r.denyFunc == nil {
-		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
-	}
 	r.opaqueRetry, r.longest = fields.RetryAfter(longest), longest
 	var enforced []floodgate.Rule
 	for _, lim := range r.Limits {

@@ -9,7 +9,8 @@ import (
 )
 
 // Result is the middleware's verdict on a request. The handler of an
-// allowed request finds it with [FromContext]. Its Outcome, Decision and
+// allowed request, and the [Route.Deny] of a denied one, find it with
+// [FromContext]. Its Outcome, Decision and
 // Shadow are those of the enforcement layer's verdict (enforce.Result);
 // with nested middlewares, they and the methods promoted from
 // enforce.Result (Covers, Settle) describe the innermost route that
@@ -37,7 +38,8 @@ func (r Result) covers(rule, key string) bool {
 type resultKey struct{}
 
 // FromContext returns the verdict of the rate-limit middleware on the
-// request whose context is ctx.
+// request whose context is ctx: in the handler of an allowed request, and
+// in the [Route.Deny] of a denied one.
 func FromContext(ctx context.Context) (Result, bool) {
 	r, ok := ctx.Value(resultKey{}).(Result)
 	return r, ok
