@@ -5,8 +5,7 @@
 // too: the same failure modes, shadow mode, throttling, metrics and logs.
 //
 // Build one [Interceptors] per server with [New], from the process's
-// enforce.Enforcer (the one its HTTP routes use too, in a process that
-// serves both) and the limits of each method, then install its
+// enforce.Enforcer and the limits of each method, then install its
 // interceptors after authentication:
 //
 //	e, err := enforce.New(enforce.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger})

@@ -35,7 +35,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer e.Close() // shared by every transport of the process
+	defer e.Close()
 	gl, err := grpclimit.New(grpclimit.Options{
 		Enforcer: e,
 		Methods: map[string]grpclimit.Method{

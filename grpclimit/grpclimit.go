@@ -38,9 +38,8 @@ const defaultGate = "default"
 type Options struct {
 	// Enforcer is the enforcement layer of the methods: its limiters,
 	// metrics and logger, and one rule per name across every gate.
-	// Required. The caller builds it with enforce.New, shares it with the
-	// process's other transports and closes it on shutdown (see package
-	// enforce).
+	// Required: the caller builds it with enforce.New and closes it on
+	// shutdown (package enforce says who shares it).
 	Enforcer *enforce.Enforcer
 
 	// Methods maps full method names ("/bank.v1.Pix/Transfer", as in

@@ -38,7 +38,7 @@ func Example() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	e, err := enforce.New(enforce.Options{Limiter: limiter}) // shared by every transport of the process
+	e, err := enforce.New(enforce.Options{Limiter: limiter})
 	if err != nil {
 		panic(err)
 	}

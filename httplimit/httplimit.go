@@ -24,9 +24,8 @@ var ErrInvalidOptions = enforce.ErrInvalid
 // Options configures a [Routes].
 type Options struct {
 	// Enforcer is the enforcement layer of the routes: its limiters,
-	// metrics and logger. Required. The caller builds it with enforce.New,
-	// shares it with the process's other transports and closes it on
-	// shutdown (see package enforce).
+	// metrics and logger. Required: the caller builds it with enforce.New
+	// and closes it on shutdown (package enforce says who shares it).
 	Enforcer *enforce.Enforcer
 	// NoLegacyHeaders turns off X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset, which are sent by default.
