@@ -109,7 +109,7 @@ func newMetrics(reg prometheus.Registerer, breaker interface{ State() gobreaker.
 		}
 		if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
 			return nil, fmt.Errorf("enforce: metric %s is already registered on this Registerer, "+
-				"probably by another Enforcer (or httplimit.Routes): share one among all routes and methods, "+
+				"probably by another Enforcer: share one among all routes and methods, "+
 				"or give each its own Registerer (prometheus.WrapRegistererWith adds a telling label): %w", c.name, err)
 		}
 		return nil, fmt.Errorf("enforce: registering metric %s: %w", c.name, err)

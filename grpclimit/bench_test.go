@@ -35,7 +35,12 @@ func benchOptions(b *testing.B) grpclimit.Options {
 		}
 		return r
 	}
-	return grpclimit.Options{Enforce: enforce.Options{Limiter: lim}, Methods: map[string]grpclimit.Method{
+	en, err := enforce.New(enforce.Options{Limiter: lim})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { en.Close() })
+	return grpclimit.Options{Enforcer: en, Methods: map[string]grpclimit.Method{
 		emptyCall: {Limits: []grpclimit.Limit{
 			{Rule: bucket("ip"), Key: grpclimit.ClientIP(nil)},
 			{Rule: bucket("user"), Key: grpclimit.Principal},
@@ -50,7 +55,6 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer gl.Close()
 	icpt := gl.UnaryServerInterceptor()
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
@@ -83,7 +87,6 @@ func BenchmarkLoopback(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer gl.Close()
 				opts = serverOptions(gl)
 			}
 			c, _ := start(b, opts...)

@@ -4,13 +4,15 @@
 // fails. It is a thin adapter over package enforce, which httplimit uses
 // too: the same failure modes, shadow mode, throttling, metrics and logs.
 //
-// Build one [Interceptors] per server with [New], from a floodgate.Limiter
-// (or from an enforce.Enforcer shared with httplimit, in a process that
-// serves both) and the limits of each method, then install its
+// Build one [Interceptors] per server with [New], from the process's
+// enforce.Enforcer and the limits of each method, then install its
 // interceptors after authentication:
 //
+//	e, err := enforce.New(enforce.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger})
+//	...
+//	defer e.Close()
 //	gl, err := grpclimit.New(grpclimit.Options{
-//		Enforce: enforce.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger},
+//		Enforcer: e,
 //		Methods: map[string]grpclimit.Method{
 //			"/bank.v1.Pix/Transfer": {Failure: enforce.FailClosed, Limits: []grpclimit.Limit{
 //				{Rule: perIP, Key: grpclimit.ClientIP(resolver)},
@@ -21,7 +23,6 @@
 //		Default: grpclimit.Method{Limits: []grpclimit.Limit{{Rule: perIP, Key: grpclimit.ClientIP(resolver)}}},
 //	})
 //	...
-//	defer gl.Close()
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(auth, gl.UnaryServerInterceptor()),
 //		grpc.ChainStreamInterceptor(authStream, gl.StreamServerInterceptor()),

@@ -31,8 +31,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	e, err := enforce.New(enforce.Options{Limiter: limiter}) // and Registerer, Logger for metrics and logs
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer e.Close()
 	gl, err := grpclimit.New(grpclimit.Options{
-		Enforce: enforce.Options{Limiter: limiter}, // and Registerer, Logger for metrics and logs
+		Enforcer: e,
 		Methods: map[string]grpclimit.Method{
 			healthpb.Health_Check_FullMethodName: {Limits: []grpclimit.Limit{
 				{Rule: floodgate.Rule{Name: "ip", Limit: 2, Window: time.Minute}, Key: grpclimit.ClientIP(nil)},
@@ -42,7 +47,6 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer gl.Close()
 
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(gl.UnaryServerInterceptor()),

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -33,19 +32,15 @@ var ErrInvalidOptions = errors.New("grpclimit: invalid options")
 // Options.Methods.
 const defaultGate = "default"
 
-// Options configures a [Interceptors]: the enforcement layer, given
-// (Enforcer) or built from Enforce, and the limits of each method. A
-// Interceptors with no Methods and no Default limits nothing.
+// Options configures a [Interceptors]: the enforcement layer and the
+// limits of each method. A Interceptors with no Methods and no Default
+// limits nothing.
 type Options struct {
-	// Enforcer is the enforcement layer that the methods share with the
-	// other transports of the process (httplimit, say): its limiters,
-	// metrics and logger, and one rule per name across all of them. If
-	// set, Enforce must be zero, and Close leaves it open.
+	// Enforcer is the enforcement layer of the methods: its limiters,
+	// metrics and logger, and one rule per name across every gate.
+	// Required: the caller builds it with enforce.New and closes it on
+	// shutdown (package enforce says who shares it).
 	Enforcer *enforce.Enforcer
-	// Enforce configures the Enforcer that New builds when Enforcer is
-	// nil, and Close closes (see enforce.Options: its Interceptors is
-	// required).
-	Enforce enforce.Options
 
 	// Methods maps full method names ("/bank.v1.Pix/Transfer", as in
 	// grpc.UnaryServerInfo.FullMethod) to their limits. A listed method
@@ -117,10 +112,9 @@ type Limit struct {
 
 // Interceptors holds the interceptors' per-method gates. Build it with [New];
 // it is safe for concurrent use, and its methods never change after New.
-// Close it on shutdown.
+// It holds nothing to release.
 type Interceptors struct {
 	e       *enforce.Enforcer
-	ownE    bool // New built e: Close closes it
 	methods map[string]*method
 	def     *method           // nil when Default has no limits
 	folded  map[string]string // the Methods names by their lower case: a near miss of a call is a typo
@@ -140,53 +134,14 @@ type method struct {
 
 // New returns the Interceptors of opts, or an error listing every bad method,
 // each wrapping [ErrInvalidOptions] (and, for what the enforcement layer
-// refuses, enforce.ErrInvalid as well). It also fails if neither
-// opts.Enforcer nor opts.Enforce.Limiter is set, or both opts.Enforcer and
-// opts.Enforce are, or the metrics cannot be registered. A refused
-// Options registers no metrics.
+// refuses, enforce.ErrInvalid as well). It also fails if opts.Enforcer is
+// nil. Refused Options leave the Enforcer as it was: no gate is made and
+// no rule name claimed.
 func New(opts Options) (*Interceptors, error) {
-	if opts.Enforcer != nil {
-		if !reflect.ValueOf(opts.Enforce).IsZero() {
-			return nil, fmt.Errorf("%w: Options.Enforcer and Options.Enforce are both set: configure the Enforcer", ErrInvalidOptions)
-		}
-		return build(opts.Enforcer, opts)
+	if opts.Enforcer == nil {
+		return nil, fmt.Errorf("%w: Options.Enforcer is nil: build one with enforce.New", ErrInvalidOptions)
 	}
-	if opts.Enforce.Limiter == nil {
-		return nil, fmt.Errorf("%w: set Options.Enforcer or Options.Enforce.Limiter", ErrInvalidOptions)
-	}
-	// The methods are checked first on an Enforcer that registers no
-	// metrics, so that a refused Options leaves the registerer as it was.
-	dry, err := enforce.New(enforce.Options{Limiter: opts.Enforce.Limiter, Local: opts.Enforce.Limiter})
-	if err != nil {
-		return nil, err
-	}
-	_, err = build(dry, opts)
-	dry.Close()
-	if err != nil {
-		return nil, err
-	}
-	e, err := enforce.New(opts.Enforce)
-	if err != nil {
-		return nil, err
-	}
-	l, err := build(e, opts)
-	if err != nil { // cannot happen: the dry run took the same methods
-		e.Close()
-		return nil, err
-	}
-	l.ownE = true
-	return l, nil
-}
-
-// Close writes the degraded-decision counts not yet logged and releases
-// the local store, if New built the Enforcer; an Enforcer given in Options
-// is left open. The interceptors keep working after Close, but FailLocal
-// methods then fail closed (unless Options.Local was given).
-func (l *Interceptors) Close() error {
-	if l.ownE {
-		return l.e.Close()
-	}
-	return nil
+	return build(opts.Enforcer, opts)
 }
 
 // build returns the Interceptors of opts's methods on e.

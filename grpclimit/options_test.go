@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/floodgate-rl/floodgate/enforce"
@@ -28,9 +25,8 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		errs     []string // substrings, one per problem
 		enforced bool     // an error also wraps enforce.ErrInvalid
 	}{
-		{name: "neither enforcer nor limiter", opts: grpclimit.Options{}, errs: []string{"set Options.Enforcer or Options.Enforce.Limiter"}},
-		{name: "enforcer and its options", opts: grpclimit.Options{Enforce: enforce.Options{Limiter: e.lim}, Enforcer: e.enf},
-			errs: []string{"Options.Enforcer and Options.Enforce are both set"}},
+		{name: "no enforcer", opts: grpclimit.Options{Methods: map[string]grpclimit.Method{emptyCall: {Limits: []grpclimit.Limit{ok("a", 1)}}}},
+			errs: []string{"Options.Enforcer is nil: build one with enforce.New"}},
 		{name: "bad method names", opts: grpclimit.Options{Enforcer: e.enf, Methods: map[string]grpclimit.Method{
 			"EmptyCall":                           {Limits: []grpclimit.Limit{ok("a", 1)}},
 			"/grpc.testing.TestService/":          {Limits: []grpclimit.Limit{ok("a", 1)}},
@@ -113,47 +109,7 @@ func TestNoLimits(t *testing.T) {
 	if err := gl.Limit(context.Background()); err != nil {
 		t.Errorf("Limit with nothing to limit: %v", err)
 	}
-	if err := gl.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if a := empty(t, c, withMD()); a.err != nil {
-		t.Errorf("after closing a Interceptors on a shared Enforcer: %v", a.err)
-	}
 	if n := metric(t, e.reg, "floodgate_decisions_total", nil); n != 0 {
 		t.Errorf("%v decisions counted", n)
-	}
-}
-
-// Without an Enforcer, New builds one from the options, registers its
-// metrics (only when the methods are good) and Close releases it.
-func TestOwnEnforcer(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	reg := prometheus.NewRegistry()
-	good := grpclimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}, Methods: map[string]grpclimit.Method{
-		emptyCall: {Limits: []grpclimit.Limit{{Rule: rule(t, "own", 1, time.Minute), Key: grpclimit.ClientIP(nil)}}},
-	}}
-	bad := good
-	bad.Methods = map[string]grpclimit.Method{emptyCall: {Limits: []grpclimit.Limit{{Rule: rule(t, "own", 1, time.Minute)}}}}
-	if _, err := grpclimit.New(bad); !errors.Is(err, grpclimit.ErrInvalidOptions) {
-		t.Fatalf("New(a limit without Key) = %v", err)
-	}
-	gl, err := grpclimit.New(good) // the refused Options registered nothing
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := start(t, grpc.ChainUnaryInterceptor(gl.UnaryServerInterceptor()))
-	for _, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
-		if a := empty(t, c, context.Background()); a.st.Code() != want {
-			t.Fatalf("%v, want %v", a.err, want)
-		}
-	}
-	if got := metric(t, reg, "floodgate_decisions_total", map[string]string{"gate": emptyCall}); got != 2 {
-		t.Errorf("decisions{gate=EmptyCall} = %v, want 2", got)
-	}
-	if _, err := grpclimit.New(good); !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-		t.Errorf("a second Interceptors on one registerer: %v, want an AlreadyRegisteredError", err)
-	}
-	if err := gl.Close(); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -2,13 +2,17 @@
 // a [floodgate.Limiter], answers with the standard rate-limit fields, and
 // keeps serving by a per-route policy when the store fails.
 //
-// Build one [Routes] per service with [New], then one middleware per
-// route with [Routes.Middleware]. A middleware is a plain
+// Build one [Routes] per service with [New], on the process's
+// enforce.Enforcer, then one middleware per route with
+// [Routes.Middleware]. A middleware is a plain
 // func(http.Handler) http.Handler, so it wraps handlers of the standard
 // ServeMux (Go 1.22 patterns such as "POST /pix/{id}") and of chi, gorilla
 // or any other router:
 //
-//	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger}})
+//	e, err := enforce.New(enforce.Options{Limiter: limiter, Registerer: prometheus.DefaultRegisterer, Logger: logger})
+//	...
+//	defer e.Close()
+//	hl, err := httplimit.New(httplimit.Options{Enforcer: e})
 //	...
 //	pix, err := hl.Middleware(httplimit.Route{
 //		Limits:  []httplimit.Limit{{Rule: perIP, Key: httplimit.ClientIP(resolver)}, {Rule: pixRule, Key: httplimit.Principal}},
@@ -50,10 +54,20 @@
 //
 // A denial answers 429 (or [Route.Status]) with Retry-After in whole
 // seconds, rounded up and at least 1 (1.2s gives 2, 0.3s gives 1),
-// Cache-Control: no-store, and an RFC 9457 application/problem+json body
-// ([Problem]) of type [QuotaExceeded] naming the violated policies.
-// [Route.Deny] replaces the body. Retry-After is sent with 429 and 503
-// only (RFC 9110 §10.2.3), never on other statuses.
+// Cache-Control: no-store, and an RFC 9457 application/problem+json body:
+//
+//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+//	 "title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,
+//	 "detail":"Quota exceeded: 10 requests per 60 s (pix); retry after 42 s.",
+//	 "violated-policies":["pix"]}
+//
+// Its type is [QuotaExceeded], and violated-policies names the policies
+// whose quota is exhausted (the route's Name on an opaque route). A route
+// that fails closed answers type "about:blank", the status's text as
+// title, and a detail that says the limit could not be checked.
+// [Route.Deny] may log or count a denial before this answer, or write
+// its own. Retry-After is sent with 429 and 503 only (RFC 9110 §10.2.3),
+// never on other statuses.
 //
 // An opaque route ([Route.Opaque]) answers every denial with the same
 // bytes, whichever limit refused it, and sends no per-limit fields at all:
@@ -70,8 +84,8 @@
 // enforce tells the rest, the circuit breaker included). A fail-closed 429 (or 503) sends a Retry-After of 5s, or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted in the metrics, and logged at most once per route per
-// [Options.LogInterval] (5s), each line saying how many more it stands
-// for; never one line per request.
+// enforce.Options.LogInterval (5s), each line saying how many more it
+// stands for; never one line per request.
 //
 // # Throttling
 //
@@ -89,9 +103,9 @@
 // per-route ones): a hit that both list counts once, a denial by the inner
 // one refunds the outer one's hits, and the legacy fields describe the
 // worst limit; one Route with every limit is still the one atomic check.
-// Rule names mean one rule among the routes of one Routes (share one
-// Routes among all routes of a process): a route whose rule has another
-// route's name but other parameters is refused. A limit that skips a
+// A rule name means one rule on one Enforcer, among its routes and gRPC
+// methods: a route whose rule has another's name but other parameters is
+// refused. A limit that skips a
 // request for want of a key (a principal never set) is counted and logged
 // once. [PerIP] is the shortest start: middleware of one limit per client
 // address, in one call.
@@ -104,8 +118,6 @@
 //
 // # Metrics
 //
-// With Options.Enforce.Registerer set, the Routes registers the
-// enforcement layer's metrics (see package enforce), whose gate label is
-// the route's Name. A process that also serves gRPC or the RLS API shares
-// one enforce.Enforcer among them (Options.Enforcer).
+// The Enforcer's metrics (see package enforce) count each route's
+// decisions under a gate label that is the route's Name.
 package httplimit

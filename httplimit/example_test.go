@@ -38,11 +38,15 @@ func Example() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
+	e, err := enforce.New(enforce.Options{Limiter: limiter})
 	if err != nil {
 		panic(err)
 	}
-	defer hl.Close()
+	defer e.Close()
+	hl, err := httplimit.New(httplimit.Options{Enforcer: e})
+	if err != nil {
+		panic(err)
+	}
 	resolver, _ := clientip.New(clientip.Options{TrustedProxies: []string{"192.0.2.0/24"}})
 	rule, _ := floodgate.NewRule("statement", 2, time.Minute, floodgate.SlidingWindow)
 	limit, err := hl.Middleware(httplimit.Route{
@@ -80,8 +84,9 @@ func ExampleRoutes_Middleware_multiLevel() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
-	defer hl.Close()
+	e, _ := enforce.New(enforce.Options{Limiter: limiter})
+	defer e.Close()
+	hl, _ := httplimit.New(httplimit.Options{Enforcer: e})
 	perIP, _ := floodgate.NewRule("global-ip", 100, time.Minute, floodgate.SlidingWindow)
 	pix, _ := floodgate.NewRule("pix", 10, time.Minute, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{
@@ -116,8 +121,9 @@ func ExampleRoute_opaque() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
-	defer hl.Close()
+	e, _ := enforce.New(enforce.Options{Limiter: limiter})
+	defer e.Close()
+	hl, _ := httplimit.New(httplimit.Options{Enforcer: e})
 	byIP, _ := floodgate.NewRule("login-ip", 10, 10*time.Minute, floodgate.SlidingWindow)
 	byAccount, _ := floodgate.NewRule("login-account", 5, 10*time.Minute, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{
@@ -156,8 +162,9 @@ func ExampleRoute_failure() {
 	store := memstore.New(memstore.Options{})
 	store.Close() // a dead store
 	limiter, _ := floodgate.New(store, floodgate.Options{Timeout: 30 * time.Millisecond})
-	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
-	defer hl.Close()
+	e, _ := enforce.New(enforce.Options{Limiter: limiter})
+	defer e.Close()
+	hl, _ := httplimit.New(httplimit.Options{Enforcer: e})
 	for _, mode := range []enforce.FailureMode{enforce.FailClosed, enforce.FailOpen, enforce.FailLocal} {
 		rule, _ := floodgate.NewRule("r-"+mode.String(), 1, time.Minute, floodgate.SlidingWindow)
 		limit, _ := hl.Middleware(httplimit.Route{Failure: mode, Limits: []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(nil)}}})
@@ -183,8 +190,9 @@ func ExampleRoute_throttle() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
-	defer hl.Close()
+	e, _ := enforce.New(enforce.Options{Limiter: limiter})
+	defer e.Close()
+	hl, _ := httplimit.New(httplimit.Options{Enforcer: e})
 	rule, _ := floodgate.NewRule("export", 1, 100*time.Millisecond, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{
 		Limits:     []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(nil)}},
@@ -206,8 +214,9 @@ func ExampleResult_Refund() {
 	store := memstore.New(memstore.Options{})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
-	defer hl.Close()
+	e, _ := enforce.New(enforce.Options{Limiter: limiter})
+	defer e.Close()
+	hl, _ := httplimit.New(httplimit.Options{Enforcer: e})
 	byIP, _ := floodgate.NewRule("login-ip", 100, time.Minute, floodgate.SlidingWindow)
 	byAccount, _ := floodgate.NewRule("login-account", 2, time.Minute, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{
@@ -242,8 +251,9 @@ func ExampleResult_Settle() {
 	store := memstore.New(memstore.Options{Now: func() time.Time { return start }})
 	defer store.Close()
 	limiter, _ := floodgate.New(store, floodgate.Options{})
-	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter}})
-	defer hl.Close()
+	e, _ := enforce.New(enforce.Options{Limiter: limiter})
+	defer e.Close()
+	hl, _ := httplimit.New(httplimit.Options{Enforcer: e})
 	tokens := floodgate.Rule{Name: "llm-tokens", Limit: 1000, Window: time.Minute, Algorithm: floodgate.TokenBucket}
 	estimate := func(r *http.Request) int64 {
 		maxTokens, _ := strconv.ParseInt(r.Header.Get("X-Max-Tokens"), 10, 64)
@@ -306,9 +316,10 @@ func ExampleFirst() {
 	// "" "5:alice11:203.0.113.9"
 }
 
-// Metrics go to the Registerer and degraded decisions to the Logger, in
-// aggregate: the first line of an outage at once, then at most one line
-// per LogInterval that counts what it held back (here written by Close).
+// The Enforcer's metrics go to its Registerer and degraded decisions to
+// its Logger, in aggregate: the first line of an outage at once, then at
+// most one line per LogInterval that counts what it held back (here
+// written by the Enforcer's Close).
 func ExampleOptions() {
 	store := memstore.New(memstore.Options{})
 	limiter, _ := floodgate.New(store, floodgate.Options{})
@@ -321,7 +332,8 @@ func ExampleOptions() {
 			return a
 		},
 	}))
-	hl, _ := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: limiter, Registerer: reg, Logger: logger}})
+	e, _ := enforce.New(enforce.Options{Limiter: limiter, Registerer: reg, Logger: logger})
+	hl, _ := httplimit.New(httplimit.Options{Enforcer: e})
 	rule, _ := floodgate.NewRule("statement", 100, time.Minute, floodgate.SlidingWindow)
 	limit, _ := hl.Middleware(httplimit.Route{Name: "statement", Failure: enforce.FailOpen,
 		Limits: []httplimit.Limit{{Rule: rule, Key: httplimit.ClientIP(nil)}}})
@@ -332,7 +344,7 @@ func ExampleOptions() {
 	for range 1000 {
 		send(h, "GET", "/statement", "203.0.113.9:1")
 	}
-	hl.Close()
+	e.Close()
 
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {

@@ -184,7 +184,7 @@ func TestBreakerStopsCallingADeadStore(t *testing.T) {
 // never a line per request.
 func TestDegradedDecisionsAreLoggedInAggregate(t *testing.T) {
 	const interval = 50 * time.Millisecond
-	e := newEnv(t, envOptions{opts: httplimit.Options{Enforce: enforce.Options{LogInterval: interval}}})
+	e := newEnv(t, envOptions{enforce: enforce.Options{LogInterval: interval}})
 	hs := modes(t, e)
 	e.fault.Set(faultstore.Fail)
 	const n = 2000
@@ -194,7 +194,7 @@ func TestDegradedDecisionsAreLoggedInAggregate(t *testing.T) {
 		do(hs[enforce.FailClosed], "192.0.2.1:1")
 	}
 	elapsed := time.Since(start)
-	e.hl.Close() // writes what is held
+	e.enf.Close() // writes what is held
 	lines := strings.Split(strings.TrimSpace(e.logs.String()), "\n")
 	counted := map[string]int{}
 	re := regexp.MustCompile(`gate=(\w+) .*suppressed=(\d+)`)

@@ -28,11 +28,7 @@ func footgunLimiter(t *testing.T) (*httplimit.Routes, *prometheus.Registry, *syn
 	}
 	reg := prometheus.NewRegistry()
 	logs := &syncbuf.Buffer{}
-	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hl.Close() })
+	hl := routes(t, enforce.Options{Limiter: l, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	return hl, reg, logs
 }
 
@@ -271,11 +267,7 @@ func TestShadowSkipsAFailedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l, Local: l, Registerer: reg}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hl.Close()
+	hl := routes(t, enforce.Options{Limiter: l, Local: l, Registerer: reg})
 	mw, err := hl.Middleware(httplimit.Route{Name: "r", Failure: enforce.FailOpen, Limits: []httplimit.Limit{
 		{Rule: floodgate.Rule{Name: "fail-a", Limit: 5, Window: time.Minute}, Key: httplimit.Header("X-K")},
 		{Rule: floodgate.Rule{Name: "fail-b", Limit: 5, Window: time.Minute}, Key: httplimit.Header("X-K"), Shadow: true},
@@ -318,7 +310,7 @@ func TestNestedResultCoversEveryRoute(t *testing.T) {
 	var got [3]bool
 	h := outer(inner(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, _ := httplimit.FromContext(r.Context())
-		got = [3]bool{res.Covers("ip", "192.0.2.1"), res.Covers("user", "u1"), res.Covers("user", "u2")}
+		got = [3]bool{httplimit.Covers(res, "ip", "192.0.2.1"), httplimit.Covers(res, "user", "u1"), httplimit.Covers(res, "user", "u2")}
 	})))
 	if rec := do(h, "192.0.2.1:1", "User", "u1"); rec.Code != 200 {
 		t.Fatalf("status %d", rec.Code)
@@ -344,11 +336,7 @@ func TestSkippedLimitWarnsWithoutALogger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hl.Close() })
+	hl := routes(t, enforce.Options{Limiter: l})
 	mw, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "per-user", Limit: 5, Window: time.Minute}, Key: httplimit.Principal}}})
 	if err != nil {
 		t.Fatal(err)

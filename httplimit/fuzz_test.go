@@ -32,7 +32,11 @@ func FuzzRateLimitFields(f *testing.F) {
 		if err1 != nil || err2 != nil {
 			return
 		}
-		l, err := New(Options{Enforce: enforce.Options{Limiter: lim, Local: lim}}) // each input is a process of its own
+		en, err := enforce.New(enforce.Options{Limiter: lim, Local: lim}) // each input is a process of its own
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := New(Options{Enforcer: en})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,28 +17,20 @@ import (
 // draft-ietf-httpapi-ratelimit-headers.
 const QuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
-// Problem is the RFC 9457 problem detail that a denied request gets as an
-// application/problem+json body.
-type Problem struct {
-	// Type is QuotaExceeded for a denial, "about:blank" when a fail-closed
-	// route could not check its limits.
-	Type string `json:"type"`
-	// Title is a short summary of the problem type.
-	Title string `json:"title"`
-	// Status is the HTTP status code of the answer.
-	Status int `json:"status"`
-	// Detail explains this occurrence, for a human.
-	Detail string `json:"detail,omitempty"`
-	// ViolatedPolicies names the policies whose quota is exhausted: those
-	// in the RateLimit-Policy field, or the route's name on an opaque
-	// route.
+// problem is the RFC 9457 problem detail of a denial, described in the
+// package doc.
+type problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail,omitempty"`
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
 // ServeHTTP writes p as the response: Content-Type
 // application/problem+json, status p.Status and p as JSON. It is the
-// default [Route.Deny].
-func (p Problem) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+// answer that [Route.Deny] is given.
+func (p problem) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	body, err := json.Marshal(p)
 	if err != nil { // cannot happen: every field marshals
 		http.Error(w, http.StatusText(p.Status), p.Status)
@@ -141,10 +134,10 @@ func (rt *route) failed(res Result) int {
 func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
-	var p Problem
+	var p problem
 	switch {
 	case rt.Opaque:
-		p = Problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status,
+		p = problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status,
 			Detail:           "Too many requests. Try again later.",
 			ViolatedPolicies: []string{rt.Name}}
 		if refusedByFailure(res) {
@@ -155,7 +148,7 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 		}
 	case refusedByFailure(res):
 		wait, status := res.FailRetryAfter(), rt.failed(res)
-		p = Problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
+		p = problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
 			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", fields.Seconds(wait))}
 		if retries(p.Status) {
 			h.Set("Retry-After", fields.RetryAfter(wait))
@@ -170,11 +163,16 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 				fmt.Fprintf(&detail, "%s (%s); ", rt.policies.Quota(e), e.Policy)
 			}
 		}
-		p = Problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status, ViolatedPolicies: violated,
+		p = problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status, ViolatedPolicies: violated,
 			Detail: fmt.Sprintf("Quota exceeded: %sretry after %d s.", detail.String(), max(1, fields.Seconds(d.RetryAfter)))}
 		if retries(p.Status) {
 			h.Set("Retry-After", fields.RetryAfter(d.RetryAfter))
 		}
 	}
-	rt.denyFunc(w, r, p)
+	if rt.Deny == nil {
+		p.ServeHTTP(w, r)
+		return
+	}
+	// Deny finds the verdict where a handler would (FromContext).
+	rt.Deny(w, r.WithContext(context.WithValue(r.Context(), resultKey{}, res)), p)
 }

@@ -206,9 +206,10 @@ func TestStatusAndBodyOverrides(t *testing.T) {
 	h := e.handler(t, httplimit.Route{
 		Limits: []httplimit.Limit{{Rule: rule(t, "r", 1, time.Minute), Key: httplimit.ClientIP(nil)}},
 		Status: http.StatusServiceUnavailable,
-		Deny: func(w http.ResponseWriter, r *http.Request, p httplimit.Problem) {
-			w.WriteHeader(p.Status)
-			fmt.Fprintf(w, "slow down (%s)", strings.Join(p.ViolatedPolicies, ","))
+		Deny: func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+			res, _ := httplimit.FromContext(r.Context())
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "slow down (%s)", res.Decision.Policy)
 		},
 	})
 	do(h, "192.0.2.1:1")
@@ -221,6 +222,66 @@ func TestStatusAndBodyOverrides(t *testing.T) {
 	}
 	if rec.Header().Get("Cache-Control") != "no-store" || rec.Header().Get("RateLimit") == "" {
 		t.Errorf("the middleware's fields must be set before Deny runs: %v", rec.Header())
+	}
+}
+
+// A custom Deny finds the verdict with FromContext, as a handler would,
+// and the answer it is given writes the default denial byte for byte.
+func TestDenySeesTheVerdictAndTheDefaultAnswer(t *testing.T) {
+	type denial struct {
+		code   int
+		header http.Header
+		body   string
+	}
+	var answers [2]denial
+	for i, custom := range []bool{false, true} {
+		e := newEnv(t, envOptions{})
+		var got httplimit.Result
+		var found bool
+		calls := 0
+		rt := httplimit.Route{Limits: []httplimit.Limit{
+			{Rule: rule(t, "ip", 100, time.Minute), Key: httplimit.ClientIP(nil)},
+			{Rule: rule(t, "pix", 2, time.Minute), Key: httplimit.Header("User")},
+		}}
+		if custom {
+			rt.Deny = func(w http.ResponseWriter, r *http.Request, answer http.Handler) {
+				calls++
+				got, found = httplimit.FromContext(r.Context())
+				answer.ServeHTTP(w, r)
+			}
+		}
+		h := e.handler(t, rt)
+		for range 2 {
+			if rec := do(h, "192.0.2.1:1", "User", "u1"); rec.Code != http.StatusOK {
+				t.Fatalf("allowed request: %d", rec.Code)
+			}
+		}
+		e.clock.Advance(18 * time.Second)
+		rec := do(h, "192.0.2.1:1", "User", "u1")
+		answers[i] = denial{rec.Code, rec.Header(), rec.Body.String()}
+		if !custom {
+			continue
+		}
+		if calls != 1 || !found {
+			t.Fatalf("Deny ran %d times and found a Result: %v; want once, with one", calls, found)
+		}
+		d := got.Decision
+		if got.Outcome != enforce.Denied || d.Allowed || d.Policy != "pix" || d.Limit != 2 || d.Remaining != 0 || d.RetryAfter != 42*time.Second {
+			t.Errorf("Deny found %v %+v; want denied by pix, limit 2, 0 remaining, retry after 42s", got.Outcome, d)
+		}
+		if len(d.Each) != 2 || d.Each[0].Policy != "ip" || !d.Each[0].Allowed || d.Each[0].Remaining != 98 || d.Each[1].Policy != "pix" || d.Each[1].Allowed {
+			t.Errorf("Deny found the decisions %+v; want ip allowed with 98 remaining, pix denied", d.Each)
+		}
+	}
+	const body = `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"Quota exceeded: 2 requests per 60 s (pix); retry after 42 s.","violated-policies":["pix"]}`
+	for i, a := range answers {
+		if a.code != http.StatusTooManyRequests || a.body != body || a.header.Get("Retry-After") != "42" ||
+			a.header.Get("Content-Type") != "application/problem+json" || a.header.Get("Content-Length") != strconv.Itoa(len(body)) {
+			t.Errorf("answer %d (custom Deny: %v): %d %v %s\nwant 429, Retry-After 42 and %s", i, i == 1, a.code, a.header, a.body, body)
+		}
+	}
+	if !maps.EqualFunc(answers[0].header, answers[1].header, slices.Equal) {
+		t.Errorf("headers differ: default %v, through Deny %v", answers[0].header, answers[1].header)
 	}
 }
 
@@ -307,7 +368,10 @@ func TestOpaqueDenialsAreByteIdentical(t *testing.T) {
 	if f := rateLimitFields(first.header); len(f) != 0 {
 		t.Errorf("opaque denial has %v", f)
 	}
-	var p httplimit.Problem
+	var p struct {
+		Type             string
+		ViolatedPolicies []string `json:"violated-policies"`
+	}
 	if err := json.Unmarshal(first.body, &p); err != nil || p.Type != httplimit.QuotaExceeded || !slices.Equal(p.ViolatedPolicies, []string{"login"}) {
 		t.Errorf("problem %+v (%v)", p, err)
 	}
@@ -490,7 +554,7 @@ func TestInvalidRoutes(t *testing.T) {
 		}
 	}
 	if _, err := httplimit.New(httplimit.Options{}); !errors.Is(err, httplimit.ErrInvalidOptions) {
-		t.Errorf("New without a Limiter: %v", err)
+		t.Errorf("New without an Enforcer: %v", err)
 	}
 	if _, err := enforce.ParseFailureMode("sideways"); !errors.Is(err, httplimit.ErrInvalidOptions) {
 		t.Errorf("ParseFailureMode: %v", err)

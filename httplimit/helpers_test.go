@@ -23,18 +23,35 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// routes returns a Routes on an Enforcer of opts, closed when t ends.
+func routes(t testing.TB, opts enforce.Options) *httplimit.Routes {
+	t.Helper()
+	en, err := enforce.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { en.Close() })
+	hl, err := httplimit.New(httplimit.Options{Enforcer: en})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hl
+}
+
 // env is a Routes on a fake-clock memstore behind a fault injector.
 type env struct {
 	lim   *floodgate.Limiter
 	clock *storetest.FakeClock
 	fault *faultstore.Store
+	enf   *enforce.Enforcer
 	hl    *httplimit.Routes
 	reg   *prometheus.Registry
 	logs  *syncbuf.Buffer
 }
 
 type envOptions struct {
-	opts    httplimit.Options   // Routes, Registerer and Logger are filled in
+	opts    httplimit.Options   // the Enforcer is filled in
+	enforce enforce.Options     // Limiter, Breaker, Registerer and Logger are filled in
 	timeout time.Duration       // the decision budget; zero means 20ms
 	store   floodgate.Store     // zero means the fake-clock memstore
 	bare    bool                // no fault injector: the limiter sees the store itself
@@ -64,9 +81,12 @@ func newEnv(t testing.TB, eo envOptions) *env {
 		t.Fatal(err)
 	}
 	e.lim = lim
-	o := eo.opts
-	o.Enforce.Limiter, o.Enforce.Registerer = lim, e.reg
-	o.Enforce.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{
+	eopts := eo.enforce
+	eopts.Limiter, eopts.Registerer = lim, e.reg
+	if eo.breaker != nil {
+		eopts.Breaker = eo.breaker
+	}
+	eopts.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
 				return slog.Attr{}
@@ -74,18 +94,15 @@ func newEnv(t testing.TB, eo envOptions) *env {
 			return a
 		},
 	}))
-	if eo.breaker != nil {
-		en, err := enforce.New(enforce.Options{Limiter: lim, Local: o.Enforce.Local, Breaker: eo.breaker, Registerer: e.reg, Logger: o.Enforce.Logger, LogInterval: o.Enforce.LogInterval})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { en.Close() })
-		o = httplimit.Options{Enforcer: en, NoLegacyHeaders: o.NoLegacyHeaders}
+	if e.enf, err = enforce.New(eopts); err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { e.enf.Close() })
+	o := eo.opts
+	o.Enforcer = e.enf
 	if e.hl, err = httplimit.New(o); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.hl.Close() })
 	return e
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,18 +21,12 @@ import (
 // enforce.ErrInvalid, which the enforcement layer's errors wrap too.
 var ErrInvalidOptions = enforce.ErrInvalid
 
-// Options configures a [Routes]: an Enforcer to share, or the options
-// of one to build.
+// Options configures a [Routes].
 type Options struct {
-	// Enforcer is the enforcement layer that the routes share with the
-	// other transports of the process (a gRPC server, say): its limiters,
-	// metrics and logger. If set, Enforce must be zero, and Close leaves
-	// it open.
+	// Enforcer is the enforcement layer of the routes: its limiters,
+	// metrics and logger. Required: the caller builds it with enforce.New
+	// and closes it on shutdown (package enforce says who shares it).
 	Enforcer *enforce.Enforcer
-	// Enforce configures the Enforcer that New builds when Enforcer is
-	// nil, and Close closes (see enforce.Options: its Routes is
-	// required).
-	Enforce enforce.Options
 	// NoLegacyHeaders turns off X-RateLimit-Limit, X-RateLimit-Remaining
 	// and X-RateLimit-Reset, which are sent by default.
 	NoLegacyHeaders bool
@@ -41,43 +34,19 @@ type Options struct {
 
 // Routes builds rate-limit middleware for the routes of one service, on
 // the enforcement layer that the routes share. It is safe for concurrent
-// use. Build one with [New] and Close it on shutdown.
+// use. Build one with [New]; it holds nothing to release.
 type Routes struct {
 	e      *enforce.Enforcer
-	ownE   bool // New built e: Close closes it
 	legacy bool
 }
 
-// New returns a Routes for opts. It fails if both opts.Enforcer and
-// opts.Enforce are set, or the Enforcer cannot be built (no Routes), or
-// its metrics cannot be registered:
-// a second Routes on one registerer gets one error that names the metric
-// and wraps the prometheus.AlreadyRegisteredError, and registers nothing.
+// New returns a Routes for opts, or an error wrapping [ErrInvalidOptions]
+// if opts.Enforcer is nil.
 func New(opts Options) (*Routes, error) {
-	l := &Routes{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}
-	if l.e != nil {
-		if !reflect.ValueOf(opts.Enforce).IsZero() {
-			return nil, fmt.Errorf("%w: Options.Enforcer and Options.Enforce are both set: configure the Enforcer", ErrInvalidOptions)
-		}
-		return l, nil
+	if opts.Enforcer == nil {
+		return nil, fmt.Errorf("%w: Options.Enforcer is nil: build one with enforce.New", ErrInvalidOptions)
 	}
-	e, err := enforce.New(opts.Enforce)
-	if err != nil {
-		return nil, err
-	}
-	l.e, l.ownE = e, true
-	return l, nil
-}
-
-// Close writes the degraded-decision counts not yet logged and releases
-// the local store that New built; an Enforcer given in Options is left
-// open. The middleware keeps working after Close, but FailLocal routes
-// then fail closed (unless Options.Local was given).
-func (l *Routes) Close() error {
-	if l.ownE {
-		return l.e.Close()
-	}
-	return nil
+	return &Routes{e: opts.Enforcer, legacy: !opts.NoLegacyHeaders}, nil
 }
 
 // Limit is one rule applied to one key of a request.
@@ -150,10 +119,13 @@ type Route struct {
 	// FailStatus is the status of a fail-closed denial. Zero means 429;
 	// 503 is apt too, and also carries Retry-After.
 	FailStatus int
-	// Deny writes a denial, after the middleware has set Cache-Control,
-	// Retry-After and the rate-limit fields. Nil means p.ServeHTTP: an
-	// application/problem+json body.
-	Deny func(w http.ResponseWriter, r *http.Request, p Problem)
+	// Deny, if set, answers a denial, after the middleware has set
+	// Cache-Control, Retry-After and the rate-limit fields. answer writes
+	// the default one, the application/problem+json body of the package
+	// doc: Deny may log or count and then call answer.ServeHTTP(w, r), or
+	// write an answer of its own. r's context holds the verdict
+	// ([FromContext]). Nil means answer.ServeHTTP(w, r).
+	Deny func(w http.ResponseWriter, r *http.Request, answer http.Handler)
 }
 
 // route is a built Route.
@@ -163,7 +135,6 @@ type route struct {
 	gate        *enforce.Gate
 	status      int
 	failStatus  int
-	denyFunc    func(http.ResponseWriter, *http.Request, Problem)
 	opaqueRetry string          // Retry-After of an opaque denial
 	longest     time.Duration   // the longest window of the Route's enforced rules
 	costs       bool            // a limit has a Cost
@@ -177,7 +148,7 @@ type route struct {
 // all-or-nothing decision within the limiter's time budget, applies the
 // route's failure mode if the store fails, waits if the route throttles,
 // and then either calls next with the [Result] in the request's context
-// and the rate-limit fields set, or answers the denial.
+// and the rate-limit fields set, or answers the denial (Route.Deny).
 func (l *Routes) Middleware(rt Route) (func(http.Handler) http.Handler, error) {
 	r, err := l.build(rt)
 	if err != nil {
@@ -195,8 +166,7 @@ func (l *Routes) build(rt Route) (*route, error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: route %q: "+format, append([]any{ErrInvalidOptions, rt.Name}, args...)...))
 	}
-	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus,
-		denyFunc: rt.Deny}
+	r := &route{Route: rt, l: l, status: rt.Status, failStatus: rt.FailStatus}
 	r.Limits = slices.Clone(rt.Limits)
 	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
@@ -248,9 +218,6 @@ func (l *Routes) build(rt Route) (*route, error) {
 		return nil, err
 	}
 	r.gate = g
-	if r.denyFunc == nil {
-		r.denyFunc = func(w http.ResponseWriter, req *http.Request, p Problem) { p.ServeHTTP(w, req) }
-	}
 	r.opaqueRetry, r.longest = fields.RetryAfter(longest), longest
 	var enforced []floodgate.Rule
 	for _, lim := range r.Limits {
@@ -359,7 +326,7 @@ func decided(o enforce.Outcome) bool {
 // here refunds the outer routes' hits, and the Result in the context
 // covers every route.
 func (rt *route) nest(ctx context.Context, outer *Result, hits []enforce.Hit) []enforce.Hit {
-	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.Covers(h.Rule.Name, h.Key) })
+	return slices.DeleteFunc(hits, func(h enforce.Hit) bool { return outer.covers(h.Rule.Name, h.Key) })
 }
 
 // keepWorst remembers the legacy X-RateLimit-* fields that an outer route

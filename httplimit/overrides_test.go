@@ -28,11 +28,7 @@ func TestFieldsReportTheOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: lim}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hl.Close()
+	hl := routes(t, enforce.Options{Limiter: lim})
 	mw, err := hl.Middleware(httplimit.Route{Name: "api", Limits: []httplimit.Limit{{Rule: api, Key: func(r *http.Request) string { return r.Header.Get("Key") }}}})
 	if err != nil {
 		t.Fatal(err)

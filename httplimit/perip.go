@@ -45,10 +45,10 @@ func PerIP(l *floodgate.Limiter, limit int64, window time.Duration) func(http.Ha
 	if err != nil {
 		panic(err) // the zero Options are valid
 	}
-	hl, err := New(Options{Enforce: enforce.Options{Limiter: l, Local: l}}) // Local set: no memstore of its own
+	e, err := enforce.New(enforce.Options{Limiter: l, Local: l}) // Local set: no memstore of its own, nothing to close
 	if err == nil {
 		var mw func(http.Handler) http.Handler
-		if mw, err = hl.Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: enforce.FailOpen}); err == nil {
+		if mw, err = (&Routes{e: e, legacy: true}).Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: enforce.FailOpen}); err == nil {
 			return mw
 		}
 	}

@@ -11,14 +11,15 @@ import (
 	"github.com/floodgate-rl/floodgate/httplimit"
 )
 
-// A second Routes on the same registerer fails with one error that names
-// the metric, says how to share it and wraps Prometheus's own error; it
-// registers nothing, and the first Routes's metrics keep working.
-func TestSecondLimiterOnOneRegistererIsOneClearError(t *testing.T) {
+// A second Enforcer on the registerer of the routes' Enforcer fails with
+// one error that names the metric, says how to share it and wraps
+// Prometheus's own error; it registers nothing, and the first Enforcer's
+// metrics keep working.
+func TestSecondEnforcerOnOneRegistererIsOneClearError(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	_, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: e.reg}})
+	_, err := enforce.New(enforce.Options{Limiter: e.lim, Registerer: e.reg})
 	if err == nil {
-		t.Fatal("a second Routes registered the same metrics")
+		t.Fatal("a second Enforcer registered the same metrics")
 	}
 	msg := err.Error()
 	if n := strings.Count(msg, "duplicate metrics collector registration attempted"); n != 1 {
@@ -39,7 +40,7 @@ func TestSecondLimiterOnOneRegistererIsOneClearError(t *testing.T) {
 }
 
 // When registering fails part way, the collectors registered before are
-// taken back: a later Routes on the registerer succeeds.
+// taken back: a later Enforcer on the registerer succeeds.
 func TestFailedRegistrationLeavesNothingBehind(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	// Register the third metric first (the same shape, or the registry
@@ -49,15 +50,24 @@ func TestFailedRegistrationLeavesNothingBehind(t *testing.T) {
 		Help: "Decisions the store failed, by reason (timeout, breaker_open, full: a memory store with no key it can reclaim, corrupt_state: one key's state is not the store's, error)."}, []string{"gate", "reason"})
 	reg.MustRegister(squatter)
 	e := newEnv(t, envOptions{})
-	if _, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}}); err == nil || !strings.Contains(err.Error(), "floodgate_store_errors_total") {
+	if _, err := enforce.New(enforce.Options{Limiter: e.lim, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "floodgate_store_errors_total") {
 		t.Fatalf("err = %v, want one naming floodgate_store_errors_total", err)
 	}
-	// Were the first two left registered, the next Routes would collide
+	// Were the first two left registered, the next Enforcer would collide
 	// with them.
 	reg.Unregister(squatter)
-	l, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: e.lim, Registerer: reg}})
+	en, err := enforce.New(enforce.Options{Limiter: e.lim, Registerer: reg})
 	if err != nil {
-		t.Fatalf("a Routes on the registerer after a failed New: %v", err)
+		t.Fatalf("an Enforcer on the registerer after a failed New: %v", err)
 	}
-	l.Close()
+	en.Close()
+}
+
+// New refuses Options without an Enforcer, with an error that says how to
+// build one.
+func TestNewNeedsAnEnforcer(t *testing.T) {
+	hl, err := httplimit.New(httplimit.Options{NoLegacyHeaders: true})
+	if hl != nil || !errors.Is(err, httplimit.ErrInvalidOptions) || !strings.Contains(err.Error(), "Options.Enforcer is nil: build one with enforce.New") {
+		t.Errorf("New without an Enforcer = %v, %v; want ErrInvalidOptions saying to build one with enforce.New", hl, err)
+	}
 }

@@ -9,9 +9,13 @@ import (
 )
 
 // Result is the middleware's verdict on a request. The handler of an
-// allowed request finds it with [FromContext]. Its Outcome, Decision and
+// allowed request, and the [Route.Deny] of a denied one, find it with
+// [FromContext]. Its Outcome, Decision and
 // Shadow are those of the enforcement layer's verdict (enforce.Result);
-// with nested middlewares, it covers every route of the request.
+// with nested middlewares, they and the methods promoted from
+// enforce.Result (Covers, Settle) describe the innermost route that
+// enforced a limit, while [Result.Refund] covers every route of the
+// request.
 type Result struct {
 	enforce.Result
 
@@ -19,10 +23,10 @@ type Result struct {
 	also  []enforce.Result // shadow checks of nested routes that enforced nothing
 }
 
-// Covers reports whether any route of the request, this one or one it is
+// covers reports whether any route of the request, this one or one it is
 // nested in, counted a hit of the rule named rule on key, enforced or
 // shadow.
-func (r Result) Covers(rule, key string) bool {
+func (r Result) covers(rule, key string) bool {
 	for o := &r; o != nil; o = o.outer {
 		if o.Result.Covers(rule, key) || slices.ContainsFunc(o.also, func(a enforce.Result) bool { return a.Covers(rule, key) }) {
 			return true
@@ -34,7 +38,8 @@ func (r Result) Covers(rule, key string) bool {
 type resultKey struct{}
 
 // FromContext returns the verdict of the rate-limit middleware on the
-// request whose context is ctx.
+// request whose context is ctx: in the handler of an allowed request, and
+// in the [Route.Deny] of a denied one.
 func FromContext(ctx context.Context) (Result, bool) {
 	r, ok := ctx.Value(resultKey{}).(Result)
 	return r, ok

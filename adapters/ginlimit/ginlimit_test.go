@@ -27,11 +27,15 @@ func app(t *testing.T) (*gin.Engine, *int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l, Registerer: prometheus.NewRegistry()}})
+	en, err := enforce.New(enforce.Options{Limiter: l, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { hl.Close() })
+	t.Cleanup(func() { en.Close() })
+	hl, err := httplimit.New(httplimit.Options{Enforcer: en})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pix, err := hl.Middleware(httplimit.Route{
 		Name:   "pix",
 		Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "pix", Limit: 2, Window: time.Minute}, Key: httplimit.Principal}},
@@ -125,11 +129,15 @@ func TestClientIPFollowsGinsTrustedProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l}})
+	en, err := enforce.New(enforce.Options{Limiter: l})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { hl.Close() })
+	t.Cleanup(func() { en.Close() })
+	hl, err := httplimit.New(httplimit.Options{Enforcer: en})
+	if err != nil {
+		t.Fatal(err)
+	}
 	perIP, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "gin-ip", Limit: 1, Window: time.Minute}, Key: ginlimit.ClientIP}}})
 	if err != nil {
 		t.Fatal(err)

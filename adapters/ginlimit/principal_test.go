@@ -55,11 +55,15 @@ func TestPrincipalOfAnyIDType(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hl, err := httplimit.New(httplimit.Options{Enforce: enforce.Options{Limiter: l, Registerer: prometheus.NewRegistry()}})
+			en, err := enforce.New(enforce.Options{Limiter: l, Registerer: prometheus.NewRegistry()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { hl.Close() })
+			t.Cleanup(func() { en.Close() })
+			hl, err := httplimit.New(httplimit.Options{Enforcer: en})
+			if err != nil {
+				t.Fatal(err)
+			}
 			mw, err := hl.Middleware(httplimit.Route{Name: "u", Limits: []httplimit.Limit{{
 				Rule: floodgate.Rule{Name: "per-user", Limit: 1, Window: time.Minute}, Key: httplimit.Principal}}})
 			if err != nil {

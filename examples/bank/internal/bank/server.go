@@ -152,9 +152,9 @@ func NewServer(d Deps) (*Server, error) {
 	for _, rt := range routes {
 		denied := newTally(d.Logger, "rate limited", slog.String("route", rt.route.Name))
 		s.denied = append(s.denied, denied)
-		rt.route.Deny = func(w http.ResponseWriter, r *http.Request, p httplimit.Problem) {
+		rt.route.Deny = func(w http.ResponseWriter, r *http.Request, answer http.Handler) {
 			denied.add(s.clientIP(r))
-			p.ServeHTTP(w, r)
+			answer.ServeHTTP(w, r)
 		}
 		limit, err := limits.Middleware(rt.route)
 		if err != nil {
@@ -190,7 +190,7 @@ func (s *Server) Close() error {
 	for _, t := range append(s.denied, s.failed) {
 		t.stop()
 	}
-	return errors.Join(s.limits.Close(), s.enforce.Close())
+	return s.enforce.Close()
 }
 
 // clientIP returns the address of req's client, as the limits see it.
