@@ -75,7 +75,7 @@ func start(t testing.TB, s setup) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, Debounce: 20 * time.Millisecond, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver})
+	srv, err := rls.New(rls.WithDebounce(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver}, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,9 +76,6 @@ type Options struct {
 	Config *rlconfig.Config
 	// ConfigOptions are the parse options of every load of ConfigDir.
 	ConfigOptions rlconfig.Options
-	// Debounce is the Watcher's quiet time before a reload; zero means
-	// the Watcher's default (100ms).
-	Debounce time.Duration
 	// Registerer receives the service's metrics. Nil means a registry of
 	// the Server's own, which Gatherer then defaults to.
 	Registerer prometheus.Registerer
@@ -109,6 +106,10 @@ type Options struct {
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
 	// means 0.8.
 	NearLimitRatio float64
+
+	// debounce is the Watcher's quiet time before a reload; zero means
+	// the package doc's 100ms. The tests set it (export_test.go).
+	debounce time.Duration
 }
 
 // Server is the Envoy RLS v3 rate-limit service: it matches each
@@ -193,7 +194,7 @@ func New(opts Options) (*Server, error) {
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
 			Options:  opts.ConfigOptions,
-			Debounce: opts.Debounce,
+			Debounce: opts.debounce,
 			OnReload: s.reloaded,
 		})
 		if err != nil {
