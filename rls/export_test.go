@@ -15,3 +15,15 @@ const (
 	MaxEntries     = maxEntries
 	MaxMessageSize = maxMessageSize
 )
+
+// Reload reads ConfigDir now, as a change to it would, and reports the
+// outcome in the logs and metrics. It returns the refusal, if any; the
+// configuration in force then stays. With a fixed Config it does nothing.
+func (s *Server) Reload() error {
+	if s.watcher == nil {
+		return nil
+	}
+	err := s.watcher.Reload()
+	s.reloaded(s.watcher.Config(), err)
+	return err
+}

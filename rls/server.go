@@ -300,18 +300,6 @@ func (s *Server) Apply(cfg *rlconfig.Config) error {
 	return nil
 }
 
-// Reload reads ConfigDir now, as a change to it would, and reports the
-// outcome in the logs and metrics. It returns the refusal, if any; the
-// configuration in force then stays. With a fixed Config it does nothing.
-func (s *Server) Reload() error {
-	if s.watcher == nil {
-		return nil
-	}
-	err := s.watcher.Reload()
-	s.reloaded(s.watcher.Config(), err)
-	return err
-}
-
 // gate returns the enforcement gate of domain, made on first use. Its
 // name is the "gate" label of the Enforcer's metrics.
 func (s *Server) gate(domain string) (*enforce.Gate, error) {
