@@ -66,8 +66,9 @@ var ErrInvalidOptions = errors.New("rls: invalid options")
 // are required; every other field has a default.
 type Options struct {
 	// Enforcer decides the hits: its Limiter's store and time budget, its
-	// local fallback, breaker, metrics and logs. The Server does not close
-	// it.
+	// local fallback, breaker, metrics and logs. The Server logs its
+	// configuration's loads, refusals and warnings to the Enforcer's
+	// logger too (enforce.Options.Logger). The Server does not close it.
 	Enforcer *enforce.Enforcer
 	// ConfigDir is a directory of envoyproxy/ratelimit YAML files, read
 	// at New and watched for changes (see [rlconfig.Watcher]).
@@ -82,8 +83,6 @@ type Options struct {
 	// Gatherer is what GET /metrics serves. Nil means the Registerer when
 	// it is also a Gatherer (a *prometheus.Registry), else nothing.
 	Gatherer prometheus.Gatherer
-	// Logger receives the reload and refusal logs; nil discards them.
-	Logger *slog.Logger
 	// ShadowMode puts every limit in shadow mode, as
 	// envoyproxy/ratelimit's SHADOW_MODE does: the limits are counted and
 	// reported in the metrics, and never deny. A request's own limit
@@ -183,10 +182,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := opts.Enforcer.Logger()
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
 	s.plans.New = func() any { return new(plan) }
