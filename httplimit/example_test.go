@@ -308,7 +308,7 @@ func ExampleFirst() {
 
 // Metrics go to the Registerer and degraded decisions to the Logger, in
 // aggregate: the first line of an outage at once, then at most one line
-// per LogInterval that counts what it held back (here written by Close).
+// every 5s that counts what it held back (here written by Close).
 func ExampleOptions() {
 	store := memstore.New(memstore.Options{})
 	limiter, _ := floodgate.New(store, floodgate.Options{})

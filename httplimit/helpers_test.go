@@ -75,7 +75,7 @@ func newEnv(t testing.TB, eo envOptions) *env {
 		},
 	}))
 	if eo.breaker != nil {
-		en, err := enforce.New(enforce.Options{Limiter: lim, Local: o.Enforce.Local, Breaker: eo.breaker, Registerer: e.reg, Logger: o.Enforce.Logger, LogInterval: o.Enforce.LogInterval})
+		en, err := enforce.New(enforce.Options{Limiter: lim, Local: o.Enforce.Local, Breaker: eo.breaker, Registerer: e.reg, Logger: o.Enforce.Logger})
 		if err != nil {
 			t.Fatal(err)
 		}
