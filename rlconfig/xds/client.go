@@ -38,6 +38,10 @@ const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConf
 // ErrInvalidOptions is wrapped by the errors of [New].
 var ErrInvalidOptions = errors.New("xds: invalid options")
 
+// nackLogInterval is the least time between two log lines about rejected
+// configurations (the package doc's 30s).
+const nackLogInterval = 30 * time.Second
+
 // maxErrorDetail bounds the reason a NACK carries: the problems of a
 // large configuration are listed whole in the log, cut in the NACK.
 const maxErrorDetail = 16 << 10
@@ -78,9 +82,6 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
-	// LogInterval is the least time between two log lines about
-	// rejected configurations. Zero means 30s.
-	LogInterval time.Duration
 }
 
 // Update is a validated configuration for [Options].Apply.
@@ -198,9 +199,6 @@ func New(opts Options) (*Client, error) {
 	if opts.NodeID == "" {
 		opts.NodeID = "default"
 	}
-	if opts.LogInterval <= 0 {
-		opts.LogInterval = 30 * time.Second
-	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -226,7 +224,7 @@ func New(opts Options) (*Client, error) {
 				Help: "xDS responses rejected (NACK): invalid, or not put in force; the configuration in force stayed."}),
 		},
 	}
-	c.nacks.interval = opts.LogInterval
+	c.nacks.interval = nackLogInterval
 	if opts.Registerer != nil {
 		for _, col := range []prometheus.Collector{c.m.connected, c.m.info, c.m.acks, c.m.nack} {
 			if err := opts.Registerer.Register(col); err != nil {
