@@ -11,8 +11,8 @@ import (
 	"strings"
 )
 
-// ErrInvalidOptions is wrapped by every error that [New] and
-// [Options.Validate] return; check with [errors.Is].
+// ErrInvalidOptions is wrapped by every error that [New] returns; check
+// with [errors.Is].
 var ErrInvalidOptions = errors.New("clientip: invalid options")
 
 // Options configures a [Resolver]. The zero value trusts no proxy: every
@@ -42,13 +42,24 @@ type Options struct {
 	Headers []string
 }
 
-// Validate reports every problem with o, each wrapping [ErrInvalidOptions].
-func (o Options) Validate() error {
-	_, err := o.build()
-	return err
+// Resolver finds the client address of a request. Build it with [New]; it is
+// safe for concurrent use and never changes after New.
+//
+// The zero Resolver trusts no proxy and keys IPv6 clients by /64.
+type Resolver struct {
+	trusted  []netip.Prefix
+	headers  []header
+	ipv6Bits int // 0 means 64
 }
 
-func (o Options) build() (*Resolver, error) {
+type header struct {
+	name      string // canonical
+	forwarded bool   // RFC 7239 syntax, not an address list
+}
+
+// New returns a Resolver for o, or an error listing every invalid field,
+// wrapping [ErrInvalidOptions].
+func New(o Options) (*Resolver, error) {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...))
@@ -81,27 +92,6 @@ func (o Options) build() (*Resolver, error) {
 		return nil, errors.Join(errs...)
 	}
 	return r, nil
-}
-
-// Resolver finds the client address of a request. Build it with [New]; it is
-// safe for concurrent use and never changes after New.
-//
-// The zero Resolver trusts no proxy and keys IPv6 clients by /64.
-type Resolver struct {
-	trusted  []netip.Prefix
-	headers  []header
-	ipv6Bits int // 0 means 64
-}
-
-type header struct {
-	name      string // canonical
-	forwarded bool   // RFC 7239 syntax, not an address list
-}
-
-// New returns a Resolver for o, or an error listing every invalid field,
-// wrapping [ErrInvalidOptions].
-func New(o Options) (*Resolver, error) {
-	return o.build()
 }
 
 // ClientIP returns the address of the client that sent req, unmapped and

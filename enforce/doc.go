@@ -39,8 +39,8 @@
 // breaker is open, and it is probed and taken back by itself. A fail-closed denial should ask the client to
 // wait [Result.FailRetryAfter]: 5s, or the
 // breaker's remaining open time if that is longer. Each degraded decision
-// is counted, and logged at most once per gate per [Options.LogInterval]
-// (5s), each line saying how many more it stands for.
+// is counted, and logged at most once per gate every 5s, each line
+// saying how many more it stands for.
 //
 // # Requests in flight
 //

@@ -23,7 +23,8 @@ import (
 // Defaults of [Options] and [Spec].
 const (
 	// defaultLogInterval is the least time between two log lines about one
-	// gate's degraded decisions.
+	// gate's degraded decisions (or its shadow denials): the decisions in
+	// between are counted in the next line.
 	defaultLogInterval = 5 * time.Second
 	// defaultMaxWaiters bounds the requests of one gate that wait for
 	// quota at once.
@@ -66,10 +67,6 @@ type Options struct {
 	// limits that skip requests (a principal set after the rate-limit
 	// check). Nil means slog.Default(): a warning always reaches someone.
 	Logger *slog.Logger
-	// LogInterval is the least time between two log lines about one
-	// gate's degraded decisions; the decisions in between are counted in
-	// the next line. Zero means 5s.
-	LogInterval time.Duration
 }
 
 // Enforcer holds what the gates of one process share: the limiters, the
@@ -79,7 +76,6 @@ type Enforcer struct {
 	limiter, local *floodgate.Limiter
 	ownLocal       *memstore.Store // nil unless New built Local
 	logger         *slog.Logger
-	logEvery       time.Duration
 	metrics        *metrics
 	released       broadcast // a lease was released: wakes throttled requests
 
@@ -96,20 +92,14 @@ func New(opts Options) (*Enforcer, error) {
 	if opts.Limiter == nil {
 		return nil, fmt.Errorf("%w: Options.Limiter is nil", ErrInvalid)
 	}
-	if opts.LogInterval < 0 {
-		return nil, fmt.Errorf("%w: LogInterval %v is negative", ErrInvalid, opts.LogInterval)
-	}
 	m, err := newMetrics(opts.Registerer, opts.Breaker)
 	if err != nil {
 		return nil, err
 	}
-	e := &Enforcer{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger, logEvery: opts.LogInterval,
+	e := &Enforcer{limiter: opts.Limiter, local: opts.Local, logger: opts.Logger,
 		metrics: m, rules: make(map[string]floodgate.Rule)}
 	if e.logger == nil {
 		e.logger = slog.Default()
-	}
-	if e.logEvery == 0 {
-		e.logEvery = defaultLogInterval
 	}
 	if e.local == nil {
 		e.ownLocal = memstore.New(memstore.Options{})
@@ -150,7 +140,7 @@ type Limit struct {
 	// checked against each shadow limit on its own, recorded if within
 	// it, and the outcome is counted in the decisions metric as
 	// shadow_allowed or shadow_denied under the limit's policy; shadow
-	// denials are logged, at most one line per LogInterval.
+	// denials are logged as degraded decisions are (see the package doc).
 	Shadow bool
 }
 
@@ -234,8 +224,8 @@ func (e *Enforcer) register(g *Gate) {
 	for _, lim := range g.spec.Limits {
 		e.rules[lim.Rule.Name] = lim.Rule
 	}
-	g.log.interval = e.logEvery
-	g.shadowLog.interval = e.logEvery
+	g.log.interval = defaultLogInterval
+	g.shadowLog.interval = defaultLogInterval
 	names := make([]string, len(g.spec.Limits))
 	for i, lim := range g.spec.Limits {
 		names[i] = lim.Rule.Name

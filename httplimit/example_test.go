@@ -316,10 +316,9 @@ func ExampleFirst() {
 	// "" "5:alice11:203.0.113.9"
 }
 
-// The Enforcer's metrics go to its Registerer and degraded decisions to
-// its Logger, in aggregate: the first line of an outage at once, then at
-// most one line per LogInterval that counts what it held back (here
-// written by the Enforcer's Close).
+// Metrics go to the Registerer and degraded decisions to the Logger, in
+// aggregate: the first line of an outage at once, then at most one line
+// every 5s that counts what it held back (here written by the Enforcer's Close).
 func ExampleOptions() {
 	store := memstore.New(memstore.Options{})
 	limiter, _ := floodgate.New(store, floodgate.Options{})

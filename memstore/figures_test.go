@@ -331,7 +331,7 @@ func TestRefundIsRememberedUntilItCouldNoLongerCredit(t *testing.T) {
 // the first, which would hold a slot and nothing else until a check
 // reclaimed it.
 func TestFullStoreLeavesNoEntryBehind(t *testing.T) {
-	g := newRig(t, false, memstore.Options{Shards: 1, MaxKeys: 2})
+	g := newRig(t, false, memstore.Tuned(memstore.Options{MaxKeys: 2}, 1, 0))
 	ctx := context.Background()
 	r := mustRule(t, 5, time.Minute, floodgate.FixedWindow, 0)
 	takeKeys := func(keys ...string) error {
@@ -380,7 +380,7 @@ func TestMaxKeysPerShard(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%d shards, MaxKeys %d", tc.shards, tc.maxKeys), func(t *testing.T) {
 			t.Parallel()
-			g := newRig(t, false, memstore.Options{Shards: tc.shards, MaxKeys: tc.maxKeys})
+			g := newRig(t, false, memstore.Tuned(memstore.Options{MaxKeys: tc.maxKeys}, tc.shards, 0))
 			var full error
 			for i := range 2000 {
 				if _, err := g.s.Take(context.Background(), []floodgate.Hit{{Rule: r, Key: fmt.Sprint(i), Cost: 1}}); err != nil {

@@ -3,10 +3,11 @@
 // the per-replica fallback when a shared store is down. It implements the
 // same semantics as the Redis store, to the nanosecond of an injected clock.
 //
-// State is sharded by key so that unrelated keys do not contend. Expired
-// entries are collected by one janitor goroutine per Store, which Close
-// stops, and, in a shard that holds its share of Options.MaxKeys, by the
-// check that needs room for a new key.
+// State is sharded by key, over 64 independently locked shards, so that
+// unrelated keys do not contend. Expired entries are collected every
+// minute by one janitor goroutine per Store, which Close stops, and, in a
+// shard that holds its share of Options.MaxKeys, by the check that needs
+// room for a new key.
 package memstore
 
 import (
@@ -33,12 +34,6 @@ type Options struct {
 	// cheaper than time.Now and immune to wall-clock steps). Tests inject
 	// a fake clock here.
 	Now func() time.Time
-	// Shards is the number of independently locked shards, rounded up to a
-	// power of two. Zero means 64.
-	Shards int
-	// SweepInterval is how often expired entries are collected. Zero means
-	// one minute.
-	SweepInterval time.Duration
 	// MaxKeys bounds the keys held, so that a flood of unique keys cannot
 	// exhaust memory. At the bound, a check that needs a new key first
 	// reclaims keys whose state no longer weighs (it would answer as a
@@ -48,8 +43,7 @@ type Options struct {
 	// per check whatever the store holds. If none can be, the check fails
 	// with an error wrapping ErrFull and floodgate.ErrStoreUnavailable (the
 	// caller's failure policy decides), while every key already held keeps
-	// its state: a limit in force is never reset to make room. Rejected
-	// counts these failures. A key weighs as long as its rule says: under
+	// its state: a limit in force is never reset to make room. A key weighs as long as its rule says: under
 	// a 5-per-day log, a day after its last take. So a flood of distinct
 	// keys under day windows fills the store for up to a day; size MaxKeys
 	// for the keys the long windows hold. Peek and Refund never create
@@ -57,18 +51,25 @@ type Options struct {
 	// hundred bytes each for small limits, and 24 more for the order in
 	// which they stop weighing); negative means no bound.
 	//
-	// The bound is enforced per shard: each of the Shards shards holds at
-	// most MaxKeys/Shards keys (rounded up), so the store may refuse a new
+	// The bound is enforced per shard: each of the 64 shards holds at
+	// most MaxKeys/64 keys (rounded up), so the store may refuse a new
 	// key while holding fewer than MaxKeys in all, when keys hash unevenly
-	// onto the shards, and may hold up to Shards-1 keys more than MaxKeys.
+	// onto the shards, and may hold up to 63 keys more than MaxKeys.
 	MaxKeys int
+
+	// shards is the number of shards, rounded up to a power of two, and
+	// sweepInterval how often the janitor runs; zero means the package
+	// doc's 64 and one minute. The tests set them (export_test.go).
+	shards        int
+	sweepInterval time.Duration
 }
 
 // ErrFull reports that a check needed a new key while the key's shard
 // held its share of Options.MaxKeys, every one of them still weighing.
 // The error returned wraps floodgate.ErrStoreUnavailable as well, so that
 // the caller's failure policy answers; errors.Is(err, ErrFull) tells it
-// apart from an outage, for a metric (Store.Rejected counts them too).
+// apart from an outage, for a metric (package enforce counts it as
+// floodgate_store_errors_total{reason="full"}).
 var ErrFull = errors.New("memstore: full")
 
 // DefaultMaxKeys is the bound on keys when Options.MaxKeys is zero.
@@ -85,7 +86,8 @@ type Store struct {
 	mask   uint64
 	closed atomic.Bool
 	// perShard is the most entries one shard holds (MaxKeys spread over
-	// the shards); rejected counts the checks refused at the bound.
+	// the shards); rejected counts the checks refused at the bound, for
+	// the tests.
 	perShard int
 	rejected atomic.Uint64
 	stop     chan struct{}
@@ -206,9 +208,9 @@ func digestKeyOf(h *floodgate.Hit) entryKey {
 // New returns a store and starts its janitor.
 func New(opts Options) *Store {
 	n := 64
-	if opts.Shards > 0 {
+	if opts.shards > 0 {
 		n = 1
-		for n < opts.Shards {
+		for n < opts.shards {
 			n <<= 1
 		}
 	}
@@ -228,7 +230,7 @@ func New(opts Options) *Store {
 	for i := range s.shards {
 		s.shards[i].epochs = rand.Uint64()
 	}
-	interval := opts.SweepInterval
+	interval := opts.sweepInterval
 	if interval <= 0 {
 		interval = time.Minute
 	}
@@ -244,18 +246,6 @@ func (s *Store) Close() error {
 		<-s.done
 	}
 	return nil
-}
-
-// Len returns the number of keys held, expired or not.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.entries.n
-		sh.mu.Unlock()
-	}
-	return n
 }
 
 // Take implements [floodgate.Store]. It names each take by a counter of
@@ -529,7 +519,3 @@ func (s *Store) full() error {
 	s.rejected.Add(1)
 	return fmt.Errorf("%w: %d keys held, none reclaimable: %w", ErrFull, s.perShard*len(s.shards), floodgate.ErrStoreUnavailable)
 }
-
-// Rejected returns how many checks failed with ErrFull: export it as a
-// metric.
-func (s *Store) Rejected() uint64 { return s.rejected.Load() }

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestExpiredEntriesAreCollected(t *testing.T) {
 	clock := storetest.NewFakeClock()
-	s := memstore.New(memstore.Options{Now: clock.Now, SweepInterval: time.Millisecond})
+	s := memstore.New(memstore.Tuned(memstore.Options{Now: clock.Now}, 0, time.Millisecond))
 	defer s.Close()
 	l, _ := floodgate.New(s, floodgate.Options{})
 	r, _ := floodgate.NewRule("sweep", 5, time.Second, floodgate.SlidingWindow)
@@ -130,7 +130,7 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 // keys already held keep their limits, and expired keys make room again.
 func TestMaxKeysBoundsMemory(t *testing.T) {
 	clock := storetest.NewFakeClock()
-	s := memstore.New(memstore.Options{Now: clock.Now, Shards: 4, MaxKeys: 100})
+	s := memstore.New(memstore.Tuned(memstore.Options{Now: clock.Now, MaxKeys: 100}, 4, 0))
 	defer s.Close()
 	l, _ := floodgate.New(s, floodgate.Options{})
 	r, _ := floodgate.NewRule("flood", 1, time.Minute, floodgate.SlidingWindow)
@@ -163,7 +163,7 @@ func TestMaxKeysBoundsMemory(t *testing.T) {
 // fail nor count as rejected, and a key they name stays absent.
 func TestPeekAndRefundCreateNoKeys(t *testing.T) {
 	clock := storetest.NewFakeClock()
-	s := memstore.New(memstore.Options{Now: clock.Now, Shards: 1, MaxKeys: 1})
+	s := memstore.New(memstore.Tuned(memstore.Options{Now: clock.Now, MaxKeys: 1}, 1, 0))
 	defer s.Close()
 	l, _ := floodgate.New(s, floodgate.Options{})
 	ctx := context.Background()

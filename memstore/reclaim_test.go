@@ -60,7 +60,7 @@ func TestFullStoreReclaimsWhatNoLongerWeighs(t *testing.T) {
 		{namedRule(t, "log", 5, day, floodgate.SlidingWindow), day, fig{true, 4, day, 0}},
 	} {
 		t.Run(tc.rule.Algorithm.String(), func(t *testing.T) {
-			g := newRig(t, false, memstore.Options{Shards: 1, MaxKeys: 4})
+			g := newRig(t, false, memstore.Tuned(memstore.Options{MaxKeys: 4}, 1, 0))
 			live := namedRule(t, "live", 5, 7*day, floodgate.SlidingWindow)
 			for _, k := range []string{"a", "b", "c"} {
 				g.take(floodgate.Hit{Rule: live, Key: k, Cost: 1})
@@ -93,7 +93,7 @@ func TestFullStoreReclaimsWhatNoLongerWeighs(t *testing.T) {
 // answers as for a fresh one, and once a key stops weighing a new one is
 // admitted.
 func TestFullStoreOfLiveKeysRefuses(t *testing.T) {
-	g := newRig(t, false, memstore.Options{Shards: 1, MaxKeys: 3})
+	g := newRig(t, false, memstore.Tuned(memstore.Options{MaxKeys: 3}, 1, 0))
 	ctx := context.Background()
 	rules := []floodgate.Rule{
 		namedRule(t, "fixed", 3, day, floodgate.FixedWindow),
@@ -142,7 +142,7 @@ func TestFullStoreOfLiveKeysRefuses(t *testing.T) {
 // (which holds nothing yet), which would admit the Take and lose the
 // first key's hit: that key would then be admitted past its limit.
 func TestFullStoreKeepsEveryHitOfATake(t *testing.T) {
-	g := newRig(t, false, memstore.Options{Shards: 1, MaxKeys: 2})
+	g := newRig(t, false, memstore.Tuned(memstore.Options{MaxKeys: 2}, 1, 0))
 	ctx := context.Background()
 	once := namedRule(t, "once", 1, day, floodgate.FixedWindow)
 	g.take(floodgate.Hit{Rule: once, Key: "held", Cost: 1})
@@ -183,8 +183,8 @@ func TestReclaimNeverChangesADecision(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 25))
 			clock := storetest.NewFakeClock()
 			const held = 8
-			small := memstore.New(memstore.Options{Now: clock.Now, Shards: 1, MaxKeys: held, SweepInterval: time.Hour})
-			large := memstore.New(memstore.Options{Now: clock.Now, Shards: 1, MaxKeys: -1, SweepInterval: time.Hour})
+			small := memstore.New(memstore.Tuned(memstore.Options{Now: clock.Now, MaxKeys: held}, 1, time.Hour))
+			large := memstore.New(memstore.Tuned(memstore.Options{Now: clock.Now, MaxKeys: -1}, 1, time.Hour))
 			defer small.Close()
 			defer large.Close()
 			ctx := context.Background()

@@ -36,11 +36,12 @@
 //
 // A refresh is one GET of a version counter that every change bumps; only
 // when it moved does the Table read the whole hash (HGETALL) and swap in
-// a new [Set]. Every Options.ReloadEvery refreshes it reads the hash even
-// if the counter did not move, so a hash edited by hand with redis-cli
-// HSET is seen within that time. A refresh that fails (Redis down) keeps
-// the overrides loaded last, and is logged and counted; a Table that
-// never loaded starts empty, so a service can start during an outage.
+// a new [Set]. Every 12th refresh reads the hash even if the counter did
+// not move, so a hash edited by hand with redis-cli HSET is seen within
+// 12 refreshes (a minute at the default 5s). A refresh that fails (Redis
+// down) keeps the overrides loaded last, and is logged and counted; a
+// Table that never loaded starts empty, so a service can start during an
+// outage.
 //
 // A table holds at most 10,000 overrides, since every replica keeps them
 // all in memory and reads them all again at every full load (measured:

@@ -35,11 +35,6 @@ type Options struct {
 	// Refresh is how often the Table checks Redis for changes. Zero
 	// means 5s; at least 10ms otherwise.
 	Refresh time.Duration
-	// ReloadEvery is the number of refreshes after which the Table reads
-	// the whole hash even though the version counter did not move. Zero
-	// means 12 (with the default Refresh, a minute); 1 reads it on every
-	// refresh.
-	ReloadEvery int
 	// Logger receives the failed refreshes (the first of an outage, then
 	// one line every 12, and the recovery), the invalid entries (each
 	// once, when it first appears) and the entries refused beyond the
@@ -49,6 +44,11 @@ type Options struct {
 	// Registerer, if set, receives the Table's metrics (see the package
 	// documentation).
 	Registerer prometheus.Registerer
+
+	// reloadEvery is the number of refreshes after which the Table reads
+	// the whole hash even though the version counter did not move; zero
+	// means the package doc's 12. The tests set it (export_test.go).
+	reloadEvery int
 }
 
 // Validate reports every problem with o, each wrapping
@@ -58,14 +58,11 @@ func (o Options) Validate() error {
 	if o.Refresh != 0 && o.Refresh < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("%w: refresh %v is below 10ms", ErrInvalidOptions, o.Refresh))
 	}
-	if o.ReloadEvery < 0 {
-		errs = append(errs, fmt.Errorf("%w: reload every %d refreshes is negative", ErrInvalidOptions, o.ReloadEvery))
-	}
 	return errors.Join(errs...)
 }
 
-// defaultReloadEvery is Options.ReloadEvery's default: with the default
-// Refresh, a hash edited by hand is read within a minute.
+// defaultReloadEvery is the refreshes between two full loads: with the
+// default Refresh, a hash edited by hand is read within a minute.
 const defaultReloadEvery = 12
 
 // Table is the per-key overrides of one key prefix, held in Redis and
@@ -125,7 +122,7 @@ func newTable(ctx context.Context, opts Options, now func() time.Time) (*Table, 
 		return nil, err
 	}
 	opts.Refresh = cmp.Or(opts.Refresh, overridetable.DefaultRefresh)
-	opts.ReloadEvery = cmp.Or(opts.ReloadEvery, defaultReloadEvery)
+	opts.reloadEvery = cmp.Or(opts.reloadEvery, defaultReloadEvery)
 	t := &Table{
 		store: store, key: store.Key(), opts: opts, now: now, log: opts.Logger,
 		reported: map[string]string{}, done: make(chan struct{}),
@@ -229,7 +226,7 @@ const failLogEvery = 12
 // refresh does Refresh's work; t.mu is held.
 func (t *Table) refresh(ctx context.Context) error {
 	t.since++
-	if t.loaded && t.since < t.opts.ReloadEvery {
+	if t.loaded && t.since < t.opts.reloadEvery {
 		v, err := t.store.Version(ctx)
 		if err != nil {
 			return err

@@ -20,14 +20,14 @@ import (
 )
 
 // A hash edited by hand, which does not bump the version counter, is
-// read at the next full load: after ReloadEvery refreshes.
+// read at the next full load: after 3 refreshes here (WithReloadEvery).
 func TestTableReloadsEditsByHand(t *testing.T) {
 	ctx := context.Background()
 	addr, p := redistest.Addr(t), prefix(t)
 	if err := raw(t, "redis://"+addr, p).Set(ctx, overridetable.Entry{Rule: mustRule(t, "api", 5, time.Minute), Key: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	src := open(t, overrides.Options{URL: "redis://" + addr, Prefix: p, Refresh: time.Hour, ReloadEvery: 3})
+	src := open(t, overrides.WithReloadEvery(overrides.Options{URL: "redis://" + addr, Prefix: p, Refresh: time.Hour}, 3))
 	if src.Len() != 1 {
 		t.Fatalf("New loaded %d; want 1", src.Len())
 	}
@@ -186,7 +186,6 @@ func TestOptionsRejected(t *testing.T) {
 		{"brace", overrides.Options{URL: url, Prefix: "a{b"}, "brace"},
 		{"long prefix", overrides.Options{URL: url, Prefix: strings.Repeat("p", 65)}, "at most 64"},
 		{"fast refresh", overrides.Options{URL: url, Refresh: time.Millisecond}, "below 10ms"},
-		{"negative reload", overrides.Options{URL: url, ReloadEvery: -1}, "negative"},
 	} {
 		if err := tc.opts.Validate(); !errors.Is(err, overrides.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Validate = %v; want ErrInvalidOptions saying %q", tc.name, err, tc.want)
@@ -195,7 +194,7 @@ func TestOptionsRejected(t *testing.T) {
 			t.Errorf("%s: New = %v; want ErrInvalidOptions saying %q", tc.name, err, tc.want)
 		}
 	}
-	if err := (overrides.Options{URL: url, Prefix: "p", Refresh: time.Millisecond, ReloadEvery: -1}).Validate(); err == nil || strings.Count(err.Error(), "invalid options") != 2 {
+	if err := (overrides.Options{URL: url, Prefix: "a{b", Refresh: time.Millisecond}).Validate(); err == nil || strings.Count(err.Error(), "invalid options") != 2 {
 		t.Errorf("two bad fields: %v; want both named", err)
 	}
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Addr(t)}, DisableCache: true})

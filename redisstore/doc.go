@@ -162,8 +162,11 @@
 // A store built from a URL connects in the background, so a service can
 // start while Redis is down: until Redis answers, calls fail at once with
 // an error wrapping floodgate.ErrStoreUnavailable, and a connection is
-// attempted at most every 500ms (see [New]). Every call returns when its context is done, even
-// when Redis hangs; the floodgate.Limiter gives each call its budget. Every
+// attempted at most every 500ms (see [New]). Every call returns when its
+// context is done, even when Redis hangs; the floodgate.Limiter gives each
+// call its budget, and a call whose context has no deadline gets 3s, so
+// that none waits forever on a dead Redis (rueidis retries a read-only
+// command until its context is done). Every
 // error the store returns starts with "redisstore: " and wraps
 // floodgate.ErrStoreUnavailable (and the cause, such as
 // context.DeadlineExceeded), floodgate.ErrClosed after Close, or

@@ -23,8 +23,8 @@ func TestOptionsBounds(t *testing.T) {
 		{"zero durations", Options{URL: url}, 0},
 		{"prefix at the bound", Options{URL: url, Prefix: strings.Repeat("p", maxPrefixLen)}, 0},
 		{"negative redial interval", Options{URL: url, redialInterval: -1}, 1},
-		{"negative call timeout", Options{URL: url, CallTimeout: -1}, 1},
-		{"every problem", Options{Prefix: strings.Repeat("{", maxPrefixLen+1), redialInterval: -1, CallTimeout: -1}, 5},
+		{"negative call timeout", Options{URL: url, callTimeout: -1}, 1},
+		{"every problem", Options{Prefix: strings.Repeat("{", maxPrefixLen+1), redialInterval: -1, callTimeout: -1}, 5},
 	} {
 		err := tc.opts.Validate()
 		n := 0
@@ -37,7 +37,7 @@ func TestOptionsBounds(t *testing.T) {
 	}
 }
 
-// TestCallTimeout: a call whose context has no deadline gets CallTimeout,
+// TestCallTimeout: a call whose context has no deadline gets callTimeout,
 // defaultCallTimeout when zero; a deadline of the caller's is kept.
 func TestCallTimeout(t *testing.T) {
 	for _, tc := range []struct {
@@ -46,7 +46,7 @@ func TestCallTimeout(t *testing.T) {
 		{0, defaultCallTimeout},
 		{time.Minute, time.Minute},
 	} {
-		s, err := New(context.Background(), Options{Conn: &faultConn{}, CallTimeout: tc.opt})
+		s, err := New(context.Background(), Options{Conn: &faultConn{}, callTimeout: tc.opt})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestCallTimeout(t *testing.T) {
 		dl, ok := ctx.Deadline()
 		cancel()
 		if !ok || dl.Before(start.Add(tc.want)) || dl.After(time.Now().Add(tc.want)) {
-			t.Errorf("CallTimeout %v: deadline %v after the call, want %v", tc.opt, dl.Sub(start), tc.want)
+			t.Errorf("callTimeout %v: deadline %v after the call, want %v", tc.opt, dl.Sub(start), tc.want)
 		}
 		mine, cancel := context.WithTimeout(context.Background(), time.Hour)
 		ctx, cancel2 := s.bound(mine)

@@ -158,11 +158,11 @@ func TestFrozenRedisRespectsTheBudget(t *testing.T) {
 }
 
 // TestNoCallWaitsForever kills Redis under a connected store and calls
-// every method without a deadline: each must give up after CallTimeout
+// every method without a deadline: each must give up after callTimeout
 // (rueidis would retry the read-only ones until their context is done).
 func TestNoCallWaitsForever(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := New(ctx(t), Options{URL: srv.URL(), Prefix: randomPrefix(), CallTimeout: 200 * time.Millisecond})
+	s, err := New(ctx(t), Options{URL: srv.URL(), Prefix: randomPrefix(), callTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestNoCallWaitsForever(t *testing.T) {
 			start := time.Now()
 			err := f()
 			if d := time.Since(start); d > time.Second {
-				t.Errorf("%s on a dead Redis took %v; CallTimeout is 200ms", name, d)
+				t.Errorf("%s on a dead Redis took %v; callTimeout is 200ms", name, d)
 			}
 			if !errors.Is(err, floodgate.ErrStoreUnavailable) {
 				t.Errorf("%s on a dead Redis: %v; want ErrStoreUnavailable", name, err)

@@ -64,11 +64,6 @@ type Options struct {
 	// without braces (a brace would move the Cluster hash tag). Services that share one Redis and use the same rule
 	// names for different limits need distinct prefixes.
 	Prefix string
-	// CallTimeout bounds each call whose context has no deadline, so that
-	// no call waits forever on a dead Redis (rueidis retries a read-only
-	// command until its context is done). Zero means 3s. A
-	// floodgate.Limiter always sets a deadline of its own.
-	CallTimeout time.Duration
 	// Breaker configures the circuit breaker that guards the store by
 	// default (see package breakerstore): while Redis fails, a call fails
 	// at once instead of waiting out its budget, and the breaker probes
@@ -79,8 +74,10 @@ type Options struct {
 	NoBreaker bool
 
 	// redialInterval, when set, replaces the 500ms between two connection
-	// attempts (the tests' fast or slow redials).
+	// attempts (the tests' fast or slow redials), and callTimeout the 3s
+	// bound of a call without a deadline (the tests' short outages).
 	redialInterval time.Duration
+	callTimeout    time.Duration
 }
 
 // Validate reports every problem with o, each wrapping [ErrInvalidOptions].
@@ -114,8 +111,8 @@ func (o Options) Validate() error {
 	if o.redialInterval < 0 {
 		bad("redial interval %v is negative", o.redialInterval)
 	}
-	if o.CallTimeout < 0 {
-		bad("call timeout %v is negative", o.CallTimeout)
+	if o.callTimeout < 0 {
+		bad("call timeout %v is negative", o.callTimeout)
 	}
 	if !o.NoBreaker {
 		if err := o.Breaker.Validate(); err != nil {
@@ -160,7 +157,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{prefix: cmp.Or(opts.Prefix, rediskeys.DefaultPrefix), callTO: cmp.Or(opts.CallTimeout, defaultCallTimeout)}
+	s := &Store{prefix: cmp.Or(opts.Prefix, rediskeys.DefaultPrefix), callTO: cmp.Or(opts.callTimeout, defaultCallTimeout)}
 	s.names.seed()
 	switch {
 	case opts.Client != nil:
@@ -356,7 +353,7 @@ func (s *Store) call(f func() error) error {
 	return fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
 }
 
-// bound gives ctx the CallTimeout when it has no deadline.
+// bound gives ctx the call timeout when it has no deadline.
 func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}

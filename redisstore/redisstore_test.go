@@ -535,7 +535,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"bad db", Options{URL: "redis://127.0.0.1/x"}, false},
 		{"brace in prefix", Options{URL: "redis://127.0.0.1", Prefix: "a{b"}, false},
 		{"long prefix", Options{URL: "redis://127.0.0.1", Prefix: strings.Repeat("p", maxPrefixLen+1)}, false},
-		{"negative timeouts", Options{URL: "redis://127.0.0.1", CallTimeout: -1, redialInterval: -1}, false},
+		{"negative timeouts", Options{URL: "redis://127.0.0.1", callTimeout: -1, redialInterval: -1}, false},
 	} {
 		err := tc.opts.Validate()
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidOptions)) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -75,7 +76,7 @@ func start(t testing.TB, s setup) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, Debounce: 20 * time.Millisecond, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver})
+	srv, err := rls.New(rls.WithDebounce(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver}, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,13 +106,20 @@ func start(t testing.TB, s setup) *service {
 // the test ends.
 func memEnforcer(t testing.TB) *enforce.Enforcer {
 	t.Helper()
+	return loggingEnforcer(t, nil)
+}
+
+// loggingEnforcer is memEnforcer with logger as the Enforcer's (nil:
+// enforce's default).
+func loggingEnforcer(t testing.TB, logger *slog.Logger) *enforce.Enforcer {
+	t.Helper()
 	store := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })
 	lim, err := floodgate.New(store, floodgate.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	enf, err := enforce.New(enforce.Options{Limiter: lim})
+	enf, err := enforce.New(enforce.Options{Limiter: lim, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

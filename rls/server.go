@@ -66,8 +66,9 @@ var ErrInvalidOptions = errors.New("rls: invalid options")
 // are required; every other field has a default.
 type Options struct {
 	// Enforcer decides the hits: its Limiter's store and time budget, its
-	// local fallback, breaker, metrics and logs. The Server does not close
-	// it.
+	// local fallback, breaker, metrics and logs. The Server logs its
+	// configuration's loads, refusals and warnings to the Enforcer's
+	// logger too (enforce.Options.Logger). The Server does not close it.
 	Enforcer *enforce.Enforcer
 	// ConfigDir is a directory of envoyproxy/ratelimit YAML files, read
 	// at New and watched for changes (see [rlconfig.Watcher]).
@@ -76,17 +77,12 @@ type Options struct {
 	Config *rlconfig.Config
 	// ConfigOptions are the parse options of every load of ConfigDir.
 	ConfigOptions rlconfig.Options
-	// Debounce is the Watcher's quiet time before a reload; zero means
-	// the Watcher's default (100ms).
-	Debounce time.Duration
 	// Registerer receives the service's metrics. Nil means a registry of
 	// the Server's own, which Gatherer then defaults to.
 	Registerer prometheus.Registerer
 	// Gatherer is what GET /metrics serves. Nil means the Registerer when
 	// it is also a Gatherer (a *prometheus.Registry), else nothing.
 	Gatherer prometheus.Gatherer
-	// Logger receives the reload and refusal logs; nil discards them.
-	Logger *slog.Logger
 	// ShadowMode puts every limit in shadow mode, as
 	// envoyproxy/ratelimit's SHADOW_MODE does: the limits are counted and
 	// reported in the metrics, and never deny. A request's own limit
@@ -109,6 +105,10 @@ type Options struct {
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
 	// means 0.8.
 	NearLimitRatio float64
+
+	// debounce is the Watcher's quiet time before a reload; zero means
+	// the package doc's 100ms. The tests set it (export_test.go).
+	debounce time.Duration
 }
 
 // Server is the Envoy RLS v3 rate-limit service: it matches each
@@ -182,10 +182,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := opts.Enforcer.Logger()
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
 	s.plans.New = func() any { return new(plan) }
@@ -193,7 +190,7 @@ func New(opts Options) (*Server, error) {
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
 			Options:  opts.ConfigOptions,
-			Debounce: opts.Debounce,
+			Debounce: opts.debounce,
 			OnReload: s.reloaded,
 		})
 		if err != nil {
@@ -297,18 +294,6 @@ func (s *Server) Apply(cfg *rlconfig.Config) error {
 	s.fixed.Store(cfg)
 	s.reloaded(cfg, nil)
 	return nil
-}
-
-// Reload reads ConfigDir now, as a change to it would, and reports the
-// outcome in the logs and metrics. It returns the refusal, if any; the
-// configuration in force then stays. With a fixed Config it does nothing.
-func (s *Server) Reload() error {
-	if s.watcher == nil {
-		return nil
-	}
-	err := s.watcher.Reload()
-	s.reloaded(s.watcher.Config(), err)
-	return err
 }
 
 // gate returns the enforcement gate of domain, made on first use. Its

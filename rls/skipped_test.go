@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/rls"
@@ -29,9 +30,9 @@ func TestSkippedFilesWarned(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "more"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	enf := memEnforcer(t)
 	var logs syncbuf.Buffer
-	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	enf := loggingEnforcer(t, slog.New(slog.NewTextHandler(&logs, nil)))
+	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,5 +63,33 @@ func TestSkippedFilesWarned(t *testing.T) {
 	}
 	if got := srv.Config().Domains(); len(got) != 2 || got[1] != "edge" {
 		t.Errorf("domains after renaming edge to edge.yaml: %v", got)
+	}
+}
+
+// TestRefusalLoggedByEnforcer: the Server logs to its Enforcer's logger,
+// so a refused reload reaches someone even though no logger was given to
+// the Server (it used to be discarded then).
+func TestRefusalLoggedByEnforcer(t *testing.T) {
+	dir := configDir(t, map[string]string{"a.yaml": "domain: a\n"})
+	var logs syncbuf.Buffer
+	enf := loggingEnforcer(t, slog.New(slog.NewTextHandler(&logs, nil)))
+	// The Watcher waits an hour: only Reload reads the directory again.
+	srv, err := rls.New(rls.WithDebounce(rls.Options{Enforcer: enf, ConfigDir: dir}, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if want := `level=INFO msg="rate-limit configuration loaded" domains=[a] limits=0 files=1`; !strings.Contains(logs.String(), want) {
+		t.Errorf("the start's logs do not say %s:\n%s", want, logs.String())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(); err == nil {
+		t.Fatal("Reload of an invalid directory returned no error")
+	}
+	refused := `level=ERROR msg="rate-limit configuration refused; the previous one stays in force"`
+	if n := strings.Count(logs.String(), refused); n != 1 || !strings.Contains(logs.String(), "fortnight") {
+		t.Errorf("%d refusals logged, want 1 naming the unit fortnight:\n%s", n, logs.String())
 	}
 }

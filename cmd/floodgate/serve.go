@@ -401,7 +401,6 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		ConfigOptions:  rlconfig.Options{MergeDomains: cfg.MergeDomains},
 		Registerer:     reg,
 		Gatherer:       reg,
-		Logger:         logger,
 		ShadowMode:     cfg.ShadowMode,
 		NearLimitRatio: cfg.NearLimitRatio,
 		CountOverLimit: cfg.CountOverLimit,

@@ -38,6 +38,10 @@ const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConf
 // ErrInvalidOptions is wrapped by the errors of [New].
 var ErrInvalidOptions = errors.New("xds: invalid options")
 
+// nackLogInterval is the least time between two log lines about rejected
+// configurations (the package doc's 30s).
+const nackLogInterval = 30 * time.Second
+
 // maxErrorDetail bounds the reason a NACK carries: the problems of a
 // large configuration are listed whole in the log, cut in the NACK.
 const maxErrorDetail = 16 << 10
@@ -78,9 +82,6 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil keeps them unregistered.
 	Registerer prometheus.Registerer
-	// LogInterval is the least time between two log lines about
-	// rejected configurations. Zero means 30s.
-	LogInterval time.Duration
 }
 
 // Update is a validated configuration for [Options].Apply.
@@ -198,9 +199,6 @@ func New(opts Options) (*Client, error) {
 	if opts.NodeID == "" {
 		opts.NodeID = "default"
 	}
-	if opts.LogInterval <= 0 {
-		opts.LogInterval = 30 * time.Second
-	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -226,7 +224,7 @@ func New(opts Options) (*Client, error) {
 				Help: "xDS responses rejected (NACK): invalid, or not put in force; the configuration in force stayed."}),
 		},
 	}
-	c.nacks.interval = opts.LogInterval
+	c.nacks.interval = nackLogInterval
 	if opts.Registerer != nil {
 		for _, col := range []prometheus.Collector{c.m.connected, c.m.info, c.m.acks, c.m.nack} {
 			if err := opts.Registerer.Register(col); err != nil {
@@ -249,9 +247,10 @@ func (c *Client) Config() *rlconfig.Config {
 	return nil
 }
 
-// Version returns the version of the configuration in force, or "" before
-// the first.
-func (c *Client) Version() string {
+// version returns the version of the configuration in force, or "" before
+// the first. Callers learn it from Update.Version and
+// floodgate_xds_config_info.
+func (c *Client) version() string {
 	if a := c.inForce.Load(); a != nil {
 		return a.version
 	}
@@ -289,7 +288,7 @@ func (c *Client) run(ctx context.Context) {
 		attempt++
 		c.nacks.flush(c.logger)
 		c.logger.Warn("xDS server lost or unreachable: the rate-limit configuration in force stays; reconnecting",
-			"server", c.opts.Server, "err", err, "retry_in", d.Round(time.Millisecond), "attempt", attempt, "version", c.Version())
+			"server", c.opts.Server, "err", err, "retry_in", d.Round(time.Millisecond), "attempt", attempt, "version", c.version())
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -337,11 +336,11 @@ func (c *Client) session(ctx context.Context) (received bool, err error) {
 	}
 	// A new stream asks for what the Client holds; the server answers
 	// with its current snapshot.
-	if err := stream.Send(&discovery.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, VersionInfo: c.Version()}); err != nil {
+	if err := stream.Send(&discovery.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, VersionInfo: c.version()}); err != nil {
 		return false, fmt.Errorf("xds: subscribe: %w", err)
 	}
 	c.m.connected.Set(1)
-	c.logger.Info("xDS stream open", "server", c.opts.Server, "node", c.opts.NodeID, "version", c.Version())
+	c.logger.Info("xDS stream open", "server", c.opts.Server, "node", c.opts.NodeID, "version", c.version())
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -415,12 +414,12 @@ func (c *Client) handle(ctx context.Context, resp *discovery.DiscoveryResponse) 
 		c.rejected = rejection{hash: hash, err: err, times: 1}
 	}
 	c.m.nack.Inc()
-	c.nacks.log(c.logger, resp.GetVersionInfo(), c.Version(), err)
+	c.nacks.log(c.logger, resp.GetVersionInfo(), c.version(), err)
 	detail := err.Error()
 	if len(detail) > maxErrorDetail {
 		detail = fmt.Sprintf("%s... (%d more bytes)", detail[:maxErrorDetail], len(detail)-maxErrorDetail)
 	}
-	return &discovery.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, VersionInfo: c.Version(), ResponseNonce: resp.GetNonce(),
+	return &discovery.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, VersionInfo: c.version(), ResponseNonce: resp.GetNonce(),
 		ErrorDetail: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: detail}}
 }
 

@@ -118,8 +118,8 @@ func TestLoadChangeRejectRecover(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no configuration loaded within 20s")
 	}
-	if c.Version() != "1" || limitOf(c, "edge", "ip") != 10 {
-		t.Fatalf("version %q, limit %d; want 1 and 10", c.Version(), limitOf(c, "edge", "ip"))
+	if c.version() != "1" || limitOf(c, "edge", "ip") != 10 {
+		t.Fatalf("version %q, limit %d; want 1 and 10", c.version(), limitOf(c, "edge", "ip"))
 	}
 	ack := srv.WaitRequest(t, "ACK of version 1", func(r *discovery.DiscoveryRequest) bool { return r.GetVersionInfo() == "1" })
 	if v, ok := srv.SentVersion(ack.GetResponseNonce()); !ok || v != "1" || isNACK(ack) {
@@ -134,7 +134,7 @@ func TestLoadChangeRejectRecover(t *testing.T) {
 	}
 
 	srv.Set(t, node, "2", domain("edge", "edge", "ip", 20))
-	waitFor(t, "version 2 in force", func() bool { return c.Version() == "2" })
+	waitFor(t, "version 2 in force", func() bool { return c.version() == "2" })
 	if limitOf(c, "edge", "ip") != 20 {
 		t.Errorf("limit %d after version 2, want 20", limitOf(c, "edge", "ip"))
 	}
@@ -149,15 +149,15 @@ func TestLoadChangeRejectRecover(t *testing.T) {
 	// go-control-plane sends the rejected snapshot again after each NACK:
 	// wait for the second NACK, which comes after the Client's pause.
 	srv.WaitRequest(t, "second NACK", func(r *discovery.DiscoveryRequest) bool { return isNACK(r) && r != nack })
-	if c.Version() != "2" || limitOf(c, "edge", "ip") != 20 {
-		t.Errorf("after the NACK: version %q, limit %d; want version 2 still in force", c.Version(), limitOf(c, "edge", "ip"))
+	if c.version() != "2" || limitOf(c, "edge", "ip") != 20 {
+		t.Errorf("after the NACK: version %q, limit %d; want version 2 still in force", c.version(), limitOf(c, "edge", "ip"))
 	}
 	if got := testutil.ToFloat64(c.m.nack); got < 2 {
 		t.Errorf("floodgate_xds_nacks_total = %v, want at least 2", got)
 	}
 
 	srv.Set(t, node, "4", domain("edge", "edge", "ip", 40), domain("api", "api", "user", 5))
-	waitFor(t, "version 4 in force", func() bool { return c.Version() == "4" })
+	waitFor(t, "version 4 in force", func() bool { return c.version() == "4" })
 	if limitOf(c, "edge", "ip") != 40 || limitOf(c, "api", "user") != 5 {
 		t.Errorf("after version 4: limits %d and %d, want 40 and 5", limitOf(c, "edge", "ip"), limitOf(c, "api", "user"))
 	}
@@ -189,7 +189,7 @@ func TestApplyRefusalIsNACKed(t *testing.T) {
 	if nack.GetErrorDetail().GetMessage() != "disk full" || nack.GetVersionInfo() != "" {
 		t.Errorf("NACK %v with version_info %q; want disk full and no version", nack.GetErrorDetail(), nack.GetVersionInfo())
 	}
-	if c.Config() != nil || c.Version() != "" {
+	if c.Config() != nil || c.version() != "" {
 		t.Errorf("a configuration in force after Apply refused it: %v", c.Config())
 	}
 }
@@ -201,19 +201,19 @@ func TestServerLostAndBack(t *testing.T) {
 	srv.Set(t, node, "1", domain("edge", "edge", "ip", 10))
 	var a applied
 	c := newClient(t, Options{Server: srv.Addr, Apply: a.apply})
-	waitFor(t, "version 1", func() bool { return c.Version() == "1" })
+	waitFor(t, "version 1", func() bool { return c.version() == "1" })
 
 	srv.Stop()
 	waitFor(t, "disconnected", func() bool { return testutil.ToFloat64(c.m.connected) == 0 })
-	if c.Version() != "1" || limitOf(c, "edge", "ip") != 10 {
-		t.Errorf("with the server gone: version %q, limit %d; want version 1 still in force", c.Version(), limitOf(c, "edge", "ip"))
+	if c.version() != "1" || limitOf(c, "edge", "ip") != 10 {
+		t.Errorf("with the server gone: version %q, limit %d; want version 1 still in force", c.version(), limitOf(c, "edge", "ip"))
 	}
 
 	back := xdstest.Start(t, srv.Addr, nil)
 	// The server restarted with a new cache: it asks for version 1 and is
 	// sent the new snapshot.
 	back.Set(t, node, "7", domain("edge", "edge", "ip", 70))
-	waitFor(t, "version 7 from the restarted server", func() bool { return c.Version() == "7" })
+	waitFor(t, "version 7 from the restarted server", func() bool { return c.version() == "7" })
 	if limitOf(c, "edge", "ip") != 70 {
 		t.Errorf("limit %d, want 70", limitOf(c, "edge", "ip"))
 	}
@@ -231,9 +231,9 @@ func TestSameResourcesNotAppliedAgain(t *testing.T) {
 	srv.Set(t, node, "1", domain("edge", "edge", "ip", 10))
 	var a applied
 	c := newClient(t, Options{Server: srv.Addr, Apply: a.apply})
-	waitFor(t, "version 1", func() bool { return c.Version() == "1" })
+	waitFor(t, "version 1", func() bool { return c.version() == "1" })
 	srv.Set(t, node, "2", domain("edge", "edge", "ip", 10))
-	waitFor(t, "version 2", func() bool { return c.Version() == "2" })
+	waitFor(t, "version 2", func() bool { return c.version() == "2" })
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.updates) != 1 {
@@ -249,7 +249,7 @@ func TestNodeAndHeaders(t *testing.T) {
 	var a applied
 	c := newClient(t, Options{Server: srv.Addr, Apply: a.apply, NodeID: "rl-1",
 		NodeMetadata: map[string]string{"zone": "a"}, Headers: map[string]string{"x-tenant": "t1"}})
-	waitFor(t, "version 1", func() bool { return c.Version() == "1" })
+	waitFor(t, "version 1", func() bool { return c.version() == "1" })
 	r := srv.Requests()[0]
 	if r.GetNode().GetId() != "rl-1" || r.GetNode().GetMetadata().GetFields()["zone"].GetStringValue() != "a" {
 		t.Errorf("node %v, want rl-1 with zone a", r.GetNode())
@@ -284,7 +284,7 @@ func TestTLS(t *testing.T) {
 	var good, bad atomic.Int32
 	var a applied
 	c := newClient(t, Options{Server: srv.Addr, Apply: a.apply, TLS: tlsFor("envoy-gateway", &good)})
-	waitFor(t, "version 1 over TLS", func() bool { return c.Version() == "1" })
+	waitFor(t, "version 1 over TLS", func() bool { return c.version() == "1" })
 
 	wrong := newClient(t, Options{Server: srv.Addr, Apply: a.apply, TLS: tlsFor("elsewhere", &bad)})
 	waitFor(t, "a second attempt with the wrong SAN", func() bool { return bad.Load() >= 3 })

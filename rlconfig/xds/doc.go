@@ -29,9 +29,8 @@
 // it again, after a pause that doubles from 100ms up to 10s, so that the
 // exchange does not spin; a changed snapshot is read at once, and a
 // fixed one waits at most that pause. The rejections are counted
-// (floodgate_xds_nacks_total) and logged at most once per
-// [Options].LogInterval, each line with the reason and how many
-// rejections it stands for.
+// (floodgate_xds_nacks_total) and logged at most once every 30s, each
+// line with the reason and how many rejections it stands for.
 //
 // # Metrics
 //
