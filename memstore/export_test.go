@@ -20,6 +20,3 @@ func (s *Store) Len() int {
 	}
 	return n
 }
-
-// Rejected returns how many checks failed with ErrFull.
-func (s *Store) Rejected() uint64 { return s.rejected.Load() }

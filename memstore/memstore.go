@@ -86,10 +86,8 @@ type Store struct {
 	mask   uint64
 	closed atomic.Bool
 	// perShard is the most entries one shard holds (MaxKeys spread over
-	// the shards); rejected counts the checks refused at the bound, for
-	// the tests.
+	// the shards).
 	perShard int
-	rejected atomic.Uint64
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -514,8 +512,7 @@ func (sh *shard) sweep(now int64) {
 	}
 }
 
-// full counts a check refused at the bound and returns its error.
+// full returns the error of a check refused at the bound.
 func (s *Store) full() error {
-	s.rejected.Add(1)
 	return fmt.Errorf("%w: %d keys held, none reclaimable: %w", ErrFull, s.perShard*len(s.shards), floodgate.ErrStoreUnavailable)
 }
