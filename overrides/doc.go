@@ -80,7 +80,7 @@
 //
 // # Validation
 //
-// An override is validated ([Entry.Validate]) when it is set, and again
+// An override is validated when it is set ([Table.Set], [NewSet]), and again
 // when a Table loads it. Its rule must pass floodgate.Rule.Validate, the
 // bounds of every rule (a sliding-window log of at most
 // 1,000,000, a limit or burst of at most 2^51, a window of at most ten

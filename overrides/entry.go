@@ -10,7 +10,7 @@ import (
 var (
 	// ErrInvalidEntry reports an override that cannot be used: a bad
 	// rule, an empty or oversized key, a malformed stored value. The
-	// errors of [Entry.Validate], [Table.Set] and [NewSet] wrap it; those
+	// errors of [Table.Set] and [NewSet] wrap it; those
 	// of a bad rule wrap floodgate.ErrInvalidRule too.
 	ErrInvalidEntry = overridetable.ErrInvalidEntry
 	// ErrInvalidOptions reports [Options] that cannot be used.
@@ -36,8 +36,3 @@ type Entry struct {
 	// means never.
 	Expires time.Time
 }
-
-// Validate reports every problem with e, each wrapping [ErrInvalidEntry]
-// (and floodgate.ErrInvalidRule for a problem with its rule): the bounds
-// are in the package documentation, under Validation.
-func (e Entry) Validate() error { return overridetable.Entry(e).Validate() }

@@ -57,7 +57,7 @@ var _ floodgate.Overrides = (*Set)(nil)
 func NewSet(entries ...Entry) (*Set, error) {
 	seen := make(map[[2]string]bool, len(entries))
 	for i, e := range entries {
-		if err := e.Validate(); err != nil {
+		if err := overridetable.Entry(e).Validate(); err != nil {
 			return nil, fmt.Errorf("overrides: entry %d: %w", i, err)
 		}
 		if seen[[2]string{e.Rule.Name, e.Key}] {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/bounds"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 )
 
 func rule(t *testing.T, name string, limit int64, window time.Duration, alg floodgate.Algorithm) floodgate.Rule {
@@ -72,7 +73,7 @@ func TestSetOverride(t *testing.T) {
 	}
 }
 
-// NewSet refuses invalid entries (those Entry.Validate refuses, with the
+// NewSet refuses invalid entries (those overridetable.Entry.Validate refuses, with the
 // same errors) and a key given twice.
 func TestNewSetRejects(t *testing.T) {
 	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
@@ -95,7 +96,7 @@ func TestNewSetRejects(t *testing.T) {
 			t.Errorf("%s: NewSet = %v; want ErrInvalidEntry (ErrInvalidRule: %v) saying %q", name, err, tc.rule, tc.want)
 		}
 		if len(tc.es) == 1 {
-			if verr := tc.es[0].Validate(); verr == nil || !strings.Contains(err.Error(), verr.Error()) {
+			if verr := overridetable.Entry(tc.es[0]).Validate(); verr == nil || !strings.Contains(err.Error(), verr.Error()) {
 				t.Errorf("%s: Validate = %v; want the error NewSet wraps (%v)", name, verr, err)
 			}
 		}

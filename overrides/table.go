@@ -51,9 +51,9 @@ type Options struct {
 	reloadEvery int
 }
 
-// Validate reports every problem with o, each wrapping
+// validate reports every problem with o, each wrapping
 // [ErrInvalidOptions].
-func (o Options) Validate() error {
+func (o Options) validate() error {
 	errs := []error{overridetable.Options{URL: o.URL, Client: o.Client, Prefix: o.Prefix}.Validate()}
 	if o.Refresh != 0 && o.Refresh < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("%w: refresh %v is below 10ms", ErrInvalidOptions, o.Refresh))
@@ -114,7 +114,7 @@ func New(ctx context.Context, opts Options) (*Table, error) {
 
 // newTable is New with the clock that expires overrides.
 func newTable(ctx context.Context, opts Options, now func() time.Time) (*Table, error) {
-	if err := opts.Validate(); err != nil {
+	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	store, err := overridetable.New(overridetable.Options{URL: opts.URL, Client: opts.Client, Prefix: opts.Prefix})

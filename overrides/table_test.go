@@ -187,14 +187,11 @@ func TestOptionsRejected(t *testing.T) {
 		{"long prefix", overrides.Options{URL: url, Prefix: strings.Repeat("p", 65)}, "at most 64"},
 		{"fast refresh", overrides.Options{URL: url, Refresh: time.Millisecond}, "below 10ms"},
 	} {
-		if err := tc.opts.Validate(); !errors.Is(err, overrides.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: Validate = %v; want ErrInvalidOptions saying %q", tc.name, err, tc.want)
-		}
 		if _, err := overrides.New(context.Background(), tc.opts); !errors.Is(err, overrides.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: New = %v; want ErrInvalidOptions saying %q", tc.name, err, tc.want)
 		}
 	}
-	if err := (overrides.Options{URL: url, Prefix: "a{b", Refresh: time.Millisecond}).Validate(); err == nil || strings.Count(err.Error(), "invalid options") != 2 {
+	if _, err := overrides.New(context.Background(), overrides.Options{URL: url, Prefix: "a{b", Refresh: time.Millisecond}); err == nil || strings.Count(err.Error(), "invalid options") != 2 {
 		t.Errorf("two bad fields: %v; want both named", err)
 	}
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Addr(t)}, DisableCache: true})
@@ -202,7 +199,7 @@ func TestOptionsRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	if err := (overrides.Options{URL: url, Client: client}).Validate(); !errors.Is(err, overrides.ErrInvalidOptions) || !strings.Contains(err.Error(), "only one of URL and Client") {
+	if _, err := overrides.New(context.Background(), overrides.Options{URL: url, Client: client}); !errors.Is(err, overrides.ErrInvalidOptions) || !strings.Contains(err.Error(), "only one of URL and Client") {
 		t.Errorf("URL and Client: %v; want ErrInvalidOptions", err)
 	}
 	// The edges accepted: a prefix of 64 bytes, a refresh of 10ms, a
