@@ -15,12 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// app is a gin engine with a fake authentication (the user in the X-User
-// header, set in gin's context), a per-user limit of 2 a minute on POST
-// /pix, and a handler that reports what gin's context holds.
-func app(t *testing.T) (*gin.Engine, *int) {
+// routes returns a Routes on a memstore, with its own metrics registry;
+// what it built is closed when t ends.
+func routes(t *testing.T) *httplimit.Routes {
 	t.Helper()
-	gin.SetMode(gin.TestMode)
 	store := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })
 	l, err := floodgate.New(store, floodgate.Options{})
@@ -36,6 +34,16 @@ func app(t *testing.T) (*gin.Engine, *int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return hl
+}
+
+// app is a gin engine with a fake authentication (the user in the X-User
+// header, set in gin's context), a per-user limit of 2 a minute on POST
+// /pix, and a handler that reports what gin's context holds.
+func app(t *testing.T) (*gin.Engine, *int) {
+	t.Helper()
+	gin.SetMode(gin.TestMode)
+	hl := routes(t)
 	pix, err := hl.Middleware(httplimit.Route{
 		Name:   "pix",
 		Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "pix", Limit: 2, Window: time.Minute}, Key: httplimit.Principal}},
@@ -123,21 +131,7 @@ func TestGinDenialAbortsTheChain(t *testing.T) {
 // every client behind the proxy shared one key).
 func TestClientIPFollowsGinsTrustedProxies(t *testing.T) {
 	gin.SetMode(gin.TestMode)
-	store := memstore.New(memstore.Options{})
-	t.Cleanup(func() { store.Close() })
-	l, err := floodgate.New(store, floodgate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	en, err := enforce.New(enforce.Options{Limiter: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { en.Close() })
-	hl, err := httplimit.New(httplimit.Options{Enforcer: en})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hl := routes(t)
 	perIP, err := hl.Middleware(httplimit.Route{Limits: []httplimit.Limit{{Rule: floodgate.Rule{Name: "gin-ip", Limit: 1, Window: time.Minute}, Key: ginlimit.ClientIP}}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,11 +9,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/adapters/ginlimit"
-	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
-	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/gin-gonic/gin"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // userID is a named integer type, as a database's ids often are.
@@ -49,21 +46,7 @@ func TestPrincipalOfAnyIDType(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gin.SetMode(gin.TestMode)
-			store := memstore.New(memstore.Options{})
-			t.Cleanup(func() { store.Close() })
-			l, err := floodgate.New(store, floodgate.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			en, err := enforce.New(enforce.Options{Limiter: l, Registerer: prometheus.NewRegistry()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { en.Close() })
-			hl, err := httplimit.New(httplimit.Options{Enforcer: en})
-			if err != nil {
-				t.Fatal(err)
-			}
+			hl := routes(t)
 			mw, err := hl.Middleware(httplimit.Route{Name: "u", Limits: []httplimit.Limit{{
 				Rule: floodgate.Rule{Name: "per-user", Limit: 1, Window: time.Minute}, Key: httplimit.Principal}}})
 			if err != nil {
