@@ -97,7 +97,7 @@ func (bs *batchers) of(cluster bool, keys []string) *batcher {
 
 // take is the take of hits of one slot, through the group commit. ctx has
 // a deadline (Store.bound).
-func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]floodgate.Result, error) {
+func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("redisstore: take: %w: no hits to check", floodgate.ErrInvalidHit)
 	}
@@ -107,7 +107,7 @@ func (s *Store) take(ctx context.Context, id string, hits []floodgate.Hit) ([]fl
 	buf := make([]string, len(hits), len(hits)+3+5*len(hits))
 	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+1]
 	args[0] = "1"
-	keys, args, err := s.appendGroup(keys, args, "take", group{id: id, hits: hits})
+	keys, args, err := s.appendGroup(keys, args, "take", group{take: t, hits: hits})
 	if err != nil {
 		return nil, err
 	}
@@ -304,8 +304,8 @@ func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, 
 		return nil, nil, fmt.Errorf("redisstore: %s: %w: no hits to check", op, floodgate.ErrInvalidHit)
 	}
 	epoch := "0" // a Peek creates no state
-	if g.id != "" {
-		epoch = strconv.FormatUint(epochOf(g.id), 10)
+	if g.take != 0 {
+		epoch = strconv.FormatUint(epochOf(g.take), 10)
 	}
 	args = append(args, epoch, strconv.Itoa(len(g.hits)))
 	first := len(keys)

@@ -161,21 +161,21 @@ func TestBatchPathHandsOver(t *testing.T) {
 	full := mustRule(t, "hand-full", 2, time.Minute, floodgate.SlidingWindow)
 	fills := mustRule(t, "hand-fills", 2, time.Minute, floodgate.SlidingWindow)
 	bucket := mustRule(t, "hand-bucket", 10, time.Minute, floodgate.TokenBucket)
-	lone := func(id string, r floodgate.Rule) group {
-		return group{id, []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}}
+	lone := func(take uint64, r floodgate.Rule) group {
+		return group{take, []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}}
 	}
-	if _, err := runGroups(ctx(t), s, []group{lone("pre1", full), lone("pre2", full), lone("pre3", fills)}); err != nil {
+	if _, err := runGroups(ctx(t), s, []group{lone(101, full), lone(102, full), lone(103, fills)}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := runGroups(ctx(t), s, []group{
-		lone("1", a),      // a new ring: the batch path
-		lone("2", a),      // an append: the batch path
-		lone("3", full),   // denied: the batch path
-		lone("4", fills),  // fills its ring: quick hands over
-		lone("5", a),      // the general path from here
-		lone("6", bucket), // a token bucket
-		lone("7", full),   // denied
-		lone("8", a),
+		lone(1, a),      // a new ring: the batch path
+		lone(2, a),      // an append: the batch path
+		lone(3, full),   // denied: the batch path
+		lone(4, fills),  // fills its ring: quick hands over
+		lone(5, a),      // the general path from here
+		lone(6, bucket), // a token bucket
+		lone(7, full),   // denied
+		lone(8, a),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -211,16 +211,16 @@ func TestShortFormHandsOver(t *testing.T) {
 	s := newStore(t)
 	c := rawClient(t)
 	r := mustRule(t, "short", 3, time.Minute, floodgate.SlidingWindow)
-	lone := func(id, key string) group {
-		return group{id, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}}
+	lone := func(take uint64, key string) group {
+		return group{take, []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}}
 	}
-	if _, err := runGroups(ctx(t), s, []group{lone("p1", "full"), lone("p2", "full"), lone("p3", "full"),
-		lone("p4", "fills"), lone("p5", "fills")}); err != nil {
+	if _, err := runGroups(ctx(t), s, []group{lone(101, "full"), lone(102, "full"), lone(103, "full"),
+		lone(104, "fills"), lone(105, "fills")}); err != nil {
 		t.Fatal(err)
 	}
 	var batch []*call
 	for i, key := range []string{"a", "a", "full", "fills", "a", "full", "a"} {
-		keys, args, err := s.appendGroup(nil, nil, "take", lone(fmt.Sprint("t", i), key))
+		keys, args, err := s.appendGroup(nil, nil, "take", lone(uint64(i+1), key))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -136,9 +136,8 @@ func (s *Store) slotGroups(hits []floodgate.Hit) []slotGroup {
 func (s *Store) takeSlots(ctx context.Context, t uint64, groups []slotGroup, n int) ([]floodgate.Result, error) {
 	out := make([]floodgate.Result, n)
 	var taken []floodgate.Receipt // what the slots before this one recorded
-	id := takeID(t)
 	for i, g := range groups {
-		res, err := s.take(ctx, id, g.hits) // one slot: one script
+		res, err := s.take(ctx, t, g.hits) // one slot: one script
 		named(res, t)
 		if err == nil && len(res) != len(g.hits) {
 			err = fmt.Errorf("redisstore: %w: %d results for %d hits", floodgate.ErrStoreUnavailable, len(res), len(g.hits))

@@ -103,11 +103,11 @@ func TestRingEncodersAgree(t *testing.T) {
 				k := keys[i]
 				hits = append(hits, floodgate.Hit{Rule: rule(k), Key: k.name, Cost: 1 + rng.Int64N(k.limit)})
 			}
-			id := ""
+			var take uint64 // a peek names no take
 			if record {
-				id = "take-" + strconv.Itoa(step) + "-" + strconv.Itoa(g)
+				take = uint64(step*4 + g + 1)
 			}
-			if kx, args, err = sx.appendGroup(kx, args, "take", group{id: id, hits: hits}); err != nil {
+			if kx, args, err = sx.appendGroup(kx, args, "take", group{take: take, hits: hits}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -31,7 +31,7 @@ func TestRefundInTheKeysLastMillisecondKeepsOtherTakes(t *testing.T) {
 		key := stateKey(s, r, k)
 		a := []floodgate.Hit{{Rule: r, Key: k, Cost: 3}}
 		b := []floodgate.Hit{{Rule: r, Key: k, Cost: 1}}
-		res, err := runGroups(ctx(t), s, []group{{"a-" + k, a}, {"b-" + k, b}})
+		res, err := runGroups(ctx(t), s, []group{{uint64(2*try + 1), a}, {uint64(2*try + 2), b}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -220,14 +220,14 @@ func (s *Store) takeDirect(ctx context.Context, hits []floodgate.Hit) ([]floodga
 	if groups := s.slotGroups(hits); groups != nil {
 		return s.takeSlots(ctx, t, groups, len(hits))
 	}
-	res, err := s.take(ctx, takeID(t), hits)
+	res, err := s.take(ctx, t, hits)
 	if errors.Is(err, ErrCrossSlot) {
 		// The driver learnt it talks to a Cluster only now (a rueidis
 		// client's first connection): nothing ran, take again by slot.
 		if groups := s.slotGroups(hits); groups != nil {
 			return s.takeSlots(ctx, t, groups, len(hits))
 		}
-		res, err = s.take(ctx, takeID(t), hits)
+		res, err = s.take(ctx, t, hits)
 	}
 	named(res, t)
 	return res, err

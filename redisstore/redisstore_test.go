@@ -191,7 +191,7 @@ func TestOneInstantCountsEveryUnit(t *testing.T) {
 	c := rawClient(t)
 	r := mustRule(t, "same", 10, time.Minute, floodgate.SlidingWindow)
 	hit := []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}}
-	res, err := runGroups(ctx(t), s, []group{{"a", hit}, {"b", hit}, {"c", []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}}})
+	res, err := runGroups(ctx(t), s, []group{{1, hit}, {2, hit}, {3, []floodgate.Hit{{Rule: r, Key: "k", Cost: 3}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,9 +262,9 @@ func TestGroupsAreIndependent(t *testing.T) {
 		a := floodgate.Hit{Rule: ip, Key: "1", Cost: 1}
 		b := floodgate.Hit{Rule: acct, Key: "x", Cost: 1}
 		res, err := runGroups(ctx(t), s, []group{
-			{"g1", []floodgate.Hit{a, b}}, // allowed
-			{"g2", []floodgate.Hit{a, b}}, // denied by acct: records nothing
-			{"g3", []floodgate.Hit{a}},    // allowed
+			{1, []floodgate.Hit{a, b}}, // allowed
+			{2, []floodgate.Hit{a, b}}, // denied by acct: records nothing
+			{3, []floodgate.Hit{a}},    // allowed
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -37,10 +37,10 @@ var (
 // exact.
 const maxServerTime = 1 << 52
 
-// group is one Take: its id (which names the epoch of a state it
-// creates) and hits, all-or-nothing.
+// group is one Take: its name (takename.go; zero for a Peek, which
+// creates no state) and hits, all-or-nothing.
 type group struct {
-	id   string
+	take uint64
 	hits []floodgate.Hit
 }
 
@@ -231,15 +231,17 @@ func named(res []floodgate.Result, t uint64) {
 	}
 }
 
-// epochOf returns the epoch of a state that the take id (takeID of its
-// name) creates: 48 bits of a hash of the id (FNV-1a), never zero. Ids are
-// unique (takename.go), so two states
-// of one key share an epoch with a chance of about 2^-48, and a refund is
+// epochOf returns the epoch of a state that the take named t creates: 48
+// bits of the FNV-1a hash of takeID(t), never zero, computed without
+// building the string. Names are unique (takename.go), so two states of
+// one key share an epoch with a chance of about 2^-48, and a refund is
 // then credited to a state that does not hold its take.
-func epochOf(id string) uint64 {
+func epochOf(t uint64) uint64 {
+	var buf [13]byte // the longest base-36 uint64
+	id := strconv.AppendUint(buf[:0], t, 36)
 	h := uint64(14695981039346656037)
-	for i := 0; i < len(id); i++ {
-		h ^= uint64(id[i])
+	for _, c := range id {
+		h ^= uint64(c)
 		h *= 1099511628211
 	}
 	if h &= maxEpoch; h == 0 {

@@ -197,16 +197,19 @@ func TestSameSlot(t *testing.T) {
 	}
 }
 
-// TestEpochOf: 48 bits of the id's FNV-1a hash, never zero.
+// TestEpochOf: 48 bits of the FNV-1a hash of the name's base-36 text,
+// never zero, the 13 characters of the longest name included.
 func TestEpochOf(t *testing.T) {
-	for id, want := range map[string]uint64{
-		"":       172505283306277,
-		"a":      242221223898252,
-		"take-1": 91416904810032,
-		"foobar": 71957734844392,
+	for _, tc := range []struct {
+		take uint64
+		want uint64
+	}{
+		{10, 242221223898252},        // "a"
+		{1, 189444665744124},         // "1"
+		{1<<64 - 1, 270341078893410}, // "3w5e11264sgsf"
 	} {
-		if got := epochOf(id); got != want {
-			t.Errorf("epochOf(%q) = %d, want %d", id, got, want)
+		if got := epochOf(tc.take); got != tc.want {
+			t.Errorf("epochOf(%d) = %d, want %d", tc.take, got, tc.want)
 		}
 	}
 }
