@@ -81,11 +81,21 @@ func (a Algorithm) String() string {
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
+// MarshalText returns the algorithm's name, as UnmarshalText reads it:
+// with UnmarshalText, it makes an Algorithm a flag (flag.TextVar) and a
+// field of JSON or YAML. An algorithm that is none of the five is an error
+// wrapping [ErrInvalidRule].
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if !a.valid() {
+		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidRule, int(a))
+	}
+	return []byte(algorithmNames[a]), nil
+}
+
 // UnmarshalText sets a to the algorithm named text ("sliding-window",
 // "token-bucket", "fixed-window", "sliding-window-counter" or
-// "concurrency"), so that an Algorithm reads from flags (flag.TextVar)
-// and configuration files; an unknown name is an error wrapping
-// [ErrInvalidRule].
+// "concurrency"); an unknown name is an error wrapping [ErrInvalidRule],
+// and leaves a as it was.
 func (a *Algorithm) UnmarshalText(text []byte) error {
 	for i, name := range algorithmNames {
 		if string(text) == name {

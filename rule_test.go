@@ -1,7 +1,10 @@
 package floodgate_test
 
 import (
+	"encoding/json"
 	"errors"
+	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +97,7 @@ func TestParseLimit(t *testing.T) {
 }
 
 func TestAlgorithmNames(t *testing.T) {
-	for _, a := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+	for _, a := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter, floodgate.Concurrency} {
 		got := floodgate.Algorithm(7)
 		if err := got.UnmarshalText([]byte(a.String())); err != nil || got != a {
 			t.Errorf("UnmarshalText(%q) = %v, %v; want %v", a.String(), got, err, a)
@@ -106,6 +109,47 @@ func TestAlgorithmNames(t *testing.T) {
 	}
 	if s := floodgate.Algorithm(9).String(); s != "Algorithm(9)" {
 		t.Errorf("Algorithm(9).String() = %q", s)
+	}
+	if b, err := floodgate.Algorithm(9).MarshalText(); !errors.Is(err, floodgate.ErrInvalidRule) || b != nil {
+		t.Errorf("Algorithm(9).MarshalText() = %q, %v; want ErrInvalidRule", b, err)
+	}
+}
+
+// An Algorithm is a flag and a JSON field, by its name, both ways.
+func TestAlgorithmAsFlagAndJSON(t *testing.T) {
+	names := map[floodgate.Algorithm]string{
+		floodgate.SlidingWindow: "sliding-window", floodgate.TokenBucket: "token-bucket",
+		floodgate.FixedWindow: "fixed-window", floodgate.SlidingWindowCounter: "sliding-window-counter",
+		floodgate.Concurrency: "concurrency",
+	}
+	for a, name := range names {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		var got floodgate.Algorithm
+		fs.TextVar(&got, "alg", floodgate.FixedWindow, "the algorithm")
+		if def := fs.Lookup("alg").DefValue; def != "fixed-window" {
+			t.Errorf("flag default shown as %q; want fixed-window", def)
+		}
+		if err := fs.Parse([]string{"-alg", name}); err != nil || got != a {
+			t.Errorf("-alg %s: %v, %v; want %v", name, got, err, a)
+		}
+		b, err := json.Marshal(struct{ Algorithm floodgate.Algorithm }{a})
+		if want := `{"Algorithm":"` + name + `"}`; err != nil || string(b) != want {
+			t.Errorf("json.Marshal(%v) = %s, %v; want %s", a, b, err, want)
+		}
+		var back struct{ Algorithm floodgate.Algorithm }
+		if err := json.Unmarshal(b, &back); err != nil || back.Algorithm != a {
+			t.Errorf("json.Unmarshal(%s) = %v, %v; want %v", b, back.Algorithm, err, a)
+		}
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var got floodgate.Algorithm
+	fs.TextVar(&got, "alg", floodgate.TokenBucket, "the algorithm")
+	if err := fs.Parse([]string{"-alg", "leaky"}); err == nil || got != floodgate.TokenBucket {
+		t.Errorf("-alg leaky: %v, left %v; want an error and the default kept", err, got)
+	}
+	if _, err := json.Marshal(struct{ A floodgate.Algorithm }{9}); !errors.Is(err, floodgate.ErrInvalidRule) {
+		t.Errorf("json.Marshal of Algorithm(9): %v; want an error wrapping ErrInvalidRule", err)
 	}
 }
 
