@@ -72,8 +72,8 @@ type Options struct {
 // floodgate_store_errors_total{reason="full"}).
 var ErrFull = errors.New("memstore: full")
 
-// DefaultMaxKeys is the bound on keys when Options.MaxKeys is zero.
-const DefaultMaxKeys = 1_000_000
+// defaultMaxKeys is the bound on keys when Options.MaxKeys is zero.
+const defaultMaxKeys = 1_000_000
 
 // Store is an in-memory [floodgate.Store]. It is safe for concurrent use.
 // Call Close to stop its janitor goroutine.
@@ -220,7 +220,7 @@ func New(opts Options) *Store {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	if maxKeys := cmp.Or(opts.MaxKeys, DefaultMaxKeys); maxKeys > 0 {
+	if maxKeys := cmp.Or(opts.MaxKeys, defaultMaxKeys); maxKeys > 0 {
 		s.perShard = (maxKeys + n - 1) / n
 	}
 	s.base = time.Now()
