@@ -5,9 +5,10 @@
 // fails (closed, open, or local: per-replica in-memory limits), throttles
 // (waits before it rejects), checks shadow limits without letting them
 // deny, counts everything in Prometheus metrics and logs degraded
-// decisions in aggregate, never one line per request. It also serializes
-// the draft-ietf-httpapi-ratelimit-headers-11 fields ([PolicyMember],
-// [QuotaField], [RetryAfter]) that every transport sends.
+// decisions in aggregate, never one line per request. Every
+// transport sends the same draft-ietf-httpapi-ratelimit-headers-11 fields
+// (RateLimit-Policy, RateLimit, Retry-After), written from a [Result] by
+// one shared serializer.
 //
 // httplimit (net/http), grpclimit (gRPC interceptors) and the rls
 // service (Envoy's rate-limit API) are thin adapters over it: they turn a

@@ -84,7 +84,7 @@ type Method struct {
 	// waiting. A stream open waits the same way.
 	MaxDelay time.Duration
 	// MaxWaiters bounds the calls of this method waiting at once; a call
-	// over the bound is denied at once. Zero means the enforce default.
+	// over the bound is denied at once. Zero means 100.
 	MaxWaiters int
 }
 

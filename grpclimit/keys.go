@@ -18,7 +18,7 @@ import (
 // authenticated principal). It returns "" when the call has none (an
 // anonymous call has no principal): the limit then skips the call, and the
 // skip is counted and its first one logged. Keys may hold any bytes; a key
-// longer than bounds.KeyLen is replaced by its SHA-256 digest. A
+// longer than 1 MiB is replaced by its SHA-256 digest. A
 // KeyFunc that panics fails its call with codes.Internal, and the server
 // goes on (gRPC recovers no panic by itself); the first panic of each
 // limit is logged with its stack.

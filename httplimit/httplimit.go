@@ -110,8 +110,7 @@ type Route struct {
 	// for at most MaxDelay in all. Zero means no waiting.
 	MaxDelay time.Duration
 	// MaxWaiters bounds the requests of this route waiting at once; a
-	// request over the bound is denied at once. Zero means
-	// DefaultMaxWaiters (100).
+	// request over the bound is denied at once. Zero means 100.
 	MaxWaiters int
 	// Status is the status of a denial. Zero means 429. Retry-After is
 	// sent only with 429 and 503 (RFC 9110 §10.2.3).
@@ -124,7 +123,10 @@ type Route struct {
 	// the default one, the application/problem+json body of the package
 	// doc: Deny may log or count and then call answer.ServeHTTP(w, r), or
 	// write an answer of its own. r's context holds the verdict
-	// ([FromContext]). Nil means answer.ServeHTTP(w, r).
+	// ([FromContext]). Deny answers every denial of the route, those of a
+	// failed store included: the verdict's Outcome tells them apart (a
+	// fail-closed denial has no Decision, and waits
+	// enforce.Result.FailRetryAfter). Nil means answer.ServeHTTP(w, r).
 	Deny func(w http.ResponseWriter, r *http.Request, answer http.Handler)
 }
 

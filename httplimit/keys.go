@@ -12,7 +12,7 @@ import (
 // an account, an API key. It returns "" when the request has none (an
 // anonymous request has no principal); what happens then is the
 // [Limit]'s [Missing] policy. Keys may hold any bytes; a key longer than
-// bounds.KeyLen is replaced by its SHA-256 digest.
+// 1 MiB is replaced by its SHA-256 digest.
 type KeyFunc func(*http.Request) string
 
 // ClientIP keys requests by the address of the client, as res resolves it

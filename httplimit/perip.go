@@ -29,7 +29,8 @@ import (
 // as one rule in a store must be): for a count per route, build a Route
 // per route, each with a rule of its own name. A store that fails lets
 // requests through (FailOpen: a limiter down must not take the service
-// down), and there are no metrics or logs: build a Routes with New for a
+// down); the degraded decisions are logged to slog.Default() in
+// aggregate, and there are no metrics: build a Routes with New for a
 // failure mode, metrics and logs of your choosing. PerIP starts no
 // goroutine.
 //
