@@ -35,6 +35,10 @@
 //   - Every relative link goes to a file that exists, and every #anchor to
 //     a heading of its page.
 //
+//   - Every doc link of the Go sources ([Name], [pkg.Type.Member]) to one
+//     of floodgate's exported names names one that exists
+//     (doclinks_test.go).
+//
 // The blocks are compiled with one go vet of generated packages in a
 // directory under this one (testdata/gen-*, removed afterwards), so that
 // they resolve the workspace's modules (go.work) as the code does. Line

@@ -10,7 +10,7 @@
 //     are treated);
 //   - every route answered by its failure mode while the store failed
 //     (login and PIX refuse with 429, the statement is served), and how
-//     fast (see [Latencies]);
+//     fast (see [Traffic.Latencies]);
 //   - the fleet recovered by itself after each fault, and how fast (see
 //     [Fault]);
 //   - no replica panicked, leaked goroutines or grew in memory.
