@@ -353,3 +353,59 @@ func TestSkippedLimitWarnsWithoutALogger(t *testing.T) {
 		t.Fatalf("%d warnings in the default logger, want 1:\n%s", n, logs)
 	}
 }
+
+// An opaque route sends no rate-limit fields on any response, whatever it
+// is nested in or wraps: a global per-IP route around an opaque login
+// wrote its fields before the login route answered, so a login denial
+// said "global-ip;r=13" and the legacy fields beside it, and denials by
+// the account and by the IP differed by those figures.
+func TestOpaqueRouteNestedSendsNoFields(t *testing.T) {
+	hl, _, _ := footgunLimiter(t)
+	ip := floodgate.Rule{Name: "opq-global-ip", Limit: 100, Window: time.Minute}
+	account := floodgate.Rule{Name: "opq-login-account", Limit: 2, Window: 10 * time.Minute}
+	inner := floodgate.Rule{Name: "opq-inner", Limit: 100, Window: time.Minute}
+	mw := func(rt httplimit.Route) func(http.Handler) http.Handler {
+		m, err := hl.Middleware(rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	global := mw(httplimit.Route{Name: "global", Limits: []httplimit.Limit{{Rule: ip, Key: httplimit.Header("X-IP")}}})
+	login := mw(httplimit.Route{Name: "login", Opaque: true, Limits: []httplimit.Limit{{Rule: account, Key: httplimit.Header("X-Account")}}})
+	plain := mw(httplimit.Route{Name: "inner", Limits: []httplimit.Limit{{Rule: inner, Key: httplimit.Header("X-IP")}}})
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+	}{
+		{"opaque inside a global route", global(login(ok))},
+		{"opaque around a plain route", login(plain(ok))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var bodies []string
+			for i, want := range []int{200, 200, 429, 429} {
+				req := httptest.NewRequest("POST", "/login", nil)
+				req.Header.Set("X-IP", "192.0.2.1")
+				req.Header.Set("X-Account", tc.name)
+				rec := httptest.NewRecorder()
+				tc.h.ServeHTTP(rec, req)
+				if rec.Code != want {
+					t.Fatalf("request %d: %d, want %d", i+1, rec.Code, want)
+				}
+				if f := rateLimitFields(rec.Header()); len(f) != 0 {
+					t.Fatalf("request %d (%d): an opaque route's answer carries %v", i+1, rec.Code, f)
+				}
+				if want == 429 {
+					if got := rec.Header().Get("Retry-After"); got != "600" {
+						t.Errorf("request %d: Retry-After %q, want the opaque route's longest window, 600", i+1, got)
+					}
+					bodies = append(bodies, rec.Body.String())
+				}
+			}
+			if bodies[0] != bodies[1] || !strings.Contains(bodies[0], `"violated-policies":["login"]`) {
+				t.Errorf("the opaque denials differ or name a limit:\n%s\n%s", bodies[0], bodies[1])
+			}
+		})
+	}
+}

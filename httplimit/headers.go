@@ -54,6 +54,13 @@ const (
 	canonReset     = "X-Ratelimit-Reset"
 )
 
+// dropQuota removes the rate-limit fields that routes wrote in h.
+func dropQuota(h http.Header) {
+	for _, name := range [...]string{canonPolicy, canonRateLimit, canonLimit, canonRemaining, canonReset} {
+		delete(h, name)
+	}
+}
+
 // writeQuota sets the RateLimit-Policy, RateLimit and legacy fields for
 // decision d. The structured fields are added to any that an outer
 // middleware wrote, which keeps them one list (RFC 9651 §3.1).

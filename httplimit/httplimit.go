@@ -97,7 +97,8 @@ type Route struct {
 	// Opaque makes a denial say nothing about which limit refused it: for
 	// login, where "the account is blocked" tells an attacker the account
 	// exists and is under attack. The route sends no RateLimit-Policy,
-	// RateLimit or X-RateLimit-* fields on any response; its denials are
+	// RateLimit or X-RateLimit-* fields on any response, not even those
+	// of routes it is nested in or wraps; its denials are
 	// byte-identical, with the route's Name as the only violated policy
 	// and a Retry-After of its longest window, a live rule's included
 	// and a shadow limit's not (a bound on every limit's wait); a
@@ -259,8 +260,14 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 		}
 	}
 	outer, nested := FromContext(ctx)
+	// An opaque route sends no rate-limit fields on any answer: neither
+	// its own, nor those of the routes it is nested in or wraps.
+	opaque := rt.Opaque || outer.opaque
 	if nested {
 		hits = rt.nest(ctx, &outer, hits)
+		if opaque {
+			dropQuota(w.Header())
+		}
 	}
 	res := outer // a nested route with nothing left to check: the outer verdict stands
 	var own enforce.Result
@@ -276,12 +283,13 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 			return // else the client went away: nobody reads an answer
 		}
 		res = rt.compose(own, outer, nested)
-		if decided(own.Outcome) && !rt.Opaque {
+		if decided(own.Outcome) && !opaque {
 			legacy := keepWorst(w.Header(), nested)
 			rt.writeQuota(w.Header(), own.Decision)
 			legacy()
 		}
 	}
+	res.opaque = opaque
 	if !res.Allowed() {
 		if nested {
 			// All-or-nothing across the nesting: the outer route's hits

@@ -19,8 +19,9 @@ import (
 type Result struct {
 	enforce.Result
 
-	outer *Result          // the verdict of the route this one is nested in, if any
-	also  []enforce.Result // shadow checks of nested routes that enforced nothing
+	outer  *Result          // the verdict of the route this one is nested in, if any
+	also   []enforce.Result // shadow checks of nested routes that enforced nothing
+	opaque bool             // an opaque route covers the request: its answers carry no rate-limit fields
 }
 
 // covers reports whether any route of the request, this one or one it is
