@@ -112,7 +112,7 @@ type Route struct {
 	MaxDelay time.Duration
 	// MaxWaiters bounds the requests of this route waiting at once; a
 	// request over the bound is denied at once. Zero means
-	// DefaultMaxWaiters (100).
+	// enforce.Spec.MaxWaiters's default.
 	MaxWaiters int
 	// Status is the status of a denial. Zero means 429. Retry-After is
 	// sent only with 429 and 503 (RFC 9110 §10.2.3).
