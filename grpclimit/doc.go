@@ -102,8 +102,8 @@
 //
 // # go-grpc-middleware
 //
-// A [Interceptors] is also a Interceptors of go-grpc-middleware v2's
-// interceptors/ratelimit ([Interceptors.Limit]), for servers already built on
-// it, with the losses its doc lists: prefer the interceptors of this
+// An [Interceptors] is also a ratelimit.Limiter of go-grpc-middleware
+// v2's interceptors/ratelimit ([Interceptors.Limit]), for servers already
+// built on it, with the losses its doc lists: prefer the interceptors of this
 // package.
 package grpclimit

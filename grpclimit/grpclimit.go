@@ -32,8 +32,8 @@ var ErrInvalidOptions = errors.New("grpclimit: invalid options")
 // Options.Methods.
 const defaultGate = "default"
 
-// Options configures a [Interceptors]: the enforcement layer and the
-// limits of each method. A Interceptors with no Methods and no Default
+// Options configures an [Interceptors]: the enforcement layer and the
+// limits of each method. An Interceptors with no Methods and no Default
 // limits nothing.
 type Options struct {
 	// Enforcer is the enforcement layer of the methods: its limiters,
@@ -293,7 +293,7 @@ func (l *Interceptors) StreamServerInterceptor() grpc.StreamServerInterceptor {
 }
 
 // Limit decides the call whose server context is ctx, finding its method
-// with grpc.Method. It implements the Interceptors interface of
+// with grpc.Method. It implements the Limiter interface of
 // go-grpc-middleware v2's interceptors/ratelimit, for servers already
 // built on it:
 //
@@ -345,7 +345,7 @@ func (l *Interceptors) nearMiss(called string) {
 // the names of Options.Methods that are no method of services (a
 // grpc.Server's GetServiceInfo, once its services are registered), with
 // the name each was likely meant to be: a typo in a method name leaves
-// that method unlimited, or under Default, with no other sign. A Interceptors
+// that method unlimited, or under Default, with no other sign. An Interceptors
 // built before its server's services are known logs the first call of a
 // method that Methods spells only in another case.
 //

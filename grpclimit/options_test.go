@@ -77,7 +77,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 }
 
-// A Interceptors with neither Methods nor Default limits nothing, and leaves no
+// An Interceptors with neither Methods nor Default limits nothing, and leaves no
 // Result in the handler's context.
 func TestNoLimits(t *testing.T) {
 	e := newEnv(t, envOptions{})

@@ -83,9 +83,8 @@
 // [enforce.FailOpen] allows, [enforce.FailError] answers 503 (package
 // enforce tells the rest, the circuit breaker included). A fail-closed 429 (or 503) sends a Retry-After of 5s, or the
 // breaker's remaining open time if that is longer. Each degraded decision
-// is counted in the metrics, and logged at most once per route every 5s,
-// each line saying how many more it stands for; never one line per
-// request.
+// is counted in the metrics and logged in aggregate, as package enforce
+// says: never one line per request.
 //
 // # Throttling
 //

@@ -316,10 +316,11 @@ func ExampleFirst() {
 	// "" "5:alice11:203.0.113.9"
 }
 
-// Metrics go to the Registerer and degraded decisions to the Logger, in
-// aggregate: the first line of an outage at once, then at most one line
-// every 5s that counts what it held back (here written by the Enforcer's Close).
-func ExampleOptions() {
+// Metrics go to the Enforcer's Registerer and degraded decisions to its
+// Logger, in aggregate: the first line of an outage at once, then at most
+// one line every 5s that counts what it held back (here written by the
+// Enforcer's Close).
+func Example_metricsAndLogs() {
 	store := memstore.New(memstore.Options{})
 	limiter, _ := floodgate.New(store, floodgate.Options{})
 	reg := prometheus.NewRegistry()

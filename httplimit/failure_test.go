@@ -183,7 +183,7 @@ func TestBreakerStopsCallingADeadStore(t *testing.T) {
 // An outage writes a few lines that account for every degraded decision,
 // never a line per request.
 func TestDegradedDecisionsAreLoggedInAggregate(t *testing.T) {
-	const interval = 5 * time.Second // enforce's, as httplimit's doc states
+	const interval = 5 * time.Second // enforce's, as its package doc states
 	e := newEnv(t, envOptions{})
 	hs := modes(t, e)
 	e.fault.Set(faultstore.Fail)

@@ -206,16 +206,20 @@ func TestStatusAndBodyOverrides(t *testing.T) {
 	h := e.handler(t, httplimit.Route{
 		Limits: []httplimit.Limit{{Rule: rule(t, "r", 1, time.Minute), Key: httplimit.ClientIP(nil)}},
 		Status: http.StatusServiceUnavailable,
-		Deny: func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+		Deny: func(w http.ResponseWriter, r *http.Request, answer http.Handler) {
+			// The custom body keeps the status of the default answer,
+			// which must be Status's.
+			def := httptest.NewRecorder()
+			answer.ServeHTTP(def, r)
 			res, _ := httplimit.FromContext(r.Context())
-			w.WriteHeader(http.StatusServiceUnavailable)
+			w.WriteHeader(def.Code)
 			fmt.Fprintf(w, "slow down (%s)", res.Decision.Policy)
 		},
 	})
 	do(h, "192.0.2.1:1")
 	rec := do(h, "192.0.2.1:1")
 	if rec.Code != 503 || rec.Body.String() != "slow down (r)" {
-		t.Fatalf("got %d %q, want 503 from the custom Deny", rec.Code, rec.Body)
+		t.Fatalf("got %d %q, want 503 (Status, in the default answer) from the custom Deny", rec.Code, rec.Body)
 	}
 	if got := rec.Header().Get("Retry-After"); got != "60" {
 		t.Errorf("Retry-After on a 503: %q, want 60 (RFC 9110 §10.2.3: how long the service is unavailable to the client)", got)

@@ -51,11 +51,10 @@ type env struct {
 
 type envOptions struct {
 	opts    httplimit.Options   // the Enforcer is filled in
-	enforce enforce.Options     // Limiter, Breaker, Registerer and Logger are filled in
 	timeout time.Duration       // the decision budget; zero means 20ms
 	store   floodgate.Store     // zero means the fake-clock memstore
 	bare    bool                // no fault injector: the limiter sees the store itself
-	breaker *breakerstore.Store // exported as floodgate_breaker_state by an Enforcer of the env's own
+	breaker *breakerstore.Store // exported as floodgate_breaker_state by the env's Enforcer
 	// overrides gives keys rules of their own: per-key overrides, live limits.
 	overrides floodgate.Overrides
 }
@@ -81,8 +80,7 @@ func newEnv(t testing.TB, eo envOptions) *env {
 		t.Fatal(err)
 	}
 	e.lim = lim
-	eopts := eo.enforce
-	eopts.Limiter, eopts.Registerer = lim, e.reg
+	eopts := enforce.Options{Limiter: lim, Registerer: e.reg}
 	if eo.breaker != nil {
 		eopts.Breaker = eo.breaker
 	}

@@ -65,8 +65,9 @@ type Limit struct {
 	// admit is checked against each shadow limit on its own, recorded if
 	// within it, and the outcome is counted in the decisions metric as
 	// shadow_allowed or shadow_denied under the limit's policy; shadow
-	// denials are logged, at most one line every 5s. Shadow limits
-	// send no rate-limit fields and are not refunded by Result.Refund.
+	// denials are logged in aggregate, as degraded decisions are. Shadow
+	// limits send no rate-limit fields and are not refunded by
+	// Result.Refund.
 	Shadow bool
 	// Cost, if set, is what a request costs under the limit, estimated
 	// before the handler runs (the tokens of an LLM prompt, the rows of a
@@ -111,7 +112,8 @@ type Route struct {
 	// for at most MaxDelay in all. Zero means no waiting.
 	MaxDelay time.Duration
 	// MaxWaiters bounds the requests of this route waiting at once; a
-	// request over the bound is denied at once. Zero means 100.
+	// request over the bound is denied at once. Zero means
+	// enforce.Spec.MaxWaiters's default.
 	MaxWaiters int
 	// Status is the status of a denial. Zero means 429. Retry-After is
 	// sent only with 429 and 503 (RFC 9110 §10.2.3).

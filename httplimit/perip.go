@@ -29,10 +29,9 @@ import (
 // as one rule in a store must be): for a count per route, build a Route
 // per route, each with a rule of its own name. A store that fails lets
 // requests through (FailOpen: a limiter down must not take the service
-// down); the degraded decisions are logged to slog.Default() in
-// aggregate, and there are no metrics: build a Routes with New for a
-// failure mode, metrics and logs of your choosing. PerIP starts no
-// goroutine.
+// down), counted in no metric and logged to slog.Default, in aggregate:
+// build a Routes with New, on an Enforcer of your own, for a failure
+// mode, metrics and logs of your choosing. PerIP starts no goroutine.
 //
 // Like regexp.MustCompile, PerIP is for constants: it panics if limit or
 // window is invalid (see floodgate.NewRule).

@@ -43,13 +43,14 @@ type Options struct {
 	// per check whatever the store holds. If none can be, the check fails
 	// with an error wrapping ErrFull and floodgate.ErrStoreUnavailable (the
 	// caller's failure policy decides), while every key already held keeps
-	// its state: a limit in force is never reset to make room. A key weighs as long as its rule says: under
-	// a 5-per-day log, a day after its last take. So a flood of distinct
-	// keys under day windows fills the store for up to a day; size MaxKeys
-	// for the keys the long windows hold. Peek and Refund never create
-	// keys, so they never fail at the bound. Zero means 1,000,000 (a few
-	// hundred bytes each for small limits, and 24 more for the order in
-	// which they stop weighing); negative means no bound.
+	// its state: a limit in force is never reset to make room. A key
+	// weighs as long as its rule says: under a 5-per-day log, a day after
+	// its last take. So a flood of distinct keys under day windows fills
+	// the store for up to a day; size MaxKeys for the keys the long
+	// windows hold. Peek and Refund never create keys, so they never fail
+	// at the bound. Zero means 1,000,000 (a few hundred bytes each for
+	// small limits, and 24 more for the order in which they stop
+	// weighing); negative means no bound.
 	//
 	// The bound is enforced per shard: each of the 64 shards holds at
 	// most MaxKeys/64 keys (rounded up), so the store may refuse a new

@@ -86,11 +86,11 @@ func TestFullStoreReclaimsWhatNoLongerWeighs(t *testing.T) {
 }
 
 // TestFullStoreOfLiveKeysRefuses: when every key held still weighs, a new
-// key is refused with an error that is both memstore.ErrFull and floodgate.ErrStoreUnavailable (the route's failure mode
-// answers), on the single-key path, the multi-key path and through a
-// Limiter; the keys held keep deciding exactly, a Peek of a new key
-// answers as for a fresh one, and once a key stops weighing a new one is
-// admitted.
+// key is refused with an error that is both memstore.ErrFull and
+// floodgate.ErrStoreUnavailable (the route's failure mode answers), on
+// the single-key path, the multi-key path and through a Limiter; the keys
+// held keep deciding exactly, a Peek of a new key answers as for a fresh
+// one, and once a key stops weighing a new one is admitted.
 func TestFullStoreOfLiveKeysRefuses(t *testing.T) {
 	g := newRig(t, false, memstore.Tuned(memstore.Options{MaxKeys: 3}, 1, 0))
 	ctx := context.Background()

@@ -52,8 +52,10 @@ type entry struct {
 
 var _ floodgate.Overrides = (*Set)(nil)
 
-// NewSet returns the set of entries, which must be valid and name each
-// rule and key once. Entries that expired already are left out.
+// NewSet returns the set of entries, or an error wrapping
+// [ErrInvalidEntry] for an invalid entry (see Validation in the package
+// doc) or a rule and key named twice. Entries that expired already are
+// left out.
 func NewSet(entries ...Entry) (*Set, error) {
 	seen := make(map[[2]string]bool, len(entries))
 	for i, e := range entries {

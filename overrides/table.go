@@ -174,8 +174,9 @@ func (t *Table) Override(rule floodgate.Rule, key string) (floodgate.Rule, bool)
 	return t.set.Load().Override(rule, key)
 }
 
-// Set stores e, which must be valid, replacing any override of the same
-// rule name and key. Like any change it is in force at the replicas'
+// Set stores e, replacing any override of the same rule name and key, or
+// refuses it with an error wrapping [ErrInvalidEntry] if it is invalid
+// (see Validation in the package doc). Like any change it is in force at the replicas'
 // next refresh, this Table's included ([Table.Refresh] applies it here at
 // once). A new override into a full table first deletes the overrides
 // that expired by this machine's clock; if that makes no room, Set

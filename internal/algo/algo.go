@@ -49,10 +49,10 @@ func Life(r floodgate.Rule, cost int64) time.Duration {
 // with these; take.lua keeps the only other copy.
 const (
 	// MaxCount is the most a fixed window counts: 2^52, exact in Lua's
-	// doubles with a cost of up to MaxLimit (2^51) added.
+	// doubles with a cost of up to bounds.Limit (2^51) added.
 	MaxCount = 1 << 52
 	// Ahead is how far past a full bucket's a token bucket's theoretical
-	// arrival time may run: MaxWindow. With a full bucket's refill time
+	// arrival time may run: bounds.Window. With a full bucket's refill time
 	// (at most 2^51µs under Rule.Validate's bounds) and the server time (below 2^52µs),
 	// it stays below 2^53µs.
 	Ahead = bounds.Window
@@ -71,9 +71,10 @@ func CounterMax(r floodgate.Rule) int64 {
 func LogMax(r floodgate.Rule) int64 { return r.Limit + bounds.SlidingCost }
 
 // MaxCost is the highest cost a hit may have: its rule's capacity, or
-// MaxLimit for an Overdraw hit; at most MaxSlidingCost for a sliding
-// window. The Limiter validates the same (floodgate.Hit.Overdraw); the
-// stores check it again for their own callers.
+// bounds.Limit for an Overdraw hit; at most bounds.SlidingCost for a
+// sliding window (or a concurrency limit). The Limiter validates the same
+// (floodgate.Hit.Overdraw); the stores check it again for their own
+// callers.
 func MaxCost(h floodgate.Hit) int64 {
 	c := h.Rule.Capacity()
 	if h.Overdraw {
