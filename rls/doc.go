@@ -94,8 +94,8 @@
 // [Options.ConfigDir] is watched ([rlconfig.Watcher], including the
 // ..data symbolic link swap of a Kubernetes ConfigMap, read one version
 // whole, and a swapped link on the directory's path): a new
-// configuration is read once the directory has been quiet for 100ms,
-// validated whole and swapped in atomically, so a
+// configuration is read once the directory has been quiet (with
+// [rlconfig.WatchOptions.Debounce]'s default), validated whole and swapped in atomically, so a
 // request sees one configuration; an invalid one is refused, logged and
 // counted, and the old one stays. What the directory holds and is not
 // read (files not named *.yaml or *.yml, subdirectories) is logged as a
