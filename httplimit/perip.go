@@ -46,11 +46,16 @@ func PerIP(l *floodgate.Limiter, limit int64, window time.Duration) func(http.Ha
 		panic(err) // the zero Options are valid
 	}
 	e, err := enforce.New(enforce.Options{Limiter: l, Local: l}) // Local set: no memstore of its own, nothing to close
-	if err == nil {
-		var mw func(http.Handler) http.Handler
-		if mw, err = (&Routes{e: e, legacy: true}).Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: enforce.FailOpen}); err == nil {
-			return mw
-		}
+	if err != nil {
+		panic(err)
 	}
-	panic(err)
+	routes, err := New(Options{Enforcer: e})
+	if err != nil {
+		panic(err)
+	}
+	mw, err := routes.Middleware(Route{Limits: []Limit{{Rule: rule, Key: ClientIP(resolver), Missing: Share}}, Failure: enforce.FailOpen})
+	if err != nil {
+		panic(err)
+	}
+	return mw
 }
