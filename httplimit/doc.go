@@ -102,6 +102,10 @@
 // per-route ones): a hit that both list counts once, a denial by the inner
 // one refunds the outer one's hits, and the legacy fields describe the
 // worst limit; one Route with every limit is still the one atomic check.
+// Each nested route decides on its own, within its own time budget, so
+// while the store hangs a request waits one budget per route until the
+// breaker opens; the fields an outer route wrote still count a request
+// that an inner one denied, whose outer hits it then refunds.
 // A rule name means one rule on one Enforcer, among its routes and gRPC
 // methods: a route whose rule has another's name but other parameters is
 // refused. A limit that skips a
