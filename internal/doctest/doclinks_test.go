@@ -5,7 +5,6 @@ import (
 	"go/doc/comment"
 	"go/parser"
 	"go/token"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -25,33 +24,15 @@ func TestDocLinks(t *testing.T) {
 	root := repoRoot(t)
 	byPath := map[string]*pkg{} // floodgate's packages, by import path
 	dirs := map[string]string{} // directory: import path
-	err := filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !de.IsDir() {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
-		if (strings.HasPrefix(de.Name(), ".") && rel != ".") || de.Name() == "testdata" || rel == "deploy" || rel == "scripts" {
-			return filepath.SkipDir
-		}
+	walkDirs(t, root, func(p, rel string) bool {
 		if _, q := indexPackage(t, p); q != nil || hasGo(p) {
-			ip := module
-			if rel != "." {
-				ip += "/" + rel
-			}
 			if q != nil {
-				byPath[ip] = q
+				byPath[importPath(rel)] = q
 			}
-			dirs[p] = ip
+			dirs[p] = importPath(rel)
 		}
-		return nil
+		return true
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	byName := byPath2name(byPath)
 	links, checked := 0, 0
 	for dir, ip := range dirs {

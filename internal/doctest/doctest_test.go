@@ -211,28 +211,15 @@ type pkg struct {
 // mentions of prose: a name two of them share is merged.
 func libraryPackages(t *testing.T, root string) (lib, all map[string]*pkg) {
 	lib, all = map[string]*pkg{}, map[string]*pkg{}
-	err := filepath.WalkDir(root, func(path string, de os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !de.IsDir() {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		switch {
-		case strings.HasPrefix(de.Name(), ".") && rel != ".", de.Name() == "testdata",
-			rel == "bench", rel == "deploy", rel == "scripts":
-			return filepath.SkipDir
+	walkDirs(t, root, func(path, rel string) bool {
+		if rel == "bench" {
+			return false
 		}
 		name, p := indexPackage(t, path)
 		if p == nil {
-			return nil
+			return true
 		}
-		p.path = module
-		if rel != "." {
-			p.path += "/" + rel
-		}
+		p.path = importPath(rel)
 		if q := all[name]; q != nil {
 			q.merge(p)
 		} else {
@@ -242,15 +229,42 @@ func libraryPackages(t *testing.T, root string) (lib, all map[string]*pkg) {
 			!strings.HasPrefix(rel, "cmd/") {
 			lib[name] = p
 		}
+		return true
+	})
+	if len(lib) < 10 || lib["floodgate"] == nil || lib["httplimit"] == nil || all["bank"] == nil {
+		t.Fatalf("indexed only %d packages", len(lib))
+	}
+	return lib, all
+}
+
+// walkDirs calls fn with every directory of the repository that may hold
+// a package (path, and rel: the path relative to root, "." for root
+// itself), but hidden ones, testdata, deploy and scripts; fn returns false
+// to skip a directory and what it holds.
+func walkDirs(t *testing.T, root string, fn func(path, rel string) bool) {
+	err := filepath.WalkDir(root, func(path string, de os.DirEntry, err error) error {
+		if err != nil || !de.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if (strings.HasPrefix(de.Name(), ".") && rel != ".") || de.Name() == "testdata" || rel == "deploy" || rel == "scripts" || !fn(path, rel) {
+			return filepath.SkipDir
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lib) < 10 || lib["floodgate"] == nil || lib["httplimit"] == nil || all["bank"] == nil {
-		t.Fatalf("indexed only %d packages", len(lib))
+}
+
+// importPath returns the import path of the directory rel of the
+// repository.
+func importPath(rel string) string {
+	if rel == "." {
+		return module
 	}
-	return lib, all
+	return module + "/" + rel
 }
 
 // merge adds q's names to p's, for two packages of one name.
