@@ -71,6 +71,14 @@
 //	floodgate_leases_expired_total{gate,policy}     leases whose time to live ran out before their release
 //	floodgate_lease_renewals_failed_total{gate,policy}  renewals that failed (store failed, or lease gone)
 //
+// floodgate_decisions_total counts each request once, under the policy
+// its decision reports (floodgate.Decision.Policy: of a check of several
+// limits, the worst), or under the empty policy when no limiter decided
+// (a failed store, every limit skipped): a request checked against an IP
+// limit and an account limit adds one to one of them, not one to each.
+// Each limit's own figures are in the answer's fields (RateLimit) and in
+// the store ("floodgate peek").
+//
 // A gate's policy label values are the names its hits are reported under
 // (a hit's Policy, or its rule's name): its Spec's, and those of the
 // rules that come with the requests ([Gate.Check]) up to
