@@ -142,6 +142,11 @@ type ruleSet struct {
 	// shadow are the names of the rules whose limits are in shadow mode
 	// (-config: shadow_mode, or SHADOW_MODE): counted, never denying.
 	shadow map[string]bool
+	// policies are the policies of -config's rules by the rules' names:
+	// the limits' rlmatch.Limit.Label, which the service reports. A rule
+	// not in it (-rule, -limits-file) is reported under its name, as
+	// the services report it.
+	policies map[string]string
 	// overrides are the per-key overrides (floodgate override) in force
 	// of the rules' names, by "<name>:<stored key>": a key that has one
 	// is judged by the override's rule, as the services judge it.
@@ -166,7 +171,7 @@ func idOf(r floodgate.Rule) stateID { return stateID{r.Name, r.Algorithm, r.Wind
 // limits of -domain in -limits-file.
 func blockedRules(specs []string, configDir, limitsFile, domain string, env sharedEnv) (*ruleSet, error) {
 	var rules []floodgate.Rule
-	shadow := map[string]bool{}
+	shadow, policies := map[string]bool{}, map[string]string{}
 	switch {
 	case configDir != "" && limitsFile != "":
 		return nil, fmt.Errorf("%w: give -config or -limits-file, not both", errUsage)
@@ -203,6 +208,9 @@ func blockedRules(specs []string, configDir, limitsFile, domain string, env shar
 				continue
 			}
 			rules = append(rules, l.Rule)
+			if configDir != "" {
+				policies[l.Rule.Name] = l.Label
+			}
 			// The service's shadow modes; a library's live limits have
 			// none (rlconfig.Rules gives a shadow_mode limit no rule).
 			if configDir != "" && (l.ShadowMode || env.ShadowMode) {
@@ -220,7 +228,7 @@ func blockedRules(specs []string, configDir, limitsFile, domain string, env shar
 			return rs, nil
 		}
 	}
-	rs := &ruleSet{byState: map[stateID]floodgate.Rule{}, count: len(rules), names: map[string]bool{}, shadow: shadow}
+	rs := &ruleSet{byState: map[stateID]floodgate.Rule{}, count: len(rules), names: map[string]bool{}, shadow: shadow, policies: policies}
 	for _, r := range rules {
 		rs.names[r.Name] = true
 		if o, dup := rs.byState[idOf(r)]; dup && o != r {
@@ -346,6 +354,7 @@ type scanner struct {
 // candidate is a state key found by SCAN, with its rule.
 type candidate struct {
 	rule     floodgate.Rule
+	policy   string // the name the services report rule under
 	key      string // as in the store: plain, or the digest "~..."
 	stateKey string // the Redis key of its state
 	override bool   // rule is the key's override
@@ -436,7 +445,8 @@ func (s *scanner) parse(k string) (candidate, bool) {
 	}
 	r, ok := s.rules.rule(idOf(id), key)
 	_, override := s.rules.overrides[id.Name+":"+key]
-	return candidate{rule: r, key: key, stateKey: k, override: override, shadow: s.rules.shadow[r.Name]}, ok
+	policy := cmp.Or(s.rules.policies[r.Name], r.Name)
+	return candidate{rule: r, policy: policy, key: key, stateKey: k, override: override, shadow: s.rules.shadow[r.Name]}, ok
 }
 
 // peek asks the store about a batch of keys found on node addr, as they
@@ -490,10 +500,12 @@ const hashNote = `keys starting with "~" are hashed: the store keeps a digest of
 or with bytes other than A-Za-z0-9_.@+=:/-. floodgate reset takes the original key, as the
 application spells it, never the digest.`
 
-// report prints what the scan found, sorted by rule and key.
+// report prints what the scan found, sorted by policy, rule and key:
+// each key under the policy the services report its limit by, with the
+// rule (the store's) beside it where its name is another.
 func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 	slices.SortFunc(s.found, func(a, b blockedKey) int {
-		return cmp.Or(cmp.Compare(a.rule.Name, b.rule.Name), cmp.Compare(a.rule.Window, b.rule.Window), cmp.Compare(a.key, b.key))
+		return cmp.Or(cmp.Compare(a.policy, b.policy), cmp.Compare(a.rule.Name, b.rule.Name), cmp.Compare(a.rule.Window, b.rule.Window), cmp.Compare(a.key, b.key))
 	})
 	blocked, shadow := s.counts()
 	summary := fmt.Sprintf("%d key(s) blocked; %d key(s) of %d rule(s) scanned on %d node(s) in %v",
@@ -506,10 +518,11 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 	}
 	if output == "json" {
 		for _, b := range s.found {
+			remaining, over := clampRemaining(b.result.Remaining)
 			v := map[string]any{
-				"rule": b.rule.String(), "policy": b.rule.Name, "key": b.key, "hashed": b.hashed(), "override": b.override, "node": b.node,
+				"rule": b.rule.String(), "policy": b.policy, "key": b.key, "hashed": b.hashed(), "override": b.override, "node": b.node,
 				"state_key": b.stateKey, "shadow": b.shadow,
-				"remaining": b.result.Remaining, "retry_after_ms": b.result.RetryAfter.Milliseconds(),
+				"remaining": remaining, "over_by": over, "retry_after_ms": b.result.RetryAfter.Milliseconds(),
 				"reset_after_ms": b.result.ResetAfter.Milliseconds(),
 			}
 			if b.rule.Algorithm == floodgate.Concurrency {
@@ -522,8 +535,14 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		_, err := fmt.Fprintln(stderr, "floodgate blocked:", summary)
 		return err
 	}
+	// A RULE column when a policy is not its rule's name (-config).
+	ruled := slices.ContainsFunc(s.found, func(b blockedKey) bool { return b.policy != b.rule.Name })
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tKEY\tREMAINING\tRETRY-AFTER\tRESET")
+	header := "POLICY\tKEY\tREMAINING\tRETRY-AFTER\tRESET"
+	if ruled {
+		header += "\tRULE"
+	}
+	fmt.Fprintln(tw, header)
 	hashed := false
 	for _, b := range s.found {
 		key := b.key
@@ -540,8 +559,12 @@ func (s *scanner) report(stdout, stderr io.Writer, output string) error {
 		if b.rule.Algorithm == floodgate.Concurrency {
 			key += fmt.Sprintf(" (%d holders)", holders(b.rule, b.result.Allowed, b.result.Remaining))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\n", b.rule.Name, key, b.result.Remaining,
+		line := fmt.Sprintf("%s\t%s\t%s\t%v\t%v", b.policy, key, remainingText(b.result.Remaining),
 			b.result.RetryAfter.Round(time.Millisecond), b.result.ResetAfter.Round(time.Millisecond))
+		if ruled {
+			line += "\t" + b.rule.Name
+		}
+		fmt.Fprintln(tw, line)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

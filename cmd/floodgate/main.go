@@ -266,8 +266,8 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHi
 		}
 		wait := longestWait(rule)
 		return report(stdout, output, map[string]any{
-			"rule": rule.String(), "key": key, "reset": true, "state_key": stateKey, "cached_denial_max_ms": wait.Milliseconds(),
-		}, fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted).\n%s\n", rule, key, stateKey, cachedDenialNote("the reset", wait)))
+			"policy": h.policy, "rule": rule.String(), "key": key, "reset": true, "state_key": stateKey, "cached_denial_max_ms": wait.Milliseconds(),
+		}, fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted).\n%s\n", named(h.policy, rule), key, stateKey, cachedDenialNote("the reset", wait)))
 	}
 	d, err := limiter.Peek(ctx, h.Hit)
 	if err != nil {
@@ -277,13 +277,14 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHi
 	if !d.Allowed && h.shadow {
 		verdict = "over the limit, and allowed: the limit is in shadow mode, counted but never denying"
 	}
-	text := fmt.Sprintf("%s, key %q: a request now would be %s; %d left after it; full again in %v",
-		rule, key, verdict, d.Remaining, d.ResetAfter.Round(time.Millisecond))
+	name, left := named(h.policy, rule), remainingText(d.Remaining)
+	text := fmt.Sprintf("%s, key %q: a request now would be %s; %s left after it; full again in %v",
+		name, key, verdict, left, d.ResetAfter.Round(time.Millisecond))
 	held := int64(-1) // holders of a concurrency limit's slots; -1: not one
 	if rule.Algorithm == floodgate.Concurrency {
 		held = holders(rule, d.Allowed, d.Remaining)
-		text = fmt.Sprintf("%s, key %q: %d of %d slots held; a request now would be %s; %d left after it; all free in %v at the latest (when the newest lease's time to live runs out)",
-			rule, key, held, rule.Limit, verdict, d.Remaining, d.ResetAfter.Round(time.Millisecond))
+		text = fmt.Sprintf("%s, key %q: %d of %d slots held; a request now would be %s; %s left after it; all free in %v at the latest (when the newest lease's time to live runs out)",
+			name, key, held, rule.Limit, verdict, left, d.ResetAfter.Round(time.Millisecond))
 	}
 	switch {
 	case !d.Allowed && h.shadow:
@@ -293,15 +294,45 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHi
 	case !d.Allowed:
 		text += fmt.Sprintf("; allowed again in %v", d.RetryAfter.Round(time.Millisecond))
 	}
+	remaining, over := clampRemaining(d.Remaining)
 	v := map[string]any{
-		"rule": rule.String(), "key": key, "allowed": d.Allowed || h.shadow, "over_limit": !d.Allowed, "shadow": h.shadow,
-		"remaining": d.Remaining, "reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
+		"policy": h.policy, "rule": rule.String(), "key": key, "allowed": d.Allowed || h.shadow, "over_limit": !d.Allowed, "shadow": h.shadow,
+		"remaining": remaining, "over_by": over, "reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
 		"state_key": stateKey,
 	}
 	if held >= 0 {
 		v["holders"] = held
 	}
 	return report(stdout, output, v, text+"; Redis key "+stateKey+"\n")
+}
+
+// clampRemaining returns a store's Remaining as the services report it,
+// at least zero (rls's limit_remaining, httplimit's RateLimit r= and
+// X-RateLimit-Remaining), and by how much the key is over its limit: what
+// it owes, or what a lowered limit leaves it above the new one.
+func clampRemaining(remaining int64) (shown, over int64) {
+	return max(remaining, 0), max(-remaining, 0)
+}
+
+// remainingText writes Remaining as the services report it, with the
+// excess of a key over its limit: "3", or "0 (7 over)".
+func remainingText(remaining int64) string {
+	shown, over := clampRemaining(remaining)
+	if over > 0 {
+		return fmt.Sprintf("%d (%d over)", shown, over)
+	}
+	return strconv.FormatInt(shown, 10)
+}
+
+// named describes rule r under policy, the name the services report it
+// by: r itself when policy is its name (a -rule), else the policy with
+// the rule, whose name is the store's (a configuration's limit:
+// "login_ip (bank.route_login-f0dd2eba5e37: 3/1m0s fixed-window)").
+func named(policy string, r floodgate.Rule) string {
+	if policy == r.Name {
+		return r.String()
+	}
+	return policy + " (" + r.String() + ")"
 }
 
 // holders returns how many leases of a concurrency rule hold a key, from
@@ -314,11 +345,15 @@ func holders(rule floodgate.Rule, allowed bool, remaining int64) int64 {
 	return rule.Limit - remaining
 }
 
-// targetHit is a hit that peek or reset reads, and whether its limit is
-// in shadow mode (counted, never denying), which only the service's
-// configuration tells.
+// targetHit is a hit that peek or reset reads, the policy the services
+// report its limit under, and whether that limit is in shadow mode
+// (counted, never denying), which only the service's configuration tells.
 type targetHit struct {
 	floodgate.Hit
+	// policy is the limit's name in the service's answers, headers and
+	// metrics: a configuration's rlmatch.Limit.Label (its name field, or
+	// its descriptor path), or a -rule's name.
+	policy string
 	shadow bool
 }
 
@@ -340,7 +375,7 @@ func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([
 		if err != nil {
 			return nil, err
 		}
-		return []targetHit{{Hit: floodgate.Hit{Rule: rule, Key: args[0], Cost: 1}}}, nil
+		return []targetHit{{Hit: floodgate.Hit{Rule: rule, Key: args[0], Cost: 1}, policy: rule.Name}}, nil
 	}
 	if ruleSpec != "" || domain == "" || len(args) == 0 {
 		return nil, fmt.Errorf("%w: -config takes -domain and KEY=VALUE entries, not -rule\n%s", errUsage, usage)
@@ -361,7 +396,7 @@ func target(ruleSpec, configDir, domain string, args []string, env sharedEnv) ([
 	var hits []targetHit
 	for _, l := range m.Limits { // those of m.Hits
 		if !l.Unlimited && !l.Blocked() {
-			hits = append(hits, targetHit{floodgate.Hit{Rule: l.Rule, Key: m.Key, Cost: 1}, l.ShadowMode || env.ShadowMode})
+			hits = append(hits, targetHit{floodgate.Hit{Rule: l.Rule, Key: m.Key, Cost: 1}, l.Label, l.ShadowMode || env.ShadowMode})
 		}
 	}
 	if len(hits) == 0 {
