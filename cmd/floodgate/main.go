@@ -35,8 +35,11 @@
 // algorithm than the service's reads a fresh key; a service with a
 // denial cache keeps a denial it cached until its Retry-After runs out,
 // even after a reset or an override, and reset and override say for how
-// long at most (longestWait). -o json writes one object per line, one per
-// limit; a key that starts with "-" goes after "--".
+// long at most (longestWait). Each limit is named by the policy the
+// service reports it by, and its remaining is the service's, never below
+// zero, with the excess of a key over its limit beside it. -o json writes
+// one object per line, one per limit (docs/OPERATIONS.md lists the
+// fields); a key that starts with "-" goes after "--".
 //
 // Exit status: 0 done (or help shown: -h, help), 1 Redis failed or could
 // not be reached, 2 bad input.
