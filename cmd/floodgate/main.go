@@ -36,8 +36,9 @@
 // denial cache keeps a denial it cached until its Retry-After runs out,
 // even after a reset or an override, and reset and override say for how
 // long at most (longestWait). Each limit is named by the policy the
-// service reports it by, and its remaining is the service's, never below
-// zero, with the excess of a key over its limit beside it. -o json writes
+// service reports it by, and what is left is never below zero, as the
+// service reports it, with the excess of a key over its limit beside it
+// ("0 (7 over)"). -o json writes
 // one object per line, one per limit (docs/OPERATIONS.md lists the
 // fields); a key that starts with "-" goes after "--".
 //
@@ -330,7 +331,8 @@ func remainingText(remaining int64) string {
 // named describes rule r under policy, the name the services report it
 // by: r itself when policy is its name (a -rule), else the policy with
 // the rule, whose name is the store's (a configuration's limit:
-// "login_ip (bank.route_login-f0dd2eba5e37: 3/1m0s fixed-window)").
+// "login_ip (bank.route_login.remote_address-f0dd2eba5e37: 3/1m0s
+// fixed-window)").
 func named(policy string, r floodgate.Rule) string {
 	if policy == r.Name {
 		return r.String()
