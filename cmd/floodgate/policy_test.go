@@ -188,3 +188,22 @@ descriptors:
 		t.Errorf("blocked's login_ip row = %q; want login_ip, its key, 0 (7 over), ..., rule %s", rows[2], ruleName)
 	}
 }
+
+// TestRemainingText writes a store's Remaining as the services report it
+// (never below zero), with a key's excess over its limit.
+func TestRemainingText(t *testing.T) {
+	for _, tc := range []struct {
+		remaining, shown, over int64
+		text                   string
+	}{
+		{3, 3, 0, "3"},
+		{0, 0, 0, "0"},
+		{-1, 0, 1, "0 (1 over)"},
+		{-7, 0, 7, "0 (7 over)"},
+	} {
+		shown, over := clampRemaining(tc.remaining)
+		if text := remainingText(tc.remaining); shown != tc.shown || over != tc.over || text != tc.text {
+			t.Errorf("Remaining %d: %d, %d over, %q; want %d, %d over, %q", tc.remaining, shown, over, text, tc.shown, tc.over, tc.text)
+		}
+	}
+}
