@@ -221,9 +221,12 @@ func blockedRules(specs []string, configDir, limitsFile, domain string, env shar
 			return nil, fmt.Errorf("%w: domain %q has no counted limit in %s (domains: %q)", errUsage, domain, cmp.Or(configDir, limitsFile), cfg.Domains())
 		}
 		if limitsFile != "" {
+			// Live limits count under the names of the rules they
+			// override: the domain's first-level descriptor keys
+			// (rlconfig.Rules), whose overrides apply too.
 			rs := &ruleSet{live: rlconfig.NewRules(domain, func() *rlconfig.Config { return cfg }), count: len(rules), names: map[string]bool{}}
-			for _, r := range rules {
-				rs.names[r.Name] = true
+			for _, k := range (*rlmatch.Config)(cfg).Keys(domain) {
+				rs.names[k] = true
 			}
 			return rs, nil
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
+	"github.com/floodgate-rl/floodgate/internal/overridetable"
 	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
@@ -358,6 +359,22 @@ descriptors:
 	want := []string{"pix acct-1", "pix acct-7", "pix " + keyenc.Encode("acct 9")} // sorted: "~" is after the letters
 	if keys := slices.Sorted(maps.Keys(got)); code != 0 || !slices.Equal(keys, want) || got["pix acct-7"].Rule != "pix: 5/1m0s fixed-window" {
 		t.Fatalf("blocked -limits-file = %d %q %q; want %q, acct-7 under its own 5/1m", code, out, errs, want)
+	}
+	// A per-key override of the live limit's name (floodgate override set
+	// -rule pix), which the services put over the file's limits
+	// (floodgate.Overlay): acct-1, 2 of 2 under the file, is 2 of 10
+	// under its override, and not blocked.
+	table, err := overridetable.New(overridetable.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	if err := table.Set(ctx, overridetable.Entry{Rule: floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute, Algorithm: floodgate.FixedWindow}, Key: "acct-1"}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = cli(t, url, "blocked", "-limits-file", file, "-domain", "bank", "-prefix", prefix, "-o", "json")
+	if keys := slices.Sorted(maps.Keys(parseListed(t, out))); code != 0 || !slices.Equal(keys, want[1:]) {
+		t.Fatalf("blocked -limits-file with acct-1 raised to 10/1m = %d %q %q; want %q: acct-1 judged by its override", code, out, errs, want[1:])
 	}
 	// The name's rule alone takes acct-42's 3 requests for a block.
 	_, out, _ = cli(t, url, "blocked", "-rule", "name=pix,limit=2/1m,algorithm=fixed-window", "-prefix", prefix, "-o", "json")

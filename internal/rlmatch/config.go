@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -109,6 +111,26 @@ func (c *Config) Domains() []string {
 	}
 	sort.Strings(ds)
 	return ds
+}
+
+// Keys returns the keys of domain's first-level descriptors, sorted: the
+// names that rlconfig.Rules counts its live limits under (a key's rule
+// keeps the name of the base rule it overrides, which is a first-level
+// descriptor's key).
+func (c *Config) Keys(domain string) []string {
+	if c == nil || c.domains[domain] == nil {
+		return nil
+	}
+	root := c.domains[domain]
+	keys := slices.Collect(maps.Keys(root.keyOnly))
+	for e := range root.exact {
+		keys = append(keys, e.Key)
+	}
+	for _, n := range root.wild {
+		keys = append(keys, n.key)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // Limits returns every configured limit, file by file in name order and
