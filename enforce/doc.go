@@ -35,7 +35,8 @@
 // decides nothing and lets the caller answer an error (the default of
 // RLS descriptors: Envoy's failure_mode_deny chooses); the strictest mode
 // of a check's hits decides. A Redis store guards itself with a circuit
-// breaker by default (redisstore.Options.Breaker), and a breakerstore does
+// breaker by default, but on a Cluster (redisstore.Options.Breaker says
+// why), and a breakerstore does
 // the same in front of any other: a dead store costs nothing once its
 // breaker is open, and it is probed and taken back by itself. A fail-closed denial should ask the client to
 // wait [Result.FailRetryAfter]: 5s, or the

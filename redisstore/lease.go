@@ -27,7 +27,7 @@ var (
 // never renews a lease whose refund's tombstone (named by the receipt's
 // Stamp.Take) exists.
 func (s *Store) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
-	return s.guard.Renew(ctx, receipts)
+	return s.guard().Renew(ctx, receipts)
 }
 
 func (d direct) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {

@@ -68,6 +68,9 @@ type Options struct {
 	// default (see package breakerstore): while Redis fails, a call fails
 	// at once instead of waiting out its budget, and the breaker probes
 	// Redis again by itself. The zero value is breakerstore's defaults.
+	// On a Redis Cluster the store calls Redis without it: one breaker
+	// over every master would fail every key when one master dies, where
+	// only that master's keys fail without it (docs/CLUSTER.md).
 	Breaker breakerstore.Options
 	// NoBreaker turns the breaker off: for a caller that puts a
 	// breakerstore of its own in front of the store.
@@ -139,7 +142,6 @@ type Store struct {
 	batch  batchers            // group commit of concurrent Takes (batch.go)
 	names  takeNames           // the names of its takes (takename.go)
 	roll   rollbacks           // roll-backs retried in the background (cluster.go)
-	guard  floodgate.Store     // what the exported calls go through: the breaker, or direct{s}
 	cb     *breakerstore.Store // the breaker; nil with Options.NoBreaker
 }
 
@@ -175,16 +177,30 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		s.dialed = dialing(ctx, opt, cmp.Or(opts.redialInterval, defaultRedialInterval))
 		s.conn = s.dialed
 	}
-	s.guard = direct{s}
 	if !opts.NoBreaker {
 		cb, err := breakerstore.New(direct{s}, opts.Breaker)
 		if err != nil { // Validate checked the options
 			s.Close()
 			return nil, fmt.Errorf("%w: Breaker: %w", ErrInvalidOptions, err)
 		}
-		s.guard, s.cb = cb, cb
+		s.cb = cb
 	}
 	return s, nil
+}
+
+// guard returns what the exported calls go through: the breaker, but on
+// a Redis Cluster, or without one. On a Cluster one breaker over the
+// whole store would turn one master's outage into every key's: under
+// concurrent traffic the failures of its keys open it at once
+// (TestClusterMasterDownLeavesOtherMastersUp). A dead master's keys fail
+// on their own there, fast (the connection is refused), while the other
+// masters' keep deciding. Whether the client talks to a Cluster may be
+// learnt only at its first connection, so it is asked on every call.
+func (s *Store) guard() floodgate.Store {
+	if s.cb != nil && !s.conn.Cluster() {
+		return s.cb
+	}
+	return direct{s}
 }
 
 // Close releases the store. A store built from a URL closes its client
@@ -210,7 +226,7 @@ func (s *Store) Close() error {
 // takename.go) in the stamp of every hit it recorded. Take, Peek, Refund
 // and Reset go through the store's breaker, unless Options.NoBreaker.
 func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return s.guard.Take(ctx, hits)
+	return s.guard().Take(ctx, hits)
 }
 
 func (s *Store) takeDirect(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
@@ -236,7 +252,7 @@ func (s *Store) takeDirect(ctx context.Context, hits []floodgate.Hit) ([]floodga
 // Peek implements [floodgate.Store]: the take script in a mode that
 // writes nothing (one call per slot on a Cluster, concurrently).
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	return s.guard.Peek(ctx, hits)
+	return s.guard().Peek(ctx, hits)
 }
 
 func (s *Store) peekDirect(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
@@ -262,7 +278,7 @@ func (s *Store) peekDirect(ctx context.Context, hits []floodgate.Hit) ([]floodga
 // is named by the take's name (the receipt's Stamp.Take) and lives as long
 // as a later refund could credit anything.
 func (s *Store) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
-	return s.guard.Refund(ctx, receipts)
+	return s.guard().Refund(ctx, receipts)
 }
 
 func (s *Store) refundDirect(ctx context.Context, receipts []floodgate.Receipt) error {
@@ -295,7 +311,7 @@ func (s *Store) refundAll(ctx context.Context, receipts []floodgate.Receipt) err
 // Reset implements [floodgate.Store]: it deletes the key's state under
 // rule. Tombstones of earlier refunds are left to expire.
 func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
-	return s.guard.Reset(ctx, rule, key)
+	return s.guard().Reset(ctx, rule, key)
 }
 
 func (s *Store) resetDirect(ctx context.Context, rule floodgate.Rule, key string) error {
