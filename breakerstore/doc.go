@@ -7,7 +7,7 @@
 // store answers. After [Options.Failures] consecutive failures (5 by
 // default) it opens: every call fails at once with an error wrapping
 // [ErrOpen] and [floodgate.ErrStoreUnavailable], and the store is not
-// called. After [Options.Cooldown] (5s by default) it turns half-open and
+// called. After [Options.Cooldown] it turns half-open and
 // lets [Options.Probes] calls through; if they all succeed it closes, if
 // one fails it opens again for another cooldown. Recovery needs no action.
 //
