@@ -228,7 +228,9 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 	return d, nil
 }
 
-// Peek reports what Check would decide now, recording nothing.
+// Peek reports what Check would decide now, recording nothing. Its
+// Remaining is Check's: what the key would have left after the hits, so
+// one less than it has left now, for a hit of cost 1.
 func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 	hits, err := l.own(hits)
 	if err != nil {

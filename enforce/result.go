@@ -137,7 +137,9 @@ func (r Result) Refund(ctx context.Context, policies ...string) error {
 // cost, against the actual cost known once the work is done (see
 // floodgate.Limiter.Settle): an overrun is charged past the limit, an
 // underrun refunded. It does nothing for a policy the check did not
-// record, and returns the charge's decision, if any.
+// record. It returns what floodgate.Limiter.Settle returns: the charge's
+// decision, or the hit's own when nothing was charged (an underrun's
+// refund is not in its figures: the next decision shows it).
 func (r Result) Settle(ctx context.Context, policy string, actual int64) (floodgate.Decision, error) {
 	if r.limiter == nil || !r.Decision.Recorded {
 		return floodgate.Decision{}, nil

@@ -103,7 +103,8 @@ type Limit struct {
 	// shadow_denied; it sends no metadata and is not refunded.
 	Shadow bool
 	// Cost, if set, is what a call costs under the limit, estimated before
-	// the handler runs; nil means 1. The handler (or a stream, at its end)
+	// the handler runs; nil, and a cost of 0, mean 1 (floodgate.Hit.Cost).
+	// The handler (or a stream, at its end)
 	// settles the estimate with the actual cost through the call's Result
 	// ([FromContext], enforce.Result.Settle): an overrun is charged past
 	// the limit, an underrun refunded.

@@ -71,7 +71,8 @@ type Limit struct {
 	Shadow bool
 	// Cost, if set, is what a request costs under the limit, estimated
 	// before the handler runs (the tokens of an LLM prompt, the rows of a
-	// query); nil means 1. A cost above the rule's capacity is a 500,
+	// query); nil, and a cost of 0, mean 1 (floodgate.Hit.Cost). A cost
+	// above the rule's capacity is a 500,
 	// like any invalid hit. The handler settles the estimate with the
 	// actual cost through the request's Result (enforce.Result.Settle):
 	// an overrun is charged past the limit, an underrun refunded.
