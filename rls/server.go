@@ -199,10 +199,16 @@ func New(opts Options) (*Server, error) {
 		}
 		s.watcher = w
 	}
-	m.configLoadSuccess.Inc()
 	cfg := s.Config()
-	logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
-	s.warnConfig(cfg)
+	if s.watcher == nil && len(cfg.Files()) == 0 {
+		// A fixed Config of no file is a placeholder (the xDS mode's,
+		// before its first configuration): nothing was loaded.
+		logger.Info("no rate-limit configuration yet: every domain is unknown until one is applied")
+	} else {
+		m.configLoadSuccess.Inc()
+		logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
+		s.warnConfig(cfg)
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	// The name envoyproxy/ratelimit serves its health under: the probes

@@ -3,6 +3,7 @@ package rls_test
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -95,5 +96,36 @@ func TestNewOptions(t *testing.T) {
 	}
 	if err := srv.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// A fixed Config of no file (the xDS mode's placeholder before its first
+// configuration) is not a load: the Server says it has none, and
+// floodgate_config_load_success_total counts only the first configuration
+// applied.
+func TestPlaceholderConfigIsNoLoad(t *testing.T) {
+	empty, err := rlconfig.Parse(nil, rlconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	srv, err := rls.New(rls.Options{Enforcer: loggingEnforcer(t, slog.New(slog.NewTextHandler(&logs, nil))), Config: empty, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if n := counter(t, reg, "floodgate_config_load_success_total", nil); n != 0 || !strings.Contains(logs.String(), "no rate-limit configuration yet") || strings.Contains(logs.String(), "loaded") {
+		t.Fatalf("at New with no configuration: %v loads counted, logs:\n%s\nwant none counted and a line saying there is none", n, logs.String())
+	}
+	cfg, err := rlconfig.Parse(map[string][]byte{"a.yaml": []byte(featureConfig)}, rlconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter(t, reg, "floodgate_config_load_success_total", nil); n != 1 {
+		t.Errorf("after the first configuration: %v loads counted, want 1", n)
 	}
 }
