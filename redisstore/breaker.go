@@ -28,9 +28,11 @@ func (d direct) Reset(ctx context.Context, rule floodgate.Rule, key string) erro
 
 // State returns the state of the store's circuit breaker: what an
 // enforce.Enforcer exports as floodgate_breaker_state
-// (enforce.Options.Breaker). It is Closed with Options.NoBreaker.
+// (enforce.Options.Breaker). It is Closed where no breaker guards the
+// store: with Options.NoBreaker, and on a Redis Cluster (Options.Breaker),
+// even if the breaker opened before the store learnt it talks to one.
 func (s *Store) State() breakerstore.State {
-	if s.cb == nil {
+	if s.cb == nil || s.conn.Cluster() {
 		return breakerstore.Closed
 	}
 	return s.cb.State()

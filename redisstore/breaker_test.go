@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,5 +69,48 @@ func TestBreakerOnByDefault(t *testing.T) {
 		if got := st.State(); (got == breakerstore.Open) == noBreaker {
 			t.Errorf("NoBreaker=%v: state %v", noBreaker, got)
 		}
+	}
+}
+
+// refusing is a Redis that refuses every call at once (a dead node), and
+// that the test turns into a Cluster: the store learns that it talks to a
+// Cluster only at its client's first connection.
+type refusing struct{ cluster *atomic.Bool }
+
+func (refusing) Eval(context.Context, redisstore.Script, []string, []string) ([]int64, error) {
+	return nil, fmt.Errorf("%w: connection refused", floodgate.ErrStoreUnavailable)
+}
+func (refusing) Del(context.Context, string) error { return floodgate.ErrStoreUnavailable }
+func (refusing) Ping(context.Context) error        { return floodgate.ErrStoreUnavailable }
+func (r refusing) Cluster() bool                   { return r.cluster.Load() }
+
+// A breaker opened before the store learnt it talks to a Cluster, where
+// it calls Redis without one, no longer guards it: State, which
+// floodgate_breaker_state and readiness probes read, says Closed, and
+// calls reach Redis instead of failing as the open breaker's.
+func TestBreakerOfAClusterIsNotReportedOpen(t *testing.T) {
+	var cluster atomic.Bool
+	st, err := redisstore.New(context.Background(), redisstore.Options{Conn: refusing{&cluster}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := floodgate.Rule{Name: "r", Limit: 1, Window: time.Minute}
+	take := func() error {
+		_, err := st.Take(context.Background(), []floodgate.Hit{{Rule: r, Key: "k", Cost: 1}})
+		return err
+	}
+	for range breakerFailures {
+		take()
+	}
+	if err := take(); !errors.Is(err, breakerstore.ErrOpen) || st.State() != breakerstore.Open {
+		t.Fatalf("before the store knows it is a Cluster: %v, state %v; want the breaker open", err, st.State())
+	}
+	cluster.Store(true)
+	if err := take(); errors.Is(err, breakerstore.ErrOpen) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Errorf("on a Cluster: %v; want Redis's own failure, not the breaker's", err)
+	}
+	if got := st.State(); got != breakerstore.Closed {
+		t.Errorf("on a Cluster, State = %v; want Closed: no breaker guards the store", got)
 	}
 }
