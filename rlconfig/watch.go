@@ -1,10 +1,13 @@
 package rlconfig
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,12 +27,16 @@ type WatchOptions struct {
 	// means 100ms.
 	Debounce time.Duration
 	// OnReload, when set, is called after each reload that an event
-	// started, from the Watcher's goroutine: with the new configuration
-	// and a nil error when it is in force, or with a nil configuration
-	// and the error when it was refused (every problem listed, wrapping
+	// started and that read files other than the previous read found,
+	// from the Watcher's goroutine: with the new configuration and a nil
+	// error when it is in force, or with a nil configuration and the
+	// error when it was refused (every problem listed, wrapping
 	// [ErrInvalidConfig]) or the directory could not be read or watched.
 	// The old configuration then stays in force. It is where a service
-	// logs and counts config_load_success and config_load_error.
+	// logs and counts config_load_success and config_load_error. Events
+	// that leave the files read as they were (a temporary file written
+	// beside them and renamed over one, an editor's swap file, a file
+	// rewritten unchanged) call nothing, so that each call is a change.
 	OnReload func(cfg *Config, err error)
 }
 
@@ -53,6 +60,10 @@ type Watcher struct {
 	wg       sync.WaitGroup
 	closeErr error
 	once     sync.Once
+
+	// last is what the previous read found, nil when it failed; the
+	// reload mutex guards it.
+	last *snapshot
 
 	// links maps each directory watched besides dir to the names in it
 	// whose change swaps what dir names: dir's own name in its parent,
@@ -130,35 +141,54 @@ func (w *Watcher) Config() *Config { return w.cfg.Load() }
 // returns nil, or returns the error and keeps the old one. It does not
 // call OnReload.
 func (w *Watcher) Reload() error {
-	_, err := w.load()
+	_, _, err := w.load()
 	return err
 }
 
-// load reads the directory and swaps in what it holds when it is valid.
-// One load at a time, so an older read never replaces a newer one.
-func (w *Watcher) load() (*Config, error) {
+// load reads the directory and swaps in what it holds when it is valid;
+// changed reports whether the files read differ from the previous
+// read's. One load at a time, so an older read never replaces a newer
+// one.
+func (w *Watcher) load() (cfg *Config, changed bool, err error) {
 	w.reload.Lock()
 	defer w.reload.Unlock()
-	cfg, err := w.read()
+	read := w.last
+	cfg, err = w.read()
 	if err != nil {
-		return nil, err
+		return nil, read == nil || !read.equal(w.last), err
 	}
 	w.cfg.Store(cfg)
-	return cfg, nil
+	return cfg, read == nil || !read.equal(w.last), nil
 }
 
-// read reads and parses the watched files.
+// read reads and parses the watched files, and records what it read in
+// last.
 func (w *Watcher) read() (*Config, error) {
 	files, skipped, err := readDir(w.dir, w.only)
 	if err != nil {
+		w.last = nil
 		return nil, err
 	}
+	w.last = &snapshot{files, skipped}
 	if _, ok := files[w.only]; w.only != "" && !ok {
 		// Watch's one file is required: its absence is not an empty
 		// configuration that would drop every limit.
 		return nil, fmt.Errorf("rlconfig: %s: %w", filepath.Join(w.dir, w.only), os.ErrNotExist)
 	}
 	return parseDir(files, skipped, w.opts.Options)
+}
+
+// snapshot is what one read of the directory found: the files read, by
+// name, and the entries skipped.
+type snapshot struct {
+	files   map[string][]byte
+	skipped []string
+}
+
+// equal reports whether s and o found the same; a nil o (a failed read)
+// equals nothing.
+func (s *snapshot) equal(o *snapshot) bool {
+	return o != nil && maps.EqualFunc(s.files, o.files, bytes.Equal) && slices.Equal(s.skipped, o.skipped)
 }
 
 // Close stops watching and waits for the Watcher's goroutine to end, so
@@ -223,7 +253,9 @@ func (w *Watcher) loop() {
 			w.report(nil, fmt.Errorf("rlconfig: watch %s: %w", w.dir, err))
 		case <-timer.C:
 			pending = false
-			w.report(w.load())
+			if cfg, changed, err := w.load(); changed {
+				w.report(cfg, err)
+			}
 		}
 	}
 }

@@ -60,3 +60,80 @@ func TestWatchFileInTheWorkingDirectory(t *testing.T) {
 		t.Fatalf("limit %d, want 4", got)
 	}
 }
+
+// OnReload is called for a change of the files read, and for nothing
+// else: a file written beside the watched one and renamed over it, an
+// editor's swap file, a rewrite that changes nothing. A service counts
+// each call as a reload, so that a change written the usual way (a
+// temporary file, then a rename) is counted once, however slowly it is
+// written. A refused file, written again unchanged, is refused once; the
+// file in force written back after it is a change again.
+func TestWatchReportsChangesOnly(t *testing.T) {
+	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("3")})
+	path := filepath.Join(dir, "limits.yaml")
+	ch := make(chan reload, 100)
+	w, err := rlconfig.Watch(path, rlconfig.WatchOptions{
+		Debounce: 20 * time.Millisecond,
+		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// next returns the next call, which must come within 10s.
+	next := func(what string) reload {
+		t.Helper()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no reload %s within 10s", what)
+			return reload{}
+		}
+	}
+	// Each step leaves time for a reload (many debounces) before the
+	// next change, so that an event reported wrongly is seen before the
+	// change's own call.
+	settle := func() { time.Sleep(200 * time.Millisecond) }
+	// replace writes path whole, as configuration tools do: no read
+	// sees it half written.
+	replace := func(body string) {
+		t.Helper()
+		write(t, path+".new", body)
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(t, path+".tmp", limitFile("4"))
+	write(t, filepath.Join(dir, ".limits.yaml.swp"), "swap")
+	settle()
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	if r := next("after the rename"); r.err != nil || limitOf(r.cfg) != 4 {
+		t.Fatalf("first call after a temporary file and a rename: limit %d, error %v; want the rename's limit 4 and no call for the temporary file", limitOf(r.cfg), r.err)
+	}
+	settle()
+	replace(limitFile("4"))
+	settle()
+	broken := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
+	replace(broken)
+	if r := next("after a broken file"); r.err == nil {
+		t.Fatalf("first call after an unchanged rewrite and a broken file: limit %d, want the broken file's error and no call for the rewrite", limitOf(r.cfg))
+	}
+	settle()
+	replace(broken)
+	settle()
+	replace(limitFile("4"))
+	if r := next("after the file in force was written back"); r.err != nil || limitOf(r.cfg) != 4 {
+		t.Fatalf("first call after the broken file again and the old one back: limit %d, error %v; want limit 4 and no call for the broken file unchanged", limitOf(r.cfg), r.err)
+	}
+	settle()
+	if n := len(ch); n != 0 {
+		t.Errorf("%d calls more, want none", n)
+	}
+	if got := limitOf(w.Config()); got != 4 {
+		t.Errorf("limit in force %d, want 4", got)
+	}
+}

@@ -148,7 +148,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 	// and the alert on refused reloads fires.
 	writeFile(t, limitsFile, fmt.Sprintf(pixLimits, "# reviewed\n"))
 	if !prom.waitFor(t, 15*time.Second, `floodgate_config_load_success_total == 1`) {
-		t.Error("the change of LIMITS_FILE was not counted as loaded")
+		t.Errorf("the change of LIMITS_FILE was not counted as one load: bankapi exports %q", metricLines(t, metrics.URL, "floodgate_config_load_"))
 	}
 	writeFile(t, limitsFile, "domain: bank\ndescriptors:\n  - key: pix\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
 	if !prom.waitFor(t, 15*time.Second, `ALERTS{alertname="FloodgateConfigReloadFailed",alertstate="firing"}`) {
@@ -508,6 +508,28 @@ func login(t *testing.T, api, doc string) string {
 		t.Fatalf("login %s: %s, %v", doc, resp.Status, err)
 	}
 	return r.Token
+}
+
+// metricLines returns the lines of the metrics served at url that start
+// with prefix.
+func metricLines(t *testing.T, url, prefix string) []string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, prefix) {
+			lines = append(lines, strings.TrimSpace(line))
+		}
+	}
+	return lines
 }
 
 // writeFile replaces file's content at once, as an editor's save does.
