@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 // The one file that Watch is given is required, at every reload as at the first:
@@ -16,15 +14,7 @@ import (
 func TestWatchFileRemovedKeepsTheLimits(t *testing.T) {
 	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("3")})
 	path := filepath.Join(dir, "limits.yaml")
-	ch := make(chan reload, 100)
-	w, err := rlconfig.Watch(path, rlconfig.WatchOptions{
-		Debounce: 20 * time.Millisecond,
-		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, ch := watch(t, path)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
@@ -45,15 +35,7 @@ func TestWatchFileRemovedKeepsTheLimits(t *testing.T) {
 func TestWatchFileInTheWorkingDirectory(t *testing.T) {
 	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("3")})
 	t.Chdir(dir)
-	ch := make(chan reload, 100)
-	w, err := rlconfig.Watch("limits.yaml", rlconfig.WatchOptions{
-		Debounce: 20 * time.Millisecond,
-		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, ch := watch(t, "limits.yaml")
 	write(t, "limits.yaml", limitFile("4"))
 	waitFor(t, ch, "after a rewrite of ./limits.yaml", succeeded(4))
 	if got := limitOf(w.Config()); got != 4 {
@@ -71,25 +53,11 @@ func TestWatchFileInTheWorkingDirectory(t *testing.T) {
 func TestWatchReportsChangesOnly(t *testing.T) {
 	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("3")})
 	path := filepath.Join(dir, "limits.yaml")
-	ch := make(chan reload, 100)
-	w, err := rlconfig.Watch(path, rlconfig.WatchOptions{
-		Debounce: 20 * time.Millisecond,
-		OnReload: func(cfg *rlconfig.Config, err error) { ch <- reload{cfg, err} },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, ch := watch(t, path)
 	// next returns the next call, which must come within 10s.
 	next := func(what string) reload {
 		t.Helper()
-		select {
-		case r := <-ch:
-			return r
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no reload %s within 10s", what)
-			return reload{}
-		}
+		return waitFor(t, ch, what, func(reload) bool { return true })
 	}
 	// Each step leaves time for a reload (many debounces) before the
 	// next change, so that an event reported wrongly is seen before the

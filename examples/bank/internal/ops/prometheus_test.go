@@ -336,15 +336,7 @@ scrape_configs:
 // api calls Prometheus's HTTP API and decodes its data into v.
 func (p *prometheus) api(t *testing.T, path string, params url.Values, v any) {
 	t.Helper()
-	resp, err := http.Get(p.url + path + "?" + params.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := get(t, p.url+path+"?"+params.Encode())
 	var r struct {
 		Status string          `json:"status"`
 		Error  string          `json:"error"`
@@ -514,6 +506,18 @@ func login(t *testing.T, api, doc string) string {
 // with prefix.
 func metricLines(t *testing.T, url, prefix string) []string {
 	t.Helper()
+	var lines []string
+	for line := range strings.Lines(string(get(t, url))) {
+		if strings.HasPrefix(line, prefix) {
+			lines = append(lines, strings.TrimSpace(line))
+		}
+	}
+	return lines
+}
+
+// get returns the body of url.
+func get(t *testing.T, url string) []byte {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -523,13 +527,7 @@ func metricLines(t *testing.T, url, prefix string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for line := range strings.Lines(string(body)) {
-		if strings.HasPrefix(line, prefix) {
-			lines = append(lines, strings.TrimSpace(line))
-		}
-	}
-	return lines
+	return body
 }
 
 // writeFile replaces file's content at once, as an editor's save does.
