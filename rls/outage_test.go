@@ -198,7 +198,9 @@ func TestPeekOutage(t *testing.T) {
 		if status.Code(err) != c.code || err == nil && resp.GetOverallCode() != c.resp {
 			t.Errorf("%s: %v, %v; want %v %v", c.name, resp.GetOverallCode(), err, c.code, c.resp)
 		}
-		if took < budget || took > budget*7/4 {
+		// Two budgets would take 2*budget at least: anything short of
+		// that is one, whatever a loaded machine adds to it.
+		if took < budget || took >= 2*budget {
 			t.Errorf("%s: %v, want one budget of %v (not two)", c.name, took, budget)
 		}
 	}
