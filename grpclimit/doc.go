@@ -62,8 +62,9 @@
 // # Answers
 //
 // Every call that a limiter decided sends, as response header metadata,
-// the fields of draft-ietf-httpapi-ratelimit-headers-11 (see package
-// enforce), one list member per limit checked, in the method's order:
+// the fields of draft-ietf-httpapi-ratelimit-headers-11 (their figures
+// are those package httplimit's "Response fields" describes), one list
+// member per limit checked, in the method's order:
 //
 //	ratelimit-policy: "ip";q=100;w=60, "pix";q=10;w=60
 //	ratelimit: "ip";r=93;t=60, "pix";r=7;t=42

@@ -39,14 +39,18 @@
 // Every response decided by a limiter carries, per
 // draft-ietf-httpapi-ratelimit-headers-11 (Structured Field Lists, RFC
 // 9651, serialized with github.com/dunglas/httpsfv), one list member per
-// limit checked, in the route's order:
+// limit checked, in the route's order, those of nested routes on the same
+// field line after the outer route's:
 //
 //	RateLimit-Policy: "ip";q=100;w=60, "pix";q=10;w=60
 //	RateLimit: "ip";r=93;t=60, "pix";r=7;t=42
 //
 // q is the rule's limit and w its window in seconds (rounded up); r is the
 // requests left now and t the seconds (rounded up) until the quota is
-// whole again. A concurrency limit (floodgate.Concurrency) counts
+// whole again. A token bucket's r is the tokens in its bucket, up to its
+// Burst, so it exceeds q when Burst does: 2 a second with Burst 4 sends
+// q=2;w=1 and, after a first request, r=3 (X-RateLimit-Remaining too). A
+// concurrency limit (floodgate.Concurrency) counts
 // requests in flight, which its member says in the draft's quota unit,
 // with no window: "reports";q=2;qu="concurrent-requests". By default the legacy X-RateLimit-Limit,
 // X-RateLimit-Remaining and X-RateLimit-Reset (delta seconds) describe the

@@ -186,6 +186,16 @@ func TestNestedMiddlewaresCompose(t *testing.T) {
 		t.Fatalf("first request: %d %v; want 200 with the legacy fields of the worst limit (user: 1 of 2 left)", first.Code, first.Header())
 	}
 	wantList(t, first.Header(), "RateLimit", "nest-ip;r=9;t=60", "nest-user;r=1;t=60")
+	// One field line each, so that a client reading only the first (Go's
+	// Header.Get) sees every limit, the inner route's too.
+	for _, name := range []string{"RateLimit-Policy", "RateLimit"} {
+		if got := first.Header().Values(name); len(got) != 1 {
+			t.Errorf("%s sent on %d field lines %q, want one", name, len(got), got)
+		}
+	}
+	if got, want := first.Header().Get("RateLimit-Policy"), `"nest-ip";q=10;w=60, "nest-user";q=2;w=60`; got != want {
+		t.Errorf("RateLimit-Policy %q, want %q", got, want)
+	}
 	send()
 	if rec := send(); rec.Code != 429 {
 		t.Fatalf("third request: %d, want 429 from the user limit", rec.Code)

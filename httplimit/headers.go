@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -62,8 +63,9 @@ func dropQuota(h http.Header) {
 }
 
 // writeQuota sets the RateLimit-Policy, RateLimit and legacy fields for
-// decision d. The structured fields are added to any that an outer
-// middleware wrote, which keeps them one list (RFC 9651 §3.1).
+// decision d. The structured fields join any that an outer middleware
+// wrote on one field line, one list (RFC 9651 §3.1): a client that reads
+// only a field's first line (Go's Header.Get) still sees every limit.
 func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 	var one [1]floodgate.Decision
 	ds := d.Each
@@ -84,7 +86,7 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 	vs := vals[:]
 	set := func(key string, i int, add bool) {
 		if old := h[key]; add && len(old) > 0 {
-			h[key] = append(old, vs[i])
+			h[key] = []string{strings.Join(append(slices.Clip(old), vs[i]), ", ")}
 			return
 		}
 		h[key] = vs[i : i+1 : i+1]

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/httplimit"
@@ -574,4 +575,33 @@ func rateLimitFields(h http.Header) []string {
 		}
 	}
 	return names
+}
+
+// A token bucket's r is the tokens in its bucket, up to Burst: above q,
+// the refill per window, while the burst lasts, as the package doc says;
+// t is the time until the bucket is full again.
+func TestTokenBucketFieldsCountTheBurst(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tb := floodgate.Rule{Name: "tb", Limit: 2, Window: time.Second, Algorithm: floodgate.TokenBucket, Burst: 4}
+	h := e.handler(t, httplimit.Route{Name: "api", Limits: []httplimit.Limit{{Rule: tb, Key: httplimit.ClientIP(nil)}}})
+	for i, want := range []struct {
+		code      int
+		r, legacy string
+	}{
+		{200, "tb;r=3;t=1", "3"}, // 3 tokens left; 0.5 s to refill the one taken, rounded up
+		{200, "tb;r=2;t=1", "2"},
+		{200, "tb;r=1;t=2", "1"}, // 1.5 s to refill three
+		{200, "tb;r=0;t=2", "0"},
+		{429, "tb;r=0;t=2", "0"},
+	} {
+		rec := do(h, "192.0.2.1:1")
+		if rec.Code != want.code {
+			t.Fatalf("request %d: %d, want %d", i+1, rec.Code, want.code)
+		}
+		wantList(t, rec.Header(), "RateLimit-Policy", "tb;q=2;w=1")
+		wantList(t, rec.Header(), "RateLimit", want.r)
+		if got := rec.Header().Get("X-RateLimit-Remaining"); got != want.legacy || rec.Header().Get("X-RateLimit-Limit") != "2" {
+			t.Errorf("request %d: X-RateLimit-Limit %q, X-RateLimit-Remaining %q; want 2 and %s", i+1, rec.Header().Get("X-RateLimit-Limit"), got, want.legacy)
+		}
+	}
 }
