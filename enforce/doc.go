@@ -42,7 +42,11 @@
 // wait [Result.FailRetryAfter]: 5s, or the
 // breaker's remaining open time if that is longer. Each degraded decision
 // is counted, and logged at most once per gate every 5s, each line
-// saying how many more it stands for.
+// saying how many more it stands for. A decision that ran out of time
+// against a frozen store may still be recorded when the store wakes (it
+// was sent, and is not taken back: see redisstore's doc), so a request
+// that its failure mode let through can count against its key after the
+// fact.
 //
 // # Requests in flight
 //

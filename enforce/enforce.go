@@ -165,9 +165,11 @@ type Spec struct {
 	// retry-after of at most MaxDelay waits that long and is decided
 	// again, for at most MaxDelay in all, and never past its context's
 	// deadline: a wait that would outlast it is not started, and the
-	// denial is the answer at once. A denial by concurrency limits alone
-	// waits for a slot to be released, for at most MaxDelay (the package
-	// doc's "Requests in flight"). Zero means no waiting.
+	// denial is the answer at once. A wait is no reservation: requests
+	// that wait for the same key compete when they check again, and the
+	// losers may be denied after waiting. A denial by concurrency limits
+	// alone waits for a slot to be released, for at most MaxDelay (the
+	// package doc's "Requests in flight"). Zero means no waiting.
 	MaxDelay time.Duration
 	// MaxWaiters bounds the requests of this gate waiting at once; a
 	// request over the bound is denied at once. Zero means 100.

@@ -17,9 +17,10 @@ type FailureMode uint8
 
 const (
 	// FailLocal decides with per-replica in-memory limits: the same rules,
-	// counted by each replica on its own, so a fleet of n replicas admits
-	// up to n times the limit while the store is down. It is the zero
-	// value.
+	// counted by each replica on its own from zero, so a fleet of n
+	// replicas admits up to n times the limit while the store is down, on
+	// top of what the store admitted in the window before it failed. It is
+	// the zero value.
 	FailLocal FailureMode = iota
 	// FailClosed denies the request. For what an unchecked request costs
 	// more than a refused one: login, payments.
