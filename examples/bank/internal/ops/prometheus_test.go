@@ -211,6 +211,17 @@ func TestDashboardAndAlerts(t *testing.T) {
 	}
 }
 
+// TestAlertRules runs the alert rules' unit tests (alerts_test.yaml
+// beside them): which outcomes page, on series written out in full, where
+// TestDashboardAndAlerts sees only what bankapi's outage produces.
+func TestAlertRules(t *testing.T) {
+	_, promtool := findPrometheus(t)
+	tests := filepath.Join(filepath.Dir(alertsFile), "alerts_test.yaml")
+	if out, err := exec.Command(promtool, "test", "rules", tests).CombinedOutput(); err != nil || !strings.Contains(string(out), "SUCCESS") {
+		t.Fatalf("promtool test rules %s: %v\n%s", tests, err, out)
+	}
+}
+
 // findPrometheus returns the paths of prometheus and promtool, or skips
 // the test without them, unless FLOODGATE_REQUIRE_PROMETHEUS is set.
 func findPrometheus(t *testing.T) (prom, promtool string) {
