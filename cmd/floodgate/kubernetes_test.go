@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,6 +27,9 @@ type manifest struct {
 	Data map[string]string `yaml:"data"`
 	Spec struct {
 		Template struct {
+			Metadata struct {
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"metadata"`
 			Spec struct {
 				Containers []struct {
 					Name string `yaml:"name"`
@@ -48,8 +54,9 @@ type manifest struct {
 
 // The Kubernetes manifests of deploy/kubernetes hold together: every
 // document is an object with a kind and a name; the floodgate ConfigMap's
-// limits load; the service accepts the Deployment's environment; each
-// Service targets a port its Deployment names; and Envoy's configuration
+// limits load; the service accepts the Deployment's environment; its pods
+// tell Prometheus where /metrics is; each Service targets a port its
+// Deployment names; and Envoy's configuration
 // asks floodgate's Service on its gRPC port.
 func TestKubernetesManifests(t *testing.T) {
 	files, err := filepath.Glob("../../deploy/kubernetes/*.yaml")
@@ -93,8 +100,25 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, e := range dep[0].Env {
 		env[e.Name] = e.Value
 	}
-	if _, err := parseServe(nil, func(k string) string { return env[k] }); err != nil {
-		t.Errorf("the service refuses the Deployment's environment: %v", err)
+	serve, err := parseServe(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("the service refuses the Deployment's environment: %v", err)
+	}
+	// Prometheus scrapes each pod where its annotations say: the port of
+	// the listener that serves /metrics (the debug one when it is set), on
+	// an address other pods reach, and one the container declares.
+	metrics := cmp.Or(serve.DebugAddr, serve.HTTPAddr)
+	host, port, err := net.SplitHostPort(metrics)
+	if ip := net.ParseIP(host); err != nil || host == "localhost" || ip != nil && ip.IsLoopback() {
+		t.Errorf("/metrics is served on %q, which Prometheus cannot reach from another pod", metrics)
+	}
+	ann := objects["Deployment/floodgate"].Spec.Template.Metadata.Annotations
+	declared := false
+	for _, p := range dep[0].Ports {
+		declared = declared || strconv.Itoa(p.Port) == port
+	}
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != port || ann["prometheus.io/path"] != "/metrics" || !declared {
+		t.Errorf("pod annotations %v, container ports %+v; want Prometheus pointed at /metrics on port %s, which the container declares", ann, dep[0].Ports, port)
 	}
 	for _, app := range []string{"floodgate", "envoy", "redis"} {
 		named := map[string]bool{}
