@@ -139,7 +139,8 @@ func (w *Watcher) Config() *Config { return w.cfg.Load() }
 
 // Reload reads the directory now. It swaps in the new configuration and
 // returns nil, or returns the error and keeps the old one. It does not
-// call OnReload.
+// call OnReload, and what it read is no change to the next read that an
+// event starts.
 func (w *Watcher) Reload() error {
 	_, _, err := w.load()
 	return err
@@ -152,13 +153,14 @@ func (w *Watcher) Reload() error {
 func (w *Watcher) load() (cfg *Config, changed bool, err error) {
 	w.reload.Lock()
 	defer w.reload.Unlock()
-	read := w.last
+	prev := w.last
 	cfg, err = w.read()
+	changed = prev == nil || !prev.equal(w.last)
 	if err != nil {
-		return nil, read == nil || !read.equal(w.last), err
+		return nil, changed, err
 	}
 	w.cfg.Store(cfg)
-	return cfg, read == nil || !read.equal(w.last), nil
+	return cfg, changed, nil
 }
 
 // read reads and parses the watched files, and records what it read in
