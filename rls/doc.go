@@ -24,6 +24,8 @@
 //     hit would be allowed now and records nothing. A peek that would be
 //     denied makes the request OVER_LIMIT.
 //   - A shadow_mode limit is counted and reported, and never denies;
+//     in a request that another descriptor denies, it is evaluated
+//     as the request's other descriptors are, with nothing recorded.
 //     [Options.ShadowMode] makes every limit one, limit overrides
 //     included (envoyproxy/ratelimit's SHADOW_MODE).
 //   - A descriptor's limit override (Envoy's rate limit action with a
@@ -47,9 +49,10 @@
 //     floodgate_rls_unknown_domain_total).
 //
 // A limit is reported under its name (its name field, or else its
-// descriptor path, as package rlconfig states), in current_limit, the
-// RateLimit fields and every metric, with the figures of the rule in
-// force (a key's override included). detailed_metric labels the
+// descriptor path, as package rlconfig states) in the RateLimit fields
+// and every metric, with the figures of the rule in force (a key's
+// override included). current_limit.name is the name field alone, empty
+// for a limit without one, as envoyproxy/ratelimit sends it. detailed_metric labels the
 // floodgate_rls_* series with the request's values; past 1,000 distinct
 // values, new ones are counted under "(other)".
 //
@@ -59,7 +62,9 @@
 // unit; a window extension is written as the longest unit that divides
 // it with unit_multiplier, 90s as 90 SECOND, or UNKNOWN when no unit
 // divides it), limit_remaining and duration_until_reset (until the
-// quota is whole again). response_headers_to_add carries the
+// quota is whole again). A descriptor over the limit of a request that
+// recorded nothing reports the quota it keeps; its other descriptors,
+// shadow_mode ones too, report theirs as now. response_headers_to_add carries the
 // draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
 // RateLimit, one member per enforced limit ("name";q=10;w=60 and
 // "name";r=7;t=42), and Retry-After when the answer is OVER_LIMIT.
