@@ -1,14 +1,19 @@
 package rls_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/internal/promtest"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -135,4 +140,75 @@ func TestShadowInADeniedRequest(t *testing.T) {
 		expect(t, svc.call(t, req("bank", desc("boleto=acct-10"))), ok, []rlsv3.RateLimitResponse_Code{ok}, nil)
 	}
 	check("over its shadow limit", 0, figures{total: 6, within: 4, over: 2, near: 1, shadow: 2})
+}
+
+// With the store down, an answer that a failure mode decided says so on
+// every surface, with no figure that nobody measured: fail-closed is
+// over with nothing left until its Retry-After (duration_until_reset
+// says the same 5s), fail-open has no current_limit (Envoy leaves it out
+// of its x-ratelimit headers instead of reading an exhausted quota) and
+// no RateLimit members, and error answers Unavailable. Every hit counts
+// in total_hits and in neither within_limit nor over_limit, and every
+// request in one floodgate_decisions_total outcome, a shadow-only one
+// too. Before: duration_until_reset 0s beside Retry-After 5; OK with
+// limit_remaining 0 and a current_limit; error-mode hits not in
+// total_hits; shadow-only requests in no outcome.
+func TestFailureModeAnswers(t *testing.T) {
+	fs := faultstore.New(memstore.New(memstore.Options{}))
+	svc := start(t, setup{yaml: bankConfig, store: fs})
+	fs.Set(faultstore.Fail)
+	for _, c := range []struct {
+		name  string
+		r     *rlsv3.RateLimitRequest
+		code  rlsv3.RateLimitResponse_Code
+		limit *rlsv3.RateLimitResponse_RateLimit // current_limit; nil: none
+		reset time.Duration                      // duration_until_reset; 0: none
+		retry string
+	}{
+		{"closed", req("bank", desc("pix=acct-42")), over,
+			&rlsv3.RateLimitResponse_RateLimit{Name: "pix", RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}, 5 * time.Second, "5"},
+		{"open", req("bank", desc("route=statement", "account=acct-42")), ok, nil, 0, ""},
+		{"shadow", req("bank", desc("boleto=acct-10")), ok, nil, 0, ""},
+	} {
+		resp := svc.call(t, c.r)
+		expect(t, resp, c.code, []rlsv3.RateLimitResponse_Code{c.code}, []uint32{0})
+		st := resp.GetStatuses()[0]
+		if !proto.Equal(st.GetCurrentLimit(), c.limit) {
+			t.Errorf("%s: current_limit %v, want %v", c.name, st.GetCurrentLimit(), c.limit)
+		}
+		if d := st.GetDurationUntilReset(); (d == nil) != (c.reset == 0) || d.AsDuration() != c.reset {
+			t.Errorf("%s: duration_until_reset %v, want %v", c.name, d, c.reset)
+		}
+		if h := header(resp, "Retry-After"); h != c.retry {
+			t.Errorf("%s: Retry-After %q, want %q", c.name, h, c.retry)
+		}
+		if p, q := header(resp, "RateLimit-Policy"), header(resp, "RateLimit"); p != "" || q != "" {
+			t.Errorf("%s: RateLimit-Policy %q and RateLimit %q, from no figures", c.name, p, q)
+		}
+		svc.viaJSON(t, c.r, resp)
+	}
+	r := req("bank", desc("user=u"))
+	if _, err := svc.client.ShouldRateLimit(context.Background(), r); status.Code(err) != codes.Unavailable {
+		t.Fatalf("failure_mode error: %v, want Unavailable", err)
+	}
+	if code, _, _, raw := svc.post(t, `{"domain":"bank","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`); code != http.StatusServiceUnavailable {
+		t.Fatalf("/json, failure_mode error: %d %s, want 503", code, raw)
+	}
+	for _, limit := range []string{"pix", statementPath, "boleto", "user"} {
+		if f := svc.figures(t, limit); f != (figures{total: 2}) {
+			t.Errorf("metrics of %s: %+v, want its 2 hits in total_hits alone", limit, f)
+		}
+	}
+	outcomes := map[string]float64{"failed_closed": 2, "failed_open": 4, "error": 2}
+	for outcome, want := range outcomes {
+		if got := counter(t, svc.reg, "floodgate_decisions_total", map[string]string{"gate": "bank", "policy": "", "outcome": outcome}); got != want {
+			t.Errorf("decisions %s = %v, want %v", outcome, got, want)
+		}
+	}
+	if got := promtest.Sum(t, svc.reg, "floodgate_decisions_total", nil); got != 8 {
+		t.Errorf("decisions = %v in all, want 8: one per request", got)
+	}
+	if got := promtest.Sum(t, svc.reg, "floodgate_rls_requests_total", nil); got != 8 {
+		t.Errorf("requests = %v, want 8", got)
+	}
 }
