@@ -52,9 +52,10 @@
 // descriptor path, as package rlconfig states) in the RateLimit fields
 // and every metric, with the figures of the rule in force (a key's
 // override included). current_limit.name is the name field alone, empty
-// for a limit without one, as envoyproxy/ratelimit sends it. detailed_metric labels the
-// floodgate_rls_* series with the request's values; past 1,000 distinct
-// values, new ones are counted under "(other)".
+// for a limit without one, as envoyproxy/ratelimit sends it.
+// detailed_metric labels the floodgate_rls_* series with the request's
+// values; past 1,000 distinct values, new ones are counted under
+// "(other)".
 //
 // The response has one status per descriptor, in the request's order:
 // its code (OVER_LIMIT when one of its own limits denied), and the
@@ -64,8 +65,8 @@
 // divides it), limit_remaining and duration_until_reset (until the
 // quota is whole again). A descriptor over the limit of a request that
 // recorded nothing reports the quota it keeps; its other descriptors,
-// shadow_mode ones too, report theirs as now. response_headers_to_add carries the
-// draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
+// shadow_mode ones too, report theirs as now. response_headers_to_add
+// carries the draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
 // RateLimit, one member per enforced limit ("name";q=10;w=60 and
 // "name";r=7;t=42), and Retry-After when the answer is OVER_LIMIT.
 //
