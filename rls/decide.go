@@ -397,7 +397,6 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 		if err := p.settle(peeks, res, err, true); err != nil {
 			return err
 		}
-		p.peekShadow(ctx, g, peeks, res)
 		if p.countOver && res.Err == nil {
 			p.over = over || p.pastLimit(peeks)
 		}
@@ -413,7 +412,6 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 			res, err := g.Peek(ctx, p.enforceHits(counted))
 			if err == nil && res.Err == nil {
 				p.assign(counted, res, true)
-				p.peekShadow(ctx, g, counted, res)
 			}
 		}
 		return nil
@@ -421,35 +419,7 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 		return p.settle(counted, g.Failed(ctx, p.enforceHits(counted), failed), nil, false)
 	}
 	res, err := g.Check(ctx, p.enforceHits(counted))
-	if err := p.settle(counted, res, err, false); err != nil {
-		return err
-	}
-	p.peekShadow(ctx, g, counted, res)
-	return nil
-}
-
-// peekShadow peeks at the shadow hits of idx when res is a denial by the
-// store: the gate checks no shadow hit of a denied request
-// (enforce.Result.Shadow), and their statuses and metrics would say
-// nothing of them. Their figures are then as now, as the denied
-// request's allowed hits' are: nothing was recorded.
-func (p *plan) peekShadow(ctx context.Context, g *enforce.Gate, idx []int, res enforce.Result) {
-	if res.Outcome != enforce.Denied {
-		return
-	}
-	var buf [8]int
-	shadow := buf[:0]
-	for _, i := range idx {
-		if h := &p.hits[i]; h.hit.Shadow && !h.have {
-			shadow = append(shadow, i)
-		}
-	}
-	if len(shadow) == 0 {
-		return
-	}
-	if sres, err := g.Peek(ctx, p.enforceHits(shadow)); err == nil {
-		p.assign(shadow, sres, true)
-	}
+	return p.settle(counted, res, err, false)
 }
 
 // pastLimit reports whether a peeked hit of idx is strictly past its

@@ -23,9 +23,11 @@
 //   - A descriptor hits_addend of 0 is a peek: it asks whether one more
 //     hit would be allowed now and records nothing. A peek that would be
 //     denied makes the request OVER_LIMIT.
-//   - A shadow_mode limit is counted and reported, and never denies;
-//     in a request that another descriptor denies, it is evaluated
-//     as the request's other descriptors are, with nothing recorded.
+//   - A shadow_mode limit is counted and reported, and never denies. In
+//     a request that another descriptor denies, it is not evaluated (a
+//     store call for a verdict that changes nothing, on the path a flood
+//     takes): its status has no figures and its hit counts in total_hits
+//     alone.
 //     [Options.ShadowMode] makes every limit one, limit overrides
 //     included (envoyproxy/ratelimit's SHADOW_MODE).
 //   - A descriptor's limit override (Envoy's rate limit action with a
@@ -64,8 +66,8 @@
 // it with unit_multiplier, 90s as 90 SECOND, or UNKNOWN when no unit
 // divides it), limit_remaining and duration_until_reset (until the
 // quota is whole again). A descriptor over the limit of a request that
-// recorded nothing reports the quota it keeps; its other descriptors,
-// shadow_mode ones too, report theirs as now. response_headers_to_add
+// recorded nothing reports the quota it keeps; its other enforced
+// descriptors report theirs as now. response_headers_to_add
 // carries the draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
 // RateLimit, one member per enforced limit ("name";q=10;w=60 and
 // "name";r=7;t=42), and Retry-After when the answer is OVER_LIMIT.
