@@ -433,8 +433,17 @@ func (g *Gate) run(ctx context.Context, hits []Hit, record bool) (Result, error)
 	// or when no enforced hit asked it: a failing store would make each
 	// of them wait out its own budget.
 	if len(shadow) > 0 && (len(enforced) == 0 || res.Outcome == Allowed) {
-		res.Shadow, res.shadowHits = g.shadow(ctx, shadow, record)
+		start := time.Now()
+		var serr error
+		res.Shadow, res.shadowHits, serr = g.shadow(ctx, shadow, record)
 		res.gate = g // which Hold needs, for the shadow leases
+		if len(enforced) == 0 && len(res.Shadow) == 0 && serr != nil {
+			// Nothing counted this request: it went through because the
+			// store failed on its shadow limits, which never deny.
+			res.Err = serr
+			g.m.policy("")[FailedOpen].Inc()
+			g.logFailed(start, FailOpen, FailedOpen, serr)
+		}
 	}
 	return res, nil
 }
@@ -513,12 +522,18 @@ func (g *Gate) failed(ctx context.Context, hits []Hit, err error, record bool, s
 			res = Result{Outcome: Local, Decision: d, Err: err, gate: g, limiter: g.e.local, hits: lcore}
 		}
 	}
+	g.logFailed(start, mode, res.Outcome, err)
+	return res
+}
+
+// logFailed logs a decision that the failure mode made because the store
+// failed with err, in aggregate (g.log).
+func (g *Gate) logFailed(start time.Time, mode FailureMode, outcome Outcome, err error) {
 	g.log.do(start, func(held int) { // may run later, from a timer: no request context
 		g.e.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: rate-limit store failed; decided by the failure mode",
 			slog.String("gate", g.spec.Name), slog.String("failure_mode", mode.String()),
-			slog.String("outcome", res.Outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
+			slog.String("outcome", outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
 	})
-	return res
 }
 
 // coreHits returns the core's hits of hs.
@@ -563,9 +578,10 @@ func fitKey(k string) string {
 
 // shadow checks each shadow hit on its own, recording it if within its
 // limit (and record), and counts and logs what it would have done. A store that fails
-// decides nothing, and counts nothing; an invalid hit is skipped. It
-// returns the decisions and the hits they decided.
-func (g *Gate) shadow(ctx context.Context, hits []Hit, record bool) ([]floodgate.Decision, []floodgate.Hit) {
+// decides nothing more, and counts nothing; an invalid hit is skipped. It
+// returns the decisions, the hits they decided, and the store's error if
+// it failed (not ctx's).
+func (g *Gate) shadow(ctx context.Context, hits []Hit, record bool) ([]floodgate.Decision, []floodgate.Hit, error) {
 	out := make([]floodgate.Decision, 0, len(hits))
 	checked := make([]floodgate.Hit, 0, len(hits))
 	for _, sh := range hits {
@@ -575,10 +591,11 @@ func (g *Gate) shadow(ctx context.Context, hits []Hit, record bool) ([]floodgate
 			continue // the caller's input, not the store, is at fault: a shadow hit never fails a request
 		}
 		if err != nil {
-			if ctx.Err() == nil {
-				g.m.storeError(err)
+			if ctx.Err() != nil {
+				break
 			}
-			break // the store failed: the others would wait out their budgets too
+			g.m.storeError(err)
+			return out, checked, err // the store failed: the others would wait out their budgets too
 		}
 		rename(&d, []Hit{sh})
 		out = append(out, d)
@@ -592,7 +609,7 @@ func (g *Gate) shadow(ctx context.Context, hits []Hit, record bool) ([]floodgate
 			})
 		}
 	}
-	return out, checked
+	return out, checked, nil
 }
 
 // throttles reports whether res is a denial worth waiting for.

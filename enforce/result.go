@@ -26,7 +26,10 @@ const (
 	// Result.Decision.Allowed.
 	Local
 	// Skipped: no limit enforced a decision: each skipped the request for
-	// want of a key, or they are all shadow limits.
+	// want of a key, or they are all shadow limits. A request of shadow
+	// limits only that the store failed to decide is Skipped with Err
+	// set, and counted and logged as failed_open: it went through because
+	// the store failed.
 	Skipped
 	// Errored: the store failed and a hit's failure mode is FailError:
 	// nothing was decided, and the caller answers with an error (the RLS
@@ -62,7 +65,8 @@ type Result struct {
 	// none); a denied one is not checked against them.
 	Shadow []floodgate.Decision
 	// Err is the store's error when it failed to decide (Outcome
-	// FailedOpen, FailedClosed, Local or Errored); nil otherwise.
+	// FailedOpen, FailedClosed, Local or Errored, or Skipped for shadow
+	// hits only); nil otherwise.
 	Err error
 
 	gate       *Gate              // the gate that decided, with limiter

@@ -1,10 +1,13 @@
 package enforce_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
 )
 
 // A shadow hit the core refuses (a cost above its capacity) is the
@@ -31,5 +34,44 @@ func TestInvalidShadowHitIsNotAStoreFailure(t *testing.T) {
 	}
 	if n := v.metric(t, "floodgate_decisions_total", map[string]string{"policy": "sb-c", "outcome": "shadow_allowed"}); n != 1 {
 		t.Errorf("sb-c counted %v shadow_allowed, want 1", n)
+	}
+}
+
+// A request with shadow hits only, whose store fails, is counted once,
+// failed_open (it went through because the store failed), and logged with
+// the degraded decisions; its Result is Skipped (nothing was enforced)
+// with the store's error. It was counted nowhere but in
+// floodgate_store_errors_total, and not logged.
+func TestShadowOnlyOutageIsCounted(t *testing.T) {
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "shadow-out"})
+	v.fault.Set(faultstore.Fail)
+	hits := []enforce.Hit{
+		{Hit: floodgate.Hit{Rule: rule("so-a", 5), Key: "k"}, Shadow: true},
+		{Hit: floodgate.Hit{Rule: rule("so-b", 5), Key: "k"}, Shadow: true},
+	}
+	for _, peek := range []bool{false, true} {
+		call := g.Check
+		if peek {
+			call = g.Peek
+		}
+		res, err := call(t.Context(), hits)
+		if err != nil || res.Outcome != enforce.Skipped || !errors.Is(res.Err, faultstore.ErrInjected) || len(res.Shadow) != 0 {
+			t.Fatalf("peek %v: %v, %v, Err %v, %d shadow decisions; want Skipped with the store's error and none", peek, res.Outcome, err, res.Err, len(res.Shadow))
+		}
+	}
+	for outcome, want := range map[string]float64{"failed_open": 2, "skipped": 0, "shadow_allowed": 0} {
+		if n := v.metric(t, "floodgate_decisions_total", map[string]string{"gate": "shadow-out", "policy": "", "outcome": outcome}); n != want {
+			t.Errorf("decisions %s = %v, want %v", outcome, n, want)
+		}
+	}
+	if n := v.metric(t, "floodgate_decisions_total", map[string]string{"gate": "shadow-out"}); n != 2 {
+		t.Errorf("decisions = %v in all, want 2: one per request", n)
+	}
+	if n := v.metric(t, "floodgate_store_errors_total", map[string]string{"gate": "shadow-out"}); n != 2 {
+		t.Errorf("store errors = %v, want 2: the first shadow hit of each request, the second not asked", n)
+	}
+	if l := v.logs.String(); !strings.Contains(l, "gate=shadow-out failure_mode=open outcome=failed_open") {
+		t.Errorf("no degraded-decision line for the shadow-only request:\n%s", l)
 	}
 }

@@ -96,6 +96,13 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		err = p.decide(ctx, g)
 	}
 	if err != nil {
+		if status.Code(err) == codes.Unavailable {
+			// The error failure mode decided: its hits reached their
+			// limits, and count as every other failure mode's (the
+			// package doc's Metrics).
+			p.judge()
+			p.count(s.metrics, req.GetDomain(), s.near)
+		}
 		return nil, err
 	}
 	p.judge()

@@ -23,7 +23,11 @@
 //   - A descriptor hits_addend of 0 is a peek: it asks whether one more
 //     hit would be allowed now and records nothing. A peek that would be
 //     denied makes the request OVER_LIMIT.
-//   - A shadow_mode limit is counted and reported, and never denies;
+//   - A shadow_mode limit is counted and reported, and never denies. In
+//     a request that another descriptor denies, it is not evaluated (a
+//     store call for a verdict that changes nothing, on the path a flood
+//     takes): its status has no figures and its hit counts in total_hits
+//     alone.
 //     [Options.ShadowMode] makes every limit one, limit overrides
 //     included (envoyproxy/ratelimit's SHADOW_MODE).
 //   - A descriptor's limit override (Envoy's rate limit action with a
@@ -47,11 +51,13 @@
 //     floodgate_rls_unknown_domain_total).
 //
 // A limit is reported under its name (its name field, or else its
-// descriptor path, as package rlconfig states), in current_limit, the
-// RateLimit fields and every metric, with the figures of the rule in
-// force (a key's override included). detailed_metric labels the
-// floodgate_rls_* series with the request's values; past 1,000 distinct
-// values, new ones are counted under "(other)".
+// descriptor path, as package rlconfig states) in the RateLimit fields
+// and every metric, with the figures of the rule in force (a key's
+// override included). current_limit.name is the name field alone, empty
+// for a limit without one, as envoyproxy/ratelimit sends it.
+// detailed_metric labels the floodgate_rls_* series with the request's
+// values; past 1,000 distinct values, new ones are counted under
+// "(other)".
 //
 // The response has one status per descriptor, in the request's order:
 // its code (OVER_LIMIT when one of its own limits denied), and the
@@ -59,8 +65,10 @@
 // unit; a window extension is written as the longest unit that divides
 // it with unit_multiplier, 90s as 90 SECOND, or UNKNOWN when no unit
 // divides it), limit_remaining and duration_until_reset (until the
-// quota is whole again). response_headers_to_add carries the
-// draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
+// quota is whole again). A descriptor over the limit of a request that
+// recorded nothing reports the quota it keeps; its other enforced
+// descriptors report theirs as now. response_headers_to_add
+// carries the draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
 // RateLimit, one member per enforced limit ("name";q=10;w=60 and
 // "name";r=7;t=42), and Retry-After when the answer is OVER_LIMIT.
 //
@@ -78,7 +86,21 @@
 // the same modes, except that local answers OK (the local limits are not
 // peeked); the other descriptors of its request then take their modes
 // too, without asking the store again, so that the request waits one
-// budget at most.
+// budget at most. A shadow_mode limit takes open.
+//
+// Only measured figures are reported. A descriptor that the failure mode
+// closed denied has its current_limit, limit_remaining 0 and a
+// duration_until_reset of the Retry-After, in whole seconds, so that
+// Envoy's x-ratelimit headers say what Retry-After says. One that the
+// store did not decide and that was let through (open, a shadow_mode
+// limit, or the other descriptors of a request that failed closed) has
+// no current_limit, limit_remaining or duration_until_reset: Envoy then
+// leaves it out of its x-ratelimit headers, instead of reading an
+// exhausted quota. Neither has a member in RateLimit-Policy or
+// RateLimit; local reports the local limits' figures, as the store's.
+// A request of shadow_mode limits only is counted failed_open in
+// floodgate_decisions_total and logged with the degraded decisions, as
+// every other request that a failure mode decided.
 //
 // # Input that cannot be decided
 //
@@ -108,11 +130,22 @@
 // limit's name, or its descriptor path) and descriptor (the request's
 // values, only where detailed_metric asks, so that labels stay bounded):
 //
-//	floodgate_rls_total_hits_total     hits counted against a limit (hits_addend summed)
-//	floodgate_rls_over_limit_total     hits over a limit
+//	floodgate_rls_total_hits_total     hits that reached a limit (hits_addend summed)
+//	floodgate_rls_over_limit_total     hits that a limit evaluated and found over it
 //	floodgate_rls_near_limit_total     hits within a limit that left it at least Options.NearLimitRatio (80%) used
-//	floodgate_rls_within_limit_total   hits within a limit
+//	floodgate_rls_within_limit_total   hits that a limit evaluated and found within it
 //	floodgate_rls_shadow_mode_total    hits over a shadow_mode limit, let through
+//
+// As envoyproxy/ratelimit counts: every hit of a descriptor that matched
+// a limit counts in total_hits, whatever decided it (peeks add their 0).
+// A hit that its limit evaluated, through the store or the local limits,
+// also counts in within_limit or over_limit, by what the limit said of
+// it, whether or not it was recorded: the OK descriptors of a request
+// denied as a whole are within their limits, though nothing was
+// recorded (envoyproxy/ratelimit records them). A hit that the store did
+// not evaluate, decided by a failure mode (error, closed, open) or shed,
+// counts in total_hits alone; floodgate_decisions_total says how the
+// request was decided, and what was recorded.
 //
 // and floodgate_rls_requests_total{code}, floodgate_rls_unknown_domain_total,
 // floodgate_config_load_success_total and

@@ -20,8 +20,9 @@ import (
 )
 
 // TestFailureStatuses: with the store failing at once, each descriptor's
-// status shows its own failure mode: closed over the limit, open and
-// error passing without figures, local with the local limits' figures.
+// status shows its own failure mode: closed over the limit until the
+// Retry-After, open and error passing without figures or current_limit,
+// local with the local limits' figures.
 func TestFailureStatuses(t *testing.T) {
 	fs := faultstore.New(memstore.New(memstore.Options{}))
 	svc := start(t, setup{yaml: outageConfig, store: fs})
@@ -49,8 +50,15 @@ func TestFailureStatuses(t *testing.T) {
 			resp := svc.call(t, req("out", c.ds...))
 			expect(t, resp, c.overall, c.codes, c.remaining)
 			for i, st := range resp.GetStatuses() {
-				if st.GetCurrentLimit() == nil {
-					t.Errorf("status %d has no current_limit: the limit is known even when the store fails", i)
+				// A current_limit only where a limit decided: the local
+				// limits, or the failure mode closed, with nothing left
+				// until the Retry-After (see the package doc).
+				decided := c.ds[i].GetEntries()[0].GetKey() == "local" || st.GetCode() == over
+				if (st.GetCurrentLimit() != nil) != decided {
+					t.Errorf("status %d: current_limit %v, want one: %v", i, st.GetCurrentLimit(), decided)
+				}
+				if st.GetCode() == over && st.GetDurationUntilReset().AsDuration() != 5*time.Second {
+					t.Errorf("status %d: fail-closed with duration_until_reset %v, want the Retry-After's 5s", i, st.GetDurationUntilReset())
 				}
 			}
 			if ra := header(resp, "Retry-After"); (c.overall == over) != (ra == "5") {

@@ -104,10 +104,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, labels)
 	}
 	m := &metrics{
-		totalHits:   perLimit("total_hits", "Hits counted against a limit (hits_addend summed), as envoyproxy/ratelimit's total_hits."),
-		overLimit:   perLimit("over_limit", "Hits over a limit, as envoyproxy/ratelimit's over_limit."),
+		totalHits:   perLimit("total_hits", "Hits that reached a limit (hits_addend summed), whatever decided them, as envoyproxy/ratelimit's total_hits."),
+		overLimit:   perLimit("over_limit", "Hits that a limit evaluated and found over it (recorded or not), as envoyproxy/ratelimit's over_limit."),
 		nearLimit:   perLimit("near_limit", "Hits within a limit that left it at least NearLimitRatio (80% by default) used, as envoyproxy/ratelimit's near_limit."),
-		withinLimit: perLimit("within_limit", "Hits within a limit, as envoyproxy/ratelimit's within_limit."),
+		withinLimit: perLimit("within_limit", "Hits that a limit evaluated and found within it (recorded or not: a request denied by another limit records nothing), as envoyproxy/ratelimit's within_limit."),
 		shadowMode:  perLimit("shadow_mode", "Hits over a shadow_mode limit, let through, as envoyproxy/ratelimit's shadow_mode."),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_rls_requests_total",
@@ -146,7 +146,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 // count adds the request's hits to the per-limit metrics, each limit by
-// its own verdict. Peeks count nothing, as their hits_addend is 0.
+// its own verdict: every hit to total_hits, and one that its limit
+// evaluated (a verdict with figures) to within_limit or over_limit too
+// (the package doc's Metrics). Peeks count nothing, as their hits_addend
+// is 0.
 func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 	for _, d := range p.descs {
 		if d.peek || len(d.refs) == 0 {

@@ -147,14 +147,16 @@ func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitRes
 	if len(vs) == 0 {
 		return st
 	}
-	pick := -1
+	pick, failed := -1, false
 	for k, v := range vs {
 		if v.shadow {
 			continue
 		}
-		if v.denied() || p.failClosed && v.hit >= 0 && p.hits[v.hit].hit.Failure == enforce.FailClosed {
+		closed := p.failClosed && v.hit >= 0 && p.hits[v.hit].hit.Failure == enforce.FailClosed
+		if v.denied() || closed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
+		failed = failed || closed && !v.have
 		if pick < 0 || better(v, vs[pick]) {
 			pick = k
 		}
@@ -167,12 +169,23 @@ func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitRes
 		}
 	}
 	v := &vs[pick]
-	st.CurrentLimit = setLimit(&mem.limit, v.limit, v.rule)
-	if v.have {
+	switch {
+	case v.have:
+		st.CurrentLimit = setLimit(&mem.limit, v.limit, v.rule)
 		st.LimitRemaining = uint32(min(max(v.dec.Remaining, 0), int64(^uint32(0))))
 		mem.reset = durationpb.Duration{Seconds: int64(v.dec.ResetAfter / time.Second), Nanos: int32(v.dec.ResetAfter % time.Second)}
 		st.DurationUntilReset = &mem.reset
+	case failed:
+		// Denied because the store failed: nothing left until the
+		// Retry-After, which duration_until_reset repeats in whole
+		// seconds (Envoy's X-RateLimit-Reset reads its seconds).
+		st.CurrentLimit = setLimit(&mem.limit, v.limit, v.rule)
+		mem.reset = durationpb.Duration{Seconds: max(1, fields.Seconds(p.failRetry))}
+		st.DurationUntilReset = &mem.reset
 	}
+	// Else no limit was evaluated (the store failed and the request went
+	// through): no current_limit, so that Envoy leaves the status out of
+	// its x-ratelimit headers rather than read an exhausted quota.
 	return st
 }
 
