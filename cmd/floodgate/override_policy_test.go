@@ -197,11 +197,29 @@ descriptors:
 	}
 	check("ls -config", got["api"], entry{"api", "api", "customer-42", 5})
 
-	// Without -config, ls knows no policy: the rules, as before.
+	if code, out, errs := override("ls", "-domain", "nope"); code != 2 || out != "" || !strings.Contains(errs, `domain "nope" has no counted limit`) {
+		t.Errorf("override ls -config -domain nope = %d %q %q; want 2: no such domain", code, out, errs)
+	}
+
+	// Without -config, ls knows no policy: the rules, as before,
 	code, out, errs = cli(t, url, "override", "ls", "-prefix", prefix)
 	if rows := strings.Split(out, "\n"); code != 0 || len(rows) < 4 || strings.Join(strings.Fields(rows[0]), " ") != "RULE KEY LIMIT ALGORITHM EXPIRES" ||
 		!strings.Contains(out, "\n"+limits[0].rule+" ") || !strings.Contains(out, "\n"+limits[1].rule+" ") {
 		t.Errorf("override ls = %d %q %q; want the RULE header and the rules %s, %s", code, out, errs, limits[0].rule, limits[1].rule)
+	}
+
+	// and -o json names each by its rule, as a Limiter reports it.
+	code, out, errs = cli(t, url, "override", "ls", "-prefix", prefix, "-o", "json")
+	byRule := map[string]entry{}
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var e entry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("override ls -o json = %d %q %q: %v", code, out, errs, err)
+		}
+		byRule[e.Rule] = e
+	}
+	for _, l := range limits {
+		check("ls", byRule[l.rule], entry{l.rule, l.rule, l.key, 4})
 	}
 
 	// rm: the policy, with the rule beside it.
