@@ -20,7 +20,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"reset", "-help"}, "floodgate peek|reset -rule"},
 		{[]string{"blocked", "-h"}, "floodgate blocked -rule"},
 		{[]string{"override", "set", "-h"}, "floodgate override set -rule NAME -limit"},
-		{[]string{"override", "ls", "--help"}, "floodgate override ls"},
+		{[]string{"override", "ls", "--help"}, "floodgate override ls [-config DIR -domain DOMAIN]"},
 	} {
 		code, out, errs := cli(t, "", tc.args...)
 		if code != 0 || !strings.Contains(out, tc.want) || errs != "" {

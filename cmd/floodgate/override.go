@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,8 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/overridetable"
+	"github.com/floodgate-rl/floodgate/internal/rlmatch"
+	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
 // The override subcommands edit the per-key limits that services read
@@ -26,6 +29,7 @@ import (
 //	floodgate override rm  -rule api customer-42
 //	floodgate override ls  [-rule api]
 //	floodgate override set -config /etc/ratelimit -domain rl -limit 100/1m user=42
+//	floodgate override ls  -config /etc/ratelimit -domain rl
 //
 // A service whose Limiter takes an overrides.Table applies a change
 // within the Table's refresh interval (5s by default), with no restart.
@@ -40,13 +44,18 @@ import (
 // how long at most a service's denial cache may still deny the key from
 // a denial it cached before the change. ls lists every
 // override, those without an expiry and those expired included, and the
-// entries the services skip as invalid.
+// entries the services skip as invalid. With -config, an override of one
+// of the domain's limits is named by the limit's policy, as peek and
+// blocked name it (targetHit.policy), with the store's rule beside it;
+// any other keeps its rule's name, which is what a Limiter reports it by
+// (a library's live limits, rlconfig.Rules, keep the base rule's name).
 
 const overrideUsage = `usage:
   floodgate override set -rule NAME -limit COUNT/WINDOW [-algorithm ALG] [-burst N] [-ttl DURATION] [-prefix P] [-o json] KEY
   floodgate override get|rm -rule NAME [-prefix P] [-o json] KEY
   floodgate override set|get|rm -config DIR -domain DOMAIN [set's flags] KEY=VALUE...
-  floodgate override ls [-rule NAME] [-prefix P] [-o json]
+  floodgate override ls [-config DIR -domain DOMAIN] [-rule NAME] [-prefix P] [-o json]
+With -config, a limit of the configuration is named by its policy, as the service reports it, with the store's rule beside it.
 Redis is REDIS_URL, read as the service reads it; services apply a change within their refresh interval (5s by default).`
 
 // overrideCmd runs "floodgate override ...": args follow "override".
@@ -67,7 +76,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	algorithm := fs.String("algorithm", "sliding-window", "set: sliding-window (the default, up to a limit of 1000), token-bucket, fixed-window or sliding-window-counter")
 	burst := fs.Int64("burst", 0, "set: the bucket capacity of a token-bucket override (0 means the limit)")
 	ttl := fs.Duration("ttl", 0, "set: how long the override lasts (0: until rm)")
-	configDir := fs.String("config", "", "set|get|rm: a directory of envoyproxy/ratelimit YAML (with -domain): the rule and key of a descriptor")
+	configDir := fs.String("config", "", "a directory of envoyproxy/ratelimit YAML (with -domain): set|get|rm: the rule and key of a descriptor; ls: the limits' policies")
 	domain := fs.String("domain", "", "the configuration's domain (with -config)")
 	c := commonFlags(fs, "how long to wait for Redis")
 	prefix, output, timeout := c.prefix, c.output, c.timeout
@@ -93,10 +102,16 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	}
 	*prefix = cmp.Or(*prefix, env.RedisPrefix)
 	var key string
-	var base *floodgate.Rule // the key's own rule, when the configuration tells it
+	var base *floodgate.Rule       // the key's own rule, when the configuration tells it
+	var policy string              // the name the services report the rule by
+	var policies map[string]string // ls -config: the limits' policies by their rules' names
 	switch {
-	case sub == "ls" && (fs.NArg() != 0 || *configDir != "" || *domain != ""):
-		return fmt.Errorf("%w: override ls takes no KEY nor -config, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
+	case sub == "ls" && fs.NArg() != 0:
+		return fmt.Errorf("%w: override ls takes no KEY, got %d arguments\n%s", errUsage, fs.NArg(), overrideUsage)
+	case sub == "ls" && (*configDir != "" || *domain != ""):
+		if policies, err = configPolicies(*configDir, *domain, env); err != nil {
+			return err
+		}
 	case *configDir != "" || *domain != "":
 		// A descriptor of the service's configuration: the rule and key
 		// it is decided by, and by default that rule's algorithm.
@@ -114,7 +129,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 			}
 			return fmt.Errorf("%w: %d limits apply to %v (%s): give each with -rule NAME and its KEY", errUsage, len(hits), fs.Args(), strings.Join(names, ", "))
 		}
-		*ruleName, key, base = hits[0].Rule.Name, hits[0].Key, &hits[0].Rule
+		*ruleName, key, base, policy = hits[0].Rule.Name, hits[0].Key, &hits[0].Rule, hits[0].policy
 		if !set("algorithm") {
 			*algorithm = hits[0].Rule.Algorithm.String()
 		}
@@ -123,6 +138,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 	case sub != "ls":
 		key = fs.Arg(0)
 	}
+	policy = cmp.Or(policy, *ruleName) // a -rule's policy is its name
 	if *ruleName == "" && sub != "ls" {
 		return fmt.Errorf("%w: -rule is required\n%s", errUsage, overrideUsage)
 	}
@@ -171,26 +187,26 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		// before, until its Retry-After runs out.
 		wait := max(overridetable.DefaultRefresh, longestWait(entry.Rule))
 		text := fmt.Sprintf("set %s; services apply it within their refresh interval (5s by default)\n%s\n",
-			entry, cachedDenialNote("this change", wait))
+			entryText(policy, entry), cachedDenialNote("this change", wait))
 		if pruned > 0 {
 			text += fmt.Sprintf("deleted %d expired override(s)\n", pruned)
 		}
-		return out.report(map[string]any{"set": entryJSON(entry, time.Now()), "pruned": pruned, "cached_denial_max_ms": wait.Milliseconds()}, text)
+		return out.report(map[string]any{"set": entryJSON(policy, entry, time.Now()), "pruned": pruned, "cached_denial_max_ms": wait.Milliseconds()}, text)
 	case "get":
 		e, ok, err := table.Get(ctx, *ruleName, key)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return out.report(map[string]any{"rule": *ruleName, "key": key, "found": false},
-				fmt.Sprintf("no override of key %q under rule %s: the rule's own limit applies\n", key, *ruleName))
+			return out.report(map[string]any{"policy": policy, "rule": *ruleName, "key": key, "found": false},
+				fmt.Sprintf("no override of key %q under %s: the rule's own limit applies\n", key, ruleOf(policy, *ruleName)))
 		}
 		now := time.Now()
-		text := e.String() + "\n"
+		text := entryText(policy, e) + "\n"
 		if e.ExpiredAt(now) {
-			text = e.String() + " (expired: the rule's own limit applies)\n"
+			text = entryText(policy, e) + " (expired: the rule's own limit applies)\n"
 		}
-		v := entryJSON(e, now)
+		v := entryJSON(policy, e, now)
 		v["found"] = true
 		return out.report(v, text)
 	case "rm":
@@ -198,14 +214,14 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return err
 		}
-		text := fmt.Sprintf("no override of key %q under rule %s\n", key, *ruleName)
-		v := map[string]any{"rule": *ruleName, "key": key, "removed": ok}
+		text := fmt.Sprintf("no override of key %q under %s\n", key, ruleOf(policy, *ruleName))
+		v := map[string]any{"policy": policy, "rule": *ruleName, "key": key, "removed": ok}
 		if ok {
 			// The key's own rule applies again, and with it a denial a
 			// service cached under that rule before the override, until
 			// its Retry-After runs out: at most the rule's longest wait,
 			// which only the configuration tells.
-			text = fmt.Sprintf("removed the override of key %q under rule %s; services apply the rule's own limit within their refresh interval (5s by default)\n", key, *ruleName)
+			text = fmt.Sprintf("removed the override of key %q under %s; services apply the rule's own limit within their refresh interval (5s by default)\n", key, ruleOf(policy, *ruleName))
 			if base != nil {
 				wait := max(overridetable.DefaultRefresh, longestWait(*base))
 				v["cached_denial_max_ms"] = wait.Milliseconds()
@@ -221,7 +237,7 @@ func overrideCmd(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return err
 		}
-		return listOverrides(out, l, *ruleName, time.Now())
+		return listOverrides(out, l, *ruleName, policies, time.Now())
 	}
 }
 
@@ -258,16 +274,26 @@ func overrideEntry(rule, limit, algorithm string, burst int64, ttl time.Duration
 }
 
 // listOverrides prints the overrides of l (those of rule, if not empty),
-// then the invalid entries.
-func listOverrides(out overrideOutput, l *overridetable.Listing, rule string, now time.Time) error {
+// then the invalid entries. With policies (ls -config: the policies of
+// the configuration's limits by their rules' names), each is named by its
+// rule's policy, if it has one, with the rule beside it in a RULE column.
+func listOverrides(out overrideOutput, l *overridetable.Listing, rule string, policies map[string]string, now time.Time) error {
+	policy := func(e overridetable.Entry) string { return cmp.Or(policies[e.Rule.Name], e.Rule.Name) }
+	var entries []overridetable.Entry
+	for _, e := range l.Entries {
+		if rule == "" || e.Rule.Name == rule {
+			entries = append(entries, e)
+		}
+	}
+	if policies != nil {
+		slices.SortStableFunc(entries, func(a, b overridetable.Entry) int { return cmp.Compare(policy(a), policy(b)) })
+	}
 	invalid := l.Invalid
 	if out.json {
 		enc := json.NewEncoder(out.w)
-		for _, e := range l.Entries {
-			if rule == "" || e.Rule.Name == rule {
-				if err := enc.Encode(entryJSON(e, now)); err != nil {
-					return err
-				}
+		for _, e := range entries {
+			if err := enc.Encode(entryJSON(policy(e), e, now)); err != nil {
+				return err
 			}
 		}
 		for _, b := range invalid {
@@ -277,14 +303,18 @@ func listOverrides(out overrideOutput, l *overridetable.Listing, rule string, no
 		}
 		return nil
 	}
+	// A RULE column when a policy is not its rule's name, as blocked's.
+	ruled := slices.ContainsFunc(entries, func(e overridetable.Entry) bool { return policy(e) != e.Rule.Name })
 	tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tKEY\tLIMIT\tALGORITHM\tEXPIRES")
-	n := 0
-	for _, e := range l.Entries {
-		if rule != "" && e.Rule.Name != rule {
-			continue
-		}
-		n++
+	header := "RULE\tKEY\tLIMIT\tALGORITHM\tEXPIRES"
+	if policies != nil {
+		header = "POLICY\tKEY\tLIMIT\tALGORITHM\tEXPIRES"
+	}
+	if ruled {
+		header += "\tRULE"
+	}
+	fmt.Fprintln(tw, header)
+	for _, e := range entries {
 		lim := fmt.Sprintf("%d/%v", e.Rule.Limit, e.Rule.Window)
 		alg := e.Rule.Algorithm.String()
 		if e.Rule.Burst > 0 {
@@ -297,12 +327,16 @@ func listOverrides(out overrideOutput, l *overridetable.Listing, rule string, no
 		case !e.Expires.IsZero():
 			expires = e.Expires.UTC().Format(time.RFC3339) + " (in " + e.Expires.Sub(now).Round(time.Second).String() + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Rule.Name, strconv.Quote(e.Key), lim, alg, expires)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", policy(e), strconv.Quote(e.Key), lim, alg, expires)
+		if ruled {
+			line += "\t" + e.Rule.Name
+		}
+		fmt.Fprintln(tw, line)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out.w, "%d override(s)\n", n)
+	fmt.Fprintf(out.w, "%d override(s)\n", len(entries))
 	if len(invalid) > 0 {
 		fmt.Fprintf(out.w, "%d invalid entr(ies), skipped by the services (fix them with set, or rm them):\n", len(invalid))
 		for _, b := range invalid {
@@ -312,10 +346,56 @@ func listOverrides(out overrideOutput, l *overridetable.Listing, rule string, no
 	return nil
 }
 
-// entryJSON is an entry as -o json prints it.
-func entryJSON(e overridetable.Entry, now time.Time) map[string]any {
+// configPolicies returns the policies of the counted limits of domain in
+// configDir (by default the service's, env.ConfigDir), read as the
+// service reads it, by their rules' names: each limit's
+// rlmatch.Limit.Label, which peek and blocked name it by too.
+func configPolicies(configDir, domain string, env sharedEnv) (map[string]string, error) {
+	configDir = cmp.Or(configDir, env.ConfigDir)
+	switch {
+	case configDir == "":
+		return nil, fmt.Errorf("%w: -domain needs -config (or CONFIG_DIR, RUNTIME_ROOT)", errUsage)
+	case domain == "":
+		return nil, fmt.Errorf("%w: override ls -config takes -domain\n%s", errUsage, overrideUsage)
+	}
+	cfg, err := rlconfig.LoadDir(configDir, rlconfig.Options{MergeDomains: env.MergeDomains})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	policies := map[string]string{}
+	for _, l := range (*rlmatch.Config)(cfg).Limits() {
+		// The limits that override set -config can name (target).
+		if !l.Unlimited && !l.Blocked() && domainOf(cfg.Domains(), l.Path) == domain {
+			policies[l.Rule.Name] = l.Label
+		}
+	}
+	if len(policies) == 0 {
+		return nil, fmt.Errorf("%w: domain %q has no counted limit in %s (domains: %q)", errUsage, domain, configDir, cfg.Domains())
+	}
+	return policies, nil
+}
+
+// ruleOf names the rule called name under policy, the name the services
+// report it by: "rule api" when they are one (a -rule), else
+// "statement_per_account (rule bank.route_statement.account-4a87cb95db4d)".
+func ruleOf(policy, name string) string {
+	if policy == name {
+		return "rule " + name
+	}
+	return policy + " (rule " + name + ")"
+}
+
+// entryText is e as the text output writes it, its rule named under
+// policy as peek names it (named).
+func entryText(policy string, e overridetable.Entry) string {
+	return strings.Replace(e.String(), e.Rule.String(), named(policy, e.Rule), 1)
+}
+
+// entryJSON is an entry as -o json prints it, under policy, the name the
+// services report its rule by.
+func entryJSON(policy string, e overridetable.Entry, now time.Time) map[string]any {
 	v := map[string]any{
-		"rule": e.Rule.Name, "key": e.Key, "limit": e.Rule.Limit, "window": e.Rule.Window.String(),
+		"policy": policy, "rule": e.Rule.Name, "key": e.Key, "limit": e.Rule.Limit, "window": e.Rule.Window.String(),
 		"window_ms": e.Rule.Window.Milliseconds(), "algorithm": e.Rule.Algorithm.String(), "burst": e.Rule.Burst,
 		"expires": nil, "expired": e.ExpiredAt(now),
 	}
