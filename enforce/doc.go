@@ -38,15 +38,16 @@
 // breaker by default, but on a Cluster (redisstore.Options.Breaker says
 // why), and a breakerstore does
 // the same in front of any other: a dead store costs nothing once its
-// breaker is open, and it is probed and taken back by itself. A fail-closed denial should ask the client to
-// wait [Result.FailRetryAfter]: 5s, or the
-// breaker's remaining open time if that is longer. Each degraded decision
-// is counted, and logged at most once per gate every 5s, each line
-// saying how many more it stands for. A decision that ran out of time
-// against a frozen store may still be recorded when the store wakes (it
-// was sent, and is not taken back: see redisstore's doc), so a request
-// that its failure mode let through can count against its key after the
-// fact.
+// breaker is open, and it is probed and taken back by itself. A
+// fail-closed denial should ask the client to wait
+// [Result.FailRetryAfter]: 5s, or the breaker's remaining open time if
+// that is longer. Each degraded decision is counted, and logged at most
+// once per gate every 5s, each line saying how many more it stands for
+// (suppressed: the gate's degraded decisions of any failure mode; the
+// line names its first one's). A decision that ran out of time against a
+// frozen store may still be recorded when the store wakes (it was sent,
+// and is not taken back: see redisstore's doc), so a request that its
+// failure mode let through can count against its key after the fact.
 //
 // # Requests in flight
 //
