@@ -59,9 +59,12 @@ func TestFloodOfLargeRequests(t *testing.T) {
 	t.Logf("flood: %d large requests (%v shed); alice: %d requests", r.floods, r.shed, len(r.latencies))
 	// The flood's decoding takes one CPU at most (the server's codec
 	// decodes one large request at a time): alice's decisions keep the
-	// other. Before it, about one in 30 missed its budget.
-	if r.failed > 0 {
-		t.Errorf("alice: %d of %d requests not OK under the flood: %v", r.failed, len(r.latencies), r.errs)
+	// other, and miss their budget only when something else on the
+	// machine takes it (1 of 29 in a run beside two other test
+	// processes). One in ten tells the shedding code from the code before
+	// it, which failed 30 of 32.
+	if r.failed > len(r.latencies)/10 {
+		t.Errorf("alice: %d of %d requests not OK under the flood, want at most one in ten: %v", r.failed, len(r.latencies), r.errs)
 	}
 	if r.opened > 0 {
 		t.Errorf("the breaker opened %d times under a flood that Redis answered", r.opened)
