@@ -38,6 +38,8 @@ descriptors:
     rate_limit: {name: boleto, unit: minute, requests_per_unit: 2}
   - key: user
     rate_limit: {name: user, unit: minute, requests_per_unit: 10}
+  - key: banned
+    rate_limit: {name: banned, unit: minute, requests_per_unit: 0}
 `
 
 const statementPath = "bank.route_statement.account"
@@ -138,6 +140,30 @@ func TestShadowInADeniedRequest(t *testing.T) {
 	}
 	// The /json call of the first step counts 1 in total_hits too.
 	check("over its shadow limit", figures{total: 6, within: 2, over: 1, near: 1, shadow: 1})
+}
+
+// A request denied without a store verdict (a blocked limit:
+// requests_per_unit 0) is peeked for its enforced descriptors' figures,
+// and its shadow_mode descriptor is not evaluated either, as in a request
+// that the store denied: no figures on any surface, and its hit in
+// total_hits alone. The peek evaluated it, a store call per shadow hit
+// on the path a flood takes.
+func TestShadowInABlockedRequest(t *testing.T) {
+	svc := start(t, setup{yaml: bankConfig, store: memstore.New(memstore.Options{})})
+	r := req("bank", desc("banned=acct-42"), desc("boleto=acct-10"), desc("route=statement", "account=acct-42"))
+	resp := svc.call(t, r)
+	expect(t, resp, over, []rlsv3.RateLimitResponse_Code{over, ok, ok}, []uint32{0, 0, 30})
+	st := resp.GetStatuses()[1]
+	if cl, d := st.GetCurrentLimit(), st.GetDurationUntilReset(); cl != nil || d != nil {
+		t.Errorf("boleto's current_limit %v, duration_until_reset %v; want none, as it was not evaluated", cl, d)
+	}
+	if f := svc.figures(t, "boleto"); f != (figures{total: 1}) {
+		t.Errorf("boleto's metrics %+v, want its hit in total_hits alone", f)
+	}
+	if f := svc.figures(t, statementPath); f != (figures{total: 1, within: 1}) {
+		t.Errorf("statement's metrics %+v, want its hit within", f)
+	}
+	svc.viaJSON(t, r, resp)
 }
 
 // With the store down, an answer that a failure mode decided says so on
