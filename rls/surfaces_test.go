@@ -40,6 +40,9 @@ descriptors:
     rate_limit: {name: user, unit: minute, requests_per_unit: 10}
   - key: banned
     rate_limit: {name: banned, unit: minute, requests_per_unit: 0}
+  - key: login
+    failure_mode: local
+    rate_limit: {name: login, unit: minute, requests_per_unit: 5}
 `
 
 const statementPath = "bank.route_statement.account"
@@ -234,5 +237,28 @@ func TestFailureModeAnswers(t *testing.T) {
 	}
 	if got := promtest.Sum(t, svc.reg, "floodgate_rls_requests_total", nil); got != 8 {
 		t.Errorf("requests = %v, want 8", got)
+	}
+}
+
+// A hit that failure_mode local decided was evaluated, by the local
+// limits: unlike the other failure modes' hits, it counts in
+// within_limit as a store's would, and its status has the local figures
+// (the package doc's Metrics; docs/SERVICE.md says the same).
+func TestLocalFailureModeCounts(t *testing.T) {
+	fs := faultstore.New(memstore.New(memstore.Options{}))
+	svc := start(t, setup{yaml: bankConfig, store: fs})
+	fs.Set(faultstore.Fail)
+	for i := range 2 {
+		resp := svc.call(t, req("bank", desc("login=u")))
+		expect(t, resp, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{uint32(4 - i)})
+		if cl := resp.GetStatuses()[0].GetCurrentLimit(); cl.GetName() != "login" || cl.GetRequestsPerUnit() != 5 {
+			t.Errorf("call %d: current_limit %v, want login's 5", i+1, cl)
+		}
+	}
+	if f := svc.figures(t, "login"); f != (figures{total: 2, within: 2}) {
+		t.Errorf("login's metrics %+v, want 2 hits within", f)
+	}
+	if got := promtest.Sum(t, svc.reg, "floodgate_decisions_total", map[string]string{"gate": "bank", "outcome": "local"}); got != 2 {
+		t.Errorf("decisions local = %v, want 2", got)
 	}
 }
