@@ -44,10 +44,11 @@
 // that is longer. Each degraded decision is counted, and logged at most
 // once per gate every 5s, each line saying how many more it stands for
 // (suppressed: the gate's degraded decisions of any failure mode; the
-// line names its first one's). A decision that ran out of time against a
-// frozen store may still be recorded when the store wakes (it was sent,
-// and is not taken back: see redisstore's doc), so a request that its
-// failure mode let through can count against its key after the fact.
+// line names the latest one's mode and outcome). A decision that ran
+// out of time against a frozen store may still be recorded when the
+// store wakes (it was sent, and is not taken back: see redisstore's
+// doc), so a request that its failure mode let through can count against
+// its key after the fact.
 //
 // # Requests in flight
 //

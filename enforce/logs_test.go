@@ -93,3 +93,34 @@ func TestDegradedDecisionsLoggedAtTheInterval(t *testing.T) {
 		t.Fatalf("the lines %v stand for %d degraded decisions; want all 13", lines(), total)
 	}
 }
+
+// A summary line stands for the gate's degraded decisions of every
+// failure mode, and names the latest one's mode and outcome, as the
+// package doc says: here an open and then an error decision held after a
+// closed one written at once.
+func TestDegradedSummaryNamesTheLatest(t *testing.T) {
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "mixed"})
+	v.fault.Set(faultstore.Fail)
+	for _, c := range []struct {
+		mode enforce.FailureMode
+		want enforce.Outcome
+	}{{enforce.FailClosed, enforce.FailedClosed}, {enforce.FailOpen, enforce.FailedOpen}, {enforce.FailError, enforce.Errored}} {
+		res, err := g.Check(t.Context(), []enforce.Hit{hit(rule("mx", 5), "k", c.mode)})
+		if err != nil || res.Outcome != c.want {
+			t.Fatalf("%v: %v, %v; want %v", c.mode, res.Outcome, err, c.want)
+		}
+	}
+	if err := v.e.Close(); err != nil { // writes the held line
+		t.Fatal(err)
+	}
+	want := []string{
+		"gate=mixed failure_mode=closed outcome=failed_closed",
+		"gate=mixed failure_mode=error outcome=error",
+	}
+	lines := strings.Split(strings.TrimSpace(v.logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], want[0]) || !strings.HasSuffix(lines[0], "suppressed=0") ||
+		!strings.Contains(lines[1], want[1]) || !strings.HasSuffix(lines[1], "suppressed=1") {
+		t.Fatalf("log lines:\n%s\nwant two: %q (suppressed=0), then %q (suppressed=1: the open one)", v.logs, want[0], want[1])
+	}
+}

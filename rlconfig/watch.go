@@ -27,16 +27,22 @@ type WatchOptions struct {
 	// means 100ms.
 	Debounce time.Duration
 	// OnReload, when set, is called after each reload that an event
-	// started and that read files other than the previous read found,
-	// from the Watcher's goroutine: with the new configuration and a nil
-	// error when it is in force, or with a nil configuration and the
-	// error when it was refused (every problem listed, wrapping
-	// [ErrInvalidConfig]) or the directory could not be read or watched.
-	// The old configuration then stays in force. It is where a service
-	// logs and counts config_load_success and config_load_error. Events
-	// that leave the files read as they were (a temporary file written
-	// beside them and renamed over one, an editor's swap file, a file
-	// rewritten unchanged) call nothing, so that each call is a change.
+	// started and that found other than the previous read found (other
+	// files read or, in a directory, other entries skipped: see
+	// [Config.Skipped]), from the Watcher's goroutine: with the new
+	// configuration and a nil error when it is in force, or with a nil
+	// configuration and the error when it was refused (every problem
+	// listed, wrapping [ErrInvalidConfig]) or the directory could not be
+	// read or watched. The old configuration then stays in force. It is
+	// where a service logs and counts config_load_success and
+	// config_load_error. Events that leave both as they were (a file
+	// rewritten unchanged, a file whose name starts with a dot, such as
+	// an editor's swap file, and beside the one file that Watch was
+	// given, any other, such as a temporary file renamed over it) call
+	// nothing, so that each call is a change. In a directory, a
+	// temporary file not named with a dot is a skipped entry: renamed
+	// over a file more than a debounce after it was written, it makes
+	// two calls.
 	OnReload func(cfg *Config, err error)
 }
 

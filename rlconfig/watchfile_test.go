@@ -1,6 +1,7 @@
 package rlconfig_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -103,5 +104,30 @@ func TestWatchReportsChangesOnly(t *testing.T) {
 	}
 	if got := limitOf(w.Config()); got != 4 {
 		t.Errorf("limit in force %d, want 4", got)
+	}
+}
+
+// In a directory, the entries skipped are part of what a read found
+// (Config.Skipped lists them): one added is a call, with the old limits;
+// one rewritten, whose content nobody reads, and a file whose name starts
+// with a dot, are none. The WatchOptions.OnReload doc says so.
+func TestWatchDirectoryReportsSkippedEntries(t *testing.T) {
+	dir := writeDir(t, map[string]string{"limits.yaml": limitFile("3")})
+	_, ch := watch(t, dir)
+	next := func(what string) reload {
+		t.Helper()
+		return waitFor(t, ch, what, func(reload) bool { return true })
+	}
+	write(t, filepath.Join(dir, "notes.txt"), "one")
+	if r := next("after notes.txt was added"); r.err != nil || limitOf(r.cfg) != 3 || fmt.Sprint(r.cfg.Skipped()) != "[notes.txt]" {
+		t.Fatalf("call after notes.txt was added: limit %d, error %v, skipped %v; want 3, none, [notes.txt]", limitOf(r.cfg), r.err, r.cfg.Skipped())
+	}
+	time.Sleep(200 * time.Millisecond) // many debounces
+	write(t, filepath.Join(dir, "notes.txt"), "two")
+	write(t, filepath.Join(dir, ".limits.yaml.swp"), "swap")
+	time.Sleep(200 * time.Millisecond)
+	write(t, filepath.Join(dir, "limits.yaml"), limitFile("4"))
+	if r := next("after limits.yaml changed"); r.err != nil || limitOf(r.cfg) != 4 {
+		t.Fatalf("first call after notes.txt rewritten, a swap file and limits.yaml changed: limit %d, error %v; want 4 and no call before it", limitOf(r.cfg), r.err)
 	}
 }

@@ -407,11 +407,19 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 		return nil
 	case p.over:
 		// The figures only; a failed store leaves the statuses without
-		// them, and the answer is over the limit anyway.
-		if failed == nil {
-			res, err := g.Peek(ctx, p.enforceHits(counted))
+		// them, and the answer is over the limit anyway. The shadow hits
+		// are not evaluated, as in a request that the store denied: a
+		// store call each, for a verdict that changes nothing.
+		enforced := counted[:0]
+		for _, i := range counted {
+			if !p.hits[i].hit.Shadow {
+				enforced = append(enforced, i)
+			}
+		}
+		if failed == nil && len(enforced) > 0 {
+			res, err := g.Peek(ctx, p.enforceHits(enforced))
 			if err == nil && res.Err == nil {
-				p.assign(counted, res, true)
+				p.assign(enforced, res, true)
 			}
 		}
 		return nil

@@ -38,6 +38,11 @@ descriptors:
     rate_limit: {name: boleto, unit: minute, requests_per_unit: 2}
   - key: user
     rate_limit: {name: user, unit: minute, requests_per_unit: 10}
+  - key: banned
+    rate_limit: {name: banned, unit: minute, requests_per_unit: 0}
+  - key: login
+    failure_mode: local
+    rate_limit: {name: login, unit: minute, requests_per_unit: 5}
 `
 
 const statementPath = "bank.route_statement.account"
@@ -140,6 +145,30 @@ func TestShadowInADeniedRequest(t *testing.T) {
 	check("over its shadow limit", figures{total: 6, within: 2, over: 1, near: 1, shadow: 1})
 }
 
+// A request denied without a store verdict (a blocked limit:
+// requests_per_unit 0) is peeked for its enforced descriptors' figures,
+// and its shadow_mode descriptor is not evaluated either, as in a request
+// that the store denied: no figures on any surface, and its hit in
+// total_hits alone. The peek evaluated it, a store call per shadow hit
+// on the path a flood takes.
+func TestShadowInABlockedRequest(t *testing.T) {
+	svc := start(t, setup{yaml: bankConfig, store: memstore.New(memstore.Options{})})
+	r := req("bank", desc("banned=acct-42"), desc("boleto=acct-10"), desc("route=statement", "account=acct-42"))
+	resp := svc.call(t, r)
+	expect(t, resp, over, []rlsv3.RateLimitResponse_Code{over, ok, ok}, []uint32{0, 0, 30})
+	st := resp.GetStatuses()[1]
+	if cl, d := st.GetCurrentLimit(), st.GetDurationUntilReset(); cl != nil || d != nil {
+		t.Errorf("boleto's current_limit %v, duration_until_reset %v; want none, as it was not evaluated", cl, d)
+	}
+	if f := svc.figures(t, "boleto"); f != (figures{total: 1}) {
+		t.Errorf("boleto's metrics %+v, want its hit in total_hits alone", f)
+	}
+	if f := svc.figures(t, statementPath); f != (figures{total: 1, within: 1}) {
+		t.Errorf("statement's metrics %+v, want its hit within", f)
+	}
+	svc.viaJSON(t, r, resp)
+}
+
 // With the store down, an answer that a failure mode decided says so on
 // every surface, with no figure that nobody measured: fail-closed is
 // over with nothing left until its Retry-After (duration_until_reset
@@ -208,5 +237,28 @@ func TestFailureModeAnswers(t *testing.T) {
 	}
 	if got := promtest.Sum(t, svc.reg, "floodgate_rls_requests_total", nil); got != 8 {
 		t.Errorf("requests = %v, want 8", got)
+	}
+}
+
+// A hit that failure_mode local decided was evaluated, by the local
+// limits: unlike the other failure modes' hits, it counts in
+// within_limit as a store's would, and its status has the local figures
+// (the package doc's Metrics; docs/SERVICE.md says the same).
+func TestLocalFailureModeCounts(t *testing.T) {
+	fs := faultstore.New(memstore.New(memstore.Options{}))
+	svc := start(t, setup{yaml: bankConfig, store: fs})
+	fs.Set(faultstore.Fail)
+	for i := range 2 {
+		resp := svc.call(t, req("bank", desc("login=u")))
+		expect(t, resp, ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{uint32(4 - i)})
+		if cl := resp.GetStatuses()[0].GetCurrentLimit(); cl.GetName() != "login" || cl.GetRequestsPerUnit() != 5 {
+			t.Errorf("call %d: current_limit %v, want login's 5", i+1, cl)
+		}
+	}
+	if f := svc.figures(t, "login"); f != (figures{total: 2, within: 2}) {
+		t.Errorf("login's metrics %+v, want 2 hits within", f)
+	}
+	if got := promtest.Sum(t, svc.reg, "floodgate_decisions_total", map[string]string{"gate": "bank", "outcome": "local"}); got != 2 {
+		t.Errorf("decisions local = %v, want 2", got)
 	}
 }

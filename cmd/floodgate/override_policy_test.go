@@ -23,7 +23,8 @@ import (
 // of two limits of the service's configuration, one with a name field and
 // one without (its policy is its descriptor path), and checks that
 // override set, get, ls -config and rm name each by the policy the
-// service reports in current_limit for that key, with the store's rule
+// service reports in RateLimit-Policy for that key (current_limit.name is
+// the name field alone, empty without one), with the store's rule
 // beside it, in text and in JSON; ls without -config keeps the rule.
 func TestOverrideNamesThePolicyTheServiceReports(t *testing.T) {
 	dir := t.TempDir()
