@@ -85,7 +85,8 @@
 // limit and an account limit adds one to one of them, not one to each.
 // A request of shadow limits only is counted by their own decisions
 // (shadow_allowed, shadow_denied), or failed_open when the store failed
-// on them, and then logged with the degraded decisions.
+// before it decided any of them, and then logged with the degraded
+// decisions.
 // Each limit's own figures are in the answer's fields (RateLimit) and in
 // the store ("floodgate peek").
 //

@@ -433,7 +433,6 @@ func (g *Gate) run(ctx context.Context, hits []Hit, record bool) (Result, error)
 	// or when no enforced hit asked it: a failing store would make each
 	// of them wait out its own budget.
 	if len(shadow) > 0 && (len(enforced) == 0 || res.Outcome == Allowed) {
-		start := time.Now()
 		var serr error
 		res.Shadow, res.shadowHits, serr = g.shadow(ctx, shadow, record)
 		res.gate = g // which Hold needs, for the shadow leases
@@ -442,7 +441,7 @@ func (g *Gate) run(ctx context.Context, hits []Hit, record bool) (Result, error)
 			// store failed on its shadow limits, which never deny.
 			res.Err = serr
 			g.m.policy("")[FailedOpen].Inc()
-			g.logFailed(start, FailOpen, FailedOpen, serr)
+			g.logFailed(time.Now(), FailOpen, FailedOpen, serr)
 		}
 	}
 	return res, nil
