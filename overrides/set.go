@@ -3,6 +3,7 @@ package overrides
 import (
 	"fmt"
 	"hash/maphash"
+	"math"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -47,7 +48,7 @@ type ruleHash struct {
 type entry struct {
 	name, key string
 	rule      floodgate.Rule
-	expires   int64 // Unix nanoseconds; 0 never
+	expires   int64 // Unix nanoseconds, math.MaxInt64 for an expiry past 2262; 0 never
 }
 
 var _ floodgate.Overrides = (*Set)(nil)
@@ -95,7 +96,10 @@ func newSet(entries []Entry, now func() time.Time) *Set {
 		}
 		x := entry{name: e.Rule.Name, key: e.Key, rule: e.Rule}
 		if !e.Expires.IsZero() {
-			x.expires = e.Expires.UnixNano()
+			x.expires = math.MaxInt64 // past what Unix nanoseconds hold: in force until then
+			if e.Expires.Before(time.Unix(0, math.MaxInt64)) {
+				x.expires = e.Expires.UnixNano()
+			}
 			if s.next.IsZero() || e.Expires.Before(s.next) {
 				s.next = e.Expires
 			}

@@ -73,6 +73,28 @@ func TestSetOverride(t *testing.T) {
 	}
 }
 
+// An expiry the stored form allows (the years 0 to 9999) but Unix
+// nanoseconds cannot hold (past 2262-04-11) keeps the override in force:
+// it overflowed into the past, and the service enforced the rule's own
+// limit while ls, get and peek showed the override (a new user's
+// "forever" override of -ttl 2500000h).
+func TestFarExpiryIsInForce(t *testing.T) {
+	api := rule(t, "api", 10, time.Minute, floodgate.SlidingWindow)
+	vip := rule(t, "api", 100, time.Minute, floodgate.SlidingWindow)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, until := range []time.Time{
+		time.Date(2262, 4, 11, 23, 47, 16, 0, time.UTC), // the last second Unix nanoseconds hold
+		time.Date(2262, 4, 12, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+		now.Add(2500000 * time.Hour),
+	} {
+		s := newSet([]Entry{{Rule: vip, Key: "abuser", Expires: until}}, func() time.Time { return now })
+		if got, ok := s.Override(api, "abuser"); !ok || got != vip {
+			t.Errorf("an override until %v: %v, %v; want it in force (100/1m)", until, got, ok)
+		}
+	}
+}
+
 // NewSet refuses invalid entries (those overridetable.Entry.Validate refuses, with the
 // same errors) and a key given twice.
 func TestNewSetRejects(t *testing.T) {
