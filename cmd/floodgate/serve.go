@@ -57,11 +57,11 @@ type serveConfig struct {
 	LogLevel        slog.Level    // LOG_LEVEL: debug, info, warn, error
 	LogFormat       string        // LOG_FORMAT: text or json
 
-	// Not from the environment: the HTTP listeners' bounds, so that a
-	// client trickling a body or holding idle connections cannot keep
-	// them (and their memory) for ever.
+	// Not from the environment: the listeners' bounds, so that a client
+	// trickling a body or holding idle connections cannot keep them (and
+	// their memory, and the process's file descriptors) for ever.
 	httpReadTimeout time.Duration // a whole request, its 1 MiB body included: 30s
-	httpIdleTimeout time.Duration // an idle keep-alive connection: 2m
+	idleTimeout     time.Duration // an idle connection (HTTP keep-alive; gRPC with no call open, then GOAWAY): 2m
 	ShadowMode      bool          // SHADOW_MODE: every limit in shadow mode
 	Reflection      bool          // GRPC_REFLECTION: gRPC server reflection, which lists the services to any caller
 	CountOverLimit  bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, or unset under xDS: hits count past their limits
@@ -118,7 +118,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		MaxConnAge:      24 * time.Hour,
 		MaxConnAgeGrace: time.Hour,
 		httpReadTimeout: 30 * time.Second,
-		httpIdleTimeout: 2 * time.Minute,
+		idleTimeout:     2 * time.Minute,
 	}
 	var errs []error
 	bad := func(name, format string, a ...any) {
@@ -415,6 +415,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	gate := newGate(cfg, src, srv.Config)
 	grpcOpts := append(srv.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
+		MaxConnectionIdle: cfg.idleTimeout, // Envoy reconnects on the GOAWAY
 	}))
 	if cfg.GRPCTLS != nil {
 		tc, err := serverTLS(*cfg.GRPCTLS, logger)
@@ -431,7 +432,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	httpServer := func(h http.Handler) *http.Server {
 		return &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, cfg.httpReadTimeout),
-			ReadTimeout: cfg.httpReadTimeout, IdleTimeout: cfg.httpIdleTimeout, ErrorLog: errLog}
+			ReadTimeout: cfg.httpReadTimeout, IdleTimeout: cfg.idleTimeout, ErrorLog: errLog}
 	}
 	web := httpServer(gate.handler(srv.Handler()))
 	var debug *http.Server

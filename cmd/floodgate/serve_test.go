@@ -18,6 +18,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -387,7 +388,7 @@ func TestUpstreamEnvironment(t *testing.T) {
 		ConfigDir: "/data/ratelimit/config", MergeDomains: true, DecisionTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, LogLevel: slog.LevelWarn, LogFormat: "text",
 		MaxConnAge: 24 * time.Hour, MaxConnAgeGrace: time.Hour,
-		httpReadTimeout: 30 * time.Second, httpIdleTimeout: 2 * time.Minute,
+		httpReadTimeout: 30 * time.Second, idleTimeout: 2 * time.Minute,
 	}
 	if c != want {
 		t.Errorf("got  %+v\nwant %+v", c, want)
@@ -486,12 +487,12 @@ func TestServeHTTPBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.httpReadTimeout, cfg.httpIdleTimeout = 300*time.Millisecond, 300*time.Millisecond
+	cfg.httpReadTimeout, cfg.idleTimeout = 300*time.Millisecond, 300*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- runService(ctx, cfg, slog.New(slog.DiscardHandler), serveHooks{ready: func(_, h, _ string) { addr <- h }})
+		done <- runService(ctx, cfg, slog.New(slog.DiscardHandler), serveHooks{ready: func(g, h, _ string) { addr <- g; addr <- h }})
 	}()
 	defer func() {
 		cancel()
@@ -499,7 +500,7 @@ func TestServeHTTPBounds(t *testing.T) {
 			t.Errorf("runService: %v", err)
 		}
 	}()
-	web := <-addr
+	rpc, web := <-addr, <-addr
 	// closedWithin reads conn until the server closes it, failing after d.
 	closedWithin := func(what string, conn net.Conn, d time.Duration) {
 		t.Helper()
@@ -528,6 +529,22 @@ func TestServeHTTPBounds(t *testing.T) {
 	}
 	res.Body.Close()
 	closedWithin("an idle connection", idle, 3*time.Second)
+
+	// A gRPC connection that opens HTTP/2 and then calls nothing is sent
+	// GOAWAY and closed (it was held for good: a client holding 20,000 of
+	// them took every file descriptor). grpc-go closes it 5s after the
+	// first GOAWAY when the client does not answer its ping, as this one
+	// does not.
+	h2, err := net.Dial("tcp", rpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	io.WriteString(h2, http2.ClientPreface)
+	if err := http2.NewFramer(h2, nil).WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	closedWithin("an idle gRPC connection", h2, 15*time.Second)
 }
 
 // TestServeLogLevels: every LOG_LEVEL envoyproxy/ratelimit takes (its
