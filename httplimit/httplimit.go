@@ -53,7 +53,12 @@ func New(opts Options) (*Routes, error) {
 type Limit struct {
 	// Rule is the policy; its name appears in the headers and metrics.
 	// Limits on the same rule name and key share their count, across
-	// routes too: give one global per-IP rule to every route.
+	// routes too: give one global per-IP rule to every route. So give a
+	// rule one kind of key: a rule keyed by client IP on one route and by
+	// a header on another lets a client send a victim's address in the
+	// header and spend the victim's quota: give each kind its own rule
+	// name ([First] tags each key with its source, for one limit keyed
+	// by several).
 	Rule floodgate.Rule
 	// Key returns the key the rule counts; required.
 	Key KeyFunc
