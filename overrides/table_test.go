@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +290,91 @@ func TestTableCap(t *testing.T) {
 	}
 	if strings.Contains(out, "skipping an invalid entry") {
 		t.Errorf("an entry refused beyond the bound logged a line of its own:\n%s", out)
+	}
+}
+
+// A table whose hash takes more than 64 MiB in Redis (the package
+// documentation's bound), here a few fields of garbage of 8 MiB written
+// by hand, is not read: a refresh keeps the overrides loaded last, is
+// counted and logged as a failed refresh naming the size and the bound,
+// and the Table's heap does not take the hash. Set still works, and once
+// the large fields are deleted the next refresh loads the table.
+func TestTableByteBound(t *testing.T) {
+	const maxBytes = 64 << 20 // as the package documentation says
+	ctx := context.Background()
+	addr, p := redistest.Addr(t), prefix(t)
+	key := p + "{overrides}"
+	t.Cleanup(func() { redistest.Command(addr, "DEL", key) })
+	var logs syncbuf.Buffer
+	reg := prometheus.NewRegistry()
+	tb := open(t, overrides.Options{URL: "redis://" + addr, Prefix: p, Refresh: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg})
+	set := func(key string, limit int64) {
+		t.Helper()
+		if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", limit, time.Minute), Key: key}); err != nil {
+			t.Fatalf("Set of %s: %v", key, err)
+		}
+	}
+	set("a", 5)
+	if err := tb.Refresh(ctx); err != nil || tb.Len() != 1 {
+		t.Fatalf("Refresh = %v, %d loaded; want a", err, tb.Len())
+	}
+	junk := []string{"HSET", key}
+	for i := range 9 {
+		junk = append(junk, fmt.Sprintf("api:junk-%d", i), strings.Repeat("x", 8<<20))
+	}
+	if _, err := redistest.Command(addr, junk...); err != nil {
+		t.Fatal(err)
+	}
+	set("b", 7) // bumps the version: the next refresh is a full load
+	v, err := redistest.Command(addr, "MEMORY", "USAGE", key, "SAMPLES", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.ParseInt(v, 10, 64); n <= maxBytes {
+		t.Fatalf("the hash takes %s bytes; the test wants more than %d", v, maxBytes)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err = tb.Refresh(ctx)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, overrides.ErrTableFull) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Errorf("Refresh of a table over the bound = %v; want ErrTableFull", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("the refusing refresh allocated %d bytes; want no more than 1 MiB (the hash is not read)", got)
+	}
+	api := mustRule(t, "api", 1, time.Minute)
+	if r, ok := tb.Override(api, "a"); !ok || r.Limit != 5 || tb.Len() != 1 {
+		t.Errorf("after the refused load, a = %v, %v, %d loaded; want the 5/1m loaded last, alone", r, ok, tb.Len())
+	}
+	if _, ok := tb.Override(api, "b"); ok {
+		t.Error("b, set after the hash went over the bound, is in force; the hash was read")
+	}
+	if n := metric(t, reg, "floodgate_overrides_refresh_errors_total"); n != 1 {
+		t.Errorf("refresh errors = %v; want 1", n)
+	}
+	if n := metric(t, reg, "floodgate_overrides_invalid"); n != 0 {
+		t.Errorf("floodgate_overrides_invalid = %v; want 0 (the garbage was never read)", n)
+	}
+	want := fmt.Sprintf("%s takes %s bytes in Redis (MEMORY USAGE), more than the %d a table may take", key, v, maxBytes)
+	if out := logs.String(); strings.Count(out, "refresh failed") != 1 || !strings.Contains(out, want) || !strings.Contains(out, "HSCAN") {
+		t.Errorf("logs; want one refresh failure saying %q and how to find the fields:\n%s", want, out)
+	}
+	del := []string{"HDEL", key}
+	for i := range 9 {
+		del = append(del, fmt.Sprintf("api:junk-%d", i))
+	}
+	if _, err := redistest.Command(addr, del...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh once the large fields are deleted = %v", err)
+	}
+	if r, ok := tb.Override(api, "b"); !ok || r.Limit != 7 || tb.Len() != 2 {
+		t.Errorf("after the recovery, b = %v, %v, %d loaded; want 7/1m, and a", r, ok, tb.Len())
+	}
+	if !strings.Contains(logs.String(), "refresh recovered") {
+		t.Errorf("no recovery logged:\n%s", logs.String())
 	}
 }
