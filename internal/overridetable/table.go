@@ -105,6 +105,9 @@ var (
 	//go:embed delete.lua
 	deleteLua    string
 	deleteScript = rueidis.NewLuaScript(deleteLua)
+	//go:embed load.lua
+	loadLua    string
+	loadScript = rueidis.NewLuaScript(loadLua)
 )
 
 // New returns the table that opts locates. Only bad options fail: a
@@ -310,103 +313,39 @@ func (t *Table) List(ctx context.Context) (*Listing, error) {
 	return l, nil
 }
 
-// load reads the version counter ("" if missing) and the hash, as stored.
-// A hash that takes more than maxBytes in Redis is not read: load returns
-// an error wrapping [ErrTableFull] that gives its size.
+// load reads the version counter ("" if missing) and the hash, as stored,
+// in one script: a hash that takes more than maxBytes in Redis is not
+// read, and load returns an error wrapping [ErrTableFull].
 func (t *Table) load(ctx context.Context) (string, map[string]string, error) {
 	c, err := t.conn()
 	if err != nil {
 		return "", nil, err
 	}
-	failed := false // a connection failed once already
-	for range loadAttempts {
-		var (
-			v    string
-			m    map[string]string
-			read bool
-		)
-		err := c.Dedicated(func(dc rueidis.DedicatedClient) (err error) {
-			v, m, read, err = t.loadOnce(ctx, dc)
-			return err
-		})
-		switch {
-		case err == nil && read:
-			return v, m, nil
-		case err == nil: // the hash changed in between: measure it again
-		case failed || errors.Is(err, ErrTableFull) || ctx.Err() != nil:
-			return "", nil, err
-		default:
-			// A dedicated connection that broke while idle in rueidis's
-			// pool (Redis restarted) fails at its first use; it is
-			// dropped, and a second attempt dials a new one.
-			failed = true
-		}
+	reply, err := loadScript.Exec(ctx, c, []string{t.hash, t.version}, []string{strconv.Itoa(maxBytes)}).ToArray()
+	if err != nil {
+		return "", nil, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	return "", nil, fmt.Errorf("overrides: list: %w: the table changed while it was read, %d times in a row", floodgate.ErrStoreUnavailable, loadAttempts)
-}
-
-// loadAttempts is how many times load measures and reads a hash that
-// keeps changing in between before it gives up.
-const loadAttempts = 3
-
-// loadOnce measures the hash (MEMORY USAGE, exact with SAMPLES 0,
-// O(fields)) under WATCH, and then reads it and the version in a
-// transaction, which Redis aborts if the hash changed since it was
-// measured: an oversized hash is never sent, however it was written.
-// read is false when the transaction was aborted. Two round trips on
-// one connection, to the node of the hash's slot.
-func (t *Table) loadOnce(ctx context.Context, c rueidis.DedicatedClient) (v string, m map[string]string, read bool, err error) {
-	rs := c.DoMulti(ctx,
-		c.B().Watch().Key(t.hash).Build(),
-		c.B().MemoryUsage().Key(t.hash).Samples(0).Build())
-	if err := rs[0].Error(); err != nil {
-		return "", nil, false, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
+	if len(reply) != 2 && len(reply) != 3 {
+		return "", nil, fmt.Errorf("overrides: list: %w: unexpected reply of %d elements", floodgate.ErrStoreUnavailable, len(reply))
 	}
-	size, err := rs[1].AsInt64()
-	if rueidis.IsRedisNil(err) { // no hash
-		size, err = 0, nil
+	v, err := reply[0].ToString()
+	if err != nil {
+		return "", nil, fmt.Errorf("overrides: list: %w: version: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	if err != nil || size > maxBytes {
-		// The connection returns to rueidis's pool: leave it unwatched.
-		if uerr := c.Do(ctx, c.B().Unwatch().Build()).Error(); uerr != nil && err == nil {
-			err = uerr
-		}
-		if err != nil {
-			return "", nil, false, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
-		}
-		return "", nil, false, fmt.Errorf("%w: %s takes %d bytes in Redis (MEMORY USAGE), more than the %d a table may take, and is not read: "+
+	size, err := reply[1].AsInt64()
+	if err != nil {
+		return "", nil, fmt.Errorf("overrides: list: %w: size: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	if len(reply) == 2 {
+		return "", nil, fmt.Errorf("%w: %s takes %d bytes in Redis (MEMORY USAGE), more than the %d a table may take, and is not read: "+
 			"find its large fields (redis-cli --bigkeys, HSCAN, HSTRLEN) and delete them (floodgate override rm, or HDEL)",
 			ErrTableFull, t.hash, size, maxBytes)
 	}
-	rs = c.DoMulti(ctx,
-		c.B().Multi().Build(),
-		c.B().Get().Key(t.version).Build(),
-		c.B().Hgetall().Key(t.hash).Build(),
-		c.B().Exec().Build())
-	exec := rs[len(rs)-1]
-	if err := exec.Error(); rueidis.IsRedisNil(err) {
-		return "", nil, false, nil // the hash changed since WATCH
-	} else if err != nil {
-		return "", nil, false, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	replies, err := exec.ToArray()
-	if err == nil && len(replies) != 2 {
-		err = fmt.Errorf("EXEC replied %d results; want 2", len(replies))
-	}
+	m, err := reply[2].AsStrMap()
 	if err != nil {
-		return "", nil, false, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
+		return "", nil, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	v, err = replies[0].ToString()
-	if rueidis.IsRedisNil(err) {
-		v, err = "", nil
-	}
-	if err != nil {
-		return "", nil, false, fmt.Errorf("overrides: list: %w: version: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	if m, err = replies[1].AsStrMap(); err != nil {
-		return "", nil, false, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	return v, m, true, nil
+	return v, m, nil
 }
 
 // Version reads the version counter alone: what a service checks

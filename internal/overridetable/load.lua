@@ -1,0 +1,16 @@
+-- load.lua: reads the version and the whole hash, atomically, unless the
+-- hash takes more than max bytes in Redis: then only its size, so that an
+-- oversized hash (written by hand) is never sent to a reader.
+-- KEYS[1]  the overrides hash, <prefix>{overrides}
+-- KEYS[2]  its version counter, <prefix>{overrides}:version (same slot)
+-- ARGV     max, in bytes (maxBytes, table.go)
+-- Reply    {version or "", bytes, {field, value, ...}} under max;
+--          {version or "", bytes} over it. MEMORY USAGE with SAMPLES 0
+--          counts every field and value (O(fields)); a missing hash is 0
+--          bytes. Redis 4 or later (MEMORY USAGE).
+local version = redis.call('GET', KEYS[2]) or ''
+local bytes = redis.call('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', '0') or 0
+if bytes > tonumber(ARGV[1]) then
+	return {version, bytes}
+end
+return {version, bytes, redis.call('HGETALL', KEYS[1])}
