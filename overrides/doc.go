@@ -56,6 +56,18 @@
 // logged in one line. An application with more per-key limits keeps them
 // in its own store and builds a [Set] from it.
 //
+// Nor is a table read whose hash takes more than 64 MiB in Redis, as
+// MEMORY USAGE counts it (10,000 overrides of the usual size take about
+// 1.6 MB; 64 MiB holds some 50 overrides of keys of 1 MiB, the longest
+// allowed): fields written by hand could otherwise make every replica
+// take gigabytes at each full load, and Redis stall while it sends them.
+// The script that reads the hash measures it first, in Redis, so an
+// oversized hash is never sent. Its load fails with an error wrapping
+// [ErrTableFull] that gives the size: a Table keeps the overrides loaded
+// last and counts and logs the failed refresh, and floodgate override ls
+// fails with the same error. Find the large fields (redis-cli --bigkeys,
+// HSCAN) and delete them.
+//
 // # Key layout
 //
 // The overrides of a key prefix (Options.Prefix, the services'
@@ -75,8 +87,10 @@
 //
 // Write access to the overrides key is as trusted as write access to the
 // limits themselves: whoever can write the hash can give any key any
-// limit within the bounds below, so grant it (Redis ACLs) as you would
-// the services' configuration.
+// limit within the bounds below, and stop every replica's refreshes by
+// taking it past 64 MiB, so grant it (Redis ACLs) as you would the
+// services' configuration. A service reads the table with EVALSHA (and
+// EVAL), whose script calls GET, MEMORY USAGE and HGETALL.
 //
 // # Validation
 //
