@@ -376,3 +376,54 @@ func TestTableByteBound(t *testing.T) {
 		t.Errorf("no recovery logged:\n%s", logs.String())
 	}
 }
+
+// Garbage written by hand under the byte bound, 40 values of 1 MiB of
+// commas, costs a load no more than its size: each is refused unread
+// past 1 KiB (before, each split into a million parts), logged once
+// (and again when it changes), and not kept once the load is done.
+func TestTableGarbageUnderBound(t *testing.T) {
+	const fields = 40
+	ctx := context.Background()
+	addr, p := redistest.Addr(t), prefix(t)
+	key := p + "{overrides}"
+	t.Cleanup(func() { redistest.Command(addr, "DEL", key) })
+	for i := range fields {
+		if _, err := redistest.Command(addr, "HSET", key, fmt.Sprintf("api:g-%02d", i), strings.Repeat(",", 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs syncbuf.Buffer
+	reg := prometheus.NewRegistry()
+	var before, loaded, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tb := open(t, overrides.WithReloadEvery(overrides.Options{URL: "redis://" + addr, Prefix: p, Refresh: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg}, 1))
+	runtime.ReadMemStats(&loaded)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got, most := loaded.TotalAlloc-before.TotalAlloc, uint64(fields<<20)*3/2; got > most {
+		t.Errorf("loading %d MiB of garbage allocated %d bytes; want at most %d", fields, got, most)
+	}
+	if kept := int64(after.HeapAlloc) - int64(before.HeapAlloc); kept > 8<<20 {
+		t.Errorf("after the load, the heap holds %d bytes more; want under 8 MiB (the garbage is not kept)", kept)
+	}
+	if g := metric(t, reg, "floodgate_overrides_invalid"); g != fields {
+		t.Errorf("floodgate_overrides_invalid = %v; want %d", g, fields)
+	}
+	if err := tb.Refresh(ctx); err != nil { // a full load (WithReloadEvery 1)
+		t.Fatal(err)
+	}
+	if c := strings.Count(logs.String(), "skipping an invalid entry"); c != fields || !strings.Contains(logs.String(), "value is 1048576 bytes, at most 1024 allowed") {
+		t.Errorf("after two loads, %d lines about invalid entries; want %d, once each, giving the size", c, fields)
+	}
+	if _, err := redistest.Command(addr, "HSET", key, "api:g-07", strings.Repeat(";", 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := strings.Count(logs.String(), "skipping an invalid entry"); c != fields+1 {
+		t.Errorf("after api:g-07 changed, %d lines about invalid entries; want %d, g-07 again", c, fields+1)
+	}
+}
