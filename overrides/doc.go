@@ -62,11 +62,12 @@
 // allowed): fields written by hand could otherwise make every replica
 // take gigabytes at each full load, and Redis stall while it sends them.
 // The script that reads the hash measures it first, in Redis, so an
-// oversized hash is never sent. Its load fails with an error wrapping
-// [ErrTableFull] that gives the size: a Table keeps the overrides loaded
+// oversized hash is never sent; the load fails with an error wrapping
+// [ErrTableFull] that gives the size. A Table keeps the overrides loaded
 // last and counts and logs the failed refresh, and floodgate override ls
 // fails with the same error. Find the large fields (redis-cli --bigkeys,
-// HSCAN) and delete them.
+// HSCAN) and delete them. A hash under the bound costs a load at most a
+// small multiple of its size, whatever it holds.
 //
 // # Key layout
 //
@@ -106,7 +107,8 @@
 // is absent (no expiry) or a time in the years 0 to 9999, which its
 // stored form (RFC 3339) holds: a stored expires=0001-01-01T00:00:00Z,
 // the zero time, is refused rather than read as no expiry. A value written by hand that does not parse or
-// validate is skipped, logged once and counted in the
+// validate, or that is longer than 1 KiB (the command writes about 150
+// bytes at most), is skipped, logged once and counted in the
 // floodgate_overrides_invalid gauge, and floodgate override ls lists it.
 // The Limiter validates each hit against the rule in force, so a request
 // whose cost exceeds an overridden capacity is an error, as it would be
