@@ -37,8 +37,9 @@
 // A refresh is one GET of a version counter that every change bumps; only
 // when it moved does the Table read the whole hash (HGETALL, in a script
 // that measures it first) and swap in a new [Set]. Every 12th refresh
-// reads the hash even if the counter did not move, so a hash edited by hand with redis-cli HSET is seen within
-// 12 refreshes (a minute at the default 5s). A refresh that fails (Redis
+// reads the hash even if the counter did not move, so a hash edited by
+// hand with redis-cli HSET is seen within 12 refreshes (a minute at the
+// default 5s). A refresh that fails (Redis
 // down) keeps the overrides loaded last, and is logged and counted; a
 // Table that never loaded starts empty, so a service can start during an
 // outage.
