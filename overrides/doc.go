@@ -92,7 +92,9 @@
 // limit within the bounds below, and stop every replica's refreshes by
 // taking it past 64 MiB, so grant it (Redis ACLs) as you would the
 // services' configuration. A service reads the table with EVALSHA (and
-// EVAL), whose script calls GET, MEMORY USAGE and HGETALL.
+// EVAL), whose script calls GET, MEMORY USAGE and HGETALL; where MEMORY
+// is refused (an ACL, a managed Redis that disables it) it reads the
+// hash unmeasured, without the 64 MiB bound, rather than not at all.
 //
 // # Validation
 //

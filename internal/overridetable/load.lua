@@ -7,9 +7,15 @@
 -- Reply    {version or "", bytes, {field, value, ...}} under max;
 --          {version or "", bytes} over it. MEMORY USAGE with SAMPLES 0
 --          counts every field and value (O(fields)); a missing hash is 0
---          bytes. Redis 4 or later (MEMORY USAGE).
+--          bytes. Where MEMORY is refused (an ACL without it, a managed
+--          Redis that disables it), bytes is -1 and the hash is read
+--          unmeasured, as before the bound: overrides keep working.
 local version = redis.call('GET', KEYS[2]) or ''
-local bytes = redis.call('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', '0') or 0
+local bytes = redis.pcall('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', '0')
+if type(bytes) == 'table' then
+	bytes = -1
+end
+bytes = bytes or 0
 if bytes > tonumber(ARGV[1]) then
 	return {version, bytes}
 end

@@ -394,3 +394,34 @@ func TestListWhileSetting(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Redis user that may not call MEMORY (an ACL without it; managed
+// Redis services that disable it) still reads its overrides, unmeasured,
+// as before the byte bound: the bound must not turn every replica's
+// overrides off there.
+func TestTableWithoutMemoryUsage(t *testing.T) {
+	ctx := context.Background()
+	addr := redistest.Addr(t)
+	user := "ovt-nomemory-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := redistest.Command(addr, "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", "-memory"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { redistest.Command(addr, "ACL", "DELUSER", user) })
+	tb := table(t, "redis://"+user+":pw@"+addr, prefix(t))
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Username: user, Password: "pw", DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Do(ctx, c.B().MemoryUsage().Key("x").Build()).Error(); err == nil {
+		t.Fatal("the user may call MEMORY USAGE: the test would check nothing")
+	}
+	e := overridetable.Entry{Rule: mustRule(t, "api", 50, time.Minute), Key: "vip"}
+	if err := tb.Set(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	l, err := tb.List(ctx)
+	if err != nil || len(l.Entries) != 1 || l.Entries[0].Key != "vip" || l.Entries[0].Rule.Limit != 50 || len(l.Invalid) != 0 {
+		t.Fatalf("List as a user without MEMORY: %+v, %v; want the one override", l, err)
+	}
+}
