@@ -35,10 +35,11 @@
 // skew between them.
 //
 // A refresh is one GET of a version counter that every change bumps; only
-// when it moved does the Table read the whole hash (HGETALL) and swap in
-// a new [Set]. Every 12th refresh reads the hash even if the counter did
-// not move, so a hash edited by hand with redis-cli HSET is seen within
-// 12 refreshes (a minute at the default 5s). A refresh that fails (Redis
+// when it moved does the Table read the whole hash (HGETALL, in a script
+// that measures it first) and swap in a new [Set]. Every 12th refresh
+// reads the hash even if the counter did not move, so a hash edited by
+// hand with redis-cli HSET is seen within 12 refreshes (a minute at the
+// default 5s). A refresh that fails (Redis
 // down) keeps the overrides loaded last, and is logged and counted; a
 // Table that never loaded starts empty, so a service can start during an
 // outage.
@@ -55,6 +56,19 @@
 // floodgate override ls, counted in floodgate_overrides_invalid and
 // logged in one line. An application with more per-key limits keeps them
 // in its own store and builds a [Set] from it.
+//
+// Nor is a table read whose hash takes more than 64 MiB in Redis, as
+// MEMORY USAGE counts it (10,000 overrides of the usual size take about
+// 1.6 MB; 64 MiB holds some 50 overrides of keys of 1 MiB, the longest
+// allowed): fields written by hand could otherwise make every replica
+// take gigabytes at each full load, and Redis stall while it sends them.
+// The script that reads the hash measures it first, in Redis, so an
+// oversized hash is never sent; the load fails with an error wrapping
+// [ErrTableFull] that gives the size. A Table keeps the overrides loaded
+// last and counts and logs the failed refresh, and floodgate override ls
+// fails with the same error. Find the large fields (redis-cli --bigkeys,
+// HSCAN) and delete them. A hash under the bound costs a load at most a
+// small multiple of its size, whatever it holds.
 //
 // # Key layout
 //
@@ -75,8 +89,12 @@
 //
 // Write access to the overrides key is as trusted as write access to the
 // limits themselves: whoever can write the hash can give any key any
-// limit within the bounds below, so grant it (Redis ACLs) as you would
-// the services' configuration.
+// limit within the bounds below, and stop every replica's refreshes by
+// taking it past 64 MiB, so grant it (Redis ACLs) as you would the
+// services' configuration. A service reads the table with EVALSHA (and
+// EVAL), whose script calls GET, MEMORY USAGE and HGETALL; where MEMORY
+// is refused (an ACL, a managed Redis that disables it) it reads the
+// hash unmeasured, without the 64 MiB bound, rather than not at all.
 //
 // # Validation
 //
@@ -92,7 +110,8 @@
 // is absent (no expiry) or a time in the years 0 to 9999, which its
 // stored form (RFC 3339) holds: a stored expires=0001-01-01T00:00:00Z,
 // the zero time, is refused rather than read as no expiry. A value written by hand that does not parse or
-// validate is skipped, logged once and counted in the
+// validate, or that is longer than 1 KiB (the command writes about 150
+// bytes at most), is skipped, logged once and counted in the
 // floodgate_overrides_invalid gauge, and floodgate override ls lists it.
 // The Limiter validates each hit against the rule in force, so a request
 // whose cost exceeds an overridden capacity is an error, as it would be

@@ -16,8 +16,8 @@ var (
 	// ErrInvalidOptions reports [Options] that cannot be used.
 	ErrInvalidOptions = overridetable.ErrInvalidOptions
 	// ErrTableFull reports an override that [Table.Set] refused because
-	// the table holds the most overrides it may (see the package
-	// documentation).
+	// the table holds the most overrides it may, or a table too large
+	// in Redis to be read (see the package documentation).
 	ErrTableFull = overridetable.ErrTableFull
 )
 

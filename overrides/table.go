@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -88,7 +89,8 @@ type Table struct {
 	version  string            // the counter at the last full load
 	loaded   bool              // a full load succeeded
 	since    int               // refreshes since the last full load
-	reported map[string]string // invalid fields already logged, and their values
+	reported map[uint64]uint64 // invalid fields already logged, and their values, hashed (seed)
+	seed     maphash.Seed      // of reported: a field or value may take up to a MiB or more
 	excess   int               // entries refused beyond MaxEntries at the last load
 	failing  int               // refreshes failed in a row
 
@@ -125,7 +127,7 @@ func newTable(ctx context.Context, opts Options, now func() time.Time) (*Table, 
 	opts.reloadEvery = cmp.Or(opts.reloadEvery, defaultReloadEvery)
 	t := &Table{
 		store: store, key: store.Key(), opts: opts, now: now, log: opts.Logger,
-		reported: map[string]string{}, done: make(chan struct{}),
+		reported: map[uint64]uint64{}, seed: maphash.MakeSeed(), done: make(chan struct{}),
 	}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
@@ -270,7 +272,7 @@ func (t *Table) expire() {
 // each, and the entries refused beyond MaxEntries in one line, whenever
 // their number changes. t.mu is held.
 func (t *Table) report(ctx context.Context, invalid []overridetable.Invalid) {
-	now := make(map[string]string, min(len(invalid), overridetable.MaxEntries))
+	now := make(map[uint64]uint64, min(len(invalid), overridetable.MaxEntries))
 	excess, first := 0, ""
 	for _, b := range invalid {
 		if errors.Is(b.Err, ErrTableFull) {
@@ -280,8 +282,9 @@ func (t *Table) report(ctx context.Context, invalid []overridetable.Invalid) {
 			excess++
 			continue
 		}
-		now[b.Field] = b.Value
-		if v, ok := t.reported[b.Field]; ok && v == b.Value {
+		f, v := maphash.String(t.seed, b.Field), maphash.String(t.seed, b.Value)
+		now[f] = v
+		if was, ok := t.reported[f]; ok && was == v {
 			continue
 		}
 		t.log.LogAttrs(ctx, slog.LevelWarn, "overrides: skipping an invalid entry",

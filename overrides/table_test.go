@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +290,140 @@ func TestTableCap(t *testing.T) {
 	}
 	if strings.Contains(out, "skipping an invalid entry") {
 		t.Errorf("an entry refused beyond the bound logged a line of its own:\n%s", out)
+	}
+}
+
+// A table whose hash takes more than 64 MiB in Redis (the package
+// documentation's bound), here a few fields of garbage of 8 MiB written
+// by hand, is not read: a refresh keeps the overrides loaded last, is
+// counted and logged as a failed refresh naming the size and the bound,
+// and the Table's heap does not take the hash. Set still works, and once
+// the large fields are deleted the next refresh loads the table.
+func TestTableByteBound(t *testing.T) {
+	const maxBytes = 64 << 20 // as the package documentation says
+	ctx := context.Background()
+	addr, p := redistest.Addr(t), prefix(t)
+	key := p + "{overrides}"
+	t.Cleanup(func() { redistest.Command(addr, "DEL", key) })
+	var logs syncbuf.Buffer
+	reg := prometheus.NewRegistry()
+	tb := open(t, overrides.Options{URL: "redis://" + addr, Prefix: p, Refresh: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg})
+	set := func(key string, limit int64) {
+		t.Helper()
+		if err := tb.Set(ctx, overrides.Entry{Rule: mustRule(t, "api", limit, time.Minute), Key: key}); err != nil {
+			t.Fatalf("Set of %s: %v", key, err)
+		}
+	}
+	set("a", 5)
+	if err := tb.Refresh(ctx); err != nil || tb.Len() != 1 {
+		t.Fatalf("Refresh = %v, %d loaded; want a", err, tb.Len())
+	}
+	for i := range 9 { // one command each: redistest.Command allows a second
+		if _, err := redistest.Command(addr, "HSET", key, fmt.Sprintf("api:junk-%d", i), strings.Repeat("x", 8<<20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("b", 7) // bumps the version: the next refresh is a full load
+	v, err := redistest.Command(addr, "MEMORY", "USAGE", key, "SAMPLES", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.ParseInt(v, 10, 64); n <= maxBytes {
+		t.Fatalf("the hash takes %s bytes; the test wants more than %d", v, maxBytes)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err = tb.Refresh(ctx)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, overrides.ErrTableFull) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Errorf("Refresh of a table over the bound = %v; want ErrTableFull", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("the refusing refresh allocated %d bytes; want no more than 1 MiB (the hash is not read)", got)
+	}
+	api := mustRule(t, "api", 1, time.Minute)
+	if r, ok := tb.Override(api, "a"); !ok || r.Limit != 5 || tb.Len() != 1 {
+		t.Errorf("after the refused load, a = %v, %v, %d loaded; want the 5/1m loaded last, alone", r, ok, tb.Len())
+	}
+	if _, ok := tb.Override(api, "b"); ok {
+		t.Error("b, set after the hash went over the bound, is in force; the hash was read")
+	}
+	if n := metric(t, reg, "floodgate_overrides_refresh_errors_total"); n != 1 {
+		t.Errorf("refresh errors = %v; want 1", n)
+	}
+	if n := metric(t, reg, "floodgate_overrides_invalid"); n != 0 {
+		t.Errorf("floodgate_overrides_invalid = %v; want 0 (the garbage was never read)", n)
+	}
+	want := fmt.Sprintf("%s takes %s bytes in Redis (MEMORY USAGE), more than the %d a table may take", key, v, maxBytes)
+	if out := logs.String(); strings.Count(out, "refresh failed") != 1 || !strings.Contains(out, want) || !strings.Contains(out, "HSCAN") {
+		t.Errorf("logs; want one refresh failure saying %q and how to find the fields:\n%s", want, out)
+	}
+	del := []string{"HDEL", key}
+	for i := range 9 {
+		del = append(del, fmt.Sprintf("api:junk-%d", i))
+	}
+	if _, err := redistest.Command(addr, del...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh once the large fields are deleted = %v", err)
+	}
+	if r, ok := tb.Override(api, "b"); !ok || r.Limit != 7 || tb.Len() != 2 {
+		t.Errorf("after the recovery, b = %v, %v, %d loaded; want 7/1m, and a", r, ok, tb.Len())
+	}
+	if !strings.Contains(logs.String(), "refresh recovered") {
+		t.Errorf("no recovery logged:\n%s", logs.String())
+	}
+}
+
+// Garbage written by hand under the byte bound, 40 values of 1 MiB of
+// commas, costs a load no more than its size: each is refused unread
+// past 1 KiB (before, each split into a million parts), logged once
+// (and again when it changes), and not kept once the load is done.
+func TestTableGarbageUnderBound(t *testing.T) {
+	const fields = 40
+	ctx := context.Background()
+	addr, p := redistest.Addr(t), prefix(t)
+	key := p + "{overrides}"
+	t.Cleanup(func() { redistest.Command(addr, "DEL", key) })
+	for i := range fields {
+		if _, err := redistest.Command(addr, "HSET", key, fmt.Sprintf("api:g-%02d", i), strings.Repeat(",", 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs syncbuf.Buffer
+	reg := prometheus.NewRegistry()
+	var before, loaded, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tb := open(t, overrides.WithReloadEvery(overrides.Options{URL: "redis://" + addr, Prefix: p, Refresh: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Registerer: reg}, 1))
+	runtime.ReadMemStats(&loaded)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got, most := loaded.TotalAlloc-before.TotalAlloc, uint64(fields<<20)*3/2; got > most {
+		t.Errorf("loading %d MiB of garbage allocated %d bytes; want at most %d", fields, got, most)
+	}
+	if kept := int64(after.HeapAlloc) - int64(before.HeapAlloc); kept > 8<<20 {
+		t.Errorf("after the load, the heap holds %d bytes more; want under 8 MiB (the garbage is not kept)", kept)
+	}
+	if g := metric(t, reg, "floodgate_overrides_invalid"); g != fields {
+		t.Errorf("floodgate_overrides_invalid = %v; want %d", g, fields)
+	}
+	if err := tb.Refresh(ctx); err != nil { // a full load (WithReloadEvery 1)
+		t.Fatal(err)
+	}
+	if c := strings.Count(logs.String(), "skipping an invalid entry"); c != fields || !strings.Contains(logs.String(), "value is 1048576 bytes, at most 1024 allowed") {
+		t.Errorf("after two loads, %d lines about invalid entries; want %d, once each, giving the size", c, fields)
+	}
+	if _, err := redistest.Command(addr, "HSET", key, "api:g-07", strings.Repeat(";", 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := strings.Count(logs.String(), "skipping an invalid entry"); c != fields+1 {
+		t.Errorf("after api:g-07 changed, %d lines about invalid entries; want %d, g-07 again", c, fields+1)
 	}
 }

@@ -88,11 +88,20 @@ func (e Entry) value() string {
 	return b.String()
 }
 
+// maxValueLen is the longest stored value parseEntry reads: value()
+// writes at most 150 bytes or so. A longer one, written by hand, is
+// refused unread, so that parsing and reporting it cost no more than
+// its size (a value of a million commas split into a million parts).
+const maxValueLen = 1 << 10
+
 // parseEntry reads a stored field and value, and validates the entry.
 func parseEntry(field, value string) (Entry, error) {
 	name, key, ok := strings.Cut(field, fieldSep)
 	if !ok {
 		return Entry{}, fmt.Errorf("%w: field %q: want RULE:KEY", ErrInvalidEntry, Truncate(field))
+	}
+	if len(value) > maxValueLen {
+		return Entry{}, fmt.Errorf("%w: field %q: value is %d bytes, at most %d allowed", ErrInvalidEntry, Truncate(field), len(value), maxValueLen)
 	}
 	fields := map[string]string{}
 	for _, part := range strings.Split(value, ",") {

@@ -64,6 +64,11 @@ func TestParseEntryShortForms(t *testing.T) {
 	if err != nil || e.Rule.Algorithm != floodgate.TokenBucket || !e.Expires.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("fields in another order = %+v, %v", e, err)
 	}
+	// The longest value read: 1 KiB (one byte more is refused, below).
+	long := "limit=" + strings.Repeat("0", 1<<10-10) + "5/1m"
+	if e, err = parseEntry("api:k", long); err != nil || len(long) != 1<<10 || e.Rule != rule(t, "api", 5, time.Minute, floodgate.SlidingWindow) {
+		t.Fatalf("a value of %d bytes = %+v, %v; want api 5/1m", len(long), e, err)
+	}
 }
 
 // Every malformed entry is refused with a reason, wrapping
@@ -92,11 +97,13 @@ func TestParseEntryRejects(t *testing.T) {
 		{"zero expiry", "api:k", "limit=1/1m,expires=0001-01-01T00:00:00Z", "zero time", false},
 		{"zero expiry in another zone", "api:k", "limit=1/1m,expires=0001-01-01T01:00:00+01:00", "zero time", false},
 		{"token bucket past a token a microsecond", "api:k", "limit=2251799813685248/87600h,algorithm=token-bucket", "a token a microsecond", true},
+		{"value past 1 KiB", "api:k", "limit=" + strings.Repeat("0", 1<<10-9) + "5/1m", "value is 1025 bytes, at most 1024 allowed", false},
+		{"value of a million commas", "api:k", strings.Repeat(",", 1<<20), "value is 1048576 bytes, at most 1024 allowed", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseEntry(tc.field, tc.value)
 			if !errors.Is(err, ErrInvalidEntry) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("%q = %q: %v; want ErrInvalidEntry saying %q", tc.field, tc.value, err, tc.want)
+				t.Fatalf("%q = %.60q: %v; want ErrInvalidEntry saying %q", tc.field, tc.value, err, tc.want)
 			}
 			if got := errors.Is(err, floodgate.ErrInvalidRule); got != tc.rule {
 				t.Errorf("errors.Is(err, ErrInvalidRule) = %v; want %v", got, tc.rule)

@@ -27,6 +27,9 @@ import (
 const (
 	// MaxEntries is the most overrides a table holds.
 	MaxEntries = 10_000
+	// maxBytes is the most a table's hash may take in Redis (MEMORY
+	// USAGE) for a Table to read it.
+	maxBytes = 64 << 20
 	// DefaultRefresh is how often a service reads the table by default.
 	DefaultRefresh = 5 * time.Second
 	// defaultPrefix is the key prefix when none is given: redisstore's.
@@ -102,6 +105,9 @@ var (
 	//go:embed delete.lua
 	deleteLua    string
 	deleteScript = rueidis.NewLuaScript(deleteLua)
+	//go:embed load.lua
+	loadLua    string
+	loadScript = rueidis.NewLuaScript(loadLua)
 )
 
 // New returns the table that opts locates. Only bad options fail: a
@@ -268,7 +274,9 @@ type Invalid struct {
 // more than MaxEntries fields (written by hand), it reads the first
 // MaxEntries by byte order, as a service does, and lists the others as
 // Invalid, each with the same error wrapping [ErrTableFull] and
-// [ErrInvalidEntry], unparsed.
+// [ErrInvalidEntry], unparsed. A table whose hash takes more than
+// maxBytes in Redis is not read at all: List fails with an error
+// wrapping [ErrTableFull] that gives its size.
 func (t *Table) List(ctx context.Context) (*Listing, error) {
 	v, m, err := t.load(ctx)
 	if err != nil {
@@ -305,20 +313,35 @@ func (t *Table) List(ctx context.Context) (*Listing, error) {
 	return l, nil
 }
 
-// load reads the version counter ("" if missing) and the hash, as stored.
+// load reads the version counter ("" if missing) and the hash, as stored,
+// in one script: a hash that takes more than maxBytes in Redis is not
+// read, and load returns an error wrapping [ErrTableFull].
 func (t *Table) load(ctx context.Context) (string, map[string]string, error) {
 	c, err := t.conn()
 	if err != nil {
 		return "", nil, err
 	}
-	// Pipelined in order on the node of the hash's slot: the version is
-	// read first, so the entries are at least as recent as it.
-	rs := c.DoMulti(ctx, c.B().Get().Key(t.version).Build(), c.B().Hgetall().Key(t.hash).Build())
-	v, err := rs[0].ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
+	reply, err := loadScript.Exec(ctx, c, []string{t.hash, t.version}, []string{strconv.Itoa(maxBytes)}).ToArray()
+	if err != nil {
 		return "", nil, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	m, err := rs[1].AsStrMap()
+	if len(reply) != 2 && len(reply) != 3 {
+		return "", nil, fmt.Errorf("overrides: list: %w: unexpected reply of %d elements", floodgate.ErrStoreUnavailable, len(reply))
+	}
+	v, err := reply[0].ToString()
+	if err != nil {
+		return "", nil, fmt.Errorf("overrides: list: %w: version: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	size, err := reply[1].AsInt64()
+	if err != nil {
+		return "", nil, fmt.Errorf("overrides: list: %w: size: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	if len(reply) == 2 {
+		return "", nil, fmt.Errorf("%w: %s takes %d bytes in Redis (MEMORY USAGE), more than the %d a table may take, and is not read: "+
+			"find its large fields (redis-cli --bigkeys, HSCAN, HSTRLEN) and delete them (floodgate override rm, or HDEL)",
+			ErrTableFull, t.hash, size, maxBytes)
+	}
+	m, err := reply[2].AsStrMap()
 	if err != nil {
 		return "", nil, fmt.Errorf("overrides: list: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
