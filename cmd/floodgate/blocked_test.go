@@ -40,18 +40,29 @@ type listed struct {
 func parseListed(t *testing.T, out string) map[string]listed {
 	t.Helper()
 	got := map[string]listed{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		var l listed
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
+	for _, l := range jsonLines[listed](t, out) {
 		if _, dup := got[l.Policy+" "+l.Key]; dup {
 			t.Fatalf("%s %q listed twice", l.Policy, l.Key)
 		}
 		got[l.Policy+" "+l.Key] = l
 	}
 	return got
+}
+
+// jsonLines decodes out, one JSON value of T per line (a command's -o
+// json).
+func jsonLines[T any](t *testing.T, out string) []T {
+	t.Helper()
+	var vs []T
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		vs = append(vs, v)
+	}
+	return vs
 }
 
 // newLimiter returns a limiter on url under prefix, closed with the test.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"os"
@@ -182,12 +181,7 @@ descriptors:
 	}
 	code, out, errs = override("ls", "-o", "json")
 	got := map[string]entry{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		var e entry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("override ls -config -o json: line %q: %v", sc.Text(), err)
-		}
+	for _, e := range jsonLines[entry](t, out) {
 		got[e.Policy] = e
 	}
 	if code != 0 || len(got) != 3 {

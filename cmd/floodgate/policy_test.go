@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,12 +127,7 @@ descriptors:
 	lines := func(out string) map[string]line {
 		t.Helper()
 		got := map[string]line{}
-		sc := bufio.NewScanner(strings.NewReader(out))
-		for sc.Scan() {
-			var l line
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Fatalf("line %q: %v", sc.Text(), err)
-			}
+		for _, l := range jsonLines[line](t, out) {
 			got[l.Policy] = l
 		}
 		return got
