@@ -20,8 +20,10 @@ import (
 )
 
 // slack is what a decision may take beyond its budget on a loaded test
-// machine under the race detector.
-const slack = 100 * time.Millisecond
+// machine under the race detector (httplimit's TestRedisOutage saw 687ms
+// with another test process on the 2 cores). The faults the tests catch
+// wait a second or more: a hung store, a budget waited out twice.
+const slack = 900 * time.Millisecond
 
 // modes limits EmptyCall fail-closed, UnaryCall fail-open and
 // StreamingOutputCall fail-local, each to 2 per minute per client IP.
@@ -174,7 +176,7 @@ func TestFailClosedWaitsForTheBreaker(t *testing.T) {
 // A client that gives up while the store hangs gets its own deadline's
 // status, and nothing is counted as a decision.
 func TestClientDeadlineIsNotAFailure(t *testing.T) {
-	e := newEnv(t, envOptions{timeout: time.Second})
+	e := newEnv(t, envOptions{timeout: 2 * time.Second}) // a budget waited out would show past slack
 	c, svc := e.serve(t, modes(t))
 	e.fault.Set(faultstore.Hang)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
