@@ -75,7 +75,7 @@
 //	floodgate_throttle_waiting{gate}                requests waiting now
 //	floodgate_breaker_state                         0 closed, 1 half-open, 2 open (with Options.Breaker)
 //	floodgate_leases_held{gate,policy}              leases of concurrency limits held by this process now
-//	floodgate_leases_expired_total{gate,policy}     leases whose time to live ran out before their release
+//	floodgate_leases_expired_total{gate,policy}     leases whose time to live ran out before their release (or whose key was reset)
 //	floodgate_lease_renewals_failed_total{gate,policy}  renewals that failed (store failed, or lease gone)
 //
 // floodgate_decisions_total counts each request once, under the policy

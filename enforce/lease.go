@@ -23,7 +23,8 @@ import (
 // nothing.
 //
 // A renewal that finds its lease gone (its time to live ran out before
-// it: a holder stalled longer than that) stops renewing it and counts it
+// it, a holder stalled longer than that; or the key was reset, floodgate
+// reset) stops renewing it and counts it
 // in floodgate_lease_renewals_failed_total and
 // floodgate_leases_expired_total; one whose store call fails is counted
 // as failed and tried again at the next third, the lease holding its slot

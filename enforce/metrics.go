@@ -71,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, breaker interface{ State() gobreaker.
 		}, []string{"gate", "policy"}),
 		leasesExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_leases_expired_total",
-			Help: "Leases of concurrency limits whose time to live ran out before their release, by gate and policy: a holder that stalled, or whose renewals failed. A holder that dies is seen by no process.",
+			Help: "Leases of concurrency limits whose time to live ran out before their release, by gate and policy: a holder that stalled, or whose renewals failed (a key reset counts so too). A holder that dies is seen by no process.",
 		}, []string{"gate", "policy"}),
 		renewalsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_lease_renewals_failed_total",

@@ -61,8 +61,10 @@ type Result struct {
 	// failure mode is FailLocal.
 	Decision floodgate.Decision
 	// Shadow holds the decisions of the shadow hits, each checked on its
-	// own, for a request that the enforced hits admitted (or that had
-	// none); a denied one is not checked against them.
+	// own, for a request that the enforced hits admitted from the store
+	// (or that had none); a denied one is not checked against them, nor
+	// one that a failure mode decided (the store just failed: each shadow
+	// hit would wait out its own budget).
 	Shadow []floodgate.Decision
 	// Err is the store's error when it failed to decide (Outcome
 	// FailedOpen, FailedClosed, Local or Errored, or Skipped for shadow

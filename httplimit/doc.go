@@ -47,7 +47,11 @@
 //
 // q is the rule's limit and w its window in seconds (rounded up); r is the
 // requests left now and t the seconds (rounded up) until the quota is
-// whole again. A token bucket's r is the tokens in its bucket, up to its
+// whole again. The fields are written before the handler runs: with a
+// [Limit.Cost], r counts the estimate, and a cost settled after the
+// response ([enforce.Result.Settle]) shows in the next answer; a request
+// denied for costing more than is left shows what is left (r=5 for a
+// cost of 10). A token bucket's r is the tokens in its bucket, up to its
 // Burst, so it exceeds q when Burst does: 2 a second with Burst 4 sends
 // q=2;w=1 and, after a first request, r=3 (X-RateLimit-Remaining too). A
 // concurrency limit (floodgate.Concurrency) counts
