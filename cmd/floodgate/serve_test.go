@@ -214,9 +214,19 @@ type running struct {
 	done              chan int
 }
 
+// startServe runs the service with the environment vars and args until
+// the test ends: its listeners on free loopback ports, and a decision
+// budget of 2s unless vars sets DECISION_TIMEOUT, as rls's tests have.
 func startServe(t *testing.T, vars map[string]string, args ...string) *running {
 	t.Helper()
 	vars["GRPC_ADDR"], vars["HTTP_ADDR"] = "127.0.0.1:0", "127.0.0.1:0"
+	if _, ok := vars["DECISION_TIMEOUT"]; !ok {
+		// The service's 50ms default is missed on a loaded test machine
+		// under the race detector (TestServeEnvoyGateway's cost flow got
+		// Unavailable beside a busy core); a test of the budget sets its
+		// own.
+		vars["DECISION_TIMEOUT"] = "2s"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{logs: &syncbuf.Buffer{}, cancel: cancel, done: make(chan int, 1)}
 	ready := make(chan struct{})
