@@ -339,8 +339,10 @@ func TestTableByteBound(t *testing.T) {
 	if !errors.Is(err, overrides.ErrTableFull) || errors.Is(err, floodgate.ErrStoreUnavailable) {
 		t.Errorf("Refresh of a table over the bound = %v; want ErrTableFull", err)
 	}
-	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
-		t.Errorf("the refusing refresh allocated %d bytes; want no more than 1 MiB (the hash is not read)", got)
+	// TotalAlloc counts the whole process's goroutines (1.4 MB in a run
+	// beside a busy core); a read of the hash would allocate its 72 MiB.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+		t.Errorf("the refusing refresh allocated %d bytes; want no more than 8 MiB (the hash, 72 MiB, is not read)", got)
 	}
 	api := mustRule(t, "api", 1, time.Minute)
 	if r, ok := tb.Override(api, "a"); !ok || r.Limit != 5 || tb.Len() != 1 {
