@@ -14,7 +14,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -97,12 +96,7 @@ descriptors:
 	type limit struct{ policy, rule, key, alg string }
 	var limits []limit
 	for _, d := range descriptors {
-		var es []rlmatch.Entry
-		for _, e := range d {
-			k, v, _ := strings.Cut(e, "=")
-			es = append(es, rlmatch.Entry{Key: k, Value: v})
-		}
-		m := (*rlmatch.Config)(cfg).Match("bank", es)
+		m := matchEntries(cfg, "bank", d)
 		if len(m.Limits) != 1 {
 			t.Fatalf("%v matches %d limits; want 1", d, len(m.Limits))
 		}

@@ -105,12 +105,7 @@ descriptors:
 	type limit struct{ rule, key string }
 	stored := map[string]limit{} // by policy
 	for _, d := range descriptors {
-		var es []rlmatch.Entry
-		for _, e := range d {
-			k, v, _ := strings.Cut(e, "=")
-			es = append(es, rlmatch.Entry{Key: k, Value: v})
-		}
-		m := (*rlmatch.Config)(cfg).Match("bank", es)
+		m := matchEntries(cfg, "bank", d)
 		for _, l := range m.Limits {
 			stored[l.Label] = limit{l.Rule.String(), keyenc.Encode(m.Key)}
 		}
@@ -199,4 +194,15 @@ func TestRemainingText(t *testing.T) {
 			t.Errorf("Remaining %d: %d, %d over, %q; want %d, %d over, %q", tc.remaining, shown, over, text, tc.shown, tc.over, tc.text)
 		}
 	}
+}
+
+// matchEntries matches the KEY=VALUE entries of one descriptor against
+// domain of cfg, as the service matches a request's.
+func matchEntries(cfg *rlconfig.Config, domain string, kvs []string) rlmatch.Match {
+	es := make([]rlmatch.Entry, 0, len(kvs))
+	for _, e := range kvs {
+		k, v, _ := strings.Cut(e, "=")
+		es = append(es, rlmatch.Entry{Key: k, Value: v})
+	}
+	return (*rlmatch.Config)(cfg).Match(domain, es)
 }
