@@ -107,7 +107,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	p.judge()
 	p.count(s.metrics, req.GetDomain(), s.near)
-	return p.response(), nil
+	return p.response(s.headers), nil
 }
 
 // release returns p to the Server's pool, holding nothing of its request:

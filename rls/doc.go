@@ -65,12 +65,12 @@
 // unit; a window extension is written as the longest unit that divides
 // it with unit_multiplier, 90s as 90 SECOND, or UNKNOWN when no unit
 // divides it), limit_remaining and duration_until_reset (until the
-// quota is whole again). A descriptor over the limit of a request that
-// recorded nothing reports the quota it keeps; its other enforced
-// descriptors report theirs as now. response_headers_to_add
-// carries the draft-ietf-httpapi-ratelimit-headers-11 fields RateLimit-Policy and
-// RateLimit, one member per enforced limit ("name";q=10;w=60 and
-// "name";r=7;t=42), and Retry-After when the answer is OVER_LIMIT.
+// quota is whole again, in whole seconds rounded up, as
+// envoyproxy/ratelimit answers it). A descriptor over the limit of a
+// request that recorded nothing reports the quota it keeps; its other
+// enforced descriptors report theirs as now. response_headers_to_add
+// carries the headers that [Options.Headers] asks for: none by default,
+// as upstream.
 //
 // # When the store fails
 //

@@ -49,7 +49,10 @@ descriptors:
 		log.Fatal(err)
 	}
 	defer enf.Close()
-	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: dir})
+	srv, err := rls.New(rls.Options{Enforcer: enf, ConfigDir: dir,
+		// The headers envoyproxy/ratelimit adds under LIMIT_RESPONSE_HEADERS_ENABLED.
+		Headers: rls.Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"},
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -76,10 +79,10 @@ descriptors:
 		log.Fatal(err)
 	}
 	res.Body.Close()
-	fmt.Println(res.Status, res.Header.Get("RateLimit-Policy") != "")
+	fmt.Println(res.Status, res.Header.Get("RateLimit-Limit"), res.Header.Get("RateLimit-Remaining"))
 	// Output:
 	// OK 2 MINUTE 1
 	// OK 2 MINUTE 0
 	// OVER_LIMIT 2 MINUTE 0
-	// 200 OK true
+	// 200 OK 2 1
 }

@@ -55,6 +55,9 @@ type setup struct {
 	// overrides gives keys limits of their own (floodgate.Options.Overrides).
 	overrides floodgate.Overrides
 	countOver bool // Options.CountOverLimit
+	// headers is Options.Headers; nil means the draft-11 fields alone,
+	// which most tests read.
+	headers *rls.Headers
 }
 
 // start starts an instance that t's cleanup stops.
@@ -76,7 +79,11 @@ func start(t testing.TB, s setup) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.New(rls.WithDebounce(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver}, 20*time.Millisecond))
+	headers := rls.Headers{Draft: true}
+	if s.headers != nil {
+		headers = *s.headers
+	}
+	srv, err := rls.New(rls.WithDebounce(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver, Headers: headers}, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package rls
 import (
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -79,9 +80,8 @@ type statusMem struct {
 }
 
 // response builds the answer: one status per descriptor in the request's
-// order, and the RateLimit-Policy, RateLimit and (over the limit)
-// Retry-After headers over every enforced limit that has figures.
-func (p *plan) response() *rlsv3.RateLimitResponse {
+// order, and the headers that hs asks for.
+func (p *plan) response(hs Headers) *rlsv3.RateLimitResponse {
 	a := new(answer)
 	resp := &a.resp
 	resp.OverallCode = rlsv3.RateLimitResponse_OK
@@ -113,23 +113,53 @@ func (p *plan) response() *rlsv3.RateLimitResponse {
 			}
 		}
 	}
-	hs := a.headerP[:0]
-	if len(shown) > 0 {
-		a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown, nil)}
-		a.headers[1] = corev3.HeaderValue{Key: "RateLimit", Value: fields.QuotaField(shown)}
-		hs = append(hs, &a.headers[0], &a.headers[1])
+	add := a.headerP[:0]
+	if hs.Draft {
+		if len(shown) > 0 {
+			a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown, nil)}
+			a.headers[1] = corev3.HeaderValue{Key: "RateLimit", Value: fields.QuotaField(shown)}
+			add = append(add, &a.headers[0], &a.headers[1])
+		}
+		if p.failClosed {
+			retry = max(retry, p.failRetry)
+		}
+		if p.over && retry > 0 {
+			a.headers[2] = corev3.HeaderValue{Key: "Retry-After", Value: fields.RetryAfter(retry)}
+			add = append(add, &a.headers[2])
+		}
 	}
-	if p.failClosed {
-		retry = max(retry, p.failRetry)
+	if hs.Limit != "" {
+		add = append(add, upstreamHeaders(hs, resp.Statuses)...)
 	}
-	if p.over && retry > 0 {
-		a.headers[2] = corev3.HeaderValue{Key: "Retry-After", Value: fields.RetryAfter(retry)}
-		hs = append(hs, &a.headers[2])
-	}
-	if len(hs) > 0 {
-		resp.ResponseHeadersToAdd = hs
+	if len(add) > 0 {
+		resp.ResponseHeadersToAdd = add
 	}
 	return resp
+}
+
+// upstreamHeaders are the headers that envoyproxy/ratelimit adds under
+// LIMIT_RESPONSE_HEADERS_ENABLED, from the statuses as it picks them: the
+// last descriptor over its limit, else the one with the least remaining
+// (the first of equals). None when no status has a current_limit.
+func upstreamHeaders(hs Headers, sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	var pick *rlsv3.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT || pick == nil ||
+			pick.Code != rlsv3.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < pick.LimitRemaining {
+			pick = st
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	return []*corev3.HeaderValue{
+		{Key: hs.Limit, Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: hs.Remaining, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
+		{Key: hs.Reset, Value: strconv.FormatInt(pick.DurationUntilReset.GetSeconds(), 10)},
+	}
 }
 
 // status is descriptor d's status, in mem: OVER_LIMIT when one of its
@@ -173,7 +203,9 @@ func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitRes
 	case v.have:
 		st.CurrentLimit = setLimit(&mem.limit, v.limit, v.rule)
 		st.LimitRemaining = uint32(min(max(v.dec.Remaining, 0), int64(^uint32(0))))
-		mem.reset = durationpb.Duration{Seconds: int64(v.dec.ResetAfter / time.Second), Nanos: int32(v.dec.ResetAfter % time.Second)}
+		// Whole seconds, rounded up, as envoyproxy/ratelimit answers
+		// them: a fixed window's reset then reads the same on both.
+		mem.reset = durationpb.Duration{Seconds: fields.Seconds(v.dec.ResetAfter)}
 		st.DurationUntilReset = &mem.reset
 	case failed:
 		// Denied because the store failed: nothing left until the

@@ -15,6 +15,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -105,10 +106,49 @@ type Options struct {
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
 	// means 0.8.
 	NearLimitRatio float64
+	// Headers are the headers each response asks Envoy to add to the
+	// client's response (response_headers_to_add). The zero value adds
+	// none, as envoyproxy/ratelimit by default.
+	Headers Headers
 
 	// debounce is the Watcher's quiet time before a reload; zero means
 	// the package doc's 100ms. The tests set it (export_test.go).
 	debounce time.Duration
+}
+
+// Headers says which headers a response carries in
+// response_headers_to_add, for Envoy to add to the client's response.
+type Headers struct {
+	// Draft adds the draft-ietf-httpapi-ratelimit-headers-11 fields
+	// RateLimit-Policy and RateLimit, one member per enforced limit
+	// ("name";q=10;w=60 and "name";r=7;t=42), and Retry-After when the
+	// answer is OVER_LIMIT.
+	Draft bool
+	// Limit, Remaining and Reset name the headers that
+	// envoyproxy/ratelimit adds under LIMIT_RESPONSE_HEADERS_ENABLED
+	// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER;
+	// upstream's names are RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset): the requests_per_unit, limit_remaining and
+	// duration_until_reset's seconds of one status, picked as upstream
+	// picks it: the last one over its limit, else the first with the
+	// least remaining. Set all three, or none for no such headers.
+	Limit, Remaining, Reset string
+}
+
+// validate lists what is wrong with h.
+func (h Headers) validate() []error {
+	var errs []error
+	names := []struct{ field, v string }{{"Limit", h.Limit}, {"Remaining", h.Remaining}, {"Reset", h.Reset}}
+	set := h.Limit != "" || h.Remaining != "" || h.Reset != ""
+	for _, n := range names {
+		switch {
+		case n.v == "" && set:
+			errs = append(errs, fmt.Errorf("%w: Headers.%s is empty beside the others: set all three or none", ErrInvalidOptions, n.field))
+		case n.v != "" && !httpguts.ValidHeaderFieldName(n.v):
+			errs = append(errs, fmt.Errorf("%w: Headers.%s %q is not a header name", ErrInvalidOptions, n.field, n.v))
+		}
+	}
+	return errs
 }
 
 // Server is the Envoy RLS v3 rate-limit service: it matches each
@@ -128,6 +168,7 @@ type Server struct {
 	shadow   bool                            // Options.ShadowMode
 	over     bool                            // Options.CountOverLimit
 	near     float64                         // Options.NearLimitRatio, or its default
+	headers  Headers                         // Options.Headers
 	metrics  *metrics
 	gather   prometheus.Gatherer
 	health   *health.Server
@@ -164,6 +205,7 @@ func New(opts Options) (*Server, error) {
 	if r := opts.NearLimitRatio; !(r >= 0 && r <= 1) {
 		errs = append(errs, fmt.Errorf("%w: NearLimitRatio %v is not above 0 and at most 1", ErrInvalidOptions, r))
 	}
+	errs = append(errs, opts.Headers.validate()...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -183,7 +225,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	logger := opts.Enforcer.Logger()
-	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
+	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), headers: opts.Headers, metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
 	s.plans.New = func() any { return new(plan) }
 	s.fixed.Store(opts.Config)

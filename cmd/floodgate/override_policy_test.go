@@ -58,7 +58,7 @@ descriptors:
 
 	// The service, with the overrides in force: the policy it reports
 	// each descriptor's limit by, in RateLimit-Policy.
-	c := startServe(t, map[string]string{"REDIS_URL": addr, "CACHE_KEY_PREFIX": prefix, "CONFIG_DIR": dir}).client(t)
+	c := startServe(t, map[string]string{"REDIS_URL": addr, "CACHE_KEY_PREFIX": prefix, "CONFIG_DIR": dir, "DRAFT_RATELIMIT_HEADERS": "true"}).client(t)
 	reported := func(d []string) (policy string, q int64) {
 		t.Helper()
 		var es []*commonv3.RateLimitDescriptor_Entry

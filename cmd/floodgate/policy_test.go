@@ -56,7 +56,7 @@ descriptors:
 	}
 	addr, prefix := redistest.Addr(t), testPrefix(t)
 	serveWith := func(dir string) rlsv3.RateLimitServiceClient {
-		return startServe(t, map[string]string{"REDIS_URL": addr, "CACHE_KEY_PREFIX": prefix, "CONFIG_DIR": dir}).client(t)
+		return startServe(t, map[string]string{"REDIS_URL": addr, "CACHE_KEY_PREFIX": prefix, "CONFIG_DIR": dir, "DRAFT_RATELIMIT_HEADERS": "true"}).client(t)
 	}
 	ctx := context.Background()
 	c := serveWith(before)

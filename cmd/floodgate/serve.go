@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -66,6 +68,7 @@ type serveConfig struct {
 	Reflection      bool          // GRPC_REFLECTION: gRPC server reflection, which lists the services to any caller
 	CountOverLimit  bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, or unset under xDS: hits count past their limits
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
+	Headers         rls.Headers   // LIMIT_RESPONSE_HEADERS_ENABLED with LIMIT_*_HEADER, and DRAFT_RATELIMIT_HEADERS: none by default
 
 	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
 	XDS               *xdsSettings // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
@@ -98,6 +101,8 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
   SHUTDOWN_TIMEOUT      10s
   STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT  false: hits count past their limits (unset:
                         true for files, false under xDS, as Envoy Gateway needs)
+  LIMIT_RESPONSE_HEADERS_ENABLED  true: upstream's headers (LIMIT_LIMIT_HEADER, _REMAINING_,
+                        _RESET_); DRAFT_RATELIMIT_HEADERS true: draft-11's RateLimit fields
   MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
   (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
 
@@ -198,6 +203,18 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 
 	boolean := func(name string) bool { return envBool(getenv, bad, name) }
 	c.Reflection = boolean("GRPC_REFLECTION")
+	// The response's headers, as upstream adds them: none unless asked.
+	c.Headers.Draft = boolean("DRAFT_RATELIMIT_HEADERS")
+	if boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
+		c.Headers.Limit = cmp.Or(getenv("LIMIT_LIMIT_HEADER"), "RateLimit-Limit")
+		c.Headers.Remaining = cmp.Or(getenv("LIMIT_REMAINING_HEADER"), "RateLimit-Remaining")
+		c.Headers.Reset = cmp.Or(getenv("LIMIT_RESET_HEADER"), "RateLimit-Reset")
+		for _, n := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
+			if v := getenv(n); v != "" && !httpguts.ValidHeaderFieldName(v) {
+				bad(n, "%q is not a header name", v)
+			}
+		}
+	}
 	// envoyproxy/ratelimit counts every hit, past the limit too, unless
 	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is true; floodgate counts
 	// only what it admits unless told otherwise. Unset, a configuration
@@ -404,6 +421,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		ShadowMode:     cfg.ShadowMode,
 		NearLimitRatio: cfg.NearLimitRatio,
 		CountOverLimit: cfg.CountOverLimit,
+		Headers:        cfg.Headers,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)
