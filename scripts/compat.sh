@@ -5,7 +5,9 @@
 # throwaway redis-server (flushed before the sequence; the two services'
 # keys never overlap), sends both one scripted sequence of
 # ShouldRateLimit calls through the generated gRPC client
-# (bench/cmd/rlscompat) and compares the answers field by field. It
+# (bench/cmd/rlscompat) and compares the answers field by field, once
+# with both services' default headers and once with
+# LIMIT_RESPONSE_HEADERS_ENABLED=true on both. It
 # passes when every difference is one of the deliberate ones that
 # rlscompat prints (docs/SERVICE.md lists them too).
 #
@@ -143,34 +145,55 @@ if [ -n "${COMPAT_XDS:-}" ]; then
 	compat_flags=(-xds)
 fi
 
-free_port
-fg_grpc=$port
-free_port
-fg_http=$port
-echo "== floodgate on 127.0.0.1:$fg_grpc" >&2
-env "${fg_src[@]}" REDIS_URL=127.0.0.1:$redis_port \
-	GRPC_ADDR=127.0.0.1:$fg_grpc HTTP_ADDR=127.0.0.1:$fg_http LOG_LEVEL=warn \
-	"$workdir/floodgate" >"$workdir/floodgate.log" 2>&1 &
-pids+=($!)
+# run_pass starts both services with the extra environment "$@" (the
+# same for both), runs rlscompat against them and stops them; its status
+# is rlscompat's.
+run_pass() {
+	local grpc_fg http_fg grpc_en http_en debug_en pass_pids=() st=0
+	free_port
+	grpc_fg=$port
+	free_port
+	http_fg=$port
+	echo "== floodgate on 127.0.0.1:$grpc_fg $*" >&2
+	env "${fg_src[@]}" "$@" REDIS_URL=127.0.0.1:$redis_port \
+		GRPC_ADDR=127.0.0.1:$grpc_fg HTTP_ADDR=127.0.0.1:$http_fg LOG_LEVEL=warn \
+		"$workdir/floodgate" >>"$workdir/floodgate.log" 2>&1 &
+	pass_pids+=($!)
 
-free_port
-en_grpc=$port
-free_port
-en_http=$port
-free_port
-en_debug=$port
-echo "== envoyproxy/ratelimit on 127.0.0.1:$en_grpc" >&2
-env "${en_src[@]}" USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$redis_port \
-	GRPC_HOST=127.0.0.1 GRPC_PORT=$en_grpc HOST=127.0.0.1 PORT=$en_http \
-	DEBUG_HOST=127.0.0.1 DEBUG_PORT=$en_debug LOG_LEVEL=warn \
-	"$bindir/service_cmd" >"$workdir/envoy-ratelimit.log" 2>&1 &
-pids+=($!)
+	free_port
+	grpc_en=$port
+	free_port
+	http_en=$port
+	free_port
+	debug_en=$port
+	echo "== envoyproxy/ratelimit on 127.0.0.1:$grpc_en $*" >&2
+	env "${en_src[@]}" "$@" USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$redis_port \
+		GRPC_HOST=127.0.0.1 GRPC_PORT=$grpc_en HOST=127.0.0.1 PORT=$http_en \
+		DEBUG_HOST=127.0.0.1 DEBUG_PORT=$debug_en LOG_LEVEL=warn \
+		"$bindir/service_cmd" >>"$workdir/envoy-ratelimit.log" 2>&1 &
+	pass_pids+=($!)
+	pids+=("${pass_pids[@]}")
 
-wait_port "$fg_grpc" 20 "$workdir/floodgate.log"
-wait_port "$en_grpc" 20 "$workdir/envoy-ratelimit.log"
+	wait_port "$grpc_fg" 20 "$workdir/floodgate.log"
+	wait_port "$grpc_en" 20 "$workdir/envoy-ratelimit.log"
+	"$workdir/rlscompat" "${compat_flags[@]}" -floodgate "127.0.0.1:$grpc_fg" -envoy "127.0.0.1:$grpc_en" -redis "127.0.0.1:$redis_port" || st=$?
+	for p in "${pass_pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	return "$st"
+}
 
+# Twice: with both services' default headers (none), then with
+# envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED on both. The
+# worst status counts.
 status=0
-"$workdir/rlscompat" "${compat_flags[@]}" -floodgate "127.0.0.1:$fg_grpc" -envoy "127.0.0.1:$en_grpc" -redis "127.0.0.1:$redis_port" || status=$?
+for headers in "" LIMIT_RESPONSE_HEADERS_ENABLED=true; do
+	echo "== pass: ${headers:-default headers}" >&2
+	st=0
+	run_pass $headers || st=$?
+	if [ "$st" -gt "$status" ]; then status=$st; fi
+done
 if [ -n "${COMPAT_BREAK:-}" ]; then
 	if [ "$status" -eq 1 ]; then
 		echo "== COMPAT_BREAK: the comparison found the changed limit, as it must" >&2

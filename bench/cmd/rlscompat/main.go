@@ -2,9 +2,10 @@
 // to floodgate's service and to envoyproxy/ratelimit, both reading the
 // same configuration directory and both on a fresh Redis, and compares
 // their answers field by field: the overall code, each descriptor's
-// code, limit_remaining and current_limit (name, requests_per_unit, unit,
-// unit_multiplier). duration_until_reset and the response headers are not
-// compared (see the allowlist it prints).
+// code, limit_remaining, current_limit (name, requests_per_unit, unit,
+// unit_multiplier) and duration_until_reset, and the response headers
+// (scripts/compat.sh runs it once with both services at their default,
+// no headers, and once with LIMIT_RESPONSE_HEADERS_ENABLED).
 //
 //	rlscompat -floodgate 127.0.0.1:18081 -envoy 127.0.0.1:18091 -redis 127.0.0.1:6397
 //
@@ -168,12 +169,14 @@ type answer struct {
 	err      string // the gRPC status code, when the call failed
 	overall  pb.RateLimitResponse_Code
 	statuses []status1
+	headers  string // response_headers_to_add, "key: value" joined by "; "
 }
 
 type status1 struct {
 	code      pb.RateLimitResponse_Code
 	remaining uint32
 	limit     string // name requests_per_unit/unit×multiplier, or "-" when absent
+	reset     string // duration_until_reset, or "-" when absent
 }
 
 func call(ctx context.Context, c pb.RateLimitServiceClient, s step) answer {
@@ -185,12 +188,22 @@ func call(ctx context.Context, c pb.RateLimitServiceClient, s step) answer {
 	}
 	a := answer{overall: resp.GetOverallCode()}
 	for _, st := range resp.GetStatuses() {
+		reset := "-"
+		if d := st.GetDurationUntilReset(); d != nil {
+			reset = d.AsDuration().String()
+		}
 		a.statuses = append(a.statuses, status1{
 			code:      st.GetCode(),
 			remaining: st.GetLimitRemaining(),
 			limit:     limitString(st.GetCurrentLimit()),
+			reset:     reset,
 		})
 	}
+	var hs []string
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		hs = append(hs, h.GetKey()+": "+h.GetValue())
+	}
+	a.headers = strings.Join(hs, "; ")
 	return a
 }
 
@@ -262,6 +275,12 @@ func diff(fg, en answer) []string {
 		if f.limit != e.limit {
 			out = append(out, fmt.Sprintf("[%d].current_limit", i))
 		}
+		if f.reset != e.reset {
+			out = append(out, fmt.Sprintf("[%d].duration_until_reset(%s/%s)", i, f.reset, e.reset))
+		}
+	}
+	if fg.headers != en.headers {
+		out = append(out, fmt.Sprintf("headers(%q/%q)", fg.headers, en.headers))
 	}
 	return out
 }
