@@ -524,7 +524,7 @@ func TestServeHTTPBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	io.WriteString(slow, "POST /json HTTP/1.1\r\nHost: fg\r\nContent-Length: 1000\r\n\r\n{")
+	io.WriteString(slow, "POST /json HTTP/1.1\r\nHost: fg\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
 	closedWithin("a body trickled", slow, 3*time.Second)
 
 	idle, err := net.Dial("tcp", web)
