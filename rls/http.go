@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -16,11 +17,13 @@ import (
 
 // Handler serves the service over HTTP, as envoyproxy/ratelimit does:
 //
-//   - POST /json: a RateLimitRequest in proto3 JSON; the
-//     RateLimitResponse in proto3 JSON, with status 200 (OK) or 429
-//     (OVER_LIMIT) and the response_headers_to_add as HTTP headers. A
-//     request that cannot be decided answers 400 (bad JSON, or what
-//     gRPC answers InvalidArgument), 413 (a body over maxMessageSize),
+//   - POST /json: a RateLimitRequest in proto3 JSON, sent with
+//     Content-Type application/json (parameters such as charset
+//     allowed); the RateLimitResponse in proto3 JSON, with status 200
+//     (OK) or 429 (OVER_LIMIT) and the response_headers_to_add as HTTP
+//     headers. A request that cannot be decided answers 415 (another
+//     Content-Type, or none), 400 (bad JSON, or what gRPC answers
+//     InvalidArgument), 413 (a body over maxMessageSize),
 //     503 (the store failed and failure_mode is error), 504 (the
 //     request's context ended first) or 500, with the reason as text.
 //   - GET /healthcheck: 200 "OK" while serving, 503 once Close began.
@@ -75,6 +78,15 @@ func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	// Only application/json: a web page can make a browser send
+	// text/plain, a form or multipart to any address without asking
+	// (no CORS preflight), but not application/json. Checked before the
+	// body is read.
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		s.metrics.requests.WithLabelValues("invalid_argument").Inc()
+		http.Error(w, "rls: the request's Content-Type must be application/json", http.StatusUnsupportedMediaType)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessageSize))
 	if err != nil {
 		var tooBig *http.MaxBytesError

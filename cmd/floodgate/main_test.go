@@ -18,7 +18,12 @@ import (
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(fdLimitedChild) != "" {
+		os.Exit(serveUnderFDLimit()) // TestServeConnectionBounds's service
+	}
+	redistest.Main(m)
+}
 
 // cli runs the command with REDIS_URL url and returns its status, output
 // and errors.

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -49,6 +51,8 @@ type serveConfig struct {
 	GRPCAddr        string        // GRPC_ADDR (or GRPC_PORT): default :8081
 	HTTPAddr        string        // HTTP_ADDR (or PORT): default :8080
 	DebugAddr       string        // DEBUG_ADDR (or DEBUG_PORT): /healthcheck, /rlconfig, /metrics apart; empty means on HTTP_ADDR
+	JSONAddr        string        // JSON_ADDR: POST /json on a listener of its own, TLS as gRPC's; empty means on HTTP_ADDR, or off
+	JSONOff         bool          // JSON_ADDR=off, or unset while gRPC requires client certificates: no POST /json
 	ConfigDir       string        // CONFIG_DIR or -config-dir (or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)
 	MergeDomains    bool          // MERGE_DOMAIN_CONFIG
 	DecisionTimeout time.Duration // DECISION_TIMEOUT: default 50ms
@@ -77,6 +81,32 @@ type serveConfig struct {
 	statsdIgnored     bool         // USE_STATSD=true: logged at start
 }
 
+// The bounds of the listeners' connections, so that a client opening
+// connections and sending nothing cannot take the process's file
+// descriptors: 1,100 silent connections under a limit of 1,024 made
+// every accept fail ("too many open files"), the health checks and
+// Envoy's new connections with them.
+const (
+	// maxGRPCConns is how many connections the gRPC listener holds at
+	// once; the next wait in the kernel's accept queue until one closes.
+	// Envoy opens one or a few per worker thread: a fleet needing more
+	// runs more instances.
+	maxGRPCConns = 640
+	// maxHTTPConns is the same for HTTP_ADDR and for JSON_ADDR, each.
+	maxHTTPConns = 128
+	// maxDebugConns is the same for DEBUG_ADDR (Prometheus, an operator).
+	maxDebugConns = 32
+	// Together, maxGRPCConns, two maxHTTPConns and maxDebugConns (928)
+	// stay below the 1,024 descriptors of a default ulimit -n, leaving
+	// room for Redis, the configuration files and the runtime.
+
+	// connSetupTimeout is how long a new connection may take to set up:
+	// the TLS handshake and the HTTP/2 preface on gRPC (grpc-go's
+	// default is 120s), the TLS handshake and a request's headers on
+	// HTTP. A silent connection is closed after it.
+	connSetupTimeout = 5 * time.Second
+)
+
 // serveUsage is what -h prints: the service's flag and environment, in
 // brief; docs/SERVICE.md has the rest.
 const serveUsage = `usage: floodgate [serve] [-config-dir DIR]
@@ -96,6 +126,10 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
   HTTP_ADDR             :8080 (HOST, PORT)
   DEBUG_ADDR            /rlconfig, and /metrics apart (DEBUG_HOST, DEBUG_PORT); unset:
                         no /rlconfig, /metrics on HTTP_ADDR
+  JSON_ADDR             POST /json on a listener of its own, over TLS with gRPC's
+                        certificate and client CA when GRPC_SERVER_USE_TLS; off: no
+                        /json; unset: /json on HTTP_ADDR, or none while gRPC requires
+                        client certificates (/healthcheck stays on HTTP_ADDR, plain)
   GRPC_REFLECTION       true: gRPC server reflection (off)
   DECISION_TIMEOUT      50ms, the budget of one decision
   SHUTDOWN_TIMEOUT      10s
@@ -145,6 +179,12 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 
 	// envoyproxy/ratelimit's HOST:PORT pairs, when floodgate's *_ADDR is
 	// unset: a host alone listens on upstream's default port.
+	check := func(name, a string) {
+		_, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			bad(name, "%q is not HOST:PORT", a)
+		}
+	}
 	addr := func(name, hostName, portName, defaultPort string, dst *string) {
 		if v := getenv(name); v != "" {
 			*dst = v
@@ -154,25 +194,31 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 			}
 			*dst = net.JoinHostPort(h, p)
 		}
-		if *dst == "" {
-			return
-		}
-		_, port, err := net.SplitHostPort(*dst)
-		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
-			bad(name, "%q is not HOST:PORT", *dst)
+		if *dst != "" {
+			check(name, *dst)
 		}
 	}
 	addr("GRPC_ADDR", "GRPC_HOST", "GRPC_PORT", "8081", &c.GRPCAddr)
 	addr("HTTP_ADDR", "HOST", "PORT", "8080", &c.HTTPAddr)
 	addr("DEBUG_ADDR", "DEBUG_HOST", "DEBUG_PORT", "6070", &c.DebugAddr)
+	switch v := getenv("JSON_ADDR"); {
+	case strings.EqualFold(v, "off"):
+		c.JSONOff = true
+	case v != "":
+		c.JSONAddr = v
+		check("JSON_ADDR", v)
+	}
 	// The same address twice cannot be listened on, except port 0 (any
 	// free port).
 	same := func(a, b string) bool { return a != "" && a == b && !strings.HasSuffix(a, ":0") }
 	if same(c.DebugAddr, c.HTTPAddr) {
 		bad("DEBUG_ADDR", "is HTTP_ADDR (%s); leave it empty to serve both there", c.HTTPAddr)
 	}
-	if same(c.GRPCAddr, c.HTTPAddr) || same(c.GRPCAddr, c.DebugAddr) {
+	if same(c.GRPCAddr, c.HTTPAddr) || same(c.GRPCAddr, c.DebugAddr) || same(c.GRPCAddr, c.JSONAddr) {
 		bad("GRPC_ADDR", "%s is also an HTTP address", c.GRPCAddr)
+	}
+	if same(c.JSONAddr, c.HTTPAddr) {
+		bad("JSON_ADDR", "%s is also HTTP_ADDR: it is a listener of its own; leave it empty to serve /json on HTTP_ADDR", c.JSONAddr)
 	}
 
 	// What the subcommands read alike (env.go).
@@ -247,6 +293,15 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
 	}
 	parseSources(&c, getenv, boolean, bad)
+	if same(c.JSONAddr, c.DebugAddr) {
+		bad("JSON_ADDR", "%s is also the debug listener's (DEBUG_ADDR or PROMETHEUS_ADDR)", c.JSONAddr)
+	}
+	// POST /json decides as ShouldRateLimit does, so it is served no less
+	// protected: where gRPC requires client certificates, /json is off
+	// unless JSON_ADDR gives it a listener that requires them too.
+	if c.JSONAddr == "" && c.GRPCTLS != nil && c.GRPCTLS.ClientCA != "" {
+		c.JSONOff = true
+	}
 
 	duration := func(name string, dst *time.Duration) {
 		v := getenv(name)
@@ -313,6 +368,9 @@ type serveHooks struct {
 	// ready, if set, is called with the listeners' addresses once they
 	// accept connections.
 	ready func(grpcAddr, httpAddr, debugAddr string)
+	// json, if set, is called with JSON_ADDR's listener's address, when
+	// there is one, before ready.
+	json func(addr string)
 }
 
 // serve runs the service until SIGINT or SIGTERM (or ctx is done), then
@@ -436,12 +494,13 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		MaxConnectionIdle: cfg.idleTimeout, // Envoy reconnects on the GOAWAY
 	}))
 	if cfg.GRPCTLS != nil {
-		tc, err := serverTLS(*cfg.GRPCTLS, logger)
+		tc, err := serverTLS(*cfg.GRPCTLS, logger, "h2")
 		if err != nil {
 			return fmt.Errorf("%w: %w", errConfig, err)
 		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tc)))
 	}
+	grpcOpts = append(grpcOpts, grpc.ConnectionTimeout(connSetupTimeout))
 	gs := grpc.NewServer(append(grpcOpts, gate.serverOptions()...)...)
 	srv.Register(gs)
 	if cfg.Reflection {
@@ -449,18 +508,47 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	}
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	httpServer := func(h http.Handler) *http.Server {
-		return &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, cfg.httpReadTimeout),
+		return &http.Server{Handler: h, ReadHeaderTimeout: min(connSetupTimeout, cfg.httpReadTimeout),
 			ReadTimeout: cfg.httpReadTimeout, IdleTimeout: cfg.idleTimeout, ErrorLog: errLog}
 	}
-	web := httpServer(gate.handler(srv.Handler()))
-	var debug *http.Server
+	public := srv.Handler()
 	if cfg.DebugAddr != "" {
-		web.Handler = publicOnly(gate.handler(srv.Handler()))
+		public = publicOnly(public)
+	}
+	web := httpServer(gate.handler(public))
+	if cfg.JSONOff || cfg.JSONAddr != "" {
+		web.Handler = withoutJSON(web.Handler)
+	}
+	var debug, jsonWeb *http.Server
+	if cfg.DebugAddr != "" {
 		debug = httpServer(gate.handler(srv.DebugHandler()))
+	}
+	// /json on a listener of its own rather than HTTP_ADDR over TLS with
+	// the client certificate asked per route: HTTP_ADDR keeps serving
+	// /healthcheck in plain HTTP to probes that have no certificate and
+	// speak no TLS (Kubernetes' httpGet, as Envoy Gateway's deployment
+	// probes port 8080), and the /json port can be kept off a network by
+	// itself. Its TLS is gRPC's: the client certificate is required at
+	// the handshake, so no unauthenticated byte reaches the handler.
+	var jsonTLS *tls.Config
+	if cfg.JSONAddr != "" {
+		jsonWeb = httpServer(gate.handler(publicOnly(srv.Handler())))
+		if cfg.GRPCTLS != nil {
+			if jsonTLS, err = serverTLS(*cfg.GRPCTLS, logger, "h2", "http/1.1"); err != nil {
+				return fmt.Errorf("%w: %w", errConfig, err)
+			}
+		}
+	}
+	if cfg.JSONOff {
+		reason := "JSON_ADDR is off"
+		if cfg.JSONAddr == "" && cfg.GRPCTLS != nil && cfg.GRPCTLS.ClientCA != "" {
+			reason = "gRPC requires client certificates and JSON_ADDR is unset: set it to serve /json over TLS with them"
+		}
+		logger.Info("POST /json is not served", "reason", reason)
 	}
 
 	var lns []net.Listener
-	listen := func(name, addr string) (net.Listener, error) {
+	listen := func(name, addr string, conns int) (net.Listener, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			for _, l := range lns {
@@ -469,32 +557,47 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		lns = append(lns, ln)
-		return ln, nil
+		return netutil.LimitListener(ln, conns), nil
 	}
-	gln, err := listen("GRPC_ADDR", cfg.GRPCAddr)
+	gln, err := listen("GRPC_ADDR", cfg.GRPCAddr, maxGRPCConns)
 	if err != nil {
 		return err
 	}
-	hln, err := listen("HTTP_ADDR", cfg.HTTPAddr)
+	hln, err := listen("HTTP_ADDR", cfg.HTTPAddr, maxHTTPConns)
 	if err != nil {
 		return err
 	}
-	var dln net.Listener
+	var dln, jln net.Listener
 	if debug != nil {
-		if dln, err = listen("DEBUG_ADDR", cfg.DebugAddr); err != nil {
+		if dln, err = listen("DEBUG_ADDR", cfg.DebugAddr, maxDebugConns); err != nil {
 			return err
 		}
 	}
-	errc := make(chan error, 3)
+	if jsonWeb != nil {
+		if jln, err = listen("JSON_ADDR", cfg.JSONAddr, maxHTTPConns); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, 4)
 	go func() { errc <- gs.Serve(gln) }()
 	go func() { errc <- web.Serve(hln) }()
-	debugAddr := ""
+	debugAddr, jsonAddr := "", ""
 	if debug != nil {
 		debugAddr = dln.Addr().String()
 		go func() { errc <- debug.Serve(dln) }()
 	}
-	logger.Info("floodgate serving", "grpc", gln.Addr().String(), "http", hln.Addr().String(), "debug", debugAddr,
+	if jsonWeb != nil {
+		jsonAddr = jln.Addr().String()
+		if jsonTLS != nil {
+			jln = tls.NewListener(jln, jsonTLS) // inside the bound: a handshake holds a slot
+		}
+		go func() { errc <- jsonWeb.Serve(jln) }()
+	}
+	logger.Info("floodgate serving", "grpc", gln.Addr().String(), "http", hln.Addr().String(), "debug", debugAddr, "json", jsonAddr,
 		"config_dir", cfg.ConfigDir, "redis", cfg.RedisURL != "", "decision_timeout", cfg.DecisionTimeout, "denial_cache", cfg.DenialCache)
+	if hooks.json != nil && jsonAddr != "" {
+		hooks.json(jsonAddr)
+	}
 	if hooks.ready != nil {
 		hooks.ready(gln.Addr().String(), hln.Addr().String(), debugAddr)
 	}
@@ -511,8 +614,10 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	errs := []error{served, web.Shutdown(sctx)}
-	if debug != nil {
-		errs = append(errs, debug.Shutdown(sctx))
+	for _, s := range []*http.Server{debug, jsonWeb} {
+		if s != nil {
+			errs = append(errs, s.Shutdown(sctx))
+		}
 	}
 	select {
 	case <-stopped:
@@ -524,6 +629,18 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		errs[0] = nil
 	}
 	return errors.Join(errs...)
+}
+
+// withoutJSON serves h but POST /json, which answers 404 with where it
+// went: JSON_ADDR, or nowhere.
+func withoutJSON(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/json" {
+			http.Error(w, "floodgate: /json is not served on this listener (JSON_ADDR)", http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // publicOnly serves /json and /healthcheck from h and nothing else: with

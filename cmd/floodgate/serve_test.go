@@ -74,6 +74,11 @@ func TestServeConfiguration(t *testing.T) {
 		}},
 		{"same addresses", map[string]string{"CONFIG_DIR": "x", "HTTP_ADDR": ":9000", "DEBUG_ADDR": ":9000", "GRPC_ADDR": ":9000"}, nil,
 			[]string{"DEBUG_ADDR: is HTTP_ADDR", "GRPC_ADDR: :9000 is also an HTTP address"}},
+		{"JSON_ADDR", map[string]string{"CONFIG_DIR": "x", "HTTP_ADDR": ":9000", "JSON_ADDR": ":9000"}, nil,
+			[]string{"JSON_ADDR: :9000 is also HTTP_ADDR"}},
+		{"JSON_ADDR the debug listener's", map[string]string{"CONFIG_DIR": "x", "JSON_ADDR": ":9001", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9001"}, nil,
+			[]string{"JSON_ADDR: :9001 is also the debug listener's"}},
+		{"JSON_ADDR not an address", map[string]string{"CONFIG_DIR": "x", "JSON_ADDR": "on"}, nil, []string{`JSON_ADDR: "on" is not HOST:PORT`}},
 		{"a bad flag", map[string]string{}, []string{"-config", "x"}, []string{"flags: flag provided but not defined: -config", "CONFIG_DIR: is required"}},
 		{"a stray argument", map[string]string{}, []string{"serve", "-config-dir", "x", "extra"}, []string{`unexpected arguments ["extra"]`}},
 		{"envoyproxy/ratelimit's REDIS_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_TYPE": "ring"}, nil, []string{`REDIS_TYPE "ring"`}},
@@ -209,6 +214,7 @@ func TestServeInvalidConfigDir(t *testing.T) {
 // running is a service started by serve in the background.
 type running struct {
 	grpc, http, debug string
+	json              string // JSON_ADDR's listener, when there is one
 	logs              *syncbuf.Buffer
 	cancel            context.CancelFunc
 	done              chan int
@@ -235,7 +241,7 @@ func startServe(t *testing.T, vars map[string]string, args ...string) *running {
 		r.done <- serve(ctx, args, env(vars), r.logs, serveHooks{ready: func(g, h, d string) {
 			r.grpc, r.http, r.debug = g, h, d
 			once.Do(func() { close(ready) })
-		}})
+		}, json: func(a string) { r.json = a }})
 	}()
 	select {
 	case <-ready:
@@ -524,7 +530,7 @@ func TestServeHTTPBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	io.WriteString(slow, "POST /json HTTP/1.1\r\nHost: fg\r\nContent-Length: 1000\r\n\r\n{")
+	io.WriteString(slow, "POST /json HTTP/1.1\r\nHost: fg\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
 	closedWithin("a body trickled", slow, 3*time.Second)
 
 	idle, err := net.Dial("tcp", web)

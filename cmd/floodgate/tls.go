@@ -121,12 +121,13 @@ func readPool(path string, system bool) func() (*x509.CertPool, error) {
 	}
 }
 
-// serverTLS returns the TLS configuration of the gRPC listener: each
+// serverTLS returns the TLS configuration of the gRPC listener (and of
+// JSON_ADDR's), offering the ALPN protocols protos: each
 // handshake takes the certificate, and the client CA, from files read
 // again when they change, so that a rotated certificate is served without
 // a restart. With a client CA, a client must present a certificate it
 // signed (and, with a SAN, one that names it).
-func serverTLS(s grpcTLS, logger *slog.Logger) (*tls.Config, error) {
+func serverTLS(s grpcTLS, logger *slog.Logger, protos ...string) (*tls.Config, error) {
 	pair, err := newFileCache("gRPC server certificate", logger, readPair(s.Cert, s.Key), s.Cert, s.Key)
 	if err != nil {
 		return nil, fmt.Errorf("GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY: %w", err)
@@ -140,7 +141,7 @@ func serverTLS(s grpcTLS, logger *slog.Logger) (*tls.Config, error) {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}, Certificates: []tls.Certificate{*pair.get()}}
+			cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: protos, Certificates: []tls.Certificate{*pair.get()}}
 			if ca != nil {
 				cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, ca.get()
 			}

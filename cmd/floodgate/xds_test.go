@@ -171,7 +171,9 @@ func TestServeEnvoyGateway(t *testing.T) {
 	certs := t.TempDir()
 	ca.Files(t, certs, "envoy-ratelimit", "envoy-ratelimit", "envoy-gateway")
 	xds := egXDS(t, ca, "127.0.0.1:0")
-	r := startServe(t, egEnv(certs, xds.Addr, redisAddr, "xdstest-"+randomHex(t)+":"))
+	vars := egEnv(certs, xds.Addr, redisAddr, "xdstest-"+randomHex(t)+":")
+	vars["JSON_ADDR"] = "127.0.0.1:0"
+	r := startServe(t, vars)
 	c := envoyClient(t, r, ca, true)
 
 	// Before the first snapshot, as upstream: an error, so that Envoy's
@@ -179,8 +181,15 @@ func TestServeEnvoyGateway(t *testing.T) {
 	if _, err := decide(c, "edge", "ip", "192.0.2.1"); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no rate limit configuration loaded") {
 		t.Errorf("before any configuration: %v, want Unavailable: no rate limit configuration loaded", err)
 	}
-	if code, body := postJSON(t, "http://"+r.http+"/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"ip","value":"x"}]}]}`); code != 503 {
-		t.Errorf("/json before any configuration: %d %s, want 503", code, body)
+	// POST /json: not on the plain HTTP listener, since gRPC requires
+	// client certificates; on JSON_ADDR, over TLS, 503.
+	if code, body := postJSON(t, "http://"+r.http+"/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"ip","value":"x"}]}]}`); code != 404 {
+		t.Errorf("/json on HTTP_ADDR under client certificates: %d %s, want 404", code, body)
+	}
+	envoyCert := ca.Pair(t, "envoy", "envoy")
+	if code, body, _, err := postAs(jsonClient(ca, &envoyCert, false), "https://"+r.json+"/json", "application/json",
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"ip","value":"x"}]}]}`); err != nil || code != 503 {
+		t.Errorf("/json before any configuration: %d %s %v, want 503", code, body, err)
 	}
 	if code, _ := get(t, "http://"+r.http+"/healthcheck"); code != 200 {
 		t.Errorf("/healthcheck before any configuration: %d, want 200 (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED is not set)", code)
