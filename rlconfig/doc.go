@@ -120,9 +120,9 @@
 // underscore into the key. Files whose names start with a dot, files
 // not named *.yaml or *.yml, and subdirectories are not read, where
 // envoyproxy/ratelimit reads them all; [Config.Skipped] lists them (but
-// the dot files), for a service to warn of. quota_mode is read and not
-// interpreted. The per-request limit override of the RLS API is package
-// rls's.
+// the dot files), for a service to warn of. quota_mode is carried as
+// written, for package rls to interpret. The per-request limit override
+// of the RLS API is package rls's.
 //
 // # xDS
 //

@@ -81,7 +81,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if !set {
 		over = s.over
 	}
-	if err := p.build(req, entries, ms, s.shadow, over, s.enf); err != nil {
+	if err := p.build(req, entries, ms, s.shadow, s.quota, over, s.enf); err != nil {
 		return nil, err
 	}
 	g, err := s.gate(req.GetDomain())
@@ -107,7 +107,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	p.judge()
 	p.count(s.metrics, req.GetDomain(), s.near)
-	return p.response(s.headers), nil
+	resp := p.response(s.headers)
+	if s.metadata {
+		resp.DynamicMetadata = p.metadata(req)
+	}
+	return resp, nil
 }
 
 // release returns p to the Server's pool, holding nothing of its request:
@@ -126,16 +130,32 @@ func (s *Server) release(p *plan) {
 // request goes to the garbage collector.
 const maxPooledEntries = 64
 
-// shadowed returns m with every limit in shadow mode (Options.ShadowMode).
-// The configuration's limits are shared, so each is copied.
-func shadowed(m rlmatch.Match) rlmatch.Match {
-	ls := make([]*rlmatch.Limit, len(m.Limits))
+// modes returns m with its limits as the Server's shadow and quota
+// settings make them. A limit in quota mode (its quota_mode, or
+// Options.QuotaMode) is in shadow mode too: it never denies, and its
+// QuotaMode marks it for the metrics and the metadata. Shadow mode wins:
+// a limit in both (or every limit under Options.ShadowMode) is in shadow
+// mode alone, as envoyproxy/ratelimit answers it. The configuration's
+// limits are shared, so a changed one is copied; m is returned as it is
+// when nothing changes.
+func modes(m rlmatch.Match, shadow, quota bool) rlmatch.Match {
+	var ls []*rlmatch.Limit
 	for j, l := range m.Limits {
+		q := (l.QuotaMode || quota) && !l.ShadowMode && !shadow
+		sh := l.ShadowMode || shadow || q
+		if sh == l.ShadowMode && q == l.QuotaMode {
+			continue
+		}
+		if ls == nil {
+			ls = slices.Clone(m.Limits)
+		}
 		c := *l
-		c.ShadowMode = true
+		c.ShadowMode, c.QuotaMode = sh, q
 		ls[j] = &c
 	}
-	m.Limits = ls
+	if ls != nil {
+		m.Limits = ls
+	}
 	return m
 }
 
@@ -286,8 +306,8 @@ func (p *plan) find(id hitID) int {
 // build builds the hits of a request's matched descriptors, each under
 // the rule in force for its key, marking oversize a hit whose cost that
 // rule could never admit; with shadow, every limit (a limit override's
-// too) is in shadow mode.
-func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatch.Match, shadow, countOver bool, enf *enforce.Enforcer) error {
+// too) is in shadow mode, and with quota in quota mode (see modes).
+func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatch.Match, shadow, quota, countOver bool, enf *enforce.Enforcer) error {
 	base := int64(max(req.GetHitsAddend(), 1))
 	p.countOver = countOver
 	p.descs = slices.Grow(p.descs[:0], len(ms))[:len(ms)]
@@ -298,9 +318,7 @@ func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms 
 				return err
 			}
 		}
-		if shadow {
-			m = shadowed(m)
-		}
+		m = modes(m, shadow, quota)
 		d := desc{match: m, cost: base}
 		if ha := req.GetDescriptors()[i].GetHitsAddend(); ha != nil {
 			// Beyond int64, it is beyond every capacity all the same.

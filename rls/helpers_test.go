@@ -57,7 +57,9 @@ type setup struct {
 	countOver bool // Options.CountOverLimit
 	// headers is Options.Headers; nil means the draft-11 fields alone,
 	// which most tests read.
-	headers *rls.Headers
+	headers  *rls.Headers
+	quota    bool // Options.QuotaMode
+	metadata bool // Options.DynamicMetadata
 }
 
 // start starts an instance that t's cleanup stops.
@@ -83,7 +85,7 @@ func start(t testing.TB, s setup) *service {
 	if s.headers != nil {
 		headers = *s.headers
 	}
-	srv, err := rls.New(rls.WithDebounce(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver, Headers: headers}, 20*time.Millisecond))
+	srv, err := rls.New(rls.WithDebounce(rls.Options{Enforcer: enf, ConfigDir: s.dir, Registerer: reg, ShadowMode: s.shadow, NearLimitRatio: s.near, CountOverLimit: s.countOver, Headers: headers, QuotaMode: s.quota, DynamicMetadata: s.metadata}, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		configIgnored: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_config_ignored_settings",
-			Help: "Settings of the configuration in force that have no effect as written (each logged at every load): shadow_mode on a descriptor without a rate_limit, quota_mode, a replaces that names no limit, files of the directory not read.",
+			Help: "Settings of the configuration in force that have no effect as written (each logged at every load): shadow_mode on a descriptor without a rate_limit, a replaces that names no limit, files of the directory not read.",
 		}),
 	}
 	m.ok, m.overall = m.requests.WithLabelValues("ok"), m.requests.WithLabelValues("over_limit")
@@ -174,7 +174,7 @@ func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 				continue
 			}
 			c.add(overLimit, n)
-			if v.shadow {
+			if v.shadow && !v.limit.QuotaMode { // a quota's excess counts as over alone, as upstream
 				c.add(shadowMode, n)
 			}
 		}

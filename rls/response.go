@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate"
@@ -203,6 +204,9 @@ func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitRes
 	case v.have:
 		st.CurrentLimit = setLimit(&mem.limit, v.limit, v.rule)
 		st.LimitRemaining = uint32(min(max(v.dec.Remaining, 0), int64(^uint32(0))))
+		if v.limit.QuotaMode && v.denied() {
+			break // past a quota: no reset, as envoyproxy/ratelimit answers it
+		}
 		// Whole seconds, rounded up, as envoyproxy/ratelimit answers
 		// them: a fixed window's reset then reads the same on both.
 		mem.reset = durationpb.Duration{Seconds: fields.Seconds(v.dec.ResetAfter)}
@@ -263,4 +267,48 @@ func setLimit(cl *rlsv3.RateLimitResponse_RateLimit, l *rlmatch.Limit, r floodga
 		}
 	}
 	return cl
+}
+
+// metadata is the response's dynamic_metadata as envoyproxy/ratelimit
+// builds it under RESPONSE_DYNAMIC_METADATA (Options.DynamicMetadata).
+func (p *plan) metadata(req *rlsv3.RateLimitRequest) *structpb.Struct {
+	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		entries := make([]*structpb.Value, len(d.GetEntries()))
+		for i, e := range d.GetEntries() {
+			entries[i] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if lo := d.GetLimit(); lo != nil {
+			f["limit"] = structpb.NewStringValue(lo.String())
+		}
+		if ha := d.GetHitsAddend(); ha != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(ha.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	fields := map[string]*structpb.Value{
+		"domain":      structpb.NewStringValue(req.GetDomain()),
+		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: descs}),
+	}
+	if ha := req.GetHitsAddend(); ha != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(ha))
+	}
+	var violations []*structpb.Value
+	enabled := false
+	for i, d := range p.descs {
+		over := false
+		for _, v := range d.vs {
+			enabled = enabled || v.limit.QuotaMode
+			over = over || v.limit.QuotaMode && v.denied()
+		}
+		if over {
+			violations = append(violations, structpb.NewNumberValue(float64(i)))
+		}
+	}
+	if len(violations) > 0 {
+		fields["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: violations})
+	}
+	fields["quotaModeEnabled"] = structpb.NewBoolValue(enabled)
+	return &structpb.Struct{Fields: fields}
 }

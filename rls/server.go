@@ -106,6 +106,22 @@ type Options struct {
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
 	// means 0.8.
 	NearLimitRatio float64
+	// QuotaMode puts every limit not in shadow mode in quota mode, as
+	// envoyproxy/ratelimit's QUOTA_MODE does; a limit's own quota_mode
+	// puts it alone. A limit in quota mode never denies: past its limit,
+	// its descriptor's status says OK with its current_limit and
+	// limit_remaining and no duration_until_reset, the hit counts in
+	// over_limit (not shadow_mode), and the descriptor is listed in the
+	// dynamic metadata's quotaModeViolations.
+	QuotaMode bool
+	// DynamicMetadata sets each response's dynamic_metadata as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain,
+	// each descriptor's entries ("key=value"), limit override and
+	// hits_addend, the request's hits_addend, the indices of the
+	// descriptors over a limit in quota mode (quotaModeViolations) and
+	// whether any limit of the request is in quota mode
+	// (quotaModeEnabled).
+	DynamicMetadata bool
 	// Headers are the headers each response asks Envoy to add to the
 	// client's response (response_headers_to_add). The zero value adds
 	// none, as envoyproxy/ratelimit by default.
@@ -169,6 +185,8 @@ type Server struct {
 	over     bool                            // Options.CountOverLimit
 	near     float64                         // Options.NearLimitRatio, or its default
 	headers  Headers                         // Options.Headers
+	quota    bool                            // Options.QuotaMode
+	metadata bool                            // Options.DynamicMetadata
 	metrics  *metrics
 	gather   prometheus.Gatherer
 	health   *health.Server
@@ -225,7 +243,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	logger := opts.Enforcer.Logger()
-	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), headers: opts.Headers, metrics: m, gather: gather,
+	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), headers: opts.Headers, quota: opts.QuotaMode, metadata: opts.DynamicMetadata, metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
 	s.plans.New = func() any { return new(plan) }
 	s.fixed.Store(opts.Config)
@@ -273,8 +291,7 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 
 // warnConfig logs what of the configuration envoyproxy/ratelimit would
 // apply and the Server does not: what the directory holds and was not
-// read, and the limits in quota_mode, which are enforced as any other;
-// and what does nothing there either: a replaces that names no limit,
+// read; and what does nothing there either: a replaces that names no limit,
 // shadow_mode on a descriptor without a rate_limit. It counts them all
 // in floodgate_config_ignored_settings.
 func (s *Server) warnConfig(cfg *rlconfig.Config) {
@@ -282,12 +299,9 @@ func (s *Server) warnConfig(cfg *rlconfig.Config) {
 		s.logger.Warn("entries of the configuration directory not read: floodgate reads the *.yaml and *.yml files at its top level, "+
 			"where envoyproxy/ratelimit reads every file, subdirectories included; rename or move them to apply their limits", "skipped", sk)
 	}
-	var quota, dangling []string
+	var dangling []string
 	named := map[string]bool{}
 	for _, l := range (*rlmatch.Config)(cfg).Limits() {
-		if l.QuotaMode {
-			quota = append(quota, l.Label)
-		}
 		if l.Name != "" {
 			named[l.Name] = true
 		}
@@ -302,15 +316,11 @@ func (s *Server) warnConfig(cfg *rlconfig.Config) {
 	if len(dangling) > 0 {
 		s.logger.Warn("a replaces names no limit of the configuration, and replaces nothing", "replaces", dangling)
 	}
-	if len(quota) > 0 {
-		s.logger.Warn("quota_mode is not interpreted: these limits deny as any other, where envoyproxy/ratelimit lets a request "+
-			"through while one of its quota_mode descriptors has quota left", "limits", quota)
-	}
 	ignored := cfg.Ignored()
 	for _, ig := range ignored {
 		s.logger.Warn("a setting of the configuration has no effect", "setting", ig)
 	}
-	s.metrics.configIgnored.Set(float64(len(cfg.Skipped()) + len(dangling) + len(quota) + len(ignored)))
+	s.metrics.configIgnored.Set(float64(len(cfg.Skipped()) + len(dangling) + len(ignored)))
 }
 
 // Config returns the configuration in force. A request reads it once, so

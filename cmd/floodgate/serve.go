@@ -73,6 +73,8 @@ type serveConfig struct {
 	CountOverLimit  bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, or unset under xDS: hits count past their limits
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 	Headers         rls.Headers   // LIMIT_RESPONSE_HEADERS_ENABLED with LIMIT_*_HEADER, and DRAFT_RATELIMIT_HEADERS: none by default
+	QuotaMode       bool          // QUOTA_MODE: every limit in quota mode
+	DynamicMetadata bool          // RESPONSE_DYNAMIC_METADATA: upstream's dynamic_metadata on every response
 
 	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
 	XDS               *xdsSettings // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
@@ -249,6 +251,8 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 
 	boolean := func(name string) bool { return envBool(getenv, bad, name) }
 	c.Reflection = boolean("GRPC_REFLECTION")
+	c.QuotaMode = boolean("QUOTA_MODE")
+	c.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA")
 	// The response's headers, as upstream adds them: none unless asked.
 	c.Headers.Draft = boolean("DRAFT_RATELIMIT_HEADERS")
 	if boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
@@ -277,8 +281,6 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	// that no deployment switches and silently loses it.
 	for _, u := range []struct{ name, why string }{
 		{"GRPC_UDS", "listen on TCP with GRPC_ADDR"},
-		{"QUOTA_MODE", "quota mode is not interpreted"},
-		{"RESPONSE_DYNAMIC_METADATA", "the response carries no dynamic metadata"},
 	} {
 		v := getenv(u.name)
 		if v == "" {
@@ -470,16 +472,18 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		}
 	}
 	srv, err := rls.New(rls.Options{
-		Enforcer:       enf,
-		ConfigDir:      cfg.ConfigDir,
-		Config:         fixed,
-		ConfigOptions:  rlconfig.Options{MergeDomains: cfg.MergeDomains},
-		Registerer:     reg,
-		Gatherer:       reg,
-		ShadowMode:     cfg.ShadowMode,
-		NearLimitRatio: cfg.NearLimitRatio,
-		CountOverLimit: cfg.CountOverLimit,
-		Headers:        cfg.Headers,
+		Enforcer:        enf,
+		ConfigDir:       cfg.ConfigDir,
+		Config:          fixed,
+		ConfigOptions:   rlconfig.Options{MergeDomains: cfg.MergeDomains},
+		Registerer:      reg,
+		Gatherer:        reg,
+		ShadowMode:      cfg.ShadowMode,
+		NearLimitRatio:  cfg.NearLimitRatio,
+		CountOverLimit:  cfg.CountOverLimit,
+		Headers:         cfg.Headers,
+		QuotaMode:       cfg.QuotaMode,
+		DynamicMetadata: cfg.DynamicMetadata,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)

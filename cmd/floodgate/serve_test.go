@@ -92,14 +92,14 @@ func TestServeConfiguration(t *testing.T) {
 		{"envoyproxy/ratelimit's features that floodgate lacks", map[string]string{
 			"CONFIG_DIR": "x", "GRPC_UDS": "/run/rl.sock",
 			"REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CLIENT_KEY": "/rk.pem", "REDIS_TLS_CACERT": "/rca.pem",
-			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw", "QUOTA_MODE": "true",
-			"RESPONSE_DYNAMIC_METADATA": "TRUE", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_DELTA", "SHADOW_MODE": "sometimes",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw", "QUOTA_MODE": "often",
+			"RESPONSE_DYNAMIC_METADATA": "yes", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_DELTA", "SHADOW_MODE": "sometimes",
 		}, nil, []string{
 			`GRPC_UDS: "/run/rl.sock" is not supported`,
 			`REDIS_TLS_CLIENT_CERT: "/rc.pem" is not supported`, `REDIS_TLS_CLIENT_KEY: "/rk.pem" is not supported`,
 			`REDIS_TLS_CACERT: "/rca.pem" is not supported`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
-			`REDIS_SENTINEL_AUTH: "xxxxx" is not supported`, `QUOTA_MODE: "true" is not supported`,
-			`RESPONSE_DYNAMIC_METADATA: "TRUE" is not supported`, `BACKEND_TYPE: "memcache" is not supported`,
+			`REDIS_SENTINEL_AUTH: "xxxxx" is not supported`, `QUOTA_MODE: "often" is not true or false`,
+			`RESPONSE_DYNAMIC_METADATA: "yes" is not true or false`, `BACKEND_TYPE: "memcache" is not supported`,
 			`CONFIG_TYPE: "GRPC_XDS_DELTA" is not FILE or GRPC_XDS_SOTW`, `SHADOW_MODE: "sometimes" is not true or false`,
 		}},
 		{"TLS files without TLS", map[string]string{
