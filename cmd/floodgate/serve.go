@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ type serveConfig struct {
 	RedisURL        string        // REDIS_URL: redisstore's URL forms; empty means in memory
 	RedisPrefix     string        // CACHE_KEY_PREFIX: the Redis key prefix; empty means redisstore's
 	GRPCAddr        string        // GRPC_ADDR (or GRPC_PORT): default :8081
+	GRPCUDS         string        // GRPC_UDS: gRPC on this unix socket instead of GRPC_ADDR, as upstream
 	HTTPAddr        string        // HTTP_ADDR (or PORT): default :8080
 	DebugAddr       string        // DEBUG_ADDR (or DEBUG_PORT): /healthcheck, /rlconfig, /metrics apart; empty means on HTTP_ADDR
 	JSONAddr        string        // JSON_ADDR: POST /json on a listener of its own, TLS as gRPC's; empty means on HTTP_ADDR, or off
@@ -124,7 +126,7 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
   REDIS_URL             redis://, rediss://, unix:// or HOST:PORT; empty: in memory
                         (REDIS_TYPE, REDIS_AUTH, REDIS_TLS, REDIS_SOCKET_TYPE)
   CACHE_KEY_PREFIX      the Redis key prefix (fg:)
-  GRPC_ADDR             :8081 (GRPC_HOST, GRPC_PORT)
+  GRPC_ADDR             :8081 (GRPC_HOST, GRPC_PORT); GRPC_UDS: a unix socket instead
   HTTP_ADDR             :8080 (HOST, PORT)
   DEBUG_ADDR            /rlconfig, and /metrics apart (DEBUG_HOST, DEBUG_PORT); unset:
                         no /rlconfig, /metrics on HTTP_ADDR
@@ -201,6 +203,12 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		}
 	}
 	addr("GRPC_ADDR", "GRPC_HOST", "GRPC_PORT", "8081", &c.GRPCAddr)
+	// GRPC_UDS replaces the TCP listener, as upstream, which then ignores
+	// GRPC_HOST and GRPC_PORT; floodgate's own GRPC_ADDR beside it is a
+	// contradiction.
+	if c.GRPCUDS = getenv("GRPC_UDS"); c.GRPCUDS != "" && getenv("GRPC_ADDR") != "" {
+		bad("GRPC_UDS", "is set beside GRPC_ADDR: gRPC listens on one of them; unset one")
+	}
 	addr("HTTP_ADDR", "HOST", "PORT", "8080", &c.HTTPAddr)
 	addr("DEBUG_ADDR", "DEBUG_HOST", "DEBUG_PORT", "6070", &c.DebugAddr)
 	switch v := getenv("JSON_ADDR"); {
@@ -279,9 +287,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	}
 	// What envoyproxy/ratelimit does and floodgate cannot: refused, so
 	// that no deployment switches and silently loses it.
-	for _, u := range []struct{ name, why string }{
-		{"GRPC_UDS", "listen on TCP with GRPC_ADDR"},
-	} {
+	for _, u := range []struct{ name, why string }{} {
 		v := getenv(u.name)
 		if v == "" {
 			continue
@@ -553,7 +559,12 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 
 	var lns []net.Listener
 	listen := func(name, addr string, conns int) (net.Listener, error) {
-		ln, err := net.Listen("tcp", addr)
+		network := "tcp"
+		if name == "GRPC_UDS" {
+			network = "unix"
+			removeStaleSocket(addr)
+		}
+		ln, err := net.Listen(network, addr)
 		if err != nil {
 			for _, l := range lns {
 				l.Close()
@@ -563,7 +574,11 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		lns = append(lns, ln)
 		return netutil.LimitListener(ln, conns), nil
 	}
-	gln, err := listen("GRPC_ADDR", cfg.GRPCAddr, maxGRPCConns)
+	gname, gaddr := "GRPC_ADDR", cfg.GRPCAddr
+	if cfg.GRPCUDS != "" {
+		gname, gaddr = "GRPC_UDS", cfg.GRPCUDS
+	}
+	gln, err := listen(gname, gaddr, maxGRPCConns)
 	if err != nil {
 		return err
 	}
@@ -658,4 +673,18 @@ func publicOnly(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// removeStaleSocket removes the unix socket at path when nothing listens
+// on it: a socket file left by a process that was killed would make the
+// listen fail. Anything else at path is left for the listen to report.
+func removeStaleSocket(path string) {
+	if st, err := os.Lstat(path); err != nil || st.Mode()&os.ModeSocket == 0 {
+		return
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close() // in use: the listen reports it
+		return
+	}
+	os.Remove(path)
 }

@@ -90,12 +90,11 @@ func TestServeConfiguration(t *testing.T) {
 		{"REDIS_SOCKET_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "udp"}, nil, []string{`REDIS_SOCKET_TYPE "udp" is not tcp or unix`}},
 		{"TLS over a unix socket", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "/r.sock", "REDIS_TLS": "1"}, nil, []string{"REDIS_TLS is true for a unix socket"}},
 		{"envoyproxy/ratelimit's features that floodgate lacks", map[string]string{
-			"CONFIG_DIR": "x", "GRPC_UDS": "/run/rl.sock",
+			"CONFIG_DIR": "x",
 			"REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CLIENT_KEY": "/rk.pem", "REDIS_TLS_CACERT": "/rca.pem",
 			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw", "QUOTA_MODE": "often",
 			"RESPONSE_DYNAMIC_METADATA": "yes", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_DELTA", "SHADOW_MODE": "sometimes",
 		}, nil, []string{
-			`GRPC_UDS: "/run/rl.sock" is not supported`,
 			`REDIS_TLS_CLIENT_CERT: "/rc.pem" is not supported`, `REDIS_TLS_CLIENT_KEY: "/rk.pem" is not supported`,
 			`REDIS_TLS_CACERT: "/rca.pem" is not supported`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
 			`REDIS_SENTINEL_AUTH: "xxxxx" is not supported`, `QUOTA_MODE: "often" is not true or false`,
@@ -225,7 +224,10 @@ type running struct {
 // budget of 2s unless vars sets DECISION_TIMEOUT, as rls's tests have.
 func startServe(t *testing.T, vars map[string]string, args ...string) *running {
 	t.Helper()
-	vars["GRPC_ADDR"], vars["HTTP_ADDR"] = "127.0.0.1:0", "127.0.0.1:0"
+	vars["HTTP_ADDR"] = "127.0.0.1:0"
+	if vars["GRPC_UDS"] == "" {
+		vars["GRPC_ADDR"] = "127.0.0.1:0"
+	}
 	if _, ok := vars["DECISION_TIMEOUT"]; !ok {
 		// The service's 50ms default is missed on a loaded test machine
 		// under the race detector (TestServeEnvoyGateway's cost flow got
