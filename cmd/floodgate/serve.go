@@ -441,6 +441,12 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		debug = httpServer(gate.handler(srv.DebugHandler()))
 	}
 
+	if breaker != nil {
+		// Before the listeners, so that no probe passes and no call comes
+		// before the store can decide at full speed (warm.go).
+		stopWarm := warmUp(ctx, breaker, logger, cfg.RedisURL)
+		defer stopWarm()
+	}
 	var lns []net.Listener
 	listen := func(name, addr string) (net.Listener, error) {
 		ln, err := net.Listen("tcp", addr)
