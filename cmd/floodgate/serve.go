@@ -557,6 +557,12 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		logger.Info("POST /json is not served", "reason", reason)
 	}
 
+	if breaker != nil {
+		// Before the listeners, so that no probe passes and no call comes
+		// before the store can decide at full speed (warm.go).
+		stopWarm := warmUp(ctx, breaker, logger, cfg.RedisURL)
+		defer stopWarm()
+	}
 	var lns []net.Listener
 	listen := func(name, addr string, conns int) (net.Listener, error) {
 		network := "tcp"
