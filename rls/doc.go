@@ -40,7 +40,7 @@
 //     makes metric series.
 //   - A hits_addend that the limit in force (after a key's override)
 //     could never admit (beyond its capacity,
-//     or beyond 1,000 for a sliding window) is over
+//     or beyond 100 for a sliding window) is over
 //     that limit without asking the store, as envoyproxy/ratelimit
 //     answers it; not an error, which Envoy's filter lets through by
 //     default (failure_mode_deny: false), while a hits_addend may come
