@@ -148,6 +148,9 @@
 // request was decided, and what was recorded.
 //
 // and floodgate_rls_requests_total{code}, floodgate_rls_unknown_domain_total,
-// floodgate_config_load_success_total and
-// floodgate_config_load_error_total.
+// floodgate_config_load_success_total,
+// floodgate_config_load_error_total (a reload of ConfigDir that finds no
+// file is one, unless Options.AllowEmptyConfig) and
+// floodgate_config_load_dropped_total (configurations put in force that
+// dropped a domain, or every limit, each logged at WARN).
 package rls

@@ -66,6 +66,7 @@ type serveConfig struct {
 	Reflection      bool          // GRPC_REFLECTION: gRPC server reflection, which lists the services to any caller
 	CountOverLimit  bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, or unset under xDS: hits count past their limits
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
+	AllowEmpty      bool          // CONFIG_ALLOW_EMPTY: a reload that finds no file puts no limit in force, instead of being refused
 
 	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
 	XDS               *xdsSettings // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
@@ -198,6 +199,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 
 	boolean := func(name string) bool { return envBool(getenv, bad, name) }
 	c.Reflection = boolean("GRPC_REFLECTION")
+	c.AllowEmpty = boolean("CONFIG_ALLOW_EMPTY")
 	// envoyproxy/ratelimit counts every hit, past the limit too, unless
 	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is true; floodgate counts
 	// only what it admits unless told otherwise. Unset, a configuration
@@ -404,6 +406,8 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		ShadowMode:     cfg.ShadowMode,
 		NearLimitRatio: cfg.NearLimitRatio,
 		CountOverLimit: cfg.CountOverLimit,
+
+		AllowEmptyConfig: cfg.AllowEmpty,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)
