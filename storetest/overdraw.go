@@ -135,7 +135,12 @@ var overdrawCases = []testCase{
 			if d.Allowed || !d.Recorded || d.Policy != "odcost" || !d.Each[0].Allowed || d.Each[1].Allowed || d.Each[1].Remaining != -1 {
 				t.Fatalf("%v: a hit within its limit and an overdraw hit past its own: %+v; want both recorded, the overdraw hit not allowed, Remaining -1", alg, d)
 			}
-			d = check(t, l, login, cost)
+			// 3 more keeps the key within its bound, a debt of 4 (a
+			// Cluster's roll-back credits no hit that carried its key
+			// past the bound: floodgate.Hit.Overdraw).
+			more := cost
+			more.Cost = 3
+			d = check(t, l, login, more)
 			if d.Allowed || d.Recorded || d.Each[0].Allowed {
 				t.Fatalf("%v: the hit past its limit, with an overdraw hit: %+v; want nothing recorded", alg, d)
 			}
