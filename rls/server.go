@@ -96,9 +96,9 @@ type Options struct {
 	// then extends its denial, a charge sent after the response (Envoy
 	// Gateway's rate limiting with cost: hits_addend N at the stream's
 	// end) is recorded in full, the key owing what it took past its limit
-	// (floodgate.Hit.Overdraw), and a check (hits_addend 0) is over only
-	// when the key is strictly past its limit. False, floodgate's
-	// default, counts only what is admitted.
+	// (at most its capacity: floodgate.Hit.Overdraw), and a check
+	// (hits_addend 0) is over only when the key is strictly past its
+	// limit. False, floodgate's default, counts only what is admitted.
 	CountOverLimit bool
 	// AllowEmptyConfig lets a reload of ConfigDir that finds no file put
 	// in force a configuration of no limit, every request answered OK.
