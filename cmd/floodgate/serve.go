@@ -49,6 +49,7 @@ type serveConfig struct {
 	DebugAddr       string        // DEBUG_ADDR (or DEBUG_PORT): /healthcheck, /rlconfig, /metrics apart; empty means on HTTP_ADDR
 	ConfigDir       string        // CONFIG_DIR or -config-dir (or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)
 	MergeDomains    bool          // MERGE_DOMAIN_CONFIG
+	AllowEmpty      bool          // CONFIG_ALLOW_EMPTY: a reload that finds no file puts no limit in force, instead of being refused
 	DecisionTimeout time.Duration // DECISION_TIMEOUT: default 50ms
 	DenialCache     int           // DENIAL_CACHE_SIZE (or LOCAL_CACHE_SIZE_IN_BYTES / 300): denials answered locally; 0 (default) is off
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT: how long in-flight calls may take to finish; default 10s
@@ -66,7 +67,6 @@ type serveConfig struct {
 	Reflection      bool          // GRPC_REFLECTION: gRPC server reflection, which lists the services to any caller
 	CountOverLimit  bool          // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, or unset under xDS: hits count past their limits
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
-	AllowEmpty      bool          // CONFIG_ALLOW_EMPTY: a reload that finds no file puts no limit in force, instead of being refused
 
 	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
 	XDS               *xdsSettings // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
@@ -198,8 +198,8 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	}
 
 	boolean := func(name string) bool { return envBool(getenv, bad, name) }
-	c.Reflection = boolean("GRPC_REFLECTION")
 	c.AllowEmpty = boolean("CONFIG_ALLOW_EMPTY")
+	c.Reflection = boolean("GRPC_REFLECTION")
 	// envoyproxy/ratelimit counts every hit, past the limit too, unless
 	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is true; floodgate counts
 	// only what it admits unless told otherwise. Unset, a configuration
