@@ -51,7 +51,7 @@ type Hit struct {
 	//     twice the Limit (and the count c with (c+1) * Window (µs) at
 	//     most 2^53: 2.5 million per hour, 100,000 per day); it weighs as
 	//     that count weighs: wholly through its window, then less and less
-	//     through the next (twice the Limit weighs past it until half way).
+	//     through the next (twice the Limit weighs past it until about half way).
 	//   - TokenBucket: the theoretical arrival time moves on by Cost times
 	//     the emission interval, up to a full bucket's refill time past a
 	//     full bucket's (at most ten years): the debt is worked off at the

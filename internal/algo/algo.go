@@ -51,7 +51,7 @@ func Life(r floodgate.Rule, cost int64) time.Duration {
 // limit: a token bucket works its debt off at the rule's rate (Capacity
 // times Interval, a Window at the default burst), a fixed window forgets
 // it at its end, a sliding-window counter's count of twice its limit
-// weighs past the limit until half through the next window, and a log's
+// weighs past the limit until about half way through the next window, and a log's
 // times leave with the window. (A bound of ten years let one hit of cost
 // 2^51 lock a token bucket's key for ten years.) memstore computes with
 // these; take.lua keeps the only other copy.
