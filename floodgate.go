@@ -221,11 +221,58 @@ func (l *Limiter) take(ctx context.Context, hits []Hit) (Decision, error) {
 	if len(results) != len(hits) {
 		return Decision{}, storeError("take", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
 	}
+	if err := l.before(ctx, hits, results); err != nil {
+		return Decision{}, err
+	}
 	d := decide(true, hits, results)
 	if !d.Recorded && l.denials != nil {
 		l.denials.add(p, hits, d, sent)
 	}
 	return d, nil
+}
+
+// before sets, in a check of several hits that records nothing (one that
+// is not Overdraw was denied), the results of its Overdraw hits past their
+// limits to what their keys had before the check, less their costs, which
+// decide adds back. A store answers such a hit as its key stands with it
+// recorded, and a key's state holds a debt of at most its capacity
+// (Hit.Overdraw), so that answer plus the cost is what the key had only
+// when the hit stays within the bound. before asks the store how those
+// keys stand, a Peek of cost 1 each: one more call, on this rare path
+// alone.
+func (l *Limiter) before(ctx context.Context, hits []Hit, results []Result) error {
+	denied := false // a hit that is not Overdraw was denied: nothing is recorded
+	for i := range hits {
+		denied = denied || !results[i].Allowed && !hits[i].Overdraw
+	}
+	if !denied {
+		return nil
+	}
+	var probes []Hit
+	var at []int
+	for i := range hits {
+		if !results[i].Allowed && hits[i].Overdraw {
+			probes, at = append(probes, Hit{Rule: hits[i].Rule, Key: hits[i].Key, Cost: 1}), append(at, i)
+		}
+	}
+	if len(probes) == 0 {
+		return nil
+	}
+	rs, err := l.store.Peek(ctx, probes)
+	if err != nil {
+		return storeError("peek", err)
+	}
+	if len(rs) != len(probes) {
+		return storeError("peek", fmt.Errorf("store returned %d results for %d hits", len(rs), len(probes)))
+	}
+	for j, i := range at {
+		have := rs[j].Remaining // a Peek's: after a request of cost 1, if it fits
+		if rs[j].Allowed {
+			have++
+		}
+		results[i].Remaining = have - hits[i].cost()
+	}
+	return nil
 }
 
 // Peek reports what Check would decide now, recording nothing. Its
@@ -244,6 +291,9 @@ func (l *Limiter) Peek(ctx context.Context, hits ...Hit) (Decision, error) {
 	}
 	if len(results) != len(hits) {
 		return Decision{}, storeError("peek", fmt.Errorf("store returned %d results for %d hits", len(results), len(hits)))
+	}
+	if err := l.before(ctx, hits, results); err != nil {
+		return Decision{}, err
 	}
 	return decide(false, hits, results), nil
 }

@@ -100,6 +100,12 @@ func TestOverdrawInACheck(t *testing.T) {
 	if p, _ := l.Peek(ctx, floodgate.Hit{Rule: r, Key: "acct"}); p.Remaining != -2 {
 		t.Fatalf("after a check that recorded nothing: %+v; want the first charge's debt alone", p)
 	}
+	// The charge would carry the key past its bound (a debt of 10, the
+	// capacity): what it had before is not what it would have less the
+	// charge, and a Peek reports it as the Check does.
+	if p, err := l.Peek(ctx, login, charge); err != nil || p.Each[1].Remaining != -2 || p.Each[1].Allowed {
+		t.Fatalf("Peek of login past its limit and the charge: %+v, %v; want the charge reporting the debt it found, -2", p, err)
+	}
 	if err := l.Refund(ctx, d); err != nil { // recorded nothing: a no-op
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ const (
 	// fewer than Limit requests were admitted in the last Window. It keeps
 	// the times of the last Limit admitted requests, 6 bytes each in Redis,
 	// so its memory grows with Limit (6 KB a key at 1,000), which is capped at
-	// 1,000,000 (and the cost of one hit at 1,000). It is the zero value and
+	// 1,000,000 (and the cost of one hit at 100). It is the zero value and
 	// the default.
 	SlidingWindow Algorithm = iota
 	// TokenBucket is a token bucket of capacity Burst refilled at Limit tokens

@@ -16,15 +16,17 @@ type Hit struct {
 	Key string
 	// Cost is how many requests this hit counts for; zero means 1. It may
 	// not exceed the rule's Capacity, unless Overdraw is set; nor, for a
-	// SlidingWindow or Concurrency rule, 1,000.
+	// SlidingWindow or Concurrency rule, 100: the log keeps a time per
+	// unit, so one hit holds at most 728 bytes of Redis for its window.
 	Cost int64
 	// Overdraw records the hit whatever the limit says, as far as the
 	// algorithm can hold it, and the key owes what it took past its
 	// limit: it is denied until that debt is worked off. It charges a
 	// cost known only once the work is done (a response's size, the
 	// tokens a model produced), as [Limiter.Settle] does. Its Cost may
-	// exceed the rule's Capacity, up to 2^51 (1,000 for a
-	// SlidingWindow rule).
+	// exceed the rule's Capacity, up to 2^51 (100 for a
+	// SlidingWindow rule); the key owes at most its Capacity whatever
+	// the costs (below).
 	//
 	// In a check, the other hits stay all-or-nothing among themselves,
 	// and an Overdraw hit is recorded whenever they are admitted: a check
@@ -35,22 +37,31 @@ type Hit struct {
 	// cost 1 again). [Decision.Recorded] says it was recorded, and a
 	// Refund undoes it as any take, within the rules of [Store.Refund].
 	//
-	// What a key holds past its limit, and when the excess stops weighing:
+	// A key owes at most its rule's Capacity (one full quota), whatever
+	// the costs: a hit of cost 2^51 once locked a token bucket's key for
+	// ten years. A key in debt is then denied for at most about one
+	// Window more than a key at its limit (the Capacity's refill time for
+	// a TokenBucket with a Burst), as [Result.RetryAfter] reports. What a
+	// key holds past its limit, and when the excess stops weighing:
 	//
-	//   - FixedWindow: the count holds any amount (up to 2^52), as
-	//     envoyproxy/ratelimit's counter does; it is forgotten when the
-	//     window ends.
+	//   - FixedWindow: the count holds up to twice the Limit (envoyproxy/
+	//     ratelimit's counter holds any amount; a denial is the same);
+	//     it is forgotten when the window ends.
 	//   - SlidingWindowCounter: the current window's count holds it, up to
-	//     the count c with (c+1) * Window (µs) at most 2^53 (2.5 million
-	//     per hour, 100,000 per day); it weighs as that count weighs:
-	//     wholly through its window, then less and less through the next.
+	//     twice the Limit (and the count c with (c+1) * Window (µs) at
+	//     most 2^53: 2.5 million per hour, 100,000 per day); it weighs as
+	//     that count weighs: wholly through its window, then less and less
+	//     through the next (twice the Limit weighs past it until about half way).
 	//   - TokenBucket: the theoretical arrival time moves on by Cost times
-	//     the emission interval, up to ten years past a full bucket's: the
-	//     debt is worked off at the rule's rate.
-	//   - SlidingWindow: the log keeps the hit's Cost times, up to
-	//     1,000 times past its limit (6 bytes each in Redis); each
-	//     weighs until it leaves the window, and the key admits a request
-	//     again once fewer than Limit of its times are in the window.
+	//     the emission interval, up to a full bucket's refill time past a
+	//     full bucket's (at most ten years): the debt is worked off at the
+	//     rule's rate. For 60 a minute: Retry-After 61 s at most, the
+	//     bucket full again 120 s after the hit.
+	//   - SlidingWindow: the log keeps the hit's Cost times, up to the
+	//     Limit (at most 100) times past its limit (6 bytes each in
+	//     Redis); each weighs until it leaves the window, and the key
+	//     admits a request again once fewer than Limit of its times are in
+	//     the window.
 	//
 	// A hit that would carry a key past its bound is recorded up to the
 	// bound (a log keeps its newest times, which alone decide when it
@@ -72,7 +83,7 @@ func (h Hit) cost() int64 {
 //
 // Every method receives hits that the Limiter has validated: valid rules,
 // keys of 1 byte to 1 MiB and costs of 1 to the rule's capacity (to
-// 2^51 for an Overdraw hit), and at most 1,000 for a sliding
+// 2^51 for an Overdraw hit), and at most 100 for a sliding
 // window.
 //
 // A key's state under a rule belongs to the rule's name, algorithm and

@@ -119,7 +119,30 @@ type Interceptors struct {
 	methods map[string]*method
 	def     *method           // nil when Default has no limits
 	folded  map[string]string // the Methods names by their lower case: a near miss of a call is a typo
-	strays  sync.Map          // the methods called that Methods does not name, each checked once for a near miss
+	strays  strays            // the methods called that Methods does not name
+}
+
+// The bounds of the strays an Interceptors remembers: the names of the
+// methods called that Options.Methods does not list. A server with an
+// unknown-service handler (grpc.UnknownServiceHandler) is called by any
+// name a client sends, and a set that kept every one grew without bound
+// (100,000 distinct 1 KiB names held 122 MiB): it keeps at most maxStrays
+// names of at most maxStrayLen bytes, at most 256 KiB of names.
+const (
+	maxStrays   = 1024
+	maxStrayLen = 256
+)
+
+// strays is the bounded set of the methods called that Options.Methods
+// does not name. A remembered name is checked once for a near miss; a
+// name past the bounds is folded into one entry, the overflow: it is
+// checked at each call, and only the first near miss among them is
+// logged.
+type strays struct {
+	names    sync.Map     // name -> struct{}: at most maxStrays names
+	n        atomic.Int64 // the slots of names taken or being taken
+	full     atomic.Bool  // a name did not fit, which was logged
+	overflow atomic.Bool  // a near miss that did not fit was logged
 }
 
 // method is a built Method: its gate, its keys and its serialized fields.
@@ -326,19 +349,45 @@ func (l *Interceptors) method(name string) *method {
 	if m, ok := l.methods[name]; ok {
 		return m // nil for a listed method without limits
 	}
-	if _, seen := l.strays.LoadOrStore(name, struct{}{}); !seen {
-		l.nearMiss(name)
-	}
+	l.stray(name)
 	return l.def
+}
+
+// stray checks the name of a called method that Options.Methods does not
+// list for a near miss, once per remembered name (see strays).
+func (l *Interceptors) stray(name string) {
+	s := &l.strays
+	if _, seen := s.names.Load(name); seen {
+		return
+	}
+	if len(name) <= maxStrayLen {
+		if s.n.Add(1) <= maxStrays {
+			if _, seen := s.names.LoadOrStore(name, struct{}{}); seen {
+				s.n.Add(-1) // another call stored it first
+			} else {
+				l.nearMiss(name, "")
+			}
+			return
+		}
+		s.n.Add(-1)
+	}
+	if s.full.CompareAndSwap(false, true) {
+		l.e.Logger().LogAttrs(context.Background(), slog.LevelWarn, "floodgate: the methods called that Options.Methods does not list are past the bound "+
+			"of the names remembered: further names are not remembered, and only the first near miss among them is logged",
+			slog.Int("names", maxStrays), slog.Int("name_bytes", maxStrayLen))
+	}
+	if _, ok := l.folded[strings.ToLower(name)]; ok && s.overflow.CompareAndSwap(false, true) {
+		l.nearMiss(name, " (the first near miss past the bound of the names remembered: no other is logged)")
+	}
 }
 
 // nearMiss logs the Methods name that differs from a called method's
 // only by case: a typo ("/pkg.Svc/Unarycall") that leaves the method
-// under Default, or unlimited, with no other sign.
-func (l *Interceptors) nearMiss(called string) {
+// under Default, or unlimited, with no other sign. note ends the message.
+func (l *Interceptors) nearMiss(called, note string) {
 	if listed, ok := l.folded[strings.ToLower(called)]; ok {
 		l.e.Logger().LogAttrs(context.Background(), slog.LevelWarn, "floodgate: a method is called by a name that Options.Methods spells otherwise: "+
-			"its limits do not apply to it (Default's do, if any)", slog.String("called", called), slog.String("listed", listed))
+			"its limits do not apply to it (Default's do, if any)"+note, slog.String("called", called), slog.String("listed", listed))
 	}
 }
 
@@ -348,7 +397,10 @@ func (l *Interceptors) nearMiss(called string) {
 // the name each was likely meant to be: a typo in a method name leaves
 // that method unlimited, or under Default, with no other sign. An Interceptors
 // built before its server's services are known logs the first call of a
-// method that Methods spells only in another case.
+// method that Methods spells only in another case. It remembers at most
+// 1,024 names of unlisted methods called, of at most 256 bytes each (a
+// server with an unknown-service handler is called by any name): past
+// that, it logs the bound once and only the first near miss.
 //
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(gl.UnaryServerInterceptor()))
 //	pb.RegisterBankServer(srv, bank)

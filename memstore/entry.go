@@ -66,7 +66,7 @@ func (e *entry) check(now int64, h *floodgate.Hit, t int64) floodgate.Result {
 				return floodgate.Result{Remaining: floorDiv(capacity-(tat-now), t), ResetAfter: dur(tat - now), RetryAfter: dur(next - now - capacity)}
 			}
 		}
-		next, _ := bucketOver(now, tat, cost, t, capacity)
+		next, _ := bucketOver(now, tat, cost, t, capacity, int64(algo.Ahead(r)))
 		return floodgate.Result{Remaining: floorDiv(capacity-(next-now), t), ResetAfter: dur(next - now), RetryAfter: dur(next + t - now - capacity)}
 	case floodgate.FixedWindow:
 		idx := floorDiv(now, window)
@@ -79,7 +79,7 @@ func (e *entry) check(now int64, h *floodgate.Hit, t int64) floodgate.Result {
 		}
 		count := e.count
 		if h.Overdraw {
-			count, _ = addUpTo(count, cost, algo.MaxCount)
+			count, _ = addUpTo(count, cost, algo.MaxCount(r))
 		}
 		return floodgate.Result{Remaining: limit - count, ResetAfter: dur(end - now), RetryAfter: dur(end - now)}
 	case floodgate.SlidingWindowCounter:
@@ -146,14 +146,14 @@ func (e *entry) record(now int64, h *floodgate.Hit, t int64) (floodgate.Stamp, b
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
 		if h.Overdraw {
-			e.tat, full = bucketOver(now, max(e.tat, now), cost, t, r.Capacity()*t)
+			e.tat, full = bucketOver(now, max(e.tat, now), cost, t, r.Capacity()*t, int64(algo.Ahead(r)))
 		} else {
 			e.tat = max(e.tat, now) + cost*t
 		}
 		e.expires = max(e.expires, e.tat)
 	case floodgate.FixedWindow:
 		if h.Overdraw {
-			e.count, full = addUpTo(e.count, cost, algo.MaxCount)
+			e.count, full = addUpTo(e.count, cost, algo.MaxCount(r))
 		} else {
 			e.count += cost
 		}
@@ -195,11 +195,11 @@ func (e *entry) renew(epoch uint64) {
 }
 
 // bucketOver returns a token bucket's TAT after a take of cost (interval
-// t, capacity in ns) from tat (at least now), up to algo.Ahead past a full
-// bucket's, and whether the bound held it back (the TAT never moves
-// back). It never overflows, whatever the cost.
-func bucketOver(now, tat, cost, t, capacity int64) (int64, bool) {
-	bound := now + capacity + int64(algo.Ahead)
+// t, capacity in ns) from tat (at least now), up to ahead (algo.Ahead)
+// past a full bucket's, and whether the bound held it back (the TAT never
+// moves back). It never overflows, whatever the cost.
+func bucketOver(now, tat, cost, t, capacity, ahead int64) (int64, bool) {
+	bound := now + capacity + ahead
 	if tat <= bound && cost <= (bound-tat)/t {
 		return tat + cost*t, false
 	}

@@ -43,8 +43,8 @@
 // (floodgate.Store):
 //
 //	<prefix>{<rule>:<key>}:w:<window>        sliding window: string, a ring of the
-//	                                         last Limit admitted times (up to 1,000
-//	                                         more in debt), 6 bytes each
+//	                                         last Limit admitted times (up to Limit,
+//	                                         at most 100, more in debt), 6 bytes each
 //	                                         (µs after a base time), then a 34-byte
 //	                                         header (epoch, head, count, the first live
 //	                                         entry, the base, the first live entry's
@@ -111,8 +111,10 @@
 // key whatever its limit; a sliding window 6 bytes per request of its
 // limit and about 130-200 bytes more in jemalloc's size classes (200 bytes
 // at a limit of 10, 728 at 100, 6,232 at 1,000, 32,856 at 5,000), and 6
-// more per request it owes past its limit, up to 1,000 of them (see
-// floodgate.Hit.Overdraw). Prefer the sliding window for small limits that
+// more per request it owes past its limit, up to its limit and at most
+// 100 of them (see floodgate.Hit.Overdraw). One hit costs at most 100, so
+// one request makes a new key hold at most 728 bytes for its window (136
+// for a hit of cost 1). Prefer the sliding window for small limits that
 // must be exact (login, PIX transfers), the token bucket for large ones
 // (API quotas).
 // docs/CLUSTER.md in the repository has the measured table, on a

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +72,58 @@ func TestMemoryUsage(t *testing.T) {
 			}
 			t.Logf("%v refund tombstone %q: MEMORY USAGE %d bytes", tc.alg, keys[0], usage(keys[0]))
 		}
+	}
+}
+
+// TestMemoryOfOneSlidingHit: what one sliding-window hit can make Redis
+// hold for its window (issue 34: a hits_addend of 1,000 held 6 KB, 28
+// times a request of cost 1). A hit costs at most bounds.SlidingCost, 100:
+// a clear error past it; and an overdraw hit past the limit keeps at most
+// the limit again (4 here) of its times, not its cost.
+func TestMemoryOfOneSlidingHit(t *testing.T) {
+	s, err := New(ctx(t), Options{URL: "redis://" + redistest.Addr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := rawClient(t)
+	l, err := floodgate.New(s, floodgate.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := func(r floodgate.Rule, key string) int64 {
+		n, err := c.Do(ctx(t), c.B().MemoryUsage().Key(stateKey(s, r, key)).Samples(0).Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("MEMORY USAGE: %v", err)
+		}
+		return n
+	}
+	r := mustRule(t, "login", 1000, time.Hour, floodgate.SlidingWindow)
+	one, most := randomPrefix()[7:19], randomPrefix()[7:19]
+	if d, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: one}); err != nil || !d.Allowed {
+		t.Fatalf("a hit of cost 1: %+v, %v", d, err)
+	}
+	if d, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: most, Cost: 100}); err != nil || !d.Allowed || d.Remaining != 900 {
+		t.Fatalf("a hit of cost 100: %+v, %v; want allowed, Remaining 900", d, err)
+	}
+	n1, n100 := usage(r, one), usage(r, most)
+	t.Logf("one sliding-window hit: cost 1 %d bytes, cost 100 %d bytes (%.1fx)", n1, n100, float64(n100)/float64(n1))
+	if n100 > 740 {
+		t.Errorf("a hit of cost 100: %d bytes, want at most 740 (100 times of 6 bytes, a header and the key)", n100)
+	}
+	for _, over := range []bool{false, true} {
+		_, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: randomPrefix()[7:19], Cost: 101, Overdraw: over})
+		if !errors.Is(err, floodgate.ErrInvalidHit) || !strings.Contains(err.Error(), "cost 101 is above 100, the most a sliding-window log records in one hit") {
+			t.Fatalf("a hit of cost 101 (overdraw %v): %v; want ErrInvalidHit naming the cap", over, err)
+		}
+	}
+	small := mustRule(t, "small", 4, time.Hour, floodgate.SlidingWindow)
+	k := randomPrefix()[7:19]
+	d, err := l.Check(context.Background(), floodgate.Hit{Rule: small, Key: k, Cost: 100, Overdraw: true})
+	if err != nil || d.Allowed || !d.Recorded || d.Remaining != -4 {
+		t.Fatalf("an overdraw hit of cost 100 on a limit of 4: %+v, %v; want recorded, Remaining -4 (8 times kept)", d, err)
+	}
+	if n := usage(small, k); n > 200 {
+		t.Errorf("an overdraw hit of cost 100 on a limit of 4: %d bytes, want at most 200 (8 times kept)", n)
 	}
 }

@@ -31,7 +31,7 @@
 --       alg       "s" sliding window (key letter w), "t" token bucket, "f"
 --                 fixed window, "c" sliding-window counter
 --       cost      units this hit counts for (1..capacity; an overdraw
---                 hit's up to 2^51, a sliding window's up to 1,000)
+--                 hit's up to 2^51, a sliding window's up to 100)
 --       limit     "s", "f", "c": the limit L; "t": the capacity B
 --       window    "s", "f", "c": the window W in us; "t": the emission
 --                 interval T in us, ceil(W / L)
@@ -469,11 +469,13 @@ local function fmt(x)
 end
 
 -- What a state holds past its limit (floodgate.Hit.Overdraw; Go's copy is
--- internal/algo), each bound named where it is used: a fixed window counts
--- up to MAXCOUNT (2^52), a sliding-window counter up to the count c with
+-- internal/algo), each bound named where it is used: a debt of at most the
+-- capacity. A fixed window counts up to MAXCOUNT (twice its limit), a
+-- sliding-window counter up to twice its limit and the count c with
 -- (c + 1) * window at most 2^53 us, a token bucket's TAT runs up to AHEAD
--- (MaxWindow, ten years, in us) past a full bucket's, and a ring keeps up
--- to LOGDEBT (1,000) times past its limit. A hit that would carry a state
+-- (a full bucket's refill time, at most ten years) past a full bucket's,
+-- and a ring keeps up to LOGDEBT (its limit, at most 100) times past its
+-- limit. A hit that would carry a state
 -- past its bound fills it, and the state takes the epoch after its own,
 -- ep % (2^48 - 1) + 1 (epochs run from 1 to 2^48 - 1). (A constant shared
 -- by the functions would cost every call that builds them an upvalue:
@@ -604,7 +606,7 @@ local function sliding(key, cost, limit, window, over, h)
         frees = ringAt(r, r.first + i)
       end
     end
-    local LOGDEBT = 1000
+    local LOGDEBT = math.min(limit, 100)
     local held = math.min(live + cost, limit + LOGDEBT)
     return false, limit - held, t + window - now, frees + window - now, r, r and r.ep, held < live + cost
   end
@@ -664,7 +666,7 @@ end
 -- then takes the epoch after its own.
 local function recordSliding(key, cost, limit, window, epoch, r, over, full)
   if over then
-    local LOGDEBT = 1000
+    local LOGDEBT = math.min(limit, 100)
     if r == nil then
       r = {key = key, ep = tonumber(epoch), head = 0, count = 0, first = 0, base = now, tfirst = now, newest = now}
     end
@@ -749,7 +751,7 @@ local function bucket(key, cost, capacity, interval, over)
   -- Past the limit: the TAT moves on by cost * interval, up to AHEAD past
   -- a full bucket's, never back. (A product past 2^53 is inexact, but
   -- then past the bound as well.)
-  local AHEAD = 315360000000000
+  local AHEAD = math.min(full, 315360000000000)
   local bound = now + full + AHEAD
   local filled = new > bound
   if filled then
@@ -781,7 +783,7 @@ local function fixed(key, cost, limit, window, over)
   if not over then
     return false, limit - count, left, left, nil, ep
   end
-  local MAXCOUNT = 2 ^ 52
+  local MAXCOUNT = 2 * limit
   local n = count + cost -- past the limit: up to MAXCOUNT, never down
   local filled = n > MAXCOUNT
   if filled then
@@ -852,10 +854,10 @@ local function counter(key, cost, limit, window, over)
   end
   local val, filled
   if over then
-    -- Past the limit: the current count takes cost, up to the count c
-    -- with (c + 1) * window at most 2^53, never down; the figures are a
-    -- request of cost 1's against it.
-    local most, c = floordiv(2 ^ 53, window) - 1, cur + cost
+    -- Past the limit: the current count takes cost, up to twice the
+    -- limit and the count c with (c + 1) * window at most 2^53, never
+    -- down; the figures are a request of cost 1's against it.
+    local most, c = math.min(2 * limit, floordiv(2 ^ 53, window) - 1), cur + cost
     filled = c > most
     if filled then
       c = math.max(cur, most)

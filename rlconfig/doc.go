@@ -80,7 +80,9 @@
 //     limit, as envoyproxy/ratelimit counts by default: a denied request
 //     extends its denial, and a charge sent after the response (Envoy
 //     Gateway's costs) is recorded in full, the key owing what it took past
-//     its limit (floodgate.Hit.Overdraw); false (floodgate's default) counts
+//     its limit, at most the limit's capacity whatever the hits_addend
+//     (floodgate.Hit.Overdraw: a token bucket of 60 a minute answers
+//     Retry-After 61 at most); false (floodgate's default) counts
 //     only what is admitted. Unset, the service's setting applies
 //     (rls.Options.CountOverLimit).
 //

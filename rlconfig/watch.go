@@ -44,7 +44,21 @@ type WatchOptions struct {
 	// over a file more than a debounce after it was written, it makes
 	// two calls.
 	OnReload func(cfg *Config, err error)
+	// AllowEmpty lets a reload put in force a configuration of no file,
+	// the directory emptied: no domain, every request answered OK. By
+	// default such a reload is refused, as an invalid file is (the error
+	// wraps [ErrEmptyConfig]), and the configuration in force stays:
+	// the last file removed is more often a mistake (a ConfigMap
+	// emptied, a volume mounted late, a deploy that deleted before it
+	// wrote) than a wish to drop every limit. The first read, at Watch,
+	// accepts an empty directory either way: no limit was in force.
+	AllowEmpty bool
 }
+
+// ErrEmptyConfig is wrapped by the error of a reload that a [Watcher]
+// refused because it found no configuration file (see
+// WatchOptions.AllowEmpty). It wraps [ErrInvalidConfig].
+var ErrEmptyConfig = fmt.Errorf("%w: no configuration file (every limit would be dropped)", ErrInvalidConfig)
 
 // Watcher holds the configuration read from a directory (or one file of
 // it, see [Watch]) and reloads it when the directory changes. It sees files written in place, added or
@@ -144,7 +158,8 @@ func watch(dir, only string, opts WatchOptions) (*Watcher, error) {
 func (w *Watcher) Config() *Config { return w.cfg.Load() }
 
 // Reload reads the directory now. It swaps in the new configuration and
-// returns nil, or returns the error and keeps the old one. It does not
+// returns nil, or returns the error and keeps the old one (a directory
+// with no file is refused unless WatchOptions.AllowEmpty). It does not
 // call OnReload, and what it read is no change to the next read that an
 // event starts.
 func (w *Watcher) Reload() error {
@@ -162,6 +177,9 @@ func (w *Watcher) load() (cfg *Config, changed bool, err error) {
 	prev := w.last
 	cfg, err = w.read()
 	changed = prev == nil || !prev.equal(w.last)
+	if err == nil && len(cfg.Files()) == 0 && !w.opts.AllowEmpty {
+		err = fmt.Errorf("rlconfig: %s: %w", w.dir, ErrEmptyConfig)
+	}
 	if err != nil {
 		return nil, changed, err
 	}

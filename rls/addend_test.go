@@ -28,7 +28,7 @@ func TestHitsAddendBeyondCapacity(t *testing.T) {
 		req  *rlsv3.RateLimitRequest
 	}{
 		{"beyond the capacity", req("inv", addend(desc("user=a"), 11), desc("user=other"))},
-		{"beyond a sliding log's most at once", req("inv", addend(desc("log=a"), 1001), desc("user=other"))},
+		{"beyond a sliding log's most at once", req("inv", addend(desc("log=a"), 101), desc("user=other"))},
 		{"beyond int64", req("inv", addend(desc("user=a"), 1<<63), desc("user=other"))},
 		{"the largest", req("inv", addend(desc("user=a"), 1<<64-1), desc("user=other"))},
 		{"the request's beyond the capacity", &rlsv3.RateLimitRequest{Domain: "inv", HitsAddend: 4_000_000_000,

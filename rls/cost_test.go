@@ -80,3 +80,38 @@ descriptors:
 	d.HitsAddend = wrapperspb.UInt64(0)
 	expect(t, svc.call(t, req("ai", d)), over, []rlsv3.RateLimitResponse_Code{over}, []uint32{0})
 }
+
+// TestHitsAddendDebtBounded: under count_over_limit (an over-limit hit is
+// recorded, a debt the key works off), one hits_addend of 2^51 on a token
+// bucket locked the key for ten years (Retry-After: 315360001, issue 34).
+// A key owes at most its capacity (floodgate.Hit.Overdraw): for 60 a
+// minute, a token a second, the bucket's TAT runs at most a full bucket's
+// refill (60 s) past a full bucket's, so a request of 1 fits again in 61 s
+// and the bucket is full again in 120 s; further hits hold it there, and
+// memstore and Redis answer alike.
+func TestHitsAddendDebtBounded(t *testing.T) {
+	const config = `
+domain: debt
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket}
+`
+	for _, redis := range []bool{false, true} {
+		var store floodgate.Store = memstore.New(memstore.Options{})
+		if redis {
+			store = freshRedis(t)
+		}
+		svc := start(t, setup{yaml: config, store: store, countOver: true})
+		for i, n := range []uint64{1 << 51, 1, 1 << 51} {
+			d := desc("user=ana")
+			d.HitsAddend = wrapperspb.UInt64(n)
+			resp := svc.call(t, req("debt", d))
+			st := resp.GetStatuses()[0]
+			reset := st.GetDurationUntilReset().GetSeconds()
+			if resp.GetOverallCode() != over || header(resp, "Retry-After") != "61" || reset < 119 || reset > 120 || st.GetLimitRemaining() != 0 {
+				t.Fatalf("redis %v, hit %d of %d: %v, Retry-After %q, duration_until_reset %ds; want OVER_LIMIT, Retry-After 61, 120s to reset (a debt of 60, the capacity)",
+					redis, i, n, resp, header(resp, "Retry-After"), reset)
+			}
+		}
+	}
+}

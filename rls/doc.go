@@ -40,7 +40,7 @@
 //     makes metric series.
 //   - A hits_addend that the limit in force (after a key's override)
 //     could never admit (beyond its capacity,
-//     or beyond 1,000 for a sliding window) is over
+//     or beyond 100 for a sliding window) is over
 //     that limit without asking the store, as envoyproxy/ratelimit
 //     answers it; not an error, which Envoy's filter lets through by
 //     default (failure_mode_deny: false), while a hits_addend may come
@@ -148,6 +148,9 @@
 // request was decided, and what was recorded.
 //
 // and floodgate_rls_requests_total{code}, floodgate_rls_unknown_domain_total,
-// floodgate_config_load_success_total and
-// floodgate_config_load_error_total.
+// floodgate_config_load_success_total,
+// floodgate_config_load_error_total (a reload of ConfigDir that finds no
+// file is one, unless Options.AllowEmptyConfig) and
+// floodgate_config_load_dropped_total (configurations put in force that
+// dropped a domain, or every limit, each logged at WARN).
 package rls

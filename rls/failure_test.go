@@ -148,8 +148,8 @@ func TestBoundsAccepted(t *testing.T) {
 	}
 	svc.call(t, req("inv", deep))
 	log := desc("log=a")
-	log.HitsAddend = wrapperspb.UInt64(1000)
-	expect(t, svc.call(t, req("inv", log)), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{4000})
+	log.HitsAddend = wrapperspb.UInt64(100) // the most one sliding-window hit costs
+	expect(t, svc.call(t, req("inv", log)), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{4900})
 	big := desc("user=a")
 	big.HitsAddend = wrapperspb.UInt64(1<<63 - 1)
 	resp, err := svc.client.ShouldRateLimit(context.Background(), req("inv", big))

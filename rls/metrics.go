@@ -19,7 +19,7 @@ type metrics struct {
 	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
 	requests                                                 *prometheus.CounterVec
 	unknownDomain, shed                                      prometheus.Counter
-	configLoadSuccess, configLoadError                       prometheus.Counter
+	configLoadSuccess, configLoadError, configDropped        prometheus.Counter
 	configIgnored                                            prometheus.Gauge
 
 	details    sync.Map     // the descriptor labels in use (detailed_metric), at most maxDetailLabels
@@ -129,6 +129,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "floodgate_config_load_error_total",
 			Help: "Configurations refused (invalid, or the directory could not be read); the previous one stayed in force.",
 		}),
+		configDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_config_load_dropped_total",
+			Help: "Configurations put in force that dropped a domain, or every limit, of the one before them (each logged at WARN): the requests of a dropped domain are answered OK.",
+		}),
 		configIgnored: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_config_ignored_settings",
 			Help: "Settings of the configuration in force that have no effect as written (each logged at every load): shadow_mode on a descriptor without a rate_limit, a replaces that names no limit, files of the directory not read.",
@@ -137,7 +141,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.ok, m.overall = m.requests.WithLabelValues("ok"), m.requests.WithLabelValues("over_limit")
 	m.perLimit = [limitSeries]*prometheus.CounterVec{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode}
 	for _, c := range []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-		m.requests, m.unknownDomain, m.shed, m.configLoadSuccess, m.configLoadError, m.configIgnored} {
+		m.requests, m.unknownDomain, m.shed, m.configLoadSuccess, m.configLoadError, m.configDropped, m.configIgnored} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: register metrics: %w", err)
 		}

@@ -1,15 +1,23 @@
 package rls_test
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/rlconfig"
+	"github.com/floodgate-rl/floodgate/rls"
 )
 
 func reloadFile(limit int) string {
@@ -155,6 +163,118 @@ func TestHotReload(t *testing.T) {
 		expect(t, svc.call(t, req("hot2", desc("k=1"))), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0})
 		if got := svc.limitNow(t); got != 7 {
 			t.Errorf("limit %d once the directory is valid, want 7", got)
+		}
+	})
+}
+
+// TestReloadThatDropsLimits (issue 34): removing the last configuration
+// file was an INFO-level reload to zero limits, after which every request
+// was answered OK. A reload that drops a domain, or every limit, is
+// logged at WARN and counted; one that finds no file is refused (counted
+// as a failed load, the configuration in force kept) unless
+// AllowEmptyConfig.
+func TestReloadThatDropsLimits(t *testing.T) {
+	type instance struct {
+		srv  *rls.Server
+		reg  *prometheus.Registry
+		logs *syncbuf.Buffer
+		dir  string
+	}
+	newInstance := func(t *testing.T, allowEmpty bool) instance {
+		dir := configDir(t, map[string]string{
+			"a.yaml": "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+			"b.yaml": "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+		})
+		in := instance{reg: prometheus.NewRegistry(), logs: new(syncbuf.Buffer), dir: dir}
+		enf := loggingEnforcer(t, slog.New(slog.NewTextHandler(in.logs, nil)))
+		// The Watcher waits an hour: only Reload reads the directory again.
+		srv, err := rls.New(rls.WithDebounce(rls.Options{Enforcer: enf, ConfigDir: dir, Registerer: in.reg, AllowEmptyConfig: allowEmpty}, time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		in.srv = srv
+		return in
+	}
+	// loads returns the counts of loads in force, refused and dropping.
+	loads := func(t *testing.T, in instance) [3]float64 {
+		var got [3]float64
+		for i, name := range []string{"floodgate_config_load_success_total", "floodgate_config_load_error_total", "floodgate_config_load_dropped_total"} {
+			got[i] = counter(t, in.reg, name, map[string]string{})
+		}
+		return got
+	}
+	remove := func(t *testing.T, in instance, name string) {
+		if err := os.Remove(filepath.Join(in.dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// decide returns the code of one hit on domain's k=v.
+	decide := func(t *testing.T, in instance, domain string) rlsv3.RateLimitResponse_Code {
+		resp, err := in.srv.ShouldRateLimit(context.Background(), req(domain, desc("k=v")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetOverallCode()
+	}
+	const dropWarn = `level=WARN msg="the rate-limit configuration reloaded drops limits that were in force`
+
+	t.Run("refused by default", func(t *testing.T) {
+		in := newInstance(t, false)
+		write(t, filepath.Join(in.dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
+		if err := in.srv.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if got := loads(t, in); got != [3]float64{2, 0, 0} || strings.Contains(in.logs.String(), dropWarn) {
+			t.Fatalf("a reload that changes a limit: loads %v, want [2 0 0], and no warning:\n%s", got, in.logs)
+		}
+		remove(t, in, "b.yaml")
+		if err := in.srv.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if got := loads(t, in); got != [3]float64{3, 0, 1} {
+			t.Fatalf("a reload that drops domain b: loads %v, want [3 0 1]", got)
+		}
+		if want := dropWarn + `: the requests of a dropped domain are answered OK" dropped_domains=[b] limits_before=2 limits=1 files=1`; !strings.Contains(in.logs.String(), want) {
+			t.Fatalf("the logs do not say %s:\n%s", want, in.logs)
+		}
+		if got := decide(t, in, "b"); got != ok {
+			t.Fatalf("domain b after it was dropped: %v, want OK", got)
+		}
+		remove(t, in, "a.yaml")
+		err := in.srv.Reload()
+		if !errors.Is(err, rlconfig.ErrEmptyConfig) || !errors.Is(err, rlconfig.ErrInvalidConfig) {
+			t.Fatalf("Reload of an emptied directory = %v; want ErrEmptyConfig, an ErrInvalidConfig", err)
+		}
+		if got := loads(t, in); got != [3]float64{3, 1, 1} {
+			t.Fatalf("a reload that finds no file: loads %v, want [3 1 1]: refused, counted as a failed load", got)
+		}
+		if want := `level=ERROR msg="rate-limit configuration refused: the directory holds no configuration file`; strings.Count(in.logs.String(), want) != 1 {
+			t.Fatalf("the logs do not say %s once:\n%s", want, in.logs)
+		}
+		if d := in.srv.Config().Domains(); len(d) != 1 || d[0] != "a" {
+			t.Fatalf("domains in force %v, want [a]: the configuration in force stays", d)
+		}
+		if got := []rlsv3.RateLimitResponse_Code{decide(t, in, "a"), decide(t, in, "a"), decide(t, in, "a")}; got[0] != ok || got[1] != ok || got[2] != over {
+			t.Fatalf("domain a after the refusal: %v, want OK, OK, OVER_LIMIT: its limit of 2 still holds", got)
+		}
+	})
+
+	t.Run("AllowEmptyConfig", func(t *testing.T) {
+		in := newInstance(t, true)
+		remove(t, in, "a.yaml")
+		remove(t, in, "b.yaml")
+		if err := in.srv.Reload(); err != nil {
+			t.Fatalf("Reload of an emptied directory with AllowEmptyConfig: %v", err)
+		}
+		if got := loads(t, in); got != [3]float64{2, 0, 1} {
+			t.Fatalf("a reload to no file, allowed: loads %v, want [2 0 1]", got)
+		}
+		if want := dropWarn + `: the requests of a dropped domain are answered OK" dropped_domains="[a b]" limits_before=2 limits=0 files=0`; !strings.Contains(in.logs.String(), want) {
+			t.Fatalf("the logs do not say %s:\n%s", want, in.logs)
+		}
+		if got := decide(t, in, "a"); got != ok {
+			t.Fatalf("domain a with no configuration: %v, want OK", got)
 		}
 	})
 }

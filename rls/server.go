@@ -97,10 +97,18 @@ type Options struct {
 	// then extends its denial, a charge sent after the response (Envoy
 	// Gateway's rate limiting with cost: hits_addend N at the stream's
 	// end) is recorded in full, the key owing what it took past its limit
-	// (floodgate.Hit.Overdraw), and a check (hits_addend 0) is over only
-	// when the key is strictly past its limit. False, floodgate's
-	// default, counts only what is admitted.
+	// (at most its capacity: floodgate.Hit.Overdraw), and a check
+	// (hits_addend 0) is over only when the key is strictly past its
+	// limit. False, floodgate's default, counts only what is admitted.
 	CountOverLimit bool
+	// AllowEmptyConfig lets a reload of ConfigDir that finds no file put
+	// in force a configuration of no limit, every request answered OK.
+	// By default such a reload is refused and counted in
+	// floodgate_config_load_error_total, and the configuration in force
+	// stays (rlconfig.WatchOptions.AllowEmpty says why). A reload that
+	// drops a domain, or every limit, is logged at WARN and counted in
+	// floodgate_config_load_dropped_total either way.
+	AllowEmptyConfig bool
 	// NearLimitRatio is the share of a limit that a hit must leave used
 	// to count as near it (floodgate_rls_near_limit_total), as
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
@@ -181,6 +189,7 @@ type Server struct {
 	logger   *slog.Logger
 	watcher  *rlconfig.Watcher               // nil without ConfigDir
 	fixed    atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
+	reported atomic.Pointer[rlconfig.Config] // the configuration last logged in force: what a reload dropped is against it
 	shadow   bool                            // Options.ShadowMode
 	over     bool                            // Options.CountOverLimit
 	near     float64                         // Options.NearLimitRatio, or its default
@@ -249,9 +258,10 @@ func New(opts Options) (*Server, error) {
 	s.fixed.Store(opts.Config)
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
-			Options:  opts.ConfigOptions,
-			Debounce: opts.debounce,
-			OnReload: s.reloaded,
+			Options:    opts.ConfigOptions,
+			Debounce:   opts.debounce,
+			OnReload:   s.reloaded,
+			AllowEmpty: opts.AllowEmptyConfig,
 		})
 		if err != nil {
 			m.configLoadError.Inc()
@@ -260,6 +270,7 @@ func New(opts Options) (*Server, error) {
 		s.watcher = w
 	}
 	cfg := s.Config()
+	s.reported.Store(cfg)
 	if s.watcher == nil && len(cfg.Files()) == 0 {
 		// A fixed Config of no file is a placeholder (the xDS mode's,
 		// before its first configuration): nothing was loaded.
@@ -281,12 +292,43 @@ func New(opts Options) (*Server, error) {
 func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 	if err != nil {
 		s.metrics.configLoadError.Inc()
+		if errors.Is(err, rlconfig.ErrEmptyConfig) {
+			s.logger.Error("rate-limit configuration refused: the directory holds no configuration file, and putting that in force "+
+				"would answer every request OK; the previous one stays in force (rls.Options.AllowEmptyConfig allows it)", "err", err)
+			return
+		}
 		s.logger.Error("rate-limit configuration refused; the previous one stays in force", "err", err)
 		return
 	}
 	s.metrics.configLoadSuccess.Inc()
-	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
+	limits := len((*rlmatch.Config)(cfg).Limits())
+	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", limits, "files", len(cfg.Files()))
+	if prev := s.reported.Swap(cfg); prev != nil {
+		before := len((*rlmatch.Config)(prev).Limits())
+		gone := dropped(prev.Domains(), cfg.Domains())
+		if len(gone) > 0 || before > 0 && limits == 0 {
+			s.metrics.configDropped.Inc()
+			s.logger.Warn("the rate-limit configuration reloaded drops limits that were in force: the requests of a dropped domain are answered OK",
+				"dropped_domains", gone, "limits_before", before, "limits", limits, "files", len(cfg.Files()))
+		}
+	}
 	s.warnConfig(cfg)
+}
+
+// dropped returns the domains of before that after does not have, in
+// before's order.
+func dropped(before, after []string) []string {
+	kept := make(map[string]bool, len(after))
+	for _, d := range after {
+		kept[d] = true
+	}
+	var gone []string
+	for _, d := range before {
+		if !kept[d] {
+			gone = append(gone, d)
+		}
+	}
+	return gone
 }
 
 // warnConfig logs what of the configuration envoyproxy/ratelimit would

@@ -135,16 +135,65 @@ var overdrawCases = []testCase{
 			if d.Allowed || !d.Recorded || d.Policy != "odcost" || !d.Each[0].Allowed || d.Each[1].Allowed || d.Each[1].Remaining != -1 {
 				t.Fatalf("%v: a hit within its limit and an overdraw hit past its own: %+v; want both recorded, the overdraw hit not allowed, Remaining -1", alg, d)
 			}
-			d = check(t, l, login, cost)
+			// 3 more keeps the key within its bound, a debt of 4 (a
+			// Cluster's roll-back credits no hit that carried its key
+			// past the bound: floodgate.Hit.Overdraw).
+			more := cost
+			more.Cost = 3
+			d = check(t, l, login, more)
 			if d.Allowed || d.Recorded || d.Each[0].Allowed {
 				t.Fatalf("%v: the hit past its limit, with an overdraw hit: %+v; want nothing recorded", alg, d)
 			}
 			if p := peek(t, l, floodgate.Hit{Rule: cost.Rule, Key: cost.Key}); p.Remaining != -1 {
 				t.Fatalf("%v: %+v; want Remaining -1: an overdraw hit is recorded only when the other hits of its check are", alg, p)
 			}
-			only := check(t, l, cost, floodgate.Hit{Rule: cost.Rule, Key: key(t), Cost: 2, Overdraw: true})
-			if only.Allowed || !only.Recorded || !only.Each[1].Allowed || only.Each[0].Remaining != -6 {
+			two := floodgate.Hit{Rule: cost.Rule, Key: cost.Key, Cost: 2, Overdraw: true} // a debt of 3, within the bound of 4
+			only := check(t, l, two, floodgate.Hit{Rule: cost.Rule, Key: key(t), Cost: 2, Overdraw: true})
+			if only.Allowed || !only.Recorded || !only.Each[1].Allowed || only.Each[0].Remaining != -3 {
 				t.Fatalf("%v: a check of overdraw hits alone: %+v; want it recorded, whatever the limits", alg, only)
+			}
+		}
+	}},
+	{"OverdrawDebtAtMostTheCapacity", func(t *testing.T, e env, l *floodgate.Limiter) {
+		// One charge of the highest cost (issue 34: one hits_addend of
+		// 2^51 locked a token bucket's key for ten years) leaves a debt
+		// of the capacity, 4, and no more: the key admits again within
+		// about a window, and the figures say so.
+		u := e.unit
+		for _, tc := range []struct {
+			alg   floodgate.Algorithm
+			cost  int64
+			reset time.Duration // ResetAfter after the charge; 0: windowLeft (fixed and counter, aligned)
+			retry time.Duration // RetryAfter, past windowLeft for the counter
+		}{
+			// The TAT runs a full bucket's refill (4 units) past a full
+			// bucket's: reset in 8 units, a token of cost 1 in 5.
+			{floodgate.TokenBucket, bounds.Limit, 8 * u, 5 * u},
+			// The window's end forgets it.
+			{floodgate.FixedWindow, bounds.Limit, 0, 0},
+			// A count of 8 weighs 3 once 5/8 of the next window is gone.
+			{floodgate.SlidingWindowCounter, bounds.Limit, 0, 4 * u * 5 / 8},
+			// The log keeps 8 times, all leave with the window.
+			{floodgate.SlidingWindow, bounds.SlidingCost, 4 * u, 4 * u},
+		} {
+			r := rule(t, "odcap", 4, 4*u, tc.alg)
+			k := key(t)
+			align(t, e, l, floodgate.Hit{Rule: r, Key: k})
+			d := charge(t, l, r, k, tc.cost)
+			reset, retry := tc.reset, tc.retry
+			switch tc.alg {
+			case floodgate.FixedWindow:
+				reset, retry = d.ResetAfter, d.ResetAfter
+			case floodgate.SlidingWindowCounter:
+				reset, retry = windowLeft(d, r)+r.Window, windowLeft(d, r)+tc.retry
+			}
+			if d.Allowed || !d.Recorded || d.Remaining != -4 || !near(d.ResetAfter, reset, e.tol) || !near(d.RetryAfter, retry, e.tol) || d.ResetAfter > 2*r.Window {
+				t.Fatalf("%v: a charge of %d on a limit of 4 per %v: %+v; want recorded, Remaining -4, ResetAfter %v, RetryAfter %v: a key owes at most its capacity", tc.alg, tc.cost, r.Window, d, reset, retry)
+			}
+			debt(t, e, l, r, k, -4, retry)
+			e.sleep(retry + e.tol)
+			if d := check(t, l, floodgate.Hit{Rule: r, Key: k}); !d.Allowed {
+				t.Fatalf("%v: %v after the charge: %+v; want allowed: the debt is worked off", tc.alg, retry+e.tol, d)
 			}
 		}
 	}},
@@ -157,10 +206,12 @@ var overdrawCases = []testCase{
 			charges []int64
 			want    int64 // Remaining once at the bound
 		}{
-			{floodgate.FixedWindow, []int64{bounds.Limit, bounds.Limit, bounds.Limit}, 4 - 1<<52},
-			{floodgate.SlidingWindowCounter, []int64{10, bounds.Limit}, 4 - (1<<53/int64(hour/time.Microsecond) - 1)},
-			{floodgate.TokenBucket, []int64{10, bounds.Limit}, -int64(bounds.Window / (hour / 4))}, // ten years of debt past a full bucket
-			{floodgate.SlidingWindow, []int64{10, bounds.SlidingCost}, 4 - (4 + bounds.SlidingCost)},
+			// 6 and 2 carry the key to its bound, a debt of its capacity
+			// (4), and not past it; the third charge would.
+			{floodgate.FixedWindow, []int64{6, 2, bounds.Limit}, -4},
+			{floodgate.SlidingWindowCounter, []int64{6, 2, bounds.Limit}, -4},
+			{floodgate.TokenBucket, []int64{6, 2, bounds.Limit}, -4},
+			{floodgate.SlidingWindow, []int64{6, 2, bounds.SlidingCost}, -4},
 		} {
 			r := rule(t, "odbound", 4, hour, tc.alg)
 			k := key(t)
@@ -178,7 +229,7 @@ var overdrawCases = []testCase{
 			if p := peek(t, l, floodgate.Hit{Rule: r, Key: k}); p.Remaining != tc.want {
 				t.Fatalf("%v: after refunding every charge: %+v; want Remaining %d still: a state carried past its bound starts anew, and no refund of a charge before it credits anything", tc.alg, p, tc.want)
 			}
-			reset(t, l, r, k) // a debt of ten years would outlive the test
+			reset(t, l, r, k) // a debt of an hour would outlive the test
 		}
 	}},
 }

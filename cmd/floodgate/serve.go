@@ -57,6 +57,7 @@ type serveConfig struct {
 	JSONOff         bool          // JSON_ADDR=off, or unset while gRPC requires client certificates: no POST /json
 	ConfigDir       string        // CONFIG_DIR or -config-dir (or RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)
 	MergeDomains    bool          // MERGE_DOMAIN_CONFIG
+	AllowEmpty      bool          // CONFIG_ALLOW_EMPTY: a reload that finds no file puts no limit in force, instead of being refused
 	DecisionTimeout time.Duration // DECISION_TIMEOUT: default 50ms
 	DenialCache     int           // DENIAL_CACHE_SIZE (or LOCAL_CACHE_SIZE_IN_BYTES / 300): denials answered locally; 0 (default) is off
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT: how long in-flight calls may take to finish; default 10s
@@ -258,6 +259,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	}
 
 	boolean := func(name string) bool { return envBool(getenv, bad, name) }
+	c.AllowEmpty = boolean("CONFIG_ALLOW_EMPTY")
 	c.Reflection = boolean("GRPC_REFLECTION")
 	c.QuotaMode = boolean("QUOTA_MODE")
 	c.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA")
@@ -478,18 +480,19 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		}
 	}
 	srv, err := rls.New(rls.Options{
-		Enforcer:        enf,
-		ConfigDir:       cfg.ConfigDir,
-		Config:          fixed,
-		ConfigOptions:   rlconfig.Options{MergeDomains: cfg.MergeDomains},
-		Registerer:      reg,
-		Gatherer:        reg,
-		ShadowMode:      cfg.ShadowMode,
-		NearLimitRatio:  cfg.NearLimitRatio,
-		CountOverLimit:  cfg.CountOverLimit,
-		Headers:         cfg.Headers,
-		QuotaMode:       cfg.QuotaMode,
-		DynamicMetadata: cfg.DynamicMetadata,
+		Enforcer:         enf,
+		ConfigDir:        cfg.ConfigDir,
+		Config:           fixed,
+		ConfigOptions:    rlconfig.Options{MergeDomains: cfg.MergeDomains},
+		Registerer:       reg,
+		Gatherer:         reg,
+		ShadowMode:       cfg.ShadowMode,
+		NearLimitRatio:   cfg.NearLimitRatio,
+		CountOverLimit:   cfg.CountOverLimit,
+		Headers:          cfg.Headers,
+		QuotaMode:        cfg.QuotaMode,
+		DynamicMetadata:  cfg.DynamicMetadata,
+		AllowEmptyConfig: cfg.AllowEmpty,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)

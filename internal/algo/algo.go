@@ -27,12 +27,12 @@ func Interval(r floodgate.Rule) time.Duration {
 // under r: a window for a sliding window or a fixed window, two for a
 // sliding-window counter (the next window weighs it too), and the time a
 // token bucket takes to refill the cost (at most Ahead past a full
-// bucket's, for an Overdraw hit).
+// bucket's, for an Overdraw hit: twice a full bucket's refill time).
 func Life(r floodgate.Rule, cost int64) time.Duration {
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
 		t := Interval(r)
-		most := time.Duration(r.Capacity())*t + Ahead
+		most := time.Duration(r.Capacity())*t + Ahead(r)
 		if cost > int64(most/t) {
 			return most
 		}
@@ -45,30 +45,43 @@ func Life(r floodgate.Rule, cost int64) time.Duration {
 }
 
 // What a key's state holds past its limit, for floodgate.Hit.Overdraw,
-// which states the bounds and what happens past them. memstore computes
-// with these; take.lua keeps the only other copy.
-const (
-	// MaxCount is the most a fixed window counts: 2^52, exact in Lua's
-	// doubles with a cost of up to bounds.Limit (2^51) added.
-	MaxCount = 1 << 52
-	// Ahead is how far past a full bucket's a token bucket's theoretical
-	// arrival time may run: bounds.Window. With a full bucket's refill time
-	// (at most 2^51µs under Rule.Validate's bounds) and the server time (below 2^52µs),
-	// it stays below 2^53µs.
-	Ahead = bounds.Window
-)
+// which states the bounds and what happens past them: a debt of at most
+// the rule's capacity (one full quota), whatever the costs. A key in debt
+// is then denied for at most about one window more than a key at its
+// limit: a token bucket works its debt off at the rule's rate (Capacity
+// times Interval, a Window at the default burst), a fixed window forgets
+// it at its end, a sliding-window counter's count of twice its limit
+// weighs past the limit until about half way through the next window, and a log's
+// times leave with the window. (A bound of ten years let one hit of cost
+// 2^51 lock a token bucket's key for ten years.) memstore computes with
+// these; take.lua keeps the only other copy.
+
+// MaxCount is the most a fixed window under r counts: twice its limit,
+// at most 2^52, exact in Lua's doubles with a cost of up to bounds.Limit
+// (2^51) added.
+func MaxCount(r floodgate.Rule) int64 { return 2 * r.Limit }
+
+// Ahead is how far past a full bucket's a token bucket's theoretical
+// arrival time may run under r: a full bucket's refill time (Capacity
+// times Interval), at most bounds.Window. With a full bucket's refill
+// time (at most 2^51µs under Rule.Validate's bounds) and the server time
+// (below 2^52µs), it stays below 2^53µs.
+func Ahead(r floodgate.Rule) time.Duration {
+	return min(time.Duration(r.Capacity())*Interval(r), bounds.Window)
+}
 
 // CounterMax is the most a sliding-window counter under r counts in one
-// window: the count c with (c+1) * Window at most 2^53µs, where Lua's
-// doubles and memstore's nanoseconds stay exact. It is at least r's
-// limit (Rule.Validate).
+// window: twice its limit, and at most the count c with (c+1) * Window at
+// most 2^53µs, where Lua's doubles and memstore's nanoseconds stay exact.
+// It is at least r's limit (Rule.Validate).
 func CounterMax(r floodgate.Rule) int64 {
-	return 1<<53/int64(r.Window/time.Microsecond) - 1
+	return min(2*r.Limit, 1<<53/int64(r.Window/time.Microsecond)-1)
 }
 
 // LogMax is the most times a sliding-window log under r keeps: its limit
-// and bounds.SlidingCost more.
-func LogMax(r floodgate.Rule) int64 { return r.Limit + bounds.SlidingCost }
+// and as many more, at most bounds.SlidingCost more (the most one hit
+// records).
+func LogMax(r floodgate.Rule) int64 { return r.Limit + min(r.Limit, bounds.SlidingCost) }
 
 // MaxCost is the highest cost a hit may have: its rule's capacity, or
 // bounds.Limit for an Overdraw hit; at most bounds.SlidingCost for a

@@ -54,10 +54,10 @@ func TestLifeAtTheBounds(t *testing.T) {
 		{rule(t, 1, bounds.Window, floodgate.TokenBucket), 1, bounds.Window},
 		{rule(t, 1, bounds.Window, floodgate.SlidingWindowCounter), 1, 2 * bounds.Window},
 		// An Overdraw hit's cost, up to MaxLimit: the TAT runs at most
-		// Ahead past a full bucket's.
-		{rule(t, 10, time.Minute, floodgate.TokenBucket), bounds.Limit, time.Minute + algo.Ahead},
-		{rule(t, 1, bounds.Window, floodgate.TokenBucket), bounds.Limit, bounds.Window + algo.Ahead},
-		{rule(t, 1000, time.Millisecond, floodgate.TokenBucket), bounds.Limit, time.Millisecond + algo.Ahead},
+		// Ahead past a full bucket's, a full bucket's refill time again.
+		{rule(t, 10, time.Minute, floodgate.TokenBucket), bounds.Limit, 2 * time.Minute},
+		{rule(t, 1, bounds.Window, floodgate.TokenBucket), bounds.Limit, 2 * bounds.Window},
+		{rule(t, 1000, time.Millisecond, floodgate.TokenBucket), bounds.Limit, 2 * time.Millisecond},
 	} {
 		if got := algo.Life(tc.r, tc.cost); got != tc.want || got <= 0 {
 			t.Errorf("Life(%v, cost %d) = %v, want %v", tc.r, tc.cost, got, tc.want)
@@ -76,8 +76,40 @@ func TestOverdrawBounds(t *testing.T) {
 		rule(t, 1<<53/(1<<20)-1, 1<<20*time.Microsecond, floodgate.SlidingWindowCounter), // (limit+1)*W is 2^53
 	} {
 		us := int64(r.Window / time.Microsecond)
-		if c := algo.CounterMax(r); c < r.Limit || (c+1)*us > 1<<53 || (c+2)*us <= 1<<53 {
-			t.Errorf("CounterMax(%v) = %d: want the most c with (c+1) * %dµs <= 2^53, at least the limit", r, c, us)
+		exact := (1<<53)/us - 1 // the most c with (c+1) * us <= 2^53
+		if c := algo.CounterMax(r); c < r.Limit || c != min(2*r.Limit, exact) || (exact+1)*us > 1<<53 || (exact+2)*us <= 1<<53 {
+			t.Errorf("CounterMax(%v) = %d: want twice the limit, %d, or the most c with (c+1) * %dµs <= 2^53, %d, whichever is less", r, c, 2*r.Limit, us, exact)
+		}
+	}
+	// A debt of at most the capacity (issue 34: a bound of ten years let
+	// one hit lock a token bucket's key for ten years).
+	for _, tc := range []struct {
+		r          floodgate.Rule
+		count, log int64
+		ahead      time.Duration
+	}{
+		{r: rule(t, 10, time.Minute, floodgate.FixedWindow), count: 20},
+		{r: rule(t, bounds.Limit, time.Minute, floodgate.FixedWindow), count: 1 << 52},
+		{r: rule(t, 10, time.Minute, floodgate.SlidingWindow), log: 20},
+		{r: rule(t, 5000, time.Minute, floodgate.SlidingWindow), log: 5000 + bounds.SlidingCost},
+		{r: rule(t, 10, time.Minute, floodgate.TokenBucket), ahead: time.Minute},
+		{r: floodgate.Rule{Name: "b", Limit: 10, Burst: 30, Window: time.Minute, Algorithm: floodgate.TokenBucket}, ahead: 3 * time.Minute},
+		{r: rule(t, 1, bounds.Window, floodgate.TokenBucket), ahead: bounds.Window},
+		{r: rule(t, bounds.Limit, time.Millisecond, floodgate.TokenBucket), ahead: bounds.Window}, // a refill of 2^51µs, 71 years
+	} {
+		switch tc.r.Algorithm {
+		case floodgate.FixedWindow:
+			if got := algo.MaxCount(tc.r); got != tc.count {
+				t.Errorf("MaxCount(%v) = %d, want %d", tc.r, got, tc.count)
+			}
+		case floodgate.SlidingWindow:
+			if got := algo.LogMax(tc.r); got != tc.log {
+				t.Errorf("LogMax(%v) = %d, want %d", tc.r, got, tc.log)
+			}
+		default:
+			if got := algo.Ahead(tc.r); got != tc.ahead {
+				t.Errorf("Ahead(%v) = %v, want %v", tc.r, got, tc.ahead)
+			}
 		}
 	}
 	for _, tc := range []struct {

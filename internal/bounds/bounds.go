@@ -21,9 +21,12 @@ const (
 	Window = 10 * 365 * 24 * time.Hour
 	// SlidingLimit is the highest Limit of a sliding-window log, and
 	// SlidingCost the highest cost of one of its hits: the log keeps one
-	// entry per unit of cost admitted.
+	// entry per unit of cost admitted (6 bytes in Redis), so one hit on a
+	// new key makes Redis hold at most 728 bytes for its window, against
+	// 136 for a hit of cost 1 (a cap of 1,000 let one request hold
+	// 6,232 bytes, 46 times as much). take.lua's LOGDEBT copies it.
 	SlidingLimit = 1_000_000
-	SlidingCost  = 1_000
+	SlidingCost  = 100
 	// DefaultLog is the highest limit for which a default picks the exact
 	// sliding-window log (httplimit.PerIP, the CLI's override set): its
 	// memory grows with the limit, 6 bytes a request in Redis, so a
