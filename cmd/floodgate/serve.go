@@ -72,6 +72,8 @@ type serveConfig struct {
 	GRPCTLS           *grpcTLS     // GRPC_SERVER_USE_TLS: TLS on the gRPC listener; nil means plaintext
 	HealthyWithConfig bool         // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: health fails while no domain is configured
 	statsdIgnored     bool         // USE_STATSD=true: logged at start
+
+	Tracing tracingConfig // TRACING_ENABLED and TRACING_*: spans over OTLP (tracing.go); zero is off
 }
 
 // serveUsage is what -h prints: the service's flag and environment, in
@@ -100,6 +102,8 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
                         true for files, false under xDS, as Envoy Gateway needs)
   MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
   (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
+  TRACING_ENABLED       true: spans over OTLP (TRACING_EXPORTER_PROTOCOL http or grpc,
+                        TRACING_SERVICE_*, TRACING_SAMPLING_RATE, OTEL_EXPORTER_OTLP_*)
 
 Every problem is listed at start, with exit status 2. docs/SERVICE.md
 tells the rest.
@@ -230,6 +234,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
 	}
 	parseSources(&c, getenv, boolean, bad)
+	c.Tracing = parseTracing(getenv, bad)
 
 	duration := func(name string, dst *time.Duration) {
 		v := getenv(name)
@@ -332,6 +337,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 // runService builds the store, the Enforcer and the Server, serves, and
 // shuts down when ctx is done.
 func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks serveHooks) error {
+	tr, err := startTracing(ctx, cfg.Tracing, logger)
+	if err != nil {
+		return err
+	}
+	defer tr.shutdown(logger) // last: after the servers stopped, every span has ended
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -365,6 +375,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		defer table.Close()
 		ovr = table
 	}
+	store = tr.store(store) // a span per store call when tracing
 	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache, Overrides: ovr})
 	if err != nil {
 		return err
@@ -424,6 +435,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tc)))
 	}
+	grpcOpts = append(grpcOpts, tr.serverOptions()...)
 	gs := grpc.NewServer(append(grpcOpts, gate.serverOptions()...)...)
 	srv.Register(gs)
 	if cfg.Reflection {
@@ -440,6 +452,8 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		web.Handler = publicOnly(gate.handler(srv.Handler()))
 		debug = httpServer(gate.handler(srv.DebugHandler()))
 	}
+
+	web.Handler = tr.handler(web.Handler)
 
 	var lns []net.Listener
 	listen := func(name, addr string) (net.Listener, error) {
