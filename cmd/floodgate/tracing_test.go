@@ -22,14 +22,18 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/google/uuid"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-rl/floodgate"
@@ -105,12 +109,22 @@ func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTrace
 				r.spans = append(r.spans, receivedSpan{
 					trace: hex.EncodeToString(s.GetTraceId()), id: hex.EncodeToString(s.GetSpanId()), parent: hex.EncodeToString(s.GetParentSpanId()),
 					name: s.GetName(), kind: strings.TrimPrefix(s.GetKind().String(), "SPAN_KIND_"),
-					status: strings.TrimPrefix(s.GetStatus().GetCode().String(), "STATUS_CODE_"), attrs: attrMap(s.GetAttributes()), resource: res,
+					status: statusString(s.GetStatus()), attrs: attrMap(s.GetAttributes()), resource: res,
 				})
 			}
 		}
 	}
 	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// statusString is a span's status code, with its description in
+// parentheses if it has one: "UNSET", "ERROR(InvalidArgument)".
+func statusString(st *tracepb.Status) string {
+	code := strings.TrimPrefix(st.GetCode().String(), "STATUS_CODE_")
+	if st.GetMessage() != "" {
+		code += "(" + st.GetMessage() + ")"
+	}
+	return code
 }
 
 func attrMap(kvs []*commonpb.KeyValue) map[string]string {
@@ -247,6 +261,11 @@ func TestTracingExportsSpans(t *testing.T) {
 			if resp, err := c.ShouldRateLimit(context.Background(), rlsRequest("user=u", "path=/a")); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("second call: %v, %v", resp, err)
 			}
+			const badTrace, badParent = "5bd66ef5095369c7b0d1f8f4bd33716a", "c532cb4098ac3dd2"
+			ctx = metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+badTrace+"-"+badParent+"-01")
+			if _, err := c.ShouldRateLimit(ctx, rlsRequest()); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("a call without descriptors: %v, want InvalidArgument", err)
+			}
 			const b3Trace, b3Parent = "463ac35c9f6413ad48485a3953bb6124", "a2fb4a1d1a96d312"
 			req, _ := http.NewRequest(http.MethodPost, "http://"+r.http+"/json", strings.NewReader(`{"domain":"svc","descriptors":[{"entries":[{"key":"user","value":"w"}]}]}`))
 			req.Header.Set("X-B3-TraceId", b3Trace)
@@ -284,13 +303,17 @@ func TestTracingExportsSpans(t *testing.T) {
 					"ShouldRateLimit Execution INTERNAL UNSET parent=envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit descriptors=2,domain=svc,overall_code=OK",
 					"Store Take INTERNAL UNSET parent=ShouldRateLimit Execution denied=0,hits=2,store=" + tc.store,
 				},
+				badTrace: {
+					grpcSpan + " parent=remote:" + badParent + " " + method,
+					"ShouldRateLimit Execution INTERNAL ERROR(InvalidArgument) parent=envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit descriptors=0,domain=svc",
+				},
 				b3Trace: {
 					"ShouldRateLimit Execution SERVER UNSET parent=remote:" + b3Parent + " descriptors=1,domain=svc,http.response.status_code=200,overall_code=OK",
 					"Store Take INTERNAL UNSET parent=ShouldRateLimit Execution denied=0,hits=1,store=" + tc.store,
 				},
 			}
 			for id := range got {
-				if id != w3cTrace && id != b3Trace {
+				if id != w3cTrace && id != b3Trace && id != badTrace {
 					want[id] = []string{ // the second call's own trace
 						grpcSpan + " parent=root " + method,
 						"ShouldRateLimit Execution INTERNAL UNSET parent=envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit descriptors=2,domain=svc,overall_code=OVER_LIMIT",
@@ -298,8 +321,8 @@ func TestTracingExportsSpans(t *testing.T) {
 					}
 				}
 			}
-			if len(got) != 3 {
-				t.Errorf("%d traces, want 3: %q", len(got), got)
+			if len(got) != 4 {
+				t.Errorf("%d traces, want 4: %q", len(got), got)
 			}
 			for id, w := range want {
 				if slices.Sort(w); !slices.Equal(got[id], w) {
@@ -350,6 +373,36 @@ func TestTracingSampling(t *testing.T) {
 	got := traces(spans)
 	if len(got) != 1 || len(got[sampled]) != 3 {
 		t.Errorf("traces %q; want only the sampled caller's, of 3 spans", got)
+	}
+	// Upstream's defaults name the resource: RateLimit, no namespace, and
+	// a random UUID for the instance.
+	for _, s := range spans {
+		id, err := uuid.Parse(s.resource["service.instance.id"])
+		if s.resource["service.name"] != "RateLimit" || len(s.resource) != 2 || err != nil || id.Version() != 4 {
+			t.Errorf("span %s: resource %v; want service.name RateLimit and a random UUID as service.instance.id", s.name, s.resource)
+		}
+	}
+}
+
+// TestTracingCollectorDown: a collector that cannot be reached costs
+// the spans, logged, and nothing else: the service starts, decides and
+// stops with status 0.
+func TestTracingCollectorDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+closed)
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "300") // milliseconds: each export gives up within it
+	r := startServe(t, map[string]string{"CONFIG_DIR": writeConfig(t, traceConf), "TRACING_ENABLED": "true"})
+	if resp, err := r.client(t).ShouldRateLimit(context.Background(), rlsRequest("user=u")); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("%v, %v", resp, err)
+	}
+	stopServe(t, r)
+	if !strings.Contains(r.logs.String(), "tracing: spans not exported") || !strings.Contains(r.logs.String(), closed) {
+		t.Errorf("no warning naming the unreachable collector:\n%s", r.logs.String())
 	}
 }
 
