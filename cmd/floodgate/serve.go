@@ -233,8 +233,8 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	if v := getenv("BACKEND_TYPE"); v != "" && !strings.EqualFold(v, "redis") {
 		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
 	}
-	parseSources(&c, getenv, boolean, bad)
 	c.Tracing = parseTracing(getenv, bad)
+	parseSources(&c, getenv, boolean, bad)
 
 	duration := func(name string, dst *time.Duration) {
 		v := getenv(name)
@@ -428,6 +428,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
 		MaxConnectionIdle: cfg.idleTimeout, // Envoy reconnects on the GOAWAY
 	}))
+	grpcOpts = append(grpcOpts, tr.serverOptions()...) // spans when tracing (tracing.go)
 	if cfg.GRPCTLS != nil {
 		tc, err := serverTLS(*cfg.GRPCTLS, logger)
 		if err != nil {
@@ -435,7 +436,6 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	grpcOpts = append(grpcOpts, tr.serverOptions()...)
 	gs := grpc.NewServer(append(grpcOpts, gate.serverOptions()...)...)
 	srv.Register(gs)
 	if cfg.Reflection {
@@ -452,8 +452,6 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		web.Handler = publicOnly(gate.handler(srv.Handler()))
 		debug = httpServer(gate.handler(srv.DebugHandler()))
 	}
-
-	web.Handler = tr.handler(web.Handler)
 
 	var lns []net.Listener
 	listen := func(name, addr string) (net.Listener, error) {
@@ -483,6 +481,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	}
 	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(gln) }()
+	web.Handler = tr.handler(web.Handler) // POST /json's spans when tracing
 	go func() { errc <- web.Serve(hln) }()
 	debugAddr := ""
 	if debug != nil {
