@@ -268,6 +268,7 @@ func TestTracingExportsSpans(t *testing.T) {
 			}
 			const b3Trace, b3Parent = "463ac35c9f6413ad48485a3953bb6124", "a2fb4a1d1a96d312"
 			req, _ := http.NewRequest(http.MethodPost, "http://"+r.http+"/json", strings.NewReader(`{"domain":"svc","descriptors":[{"entries":[{"key":"user","value":"w"}]}]}`))
+			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-B3-TraceId", b3Trace)
 			req.Header.Set("X-B3-SpanId", b3Parent)
 			req.Header.Set("X-B3-Sampled", "1")
