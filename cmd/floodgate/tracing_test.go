@@ -227,8 +227,9 @@ func stopServe(t *testing.T, r *running) {
 // trace. Each has its decision's span under the server's and the store
 // call's under the decision's, with the domain, descriptor count, overall
 // code, store and hits; the resource names the service. No span is
-// exported before the shutdown (the batch waits 5s), so the spans' arrival
-// shows that the shutdown flushes them; health checks make none.
+// exported before the shutdown (OTEL_BSP_SCHEDULE_DELAY, which the batch
+// reads, is a minute), so the spans' arrival shows that the shutdown
+// flushes them; health checks make none.
 func TestTracingExportsSpans(t *testing.T) {
 	for _, tc := range []struct{ protocol, store string }{{"grpc", "memory"}, {"", "redis"}} {
 		t.Run(tc.store, func(t *testing.T) {
@@ -245,6 +246,7 @@ func TestTracingExportsSpans(t *testing.T) {
 				vars["REDIS_URL"] = redistest.Start(t).Addr()
 			}
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+			t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "60000") // ms: nothing is sent before the shutdown but by its flush
 			r := startServe(t, vars)
 			conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
@@ -285,7 +287,7 @@ func TestTracingExportsSpans(t *testing.T) {
 				t.Fatal(err)
 			}
 			if n, _ := rcv.received(); n != 0 {
-				t.Errorf("%d exports before the shutdown; want none (the batch waits 5s), or the flush at shutdown is not shown", n)
+				t.Errorf("%d exports before the shutdown; want none (the batch waits 60s), or the flush at shutdown is not shown", n)
 			}
 			stopServe(t, r)
 
