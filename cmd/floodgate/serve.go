@@ -84,6 +84,8 @@ type serveConfig struct {
 	GRPCTLS           *grpcTLS     // GRPC_SERVER_USE_TLS: TLS on the gRPC listener; nil means plaintext
 	HealthyWithConfig bool         // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: health fails while no domain is configured
 	statsdIgnored     bool         // USE_STATSD=true: logged at start
+
+	Tracing tracingConfig // TRACING_ENABLED and TRACING_*: spans over OTLP (tracing.go); zero is off
 }
 
 // The bounds of the listeners' connections, so that a client opening
@@ -144,6 +146,8 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
                         _RESET_); DRAFT_RATELIMIT_HEADERS true: draft-11's RateLimit fields
   MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
   (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
+  TRACING_ENABLED       true: spans over OTLP (TRACING_EXPORTER_PROTOCOL http or grpc,
+                        TRACING_SERVICE_*, TRACING_SAMPLING_RATE, OTEL_EXPORTER_OTLP_*)
 
 Every problem is listed at start, with exit status 2. docs/SERVICE.md
 tells the rest.
@@ -302,6 +306,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	if v := getenv("BACKEND_TYPE"); v != "" && !strings.EqualFold(v, "redis") {
 		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
 	}
+	c.Tracing = parseTracing(getenv, bad)
 	parseSources(&c, getenv, boolean, bad)
 	if same(c.JSONAddr, c.DebugAddr) {
 		bad("JSON_ADDR", "%s is also the debug listener's (DEBUG_ADDR or PROMETHEUS_ADDR)", c.JSONAddr)
@@ -417,6 +422,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 // runService builds the store, the Enforcer and the Server, serves, and
 // shuts down when ctx is done.
 func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks serveHooks) error {
+	tr, err := startTracing(ctx, cfg.Tracing, logger)
+	if err != nil {
+		return err
+	}
+	defer tr.shutdown(logger) // last: after the servers stopped, every span has ended
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -450,6 +460,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		defer table.Close()
 		ovr = table
 	}
+	store = tr.store(store) // a span per store call when tracing
 	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache, Overrides: ovr})
 	if err != nil {
 		return err
@@ -506,6 +517,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
 		MaxConnectionIdle: cfg.idleTimeout, // Envoy reconnects on the GOAWAY
 	}))
+	grpcOpts = append(grpcOpts, tr.serverOptions()...) // spans when tracing (tracing.go)
 	if cfg.GRPCTLS != nil {
 		tc, err := serverTLS(*cfg.GRPCTLS, logger, "h2")
 		if err != nil {
@@ -608,6 +620,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	}
 	errc := make(chan error, 4)
 	go func() { errc <- gs.Serve(gln) }()
+	web.Handler = tr.handler(web.Handler) // POST /json's spans when tracing
 	go func() { errc <- web.Serve(hln) }()
 	debugAddr, jsonAddr := "", ""
 	if debug != nil {
