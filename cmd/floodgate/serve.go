@@ -632,6 +632,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		if jsonTLS != nil {
 			jln = tls.NewListener(jln, jsonTLS) // inside the bound: a handshake holds a slot
 		}
+		jsonWeb.Handler = tr.handler(jsonWeb.Handler)
 		go func() { errc <- jsonWeb.Serve(jln) }()
 	}
 	logger.Info("floodgate serving", "grpc", gln.Addr().String(), "http", hln.Addr().String(), "debug", debugAddr, "json", jsonAddr,
