@@ -65,27 +65,6 @@ func readEnv(getenv func(string) string) (sharedEnv, []error) {
 	if err := (redisstore.Options{URL: "redis://localhost", Prefix: e.RedisPrefix}).Validate(); err != nil {
 		bad("CACHE_KEY_PREFIX", "%v", err)
 	}
-	// envoyproxy/ratelimit's Redis settings that floodgate cannot honour:
-	// refused, so that no deployment switches and silently loses one.
-	for _, u := range []struct{ name, why string }{
-		{"REDIS_TLS_CLIENT_CERT", "Redis TLS uses the system's roots, without a client certificate"},
-		{"REDIS_TLS_CLIENT_KEY", "Redis TLS uses the system's roots, without a client certificate"},
-		{"REDIS_TLS_CACERT", "Redis TLS uses the system's roots"},
-		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "Redis TLS always verifies the host name"},
-		{"REDIS_SENTINEL_AUTH", "Sentinel is asked without a password"},
-	} {
-		v := getenv(u.name)
-		if v == "" {
-			continue
-		}
-		if b, err := strconv.ParseBool(v); err == nil && !b {
-			continue // false: what floodgate does
-		}
-		if u.name == "REDIS_SENTINEL_AUTH" {
-			v = "xxxxx" // a password
-		}
-		bad(u.name, "%q is not supported: %s", v, u.why)
-	}
 	return e, errs
 }
 
@@ -94,10 +73,21 @@ func readEnv(getenv func(string) string) (sharedEnv, []error) {
 // separated, for REDIS_TYPE cluster; the master's name first for
 // sentinel), optionally after USER:PASSWORD@ or PASSWORD@ (taken as
 // written, unescaped), or a socket's path (REDIS_SOCKET_TYPE unix), with
-// REDIS_AUTH (PASSWORD or USER:PASSWORD) as the password and REDIS_TLS.
-// Beside a URL, those variables must agree with it or be unset: none is
+// REDIS_AUTH (PASSWORD or USER:PASSWORD) as the password and REDIS_TLS,
+// and the TLS files and the sentinels' password (redisExtras). Beside a
+// URL, those variables must agree with it or be unset: none is
 // dropped unseen. Its errors quote no password.
 func redisURL(getenv func(string) string) (string, error) {
+	u, err := baseRedisURL(getenv)
+	if err != nil || u == "" {
+		return u, err
+	}
+	return redisExtras(u, getenv)
+}
+
+// baseRedisURL is redisURL without the TLS files and the sentinels'
+// credentials.
+func baseRedisURL(getenv func(string) string) (string, error) {
 	v := getenv("REDIS_URL")
 	typ := strings.ToLower(getenv("REDIS_TYPE"))
 	switch typ {
@@ -181,6 +171,90 @@ func redisURL(getenv func(string) string) (string, error) {
 		}
 	}
 	return u.String(), nil
+}
+
+// redisExtras adds to the redisstore URL u what envoyproxy/ratelimit
+// reads beside REDIS_URL and a URL's scheme, host and credentials cannot
+// say: the client certificate (REDIS_TLS_CLIENT_CERT, _KEY), the CA
+// added to the system's roots (REDIS_TLS_CACERT), a chain verified
+// without its name (REDIS_TLS_SKIP_HOSTNAME_VERIFICATION), the
+// sentinels' password (REDIS_SENTINEL_AUTH, PASSWORD or USER:PASSWORD)
+// and, with REDIS_TLS=true under REDIS_TYPE=sentinel, TLS to the
+// sentinels too, as upstream dials them. They become redisstore's query
+// parameters (internal/redisopt's tls.go). Upstream reads the TLS files
+// only when REDIS_TLS is true, and the sentinels' password only for
+// REDIS_TYPE=sentinel; here one set where it means nothing is refused.
+func redisExtras(u string, getenv func(string) string) (string, error) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return u, nil // the store's validation says why, without the password
+	}
+	q := pu.Query()
+	tlsOn := pu.Scheme == "rediss"
+	sentinel := q.Get("master_set") != ""
+	var errs []error
+	changed := false
+	set := func(env, param, v string) {
+		switch {
+		case v == "":
+		case q.Has(param):
+			errs = append(errs, fmt.Errorf("%s is set beside ?%s= in REDIS_URL; give one of them", env, param))
+		default:
+			q.Set(param, v)
+			changed = true
+		}
+	}
+	for _, f := range []struct{ env, param string }{
+		{"REDIS_TLS_CLIENT_CERT", "tls_cert"}, {"REDIS_TLS_CLIENT_KEY", "tls_key"}, {"REDIS_TLS_CACERT", "tls_ca"},
+	} {
+		v := getenv(f.env)
+		if v != "" && !tlsOn {
+			errs = append(errs, fmt.Errorf("%s is set but REDIS_TLS is not true (nor REDIS_URL rediss://)", f.env))
+			continue
+		}
+		set(f.env, f.param, v)
+	}
+	if (getenv("REDIS_TLS_CLIENT_CERT") == "") != (getenv("REDIS_TLS_CLIENT_KEY") == "") {
+		errs = append(errs, errors.New("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together: set both or neither"))
+	}
+	if v := getenv("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"); v != "" {
+		switch b, err := strconv.ParseBool(v); {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION %q is not true or false", v))
+		case b && !tlsOn:
+			errs = append(errs, errors.New("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is true but REDIS_TLS is not true (nor REDIS_URL rediss://)"))
+		case b:
+			set("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "tls_skip_hostname", "true")
+		}
+	}
+	if tlsOn && sentinel && envTrue(getenv("REDIS_TLS")) {
+		set("REDIS_TLS", "sentinel_tls", "true")
+	}
+	if auth := getenv("REDIS_SENTINEL_AUTH"); auth != "" {
+		if !sentinel {
+			errs = append(errs, errors.New("REDIS_SENTINEL_AUTH is set but REDIS_TYPE is not sentinel (nor REDIS_URL ?master_set=)"))
+		} else if user, pass, ok := strings.Cut(auth, ":"); ok {
+			set("REDIS_SENTINEL_AUTH", "sentinel_user", user)
+			set("REDIS_SENTINEL_AUTH", redisopt.ParamSentinelPassword, pass)
+		} else {
+			set("REDIS_SENTINEL_AUTH", redisopt.ParamSentinelPassword, auth)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return "", err
+	}
+	if !changed {
+		return u, nil
+	}
+	pu.RawQuery = q.Encode()
+	return pu.String(), nil
+}
+
+// envTrue reports whether v is a true boolean as strconv.ParseBool reads
+// it.
+func envTrue(v string) bool {
+	b, err := strconv.ParseBool(v)
+	return err == nil && b
 }
 
 // envBool reads the boolean variable name as envoyproxy/ratelimit reads

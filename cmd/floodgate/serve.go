@@ -87,7 +87,9 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
                         XDS_CLIENT_*, FORCE_START_WITHOUT_INITIAL_CONFIG)
   GRPC_SERVER_USE_TLS   TLS on gRPC (GRPC_SERVER_TLS_CERT, _KEY, GRPC_CLIENT_TLS_CACERT)
   REDIS_URL             redis://, rediss://, unix:// or HOST:PORT; empty: in memory
-                        (REDIS_TYPE, REDIS_AUTH, REDIS_TLS, REDIS_SOCKET_TYPE)
+                        (REDIS_TYPE, REDIS_AUTH, REDIS_TLS, REDIS_SOCKET_TYPE,
+                        REDIS_TLS_CLIENT_CERT, _KEY, REDIS_TLS_CACERT,
+                        REDIS_TLS_SKIP_HOSTNAME_VERIFICATION, REDIS_SENTINEL_AUTH)
   CACHE_KEY_PREFIX      the Redis key prefix (fg:)
   GRPC_ADDR             :8081 (GRPC_HOST, GRPC_PORT)
   HTTP_ADDR             :8080 (HOST, PORT)

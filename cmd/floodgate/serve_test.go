@@ -85,15 +85,10 @@ func TestServeConfiguration(t *testing.T) {
 		{"REDIS_SOCKET_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "udp"}, nil, []string{`REDIS_SOCKET_TYPE "udp" is not tcp or unix`}},
 		{"TLS over a unix socket", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "/r.sock", "REDIS_TLS": "1"}, nil, []string{"REDIS_TLS is true for a unix socket"}},
 		{"envoyproxy/ratelimit's features that floodgate lacks", map[string]string{
-			"CONFIG_DIR": "x", "GRPC_UDS": "/run/rl.sock",
-			"REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CLIENT_KEY": "/rk.pem", "REDIS_TLS_CACERT": "/rca.pem",
-			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw", "QUOTA_MODE": "true",
+			"CONFIG_DIR": "x", "GRPC_UDS": "/run/rl.sock", "QUOTA_MODE": "true",
 			"RESPONSE_DYNAMIC_METADATA": "TRUE", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_DELTA", "SHADOW_MODE": "sometimes",
 		}, nil, []string{
-			`GRPC_UDS: "/run/rl.sock" is not supported`,
-			`REDIS_TLS_CLIENT_CERT: "/rc.pem" is not supported`, `REDIS_TLS_CLIENT_KEY: "/rk.pem" is not supported`,
-			`REDIS_TLS_CACERT: "/rca.pem" is not supported`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
-			`REDIS_SENTINEL_AUTH: "xxxxx" is not supported`, `QUOTA_MODE: "true" is not supported`,
+			`GRPC_UDS: "/run/rl.sock" is not supported`, `QUOTA_MODE: "true" is not supported`,
 			`RESPONSE_DYNAMIC_METADATA: "TRUE" is not supported`, `BACKEND_TYPE: "memcache" is not supported`,
 			`CONFIG_TYPE: "GRPC_XDS_DELTA" is not FILE or GRPC_XDS_SOTW`, `SHADOW_MODE: "sometimes" is not true or false`,
 		}},
@@ -138,6 +133,31 @@ func TestServeConfiguration(t *testing.T) {
 			nil, []string{`PROMETHEUS_PATH: "/m" is not supported`}},
 		{"Prometheus beside a debug address", map[string]string{"CONFIG_DIR": "x", "USE_PROMETHEUS": "true", "DEBUG_PORT": "7"},
 			nil, []string{"PROMETHEUS_ADDR: :9090 differs from DEBUG_ADDR :7"}},
+		{"Redis TLS files without Redis TLS", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CACERT": "/rca.pem",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw",
+		}, nil, []string{
+			"REDIS_TLS_CLIENT_CERT is set but REDIS_TLS is not true", "REDIS_TLS_CACERT is set but REDIS_TLS is not true",
+			"REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is true but REDIS_TLS is not true",
+			"REDIS_SENTINEL_AUTH is set but REDIS_TYPE is not sentinel",
+		}},
+		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION not a boolean", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/nonexistent/rc.pem",
+			"REDIS_TLS_CLIENT_KEY": "/nonexistent/rk.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "sometimes",
+		}, nil, []string{
+			`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION "sometimes" is not true or false`,
+		}},
+		{"a Redis CA file that cannot be read", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "rediss://r:6379?tls_ca=/a.pem", "REDIS_TLS_CACERT": "/nonexistent/rca.pem",
+		}, nil, []string{"REDIS_TLS_CACERT is set beside ?tls_ca= in REDIS_URL"}},
+		{"a Redis client certificate that cannot be read", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/nonexistent/rc.pem",
+			"REDIS_TLS_CLIENT_KEY": "/nonexistent/rk.pem", "REDIS_TLS_CACERT": "serve_test.go",
+		}, nil, []string{"REDIS_URL: redisstore: invalid options: URL: tls_cert, tls_key: open /nonexistent/rc.pem: no such file or directory"}},
+		{"a Redis CA file without a certificate", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "serve_test.go",
+		}, nil, []string{"REDIS_URL: redisstore: invalid options: URL: tls_ca: serve_test.go holds no PEM certificate"}},
 		{"xDS client certificate without its key", map[string]string{
 			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem",
 		}, nil, []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT: and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together"}},
@@ -179,6 +199,13 @@ func TestRedisURLForms(t *testing.T) {
 		{map[string]string{"REDIS_URL": "/var/run/redis.sock", "REDIS_SOCKET_TYPE": "unix", "REDIS_AUTH": "secret"}, "unix://:secret@/var/run/redis.sock"},
 		{map[string]string{"REDIS_URL": "/var/run/redis.sock"}, "unix:///var/run/redis.sock"},
 		{map[string]string{"REDIS_URL": "r:6379", "REDIS_SOCKET_TYPE": "TCP"}, "redis://r:6379"},
+		{map[string]string{"REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem", "REDIS_TLS_CLIENT_CERT": "/c.pem",
+			"REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			"rediss://r:6379?tls_ca=%2Fca.pem&tls_cert=%2Fc.pem&tls_key=%2Fk.pem&tls_skip_hostname=true"},
+		{map[string]string{"REDIS_URL": "rediss://r:6379/1", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "false"}, "rediss://r:6379/1"},
+		{map[string]string{"REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_SENTINEL_AUTH": "pw"}, "redis://s1:26379?master_set=m&sentinel_password=pw"},
+		{map[string]string{"REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_SENTINEL_AUTH": "u:p@w", "REDIS_TLS": "true"},
+			"rediss://s1:26379?master_set=m&sentinel_password=p%40w&sentinel_tls=true&sentinel_user=u"},
 	} {
 		got, err := redisURL(env(tc.env))
 		if err != nil || got != tc.want {
