@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/internal/testcerts"
 )
@@ -166,5 +167,57 @@ func TestRedisTLSSettings(t *testing.T) {
 	keys, err := rc.Do(context.Background(), rc.B().Keys().Pattern("tls:*").Build()).AsStrSlice()
 	if err != nil || len(keys) == 0 {
 		t.Fatalf("keys in the TLS Redis: %q, %v; want the service's", keys, err)
+	}
+}
+
+// TestRedisSentinelAuth: REDIS_SENTINEL_AUTH is the sentinels' password,
+// apart from REDIS_AUTH, the master's, as envoyproxy/ratelimit reads
+// them. Sentinels that require one are asked with it, and without it the
+// error says why.
+func TestRedisSentinelAuth(t *testing.T) {
+	s := redistest.StartSentinel(t, 0)
+	for _, sn := range s.SentinelAddrs() {
+		// The sentinels keep watching the master once it needs a password.
+		if _, err := redistest.Command(sn, "SENTINEL", "SET", redistest.SentinelMasterName, "auth-pass", "master-pw"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	master, err := s.Master()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Command(master.Addr(), "CONFIG", "SET", "requirepass", "master-pw"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sn := range s.SentinelAddrs() {
+		if _, err := redistest.Command(sn, "ACL", "SETUSER", "default", "resetpass", ">sentinel-pw"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := redistest.SentinelMasterName + "," + strings.Join(s.SentinelAddrs(), ",")
+	peek := []string{"peek", "-timeout", "3s", "-rule", "name=login,limit=5/10m", "alice"}
+	for _, tc := range []struct {
+		name string
+		vars map[string]string
+		code int
+		want string
+	}{
+		{"both passwords", map[string]string{"REDIS_SENTINEL_AUTH": "sentinel-pw", "REDIS_AUTH": "master-pw"}, 0, "allowed; 4 left after it"},
+		{"the sentinels' as user:password", map[string]string{"REDIS_SENTINEL_AUTH": "default:sentinel-pw", "REDIS_AUTH": "master-pw"}, 0, "allowed; 4 left after it"},
+		{"without the sentinels' password", map[string]string{"REDIS_AUTH": "master-pw"}, 1, "NOAUTH"},
+		{"a wrong sentinels' password", map[string]string{"REDIS_SENTINEL_AUTH": "old-pw", "REDIS_AUTH": "master-pw"}, 1, "WRONGPASS"},
+		{"the master's password for the sentinels", map[string]string{"REDIS_SENTINEL_AUTH": "master-pw"}, 1, "WRONGPASS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.vars["REDIS_URL"], tc.vars["REDIS_TYPE"] = url, "sentinel"
+			code, out, errs := cliEnv(t, tc.vars, peek...)
+			got := out
+			if tc.code != 0 {
+				got = errs
+			}
+			if code != tc.code || !strings.Contains(got, tc.want) || strings.Contains(out+errs, "sentinel-pw") {
+				t.Errorf("exit %d, out %q, errors %q; want exit %d saying %q, never the password", code, out, errs, tc.code, tc.want)
+			}
+		})
 	}
 }
