@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,15 +139,15 @@ func TestServeConfiguration(t *testing.T) {
 			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw",
 		}, nil, []string{
 			"REDIS_TLS_CLIENT_CERT is set but REDIS_TLS is not true", "REDIS_TLS_CACERT is set but REDIS_TLS is not true",
-			"REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together",
-			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is true but REDIS_TLS is not true",
+			"REDIS_TLS_CLIENT_CERT: and REDIS_TLS_CLIENT_KEY go together",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is set but REDIS_TLS is not true",
 			"REDIS_SENTINEL_AUTH is set but REDIS_TYPE is not sentinel",
 		}},
 		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION not a boolean", map[string]string{
 			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/nonexistent/rc.pem",
 			"REDIS_TLS_CLIENT_KEY": "/nonexistent/rk.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "sometimes",
 		}, nil, []string{
-			`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION "sometimes" is not true or false`,
+			`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "sometimes" is not true or false`,
 		}},
 		{"a Redis CA file that cannot be read", map[string]string{
 			"CONFIG_DIR": "x", "REDIS_URL": "rediss://r:6379?tls_ca=/a.pem", "REDIS_TLS_CACERT": "/nonexistent/rca.pem",
@@ -158,6 +159,32 @@ func TestServeConfiguration(t *testing.T) {
 		{"a Redis CA file without a certificate", map[string]string{
 			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "serve_test.go",
 		}, nil, []string{"REDIS_URL: redisstore: invalid options: URL: tls_ca: serve_test.go holds no PEM certificate"}},
+		{"per-second Redis settings without REDIS_PERSECOND", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND_URL": "r2:6379", "REDIS_PERSECOND_POOL_SIZE": "5", "REDIS_PERSECOND_TLS": "false",
+		}, nil, []string{
+			"REDIS_PERSECOND_URL: is set but REDIS_PERSECOND is not true", "REDIS_PERSECOND_POOL_SIZE: is set but REDIS_PERSECOND is not true",
+		}},
+		{"REDIS_PERSECOND without its Redis", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true"}, nil,
+			[]string{"REDIS_PERSECOND: is true: set REDIS_PERSECOND_URL"}},
+		{"REDIS_PERSECOND with the other limits in memory", map[string]string{"CONFIG_DIR": "x", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "r:6379"}, nil,
+			[]string{"REDIS_PERSECOND: is true but REDIS_URL is empty"}},
+		{"the per-second Redis done wrong", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "r2:6379", "REDIS_PERSECOND_TYPE": "ring",
+			"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "ERROR", "REDIS_PERSECOND_PIPELINE_WINDOW": "soon",
+		}, nil, []string{
+			`REDIS_PERSECOND_URL: REDIS_PERSECOND_TYPE "ring" is not single, sentinel or cluster`,
+			`REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: "ERROR" is not supported`, `REDIS_PERSECOND_PIPELINE_WINDOW: "soon" is not a duration`,
+		}},
+		{"upstream's pool settings done wrong", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_POOL_SIZE": "ten", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "CREATE", "REDIS_PIPELINE_LIMIT": "-1",
+			"EXPIRATION_JITTER_MAX_SECONDS": "300", "REDIS_TIMEOUT": "soon",
+		}, nil, []string{
+			`REDIS_POOL_SIZE: "ten" is not a whole number`, `REDIS_POOL_ON_EMPTY_BEHAVIOR: "CREATE" is not supported`,
+			`REDIS_PIPELINE_LIMIT: "-1" is not a whole number`, `EXPIRATION_JITTER_MAX_SECONDS: "300" is not supported: each key expires when its window ends`,
+			`REDIS_URL: REDIS_TIMEOUT "soon" is not a positive duration`,
+		}},
+		{"other pool behaviours", map[string]string{"CONFIG_DIR": "x", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "block", "EXPIRATION_JITTER_MAX_SECONDS": "-1"}, nil,
+			[]string{`REDIS_POOL_ON_EMPTY_BEHAVIOR: "block" is not WAIT`, `EXPIRATION_JITTER_MAX_SECONDS: "-1" is not a whole number`}},
 		{"xDS client certificate without its key", map[string]string{
 			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem",
 		}, nil, []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT: and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together"}},
@@ -204,6 +231,7 @@ func TestRedisURLForms(t *testing.T) {
 			"rediss://r:6379?tls_ca=%2Fca.pem&tls_cert=%2Fc.pem&tls_key=%2Fk.pem&tls_skip_hostname=true"},
 		{map[string]string{"REDIS_URL": "rediss://r:6379/1", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "false"}, "rediss://r:6379/1"},
 		{map[string]string{"REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_SENTINEL_AUTH": "pw"}, "redis://s1:26379?master_set=m&sentinel_password=pw"},
+		{map[string]string{"REDIS_URL": "r:6379", "REDIS_TIMEOUT": "5s"}, "redis://r:6379?dial_timeout=5s&write_timeout=5s"},
 		{map[string]string{"REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_SENTINEL_AUTH": "u:p@w", "REDIS_TLS": "true"},
 			"rediss://s1:26379?master_set=m&sentinel_password=p%40w&sentinel_tls=true&sentinel_user=u"},
 	} {
@@ -211,6 +239,45 @@ func TestRedisURLForms(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%v: %q, %v; want %q", tc.env, got, err, tc.want)
 		}
+	}
+}
+
+// TestPerSecondRedisSettings: REDIS_PERSECOND_URL is read as REDIS_URL
+// is, with its own companions, and the REDIS_TLS_* files serve the Redis
+// that has TLS on: here the per-second one alone, so the other one does
+// not refuse them. Accepted settings without effect are kept to be logged,
+// EXPIRATION_JITTER_MAX_SECONDS=0 (what floodgate does) among none.
+func TestPerSecondRedisSettings(t *testing.T) {
+	c, err := parseServe(nil, env(map[string]string{
+		"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "m,s1:26379,s2:26379",
+		"REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_AUTH": "pw", "REDIS_PERSECOND_SENTINEL_AUTH": "spw", "REDIS_PERSECOND_TLS": "true",
+		"REDIS_TLS_CACERT": "../../deploy/Dockerfile", "REDIS_PERSECOND_TIMEOUT": "2s", "REDIS_POOL_SIZE": "10",
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0",
+	}))
+	if err == nil || !strings.Contains(err.Error(), "REDIS_PERSECOND_URL: redisstore: invalid options: URL: tls_ca: ../../deploy/Dockerfile holds no PEM certificate") ||
+		strings.Contains(err.Error(), "REDIS_TLS_CACERT is set but REDIS_TLS is not true") {
+		t.Fatalf("parseServe: %v; want the CA file read for the per-second Redis alone", err)
+	}
+	c, err = parseServe(nil, env(map[string]string{
+		"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "m,s1:26379,s2:26379",
+		"REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_AUTH": "pw", "REDIS_PERSECOND_SENTINEL_AUTH": "spw", "REDIS_PERSECOND_TLS": "true",
+		"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true", "REDIS_PERSECOND_TIMEOUT": "2s", "REDIS_POOL_SIZE": "10",
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "rediss://:pw@s1:26379?addr=s2%3A26379&dial_timeout=2s&master_set=m&sentinel_password=spw&sentinel_tls=true&tls_skip_hostname=true&write_timeout=2s"
+	if c.RedisURL != "redis://r:6379" || c.PerSecondURL != want {
+		t.Errorf("REDIS_URL %q, per second %q; want redis://r:6379 and %q", c.RedisURL, c.PerSecondURL, want)
+	}
+	notes := deref(c.redisNotes)
+	wantNotes := []settingNote{
+		{"REDIS_POOL_SIZE", "10", "the store multiplexes one connection per Redis node: there is no pool to size"},
+		{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "wait", "there is no pool to run empty; a decision waits at most DECISION_TIMEOUT"},
+	}
+	if !slices.Equal(notes, wantNotes) {
+		t.Errorf("notes %q, want %q", notes, wantNotes)
 	}
 }
 
