@@ -792,3 +792,44 @@ func TestCountOverLimitSetting(t *testing.T) {
 		t.Errorf("a value that is not a boolean: %v", err)
 	}
 }
+
+// TestOversizedAddendRecordedPastTheLimit checks what docs/SERVICE.md
+// says of a hits_addend larger than the limit: OVER_LIMIT, and recorded
+// whole where hits count past their limits
+// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false, the default under xDS),
+// so that the next request of 1 is over the limit too; not recorded
+// otherwise.
+func TestOversizedAddendRecordedPastTheLimit(t *testing.T) {
+	conf := t.TempDir()
+	if err := os.WriteFile(filepath.Join(conf, "rl.yaml"), []byte("domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		stop string
+		next rlsv3.RateLimitResponse_Code // a request of 1 after the oversized one
+	}{
+		{"false", rlsv3.RateLimitResponse_OVER_LIMIT},
+		{"true", rlsv3.RateLimitResponse_OK},
+	} {
+		t.Run("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="+tc.stop, func(t *testing.T) {
+			r := startServe(t, map[string]string{"CONFIG_DIR": conf, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": tc.stop})
+			c := r.client(t)
+			call := func(addend uint32) rlsv3.RateLimitResponse_Code {
+				t.Helper()
+				resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "rl", HitsAddend: addend, Descriptors: []*commonv3.RateLimitDescriptor{
+					{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}}},
+				}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.GetOverallCode()
+			}
+			if got := call(10); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("hits_addend 10 over a limit of 5: %v, want OVER_LIMIT", got)
+			}
+			if got := call(1); got != tc.next {
+				t.Errorf("then hits_addend 1: %v, want %v", got, tc.next)
+			}
+		})
+	}
+}
