@@ -99,6 +99,31 @@ func redisTuning(getenv func(string) string, perSecond bool, notes *[]settingNot
 			errs = append(errs, fmt.Errorf("%s: %q is not WAIT", name, v))
 		}
 	}
+	// Upstream waits for Redis at start, retrying with a backoff;
+	// floodgate serves at once (each descriptor takes its failure mode)
+	// and redials every 500ms until Redis answers.
+	for _, name := range []string{"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"} {
+		v := getenv(name)
+		if v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil || d < 0:
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration such as 30s", name, v))
+		case name == "REDIS_STARTUP_MAX_ELAPSED_TIME" && d > 0:
+			errs = append(errs, fmt.Errorf("%s: %q is not supported: the service does not wait for Redis at start, nor exit without it; it serves by the failure modes and redials every 500ms. Set 0 or unset it", name, v))
+		case d > 0:
+			*notes = append(*notes, settingNote{name, v, "the service does not wait for Redis at start: it serves by the failure modes and redials every 500ms"})
+		}
+	}
+	if v := getenv("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"); v != "" {
+		if b, err := strconv.ParseBool(v); err != nil {
+			errs = append(errs, fmt.Errorf("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: %q is not true or false", v))
+		} else if b {
+			errs = append(errs, errors.New("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: \"true\" is not supported: the health checks do not follow Redis; while it is lost each descriptor takes its failure mode (floodgate_breaker_state shows it)"))
+		}
+	}
 	if v := getenv("EXPIRATION_JITTER_MAX_SECONDS"); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
 			errs = append(errs, fmt.Errorf("EXPIRATION_JITTER_MAX_SECONDS: %q is not a whole number of seconds, 0 or more", v))

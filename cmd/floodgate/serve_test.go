@@ -185,6 +185,10 @@ func TestServeConfiguration(t *testing.T) {
 		}},
 		{"other pool behaviours", map[string]string{"CONFIG_DIR": "x", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "block", "EXPIRATION_JITTER_MAX_SECONDS": "-1"}, nil,
 			[]string{`REDIS_POOL_ON_EMPTY_BEHAVIOR: "block" is not WAIT`, `EXPIRATION_JITTER_MAX_SECONDS: "-1" is not a whole number`}},
+		{"upstream's start-up wait and Redis health", map[string]string{"CONFIG_DIR": "x", "REDIS_STARTUP_MAX_ELAPSED_TIME": "1m",
+			"REDIS_STARTUP_INITIAL_INTERVAL": "often", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, nil,
+			[]string{`REDIS_STARTUP_MAX_ELAPSED_TIME: "1m" is not supported: the service does not wait for Redis at start`,
+				`REDIS_STARTUP_INITIAL_INTERVAL: "often" is not a duration`, `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: "true" is not supported`}},
 		{"xDS client certificate without its key", map[string]string{
 			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem",
 		}, nil, []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT: and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together"}},
@@ -263,6 +267,7 @@ func TestPerSecondRedisSettings(t *testing.T) {
 		"REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_AUTH": "pw", "REDIS_PERSECOND_SENTINEL_AUTH": "spw", "REDIS_PERSECOND_TLS": "true",
 		"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true", "REDIS_PERSECOND_TIMEOUT": "2s", "REDIS_POOL_SIZE": "10",
 		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0",
+		"REDIS_STARTUP_MAX_INTERVAL": "30s", "REDIS_STARTUP_MAX_ELAPSED_TIME": "0", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "false",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +280,7 @@ func TestPerSecondRedisSettings(t *testing.T) {
 	wantNotes := []settingNote{
 		{"REDIS_POOL_SIZE", "10", "the store multiplexes one connection per Redis node: there is no pool to size"},
 		{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "wait", "there is no pool to run empty; a decision waits at most DECISION_TIMEOUT"},
+		{"REDIS_STARTUP_MAX_INTERVAL", "30s", "the service does not wait for Redis at start: it serves by the failure modes and redials every 500ms"},
 	}
 	if !slices.Equal(notes, wantNotes) {
 		t.Errorf("notes %q, want %q", notes, wantNotes)
