@@ -130,7 +130,17 @@
 //	redis://s1:26379?addr=s2:26379&master_set=main Sentinel (the addresses are sentinels)
 //	redis://n1:6379?addr=n2:6379&addr=n3:6379      Cluster (detected by itself)
 //
-// or pass an existing rueidis client in [Options.Client], or another
+// Beside rueidis's query parameters, a rediss:// URL takes
+// tls_cert=PATH and tls_key=PATH (a client certificate and its key, in
+// PEM), tls_ca=PATH (CA certificates trusted beside the system's roots)
+// and tls_skip_hostname=true (the server's chain verified, not the name
+// it holds); a Sentinel URL takes sentinel_user=, sentinel_password= (the
+// sentinels' credentials; the URL's are the master's) and, over TLS,
+// sentinel_tls=true (the sentinels over TLS too). Behind Sentinel the
+// master's certificate is verified against the master's own address.
+// The files are read when the store is built.
+//
+// Or pass an existing rueidis client in [Options.Client], or another
 // library's client in [Options.Conn]: package goredisadapter wraps a
 // go-redis v9 client (standalone, Sentinel or Cluster) and sends the
 // scripts that write without go-redis's retries. Client-side caching is

@@ -43,7 +43,8 @@ var ErrInvalidOptions = errors.New("redisstore: invalid options")
 type Options struct {
 	// URL locates Redis, as parsed by rueidis.ParseURL:
 	// "redis://[user:password@]host:port[/db]", "rediss://..." for TLS
-	// (system roots), or "unix:///path/to/redis.sock". Query parameters:
+	// (system roots; tls_cert, tls_key, tls_ca, tls_skip_hostname: see the
+	// package documentation), or "unix:///path/to/redis.sock". Query parameters:
 	// addr=host:port (more seed addresses; a Cluster is detected by
 	// itself), master_set=name (Sentinel: the addresses are sentinels),
 	// dial_timeout=1s, write_timeout=3s, client_name, protocol=2. The store

@@ -28,7 +28,10 @@ base=${BASE-65b8f30}
 	. scripts/redis.sh
 	cd bench
 	if [ -z "$base" ]; then
-		exec go run . -redis "$FLOODGATE_REDIS_ADDR" "$@"
+		# Not exec: the subshell must outlive go run for redis.sh's EXIT
+		# trap to stop the server and remove $workdir.
+		go run . -redis "$FLOODGATE_REDIS_ADDR" "$@"
+		exit
 	fi
 	# The base commit's root module under the path .../floodgatebase (its
 	# nested modules removed), and a copy of bench/go.mod that requires and

@@ -26,6 +26,11 @@ cleanup() {
 	rm -rf "$workdir"
 }
 trap cleanup EXIT
+# A signal ends the script through exit, so that the EXIT trap runs (a
+# script sourcing this must not exec its last command either: exec skips
+# the trap).
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # free_port prints a loopback TCP port that nothing listens on.
 free_port() {

@@ -96,6 +96,10 @@ func blocked(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	*prefix = cmp.Or(*prefix, env.RedisPrefix)
+	if env.PerSecondURL != "" {
+		fmt.Fprintln(stderr, "floodgate blocked: REDIS_PERSECOND is true: the limits of one second are kept in REDIS_PERSECOND_URL's Redis, "+
+			"which this scan of REDIS_URL's does not read; for them, run it again with REDIS_URL set to REDIS_PERSECOND_URL's value and REDIS_PERSECOND unset")
+	}
 	// The prefix is checked before anything is dialed.
 	if err := (redisstore.Options{URL: env.RedisURL, Prefix: *prefix}).Validate(); err != nil {
 		return err

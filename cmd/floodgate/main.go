@@ -209,7 +209,16 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer store.Close()
-	limiter, err := floodgate.New(store, floodgate.Options{Timeout: *timeout})
+	var st floodgate.Store = store
+	if env.PerSecondURL != "" { // the limits of one second in their Redis, as the service keeps them (persecond.go)
+		ps, err := redisstore.New(ctx, redisstore.Options{URL: env.PerSecondURL, Prefix: *prefix})
+		if err != nil {
+			return err
+		}
+		defer ps.Close()
+		st = &perSecondStore{other: store, second: ps, rollbackTimeout: *timeout}
+	}
+	limiter, err := floodgate.New(st, floodgate.Options{Timeout: *timeout})
 	if err != nil {
 		return err
 	}

@@ -86,6 +86,11 @@ type serveConfig struct {
 	statsdIgnored     bool         // USE_STATSD=true: logged at start
 
 	Tracing tracingConfig // TRACING_ENABLED and TRACING_*: spans over OTLP (tracing.go); zero is off
+	// REDIS_PERSECOND=true: the limits of one second in REDIS_PERSECOND_URL's Redis (persecond.go).
+	PerSecondURL string
+	// Upstream's Redis settings without effect, logged at start; nil for
+	// none (a pointer, so that serveConfig stays comparable).
+	redisNotes *[]settingNote
 }
 
 // The bounds of the listeners' connections, so that a client opening
@@ -127,7 +132,11 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
                         XDS_CLIENT_*, FORCE_START_WITHOUT_INITIAL_CONFIG)
   GRPC_SERVER_USE_TLS   TLS on gRPC (GRPC_SERVER_TLS_CERT, _KEY, GRPC_CLIENT_TLS_CACERT)
   REDIS_URL             redis://, rediss://, unix:// or HOST:PORT; empty: in memory
-                        (REDIS_TYPE, REDIS_AUTH, REDIS_TLS, REDIS_SOCKET_TYPE)
+                        (REDIS_TYPE, REDIS_AUTH, REDIS_TLS, REDIS_SOCKET_TYPE,
+                        REDIS_TLS_CLIENT_CERT, _KEY, REDIS_TLS_CACERT,
+                        REDIS_TLS_SKIP_HOSTNAME_VERIFICATION, REDIS_SENTINEL_AUTH, REDIS_TIMEOUT)
+  REDIS_PERSECOND       true: the limits of one second in REDIS_PERSECOND_URL's Redis
+                        (REDIS_PERSECOND_TYPE, _AUTH, _TLS, _SOCKET_TYPE, _SENTINEL_AUTH)
   CACHE_KEY_PREFIX      the Redis key prefix (fg:)
   GRPC_ADDR             :8081 (GRPC_HOST, GRPC_PORT); GRPC_UDS: a unix socket instead
   HTTP_ADDR             :8080 (HOST, PORT)
@@ -240,6 +249,10 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	shared, sharedErrs := readEnv(getenv)
 	errs = append(errs, sharedErrs...)
 	c.RedisURL, c.RedisPrefix, c.MergeDomains, c.ShadowMode = shared.RedisURL, shared.RedisPrefix, shared.MergeDomains, shared.ShadowMode
+	c.PerSecondURL = shared.PerSecondURL
+	if len(shared.RedisNotes) > 0 {
+		c.redisNotes = &shared.RedisNotes
+	}
 	c.ConfigDir = *configDir
 	if c.ConfigDir == "" {
 		c.ConfigDir = getenv("CONFIG_DIR")
@@ -433,6 +446,8 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	var store floodgate.Store
 	var breaker *redisstore.Store // its breaker's state is exported; nil in memory
 	var ovr floodgate.Overrides   // per-key limits set with floodgate override; Redis only
+
+	var both worstBreaker // with REDIS_PERSECOND, the two Redis's breakers
 	if cfg.RedisURL == "" {
 		logger.Warn("REDIS_URL is empty: the limits are kept in this process's memory, per instance; set REDIS_URL to share them across instances")
 		mem := memstore.New(memstore.Options{})
@@ -450,6 +465,14 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		}
 		defer rs.Close()
 		store, breaker = rs, rs
+		if cfg.PerSecondURL != "" { // persecond.go
+			split, ps, err := openPerSecond(ctx, cfg, rs, logger)
+			if err != nil {
+				return err
+			}
+			defer ps.Close()
+			store, both = split, worstBreaker{rs, ps}
+		}
 		// The overrides beside the limits, refreshed every 5s.
 		loadCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		table, err := overrides.New(loadCtx, overrides.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Registerer: reg, Logger: logger})
@@ -469,11 +492,17 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	if breaker != nil {
 		eo.Breaker = breaker
 	}
+	if both[0] != nil {
+		eo.Breaker = both
+	}
 	enf, err := enforce.New(eo)
 	if err != nil {
 		return err
 	}
 	defer enf.Close()
+	for _, n := range deref(cfg.redisNotes) {
+		logger.Info("an envoyproxy/ratelimit setting is accepted and has no effect", "setting", n.Name, "value", n.Value, "why", n.Why)
+	}
 	if cfg.statsdIgnored {
 		logger.Warn("USE_STATSD is true, but floodgate sends no statsd: its metrics are Prometheus, on /metrics (HTTP_ADDR, or DEBUG_ADDR when set)")
 	}

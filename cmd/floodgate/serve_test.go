@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,14 +91,10 @@ func TestServeConfiguration(t *testing.T) {
 		{"REDIS_SOCKET_TYPE", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "a:1", "REDIS_SOCKET_TYPE": "udp"}, nil, []string{`REDIS_SOCKET_TYPE "udp" is not tcp or unix`}},
 		{"TLS over a unix socket", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "/r.sock", "REDIS_TLS": "1"}, nil, []string{"REDIS_TLS is true for a unix socket"}},
 		{"envoyproxy/ratelimit's features that floodgate lacks", map[string]string{
-			"CONFIG_DIR": "x",
-			"REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CLIENT_KEY": "/rk.pem", "REDIS_TLS_CACERT": "/rca.pem",
-			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw", "QUOTA_MODE": "often",
+			"CONFIG_DIR": "x", "QUOTA_MODE": "often",
 			"RESPONSE_DYNAMIC_METADATA": "yes", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_DELTA", "SHADOW_MODE": "sometimes",
 		}, nil, []string{
-			`REDIS_TLS_CLIENT_CERT: "/rc.pem" is not supported`, `REDIS_TLS_CLIENT_KEY: "/rk.pem" is not supported`,
-			`REDIS_TLS_CACERT: "/rca.pem" is not supported`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
-			`REDIS_SENTINEL_AUTH: "xxxxx" is not supported`, `QUOTA_MODE: "often" is not true or false`,
+			`QUOTA_MODE: "often" is not true or false`,
 			`RESPONSE_DYNAMIC_METADATA: "yes" is not true or false`, `BACKEND_TYPE: "memcache" is not supported`,
 			`CONFIG_TYPE: "GRPC_XDS_DELTA" is not FILE or GRPC_XDS_SOTW`, `SHADOW_MODE: "sometimes" is not true or false`,
 		}},
@@ -142,6 +139,61 @@ func TestServeConfiguration(t *testing.T) {
 			nil, []string{`PROMETHEUS_PATH: "/m" is not supported`}},
 		{"Prometheus beside a debug address", map[string]string{"CONFIG_DIR": "x", "USE_PROMETHEUS": "true", "DEBUG_PORT": "7"},
 			nil, []string{"PROMETHEUS_ADDR: :9090 differs from DEBUG_ADDR :7"}},
+		{"Redis TLS files without Redis TLS", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS_CLIENT_CERT": "/rc.pem", "REDIS_TLS_CACERT": "/rca.pem",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "1", "REDIS_SENTINEL_AUTH": "pw",
+		}, nil, []string{
+			"REDIS_TLS_CLIENT_CERT is set but REDIS_TLS is not true", "REDIS_TLS_CACERT is set but REDIS_TLS is not true",
+			"REDIS_TLS_CLIENT_CERT: and REDIS_TLS_CLIENT_KEY go together",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is set but REDIS_TLS is not true",
+			"REDIS_SENTINEL_AUTH is set but REDIS_TYPE is not sentinel",
+		}},
+		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION not a boolean", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/nonexistent/rc.pem",
+			"REDIS_TLS_CLIENT_KEY": "/nonexistent/rk.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "sometimes",
+		}, nil, []string{
+			`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: "sometimes" is not true or false`,
+		}},
+		{"a Redis CA file that cannot be read", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "rediss://r:6379?tls_ca=/a.pem", "REDIS_TLS_CACERT": "/nonexistent/rca.pem",
+		}, nil, []string{"REDIS_TLS_CACERT is set beside ?tls_ca= in REDIS_URL"}},
+		{"a Redis client certificate that cannot be read", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/nonexistent/rc.pem",
+			"REDIS_TLS_CLIENT_KEY": "/nonexistent/rk.pem", "REDIS_TLS_CACERT": "serve_test.go",
+		}, nil, []string{"REDIS_URL: redisstore: invalid options: URL: tls_cert, tls_key: open /nonexistent/rc.pem: no such file or directory"}},
+		{"a Redis CA file without a certificate", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "serve_test.go",
+		}, nil, []string{"REDIS_URL: redisstore: invalid options: URL: tls_ca: serve_test.go holds no PEM certificate"}},
+		{"per-second Redis settings without REDIS_PERSECOND", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND_URL": "r2:6379", "REDIS_PERSECOND_POOL_SIZE": "5", "REDIS_PERSECOND_TLS": "false",
+		}, nil, []string{
+			"REDIS_PERSECOND_URL: is set but REDIS_PERSECOND is not true", "REDIS_PERSECOND_POOL_SIZE: is set but REDIS_PERSECOND is not true",
+		}},
+		{"REDIS_PERSECOND without its Redis", map[string]string{"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true"}, nil,
+			[]string{"REDIS_PERSECOND: is true: set REDIS_PERSECOND_URL"}},
+		{"REDIS_PERSECOND with the other limits in memory", map[string]string{"CONFIG_DIR": "x", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "r:6379"}, nil,
+			[]string{"REDIS_PERSECOND: is true but REDIS_URL is empty"}},
+		{"the per-second Redis done wrong", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "r2:6379", "REDIS_PERSECOND_TYPE": "ring",
+			"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "ERROR", "REDIS_PERSECOND_PIPELINE_WINDOW": "soon",
+		}, nil, []string{
+			`REDIS_PERSECOND_URL: REDIS_PERSECOND_TYPE "ring" is not single, sentinel or cluster`,
+			`REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: "ERROR" is not supported`, `REDIS_PERSECOND_PIPELINE_WINDOW: "soon" is not a duration`,
+		}},
+		{"upstream's pool settings done wrong", map[string]string{
+			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_POOL_SIZE": "ten", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "CREATE", "REDIS_PIPELINE_LIMIT": "-1",
+			"EXPIRATION_JITTER_MAX_SECONDS": "300", "REDIS_TIMEOUT": "soon",
+		}, nil, []string{
+			`REDIS_POOL_SIZE: "ten" is not a whole number`, `REDIS_POOL_ON_EMPTY_BEHAVIOR: "CREATE" is not supported`,
+			`REDIS_PIPELINE_LIMIT: "-1" is not a whole number`, `EXPIRATION_JITTER_MAX_SECONDS: "300" is not supported: each key expires when its window ends`,
+			`REDIS_URL: REDIS_TIMEOUT "soon" is not a positive duration`,
+		}},
+		{"other pool behaviours", map[string]string{"CONFIG_DIR": "x", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "block", "EXPIRATION_JITTER_MAX_SECONDS": "-1"}, nil,
+			[]string{`REDIS_POOL_ON_EMPTY_BEHAVIOR: "block" is not WAIT`, `EXPIRATION_JITTER_MAX_SECONDS: "-1" is not a whole number`}},
+		{"upstream's start-up wait and Redis health", map[string]string{"CONFIG_DIR": "x", "REDIS_STARTUP_MAX_ELAPSED_TIME": "1m",
+			"REDIS_STARTUP_INITIAL_INTERVAL": "often", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, nil,
+			[]string{`REDIS_STARTUP_MAX_ELAPSED_TIME: "1m" is not supported: the service does not wait for Redis at start`,
+				`REDIS_STARTUP_INITIAL_INTERVAL: "often" is not a duration`, `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: "true" is not supported`}},
 		{"xDS client certificate without its key", map[string]string{
 			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem",
 		}, nil, []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT: and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together"}},
@@ -183,11 +235,60 @@ func TestRedisURLForms(t *testing.T) {
 		{map[string]string{"REDIS_URL": "/var/run/redis.sock", "REDIS_SOCKET_TYPE": "unix", "REDIS_AUTH": "secret"}, "unix://:secret@/var/run/redis.sock"},
 		{map[string]string{"REDIS_URL": "/var/run/redis.sock"}, "unix:///var/run/redis.sock"},
 		{map[string]string{"REDIS_URL": "r:6379", "REDIS_SOCKET_TYPE": "TCP"}, "redis://r:6379"},
+		{map[string]string{"REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem", "REDIS_TLS_CLIENT_CERT": "/c.pem",
+			"REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			"rediss://r:6379?tls_ca=%2Fca.pem&tls_cert=%2Fc.pem&tls_key=%2Fk.pem&tls_skip_hostname=true"},
+		{map[string]string{"REDIS_URL": "rediss://r:6379/1", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "false"}, "rediss://r:6379/1"},
+		{map[string]string{"REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_SENTINEL_AUTH": "pw"}, "redis://s1:26379?master_set=m&sentinel_password=pw"},
+		{map[string]string{"REDIS_URL": "r:6379", "REDIS_TIMEOUT": "5s"}, "redis://r:6379?dial_timeout=5s&write_timeout=5s"},
+		{map[string]string{"REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_SENTINEL_AUTH": "u:p@w", "REDIS_TLS": "true"},
+			"rediss://s1:26379?master_set=m&sentinel_password=p%40w&sentinel_tls=true&sentinel_user=u"},
 	} {
 		got, err := redisURL(env(tc.env))
 		if err != nil || got != tc.want {
 			t.Errorf("%v: %q, %v; want %q", tc.env, got, err, tc.want)
 		}
+	}
+}
+
+// TestPerSecondRedisSettings: REDIS_PERSECOND_URL is read as REDIS_URL
+// is, with its own companions, and the REDIS_TLS_* files serve the Redis
+// that has TLS on: here the per-second one alone, so the other one does
+// not refuse them. Accepted settings without effect are kept to be logged,
+// EXPIRATION_JITTER_MAX_SECONDS=0 (what floodgate does) among none.
+func TestPerSecondRedisSettings(t *testing.T) {
+	c, err := parseServe(nil, env(map[string]string{
+		"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "m,s1:26379,s2:26379",
+		"REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_AUTH": "pw", "REDIS_PERSECOND_SENTINEL_AUTH": "spw", "REDIS_PERSECOND_TLS": "true",
+		"REDIS_TLS_CACERT": "../../deploy/Dockerfile", "REDIS_PERSECOND_TIMEOUT": "2s", "REDIS_POOL_SIZE": "10",
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0",
+	}))
+	if err == nil || !strings.Contains(err.Error(), "REDIS_PERSECOND_URL: redisstore: invalid options: URL: tls_ca: ../../deploy/Dockerfile holds no PEM certificate") ||
+		strings.Contains(err.Error(), "REDIS_TLS_CACERT is set but REDIS_TLS is not true") {
+		t.Fatalf("parseServe: %v; want the CA file read for the per-second Redis alone", err)
+	}
+	c, err = parseServe(nil, env(map[string]string{
+		"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "m,s1:26379,s2:26379",
+		"REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_AUTH": "pw", "REDIS_PERSECOND_SENTINEL_AUTH": "spw", "REDIS_PERSECOND_TLS": "true",
+		"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true", "REDIS_PERSECOND_TIMEOUT": "2s", "REDIS_POOL_SIZE": "10",
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0",
+		"REDIS_STARTUP_MAX_INTERVAL": "30s", "REDIS_STARTUP_MAX_ELAPSED_TIME": "0", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "false",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "rediss://:pw@s1:26379?addr=s2%3A26379&dial_timeout=2s&master_set=m&sentinel_password=spw&sentinel_tls=true&tls_skip_hostname=true&write_timeout=2s"
+	if c.RedisURL != "redis://r:6379" || c.PerSecondURL != want {
+		t.Errorf("REDIS_URL %q, per second %q; want redis://r:6379 and %q", c.RedisURL, c.PerSecondURL, want)
+	}
+	notes := deref(c.redisNotes)
+	wantNotes := []settingNote{
+		{"REDIS_POOL_SIZE", "10", "the store multiplexes one connection per Redis node: there is no pool to size"},
+		{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "wait", "there is no pool to run empty; a decision waits at most DECISION_TIMEOUT"},
+		{"REDIS_STARTUP_MAX_INTERVAL", "30s", "the service does not wait for Redis at start: it serves by the failure modes and redials every 500ms"},
+	}
+	if !slices.Equal(notes, wantNotes) {
+		t.Errorf("notes %q, want %q", notes, wantNotes)
 	}
 }
 
@@ -704,5 +805,46 @@ func TestCountOverLimitSetting(t *testing.T) {
 		return map[string]string{"CONFIG_DIR": "/c", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "maybe"}[k]
 	}); err == nil || !strings.Contains(err.Error(), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
 		t.Errorf("a value that is not a boolean: %v", err)
+	}
+}
+
+// TestOversizedAddendRecordedPastTheLimit checks what docs/SERVICE.md
+// says of a hits_addend larger than the limit: OVER_LIMIT, and recorded
+// whole where hits count past their limits
+// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false, the default under xDS),
+// so that the next request of 1 is over the limit too; not recorded
+// otherwise.
+func TestOversizedAddendRecordedPastTheLimit(t *testing.T) {
+	conf := t.TempDir()
+	if err := os.WriteFile(filepath.Join(conf, "rl.yaml"), []byte("domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		stop string
+		next rlsv3.RateLimitResponse_Code // a request of 1 after the oversized one
+	}{
+		{"false", rlsv3.RateLimitResponse_OVER_LIMIT},
+		{"true", rlsv3.RateLimitResponse_OK},
+	} {
+		t.Run("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="+tc.stop, func(t *testing.T) {
+			r := startServe(t, map[string]string{"CONFIG_DIR": conf, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": tc.stop})
+			c := r.client(t)
+			call := func(addend uint32) rlsv3.RateLimitResponse_Code {
+				t.Helper()
+				resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "rl", HitsAddend: addend, Descriptors: []*commonv3.RateLimitDescriptor{
+					{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}}},
+				}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.GetOverallCode()
+			}
+			if got := call(10); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("hits_addend 10 over a limit of 5: %v, want OVER_LIMIT", got)
+			}
+			if got := call(1); got != tc.next {
+				t.Errorf("then hits_addend 1: %v, want %v", got, tc.next)
+			}
+		})
 	}
 }

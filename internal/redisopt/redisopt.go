@@ -16,7 +16,8 @@ import (
 
 // FromURL returns the client options of u (rueidis's URL forms:
 // redis://, rediss://, unix://, ?addr= for more seeds, ?master_set= for
-// Sentinel) with the client-side cache off (servers such as miniredis and
+// Sentinel, and floodgate's own for TLS files and the sentinels'
+// credentials: see tls.go) with the client-side cache off (servers such as miniredis and
 // some managed Redis refuse it) and a dial timeout: dial if positive, else
 // the URL's own, else def. Its error never quotes the URL's password (a
 // parse error quotes the URL whole), so that it may be printed and logged.
@@ -24,6 +25,9 @@ func FromURL(u string, dial, def time.Duration) (rueidis.ClientOption, error) {
 	opt, err := rueidis.ParseURL(u)
 	if err != nil {
 		return rueidis.ClientOption{}, parseError(u, err)
+	}
+	if err := extras(u, &opt); err != nil {
+		return rueidis.ClientOption{}, errors.New(Redact(err.Error(), u))
 	}
 	opt.DisableCache = true
 	if dial > 0 {
@@ -49,7 +53,7 @@ func parseError(u string, err error) error {
 	if !ok || at < 0 || !errors.As(err, &ue) {
 		return errors.New(Redact(err.Error(), u))
 	}
-	return fmt.Errorf("%s %q: %s", ue.Op, scheme+"://xxxxx"+rest[at:], redactQuoted(ue.Err.Error(), rest[:at]))
+	return errors.New(redactQueryPassword(fmt.Sprintf("%s %q: %s", ue.Op, scheme+"://xxxxx"+rest[at:], redactQuoted(ue.Err.Error(), rest[:at])), u))
 }
 
 // redactQuoted returns msg with each of its quoted strings (as %q writes
@@ -98,9 +102,11 @@ func overlaps(s, secret string) bool {
 // as unescaped and as %q escapes them, replaced by "xxxxx". It reads the
 // password as a URL's userinfo even when the URL does not parse, and in
 // envoyproxy/ratelimit's forms without a scheme too:
-// USER:PASSWORD@HOST:PORT and PASSWORD@HOST:PORT.
+// USER:PASSWORD@HOST:PORT and PASSWORD@HOST:PORT. The value of a
+// sentinel_password query parameter is replaced too.
 func Redact(msg string, urls ...string) string {
 	for _, u := range urls {
+		msg = redactQueryPassword(msg, u)
 		_, rest, scheme := strings.Cut(u, "://")
 		if !scheme {
 			rest = u
@@ -126,6 +132,27 @@ func Redact(msg string, urls ...string) string {
 			if f != "" {
 				msg = strings.ReplaceAll(msg, f, "xxxxx")
 			}
+		}
+	}
+	return msg
+}
+
+// redactQueryPassword returns msg with the sentinel_password value of u,
+// as written and unescaped, replaced by "xxxxx". It finds the value
+// without parsing u, which may not parse.
+func redactQueryPassword(msg, u string) string {
+	_, q, ok := strings.Cut(u, "?")
+	if !ok {
+		return msg
+	}
+	for _, kv := range strings.FieldsFunc(q, func(r rune) bool { return r == '&' || r == '#' }) {
+		k, v, _ := strings.Cut(kv, "=")
+		if k != ParamSentinelPassword || v == "" {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, v, "xxxxx")
+		if p, err := url.QueryUnescape(v); err == nil && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
 		}
 	}
 	return msg

@@ -43,6 +43,9 @@ func TestRedact(t *testing.T) {
 		{`parse "redis://:se\x01cret@h"`, "redis://:se\x01cret@h", `parse "redis://:xxxxx@h"`},
 		{`parse "u:hun/ter2@h:9x"`, "u:hun/ter2@h:9x", `parse "u:xxxxx@h:9x"`},
 		{`got "hun@ter2@mymaster"`, "hun@ter2@mymaster", `got "xxxxx@mymaster"`},
+		{`parse "redis://s:1?master_set=m&sentinel_password=p%40ss" p@ss`, "redis://s:1?master_set=m&sentinel_password=p%40ss",
+			`parse "redis://s:1?master_set=m&sentinel_password=xxxxx" xxxxx`},
+		{`parse "redis://:pw1@s:9x?sentinel_password=pw2"`, "redis://:pw1@s:9x?sentinel_password=pw2", `parse "redis://:xxxxx@s:9x?sentinel_password=xxxxx"`},
 	} {
 		if got := redisopt.Redact(tc.msg, tc.url); got != tc.want {
 			t.Errorf("Redact(%q, %q) = %q, want %q", tc.msg, tc.url, got, tc.want)
@@ -82,6 +85,38 @@ func TestFromURLErrorsHidePasswords(t *testing.T) {
 		}
 		if !strings.Contains(msg, "xxxxx") || !strings.Contains(msg, tc.keep) {
 			t.Errorf("FromURL(%q): %q; want the password as xxxxx, and %q named", tc.url, msg, tc.keep)
+		}
+	}
+}
+
+// TestFromURLTLSAndSentinel: floodgate's query parameters (tls.go) reach
+// the client's options, and each one set where it means nothing is an
+// error naming it, without the sentinels' password.
+func TestFromURLTLSAndSentinel(t *testing.T) {
+	opt, err := redisopt.FromURL("rediss://s1:26379?master_set=m&sentinel_user=u&sentinel_password=pw&sentinel_tls=true&tls_skip_hostname=true", 0, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opt.Sentinel.Username != "u" || opt.Sentinel.Password != "pw" || opt.Sentinel.TLSConfig == nil ||
+		!opt.TLSConfig.InsecureSkipVerify || opt.TLSConfig.VerifyConnection == nil || opt.TLSConfig.ServerName != "" {
+		t.Errorf("sentinel %+v, TLS skip %v, verify set %v, server name %q; want u, pw, TLS to the sentinels, the chain verified alone, no fixed name",
+			opt.Sentinel, opt.TLSConfig.InsecureSkipVerify, opt.TLSConfig.VerifyConnection != nil, opt.TLSConfig.ServerName)
+	}
+	opt, err = redisopt.FromURL("rediss://r:6380", 0, time.Second)
+	if err != nil || opt.TLSConfig.InsecureSkipVerify || opt.TLSConfig.VerifyConnection != nil || opt.TLSConfig.ServerName != "r" || opt.Sentinel.TLSConfig != nil {
+		t.Errorf("a plain rediss:// URL: %v, %+v; want rueidis's TLS, the host verified", err, opt.TLSConfig)
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"redis://r?tls_ca=/ca.pem", "tls_ca is set but the URL is not rediss://"},
+		{"redis://r?tls_skip_hostname=1", "tls_skip_hostname is set but the URL is not rediss://"},
+		{"rediss://r?tls_skip_hostname=often", `tls_skip_hostname="often" is not true or false`},
+		{"rediss://r?tls_cert=/c.pem", "tls_cert and tls_key go together"},
+		{"redis://r?sentinel_password=hunter2", "sentinel_password is set but the URL has no master_set"},
+		{"rediss://r?tls_ca=/nonexistent/ca.pem", "tls_ca: open /nonexistent/ca.pem: no such file or directory"},
+	} {
+		_, err := redisopt.FromURL(tc.url, 0, time.Second)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v; want an error saying %q", tc.url, err, tc.want)
 		}
 	}
 }

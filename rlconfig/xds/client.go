@@ -287,8 +287,14 @@ func (c *Client) run(ctx context.Context) {
 		d := c.opts.Backoff.delay(attempt, rand.Float64)
 		attempt++
 		c.nacks.flush(c.logger)
-		c.logger.Warn("xDS server lost or unreachable: the rate-limit configuration in force stays; reconnecting",
-			"server", c.opts.Server, "err", err, "retry_in", d.Round(time.Millisecond), "attempt", attempt, "version", c.version())
+		msg := "xDS server lost or unreachable: the rate-limit configuration in force stays; reconnecting"
+		if c.inForce.Load() == nil {
+			// Before the first configuration (a service started with
+			// FORCE_START_WITHOUT_INITIAL_CONFIG answers Unavailable):
+			// no configuration stays, none came.
+			msg = "xDS server lost or unreachable: no rate-limit configuration is in force yet; reconnecting"
+		}
+		c.logger.Warn(msg, "server", c.opts.Server, "err", err, "retry_in", d.Round(time.Millisecond), "attempt", attempt, "version", c.version())
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/internal/testcerts"
 	"github.com/floodgate-rl/floodgate/internal/xdstest"
 )
@@ -222,6 +223,35 @@ func TestServerLostAndBack(t *testing.T) {
 		t.Errorf("the new stream's first request %v; want version 1, no nonce, the type and the node", first)
 	}
 	c.Close()
+}
+
+// TestLostServerLogSaysWhatIsInForce: the line logged at each failed
+// connection says that the configuration in force stays only when there
+// is one; before the first (a service started with
+// FORCE_START_WITHOUT_INITIAL_CONFIG), it says that none is in force.
+func TestLostServerLogSaysWhatIsInForce(t *testing.T) {
+	var buf syncbuf.Buffer
+	srv := xdstest.Start(t, "127.0.0.1:0", nil)
+	addr := srv.Addr
+	srv.Stop()
+	c := newClient(t, Options{Server: addr, Apply: (&applied{}).apply, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	waitFor(t, "a failed connection logged", func() bool { return strings.Contains(buf.String(), "attempt=2") })
+	c.Close()
+	if out := buf.String(); !strings.Contains(out, "no rate-limit configuration is in force yet") || strings.Contains(out, "in force stays") {
+		t.Errorf("before any configuration, the log says:\n%s\nwant that none is in force, never that one stays", out)
+	}
+
+	var buf2 syncbuf.Buffer
+	srv = xdstest.Start(t, "127.0.0.1:0", nil)
+	srv.Set(t, node, "1", domain("edge", "edge", "ip", 10))
+	c = newClient(t, Options{Server: srv.Addr, Apply: (&applied{}).apply, Logger: slog.New(slog.NewTextHandler(&buf2, nil))})
+	waitFor(t, "version 1", func() bool { return c.version() == "1" })
+	srv.Stop()
+	waitFor(t, "a failed connection logged", func() bool { return strings.Contains(buf2.String(), "attempt=2") })
+	c.Close()
+	if out := buf2.String(); !strings.Contains(out, "the rate-limit configuration in force stays") || strings.Contains(out, "no rate-limit configuration is in force yet") {
+		t.Errorf("with version 1 in force, the log says:\n%s\nwant that it stays", out)
+	}
 }
 
 // TestSameResourcesNotAppliedAgain: a new version of what is in force is

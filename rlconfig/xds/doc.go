@@ -26,8 +26,9 @@
 // A server built on go-control-plane's snapshot cache answers a NACK by
 // sending the same snapshot again at once, for as long as it holds it.
 // The Client rejects a snapshot it has already rejected without reading
-// it again, after a pause that doubles from 100ms up to 10s, so that the
-// exchange does not spin; a changed snapshot is read at once, and a
+// it again, after a pause held before the NACK (100ms, 200ms, ... 6.4s,
+// then 10s each time: the doubling is cut at 10s; the first rejection of
+// a snapshot has none), so that the exchange does not spin; a changed snapshot is read at once, and a
 // fixed one waits at most that pause. The rejections are counted
 // (floodgate_xds_nacks_total) and logged at most once every 30s, each
 // line with the reason and how many rejections it stands for.
