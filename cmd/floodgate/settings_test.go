@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bufio"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// upstreamSettings reads testdata/upstream-settings.tsv: every setting of
+// envoyproxy/ratelimit's settings.go at the version scripts/compat.sh
+// builds, with its default.
+func upstreamSettings(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := os.Open("testdata/upstream-settings.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	settings := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, def, _ := strings.Cut(line, "\t")
+		settings[name] = def
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(settings) < 100 {
+		t.Fatalf("%d settings in testdata/upstream-settings.tsv; the pinned build has 108", len(settings))
+	}
+	return settings
+}
+
+// testsNaming returns, for each string literal of the package's tests
+// that is an environment variable's name (or NAME=value), the tests that
+// hold it.
+func testsNaming(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	named := map[string][]string{}
+	envName := regexp.MustCompile(`^[A-Z][A-Z0-9_]*`)
+	for _, file := range files {
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				lit, ok := n.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					return true
+				}
+				if name := envName.FindString(s); name != "" && (name == s || strings.HasPrefix(s[len(name):], "=")) {
+					if !slices.Contains(named[name], fn.Name.Name) {
+						named[name] = append(named[name], fn.Name.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+	return named
+}
+
+// settingsTable reads docs/SERVICE.md's table of envoyproxy/ratelimit's
+// settings: each name in the first column (in backquotes, before any
+// default in parentheses), with the second column's first word.
+func settingsTable(t *testing.T) map[string]string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/SERVICE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "| envoyproxy/ratelimit | floodgate | notes |")
+	if !ok {
+		t.Fatal("docs/SERVICE.md has no table of envoyproxy/ratelimit's settings")
+	}
+	status := map[string]string{}
+	name := regexp.MustCompile("`([A-Z][A-Z0-9_]*)(=[^`]*)?`")
+	for _, row := range strings.Split(rest, "\n")[2:] {
+		if !strings.HasPrefix(row, "|") {
+			break
+		}
+		cells := strings.Split(row, "|")
+		if len(cells) < 4 {
+			continue
+		}
+		word, _, _ := strings.Cut(strings.TrimSpace(cells[2]), " ")
+		word = strings.TrimRight(word, ",;:")
+		for _, m := range name.FindAllStringSubmatch(cells[1], -1) {
+			status[m[1]] = word
+		}
+	}
+	return status
+}
+
+// TestEveryUpstreamSettingIsCovered: every setting envoyproxy/ratelimit
+// reads is named by a test of this package (one that sets it and sees it
+// honoured, or refused), and docs/SERVICE.md's table says "read" of it,
+// or "refused" of memcache's alone: no deployment that switches loses a
+// setting unseen.
+func TestEveryUpstreamSettingIsCovered(t *testing.T) {
+	settings := upstreamSettings(t)
+	named := testsNaming(t)
+	table := settingsTable(t)
+	var names []string
+	for n := range settings {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		memcache := strings.HasPrefix(n, "MEMCACHE_")
+		if len(named[n]) == 0 {
+			t.Errorf("%s (upstream's default %q): no test of cmd/floodgate sets it", n, settings[n])
+		}
+		want := "read"
+		if memcache {
+			want = "refused"
+		}
+		switch got, ok := table[n]; {
+		case !ok:
+			t.Errorf("%s: not in docs/SERVICE.md's table of envoyproxy/ratelimit's settings", n)
+		case got != want:
+			t.Errorf("%s: docs/SERVICE.md's table says %q, want %q", n, got, want)
+		}
+		if testing.Verbose() {
+			t.Logf("%-46s %-8s %s", n, table[n], strings.Join(named[n], " "))
+		}
+	}
+}
