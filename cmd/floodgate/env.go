@@ -28,10 +28,10 @@ type sharedEnv struct {
 	// with REDIS_PERSECOND=true: REDIS_PERSECOND_URL and its companions,
 	// read as REDIS_URL's; empty means none, every limit in RedisURL.
 	PerSecondURL string
-	// RedisNotes are upstream's Redis settings that were set and mean
-	// nothing for floodgate's client, each with why: the service logs them
-	// once at start.
-	RedisNotes []settingNote
+	// Notes are upstream's settings that were set and mean nothing
+	// here (its Redis pools', its directory watching's), each with why:
+	// the service logs them once at start.
+	Notes []settingNote
 }
 
 // settingNote is a setting accepted without effect, and why.
@@ -117,18 +117,13 @@ func redisTuning(getenv func(string) string, perSecond bool, notes *[]settingNot
 			*notes = append(*notes, settingNote{name, v, "the service does not wait for Redis at start: it serves by the failure modes and redials every 500ms"})
 		}
 	}
-	if v := getenv("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"); v != "" {
-		if b, err := strconv.ParseBool(v); err != nil {
-			errs = append(errs, fmt.Errorf("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: %q is not true or false", v))
-		} else if b {
-			errs = append(errs, errors.New("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: \"true\" is not supported: the health checks do not follow Redis; while it is lost each descriptor takes its failure mode (floodgate_breaker_state shows it)"))
-		}
-	}
 	if v := getenv("EXPIRATION_JITTER_MAX_SECONDS"); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
 			errs = append(errs, fmt.Errorf("EXPIRATION_JITTER_MAX_SECONDS: %q is not a whole number of seconds, 0 or more", v))
 		} else if n > 0 {
-			errs = append(errs, fmt.Errorf("EXPIRATION_JITTER_MAX_SECONDS: %q is not supported: each key expires when its window ends, with no jitter; set 0 or unset it", v))
+			// Upstream adds up to this much to its counters' expiries, to
+			// spread them; it lengthens keys' lives and changes no answer.
+			*notes = append(*notes, settingNote{"EXPIRATION_JITTER_MAX_SECONDS", v, "each key expires when its state stops weighing, with no jitter: a jitter would only keep keys longer, and change no answer"})
 		}
 	}
 	return errs
@@ -159,6 +154,22 @@ func readEnv(getenv func(string) string) (sharedEnv, []error) {
 	}
 	e.MergeDomains = boolean("MERGE_DOMAIN_CONFIG")
 	e.ShadowMode = boolean("SHADOW_MODE")
+	// Upstream's choices of how to watch the directory: floodgate always
+	// watches it all (a swap of RUNTIME_ROOT, or of any symbolic link on
+	// the path, included), and never reads dot files, which are editors'
+	// swap files and the ConfigMap's own (..data).
+	for _, w := range []struct{ name, why string }{
+		{"RUNTIME_WATCH_ROOT", "the directory is always watched, a swap of RUNTIME_ROOT or of any symbolic link on its path included"},
+		{"RUNTIME_IGNOREDOTFILES", "dot files are never read (editors' swap files, a ConfigMap's ..data): as upstream with true"},
+	} {
+		if v := getenv(w.name); v != "" {
+			if _, err := strconv.ParseBool(v); err != nil {
+				bad(w.name, "%q is not true or false", v)
+				continue
+			}
+			e.Notes = append(e.Notes, settingNote{w.name, v, w.why})
+		}
+	}
 
 	// The TLS files serve both Redis, each with TLS on; a Redis without
 	// TLS leaves them to the other.
@@ -203,7 +214,7 @@ func readEnv(getenv func(string) string) (sharedEnv, []error) {
 			}
 		}
 	}
-	errs = append(errs, redisTuning(getenv, perSecond, &e.RedisNotes)...)
+	errs = append(errs, redisTuning(getenv, perSecond, &e.Notes)...)
 	e.RedisPrefix = getenv("CACHE_KEY_PREFIX")
 	if err := (redisstore.Options{URL: "redis://localhost", Prefix: e.RedisPrefix}).Validate(); err != nil {
 		bad("CACHE_KEY_PREFIX", "%v", err)

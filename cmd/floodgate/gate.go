@@ -9,6 +9,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sony/gobreaker/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -35,15 +36,22 @@ type configGate struct {
 	config      func() *rlconfig.Config // the configuration in force
 	needDomains bool                    // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 	server      string                  // the xDS server, for the reason
+	// redis is the Redis store's breaker, which the health checks follow
+	// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION); nil when they do not.
+	redis interface{ State() gobreaker.State }
 }
 
-// newGate returns the gate that c asks for, or nil.
-func newGate(c serveConfig, src *xdsSource, config func() *rlconfig.Config) *configGate {
+// newGate returns the gate that c asks for, or nil. breaker is the
+// store's, if it has one.
+func newGate(c serveConfig, src *xdsSource, config func() *rlconfig.Config, breaker interface{ State() gobreaker.State }) *configGate {
 	early := src != nil && c.XDS.ForceStart
-	if !early && !c.HealthyWithConfig {
+	if !c.HealthWithRedis {
+		breaker = nil
+	}
+	if !early && !c.HealthyWithConfig && breaker == nil {
 		return nil
 	}
-	g := &configGate{src: src, config: config, needDomains: c.HealthyWithConfig}
+	g := &configGate{src: src, config: config, needDomains: c.HealthyWithConfig, redis: breaker}
 	if c.XDS != nil {
 		g.server = c.XDS.Server
 	}
@@ -56,6 +64,8 @@ func (g *configGate) loaded() bool { return g.src == nil || g.src.loaded() }
 // healthy reports whether the health checks may pass, and if not, why.
 func (g *configGate) healthy() (bool, string) {
 	switch {
+	case g.redis != nil && g.redis.State() == gobreaker.StateOpen:
+		return false, "Redis is lost: its circuit breaker is open (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)"
 	case !g.needDomains:
 		return true, ""
 	case !g.loaded():
@@ -99,7 +109,7 @@ func (g *configGate) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 const watchRecheck = time.Second
 
 func (g *configGate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod != healthpb.Health_Watch_FullMethodName || !g.needDomains {
+	if info.FullMethod != healthpb.Health_Watch_FullMethodName || !g.needDomains && g.redis == nil {
 		return handler(srv, ss)
 	}
 	w := &gatedWatch{ServerStream: ss, g: g, real: -1, sent: -1}

@@ -86,11 +86,15 @@ type serveConfig struct {
 	statsdIgnored     bool         // USE_STATSD=true: logged at start
 
 	Tracing tracingConfig // TRACING_ENABLED and TRACING_*: spans over OTLP (tracing.go); zero is off
+	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the health checks fail while
+	// Redis is lost (its breaker open), as upstream's fail while its pool
+	// has no connection.
+	HealthWithRedis bool
 	// REDIS_PERSECOND=true: the limits of one second in REDIS_PERSECOND_URL's Redis (persecond.go).
 	PerSecondURL string
-	// Upstream's Redis settings without effect, logged at start; nil for
-	// none (a pointer, so that serveConfig stays comparable).
-	redisNotes *[]settingNote
+	// Upstream's settings without effect, logged at start; nil for none
+	// (a pointer, so that serveConfig stays comparable).
+	notes *[]settingNote
 }
 
 // The bounds of the listeners' connections, so that a client opening
@@ -250,8 +254,8 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	errs = append(errs, sharedErrs...)
 	c.RedisURL, c.RedisPrefix, c.MergeDomains, c.ShadowMode = shared.RedisURL, shared.RedisPrefix, shared.MergeDomains, shared.ShadowMode
 	c.PerSecondURL = shared.PerSecondURL
-	if len(shared.RedisNotes) > 0 {
-		c.redisNotes = &shared.RedisNotes
+	if len(shared.Notes) > 0 {
+		c.notes = &shared.Notes
 	}
 	c.ConfigDir = *configDir
 	if c.ConfigDir == "" {
@@ -278,6 +282,9 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	boolean := func(name string) bool { return envBool(getenv, bad, name) }
 	c.AllowEmpty = boolean("CONFIG_ALLOW_EMPTY")
 	c.Reflection = boolean("GRPC_REFLECTION")
+	if c.HealthWithRedis = boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"); c.HealthWithRedis && c.RedisURL == "" {
+		bad("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "is true but REDIS_URL is empty: there is no Redis for the health checks to follow")
+	}
 	c.QuotaMode = boolean("QUOTA_MODE")
 	c.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA")
 	// The response's headers, as upstream adds them: none unless asked.
@@ -318,6 +325,17 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	}
 	if v := getenv("BACKEND_TYPE"); v != "" && !strings.EqualFold(v, "redis") {
 		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
+	}
+	// memcache's settings, refused unless they say upstream's default,
+	// which asks for nothing.
+	for _, m := range []struct{ name, def string }{
+		{"MEMCACHE_HOST_PORT", ""}, {"MEMCACHE_MAX_IDLE_CONNS", "2"}, {"MEMCACHE_SRV", ""}, {"MEMCACHE_SRV_REFRESH", "0"},
+		{"MEMCACHE_TLS", "false"}, {"MEMCACHE_TLS_CLIENT_CERT", ""}, {"MEMCACHE_TLS_CLIENT_KEY", ""}, {"MEMCACHE_TLS_CACERT", ""},
+		{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false"},
+	} {
+		if v := getenv(m.name); v != "" && !strings.EqualFold(v, m.def) {
+			bad(m.name, "%q is not supported: memcache is not a backend of floodgate's; Redis (REDIS_URL) or memory only", v)
+		}
 	}
 	c.Tracing = parseTracing(getenv, bad)
 	parseSources(&c, getenv, boolean, bad)
@@ -500,7 +518,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		return err
 	}
 	defer enf.Close()
-	for _, n := range deref(cfg.redisNotes) {
+	for _, n := range deref(cfg.notes) {
 		logger.Info("an envoyproxy/ratelimit setting is accepted and has no effect", "setting", n.Name, "value", n.Value, "why", n.Why)
 	}
 	if cfg.statsdIgnored {
@@ -541,7 +559,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	if err := src.attach(srv); err != nil {
 		return err
 	}
-	gate := newGate(cfg, src, srv.Config)
+	gate := newGate(cfg, src, srv.Config, eo.Breaker)
 	grpcOpts := append(srv.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
 		MaxConnectionIdle: cfg.idleTimeout, // Envoy reconnects on the GOAWAY

@@ -93,9 +93,16 @@ func TestServeConfiguration(t *testing.T) {
 		{"envoyproxy/ratelimit's features that floodgate lacks", map[string]string{
 			"CONFIG_DIR": "x", "QUOTA_MODE": "often",
 			"RESPONSE_DYNAMIC_METADATA": "yes", "BACKEND_TYPE": "memcache", "CONFIG_TYPE": "GRPC_XDS_DELTA", "SHADOW_MODE": "sometimes",
+			"MEMCACHE_HOST_PORT": "mc:11211", "MEMCACHE_MAX_IDLE_CONNS": "4", "MEMCACHE_SRV": "_mc._tcp", "MEMCACHE_SRV_REFRESH": "5s",
+			"MEMCACHE_TLS": "true", "MEMCACHE_TLS_CLIENT_CERT": "/m.pem", "MEMCACHE_TLS_CLIENT_KEY": "/mk.pem", "MEMCACHE_TLS_CACERT": "/mca.pem",
+			"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "1",
 		}, nil, []string{
 			`QUOTA_MODE: "often" is not true or false`,
 			`RESPONSE_DYNAMIC_METADATA: "yes" is not true or false`, `BACKEND_TYPE: "memcache" is not supported`,
+			`MEMCACHE_HOST_PORT: "mc:11211" is not supported: memcache`, `MEMCACHE_MAX_IDLE_CONNS: "4" is not supported`,
+			`MEMCACHE_SRV: "_mc._tcp" is not supported`, `MEMCACHE_SRV_REFRESH: "5s" is not supported`, `MEMCACHE_TLS: "true" is not supported`,
+			`MEMCACHE_TLS_CLIENT_CERT: "/m.pem" is not supported`, `MEMCACHE_TLS_CLIENT_KEY: "/mk.pem" is not supported`,
+			`MEMCACHE_TLS_CACERT: "/mca.pem" is not supported`, `MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION: "1" is not supported`,
 			`CONFIG_TYPE: "GRPC_XDS_DELTA" is not FILE or GRPC_XDS_SOTW`, `SHADOW_MODE: "sometimes" is not true or false`,
 		}},
 		{"TLS files without TLS", map[string]string{
@@ -182,10 +189,10 @@ func TestServeConfiguration(t *testing.T) {
 		}},
 		{"upstream's pool settings done wrong", map[string]string{
 			"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_POOL_SIZE": "ten", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "CREATE", "REDIS_PIPELINE_LIMIT": "-1",
-			"EXPIRATION_JITTER_MAX_SECONDS": "300", "REDIS_TIMEOUT": "soon",
+			"REDIS_TIMEOUT": "soon",
 		}, nil, []string{
 			`REDIS_POOL_SIZE: "ten" is not a whole number`, `REDIS_POOL_ON_EMPTY_BEHAVIOR: "CREATE" is not supported`,
-			`REDIS_PIPELINE_LIMIT: "-1" is not a whole number`, `EXPIRATION_JITTER_MAX_SECONDS: "300" is not supported: each key expires when its window ends`,
+			`REDIS_PIPELINE_LIMIT: "-1" is not a whole number`,
 			`REDIS_URL: REDIS_TIMEOUT "soon" is not a positive duration`,
 		}},
 		{"other pool behaviours", map[string]string{"CONFIG_DIR": "x", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "block", "EXPIRATION_JITTER_MAX_SECONDS": "-1"}, nil,
@@ -193,7 +200,7 @@ func TestServeConfiguration(t *testing.T) {
 		{"upstream's start-up wait and Redis health", map[string]string{"CONFIG_DIR": "x", "REDIS_STARTUP_MAX_ELAPSED_TIME": "1m",
 			"REDIS_STARTUP_INITIAL_INTERVAL": "often", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, nil,
 			[]string{`REDIS_STARTUP_MAX_ELAPSED_TIME: "1m" is not supported: the service does not wait for Redis at start`,
-				`REDIS_STARTUP_INITIAL_INTERVAL: "often" is not a duration`, `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: "true" is not supported`}},
+				`REDIS_STARTUP_INITIAL_INTERVAL: "often" is not a duration`, `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: is true but REDIS_URL is empty`}},
 		{"xDS client certificate without its key", map[string]string{
 			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem",
 		}, nil, []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT: and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together"}},
@@ -261,7 +268,7 @@ func TestPerSecondRedisSettings(t *testing.T) {
 		"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "m,s1:26379,s2:26379",
 		"REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_AUTH": "pw", "REDIS_PERSECOND_SENTINEL_AUTH": "spw", "REDIS_PERSECOND_TLS": "true",
 		"REDIS_TLS_CACERT": "../../deploy/Dockerfile", "REDIS_PERSECOND_TIMEOUT": "2s", "REDIS_POOL_SIZE": "10",
-		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0",
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "300",
 	}))
 	if err == nil || !strings.Contains(err.Error(), "REDIS_PERSECOND_URL: redisstore: invalid options: URL: tls_ca: ../../deploy/Dockerfile holds no PEM certificate") ||
 		strings.Contains(err.Error(), "REDIS_TLS_CACERT is set but REDIS_TLS is not true") {
@@ -271,7 +278,7 @@ func TestPerSecondRedisSettings(t *testing.T) {
 		"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "m,s1:26379,s2:26379",
 		"REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_AUTH": "pw", "REDIS_PERSECOND_SENTINEL_AUTH": "spw", "REDIS_PERSECOND_TLS": "true",
 		"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true", "REDIS_PERSECOND_TIMEOUT": "2s", "REDIS_POOL_SIZE": "10",
-		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "0",
+		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "wait", "EXPIRATION_JITTER_MAX_SECONDS": "300",
 		"REDIS_STARTUP_MAX_INTERVAL": "30s", "REDIS_STARTUP_MAX_ELAPSED_TIME": "0", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "false",
 	}))
 	if err != nil {
@@ -281,11 +288,12 @@ func TestPerSecondRedisSettings(t *testing.T) {
 	if c.RedisURL != "redis://r:6379" || c.PerSecondURL != want {
 		t.Errorf("REDIS_URL %q, per second %q; want redis://r:6379 and %q", c.RedisURL, c.PerSecondURL, want)
 	}
-	notes := deref(c.redisNotes)
+	notes := deref(c.notes)
 	wantNotes := []settingNote{
 		{"REDIS_POOL_SIZE", "10", "the store multiplexes one connection per Redis node: there is no pool to size"},
 		{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "wait", "there is no pool to run empty; a decision waits at most DECISION_TIMEOUT"},
 		{"REDIS_STARTUP_MAX_INTERVAL", "30s", "the service does not wait for Redis at start: it serves by the failure modes and redials every 500ms"},
+		{"EXPIRATION_JITTER_MAX_SECONDS", "300", "each key expires when its state stops weighing, with no jitter: a jitter would only keep keys longer, and change no answer"},
 	}
 	if !slices.Equal(notes, wantNotes) {
 		t.Errorf("notes %q, want %q", notes, wantNotes)

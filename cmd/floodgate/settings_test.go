@@ -44,8 +44,8 @@ func upstreamSettings(t *testing.T) map[string]string {
 }
 
 // testsNaming returns, for each string literal of the package's tests
-// that is an environment variable's name (or NAME=value), the tests that
-// hold it.
+// that is an environment variable's name (or NAME=value), the test
+// functions (or helpers) that hold it.
 func testsNaming(t *testing.T) map[string][]string {
 	t.Helper()
 	files, err := filepath.Glob("*_test.go")
@@ -62,7 +62,7 @@ func testsNaming(t *testing.T) map[string][]string {
 		}
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
-			if !ok || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Body == nil {
+			if !ok || fn.Body == nil || fn.Name.Name == "TestEveryUpstreamSettingIsCovered" {
 				continue
 			}
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
@@ -150,5 +150,44 @@ func TestEveryUpstreamSettingIsCovered(t *testing.T) {
 		if testing.Verbose() {
 			t.Logf("%-46s %-8s %s", n, table[n], strings.Join(named[n], " "))
 		}
+	}
+}
+
+// TestSettingsWithoutEffectAreNoted: upstream's settings that mean
+// nothing here (its Redis pools', its directory watching's, its xDS dial
+// pause) are accepted and noted, each with why, for the service to log
+// once at start; a malformed one is refused.
+func TestSettingsWithoutEffectAreNoted(t *testing.T) {
+	c, err := parseServe(nil, env(map[string]string{
+		"CONFIG_DIR": "x", "REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "p:6379",
+		"REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PIPELINE_WINDOW": "150us", "REDIS_PERSECOND_PIPELINE_LIMIT": "8",
+		"RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
+		"MEMCACHE_MAX_IDLE_CONNS": "2", "MEMCACHE_TLS": "false", // upstream's defaults: nothing asked
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range deref(c.notes) {
+		if n.Why == "" {
+			t.Errorf("%s: noted without a reason", n.Name)
+		}
+		got = append(got, n.Name+"="+n.Value)
+	}
+	slices.Sort(got)
+	want := []string{"REDIS_PERSECOND_PIPELINE_LIMIT=8", "REDIS_PIPELINE_WINDOW=150us", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false"}
+	if !slices.Equal(got, want) {
+		t.Errorf("notes %q, want %q", got, want)
+	}
+	x, err := parseServe(nil, env(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns := deref(x.notes); len(ns) != 1 || ns[0].Name != "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL" || ns[0].Value != "3s" {
+		t.Errorf("xDS notes %+v, want CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=3s", ns)
+	}
+	if _, err := parseServe(nil, env(map[string]string{"CONFIG_DIR": "x", "RUNTIME_WATCH_ROOT": "sometimes"})); err == nil ||
+		!strings.Contains(err.Error(), `RUNTIME_WATCH_ROOT: "sometimes" is not true or false`) {
+		t.Errorf("a malformed RUNTIME_WATCH_ROOT: %v, want it refused", err)
 	}
 }

@@ -16,6 +16,7 @@ type xdsSettings struct {
 	NodeID       string            // CONFIG_GRPC_XDS_NODE_ID: default "default"
 	NodeMetadata map[string]string // CONFIG_GRPC_XDS_NODE_METADATA: k=v,k=v
 	Headers      map[string]string // CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: k:v,k:v
+	retryNote    string            // CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL as set: logged at start, without effect
 	TLS          *xdsTLS           // CONFIG_GRPC_XDS_SERVER_USE_TLS and the rest; nil means plaintext
 	Backoff      xds.Backoff       // XDS_CLIENT_BACKOFF_*
 	MaxMsgSize   int               // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: 0 means gRPC's 4 MiB
@@ -34,6 +35,11 @@ func parseSources(c *serveConfig, getenv func(string) string, boolean func(strin
 	case "", "FILE":
 	case "GRPC_XDS_SOTW":
 		c.XDS = parseXDS(getenv, boolean, bad)
+		if v := c.XDS.retryNote; v != "" {
+			notes := append(deref(c.notes), settingNote{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", v,
+				"every connection attempt follows XDS_CLIENT_BACKOFF_*'s pauses"})
+			c.notes = &notes
+		}
 	default:
 		bad("CONFIG_TYPE", "%q is not FILE or GRPC_XDS_SOTW", v)
 	}
@@ -144,9 +150,10 @@ func parseXDS(getenv func(string) string, boolean func(string) bool, bad func(na
 	}
 	if v := getenv("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"); v != "" {
 		// Upstream's pause between dial attempts; here every attempt
-		// follows XDS_CLIENT_BACKOFF_*. Checked, not used.
+		// follows XDS_CLIENT_BACKOFF_*. Checked, and logged at start.
 		var d time.Duration
 		duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", &d)
+		x.retryNote = v
 	}
 	return x
 }
