@@ -143,8 +143,8 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) (Decisio
 // inForce), written into *d, which is zero and stays zero on an error.
 // The hit and the decision stay on the caller's stack, and are copied only
 // into the store's call and out to the caller (a Decision is 240 bytes on
-// 64-bit platforms),
-// so that with a LocalStore a decision allocates nothing.
+// 64-bit platforms), so that with a LocalStore a decision allocates
+// nothing.
 func (l *Limiter) one(ctx context.Context, h *Hit, d *Decision) error {
 	if err := l.inForce(h, 0); err != nil {
 		return err
