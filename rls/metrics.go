@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate/internal/rlstats"
 )
 
 // defaultNearLimitRatio is envoyproxy/ratelimit's default near_limit
@@ -28,6 +30,10 @@ type metrics struct {
 	ok, overall prometheus.Counter                  // requests answered OK and OVER_LIMIT, bound once
 	perLimit    [limitSeries]*prometheus.CounterVec // totalHits ... shadowMode, by their index
 	limits      sync.Map                            // limitLabels -> *limitCounters
+
+	// up receives the same counts in envoyproxy/ratelimit's terms
+	// (Options.Stats); nil when nobody asked.
+	up rlstats.Recorder
 }
 
 // limitLabels are the labels of one limit's series.
@@ -145,6 +151,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// upConfigLoad tells Options.Stats of a configuration loaded or refused.
+func (m *metrics) upConfigLoad(ok bool) {
+	if m.up != nil {
+		m.up.ConfigLoad(ok)
+	}
+}
+
 // count adds the request's hits to the per-limit metrics, each limit by
 // its own verdict: every hit to total_hits, and one that its limit
 // evaluated (a verdict with figures) to within_limit or over_limit too
@@ -161,21 +174,26 @@ func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 		}
 		for _, v := range d.vs {
 			c := m.limit(limitLabels{domain, v.limit.Label, detail})
-			n := float64(d.cost)
-			c.add(totalHits, n)
-			if !v.have {
-				continue
-			}
-			if v.dec.Allowed {
-				c.add(withinLimit, n)
+			n := uint64(d.cost)
+			k := rlstats.Counts{TotalHits: n}
+			if v.have && v.dec.Allowed {
+				k.WithinLimit = n
 				if lim := v.dec.Limit; lim > 0 && float64(lim-v.dec.Remaining) >= nearRatio*float64(lim) {
-					c.add(nearLimit, n)
+					k.NearLimit = n
 				}
-				continue
+			} else if v.have {
+				k.OverLimit = n
+				if v.shadow {
+					k.ShadowMode = n
+				}
 			}
-			c.add(overLimit, n)
-			if v.shadow {
-				c.add(shadowMode, n)
+			for i, x := range [limitSeries]uint64{k.TotalHits, k.OverLimit, k.NearLimit, k.WithinLimit, k.ShadowMode} {
+				if x > 0 || i == totalHits {
+					c.add(i, float64(x))
+				}
+			}
+			if m.up != nil {
+				m.up.Limit(d.match.MetricKey, k)
 			}
 		}
 	}

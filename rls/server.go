@@ -25,6 +25,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
+	"github.com/floodgate-rl/floodgate/internal/rlstats"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -105,6 +106,11 @@ type Options struct {
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
 	// means 0.8.
 	NearLimitRatio float64
+	// Stats, if set, receives the requests' counts and the
+	// configuration's loads in envoyproxy/ratelimit's terms, counted
+	// where the Server's own series are: the floodgate command sends them
+	// as statsd. Leave it nil.
+	Stats rlstats.Recorder
 
 	// debounce is the Watcher's quiet time before a reload; zero means
 	// the package doc's 100ms. The tests set it (export_test.go).
@@ -182,6 +188,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.up = opts.Stats
 	logger := opts.Enforcer.Logger()
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
@@ -195,6 +202,7 @@ func New(opts Options) (*Server, error) {
 		})
 		if err != nil {
 			m.configLoadError.Inc()
+			m.upConfigLoad(false)
 			return nil, err
 		}
 		s.watcher = w
@@ -206,6 +214,7 @@ func New(opts Options) (*Server, error) {
 		logger.Info("no rate-limit configuration yet: every domain is unknown until one is applied")
 	} else {
 		m.configLoadSuccess.Inc()
+		m.upConfigLoad(true)
 		logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
 		s.warnConfig(cfg)
 	}
@@ -221,10 +230,12 @@ func New(opts Options) (*Server, error) {
 func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 	if err != nil {
 		s.metrics.configLoadError.Inc()
+		s.metrics.upConfigLoad(false)
 		s.logger.Error("rate-limit configuration refused; the previous one stays in force", "err", err)
 		return
 	}
 	s.metrics.configLoadSuccess.Inc()
+	s.metrics.upConfigLoad(true)
 	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
 	s.warnConfig(cfg)
 }

@@ -26,6 +26,8 @@ import (
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
+	"github.com/floodgate-rl/floodgate/internal/rlstats"
+	"github.com/floodgate-rl/floodgate/internal/upstats"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -68,10 +70,10 @@ type serveConfig struct {
 	NearLimitRatio  float64       // NEAR_LIMIT_RATIO: default 0.8
 
 	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
-	XDS               *xdsSettings // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
-	GRPCTLS           *grpcTLS     // GRPC_SERVER_USE_TLS: TLS on the gRPC listener; nil means plaintext
-	HealthyWithConfig bool         // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: health fails while no domain is configured
-	statsdIgnored     bool         // USE_STATSD=true: logged at start
+	XDS               *xdsSettings      // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
+	GRPCTLS           *grpcTLS          // GRPC_SERVER_USE_TLS: TLS on the gRPC listener; nil means plaintext
+	HealthyWithConfig bool              // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: health fails while no domain is configured
+	Stats             *upstats.Settings // USE_STATSD, USE_DOG_STATSD, USE_PROMETHEUS (the mapped series)...: envoyproxy/ratelimit's statistics; nil means none
 }
 
 // serveUsage is what -h prints: the service's flag and environment, in
@@ -230,6 +232,9 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		bad("BACKEND_TYPE", "%q is not supported: Redis (REDIS_URL) or memory only", v)
 	}
 	parseSources(&c, getenv, boolean, bad)
+	if st := upstats.Parse(getenv, bad); st.Enabled() {
+		c.Stats = &st
+	}
 
 	duration := func(name string, dst *time.Duration) {
 		v := getenv(name)
@@ -378,8 +383,16 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		return err
 	}
 	defer enf.Close()
-	if cfg.statsdIgnored {
-		logger.Warn("USE_STATSD is true, but floodgate sends no statsd: its metrics are Prometheus, on /metrics (HTTP_ADDR, or DEBUG_ADDR when set)")
+	// envoyproxy/ratelimit's statistics, beside floodgate's metrics.
+	var upRec rlstats.Recorder // nil, not a nil *upstats.Stats, when none
+	var upOpts []grpc.ServerOption
+	if cfg.Stats != nil {
+		ups, err := upstats.New(*cfg.Stats, reg, logger)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errConfig, err)
+		}
+		defer ups.Close() // after the listeners: the last calls are flushed
+		upRec, upOpts = ups, []grpc.ServerOption{grpc.ChainUnaryInterceptor(ups.UnaryServerInterceptor())}
 	}
 	var src *xdsSource // the configuration over xDS (xds.go)
 	var fixed *rlconfig.Config
@@ -404,6 +417,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		ShadowMode:     cfg.ShadowMode,
 		NearLimitRatio: cfg.NearLimitRatio,
 		CountOverLimit: cfg.CountOverLimit,
+		Stats:          upRec,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)
@@ -413,7 +427,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		return err
 	}
 	gate := newGate(cfg, src, srv.Config)
-	grpcOpts := append(srv.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
+	grpcOpts := append(append(upOpts, srv.GRPCServerOptions()...), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
 		MaxConnectionIdle: cfg.idleTimeout, // Envoy reconnects on the GOAWAY
 	}))
