@@ -117,10 +117,12 @@ func Parse(getenv func(string) string, bad func(name, format string, a ...any)) 
 	}
 
 	s.Mapping = defaultMapping
+	readable := true
 	if p := getenv("PROMETHEUS_MAPPER_YAML"); p != "" {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			bad("PROMETHEUS_MAPPER_YAML", "%v", err)
+			readable = false
 		}
 		s.Mapping = string(b)
 	}
@@ -129,11 +131,11 @@ func Parse(getenv func(string) string, bad func(name, format string, a ...any)) 
 		// (a file's mapping says its own).
 		s.Mapping = strings.Replace(s.Mapping, "    scale: 0.001\n", "", 1)
 	}
-	if s.Prometheus && !s.Disabled {
+	if s.Prometheus && !s.Disabled && readable {
 		// Upstream ignores a mapping it cannot read; refused here, so that
 		// no series goes missing unseen.
 		if err := (&mapper.MetricMapper{}).InitFromYAMLString(s.Mapping); err != nil {
-			bad("PROMETHEUS_MAPPER_YAML", "%v", err)
+			bad("PROMETHEUS_MAPPER_YAML", "%s: %v", cmp.Or(getenv("PROMETHEUS_MAPPER_YAML"), "the default mapping"), err)
 		}
 	}
 	return s
