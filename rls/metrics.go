@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // defaultNearLimitRatio is envoyproxy/ratelimit's default near_limit
-// threshold: a hit that leaves a limit at least 80% used is near it.
+// threshold: a hit that takes a limit above floor(80%) of it is near it.
 const defaultNearLimitRatio = 0.8
 
 // metrics are the service's own series. The decisions, store errors and
@@ -112,7 +113,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		totalHits:   perLimit("total_hits", "Hits that reached a limit (hits_addend summed), whatever decided them, as envoyproxy/ratelimit's total_hits."),
 		overLimit:   perLimit("over_limit", "Hits that a limit evaluated and found over it (recorded or not), as envoyproxy/ratelimit's over_limit."),
-		nearLimit:   perLimit("near_limit", "Hits within a limit that left it at least NearLimitRatio (80% by default) used, as envoyproxy/ratelimit's near_limit."),
+		nearLimit:   perLimit("near_limit", "Hits that took a limit above floor(limit × NearLimitRatio (0.8 by default)), up to the limit, as envoyproxy/ratelimit's near_limit."),
 		withinLimit: perLimit("within_limit", "Hits that a limit evaluated and found within it (recorded or not: a request denied by another limit records nothing), as envoyproxy/ratelimit's within_limit."),
 		shadowMode:  perLimit("shadow_mode", "Hits over a shadow_mode limit, let through, as envoyproxy/ratelimit's shadow_mode."),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -151,6 +152,50 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// counts are what a verdict on n hits adds to its limit's series, as
+// envoyproxy/ratelimit counts them (its limiter's base_limiter.go): the
+// near threshold is floor(limit × ratio), in float32 as upstream
+// computes it; a hit is near when the limit's count after it is above
+// the threshold, and of n hits that cross a threshold only those past it
+// count (near_limit, and over_limit and shadow_mode past the limit; the
+// hits of an over request between the near threshold and the limit are
+// near). The count before the hits is the limit less what remained
+// (recorded or not: a denied request's hits are as upstream would have
+// added them).
+func (v verdict) counts(n uint64, nearRatio float64) rlstats.Counts {
+	k := rlstats.Counts{TotalHits: n}
+	if !v.have {
+		return k
+	}
+	lim := uint64(max(v.dec.Limit, 0))
+	used := lim - min(uint64(max(v.dec.Remaining, 0)), lim)
+	near := uint64(math.Floor(float64(float32(lim) * float32(nearRatio))))
+	if v.dec.Allowed {
+		k.WithinLimit = n
+		after := used
+		before := after - min(n, after)
+		switch {
+		case after <= near:
+		case before >= near:
+			k.NearLimit = n
+		default:
+			k.NearLimit = after - near
+		}
+		return k
+	}
+	before, after := used, used+n
+	if before >= lim {
+		k.OverLimit = n
+	} else {
+		k.OverLimit = after - lim
+		k.NearLimit = lim - max(near, before)
+	}
+	if v.shadow {
+		k.ShadowMode = k.OverLimit
+	}
+	return k
+}
+
 // upConfigLoad tells Options.Stats of a configuration loaded or refused.
 func (m *metrics) upConfigLoad(ok bool) {
 	if m.up != nil {
@@ -174,19 +219,7 @@ func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 		}
 		for _, v := range d.vs {
 			c := m.limit(limitLabels{domain, v.limit.Label, detail})
-			n := uint64(d.cost)
-			k := rlstats.Counts{TotalHits: n}
-			if v.have && v.dec.Allowed {
-				k.WithinLimit = n
-				if lim := v.dec.Limit; lim > 0 && float64(lim-v.dec.Remaining) >= nearRatio*float64(lim) {
-					k.NearLimit = n
-				}
-			} else if v.have {
-				k.OverLimit = n
-				if v.shadow {
-					k.ShadowMode = n
-				}
-			}
+			k := v.counts(uint64(d.cost), nearRatio)
 			for i, x := range [limitSeries]uint64{k.TotalHits, k.OverLimit, k.NearLimit, k.WithinLimit, k.ShadowMode} {
 				if x > 0 || i == totalHits {
 					c.add(i, float64(x))

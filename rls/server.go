@@ -101,10 +101,10 @@ type Options struct {
 	// when the key is strictly past its limit. False, floodgate's
 	// default, counts only what is admitted.
 	CountOverLimit bool
-	// NearLimitRatio is the share of a limit that a hit must leave used
-	// to count as near it (floodgate_rls_near_limit_total), as
-	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
-	// means 0.8.
+	// NearLimitRatio is the share of a limit past which a hit counts as
+	// near it (floodgate_rls_near_limit_total): a hit that takes the
+	// limit above floor(limit × ratio), as envoyproxy/ratelimit's
+	// NEAR_LIMIT_RATIO: above 0, at most 1. Zero means 0.8.
 	NearLimitRatio float64
 	// Stats, if set, receives the requests' counts and the
 	// configuration's loads in envoyproxy/ratelimit's terms, counted

@@ -54,7 +54,7 @@ func statsDir(t *testing.T) string {
 
 // statsRequests sends the known sequence of the statistics tests and
 // returns how many ShouldRateLimit calls it made: 7 for user (5 within,
-// the 4th and 5th near at 80%, 2 over), 3 for shadow (1 within and near,
+// the 5th near: above floor(80% of 5), 2 over), 3 for shadow (1 within and near,
 // 2 over and shadow), 2 for path=login,ip=192.0.2.1, one for a domain
 // that is not configured, one without descriptors (an error) and one
 // with a limit override, for user=bob,plan= (1 within).
@@ -218,7 +218,7 @@ const statsTags = ".__env=test.__zone=a"
 var wantStatsd = map[string]uint64{
 	"ratelimit.service.rate_limit.stats.user.total_hits":                      7,
 	"ratelimit.service.rate_limit.stats.user.within_limit":                    5,
-	"ratelimit.service.rate_limit.stats.user.near_limit":                      2,
+	"ratelimit.service.rate_limit.stats.user.near_limit":                      1,
 	"ratelimit.service.rate_limit.stats.user.over_limit":                      2,
 	"ratelimit.service.rate_limit.stats.shadow.total_hits":                    3,
 	"ratelimit.service.rate_limit.stats.shadow.within_limit":                  1,
@@ -425,7 +425,7 @@ func TestServeMappedPrometheus(t *testing.T) {
 	want := []string{ // sorted
 		`ratelimit_service_config_load_success 1`,
 		`ratelimit_service_rate_limit_near_limit{domain="stats",key1="shadow"} 1`,
-		`ratelimit_service_rate_limit_near_limit{domain="stats",key1="user"} 2`,
+		`ratelimit_service_rate_limit_near_limit{domain="stats",key1="user"} 1`,
 		`ratelimit_service_rate_limit_nodomain_domain_not_found 1`, // unmapped: the exporter's own escaping
 		`ratelimit_service_rate_limit_over_limit{domain="stats",key1="shadow"} 2`,
 		`ratelimit_service_rate_limit_over_limit{domain="stats",key1="user"} 2`,
@@ -470,7 +470,7 @@ func TestServeMappedPrometheus(t *testing.T) {
 	own := scrape(t, "http://"+r.debug+"/metrics", `floodgate_rls_total_hits_total{`, `floodgate_rls_near_limit_total{`)
 	wantOwn := []string{
 		`floodgate_rls_near_limit_total{descriptor="",domain="stats",limit="stats.shadow"} 1`,
-		`floodgate_rls_near_limit_total{descriptor="",domain="stats",limit="stats.user"} 2`,
+		`floodgate_rls_near_limit_total{descriptor="",domain="stats",limit="stats.user"} 1`,
 		`floodgate_rls_total_hits_total{descriptor="",domain="stats",limit="stats.override"} 1`,
 		`floodgate_rls_total_hits_total{descriptor="",domain="stats",limit="stats.shadow"} 3`,
 		`floodgate_rls_total_hits_total{descriptor="",domain="stats",limit="stats.user"} 7`,
