@@ -100,6 +100,11 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
   SHUTDOWN_TIMEOUT      10s
   STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT  false: hits count past their limits (unset:
                         true for files, false under xDS, as Envoy Gateway needs)
+  USE_STATSD            true: upstream's statsd statistics to STATSD_HOST:STATSD_PORT
+                        (localhost:8125, TCP; STATSD_PROTOCOL=udp), every STATS_FLUSH_INTERVAL
+                        (10s), with EXTRA_TAGS; USE_DOG_STATSD (and _MOGRIFIERS), DISABLE_STATS
+  USE_PROMETHEUS        true: /metrics on PROMETHEUS_ADDR (:9090), with upstream's mapped
+                        series (PROMETHEUS_MAPPER_YAML) beside floodgate's
   MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
   (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
 

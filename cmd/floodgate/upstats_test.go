@@ -176,21 +176,21 @@ func listenTCP(t *testing.T) *statsdListener {
 	return l
 }
 
-// waitLines waits until lines holds every one of want (or 10s), and
-// returns the lines.
-func waitLines(t *testing.T, l *statsdListener, want []string) []string {
+// waitLines waits until the lines hold every one of want and done
+// (nil: nothing more) says they are complete, or 10s; it returns them.
+func waitLines(t *testing.T, l *statsdListener, want []string, done func([]string) bool) []string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got := l.got()
-		missing := false
+		complete := done == nil || done(got)
 		for _, w := range want {
 			if !slices.Contains(got, w) {
-				missing = true
+				complete = false
 				break
 			}
 		}
-		if !missing || time.Now().After(deadline) {
+		if complete || time.Now().After(deadline) {
 			return got
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -273,7 +273,12 @@ func TestServeStatsd(t *testing.T) {
 		t.Errorf("sent before the first flush: %q", lines)
 	}
 	r.stop(t)
-	counters, timers, gauges := counterLines(waitLines(t, l, want))
+	// The last flush's packets: every counter, a timer per call, the
+	// runtime's gauges.
+	counters, timers, gauges := counterLines(waitLines(t, l, want, func(lines []string) bool {
+		_, timers, gauges := counterLines(lines)
+		return len(timers) >= calls && slices.ContainsFunc(gauges, func(g string) bool { return strings.HasPrefix(g, "ratelimit.go.numGoroutine") })
+	}))
 	if !slices.Equal(counters, want) {
 		t.Errorf("counters:\n got %s\nwant %s", strings.Join(counters, "\n     "), strings.Join(want, "\n     "))
 	}
@@ -367,7 +372,16 @@ func TestServeDogStatsd(t *testing.T) {
 	slices.Sort(want)
 	r.stop(t)
 	var counters, timers []string
-	for _, line := range waitLines(t, l, want) {
+	dogTimers := func(lines []string) bool {
+		n := 0
+		for _, line := range lines {
+			if strings.Contains(line, "|ms") {
+				n++
+			}
+		}
+		return n >= calls
+	}
+	for _, line := range waitLines(t, l, want, dogTimers) {
 		switch {
 		case strings.HasPrefix(line, "ratelimit.go.") || strings.HasPrefix(line, "datadog."): // the runtime's, the client's telemetry
 		case strings.Contains(line, "|ms"):
@@ -538,7 +552,7 @@ func TestServeStatsdStoreError(t *testing.T) {
 		"ratelimit.service.rate_limit.stats.user.total_hits:1|c",
 		"ratelimit_server.ShouldRateLimit.total_requests:1|c",
 	}
-	counters, _, _ := counterLines(waitLines(t, l, want))
+	counters, _, _ := counterLines(waitLines(t, l, want, nil))
 	if !slices.Equal(counters, want) {
 		t.Errorf("counters:\n got %s\nwant %s", strings.Join(counters, "\n     "), strings.Join(want, "\n     "))
 	}

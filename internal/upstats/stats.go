@@ -13,6 +13,10 @@
 // counting: package rls counts each request once, for its own series and
 // for a [Stats] (an rlstats.Recorder), at the same point.
 //
+// statsd_exporter is v0.30: v0.31 refuses the timer_type of upstream's
+// default and example mappings, which upstream (v0.26) reads, and an
+// operator's mapping file was written for those.
+//
 // The statistics, as upstream's (its src/stats, src/metrics and
 // src/server):
 //
