@@ -54,6 +54,8 @@ func sequence() []call {
 	add(1, call{domain: "stats", hits: 4, entries: []string{"user", "bob"}})      // 4 within, none near (4 is not above 4)
 	add(1, call{domain: "stats", hits: 4, entries: []string{"user", "bob"}})      // over: 3 past the limit, 1 near
 	add(1, call{domain: "stats", entries: []string{"user", "carol"}, perHour: 3}) // an override: counted under the request's entries
+	add(2, call{domain: "stats", entries: []string{"blocked", "x"}})              // a limit of 0: every hit over
+	add(2, call{domain: "stats", entries: []string{"free", "x"}})                 // unlimited
 	add(1, call{domain: "nodomain", entries: []string{"user", "alice"}})          // domain_not_found
 	add(1, call{domain: "stats"})                                                 // no descriptor: service_error
 	return s
