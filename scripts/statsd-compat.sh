@@ -8,7 +8,9 @@
 # Envoy Gateway's statsd-exporter sidecar reads), sends both the same
 # ShouldRateLimit calls (bench/cmd/statsdcompat) and compares the series
 # the two exporters serve: every ratelimit_service_* series, its labels
-# and its figure. It starts things as scripts/compat.sh does.
+# and its figure. A second pass compares, in the same way, floodgate's
+# own /metrics under USE_PROMETHEUS=true with PROMETHEUS_MAPPER_YAML set
+# to the same mapping. It starts things as scripts/compat.sh does.
 #
 #   scripts/statsd-compat.sh                  the comparison; exit 0 when the series are the same
 #   STATSD_COMPAT_BREAK=1 scripts/statsd-compat.sh
@@ -111,56 +113,87 @@ exporter() {
 	"$expdir/statsd_exporter" --statsd.mapping-config="$root/bench/compat/statsd-exporter/conf.yaml" \
 		--statsd.listen-udp="127.0.0.1:$statsd" --statsd.listen-tcp="127.0.0.1:$statsd" \
 		--web.listen-address="127.0.0.1:$web" --log.level=warn >"$workdir/exporter-$1.log" 2>&1 &
-	pids+=($!)
+	pass_pids+=($!)
 	wait_port "$web" 20 "$workdir/exporter-$1.log"
 }
-exporter floodgate
-fg_statsd=$statsd fg_web=$web
-exporter envoy
-en_statsd=$statsd en_web=$web
 
-# The same statistics settings for both: upstream's defaults (TCP), a
-# short flush interval.
-stats=(USE_STATSD=true STATSD_HOST=127.0.0.1 STATS_FLUSH_INTERVAL=1s)
 fg_extra=()
 if [ -n "${STATSD_COMPAT_BREAK:-}" ]; then
 	fg_extra=(NEAR_LIMIT_RATIO=0.5)
 	echo "== STATSD_COMPAT_BREAK: floodgate counts near_limit from half of each limit" >&2
 fi
 
-free_port
-grpc_fg=$port
-free_port
-http_fg=$port
-echo "== floodgate on 127.0.0.1:$grpc_fg" >&2
-env "${stats[@]}" "${fg_extra[@]}" STATSD_PORT=$fg_statsd CONFIG_DIR=$root/bench/compat/statsd/config \
-	REDIS_URL=127.0.0.1:$redis_port CACHE_KEY_PREFIX=fgstats: \
-	GRPC_ADDR=127.0.0.1:$grpc_fg HTTP_ADDR=127.0.0.1:$http_fg LOG_LEVEL=warn \
-	"$workdir/floodgate" >"$workdir/floodgate.log" 2>&1 &
-pids+=($!)
+# run_pass MODE: envoyproxy/ratelimit with USE_STATSD=true into an
+# exporter, and floodgate with USE_STATSD=true into another (MODE statsd)
+# or with USE_PROMETHEUS=true and the same mapping file (MODE prometheus:
+# its own /metrics is compared); each pass has Redis keys of its own.
+run_pass() {
+	local mode=$1 pass_pids=() st=0 fg_metrics
+	# The same statistics settings for both: upstream's defaults (TCP),
+	# a short flush interval.
+	local stats=(STATS_FLUSH_INTERVAL=1s)
+	exporter "envoy-$mode"
+	local en_statsd=$statsd en_web=$web
+	free_port
+	local grpc_fg=$port
+	free_port
+	local http_fg=$port
+	local fg_stats
+	if [ "$mode" = statsd ]; then
+		exporter "floodgate-$mode"
+		fg_stats=(USE_STATSD=true STATSD_HOST=127.0.0.1 STATSD_PORT=$statsd)
+		fg_metrics=http://127.0.0.1:$web/metrics
+	else
+		free_port
+		fg_stats=(USE_PROMETHEUS=true PROMETHEUS_ADDR=127.0.0.1:$port PROMETHEUS_MAPPER_YAML=$root/bench/compat/statsd-exporter/conf.yaml)
+		fg_metrics=http://127.0.0.1:$port/metrics
+	fi
+	echo "== floodgate on 127.0.0.1:$grpc_fg: ${fg_stats[*]}" >&2
+	env "${stats[@]}" "${fg_stats[@]}" "${fg_extra[@]}" CONFIG_DIR=$root/bench/compat/statsd/config \
+		REDIS_URL=127.0.0.1:$redis_port CACHE_KEY_PREFIX=fg$mode: \
+		GRPC_ADDR=127.0.0.1:$grpc_fg HTTP_ADDR=127.0.0.1:$http_fg LOG_LEVEL=warn \
+		"$workdir/floodgate" >"$workdir/floodgate-$mode.log" 2>&1 &
+	pass_pids+=($!)
 
-free_port
-grpc_en=$port
-free_port
-http_en=$port
-free_port
-debug_en=$port
-echo "== envoyproxy/ratelimit on 127.0.0.1:$grpc_en" >&2
-env "${stats[@]}" STATSD_PORT=$en_statsd RUNTIME_ROOT=$root/bench/compat/statsd RUNTIME_SUBDIRECTORY=. RUNTIME_APPDIRECTORY=config \
-	RUNTIME_WATCH_ROOT=false REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$redis_port \
-	GRPC_HOST=127.0.0.1 GRPC_PORT=$grpc_en HOST=127.0.0.1 PORT=$http_en \
-	DEBUG_HOST=127.0.0.1 DEBUG_PORT=$debug_en LOG_LEVEL=warn \
-	"$bindir/service_cmd" >"$workdir/envoy-ratelimit.log" 2>&1 &
-pids+=($!)
+	free_port
+	local grpc_en=$port
+	free_port
+	local http_en=$port
+	free_port
+	local debug_en=$port
+	echo "== envoyproxy/ratelimit on 127.0.0.1:$grpc_en: USE_STATSD=true" >&2
+	env "${stats[@]}" USE_STATSD=true STATSD_HOST=127.0.0.1 STATSD_PORT=$en_statsd \
+		RUNTIME_ROOT=$root/bench/compat/statsd RUNTIME_SUBDIRECTORY=. RUNTIME_APPDIRECTORY=config \
+		RUNTIME_WATCH_ROOT=false REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$redis_port CACHE_KEY_PREFIX=en$mode: \
+		GRPC_HOST=127.0.0.1 GRPC_PORT=$grpc_en HOST=127.0.0.1 PORT=$http_en \
+		DEBUG_HOST=127.0.0.1 DEBUG_PORT=$debug_en LOG_LEVEL=warn \
+		"$bindir/service_cmd" >"$workdir/envoy-ratelimit-$mode.log" 2>&1 &
+	pass_pids+=($!)
+	pids+=("${pass_pids[@]}")
 
-wait_port "$grpc_fg" 20 "$workdir/floodgate.log"
-wait_port "$grpc_en" 20 "$workdir/envoy-ratelimit.log"
+	wait_port "$grpc_fg" 20 "$workdir/floodgate-$mode.log"
+	wait_port "$grpc_en" 20 "$workdir/envoy-ratelimit-$mode.log"
+	"$workdir/statsdcompat" -floodgate "127.0.0.1:$grpc_fg" -envoy "127.0.0.1:$grpc_en" \
+		-floodgate-metrics "$fg_metrics" -envoy-metrics "http://127.0.0.1:$en_web/metrics" || st=$?
+	if [ "$st" -eq 2 ]; then
+		tail -20 "$workdir/floodgate-$mode.log" "$workdir/envoy-ratelimit-$mode.log" >&2
+	fi
+	for p in "${pass_pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	return "$st"
+}
+
+# Twice: floodgate's statsd into statsd_exporter, then floodgate's own
+# mapped series (USE_PROMETHEUS). The worst status counts.
 status=0
-"$workdir/statsdcompat" -floodgate "127.0.0.1:$grpc_fg" -envoy "127.0.0.1:$grpc_en" \
-	-floodgate-metrics "http://127.0.0.1:$fg_web/metrics" -envoy-metrics "http://127.0.0.1:$en_web/metrics" || status=$?
-if [ "$status" -eq 2 ]; then
-	tail -20 "$workdir/floodgate.log" "$workdir/envoy-ratelimit.log" >&2
-fi
+for mode in statsd prometheus; do
+	echo "== pass: $mode" >&2
+	st=0
+	run_pass "$mode" || st=$?
+	if [ "$st" -gt "$status" ]; then status=$st; fi
+done
 if [ -n "${STATSD_COMPAT_BREAK:-}" ]; then
 	if [ "$status" -eq 1 ]; then
 		echo "== STATSD_COMPAT_BREAK: the comparison found floodgate's other near_limit figures, as it must" >&2

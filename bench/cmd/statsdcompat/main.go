@@ -81,7 +81,7 @@ func main() {
 	fs := flag.NewFlagSet("statsdcompat", flag.ExitOnError)
 	fgAddr := fs.String("floodgate", "", "floodgate's gRPC address")
 	enAddr := fs.String("envoy", "", "envoyproxy/ratelimit's gRPC address")
-	fgMetrics := fs.String("floodgate-metrics", "", "the /metrics URL of the statsd_exporter fed by floodgate")
+	fgMetrics := fs.String("floodgate-metrics", "", "the /metrics URL of the statsd_exporter fed by floodgate, or floodgate's own under USE_PROMETHEUS")
 	enMetrics := fs.String("envoy-metrics", "", "the /metrics URL of the statsd_exporter fed by envoyproxy/ratelimit")
 	wait := fs.Duration("wait", 30*time.Second, "how long to wait for the series")
 	fs.Parse(os.Args[1:])
