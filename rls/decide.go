@@ -30,6 +30,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	switch {
 	case err != nil:
 		s.metrics.requests.WithLabelValues(toSnake(status.Code(err).String())).Inc()
+		if s.metrics.up != nil {
+			s.metrics.up.CallError(status.Code(err) == codes.Unavailable)
+		}
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
 		s.metrics.overall.Inc()
 	default:
@@ -75,6 +78,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	ms := cfg.MatchAll(req.GetDomain(), entries)
 	if ms[0].Outcome == rlmatch.UnknownDomain {
 		s.metrics.unknownDomain.Inc()
+		if s.metrics.up != nil {
+			s.metrics.up.DomainNotFound(req.GetDomain())
+		}
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(len(ms))}, nil
 	}
 	over, set := cfg.CountsOverLimit(req.GetDomain())

@@ -132,7 +132,7 @@
 //
 //	floodgate_rls_total_hits_total     hits that reached a limit (hits_addend summed)
 //	floodgate_rls_over_limit_total     hits that a limit evaluated and found over it
-//	floodgate_rls_near_limit_total     hits within a limit that left it at least Options.NearLimitRatio (80%) used
+//	floodgate_rls_near_limit_total     hits that took a limit above floor(limit × Options.NearLimitRatio (80%)), up to the limit
 //	floodgate_rls_within_limit_total   hits that a limit evaluated and found within it
 //	floodgate_rls_shadow_mode_total    hits over a shadow_mode limit, let through
 //
@@ -145,7 +145,11 @@
 // recorded (envoyproxy/ratelimit records them). A hit that the store did
 // not evaluate, decided by a failure mode (error, closed, open) or shed,
 // counts in total_hits alone; floodgate_decisions_total says how the
-// request was decided, and what was recorded.
+// request was decided, and what was recorded. Of several hits at once
+// (hits_addend) that cross the near threshold or the limit, only those
+// past it count in near_limit, over_limit and shadow_mode, and an over
+// request's hits between the threshold and the limit count as near, in
+// envoyproxy/ratelimit's arithmetic.
 //
 // and floodgate_rls_requests_total{code}, floodgate_rls_unknown_domain_total,
 // floodgate_config_load_success_total,

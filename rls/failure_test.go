@@ -95,37 +95,57 @@ func TestDeadline(t *testing.T) {
 	}
 }
 
-// TestMetricFigures: near_limit counts the hits that leave a limit at
-// least 80% used, and requests_total counts the answers.
+// TestMetricFigures: near_limit counts, as envoyproxy/ratelimit does, the
+// hits that leave a limit above floor(80%) used, and requests_total
+// counts the answers.
 func TestMetricFigures(t *testing.T) {
 	svc := start(t, setup{yaml: "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", store: memstore.New(memstore.Options{})})
 	labels := map[string]string{"domain": "m", "limit": "m.k", "descriptor": ""}
 	near := func() float64 { return counter(t, svc.reg, "floodgate_rls_near_limit_total", labels) }
-	for range 7 {
+	for range 8 {
 		svc.call(t, req("m", desc("k=v")))
 	}
 	if near() != 0 {
-		t.Errorf("near_limit %v after 7 of 10, want 0", near())
+		t.Errorf("near_limit %v after 8 of 10, want 0 (upstream: above the threshold of 8)", near())
 	}
 	svc.call(t, req("m", desc("k=v")))
 	if near() != 1 {
-		t.Errorf("near_limit %v after 8 of 10, want 1", near())
+		t.Errorf("near_limit %v after 9 of 10, want 1", near())
 	}
-	for range 4 {
+	for range 3 {
 		svc.call(t, req("m", desc("k=v")))
 	}
-	for name, want := range map[string]float64{"floodgate_rls_near_limit_total": 3, "floodgate_rls_within_limit_total": 10, "floodgate_rls_over_limit_total": 2, "floodgate_rls_total_hits_total": 12} {
+	for name, want := range map[string]float64{"floodgate_rls_near_limit_total": 2, "floodgate_rls_within_limit_total": 10, "floodgate_rls_over_limit_total": 2, "floodgate_rls_total_hits_total": 12} {
 		if got := counter(t, svc.reg, name, labels); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO, 0.5: near from 5 of 10.
+	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO, 0.5: near above 5 of 10.
 	half := start(t, setup{yaml: "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", store: memstore.New(memstore.Options{}), near: 0.5})
 	for range 6 {
 		half.call(t, req("m", desc("k=v")))
 	}
-	if got := counter(t, half.reg, "floodgate_rls_near_limit_total", labels); got != 2 {
-		t.Errorf("near_limit %v after 6 of 10 with a ratio of 0.5, want 2 (the 5th and the 6th)", got)
+	if got := counter(t, half.reg, "floodgate_rls_near_limit_total", labels); got != 1 {
+		t.Errorf("near_limit %v after 6 of 10 with a ratio of 0.5, want 1 (the 6th)", got)
+	}
+	// Several hits at once count in part, as upstream's: of 7 then 5 on
+	// a limit of 10, the 5 are denied, 2 of them over the limit and 2
+	// between the threshold (8) and the limit; then 4 of 10 and 5 more,
+	// within, 1 of them near.
+	multi := start(t, setup{yaml: "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n", store: memstore.New(memstore.Options{})})
+	hits := func(key string, n uint32) {
+		r := req("m", desc("k="+key))
+		r.HitsAddend = n
+		multi.call(t, r)
+	}
+	hits("a", 7)
+	hits("a", 5)
+	hits("b", 4)
+	hits("b", 5)
+	for name, want := range map[string]float64{"floodgate_rls_near_limit_total": 2 + 1, "floodgate_rls_within_limit_total": 7 + 9, "floodgate_rls_over_limit_total": 2, "floodgate_rls_total_hits_total": 21} {
+		if got := counter(t, multi.reg, name, labels); got != want {
+			t.Errorf("with several hits at once: %s = %v, want %v", name, got, want)
+		}
 	}
 	for code, want := range map[string]float64{"ok": 10, "over_limit": 2} {
 		if got := counter(t, svc.reg, "floodgate_rls_requests_total", map[string]string{"code": code}); got != want {

@@ -2,14 +2,17 @@ package rls
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate/internal/rlstats"
 )
 
 // defaultNearLimitRatio is envoyproxy/ratelimit's default near_limit
-// threshold: a hit that leaves a limit at least 80% used is near it.
+// threshold: a hit that takes a limit above floor(80%) of it is near it.
 const defaultNearLimitRatio = 0.8
 
 // metrics are the service's own series. The decisions, store errors and
@@ -28,6 +31,10 @@ type metrics struct {
 	ok, overall prometheus.Counter                  // requests answered OK and OVER_LIMIT, bound once
 	perLimit    [limitSeries]*prometheus.CounterVec // totalHits ... shadowMode, by their index
 	limits      sync.Map                            // limitLabels -> *limitCounters
+
+	// up receives the same counts in envoyproxy/ratelimit's terms
+	// (Options.Stats); nil when nobody asked.
+	up rlstats.Recorder
 }
 
 // limitLabels are the labels of one limit's series.
@@ -106,7 +113,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		totalHits:   perLimit("total_hits", "Hits that reached a limit (hits_addend summed), whatever decided them, as envoyproxy/ratelimit's total_hits."),
 		overLimit:   perLimit("over_limit", "Hits that a limit evaluated and found over it (recorded or not), as envoyproxy/ratelimit's over_limit."),
-		nearLimit:   perLimit("near_limit", "Hits within a limit that left it at least NearLimitRatio (80% by default) used, as envoyproxy/ratelimit's near_limit."),
+		nearLimit:   perLimit("near_limit", "Hits that took a limit above floor(limit × NearLimitRatio (0.8 by default)), up to the limit, as envoyproxy/ratelimit's near_limit."),
 		withinLimit: perLimit("within_limit", "Hits that a limit evaluated and found within it (recorded or not: a request denied by another limit records nothing), as envoyproxy/ratelimit's within_limit."),
 		shadowMode:  perLimit("shadow_mode", "Hits over a shadow_mode limit, let through, as envoyproxy/ratelimit's shadow_mode."),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -149,6 +156,57 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// counts are what a verdict on n hits adds to its limit's series, as
+// envoyproxy/ratelimit counts them (its limiter's base_limiter.go): the
+// near threshold is floor(limit × ratio), in float32 as upstream
+// computes it; a hit is near when the limit's count after it is above
+// the threshold, and of n hits that cross a threshold only those past it
+// count (near_limit, and over_limit and shadow_mode past the limit; the
+// hits of an over request between the near threshold and the limit are
+// near). The count before the hits is the limit less what remained
+// (recorded or not: a denied request's hits are as upstream would have
+// added them).
+func (v verdict) counts(n uint64, nearRatio float64) rlstats.Counts {
+	k := rlstats.Counts{TotalHits: n}
+	if !v.have {
+		return k
+	}
+	lim := uint64(max(v.dec.Limit, 0))
+	used := lim - min(uint64(max(v.dec.Remaining, 0)), lim)
+	near := uint64(math.Floor(float64(float32(lim) * float32(nearRatio))))
+	if v.dec.Allowed {
+		k.WithinLimit = n
+		after := used
+		before := after - min(n, after)
+		switch {
+		case after <= near:
+		case before >= near:
+			k.NearLimit = n
+		default:
+			k.NearLimit = after - near
+		}
+		return k
+	}
+	before, after := used, used+n
+	if before >= lim {
+		k.OverLimit = n
+	} else {
+		k.OverLimit = after - lim
+		k.NearLimit = lim - max(near, before)
+	}
+	if v.shadow && !v.limit.QuotaMode { // a quota's excess counts as over alone, as upstream
+		k.ShadowMode = k.OverLimit
+	}
+	return k
+}
+
+// upConfigLoad tells Options.Stats of a configuration loaded or refused.
+func (m *metrics) upConfigLoad(ok bool) {
+	if m.up != nil {
+		m.up.ConfigLoad(ok)
+	}
+}
+
 // count adds the request's hits to the per-limit metrics, each limit by
 // its own verdict: every hit to total_hits, and one that its limit
 // evaluated (a verdict with figures) to within_limit or over_limit too
@@ -165,21 +223,14 @@ func (p *plan) count(m *metrics, domain string, nearRatio float64) {
 		}
 		for _, v := range d.vs {
 			c := m.limit(limitLabels{domain, v.limit.Label, detail})
-			n := float64(d.cost)
-			c.add(totalHits, n)
-			if !v.have {
-				continue
-			}
-			if v.dec.Allowed {
-				c.add(withinLimit, n)
-				if lim := v.dec.Limit; lim > 0 && float64(lim-v.dec.Remaining) >= nearRatio*float64(lim) {
-					c.add(nearLimit, n)
+			k := v.counts(uint64(d.cost), nearRatio)
+			for i, x := range [limitSeries]uint64{k.TotalHits, k.OverLimit, k.NearLimit, k.WithinLimit, k.ShadowMode} {
+				if x > 0 || i == totalHits {
+					c.add(i, float64(x))
 				}
-				continue
 			}
-			c.add(overLimit, n)
-			if v.shadow && !v.limit.QuotaMode { // a quota's excess counts as over alone, as upstream
-				c.add(shadowMode, n)
+			if m.up != nil {
+				m.up.Limit(d.match.MetricKey, k)
 			}
 		}
 	}

@@ -37,6 +37,19 @@ func override(domain string, entries []rlmatch.Entry, lo *commonv3.RateLimitDesc
 	}
 	h := sha256.New()
 	h.Write([]byte(domain))
+	// The key envoyproxy/ratelimit reports an override's statistics
+	// under: the domain and every entry, KEY_VALUE (KEY alone for an
+	// empty value), as the request has them.
+	var stat strings.Builder
+	stat.WriteString(domain)
+	for _, e := range entries {
+		stat.WriteByte('.')
+		stat.WriteString(e.Key)
+		if e.Value != "" {
+			stat.WriteByte('_')
+			stat.WriteString(e.Value)
+		}
+	}
 	var key strings.Builder
 	key.WriteString("override/")
 	key.WriteString(url.QueryEscape(domain))
@@ -67,5 +80,5 @@ func override(domain string, entries []rlmatch.Entry, lo *commonv3.RateLimitDesc
 	if m.Outcome == rlmatch.Limited || m.Outcome == rlmatch.Unlimited {
 		mode = m.FailureMode
 	}
-	return rlmatch.Match{Outcome: rlmatch.Limited, Limits: []*rlmatch.Limit{l}, Path: l.Path, Key: key.String(), MetricKey: l.Path, FailureMode: mode}, nil
+	return rlmatch.Match{Outcome: rlmatch.Limited, Limits: []*rlmatch.Limit{l}, Path: l.Path, Key: key.String(), MetricKey: stat.String(), FailureMode: mode}, nil
 }

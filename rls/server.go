@@ -26,6 +26,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
+	"github.com/floodgate-rl/floodgate/internal/rlstats"
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
@@ -109,10 +110,10 @@ type Options struct {
 	// drops a domain, or every limit, is logged at WARN and counted in
 	// floodgate_config_load_dropped_total either way.
 	AllowEmptyConfig bool
-	// NearLimitRatio is the share of a limit that a hit must leave used
-	// to count as near it (floodgate_rls_near_limit_total), as
-	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO: above 0, at most 1. Zero
-	// means 0.8.
+	// NearLimitRatio is the share of a limit past which a hit counts as
+	// near it (floodgate_rls_near_limit_total): a hit that takes the
+	// limit above floor(limit × ratio), as envoyproxy/ratelimit's
+	// NEAR_LIMIT_RATIO: above 0, at most 1. Zero means 0.8.
 	NearLimitRatio float64
 	// QuotaMode puts every limit not in shadow mode in quota mode, as
 	// envoyproxy/ratelimit's QUOTA_MODE does; a limit's own quota_mode
@@ -134,6 +135,11 @@ type Options struct {
 	// client's response (response_headers_to_add). The zero value adds
 	// none, as envoyproxy/ratelimit by default.
 	Headers Headers
+	// Stats, if set, receives the requests' counts and the
+	// configuration's loads in envoyproxy/ratelimit's terms, counted
+	// where the Server's own series are: the floodgate command sends them
+	// as statsd. Leave it nil.
+	Stats rlstats.Recorder
 
 	// debounce is the Watcher's quiet time before a reload; zero means
 	// the package doc's 100ms. The tests set it (export_test.go).
@@ -251,6 +257,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.up = opts.Stats
 	logger := opts.Enforcer.Logger()
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), headers: opts.Headers, quota: opts.QuotaMode, metadata: opts.DynamicMetadata, metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
@@ -265,6 +272,7 @@ func New(opts Options) (*Server, error) {
 		})
 		if err != nil {
 			m.configLoadError.Inc()
+			m.upConfigLoad(false)
 			return nil, err
 		}
 		s.watcher = w
@@ -277,6 +285,7 @@ func New(opts Options) (*Server, error) {
 		logger.Info("no rate-limit configuration yet: every domain is unknown until one is applied")
 	} else {
 		m.configLoadSuccess.Inc()
+		m.upConfigLoad(true)
 		logger.Info("rate-limit configuration loaded", "domains", cfg.Domains(), "limits", len((*rlmatch.Config)(cfg).Limits()), "files", len(cfg.Files()))
 		s.warnConfig(cfg)
 	}
@@ -292,6 +301,7 @@ func New(opts Options) (*Server, error) {
 func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 	if err != nil {
 		s.metrics.configLoadError.Inc()
+		s.metrics.upConfigLoad(false)
 		if errors.Is(err, rlconfig.ErrEmptyConfig) {
 			s.logger.Error("rate-limit configuration refused: the directory holds no configuration file, and putting that in force "+
 				"would answer every request OK; the previous one stays in force (rls.Options.AllowEmptyConfig allows it)", "err", err)
@@ -301,6 +311,7 @@ func (s *Server) reloaded(cfg *rlconfig.Config, err error) {
 		return
 	}
 	s.metrics.configLoadSuccess.Inc()
+	s.metrics.upConfigLoad(true)
 	limits := len((*rlmatch.Config)(cfg).Limits())
 	s.logger.Info("rate-limit configuration reloaded", "domains", cfg.Domains(), "limits", limits, "files", len(cfg.Files()))
 	if prev := s.reported.Swap(cfg); prev != nil {

@@ -31,6 +31,8 @@ import (
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
+	"github.com/floodgate-rl/floodgate/internal/rlstats"
+	"github.com/floodgate-rl/floodgate/internal/upstats"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -80,10 +82,10 @@ type serveConfig struct {
 	DynamicMetadata bool          // RESPONSE_DYNAMIC_METADATA: upstream's dynamic_metadata on every response
 
 	// Beside files, as envoyproxy/ratelimit reads them (xdsenv.go).
-	XDS               *xdsSettings // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
-	GRPCTLS           *grpcTLS     // GRPC_SERVER_USE_TLS: TLS on the gRPC listener; nil means plaintext
-	HealthyWithConfig bool         // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: health fails while no domain is configured
-	statsdIgnored     bool         // USE_STATSD=true: logged at start
+	XDS               *xdsSettings      // CONFIG_TYPE=GRPC_XDS_SOTW: the configuration from an xDS server; nil means files
+	GRPCTLS           *grpcTLS          // GRPC_SERVER_USE_TLS: TLS on the gRPC listener; nil means plaintext
+	HealthyWithConfig bool              // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: health fails while no domain is configured
+	Stats             *upstats.Settings // USE_STATSD, USE_DOG_STATSD, USE_PROMETHEUS (the mapped series)...: envoyproxy/ratelimit's statistics; nil means none
 
 	Tracing tracingConfig // TRACING_ENABLED and TRACING_*: spans over OTLP (tracing.go); zero is off
 	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the health checks fail while
@@ -157,6 +159,11 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
                         true for files, false under xDS, as Envoy Gateway needs)
   LIMIT_RESPONSE_HEADERS_ENABLED  true: upstream's headers (LIMIT_LIMIT_HEADER, _REMAINING_,
                         _RESET_); DRAFT_RATELIMIT_HEADERS true: draft-11's RateLimit fields
+  USE_STATSD            true: upstream's statsd statistics to STATSD_HOST:STATSD_PORT
+                        (localhost:8125, TCP; STATSD_PROTOCOL=udp), every STATS_FLUSH_INTERVAL
+                        (10s), with EXTRA_TAGS; USE_DOG_STATSD (and _MOGRIFIERS), DISABLE_STATS
+  USE_PROMETHEUS        true: /metrics on PROMETHEUS_ADDR (:9090), with upstream's mapped
+                        series (PROMETHEUS_MAPPER_YAML) beside floodgate's
   MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
   (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
   TRACING_ENABLED       true: spans over OTLP (TRACING_EXPORTER_PROTOCOL http or grpc,
@@ -348,6 +355,9 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	if c.JSONAddr == "" && c.GRPCTLS != nil && c.GRPCTLS.ClientCA != "" {
 		c.JSONOff = true
 	}
+	if st := upstats.Parse(getenv, bad); st.Enabled() {
+		c.Stats = &st
+	}
 
 	duration := func(name string, dst *time.Duration) {
 		v := getenv(name)
@@ -521,8 +531,16 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	for _, n := range deref(cfg.notes) {
 		logger.Info("an envoyproxy/ratelimit setting is accepted and has no effect", "setting", n.Name, "value", n.Value, "why", n.Why)
 	}
-	if cfg.statsdIgnored {
-		logger.Warn("USE_STATSD is true, but floodgate sends no statsd: its metrics are Prometheus, on /metrics (HTTP_ADDR, or DEBUG_ADDR when set)")
+	// envoyproxy/ratelimit's statistics, beside floodgate's metrics.
+	var upRec rlstats.Recorder // nil, not a nil *upstats.Stats, when none
+	var upOpts []grpc.ServerOption
+	if cfg.Stats != nil {
+		ups, err := upstats.New(*cfg.Stats, reg, logger)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errConfig, err)
+		}
+		defer ups.Close() // after the listeners: the last calls are flushed
+		upRec, upOpts = ups, []grpc.ServerOption{grpc.ChainUnaryInterceptor(ups.UnaryServerInterceptor())}
 	}
 	var src *xdsSource // the configuration over xDS (xds.go)
 	var fixed *rlconfig.Config
@@ -551,6 +569,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		QuotaMode:        cfg.QuotaMode,
 		DynamicMetadata:  cfg.DynamicMetadata,
 		AllowEmptyConfig: cfg.AllowEmpty,
+		Stats:            upRec,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: CONFIG_DIR %s:\n%w", errConfig, cfg.ConfigDir, err)
@@ -560,7 +579,7 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		return err
 	}
 	gate := newGate(cfg, src, srv.Config, eo.Breaker)
-	grpcOpts := append(srv.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
+	grpcOpts := append(append(upOpts, srv.GRPCServerOptions()...), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: cfg.MaxConnAge, MaxConnectionAgeGrace: cfg.MaxConnAgeGrace,
 		MaxConnectionIdle: cfg.idleTimeout, // Envoy reconnects on the GOAWAY
 	}))

@@ -272,7 +272,7 @@ func TestServeEnvoyGateway(t *testing.T) {
 	if got, want := strings.Join(flow, ", "), "0 OK(100), 40 OK(60), 0 OK(60), 40 OK(20), 0 OK(20), 40 OVER_LIMIT(0), 0 OVER_LIMIT(0)"; got != want {
 		t.Errorf("cost flow over xDS:\n got %s\nwant %s", got, want)
 	}
-	for _, want := range []string{"RUNTIME_ROOT is ignored", "USE_STATSD is true", "rejected (NACK)", "xDS server lost or unreachable"} {
+	for _, want := range []string{"RUNTIME_ROOT is ignored", "envoyproxy/ratelimit statistics", "rejected (NACK)", "xDS server lost or unreachable"} {
 		if !strings.Contains(r.logs.String(), want) {
 			t.Errorf("the logs do not say %q:\n%s", want, r.logs.String())
 		}
@@ -435,7 +435,11 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		delete(vars, name) // the test's own
 	}
 	// What newer Envoy Gateways add when Prometheus is on.
-	vars["USE_PROMETHEUS"], vars["PROMETHEUS_ADDR"], vars["PROMETHEUS_MAPPER_YAML"] = "true", ":19001", "/etc/statsd-exporter/conf.yaml"
+	mapping := filepath.Join(t.TempDir(), "conf.yaml") // the mapping is read at start: a file that is not there is refused
+	if err := os.WriteFile(mapping, []byte("mappings:\n  - match: \"ratelimit.service.config_load_success\"\n    name: \"ratelimit_service_config_load_success\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars["USE_PROMETHEUS"], vars["PROMETHEUS_ADDR"], vars["PROMETHEUS_MAPPER_YAML"] = "true", ":19001", mapping
 	c, err := parseServe(nil, env(vars))
 	if err != nil {
 		t.Fatal(err)
@@ -449,7 +453,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	if c.GRPCTLS == nil || *c.GRPCTLS != (grpcTLS{Cert: "/certs/tls.crt", Key: "/certs/tls.key", ClientCA: "/certs/ca.crt"}) {
 		t.Errorf("gRPC TLS: %+v", c.GRPCTLS)
 	}
-	if c.RedisURL != "redis://redis.redis.svc:6379" || !c.statsdIgnored || c.HealthyWithConfig || c.DebugAddr != ":19001" {
+	if c.RedisURL != "redis://redis.redis.svc:6379" || c.Stats == nil || !c.Stats.Statsd || c.Stats.Port != 9125 || c.HealthyWithConfig || c.DebugAddr != ":19001" {
 		t.Errorf("%+v", c)
 	}
 

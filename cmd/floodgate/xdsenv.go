@@ -44,9 +44,6 @@ func parseSources(c *serveConfig, getenv func(string) string, boolean func(strin
 		bad("CONFIG_TYPE", "%q is not FILE or GRPC_XDS_SOTW", v)
 	}
 	c.HealthyWithConfig = boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
-	if v := getenv("USE_STATSD"); v != "" {
-		c.statsdIgnored = boolean("USE_STATSD")
-	}
 	if boolean("USE_PROMETHEUS") {
 		// Upstream serves Prometheus on a listener of its own; floodgate's
 		// debug listener serves /metrics, so it takes PROMETHEUS_ADDR (the
