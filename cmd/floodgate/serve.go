@@ -86,6 +86,7 @@ type serveConfig struct {
 	GRPCTLS           *grpcTLS          // GRPC_SERVER_USE_TLS: TLS on the gRPC listener; nil means plaintext
 	HealthyWithConfig bool              // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: health fails while no domain is configured
 	Stats             *upstats.Settings // USE_STATSD, USE_DOG_STATSD, USE_PROMETHEUS (the mapped series)...: envoyproxy/ratelimit's statistics; nil means none
+	statsdUnset       bool              // none of USE_STATSD, USE_DOG_STATSD, DISABLE_STATS is set: logged at start
 
 	Tracing tracingConfig // TRACING_ENABLED and TRACING_*: spans over OTLP (tracing.go); zero is off
 	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the health checks fail while
@@ -358,6 +359,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 	if st := upstats.Parse(getenv, bad); st.Enabled() {
 		c.Stats = &st
 	}
+	c.statsdUnset = getenv("USE_STATSD") == "" && getenv("USE_DOG_STATSD") == "" && getenv("DISABLE_STATS") == ""
 
 	duration := func(name string, dst *time.Duration) {
 		v := getenv(name)
@@ -532,6 +534,10 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		logger.Info("an envoyproxy/ratelimit setting is accepted and has no effect", "setting", n.Name, "value", n.Value, "why", n.Why)
 	}
 	// envoyproxy/ratelimit's statistics, beside floodgate's metrics.
+	if cfg.statsdUnset {
+		logger.Info("USE_STATSD is unset: no statsd statistics are sent, where envoyproxy/ratelimit sends them to localhost:8125 by default; " +
+			"set USE_STATSD=true for them (floodgate's metrics are on /metrics either way)")
+	}
 	var upRec rlstats.Recorder // nil, not a nil *upstats.Stats, when none
 	var upOpts []grpc.ServerOption
 	if cfg.Stats != nil {

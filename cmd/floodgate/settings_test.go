@@ -191,3 +191,28 @@ func TestSettingsWithoutEffectAreNoted(t *testing.T) {
 		t.Errorf("a malformed RUNTIME_WATCH_ROOT: %v, want it refused", err)
 	}
 }
+
+// TestUnsetStatsdIsLogged: upstream sends statsd by default and floodgate
+// does not; the start says so when nothing about statsd is set, so that a
+// deployment counting on upstream's default sees what to set.
+func TestUnsetStatsdIsLogged(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const line = "USE_STATSD is unset: no statsd statistics are sent"
+	for _, c := range []struct {
+		vars map[string]string
+		want bool
+	}{
+		{map[string]string{}, true},
+		{map[string]string{"USE_STATSD": "false"}, false},
+		{map[string]string{"DISABLE_STATS": "true"}, false},
+	} {
+		c.vars["CONFIG_DIR"] = dir
+		r := startServe(t, c.vars)
+		if got := strings.Contains(r.logs.String(), line); got != c.want {
+			t.Errorf("%v: logged %q: %v, want %v", c.vars, line, got, c.want)
+		}
+	}
+}
