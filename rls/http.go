@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -75,17 +76,11 @@ func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessageSize))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			s.metrics.requests.WithLabelValues("invalid_argument").Inc()
-			http.Error(w, fmt.Sprintf("rls: the request is over %d bytes", maxMessageSize), http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "rls: reading the request: "+err.Error(), http.StatusBadRequest)
+	body, release, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
+	defer release()
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		s.metrics.requests.WithLabelValues("invalid_argument").Inc()
@@ -120,4 +115,71 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// readBody reads r's body, of maxMessageSize bytes at most, or answers
+// (413 over it, 429 with Retry-After when largeBudget is busy, 400 when
+// reading fails) and returns false. A body of largeRequest bytes or more
+// is read, decoded and decided within the Server's largeBudget, the
+// budget of gRPC's large messages too: it waits largeWait for it at most,
+// and release gives it back. A body of unknown length (chunked) is read
+// up to largeRequest bytes before it waits, as 1 MiB beyond them.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
+	failed := func(err error) (body []byte, release func(), ok bool) {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) || r.ContentLength > maxMessageSize {
+			s.metrics.requests.WithLabelValues("invalid_argument").Inc()
+			http.Error(w, fmt.Sprintf("rls: the request is over %d bytes", maxMessageSize), http.StatusRequestEntityTooLarge)
+		} else {
+			http.Error(w, "rls: reading the request: "+err.Error(), http.StatusBadRequest)
+		}
+		return nil, nil, false
+	}
+	if r.ContentLength > maxMessageSize {
+		return failed(nil)
+	}
+	rd := http.MaxBytesReader(w, r.Body, maxMessageSize)
+	size := r.ContentLength
+	if size < 0 {
+		head, err := io.ReadAll(io.LimitReader(rd, largeRequest))
+		if err != nil {
+			return failed(err)
+		}
+		if len(head) < largeRequest {
+			return head, func() {}, true
+		}
+		body, size = head, maxMessageSize
+	}
+	release = func() {}
+	if size >= largeRequest {
+		ctx, cancel := context.WithTimeout(r.Context(), largeWait)
+		err := s.budget.Acquire(ctx, size)
+		cancel()
+		if err != nil {
+			s.metrics.requests.WithLabelValues("resource_exhausted").Inc()
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "rls: large requests (16 KiB or more) are waiting to be decoded: try again", http.StatusTooManyRequests)
+			return nil, nil, false
+		}
+		release = func() { s.budget.Release(size) }
+	}
+	buf := make([]byte, size)
+	n := copy(buf, body)
+	k, err := io.ReadFull(rd, buf[n:])
+	n += k
+	if errors.Is(err, io.ErrUnexpectedEOF) && r.ContentLength < 0 {
+		err = nil // a chunked body shorter than 1 MiB
+	} else if err == nil {
+		// Full: a byte more is past maxMessageSize (MaxBytesReader's
+		// error), or there is none.
+		var more []byte
+		if more, err = io.ReadAll(io.LimitReader(rd, 1)); err == nil && len(more) > 0 {
+			err = &http.MaxBytesError{Limit: maxMessageSize}
+		}
+	}
+	if err != nil {
+		release()
+		return failed(err)
+	}
+	return buf[:n], release, true
 }

@@ -15,13 +15,20 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/encoding/protowire"
+	protov2 "google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
@@ -39,10 +46,11 @@ const (
 	maxDescriptors = 256
 	// maxEntries bounds the entries of one descriptor.
 	maxEntries = 64
-	// largeRequest is the size, in bytes of descriptor keys and values,
-	// from which a request is large. Envoy's descriptors are a few
-	// hundred bytes (a path, an address, a header); a large request is a
-	// flood or a misconfiguration.
+	// largeRequest is the size from which a request is large: in bytes
+	// of descriptor keys and values for the decision (maxLargeInFlight),
+	// in encoded bytes for its reading and decoding (largeBudget).
+	// Envoy's descriptors are a few hundred bytes (a path, an address, a
+	// header); a large request is a flood or a misconfiguration.
 	largeRequest = 16 << 10
 	// maxLargeInFlight bounds the bytes of the large requests decided at
 	// once: one 1 MiB request, or a few of tens of KiB. A large request that would exceed it is shed: decided by its
@@ -54,9 +62,68 @@ const (
 	maxLargeInFlight = 1 << 20
 )
 
+// Bounds on the memory that requests hold before they are decided,
+// whatever the number of connections (issue 34: two connections of 1,000
+// streams of 1 MiB requests took the service to 4 GiB).
+const (
+	// largeBudget is the one budget, in encoded bytes, of the large
+	// requests (largeRequest or more) being decoded: a gRPC message in
+	// the server's codec, a /json body from its first byte read to its
+	// decision. One 1 MiB request at a time, or several smaller: a flood
+	// of them takes one CPU for its decoding, not every CPU, so the
+	// small requests of everyone else are still decided within their
+	// budgets. A golang.org/x/sync/semaphore.Weighted: first come, first
+	// served, so a 1 MiB request is not starved by smaller ones, and a
+	// waiter gives up on its context.
+	largeBudget = 1 << 20
+	// largeWait is how long a large request waits for largeBudget before
+	// it is refused: ResourceExhausted over gRPC, 429 with Retry-After on
+	// /json. The waiter frees its buffer, and its stream (maxStreamsInFlight).
+	largeWait = 100 * time.Millisecond
+	// maxStreamsInFlight bounds the gRPC streams open at once over every
+	// connection: a stream past it is refused at once with
+	// ResourceExhausted (grpc-go reads a whole message, up to
+	// maxMessageSize, before the codec sees it, so the codec's budget
+	// alone bounds nothing). Sized for the service's throughput: it
+	// decides about 20,000 requests a second on two cores, which at its
+	// 50 ms decision budget is 1,000 in flight.
+	maxStreamsInFlight = 1024
+	// streamWindow is the HTTP/2 flow-control window of each stream,
+	// static (grpc-go's dynamic window grows to 16 MiB): what a stream
+	// can buffer beyond the message its call is reading. 64 KiB is the
+	// HTTP/2 default and the least grpc-go accepts.
+	streamWindow = 64 << 10
+	// connWindow is the window of a connection. It bounds no memory
+	// (grpc-go returns a connection's window as frames arrive, whether
+	// their streams read them or not: the streams' windows bound what
+	// waits); it is a static 1 MiB so that one connection carries a
+	// 1 MiB request without waiting on a round trip per 64 KiB.
+	connWindow = 1 << 20
+	// maxGRPCRequestMemory is what gRPC requests can make the service
+	// hold: every stream admitted reading a message of maxMessageSize
+	// with a window's worth beyond it, and largeBudget of them decoding
+	// (the proto codec copies a message into one buffer, then into the
+	// strings of the request: two copies). About 1.1 GiB.
+	maxGRPCRequestMemory = maxStreamsInFlight*(maxMessageSize+streamWindow) + 2*largeBudget
+	// maxJSONRequestMemory is what /json bodies can make the service
+	// hold: largeBudget of large bodies with what protojson makes of
+	// them (jsonDecodeFactor), and one small body (under largeRequest,
+	// never waiting) per connection of the HTTP listener, which
+	// cmd/floodgate caps at maxHTTPConns (an assumption of this bound).
+	maxJSONRequestMemory = (largeBudget + maxHTTPConns*largeRequest) * (1 + jsonDecodeFactor)
+	// jsonDecodeFactor is the bytes of decoded request, and of
+	// protojson's working memory, per byte of a /json body, at most
+	// (TestRequestMemoryIsBounded measures it).
+	jsonDecodeFactor = 4
+	// maxHTTPConns is the connections of the HTTP listener, which
+	// cmd/floodgate caps.
+	maxHTTPConns = 1000
+)
+
 // ErrShed is the error of a large request (16 KiB or more) shed because
 // 1 MiB of them are already being decided: what its descriptors' failure
-// modes decide.
+// modes decide. A large request that waited longer than largeWait to be
+// decoded is not shed but refused: ResourceExhausted, 429 on /json.
 var ErrShed = errors.New("rls: request shed: too many large requests in flight")
 
 // ErrInvalidOptions is wrapped by the errors of [New].
@@ -121,22 +188,23 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	enf      *enforce.Enforcer
-	logger   *slog.Logger
-	watcher  *rlconfig.Watcher               // nil without ConfigDir
-	fixed    atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
-	shadow   bool                            // Options.ShadowMode
-	over     bool                            // Options.CountOverLimit
-	near     float64                         // Options.NearLimitRatio, or its default
-	metrics  *metrics
-	gather   prometheus.Gatherer
-	health   *health.Server
-	closing  atomic.Bool
-	drained  chan struct{} // closed by Close: health watches end
-	large    atomic.Int64  // the bytes of the large requests in flight
-	decoding chan struct{} // a turn to decode a large request (oneLargeAtATime)
-	drain    sync.Once
-	plans    sync.Pool // *plan: the working memory of the requests
+	enf     *enforce.Enforcer
+	logger  *slog.Logger
+	watcher *rlconfig.Watcher               // nil without ConfigDir
+	fixed   atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
+	shadow  bool                            // Options.ShadowMode
+	over    bool                            // Options.CountOverLimit
+	near    float64                         // Options.NearLimitRatio, or its default
+	metrics *metrics
+	gather  prometheus.Gatherer
+	health  *health.Server
+	closing atomic.Bool
+	drained chan struct{}       // closed by Close: health watches end
+	large   atomic.Int64        // the bytes of the large requests being decided
+	budget  *semaphore.Weighted // largeBudget: the bytes of the large requests being read or decoded
+	streams atomic.Int64        // the gRPC streams admitted (admit), at most maxStreamsInFlight
+	drain   sync.Once
+	plans   sync.Pool // *plan: the working memory of the requests
 
 	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
@@ -184,7 +252,7 @@ func New(opts Options) (*Server, error) {
 	}
 	logger := opts.Enforcer.Logger()
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
-		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
+		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, budget: semaphore.NewWeighted(largeBudget)}
 	s.plans.New = func() any { return new(plan) }
 	s.fixed.Store(opts.Config)
 	if opts.ConfigDir != "" {
@@ -418,19 +486,97 @@ const (
 
 // GRPCServerOptions returns the options a grpc.Server for this service
 // should have: a receive limit of 1 MiB, at most 1024 streams per
-// connection, keepalive pings no more often than every 10s (with or without streams open, as Envoy's
-// keepalive may ping an idle connection), and a codec that decodes one
-// large request (16 KiB of descriptor keys and values or more) at a time: a flood of them
-// takes one CPU for its decoding, not every CPU, so the small requests
-// of everyone else are still decided within their budgets.
+// connection and 1024 over every connection (a stream past them is
+// refused at once with ResourceExhausted), static 64 KiB stream windows,
+// keepalive pings no more often than every 10s (with or without streams
+// open, as Envoy's keepalive may ping an idle connection), and a codec
+// that decodes the large requests (16 KiB or more) within a budget of
+// 1 MiB at once: a flood of them takes one CPU for its decoding, not
+// every CPU, so the small requests of everyone else are still decided
+// within their budgets, and one that waits more than 100 ms for its turn
+// is refused with ResourceExhausted. Together they bound what gRPC
+// requests can make the service hold, whatever the number of connections
+// (maxGRPCRequestMemory, docs/SERVICE.md's Security).
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(oneLargeAtATime{CodecV2: encoding.GetCodecV2(proto.Name), turn: s.decoding}),
+		grpc.ForceServerCodecV2(budgetCodec{CodecV2: encoding.GetCodecV2(proto.Name), budget: s.budget}),
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.InTapHandle(s.admit),
+		grpc.StatsHandler(streamRelease{}),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 	}
 }
+
+// admit is the server's tap: it admits a stream while fewer than
+// maxStreamsInFlight are, and refuses it at once with ResourceExhausted
+// otherwise. It runs on the connection's reader goroutine, so it never
+// waits. The stream's turn ends with the call's handling (streamRelease),
+// or with the stream for one that no handler took (an unknown method).
+func (s *Server) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if s.streams.Add(1) > maxStreamsInFlight {
+		s.streams.Add(-1)
+		if info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+			s.metrics.requests.WithLabelValues("resource_exhausted").Inc()
+		}
+		return nil, status.Errorf(codes.ResourceExhausted, "rls: %d calls in flight, at most %d", maxStreamsInFlight, maxStreamsInFlight)
+	}
+	t := &streamTurn{streams: &s.streams}
+	context.AfterFunc(ctx, func() { t.end(turnAdmitted) })
+	return context.WithValue(ctx, streamTurnKey{}, t), nil
+}
+
+// A streamTurn is a stream's place among the maxStreamsInFlight: given
+// back once, when the stream has ended (its context) if no handler took
+// it, else when the handler's call ended (stats.End), which may be after
+// the stream (a client that cancels does not free the place of a
+// message still being decoded).
+type streamTurn struct {
+	state   atomic.Int32 // turnAdmitted, turnHandled, turnEnded
+	streams *atomic.Int64
+}
+
+const (
+	turnAdmitted = iota
+	turnHandled
+	turnEnded
+)
+
+// end gives the turn back if it is in state from.
+func (t *streamTurn) end(from int32) {
+	if t.state.CompareAndSwap(from, turnEnded) {
+		t.streams.Add(-1)
+	}
+}
+
+type streamTurnKey struct{}
+
+// streamRelease is the stats.Handler that ends a streamTurn with its
+// call.
+type streamRelease struct{}
+
+func (streamRelease) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (streamRelease) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	t, ok := ctx.Value(streamTurnKey{}).(*streamTurn)
+	if !ok {
+		return
+	}
+	switch st.(type) {
+	case *stats.Begin:
+		t.state.CompareAndSwap(turnAdmitted, turnHandled)
+	case *stats.End:
+		t.end(turnHandled)
+	}
+}
+
+func (streamRelease) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+
+func (streamRelease) HandleConn(context.Context, stats.ConnStats) {}
 
 // Close marks the service as not serving (health checks and /healthcheck
 // fail, so load balancers drain it) and stops watching the configuration
@@ -447,17 +593,131 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// oneLargeAtATime is the proto codec, decoding messages of largeRequest
-// bytes or more one at a time.
-type oneLargeAtATime struct {
+// budgetCodec is the proto codec, decoding messages of largeRequest
+// bytes or more within the Server's largeBudget, after a wait of
+// largeWait at most. A RateLimitRequest it refuses is left with a domain
+// that no decoded request has (refusedDomain: proto3 strings are UTF-8),
+// and its handler answers with the reason, as gRPC would turn the codec's
+// error into Internal. It refuses a RateLimitRequest of more than
+// maxDescriptors descriptors, or maxEntries entries in one, before
+// decoding it: 2 bytes of an empty entry decode to about 90, so a 1 MiB
+// request could otherwise take 45 MiB.
+type budgetCodec struct {
 	encoding.CodecV2
-	turn chan struct{}
+	budget *semaphore.Weighted
 }
 
-func (c oneLargeAtATime) Unmarshal(data mem.BufferSlice, v any) error {
-	if data.Len() >= largeRequest {
-		c.turn <- struct{}{}
-		defer func() { <-c.turn }()
+func (c budgetCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, isRLS := v.(*rlsv3.RateLimitRequest)
+	n := int64(data.Len())
+	if n < largeRequest && (!isRLS || n < 2*(maxEntries+1)) {
+		// Too short to hold more than maxEntries entries.
+		return c.CodecV2.Unmarshal(data, v)
 	}
-	return c.CodecV2.Unmarshal(data, v)
+	if n >= largeRequest {
+		ctx, cancel := context.WithTimeout(context.Background(), largeWait)
+		err := c.budget.Acquire(ctx, n)
+		cancel()
+		if err != nil {
+			if isRLS {
+				refuse(req, refusedBusy, "rls: large requests (16 KiB or more) are waiting to be decoded: try again")
+				return nil
+			}
+			return status.Error(codes.ResourceExhausted, "rls: large requests are waiting to be decoded")
+		}
+		defer c.budget.Release(n)
+	}
+	if !isRLS {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	if why := tooManyEntries(b); why != "" {
+		refuse(req, refusedInvalid, why)
+		return nil
+	}
+	return protov2.Unmarshal(b, req)
+}
+
+// refusedDomain begins the domain of a request that budgetCodec refused,
+// followed by refusedBusy or refusedInvalid and the message.
+const (
+	refusedDomain  = "\xff"
+	refusedBusy    = 'B'
+	refusedInvalid = 'I'
+)
+
+func refuse(req *rlsv3.RateLimitRequest, why byte, msg string) {
+	req.Reset()
+	req.Domain = refusedDomain + string(why) + msg
+}
+
+// refusal returns the error of a request that budgetCodec refused, or nil.
+func refusal(req *rlsv3.RateLimitRequest) error {
+	d, ok := strings.CutPrefix(req.GetDomain(), refusedDomain)
+	if !ok || d == "" {
+		return nil
+	}
+	if d[0] == refusedBusy {
+		return status.Error(codes.ResourceExhausted, d[1:])
+	}
+	return status.Error(codes.InvalidArgument, d[1:])
+}
+
+// tooManyEntries says why the encoded RateLimitRequest b has more than
+// maxDescriptors descriptors or more than maxEntries entries in a
+// descriptor, as requestEntries would of a request otherwise valid, or
+// returns "" (also for a message it cannot parse: proto.Unmarshal
+// refuses it).
+func tooManyEntries(b []byte) string {
+	descriptors, over, overEntries := 0, -1, 0
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if num != 2 || typ != protowire.BytesType { // not RateLimitRequest.descriptors
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return ""
+			}
+			b = b[n:]
+			continue
+		}
+		d, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		descriptors++
+		if over >= 0 {
+			continue
+		}
+		entries := 0
+		for len(d) > 0 {
+			num, typ, n := protowire.ConsumeTag(d)
+			if n < 0 {
+				return ""
+			}
+			d = d[n:]
+			if n = protowire.ConsumeFieldValue(num, typ, d); n < 0 {
+				return ""
+			}
+			d = d[n:]
+			if num == 1 && typ == protowire.BytesType { // RateLimitDescriptor.entries
+				entries++
+			}
+		}
+		if entries > maxEntries {
+			over, overEntries = descriptors-1, entries
+		}
+	}
+	switch {
+	case descriptors > maxDescriptors:
+		return fmt.Sprintf("rls: %d descriptors, at most %d allowed", descriptors, maxDescriptors)
+	case over >= 0:
+		return fmt.Sprintf("rls: descriptor %d has %d entries, at most %d allowed", over, overEntries, maxEntries)
+	}
+	return ""
 }
