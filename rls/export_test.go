@@ -27,3 +27,9 @@ func (s *Server) Reload() error {
 	s.reloaded(s.watcher.Config(), err)
 	return err
 }
+
+// The bounds on what requests can make the service hold.
+const (
+	MaxGRPCRequestMemory = maxGRPCRequestMemory
+	MaxJSONRequestMemory = maxJSONRequestMemory
+)

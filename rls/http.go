@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -119,11 +120,14 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 
 // readBody reads r's body, of maxMessageSize bytes at most, or answers
 // (413 over it, 429 with Retry-After when largeBudget is busy, 400 when
-// reading fails) and returns false. A body of largeRequest bytes or more
-// is read, decoded and decided within the Server's largeBudget, the
-// budget of gRPC's large messages too: it waits largeWait for it at most,
-// and release gives it back. A body of unknown length (chunked) is read
-// up to largeRequest bytes before it waits, as 1 MiB beyond them.
+// reading fails or the body has more JSON objects than a request can
+// have) and returns false. A large body, of largeRequest bytes or more,
+// is read, decoded and decided within the whole of the Server's
+// largeBudget (the budget of gRPC's large messages too): what protojson
+// makes of it is not known before it is decoded. A smaller one is read
+// first, then decoded within the budget if what it can decode to is
+// largeRequest or more (jsonWeight). It waits largeWait for the budget
+// at most; release gives it back.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
 	failed := func(err error) (body []byte, release func(), ok bool) {
 		var tooBig *http.MaxBytesError
@@ -135,34 +139,44 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		}
 		return nil, nil, false
 	}
+	acquire := func(n int64) bool {
+		ctx, cancel := context.WithTimeout(r.Context(), largeWait)
+		defer cancel()
+		if err := s.held.sem.Acquire(ctx, n); err != nil {
+			s.metrics.requests.WithLabelValues("resource_exhausted").Inc()
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "rls: large requests (16 KiB or more) are waiting to be decoded: try again", http.StatusTooManyRequests)
+			return false
+		}
+		return true
+	}
 	if r.ContentLength > maxMessageSize {
 		return failed(nil)
 	}
 	rd := http.MaxBytesReader(w, r.Body, maxMessageSize)
 	size := r.ContentLength
-	if size < 0 {
+	if size < largeRequest {
+		// Small, or of unknown length (chunked): its first largeRequest
+		// bytes before any wait.
 		head, err := io.ReadAll(io.LimitReader(rd, largeRequest))
 		if err != nil {
 			return failed(err)
 		}
 		if len(head) < largeRequest {
+			if n := jsonWeight(head); n >= largeRequest {
+				if !acquire(n) {
+					return nil, nil, false
+				}
+				return head, func() { s.held.sem.Release(n) }, true
+			}
 			return head, func() {}, true
 		}
 		body, size = head, maxMessageSize
 	}
-	release = func() {}
-	if size >= largeRequest {
-		ctx, cancel := context.WithTimeout(r.Context(), largeWait)
-		err := s.budget.Acquire(ctx, size)
-		cancel()
-		if err != nil {
-			s.metrics.requests.WithLabelValues("resource_exhausted").Inc()
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "rls: large requests (16 KiB or more) are waiting to be decoded: try again", http.StatusTooManyRequests)
-			return nil, nil, false
-		}
-		release = func() { s.budget.Release(size) }
+	if !acquire(largeBudget) {
+		return nil, nil, false
 	}
+	release = func() { s.held.sem.Release(largeBudget) }
 	buf := make([]byte, size)
 	n := copy(buf, body)
 	k, err := io.ReadFull(rd, buf[n:])
@@ -181,5 +195,23 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		release()
 		return failed(err)
 	}
+	if objects := bytes.Count(buf[:n], []byte("{")); objects > maxJSONObjects {
+		release()
+		s.metrics.requests.WithLabelValues("invalid_argument").Inc()
+		http.Error(w, fmt.Sprintf("rls: the request has %d JSON objects, at most %d allowed (%d descriptors of %d entries)", objects, maxJSONObjects, maxDescriptors, maxEntries), http.StatusBadRequest)
+		return nil, nil, false
+	}
 	return buf[:n], release, true
+}
+
+// maxJSONObjects is the most JSON objects ("{") a /json body can have:
+// the request, and each of maxDescriptors descriptors with maxEntries
+// entries and a limit. A "{" in a string counts as one too.
+const maxJSONObjects = 1 + maxDescriptors*(maxEntries+2)
+
+// jsonWeight is what the /json body b can decode to at most, of
+// largeBudget: its strings, and decodedEntry bytes for each of its
+// objects ("{").
+func jsonWeight(b []byte) int64 {
+	return min(largeBudget, int64(len(b))+int64(bytes.Count(b, []byte("{")))*decodedEntry)
 }

@@ -28,7 +28,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protowire"
-	protov2 "google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
@@ -62,32 +61,42 @@ const (
 	maxLargeInFlight = 1 << 20
 )
 
-// Bounds on the memory that requests hold before they are decided,
-// whatever the number of connections (issue 34: two connections of 1,000
-// streams of 1 MiB requests took the service to 4 GiB).
+// Bounds on the memory that requests hold, whatever the number of
+// connections (issue 34: two connections of 1,000 streams of 1 MiB
+// requests took the service to 4 GiB).
 const (
-	// largeBudget is the one budget, in encoded bytes, of the large
-	// requests (largeRequest or more) being decoded: a gRPC message in
-	// the server's codec, a /json body from its first byte read to its
-	// decision. One 1 MiB request at a time, or several smaller: a flood
-	// of them takes one CPU for its decoding, not every CPU, so the
-	// small requests of everyone else are still decided within their
-	// budgets. A golang.org/x/sync/semaphore.Weighted: first come, first
-	// served, so a 1 MiB request is not starved by smaller ones, and a
-	// waiter gives up on its context.
+	// largeBudget is the one budget of the large requests being decoded
+	// and decided: those that decode to largeRequest bytes or more (their
+	// encoded bytes, and decodedEntry for each message in them), gRPC
+	// messages from the server's codec to the call's end, /json bodies
+	// from their first byte read past largeRequest to their answer. One
+	// 1 MiB request at a time, or several smaller: a flood of them takes
+	// one CPU for its decoding, not every CPU, so the small requests of
+	// everyone else are still decided within their budgets. A
+	// golang.org/x/sync/semaphore.Weighted (x/sync is in the module graph
+	// already, through x/text): first come, first served, so a 1 MiB
+	// request is not starved by smaller ones, and a waiter gives up on
+	// its context.
 	largeBudget = 1 << 20
 	// largeWait is how long a large request waits for largeBudget before
 	// it is refused: ResourceExhausted over gRPC, 429 with Retry-After on
-	// /json. The waiter frees its buffer, and its stream (maxStreamsInFlight).
+	// /json. The waiter frees its buffer, and its stream
+	// (maxStreamsInFlight).
 	largeWait = 100 * time.Millisecond
 	// maxStreamsInFlight bounds the gRPC streams open at once over every
 	// connection: a stream past it is refused at once with
-	// ResourceExhausted (grpc-go reads a whole message, up to
+	// ResourceExhausted. grpc-go reads a whole message, up to
 	// maxMessageSize, before the codec sees it, so the codec's budget
-	// alone bounds nothing). Sized for the service's throughput: it
-	// decides about 20,000 requests a second on two cores, which at its
-	// 50 ms decision budget is 1,000 in flight.
-	maxStreamsInFlight = 1024
+	// alone bounds nothing. A call is in flight for its decision's time,
+	// under a millisecond with Redis at hand: 512 is 10,000 calls a
+	// second at the service's 50 ms decision budget, when Redis is slow.
+	maxStreamsInFlight = 512
+	// streamReserve is the places of maxStreamsInFlight that only a
+	// connection with fewer streams than its share of them may take
+	// (streamReserve divided by one more than the connections with
+	// streams, so that some are left for a new one): what keeps a few
+	// connections' flood from refusing everyone else's calls.
+	streamReserve = 128
 	// streamWindow is the HTTP/2 flow-control window of each stream,
 	// static (grpc-go's dynamic window grows to 16 MiB): what a stream
 	// can buffer beyond the message its call is reading. 64 KiB is the
@@ -99,22 +108,36 @@ const (
 	// waits); it is a static 1 MiB so that one connection carries a
 	// 1 MiB request without waiting on a round trip per 64 KiB.
 	connWindow = 1 << 20
+	// maxHeaderListSize bounds a gRPC call's headers (grpc-go's default
+	// is 16 MiB, kept for the call's life). Envoy's calls to a rate-limit
+	// service carry a few hundred bytes.
+	maxHeaderListSize = 64 << 10
+	// decodedEntry is the bytes of a decoded descriptor entry or JSON
+	// object beside its strings, at most (97 measured: an entry of a
+	// request of maxDescriptors descriptors of maxEntries entries).
+	decodedEntry = 100
+	// maxDecodedOverhead is what a decoded request can take beyond its
+	// strings: maxDescriptors descriptors of maxEntries entries and a
+	// limit, which the codec checks before decoding. About 1.6 MiB.
+	maxDecodedOverhead = maxDescriptors * (maxEntries + 2) * decodedEntry
 	// maxGRPCRequestMemory is what gRPC requests can make the service
-	// hold: every stream admitted reading a message of maxMessageSize
-	// with a window's worth beyond it, and largeBudget of them decoding
-	// (the proto codec copies a message into one buffer, then into the
-	// strings of the request: two copies). About 1.1 GiB.
-	maxGRPCRequestMemory = maxStreamsInFlight*(maxMessageSize+streamWindow) + 2*largeBudget
+	// hold: for each stream admitted, its headers, a message of
+	// maxMessageSize and what its window lets arrive beyond it (a
+	// message that decodes to less than largeRequest is decoded outside
+	// the budget, within that); and within largeBudget, the requests
+	// decoded and the proto codec's copy of their message, or one that
+	// decodes to more than the budget (which it takes whole): 2 copies of
+	// maxMessageSize and maxDecodedOverhead. About 580 MiB.
+	maxGRPCRequestMemory = maxStreamsInFlight*(maxHeaderListSize+maxMessageSize+streamWindow) +
+		2*maxMessageSize + maxDecodedOverhead
 	// maxJSONRequestMemory is what /json bodies can make the service
-	// hold: largeBudget of large bodies with what protojson makes of
-	// them (jsonDecodeFactor), and one small body (under largeRequest,
-	// never waiting) per connection of the HTTP listener, which
-	// cmd/floodgate caps at maxHTTPConns (an assumption of this bound).
-	maxJSONRequestMemory = (largeBudget + maxHTTPConns*largeRequest) * (1 + jsonDecodeFactor)
-	// jsonDecodeFactor is the bytes of decoded request, and of
-	// protojson's working memory, per byte of a /json body, at most
-	// (TestRequestMemoryIsBounded measures it).
-	jsonDecodeFactor = 4
+	// hold: for each connection of the HTTP listener (which cmd/floodgate
+	// caps at maxHTTPConns: an assumption of this bound) a small body
+	// read and decoded outside the budget (under largeRequest, decoding
+	// to under largeRequest: jsonWeight), with protojson's copy; and
+	// within largeBudget one large body (2 copies, and
+	// maxDecodedOverhead) or smaller ones. About 50 MiB.
+	maxJSONRequestMemory = maxHTTPConns*3*largeRequest + 2*maxMessageSize + maxDecodedOverhead
 	// maxHTTPConns is the connections of the HTTP listener, which
 	// cmd/floodgate caps.
 	maxHTTPConns = 1000
@@ -188,23 +211,23 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	enf     *enforce.Enforcer
-	logger  *slog.Logger
-	watcher *rlconfig.Watcher               // nil without ConfigDir
-	fixed   atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
-	shadow  bool                            // Options.ShadowMode
-	over    bool                            // Options.CountOverLimit
-	near    float64                         // Options.NearLimitRatio, or its default
-	metrics *metrics
-	gather  prometheus.Gatherer
-	health  *health.Server
-	closing atomic.Bool
-	drained chan struct{}       // closed by Close: health watches end
-	large   atomic.Int64        // the bytes of the large requests being decided
-	budget  *semaphore.Weighted // largeBudget: the bytes of the large requests being read or decoded
-	streams atomic.Int64        // the gRPC streams admitted (admit), at most maxStreamsInFlight
-	drain   sync.Once
-	plans   sync.Pool // *plan: the working memory of the requests
+	enf       *enforce.Enforcer
+	logger    *slog.Logger
+	watcher   *rlconfig.Watcher               // nil without ConfigDir
+	fixed     atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
+	shadow    bool                            // Options.ShadowMode
+	over      bool                            // Options.CountOverLimit
+	near      float64                         // Options.NearLimitRatio, or its default
+	metrics   *metrics
+	gather    prometheus.Gatherer
+	health    *health.Server
+	closing   atomic.Bool
+	drained   chan struct{} // closed by Close: health watches end
+	large     atomic.Int64  // the bytes of the large requests being decided
+	held      heldBudget    // largeBudget: the large requests being decoded or decided
+	admission admission     // the gRPC streams admitted, at most maxStreamsInFlight
+	drain     sync.Once
+	plans     sync.Pool // *plan: the working memory of the requests
 
 	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
@@ -252,8 +275,11 @@ func New(opts Options) (*Server, error) {
 	}
 	logger := opts.Enforcer.Logger()
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
-		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, budget: semaphore.NewWeighted(largeBudget)}
+		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
+	s.held = heldBudget{sem: semaphore.NewWeighted(largeBudget), by: map[*rlsv3.RateLimitRequest]int64{}}
+	s.admission.held = &s.held
 	s.plans.New = func() any { return new(plan) }
+	s.admission.refused = m.requests.WithLabelValues("resource_exhausted").Inc
 	s.fixed.Store(opts.Config)
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
@@ -486,7 +512,7 @@ const (
 
 // GRPCServerOptions returns the options a grpc.Server for this service
 // should have: a receive limit of 1 MiB, at most 1024 streams per
-// connection and 1024 over every connection (a stream past them is
+// connection and 512 over every connection (a stream past them is
 // refused at once with ResourceExhausted), static 64 KiB stream windows,
 // keepalive pings no more often than every 10s (with or without streams
 // open, as Envoy's keepalive may ping an idle connection), and a codec
@@ -499,33 +525,65 @@ const (
 // (maxGRPCRequestMemory, docs/SERVICE.md's Security).
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(budgetCodec{CodecV2: encoding.GetCodecV2(proto.Name), budget: s.budget}),
+		grpc.ForceServerCodecV2(budgetCodec{CodecV2: encoding.GetCodecV2(proto.Name), held: &s.held}),
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
-		grpc.InTapHandle(s.admit),
-		grpc.StatsHandler(streamRelease{}),
+		grpc.MaxHeaderListSize(maxHeaderListSize),
+		grpc.InTapHandle(s.admission.admit),
+		grpc.StatsHandler(&s.admission),
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 	}
 }
 
+// admission counts the gRPC streams admitted, over every connection
+// (maxStreamsInFlight): it is the server's tap (admit) and the
+// stats.Handler that gives a stream's place back with its call.
+type admission struct {
+	shared  atomic.Int64 // streams in the places any connection may take
+	reserve atomic.Int64 // streams in the streamReserve
+	active  atomic.Int64 // connections with a stream admitted
+	refused func()       // counts a refused ShouldRateLimit
+	held    *heldBudget  // what the calls' requests hold of largeBudget
+}
+
 // admit is the server's tap: it admits a stream while fewer than
-// maxStreamsInFlight are, and refuses it at once with ResourceExhausted
-// otherwise. It runs on the connection's reader goroutine, so it never
-// waits. The stream's turn ends with the call's handling (streamRelease),
-// or with the stream for one that no handler took (an unknown method).
-func (s *Server) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if s.streams.Add(1) > maxStreamsInFlight {
-		s.streams.Add(-1)
-		if info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
-			s.metrics.requests.WithLabelValues("resource_exhausted").Inc()
-		}
-		return nil, status.Errorf(codes.ResourceExhausted, "rls: %d calls in flight, at most %d", maxStreamsInFlight, maxStreamsInFlight)
+// maxStreamsInFlight-streamReserve are, or into the streamReserve while
+// its connection has fewer than its share of the reserve (divided by
+// one more than the connections with streams), and refuses it at once with
+// ResourceExhausted otherwise: a few connections' flood of large requests
+// does not keep the other connections' requests out. It runs on the
+// connection's reader goroutine, so it never waits.
+func (a *admission) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
+	conn, ok := ctx.Value(connStreamsKey{}).(*atomic.Int64)
+	if !ok {
+		conn = new(atomic.Int64) // not a connection that TagConn tagged
 	}
-	t := &streamTurn{streams: &s.streams}
+	t := &streamTurn{a: a, conn: conn, pool: &a.shared}
+	if a.shared.Add(1) > maxStreamsInFlight-streamReserve {
+		a.shared.Add(-1)
+		if conn.Load() >= max(1, streamReserve/(a.active.Load()+1)) {
+			return nil, a.refuse(info)
+		}
+		if a.reserve.Add(1) > streamReserve {
+			a.reserve.Add(-1)
+			return nil, a.refuse(info)
+		}
+		t.pool = &a.reserve
+	}
+	if conn.Add(1) == 1 {
+		a.active.Add(1)
+	}
 	context.AfterFunc(ctx, func() { t.end(turnAdmitted) })
 	return context.WithValue(ctx, streamTurnKey{}, t), nil
+}
+
+func (a *admission) refuse(info *tap.Info) error {
+	if info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+		a.refused()
+	}
+	return status.Errorf(codes.ResourceExhausted, "rls: %d calls in flight, at most %d", maxStreamsInFlight, maxStreamsInFlight)
 }
 
 // A streamTurn is a stream's place among the maxStreamsInFlight: given
@@ -534,8 +592,11 @@ func (s *Server) admit(ctx context.Context, info *tap.Info) (context.Context, er
 // the stream (a client that cancels does not free the place of a
 // message still being decoded).
 type streamTurn struct {
-	state   atomic.Int32 // turnAdmitted, turnHandled, turnEnded
-	streams *atomic.Int64
+	state atomic.Int32            // turnAdmitted, turnHandled, turnEnded
+	req   *rlsv3.RateLimitRequest // the call's request (stats.InPayload), which may hold some of largeBudget
+	a     *admission
+	conn  *atomic.Int64 // its connection's streams
+	pool  *atomic.Int64 // admission.shared or admission.reserve
 }
 
 const (
@@ -546,37 +607,51 @@ const (
 
 // end gives the turn back if it is in state from.
 func (t *streamTurn) end(from int32) {
-	if t.state.CompareAndSwap(from, turnEnded) {
-		t.streams.Add(-1)
+	if !t.state.CompareAndSwap(from, turnEnded) {
+		return
+	}
+	t.pool.Add(-1)
+	if t.conn.Add(-1) == 0 {
+		t.a.active.Add(-1)
 	}
 }
 
-type streamTurnKey struct{}
+type (
+	streamTurnKey  struct{}
+	connStreamsKey struct{}
+)
 
-// streamRelease is the stats.Handler that ends a streamTurn with its
-// call.
-type streamRelease struct{}
+// TagConn gives the connection its count of streams admitted.
+func (*admission) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connStreamsKey{}, new(atomic.Int64))
+}
 
-func (streamRelease) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (*admission) HandleConn(context.Context, stats.ConnStats) {}
 
-func (streamRelease) HandleRPC(ctx context.Context, st stats.RPCStats) {
+func (*admission) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC ends a call's streamTurn with the call, and gives back what
+// its request holds of largeBudget. They run on the call's goroutine, in
+// order: Begin, InPayload (once the request is decoded), End.
+func (a *admission) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	t, ok := ctx.Value(streamTurnKey{}).(*streamTurn)
 	if !ok {
 		return
 	}
-	switch st.(type) {
+	switch st := st.(type) {
 	case *stats.Begin:
 		t.state.CompareAndSwap(turnAdmitted, turnHandled)
+	case *stats.InPayload:
+		if req, ok := st.Payload.(*rlsv3.RateLimitRequest); ok {
+			t.req = req
+		}
 	case *stats.End:
+		if t.req != nil {
+			a.held.release(t.req)
+		}
 		t.end(turnHandled)
 	}
 }
-
-func (streamRelease) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-
-func (streamRelease) HandleConn(context.Context, stats.ConnStats) {}
 
 // Close marks the service as not serving (health checks and /healthcheck
 // fail, so load balancers drain it) and stops watching the configuration
@@ -593,51 +668,228 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// budgetCodec is the proto codec, decoding messages of largeRequest
-// bytes or more within the Server's largeBudget, after a wait of
-// largeWait at most. A RateLimitRequest it refuses is left with a domain
-// that no decoded request has (refusedDomain: proto3 strings are UTF-8),
-// and its handler answers with the reason, as gRPC would turn the codec's
-// error into Internal. It refuses a RateLimitRequest of more than
+// budgetCodec is the proto codec, decoding within the Server's
+// largeBudget the messages that decode to largeRequest bytes or more
+// (requestWeight), after a wait of largeWait at most. A RateLimitRequest
+// holds its share of the budget until its call ends (held), as its
+// decoded form lives until then; any other message gives it back once
+// decoded. A RateLimitRequest it refuses is left with a domain that no
+// decoded request has (refusedDomain: proto3 strings are UTF-8), and its
+// handler answers with the reason: gRPC would turn the codec's error
+// into Internal. It refuses a RateLimitRequest of more than
 // maxDescriptors descriptors, or maxEntries entries in one, before
-// decoding it: 2 bytes of an empty entry decode to about 90, so a 1 MiB
-// request could otherwise take 45 MiB.
+// decoding it: 2 bytes of an empty entry decode to about 100, so a 1 MiB
+// request could otherwise take 50 MiB.
 type budgetCodec struct {
 	encoding.CodecV2
-	budget *semaphore.Weighted
+	held *heldBudget
 }
 
 func (c budgetCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, isRLS := v.(*rlsv3.RateLimitRequest)
-	n := int64(data.Len())
-	if n < largeRequest && (!isRLS || n < 2*(maxEntries+1)) {
-		// Too short to hold more than maxEntries entries.
-		return c.CodecV2.Unmarshal(data, v)
-	}
-	if n >= largeRequest {
-		ctx, cancel := context.WithTimeout(context.Background(), largeWait)
-		err := c.budget.Acquire(ctx, n)
-		cancel()
-		if err != nil {
-			if isRLS {
-				refuse(req, refusedBusy, "rls: large requests (16 KiB or more) are waiting to be decoded: try again")
-				return nil
-			}
-			return status.Error(codes.ResourceExhausted, "rls: large requests are waiting to be decoded")
+	weight := int64(data.Len())
+	if isRLS && weight >= 2*(maxEntries+1) { // else too short to decode to largeRequest
+		sc, ok := scanRequest(data)
+		if why := sc.tooMany(); ok && why != "" {
+			refuse(req, refusedInvalid, why)
+			return nil
 		}
-		defer c.budget.Release(n)
+		weight = sc.weight(data.Len(), ok)
 	}
-	if !isRLS {
+	if weight < largeRequest {
 		return c.CodecV2.Unmarshal(data, v)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	b := buf.ReadOnlyData()
-	if why := tooManyEntries(b); why != "" {
-		refuse(req, refusedInvalid, why)
-		return nil
+	weight = min(weight, largeBudget) // what decodes to more takes the whole budget
+	ctx, cancel := context.WithTimeout(context.Background(), largeWait)
+	err := c.held.sem.Acquire(ctx, weight)
+	cancel()
+	if err != nil {
+		if isRLS {
+			refuse(req, refusedBusy, "rls: large requests (16 KiB or more) are waiting to be decoded: try again")
+			return nil
+		}
+		return status.Error(codes.ResourceExhausted, "rls: large requests are waiting to be decoded")
 	}
-	return protov2.Unmarshal(b, req)
+	if err := c.CodecV2.Unmarshal(data, v); err != nil || !isRLS {
+		c.held.sem.Release(weight)
+		return err
+	}
+	c.held.add(req, weight)
+	return nil
+}
+
+// heldBudget is largeBudget, and the share of it that each decoded
+// RateLimitRequest holds until its call ends: admission gives it back at
+// the call's stats.End, having seen the request in its stats.InPayload.
+type heldBudget struct {
+	sem *semaphore.Weighted
+	mu  sync.Mutex
+	by  map[*rlsv3.RateLimitRequest]int64 // guarded by mu
+}
+
+func (h *heldBudget) add(req *rlsv3.RateLimitRequest, n int64) {
+	h.mu.Lock()
+	h.by[req] += n // a second message of the call decodes into the same request
+	h.mu.Unlock()
+}
+
+// release gives back what req holds.
+func (h *heldBudget) release(req *rlsv3.RateLimitRequest) {
+	h.mu.Lock()
+	n, ok := h.by[req]
+	delete(h.by, req)
+	h.mu.Unlock()
+	if ok {
+		h.sem.Release(n)
+	}
+}
+
+// requestScan is what scanRequest counts of an encoded RateLimitRequest.
+type requestScan struct {
+	descriptors int
+	objects     int // the messages in it: descriptors, entries, limits
+	over        int // the first descriptor of more than maxEntries entries, or -1
+	overEntries int
+}
+
+// tooMany says why the request has more than maxDescriptors descriptors
+// or more than maxEntries entries in a descriptor, as requestEntries
+// would of a request otherwise valid, or returns "".
+func (sc requestScan) tooMany() string {
+	switch {
+	case sc.descriptors > maxDescriptors:
+		return fmt.Sprintf("rls: %d descriptors, at most %d allowed", sc.descriptors, maxDescriptors)
+	case sc.over >= 0:
+		return fmt.Sprintf("rls: descriptor %d has %d entries, at most %d allowed", sc.over, sc.overEntries, maxEntries)
+	}
+	return ""
+}
+
+// weight is what a request of n bytes decodes to at most: its strings
+// and decodedEntry bytes per message in it; for one that could not be
+// scanned (ok false), a message in every 2 bytes.
+func (sc requestScan) weight(n int, ok bool) int64 {
+	if !ok {
+		sc.objects = n / 2
+	}
+	return int64(n) + int64(sc.objects+1)*decodedEntry
+}
+
+// scanRequest counts the descriptors, entries and messages of the
+// encoded RateLimitRequest data, as it arrived (in frames), without
+// copying it. It returns false for what is not the wire format it
+// expects (proto.Unmarshal then says what).
+func scanRequest(data mem.BufferSlice) (requestScan, bool) {
+	sc := requestScan{over: -1}
+	c := wireCursor{bufs: data}
+	for !c.done() {
+		num, typ, ok := c.tag()
+		if !ok {
+			return sc, false
+		}
+		if num != 2 || typ != protowire.BytesType { // not RateLimitRequest.descriptors
+			if !c.skipValue(typ) {
+				return sc, false
+			}
+			continue
+		}
+		size, _, ok := c.varint()
+		if !ok {
+			return sc, false
+		}
+		sc.descriptors++
+		sc.objects++
+		entries := 0
+		for size > 0 {
+			before := c.read
+			num, typ, ok := c.tag()
+			if !ok || !c.skipValue(typ) || c.read-before > size {
+				return sc, false
+			}
+			size -= c.read - before
+			if typ == protowire.BytesType { // entries, limit, hits_addend: messages
+				sc.objects++
+				if num == 1 {
+					entries++
+				}
+			}
+		}
+		if entries > maxEntries && sc.over < 0 {
+			sc.over, sc.overEntries = sc.descriptors-1, entries
+		}
+	}
+	return sc, true
+}
+
+// wireCursor reads protobuf wire format across the buffers of a
+// mem.BufferSlice.
+type wireCursor struct {
+	bufs mem.BufferSlice
+	next int    // the buffer after b
+	b    []byte // what is left of the current buffer
+	read uint64 // bytes consumed
+}
+
+func (c *wireCursor) done() bool {
+	for len(c.b) == 0 && c.next < len(c.bufs) {
+		c.b = c.bufs[c.next].ReadOnlyData()
+		c.next++
+	}
+	return len(c.b) == 0
+}
+
+func (c *wireCursor) varint() (v uint64, n int, ok bool) {
+	for shift := 0; shift < 64; shift += 7 {
+		if c.done() {
+			return 0, 0, false
+		}
+		x := c.b[0]
+		c.b = c.b[1:]
+		c.read++
+		n++
+		v |= uint64(x&0x7f) << shift
+		if x < 0x80 {
+			return v, n, true
+		}
+	}
+	return 0, 0, false
+}
+
+func (c *wireCursor) tag() (protowire.Number, protowire.Type, bool) {
+	v, _, ok := c.varint()
+	num, typ := protowire.DecodeTag(v)
+	return num, typ, ok && num.IsValid()
+}
+
+func (c *wireCursor) skip(n uint64) bool {
+	for n > 0 {
+		if c.done() {
+			return false
+		}
+		k := min(n, uint64(len(c.b)))
+		c.b = c.b[k:]
+		c.read += k
+		n -= k
+	}
+	return true
+}
+
+// skipValue skips a field's value of wire type typ (groups are not
+// expected in these messages).
+func (c *wireCursor) skipValue(typ protowire.Type) bool {
+	switch typ {
+	case protowire.VarintType:
+		_, _, ok := c.varint()
+		return ok
+	case protowire.Fixed64Type:
+		return c.skip(8)
+	case protowire.Fixed32Type:
+		return c.skip(4)
+	case protowire.BytesType:
+		n, _, ok := c.varint()
+		return ok && c.skip(n)
+	}
+	return false
 }
 
 // refusedDomain begins the domain of a request that budgetCodec refused,
@@ -663,61 +915,4 @@ func refusal(req *rlsv3.RateLimitRequest) error {
 		return status.Error(codes.ResourceExhausted, d[1:])
 	}
 	return status.Error(codes.InvalidArgument, d[1:])
-}
-
-// tooManyEntries says why the encoded RateLimitRequest b has more than
-// maxDescriptors descriptors or more than maxEntries entries in a
-// descriptor, as requestEntries would of a request otherwise valid, or
-// returns "" (also for a message it cannot parse: proto.Unmarshal
-// refuses it).
-func tooManyEntries(b []byte) string {
-	descriptors, over, overEntries := 0, -1, 0
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		if num != 2 || typ != protowire.BytesType { // not RateLimitRequest.descriptors
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return ""
-			}
-			b = b[n:]
-			continue
-		}
-		d, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		descriptors++
-		if over >= 0 {
-			continue
-		}
-		entries := 0
-		for len(d) > 0 {
-			num, typ, n := protowire.ConsumeTag(d)
-			if n < 0 {
-				return ""
-			}
-			d = d[n:]
-			if n = protowire.ConsumeFieldValue(num, typ, d); n < 0 {
-				return ""
-			}
-			d = d[n:]
-			if num == 1 && typ == protowire.BytesType { // RateLimitDescriptor.entries
-				entries++
-			}
-		}
-		if entries > maxEntries {
-			over, overEntries = descriptors-1, entries
-		}
-	}
-	switch {
-	case descriptors > maxDescriptors:
-		return fmt.Sprintf("rls: %d descriptors, at most %d allowed", descriptors, maxDescriptors)
-	case over >= 0:
-		return fmt.Sprintf("rls: descriptor %d has %d entries, at most %d allowed", over, overEntries, maxEntries)
-	}
-	return ""
 }
