@@ -1,6 +1,9 @@
 package rls
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // WithDebounce returns opts with the Watcher's quiet time before a reload
 // set to d.
@@ -33,3 +36,31 @@ const (
 	MaxGRPCRequestMemory = maxGRPCRequestMemory
 	MaxJSONRequestMemory = maxJSONRequestMemory
 )
+
+// More bounds the tests check against.
+const (
+	LargeBudget        = largeBudget
+	MaxStreamsInFlight = maxStreamsInFlight
+	StreamReserve      = streamReserve
+)
+
+// TakeBudget takes n bytes of the large requests' budget, until release.
+func (s *Server) TakeBudget(n int64) (release func()) {
+	s.held.sem.Acquire(context.Background(), n)
+	return func() { s.held.sem.Release(n) }
+}
+
+// BudgetFree reports whether the whole of the large requests' budget is
+// free: no request holds any of it.
+func (s *Server) BudgetFree() bool {
+	if !s.held.sem.TryAcquire(largeBudget) {
+		return false
+	}
+	s.held.sem.Release(largeBudget)
+	return true
+}
+
+// StreamsInFlight returns the gRPC streams admitted.
+func (s *Server) StreamsInFlight() int64 {
+	return s.admission.shared.Load() + s.admission.reserve.Load()
+}
