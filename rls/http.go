@@ -23,7 +23,9 @@ import (
 //     (OVER_LIMIT) and the response_headers_to_add as HTTP headers. A
 //     request that cannot be decided answers 400 (bad JSON, or what
 //     gRPC answers InvalidArgument), 413 (a body over maxMessageSize),
-//     503 (the store failed and failure_mode is error), 504 (the
+//     429 with Retry-After (a large body that waited largeWait for
+//     largeBudget, where gRPC answers ResourceExhausted), 503 (the
+//     store failed and failure_mode is error), 504 (the
 //     request's context ended first) or 500, with the reason as text.
 //   - GET /healthcheck: 200 "OK" while serving, 503 once Close began.
 //   - GET /metrics: the Gatherer's metrics (Prometheus text format).

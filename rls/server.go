@@ -57,7 +57,10 @@ const (
 	// answers Unavailable, closed OVER_LIMIT, open OK, local by the local
 	// limits), counted in floodgate_rls_shed_total and logged with the
 	// degraded decisions. A request under largeRequest is never shed: one
-	// client's flood of large requests cannot crowd out the others'.
+	// client's flood of large requests cannot crowd out the others'. Over
+	// gRPC and /json, a large request holds largeBudget, of the same size,
+	// from its decoding to its answer, so none is shed there: this is for
+	// the calls of [Server.ShouldRateLimit] from Go.
 	maxLargeInFlight = 1 << 20
 )
 
@@ -511,18 +514,21 @@ const (
 )
 
 // GRPCServerOptions returns the options a grpc.Server for this service
-// should have: a receive limit of 1 MiB, at most 1024 streams per
-// connection and 512 over every connection (a stream past them is
-// refused at once with ResourceExhausted), static 64 KiB stream windows,
+// should have: a receive limit of 1 MiB, headers of 64 KiB, at most 1024
+// streams per connection and 512 over every connection (a stream past
+// them is refused at once with ResourceExhausted; 128 are kept for the
+// connections under their share), static 64 KiB stream windows,
 // keepalive pings no more often than every 10s (with or without streams
 // open, as Envoy's keepalive may ping an idle connection), and a codec
-// that decodes the large requests (16 KiB or more) within a budget of
-// 1 MiB at once: a flood of them takes one CPU for its decoding, not
-// every CPU, so the small requests of everyone else are still decided
-// within their budgets, and one that waits more than 100 ms for its turn
-// is refused with ResourceExhausted. Together they bound what gRPC
-// requests can make the service hold, whatever the number of connections
-// (maxGRPCRequestMemory, docs/SERVICE.md's Security).
+// that decodes the large requests (that decode to 16 KiB or more) within
+// a budget of 1 MiB at once, which they hold until their call ends: a
+// flood of them takes one CPU for its decoding, not every CPU, so the
+// small requests of everyone else are still decided within their
+// budgets, and one that waits more than 100 ms for its turn is refused
+// with ResourceExhausted. Together they bound what gRPC requests can make
+// the service hold, whatever the number of connections
+// (maxGRPCRequestMemory, docs/SERVICE.md's Security). The options work
+// together (the tap, the stats handler and the codec): use them all.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(budgetCodec{CodecV2: encoding.GetCodecV2(proto.Name), held: &s.held}),
