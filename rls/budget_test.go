@@ -243,3 +243,42 @@ func waitStreams(t *testing.T, srv *rls.Server, n int64) {
 		}
 	}
 }
+
+// A gRPC call whose request does not arrive is cancelled after the
+// request timeout, and gives its place among the streams in flight back:
+// else a caller could hold the places with calls that never send. A
+// call whose request arrived is not: a health Watch stream stays open
+// past it.
+func TestAnUnsentRequestIsCancelled(t *testing.T) {
+	svc := start(t, setup{yaml: budgetConfig, store: memstore.New(memstore.Options{})})
+	const timeout = 100 * time.Millisecond
+	svc.srv.SetRequestTimeout(timeout)
+	callCtx, callCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer callCancel()
+	stream, err := svc.conn.NewStream(callCtx, &grpc.StreamDesc{ClientStreams: true},
+		rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := healthpb.NewHealthClient(svc.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := stream.RecvMsg(new(rlsv3.RateLimitResponse)); status.Code(err) != codes.Canceled {
+		t.Errorf("a call that sent no request: %v, want Canceled", err)
+	}
+	if waited := time.Since(began); waited < timeout/2 {
+		t.Errorf("cancelled after %v, before the %v timeout", waited, timeout)
+	}
+	time.Sleep(2 * timeout)
+	waitStreams(t, svc.srv, 1) // the Watch
+	svc.call(t, req("budget", desc("k=after")))
+	cancel()
+	waitStreams(t, svc.srv, 0)
+}

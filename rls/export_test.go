@@ -64,3 +64,7 @@ func (s *Server) BudgetFree() bool {
 func (s *Server) StreamsInFlight() int64 {
 	return s.admission.shared.Load() + s.admission.reserve.Load()
 }
+
+// SetRequestTimeout sets how long a gRPC call's request may take to
+// arrive after its headers.
+func (s *Server) SetRequestTimeout(d time.Duration) { s.admission.requestTimeout.Store(int64(d)) }

@@ -100,6 +100,12 @@ const (
 	// streams, so that some are left for a new one): what keeps a few
 	// connections' flood from refusing everyone else's calls.
 	streamReserve = 128
+	// requestTimeout is how long a gRPC call's request may take to
+	// arrive (and to be decoded) after its headers: a call still without
+	// it is cancelled, and gives its place back. Envoy's calls arrive in
+	// a moment; a caller sending none, or a byte at a time, would keep
+	// places of maxStreamsInFlight for as long as its connection lasts.
+	requestTimeout = 5 * time.Second
 	// streamWindow is the HTTP/2 flow-control window of each stream,
 	// static (grpc-go's dynamic window grows to 16 MiB): what a stream
 	// can buffer beyond the message its call is reading. 64 KiB is the
@@ -281,6 +287,7 @@ func New(opts Options) (*Server, error) {
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
 	s.held = heldBudget{sem: semaphore.NewWeighted(largeBudget), by: map[*rlsv3.RateLimitRequest]int64{}}
 	s.admission.held = &s.held
+	s.admission.requestTimeout.Store(int64(requestTimeout))
 	s.plans.New = func() any { return new(plan) }
 	s.admission.refused = m.requests.WithLabelValues("resource_exhausted").Inc
 	s.fixed.Store(opts.Config)
@@ -552,6 +559,8 @@ type admission struct {
 	active  atomic.Int64 // connections with a stream admitted
 	refused func()       // counts a refused ShouldRateLimit
 	held    *heldBudget  // what the calls' requests hold of largeBudget
+	// requestTimeout is requestTimeout; the tests shorten it.
+	requestTimeout atomic.Int64
 }
 
 // admit is the server's tap: it admits a stream while fewer than
@@ -559,8 +568,9 @@ type admission struct {
 // its connection has fewer than its share of the reserve (divided by
 // one more than the connections with streams), and refuses it at once with
 // ResourceExhausted otherwise: a few connections' flood of large requests
-// does not keep the other connections' requests out. It runs on the
-// connection's reader goroutine, so it never waits.
+// does not keep the other connections' requests out. A call whose
+// request has not arrived within requestTimeout is cancelled. It runs on
+// the connection's reader goroutine, so it never waits.
 func (a *admission) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
 	conn, ok := ctx.Value(connStreamsKey{}).(*atomic.Int64)
 	if !ok {
@@ -581,7 +591,12 @@ func (a *admission) admit(ctx context.Context, info *tap.Info) (context.Context,
 	if conn.Add(1) == 1 {
 		a.active.Add(1)
 	}
-	context.AfterFunc(ctx, func() { t.end(turnAdmitted) })
+	ctx, cancel := context.WithCancel(ctx)
+	t.late = time.AfterFunc(time.Duration(a.requestTimeout.Load()), cancel)
+	context.AfterFunc(ctx, func() {
+		t.late.Stop()
+		t.end(turnAdmitted)
+	})
 	return context.WithValue(ctx, streamTurnKey{}, t), nil
 }
 
@@ -600,6 +615,7 @@ func (a *admission) refuse(info *tap.Info) error {
 type streamTurn struct {
 	state atomic.Int32            // turnAdmitted, turnHandled, turnEnded
 	req   *rlsv3.RateLimitRequest // the call's request (stats.InPayload), which may hold some of largeBudget
+	late  *time.Timer             // cancels the call if its request has not arrived within requestTimeout
 	a     *admission
 	conn  *atomic.Int64 // its connection's streams
 	pool  *atomic.Int64 // admission.shared or admission.reserve
@@ -648,6 +664,7 @@ func (a *admission) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	case *stats.Begin:
 		t.state.CompareAndSwap(turnAdmitted, turnHandled)
 	case *stats.InPayload:
+		t.late.Stop()
 		if req, ok := st.Payload.(*rlsv3.RateLimitRequest); ok {
 			t.req = req
 		}
