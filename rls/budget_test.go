@@ -282,3 +282,44 @@ func TestAnUnsentRequestIsCancelled(t *testing.T) {
 	cancel()
 	waitStreams(t, svc.srv, 0)
 }
+
+// /json reads a body of up to 1 MiB, with its length or chunked: a body
+// of exactly 1 MiB is decided, one byte more is 413, and a body of more
+// JSON objects than 256 descriptors of 64 entries have is refused before
+// it is decoded (400).
+func TestJSONBodyBounds(t *testing.T) {
+	svc := start(t, setup{yaml: budgetConfig, store: memstore.New(memstore.Options{})})
+	b, err := protojson.Marshal(largeReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := string(b) + strings.Repeat(" ", rls.MaxMessageSize-len(b))
+	objects := `{"domain":"budget","descriptors":[` + strings.Repeat(`{},`, 20000) + `{}]}`
+	for _, c := range []struct {
+		name, body string
+		want       int
+		text       string
+	}{
+		{"1 MiB", exact, http.StatusOK, ""},
+		{"1 MiB and a byte", exact + " ", http.StatusRequestEntityTooLarge, "rls: the request is over 1048576 bytes\n"},
+		{"small", `{"domain":"budget","descriptors":[{"entries":[{"key":"k","value":"s"}]}]}`, http.StatusOK, ""},
+		{"20,002 objects", objects, http.StatusBadRequest, "rls: the request has 20002 JSON objects, at most 16897 allowed (256 descriptors of 64 entries)\n"},
+	} {
+		for _, chunked := range []bool{false, true} {
+			var body io.Reader = strings.NewReader(c.body)
+			if chunked {
+				body = struct{ io.Reader }{body} // no length: sent chunked
+			}
+			res, err := http.Post(svc.url+"/json", "application/json", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != c.want || (c.text != "" && string(text) != c.text) {
+				t.Errorf("%s (chunked %v): %d %q, want %d %q", c.name, chunked, res.StatusCode, text, c.want, c.text)
+			}
+		}
+	}
+	waitBudgetFree(t, svc.srv)
+}
