@@ -46,17 +46,17 @@ const (
 
 // TakeBudget takes n bytes of the large requests' budget, until release.
 func (s *Server) TakeBudget(n int64) (release func()) {
-	s.held.sem.Acquire(context.Background(), n)
-	return func() { s.held.sem.Release(n) }
+	s.decoding.sem.Acquire(context.Background(), n)
+	return func() { s.decoding.sem.Release(n) }
 }
 
 // BudgetFree reports whether the whole of the large requests' budget is
 // free: no request holds any of it.
 func (s *Server) BudgetFree() bool {
-	if !s.held.sem.TryAcquire(largeBudget) {
+	if !s.decoding.sem.TryAcquire(largeBudget) {
 		return false
 	}
-	s.held.sem.Release(largeBudget)
+	s.decoding.sem.Release(largeBudget)
 	return true
 }
 

@@ -144,7 +144,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	acquire := func(n int64) bool {
 		ctx, cancel := context.WithTimeout(r.Context(), largeWait)
 		defer cancel()
-		if err := s.held.sem.Acquire(ctx, n); err != nil {
+		if err := s.decoding.sem.Acquire(ctx, n); err != nil {
 			s.metrics.requests.WithLabelValues("resource_exhausted").Inc()
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "rls: large requests (16 KiB or more) are waiting to be decoded: try again", http.StatusTooManyRequests)
@@ -169,7 +169,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 				if !acquire(n) {
 					return nil, nil, false
 				}
-				return head, func() { s.held.sem.Release(n) }, true
+				return head, func() { s.decoding.sem.Release(n) }, true
 			}
 			return head, func() {}, true
 		}
@@ -178,7 +178,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	if !acquire(largeBudget) {
 		return nil, nil, false
 	}
-	release = func() { s.held.sem.Release(largeBudget) }
+	release = func() { s.decoding.sem.Release(largeBudget) }
 	buf := make([]byte, size)
 	n := copy(buf, body)
 	k, err := io.ReadFull(rd, buf[n:])

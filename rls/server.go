@@ -220,23 +220,24 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	enf       *enforce.Enforcer
-	logger    *slog.Logger
-	watcher   *rlconfig.Watcher               // nil without ConfigDir
-	fixed     atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
-	shadow    bool                            // Options.ShadowMode
-	over      bool                            // Options.CountOverLimit
-	near      float64                         // Options.NearLimitRatio, or its default
-	metrics   *metrics
-	gather    prometheus.Gatherer
-	health    *health.Server
-	closing   atomic.Bool
-	drained   chan struct{} // closed by Close: health watches end
-	large     atomic.Int64  // the bytes of the large requests being decided
-	held      heldBudget    // largeBudget: the large requests being decoded or decided
-	admission admission     // the gRPC streams admitted, at most maxStreamsInFlight
-	drain     sync.Once
-	plans     sync.Pool // *plan: the working memory of the requests
+	enf      *enforce.Enforcer
+	logger   *slog.Logger
+	watcher  *rlconfig.Watcher               // nil without ConfigDir
+	fixed    atomic.Pointer[rlconfig.Config] // the Config, or the last Applied, without ConfigDir
+	shadow   bool                            // Options.ShadowMode
+	over     bool                            // Options.CountOverLimit
+	near     float64                         // Options.NearLimitRatio, or its default
+	metrics  *metrics
+	gather   prometheus.Gatherer
+	health   *health.Server
+	closing  atomic.Bool
+	drained  chan struct{} // closed by Close: health watches end
+	large    atomic.Int64  // the bytes of the large requests in flight
+	decoding heldBudget    // largeBudget: the large requests being decoded, then decided
+	drain    sync.Once
+	plans    sync.Pool // *plan: the working memory of the requests
+
+	admission admission // the gRPC streams admitted, at most maxStreamsInFlight
 
 	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
@@ -285,8 +286,8 @@ func New(opts Options) (*Server, error) {
 	logger := opts.Enforcer.Logger()
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), metrics: m, gather: gather,
 		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
-	s.held = heldBudget{sem: semaphore.NewWeighted(largeBudget), by: map[*rlsv3.RateLimitRequest]int64{}}
-	s.admission.held = &s.held
+	s.decoding = heldBudget{sem: semaphore.NewWeighted(largeBudget), by: map[*rlsv3.RateLimitRequest]int64{}}
+	s.admission.held = &s.decoding
 	s.admission.requestTimeout.Store(int64(requestTimeout))
 	s.plans.New = func() any { return new(plan) }
 	s.admission.refused = m.requests.WithLabelValues("resource_exhausted").Inc
@@ -538,7 +539,7 @@ const (
 // together (the tap, the stats handler and the codec): use them all.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(budgetCodec{CodecV2: encoding.GetCodecV2(proto.Name), held: &s.held}),
+		grpc.ForceServerCodecV2(budgetCodec{CodecV2: encoding.GetCodecV2(proto.Name), held: &s.decoding}),
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.MaxHeaderListSize(maxHeaderListSize),
