@@ -126,6 +126,7 @@ func BenchmarkSmallCallsUnderJSONFlood(b *testing.B) {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				r, _ := http.NewRequestWithContext(ctx, http.MethodPost, svc.url+"/json", bytes.NewReader(body))
+				r.Header.Set("Content-Type", "application/json")
 				res, err := hc.Do(r)
 				if err != nil {
 					continue

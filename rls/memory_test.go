@@ -165,6 +165,7 @@ func TestRequestMemoryIsBounded(t *testing.T) {
 					t.Error(err)
 					return
 				}
+				r.Header.Set("Content-Type", "application/json")
 				res, err := hc.Do(r)
 				if err != nil {
 					continue
