@@ -22,8 +22,10 @@ import (
 // checked together and recorded only if every one is within its limit.
 // It answers InvalidArgument for a request it cannot decide (see the
 // package documentation), Unavailable when the store failed and a
-// descriptor's failure_mode is error, and the context's code when ctx
-// ends first.
+// descriptor's failure_mode is error, ResourceExhausted for a large
+// request that the server's codec did not get to decode in time (see
+// [Server.GRPCServerOptions]), and the context's code when ctx ends
+// first.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	growStack()
 	resp, err := s.shouldRateLimit(ctx, req)
@@ -62,6 +64,9 @@ func invalid(format string, args ...any) error {
 }
 
 func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := refusal(req); err != nil {
+		return nil, err // refused by the codec (budgetCodec)
+	}
 	p := s.plans.Get().(*plan)
 	defer s.release(p)
 	entries, size, err := p.requestEntries(req)

@@ -122,7 +122,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"code"}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_rls_shed_total",
-			Help: "Large requests (descriptors of largeRequest bytes or more) decided by their failure modes without the store, because maxLargeInFlight bytes of them were in flight.",
+			Help: "Large requests (descriptors of largeRequest bytes or more) decided by their failure modes without the store, because maxLargeInFlight bytes of them were in flight: calls of Server.ShouldRateLimit from Go; over gRPC and /json, large requests wait for largeBudget first, and are refused past largeWait.",
 		}),
 		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_rls_unknown_domain_total",

@@ -16,13 +16,19 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http/httpguts"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
@@ -41,10 +47,11 @@ const (
 	maxDescriptors = 256
 	// maxEntries bounds the entries of one descriptor.
 	maxEntries = 64
-	// largeRequest is the size, in bytes of descriptor keys and values,
-	// from which a request is large. Envoy's descriptors are a few
-	// hundred bytes (a path, an address, a header); a large request is a
-	// flood or a misconfiguration.
+	// largeRequest is the size from which a request is large: in bytes
+	// of descriptor keys and values for the decision (maxLargeInFlight),
+	// in encoded bytes for its reading and decoding (largeBudget).
+	// Envoy's descriptors are a few hundred bytes (a path, an address, a
+	// header); a large request is a flood or a misconfiguration.
 	largeRequest = 16 << 10
 	// maxLargeInFlight bounds the bytes of the large requests decided at
 	// once: one 1 MiB request, or a few of tens of KiB. A large request that would exceed it is shed: decided by its
@@ -52,13 +59,105 @@ const (
 	// answers Unavailable, closed OVER_LIMIT, open OK, local by the local
 	// limits), counted in floodgate_rls_shed_total and logged with the
 	// degraded decisions. A request under largeRequest is never shed: one
-	// client's flood of large requests cannot crowd out the others'.
+	// client's flood of large requests cannot crowd out the others'. Over
+	// gRPC and /json, a large request holds largeBudget, of the same size,
+	// from its decoding to its answer, so none is shed there: this is for
+	// the calls of [Server.ShouldRateLimit] from Go.
 	maxLargeInFlight = 1 << 20
+)
+
+// Bounds on the memory that requests hold, whatever the number of
+// connections (issue 34: two connections of 1,000 streams of 1 MiB
+// requests took the service to 4 GiB).
+const (
+	// largeBudget is the one budget of the large requests being decoded
+	// and decided: those that decode to largeRequest bytes or more (their
+	// encoded bytes, and decodedEntry for each message in them), gRPC
+	// messages from the server's codec to the call's end, /json bodies
+	// from their first byte read past largeRequest to their answer. One
+	// 1 MiB request at a time, or several smaller: a flood of them takes
+	// one CPU for its decoding, not every CPU, so the small requests of
+	// everyone else are still decided within their budgets. A
+	// golang.org/x/sync/semaphore.Weighted (x/sync is in the module graph
+	// already, through x/text): first come, first served, so a 1 MiB
+	// request is not starved by smaller ones, and a waiter gives up on
+	// its context.
+	largeBudget = 1 << 20
+	// largeWait is how long a large request waits for largeBudget before
+	// it is refused: ResourceExhausted over gRPC, 429 with Retry-After on
+	// /json. The waiter frees its buffer, and its stream
+	// (maxStreamsInFlight).
+	largeWait = 100 * time.Millisecond
+	// maxStreamsInFlight bounds the gRPC streams open at once over every
+	// connection: a stream past it is refused at once with
+	// ResourceExhausted. grpc-go reads a whole message, up to
+	// maxMessageSize, before the codec sees it, so the codec's budget
+	// alone bounds nothing. A call is in flight for its decision's time,
+	// under a millisecond with Redis at hand: 512 is 10,000 calls a
+	// second at the service's 50 ms decision budget, when Redis is slow.
+	maxStreamsInFlight = 512
+	// streamReserve is the places of maxStreamsInFlight that only a
+	// connection with fewer streams than its share of them may take
+	// (streamReserve divided by one more than the connections with
+	// streams, so that some are left for a new one): what keeps a few
+	// connections' flood from refusing everyone else's calls.
+	streamReserve = 128
+	// requestTimeout is how long a gRPC call's request may take to
+	// arrive (and to be decoded) after its headers: a call still without
+	// it is cancelled, and gives its place back. Envoy's calls arrive in
+	// a moment; a caller sending none, or a byte at a time, would keep
+	// places of maxStreamsInFlight for as long as its connection lasts.
+	requestTimeout = 5 * time.Second
+	// streamWindow is the HTTP/2 flow-control window of each stream,
+	// static (grpc-go's dynamic window grows to 16 MiB): what a stream
+	// can buffer beyond the message its call is reading. 64 KiB is the
+	// HTTP/2 default and the least grpc-go accepts.
+	streamWindow = 64 << 10
+	// connWindow is the window of a connection. It bounds no memory
+	// (grpc-go returns a connection's window as frames arrive, whether
+	// their streams read them or not: the streams' windows bound what
+	// waits); it is a static 1 MiB so that one connection carries a
+	// 1 MiB request without waiting on a round trip per 64 KiB.
+	connWindow = 1 << 20
+	// maxHeaderListSize bounds a gRPC call's headers (grpc-go's default
+	// is 16 MiB, kept for the call's life). Envoy's calls to a rate-limit
+	// service carry a few hundred bytes.
+	maxHeaderListSize = 64 << 10
+	// decodedEntry is the bytes of a decoded descriptor entry or JSON
+	// object beside its strings, at most (97 measured: an entry of a
+	// request of maxDescriptors descriptors of maxEntries entries).
+	decodedEntry = 100
+	// maxDecodedOverhead is what a decoded request can take beyond its
+	// strings: maxDescriptors descriptors of maxEntries entries and a
+	// limit, which the codec checks before decoding. About 1.6 MiB.
+	maxDecodedOverhead = maxDescriptors * (maxEntries + 2) * decodedEntry
+	// maxGRPCRequestMemory is what gRPC requests can make the service
+	// hold: for each stream admitted, its headers, a message of
+	// maxMessageSize and what its window lets arrive beyond it (a
+	// message that decodes to less than largeRequest is decoded outside
+	// the budget, within that); and within largeBudget, the requests
+	// decoded and the proto codec's copy of their message, or one that
+	// decodes to more than the budget (which it takes whole): 2 copies of
+	// maxMessageSize and maxDecodedOverhead. About 580 MiB.
+	maxGRPCRequestMemory = maxStreamsInFlight*(maxHeaderListSize+maxMessageSize+streamWindow) +
+		2*maxMessageSize + maxDecodedOverhead
+	// maxJSONRequestMemory is what /json bodies can make the service
+	// hold: for each connection of the HTTP listener (which cmd/floodgate
+	// caps at maxHTTPConns: an assumption of this bound) a small body
+	// read and decoded outside the budget (under largeRequest, decoding
+	// to under largeRequest: jsonWeight), with protojson's copy; and
+	// within largeBudget one large body (2 copies, and
+	// maxDecodedOverhead) or smaller ones. About 50 MiB.
+	maxJSONRequestMemory = maxHTTPConns*3*largeRequest + 2*maxMessageSize + maxDecodedOverhead
+	// maxHTTPConns is the connections of the HTTP listener, which
+	// cmd/floodgate caps.
+	maxHTTPConns = 1000
 )
 
 // ErrShed is the error of a large request (16 KiB or more) shed because
 // 1 MiB of them are already being decided: what its descriptors' failure
-// modes decide.
+// modes decide. A large request that waited longer than largeWait to be
+// decoded is not shed but refused: ResourceExhausted, 429 on /json.
 var ErrShed = errors.New("rls: request shed: too many large requests in flight")
 
 // ErrInvalidOptions is wrapped by the errors of [New].
@@ -208,9 +307,11 @@ type Server struct {
 	closing  atomic.Bool
 	drained  chan struct{} // closed by Close: health watches end
 	large    atomic.Int64  // the bytes of the large requests in flight
-	decoding chan struct{} // a turn to decode a large request (oneLargeAtATime)
+	decoding heldBudget    // largeBudget: the large requests being decoded, then decided
 	drain    sync.Once
 	plans    sync.Pool // *plan: the working memory of the requests
+
+	admission admission // the gRPC streams admitted, at most maxStreamsInFlight
 
 	mu    sync.RWMutex
 	gates map[string]*enforce.Gate // guarded by mu; one per domain ever seen in a configuration
@@ -260,8 +361,12 @@ func New(opts Options) (*Server, error) {
 	m.up = opts.Stats
 	logger := opts.Enforcer.Logger()
 	s := &Server{enf: opts.Enforcer, logger: logger, shadow: opts.ShadowMode, over: opts.CountOverLimit, near: cmp.Or(opts.NearLimitRatio, defaultNearLimitRatio), headers: opts.Headers, quota: opts.QuotaMode, metadata: opts.DynamicMetadata, metrics: m, gather: gather,
-		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}, decoding: make(chan struct{}, 1)}
+		health: health.NewServer(), drained: make(chan struct{}), gates: map[string]*enforce.Gate{}}
+	s.decoding = heldBudget{sem: semaphore.NewWeighted(largeBudget), by: map[*rlsv3.RateLimitRequest]int64{}}
+	s.admission.held = &s.decoding
+	s.admission.requestTimeout.Store(int64(requestTimeout))
 	s.plans.New = func() any { return new(plan) }
+	s.admission.refused = m.requests.WithLabelValues("resource_exhausted").Inc
 	s.fixed.Store(opts.Config)
 	if opts.ConfigDir != "" {
 		w, err := rlconfig.Watch(opts.ConfigDir, rlconfig.WatchOptions{
@@ -522,18 +627,158 @@ const (
 )
 
 // GRPCServerOptions returns the options a grpc.Server for this service
-// should have: a receive limit of 1 MiB, at most 1024 streams per
-// connection, keepalive pings no more often than every 10s (with or without streams open, as Envoy's
-// keepalive may ping an idle connection), and a codec that decodes one
-// large request (16 KiB of descriptor keys and values or more) at a time: a flood of them
-// takes one CPU for its decoding, not every CPU, so the small requests
-// of everyone else are still decided within their budgets.
+// should have: a receive limit of 1 MiB, headers of 64 KiB, at most 1024
+// streams per connection and 512 over every connection (a stream past
+// them is refused at once with ResourceExhausted; 128 are kept for the
+// connections under their share), static 64 KiB stream windows,
+// keepalive pings no more often than every 10s (with or without streams
+// open, as Envoy's keepalive may ping an idle connection), and a codec
+// that decodes the large requests (that decode to 16 KiB or more) within
+// a budget of 1 MiB at once, which they hold until their call ends: a
+// flood of them takes one CPU for its decoding, not every CPU, so the
+// small requests of everyone else are still decided within their
+// budgets, and one that waits more than 100 ms for its turn is refused
+// with ResourceExhausted. Together they bound what gRPC requests can make
+// the service hold, whatever the number of connections
+// (maxGRPCRequestMemory, docs/SERVICE.md's Security). The options work
+// together (the tap, the stats handler and the codec): use them all.
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(oneLargeAtATime{CodecV2: encoding.GetCodecV2(proto.Name), turn: s.decoding}),
+		grpc.ForceServerCodecV2(budgetCodec{CodecV2: encoding.GetCodecV2(proto.Name), held: &s.decoding}),
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.MaxHeaderListSize(maxHeaderListSize),
+		grpc.InTapHandle(s.admission.admit),
+		grpc.StatsHandler(&s.admission),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
+	}
+}
+
+// admission counts the gRPC streams admitted, over every connection
+// (maxStreamsInFlight): it is the server's tap (admit) and the
+// stats.Handler that gives a stream's place back with its call.
+type admission struct {
+	shared  atomic.Int64 // streams in the places any connection may take
+	reserve atomic.Int64 // streams in the streamReserve
+	active  atomic.Int64 // connections with a stream admitted
+	refused func()       // counts a refused ShouldRateLimit
+	held    *heldBudget  // what the calls' requests hold of largeBudget
+	// requestTimeout is requestTimeout; the tests shorten it.
+	requestTimeout atomic.Int64
+}
+
+// admit is the server's tap: it admits a stream while fewer than
+// maxStreamsInFlight-streamReserve are, or into the streamReserve while
+// its connection has fewer than its share of the reserve (divided by
+// one more than the connections with streams), and refuses it at once with
+// ResourceExhausted otherwise: a few connections' flood of large requests
+// does not keep the other connections' requests out. A call whose
+// request has not arrived within requestTimeout is cancelled. It runs on
+// the connection's reader goroutine, so it never waits.
+func (a *admission) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
+	conn, ok := ctx.Value(connStreamsKey{}).(*atomic.Int64)
+	if !ok {
+		conn = new(atomic.Int64) // not a connection that TagConn tagged
+	}
+	t := &streamTurn{a: a, conn: conn, pool: &a.shared}
+	if a.shared.Add(1) > maxStreamsInFlight-streamReserve {
+		a.shared.Add(-1)
+		if conn.Load() >= max(1, streamReserve/(a.active.Load()+1)) {
+			return nil, a.refuse(info)
+		}
+		if a.reserve.Add(1) > streamReserve {
+			a.reserve.Add(-1)
+			return nil, a.refuse(info)
+		}
+		t.pool = &a.reserve
+	}
+	if conn.Add(1) == 1 {
+		a.active.Add(1)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	t.late = time.AfterFunc(time.Duration(a.requestTimeout.Load()), cancel)
+	context.AfterFunc(ctx, func() {
+		t.late.Stop()
+		t.end(turnAdmitted)
+	})
+	return context.WithValue(ctx, streamTurnKey{}, t), nil
+}
+
+func (a *admission) refuse(info *tap.Info) error {
+	if info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+		a.refused()
+	}
+	return status.Errorf(codes.ResourceExhausted, "rls: %d calls in flight, at most %d", maxStreamsInFlight, maxStreamsInFlight)
+}
+
+// A streamTurn is a stream's place among the maxStreamsInFlight: given
+// back once, when the stream has ended (its context) if no handler took
+// it, else when the handler's call ended (stats.End), which may be after
+// the stream (a client that cancels does not free the place of a
+// message still being decoded).
+type streamTurn struct {
+	state atomic.Int32            // turnAdmitted, turnHandled, turnEnded
+	req   *rlsv3.RateLimitRequest // the call's request (stats.InPayload), which may hold some of largeBudget
+	late  *time.Timer             // cancels the call if its request has not arrived within requestTimeout
+	a     *admission
+	conn  *atomic.Int64 // its connection's streams
+	pool  *atomic.Int64 // admission.shared or admission.reserve
+}
+
+const (
+	turnAdmitted = iota
+	turnHandled
+	turnEnded
+)
+
+// end gives the turn back if it is in state from.
+func (t *streamTurn) end(from int32) {
+	if !t.state.CompareAndSwap(from, turnEnded) {
+		return
+	}
+	t.pool.Add(-1)
+	if t.conn.Add(-1) == 0 {
+		t.a.active.Add(-1)
+	}
+}
+
+type (
+	streamTurnKey  struct{}
+	connStreamsKey struct{}
+)
+
+// TagConn gives the connection its count of streams admitted.
+func (*admission) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connStreamsKey{}, new(atomic.Int64))
+}
+
+func (*admission) HandleConn(context.Context, stats.ConnStats) {}
+
+func (*admission) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC ends a call's streamTurn with the call, and gives back what
+// its request holds of largeBudget. They run on the call's goroutine, in
+// order: Begin, InPayload (once the request is decoded), End.
+func (a *admission) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	t, ok := ctx.Value(streamTurnKey{}).(*streamTurn)
+	if !ok {
+		return
+	}
+	switch st := st.(type) {
+	case *stats.Begin:
+		t.state.CompareAndSwap(turnAdmitted, turnHandled)
+	case *stats.InPayload:
+		t.late.Stop()
+		if req, ok := st.Payload.(*rlsv3.RateLimitRequest); ok {
+			t.req = req
+		}
+	case *stats.End:
+		if t.req != nil {
+			a.held.release(t.req)
+		}
+		t.end(turnHandled)
 	}
 }
 
@@ -552,17 +797,251 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// oneLargeAtATime is the proto codec, decoding messages of largeRequest
-// bytes or more one at a time.
-type oneLargeAtATime struct {
+// budgetCodec is the proto codec, decoding within the Server's
+// largeBudget the messages that decode to largeRequest bytes or more
+// (requestWeight), after a wait of largeWait at most. A RateLimitRequest
+// holds its share of the budget until its call ends (held), as its
+// decoded form lives until then; any other message gives it back once
+// decoded. A RateLimitRequest it refuses is left with a domain that no
+// decoded request has (refusedDomain: proto3 strings are UTF-8), and its
+// handler answers with the reason: gRPC would turn the codec's error
+// into Internal. It refuses a RateLimitRequest of more than
+// maxDescriptors descriptors, or maxEntries entries in one, before
+// decoding it: 2 bytes of an empty entry decode to about 100, so a 1 MiB
+// request could otherwise take 50 MiB.
+type budgetCodec struct {
 	encoding.CodecV2
-	turn chan struct{}
+	held *heldBudget
 }
 
-func (c oneLargeAtATime) Unmarshal(data mem.BufferSlice, v any) error {
-	if data.Len() >= largeRequest {
-		c.turn <- struct{}{}
-		defer func() { <-c.turn }()
+func (c budgetCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, isRLS := v.(*rlsv3.RateLimitRequest)
+	weight := int64(data.Len())
+	if isRLS && weight >= 2*(maxEntries+1) { // else too short to decode to largeRequest
+		sc, ok := scanRequest(data)
+		if why := sc.tooMany(); ok && why != "" {
+			refuse(req, refusedInvalid, why)
+			return nil
+		}
+		weight = sc.weight(data.Len(), ok)
 	}
-	return c.CodecV2.Unmarshal(data, v)
+	if weight < largeRequest {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	weight = min(weight, largeBudget) // what decodes to more takes the whole budget
+	ctx, cancel := context.WithTimeout(context.Background(), largeWait)
+	err := c.held.sem.Acquire(ctx, weight)
+	cancel()
+	if err != nil {
+		if isRLS {
+			refuse(req, refusedBusy, "rls: large requests (16 KiB or more) are waiting to be decoded: try again")
+			return nil
+		}
+		return status.Error(codes.ResourceExhausted, "rls: large requests are waiting to be decoded")
+	}
+	if err := c.CodecV2.Unmarshal(data, v); err != nil || !isRLS {
+		c.held.sem.Release(weight)
+		return err
+	}
+	c.held.add(req, weight)
+	return nil
+}
+
+// heldBudget is largeBudget, and the share of it that each decoded
+// RateLimitRequest holds until its call ends: admission gives it back at
+// the call's stats.End, having seen the request in its stats.InPayload.
+type heldBudget struct {
+	sem *semaphore.Weighted
+	mu  sync.Mutex
+	by  map[*rlsv3.RateLimitRequest]int64 // guarded by mu
+}
+
+func (h *heldBudget) add(req *rlsv3.RateLimitRequest, n int64) {
+	h.mu.Lock()
+	h.by[req] += n // a second message of the call decodes into the same request
+	h.mu.Unlock()
+}
+
+// release gives back what req holds.
+func (h *heldBudget) release(req *rlsv3.RateLimitRequest) {
+	h.mu.Lock()
+	n, ok := h.by[req]
+	delete(h.by, req)
+	h.mu.Unlock()
+	if ok {
+		h.sem.Release(n)
+	}
+}
+
+// requestScan is what scanRequest counts of an encoded RateLimitRequest.
+type requestScan struct {
+	descriptors int
+	objects     int // the messages in it: descriptors, entries, limits
+	over        int // the first descriptor of more than maxEntries entries, or -1
+	overEntries int
+}
+
+// tooMany says why the request has more than maxDescriptors descriptors
+// or more than maxEntries entries in a descriptor, as requestEntries
+// would of a request otherwise valid, or returns "".
+func (sc requestScan) tooMany() string {
+	switch {
+	case sc.descriptors > maxDescriptors:
+		return fmt.Sprintf("rls: %d descriptors, at most %d allowed", sc.descriptors, maxDescriptors)
+	case sc.over >= 0:
+		return fmt.Sprintf("rls: descriptor %d has %d entries, at most %d allowed", sc.over, sc.overEntries, maxEntries)
+	}
+	return ""
+}
+
+// weight is what a request of n bytes decodes to at most: its strings
+// and decodedEntry bytes per message in it; for one that could not be
+// scanned (ok false), a message in every 2 bytes.
+func (sc requestScan) weight(n int, ok bool) int64 {
+	if !ok {
+		sc.objects = n / 2
+	}
+	return int64(n) + int64(sc.objects+1)*decodedEntry
+}
+
+// scanRequest counts the descriptors, entries and messages of the
+// encoded RateLimitRequest data, as it arrived (in frames), without
+// copying it. It returns false for what is not the wire format it
+// expects (proto.Unmarshal then says what).
+func scanRequest(data mem.BufferSlice) (requestScan, bool) {
+	sc := requestScan{over: -1}
+	c := wireCursor{bufs: data}
+	for !c.done() {
+		num, typ, ok := c.tag()
+		if !ok {
+			return sc, false
+		}
+		if num != 2 || typ != protowire.BytesType { // not RateLimitRequest.descriptors
+			if !c.skipValue(typ) {
+				return sc, false
+			}
+			continue
+		}
+		size, _, ok := c.varint()
+		if !ok {
+			return sc, false
+		}
+		sc.descriptors++
+		sc.objects++
+		entries := 0
+		for size > 0 {
+			before := c.read
+			num, typ, ok := c.tag()
+			if !ok || !c.skipValue(typ) || c.read-before > size {
+				return sc, false
+			}
+			size -= c.read - before
+			if typ == protowire.BytesType { // entries, limit, hits_addend: messages
+				sc.objects++
+				if num == 1 {
+					entries++
+				}
+			}
+		}
+		if entries > maxEntries && sc.over < 0 {
+			sc.over, sc.overEntries = sc.descriptors-1, entries
+		}
+	}
+	return sc, true
+}
+
+// wireCursor reads protobuf wire format across the buffers of a
+// mem.BufferSlice.
+type wireCursor struct {
+	bufs mem.BufferSlice
+	next int    // the buffer after b
+	b    []byte // what is left of the current buffer
+	read uint64 // bytes consumed
+}
+
+func (c *wireCursor) done() bool {
+	for len(c.b) == 0 && c.next < len(c.bufs) {
+		c.b = c.bufs[c.next].ReadOnlyData()
+		c.next++
+	}
+	return len(c.b) == 0
+}
+
+func (c *wireCursor) varint() (v uint64, n int, ok bool) {
+	for shift := 0; shift < 64; shift += 7 {
+		if c.done() {
+			return 0, 0, false
+		}
+		x := c.b[0]
+		c.b = c.b[1:]
+		c.read++
+		n++
+		v |= uint64(x&0x7f) << shift
+		if x < 0x80 {
+			return v, n, true
+		}
+	}
+	return 0, 0, false
+}
+
+func (c *wireCursor) tag() (protowire.Number, protowire.Type, bool) {
+	v, _, ok := c.varint()
+	num, typ := protowire.DecodeTag(v)
+	return num, typ, ok && num.IsValid()
+}
+
+func (c *wireCursor) skip(n uint64) bool {
+	for n > 0 {
+		if c.done() {
+			return false
+		}
+		k := min(n, uint64(len(c.b)))
+		c.b = c.b[k:]
+		c.read += k
+		n -= k
+	}
+	return true
+}
+
+// skipValue skips a field's value of wire type typ (groups are not
+// expected in these messages).
+func (c *wireCursor) skipValue(typ protowire.Type) bool {
+	switch typ {
+	case protowire.VarintType:
+		_, _, ok := c.varint()
+		return ok
+	case protowire.Fixed64Type:
+		return c.skip(8)
+	case protowire.Fixed32Type:
+		return c.skip(4)
+	case protowire.BytesType:
+		n, _, ok := c.varint()
+		return ok && c.skip(n)
+	}
+	return false
+}
+
+// refusedDomain begins the domain of a request that budgetCodec refused,
+// followed by refusedBusy or refusedInvalid and the message.
+const (
+	refusedDomain  = "\xff"
+	refusedBusy    = 'B'
+	refusedInvalid = 'I'
+)
+
+func refuse(req *rlsv3.RateLimitRequest, why byte, msg string) {
+	req.Reset()
+	req.Domain = refusedDomain + string(why) + msg
+}
+
+// refusal returns the error of a request that budgetCodec refused, or nil.
+func refusal(req *rlsv3.RateLimitRequest) error {
+	d, ok := strings.CutPrefix(req.GetDomain(), refusedDomain)
+	if !ok || d == "" {
+		return nil
+	}
+	if d[0] == refusedBusy {
+		return status.Error(codes.ResourceExhausted, d[1:])
+	}
+	return status.Error(codes.InvalidArgument, d[1:])
 }
