@@ -452,7 +452,7 @@ func (h *Hit) validate(i int) error {
 	valid := h.Rule.valid()
 	// A cost of 0 or 1 (the usual one) is within every valid rule's
 	// maxCost, which is at least 1.
-	if valid && h.Key != "" && len(h.Key) <= bounds.KeyLen && (uint64(h.Cost) <= 1 || h.Cost > 0 && h.Cost <= h.maxCost()) && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
+	if valid && h.Key != "" && len(h.Key) <= bounds.KeyLen && (uint64(h.Cost) <= 1 || h.Cost > 0 && h.Cost <= h.maxCost()) && !(h.Overdraw && h.Rule.Algorithm == Concurrency) && h.Lease == 0 {
 		return nil
 	}
 	if !valid {
@@ -476,6 +476,9 @@ func (h *Hit) validate(i int) error {
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is above %d, the most a sliding-window log records in one hit; use token-bucket or sliding-window-counter for large costs", ErrInvalidHit, i, h.Rule.Name, c, bounds.SlidingCost))
 	case h.Overdraw && c > bounds.Limit:
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d of an overdraw hit is above %d", ErrInvalidHit, i, h.Rule.Name, c, int64(bounds.Limit)))
+	}
+	if h.Lease != 0 {
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): Lease is set; leases are the Limiter's own (Options.Escrow)", ErrInvalidHit, i, h.Rule.Name))
 	}
 	return errors.Join(errs...)
 }
