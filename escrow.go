@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
@@ -44,6 +45,10 @@ const (
 	// escrowShare is the most of a key's remaining quota (as the store
 	// last reported it) that one lease takes: 1/escrowShare.
 	escrowShare = 4
+	// minLease is the fewest units a lease takes: below, a plain take
+	// (through the store's group commit, which batches several hits a
+	// call) costs the store less than a lease call of its own.
+	minLease = 8
 )
 
 func (o Escrow) validate() error {
@@ -68,9 +73,11 @@ type escrow struct {
 	slots  []keyEscrow
 	mask   uint64
 
+	// mu guards held, and is taken before a key's (keyEscrow.mu), never
+	// after.
 	mu     sync.Mutex
 	held   map[*grant]struct{} // guarded by mu: leases whose units may still go back
-	closed bool                // guarded by mu: Close ran; no more leases
+	closed atomic.Bool         // Close ran: no more leases
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -87,6 +94,10 @@ type keyEscrow struct {
 	key    string
 	// seen counts the hits since the last store call, at last (mono).
 	seen, last int64
+	// sight is the identity hash of the last key seen here untracked, at
+	// sightAt (mono): a second hit within a period tracks it.
+	sight   uint64
+	sightAt int64
 	// rem is what the key had left before the last store call's hit,
 	// as the store reported it (-1: not known yet).
 	rem int64
@@ -163,14 +174,27 @@ func (ks *keyEscrow) is(r *Rule, key string) bool {
 // one store call; ok is false when the key is not tracked (its slot is
 // another key's), and the caller decides it as without escrow.
 func (e *escrow) decide(ctx context.Context, h *Hit, d *Decision) (ok bool, err error) {
-	ks := e.slot(&h.Rule, h.Key)
+	id := keyenc.Identity(e.seed, h.Rule.Name, uint8(h.Rule.Algorithm), h.Rule.Window, h.Key)
+	ks := &e.slots[id&e.mask]
 	ks.mu.Lock()
 	if !ks.is(&h.Rule, h.Key) {
-		if ks.inUse && (ks.wait != nil || ks.g != nil && !ks.g.returned && e.mono() < ks.g.end) {
+		now := e.mono()
+		if ks.inUse && (ks.wait != nil || ks.g != nil && !ks.g.returned && now < ks.g.end) {
+			ks.mu.Unlock()
+			return false, nil // the slot is another key's, which holds a lease
+		}
+		if ks.sight != id || now-ks.sightAt > int64(e.period) {
+			// A key not seen in the last period: decided as without
+			// escrow, and remembered by its hash alone, so that a cold
+			// key costs no more than that.
+			ks.sight, ks.sightAt = id, now
 			ks.mu.Unlock()
 			return false, nil
 		}
+		// Its second hit within a period: the key is tracked, from the
+		// first.
 		ks.claim(h)
+		ks.seen, ks.last = 1, ks.sightAt
 	}
 	ks.seen++
 	c := h.Cost
@@ -229,14 +253,18 @@ func (e *escrow) fetch(ctx context.Context, ks *keyEscrow, h *Hit, d *Decision, 
 	}
 	most := h.maxCost()
 	k = min(k, most)
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
+	if k < minLease || e.closed.Load() {
 		k = c
 	}
-	wait := make(chan struct{})
-	ks.wait = wait
+	lease := k > c
+	var wait chan struct{}
+	if lease {
+		// One lease call at a time per key: the other hits wait for it.
+		// Plain takes go concurrently, as without escrow (and share
+		// the store's group commit).
+		wait = make(chan struct{})
+		ks.wait = wait
+	}
 	ks.seen, ks.last = 0, now
 	rule, key := h.Rule, ks.key
 	ks.mu.Unlock()
@@ -245,7 +273,6 @@ func (e *escrow) fetch(ctx context.Context, ks *keyEscrow, h *Hit, d *Decision, 
 	defer cancel()
 	var res Result
 	var err error
-	lease := k > c
 	sent := e.mono()
 	for {
 		hit := Hit{Rule: rule, Key: key, Cost: k}
@@ -270,10 +297,12 @@ func (e *escrow) fetch(ctx context.Context, ks *keyEscrow, h *Hit, d *Decision, 
 	recv := e.mono()
 
 	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	ks.wait = nil
-	close(wait)
+	if wait != nil {
+		ks.wait = nil
+		close(wait)
+	}
 	if err != nil {
+		ks.mu.Unlock()
 		return storeError("take", err)
 	}
 	ks.rem = res.Remaining + k*b2i(res.Allowed)
@@ -285,15 +314,23 @@ func (e *escrow) fetch(ctx context.Context, ks *keyEscrow, h *Hit, d *Decision, 
 		} else {
 			ks.denyUntil = 0
 		}
+		ks.mu.Unlock()
 		return nil
 	}
 	g := &grant{ks: ks, hit: Hit{Rule: rule, Key: key, Cost: k, Lease: e.period}, stamp: res.Stamp, res: res,
 		used: c, end: sent + int64(res.Lease), recv: recv, serial: 1}
 	ks.g, ks.denyUntil = g, 0
+	g.decision(h, d, recv)
+	ks.mu.Unlock()
 	e.mu.Lock()
 	e.held[g] = struct{}{}
 	e.mu.Unlock()
-	g.decision(h, d, recv)
+	if e.closed.Load() {
+		// Close may have given back the leases before this one was
+		// held: give its units back now (giveBack returns each lease
+		// once).
+		_ = e.giveBack(true)
+	}
 	return nil
 }
 
@@ -435,13 +472,9 @@ func (e *escrow) giveBack(all bool) error {
 
 // close stops the sweeper and gives back every lease's unused units.
 func (e *escrow) close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	if e.closed.Swap(true) {
 		return nil
 	}
-	e.closed = true
-	e.mu.Unlock()
 	close(e.stop)
 	<-e.done
 	return e.giveBack(true)
