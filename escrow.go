@@ -98,8 +98,9 @@ type keyEscrow struct {
 	// sightAt (mono): a second hit within a period tracks it.
 	sight   uint64
 	sightAt int64
-	// rem is what the key had left before the last store call's hit,
-	// as the store reported it (-1: not known yet).
+	// rem is what the key had left after the last store call, as the
+	// store reported it (-1: not known yet, when the rule's capacity
+	// stands for it).
 	rem int64
 	// g is the lease in hand, nil if none.
 	g *grant
@@ -248,9 +249,11 @@ func (e *escrow) fetch(ctx context.Context, ks *keyEscrow, h *Hit, d *Decision, 
 		// since, times the period: what one period needs.
 		k = max(c, (ks.seen*int64(e.period)+(now-ks.last)-1)/(now-ks.last))
 	}
-	if ks.rem >= 0 {
-		k = min(k, max(c, ks.rem/escrowShare)) // near the limit, small leases
+	rem := ks.rem
+	if rem < 0 {
+		rem = h.Rule.Capacity() // before the store's first answer
 	}
+	k = min(k, max(c, rem/escrowShare)) // near the limit, small leases
 	most := h.maxCost()
 	k = min(k, most)
 	if k < minLease || e.closed.Load() {
@@ -305,7 +308,7 @@ func (e *escrow) fetch(ctx context.Context, ks *keyEscrow, h *Hit, d *Decision, 
 		ks.mu.Unlock()
 		return storeError("take", err)
 	}
-	ks.rem = res.Remaining + k*b2i(res.Allowed)
+	ks.rem = max(0, res.Remaining)
 	if !lease {
 		d.decideOne(true, &Hit{Rule: rule, Key: h.Key, Cost: c}, &res)
 		if !res.Allowed {
@@ -332,13 +335,6 @@ func (e *escrow) fetch(ctx context.Context, ks *keyEscrow, h *Hit, d *Decision, 
 		_ = e.giveBack(true)
 	}
 	return nil
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // decision writes into d the decision of the hit h (g's rule and key),
