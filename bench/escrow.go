@@ -263,7 +263,7 @@ func escrowTable(out io.Writer, addr string, works []string, d time.Duration) er
 			}
 			cmds := "-"
 			if !row.memory {
-				cmds = fmt.Sprintf("%.4f", float64(c.commands)/float64(c.ops))
+				cmds = fmt.Sprintf("%.5f", float64(c.commands)/float64(c.ops))
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%.1f%%\t%s\t\n", w, row.name, count(rate(c)), rate(c)/rate(cells[0]), xmem,
 				100*float64(c.allowed)/float64(c.ops), cmds)
