@@ -121,3 +121,73 @@ func TestEscrowSizesLeases(t *testing.T) {
 		t.Fatalf("after Close: %d free; want 0, the store holding the 100 hits admitted", f)
 	}
 }
+
+// TestEscrowRefundAfterTheLeaseEnded: a hit decided from a lease that
+// ended with every unit used refunds at the store, once; one whose
+// lease gave back its unused units credits nothing more (a take is
+// refunded once), never more than it took.
+func TestEscrowRefundAfterTheLeaseEnded(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	const period = 50 * time.Millisecond
+	l, err := floodgate.New(&takeCounter{Store: store}, floodgate.Options{Escrow: floodgate.Escrow{Period: period}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	direct, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := floodgate.Rule{Name: "late", Limit: 100, Window: time.Hour}
+	free := func() int64 {
+		p, err := direct.Peek(ctx, floodgate.Hit{Rule: r, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Remaining + 1
+	}
+	var ds []floodgate.Decision
+	for range 26 { // a plain take, then a lease of 25, all used
+		d, err := l.Allow(ctx, r, "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		ds = append(ds, d)
+	}
+	if f := free(); f != 74 {
+		t.Fatalf("after 26 hits: %d free, want 74", f)
+	}
+	time.Sleep(2 * period) // the lease ended; nothing unused to give back
+	for range 2 {
+		if err := l.Refund(ctx, ds[10]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := free(); f != 75 {
+		t.Fatalf("after refunding (twice) a hit of a spent lease that ended: %d free, want 75: the store credits it, once", f)
+	}
+	// A lease with unused units: they go back when it ends, and a later
+	// refund of one of its hits credits nothing more.
+	var more []floodgate.Decision
+	for range 3 {
+		d, err := l.Allow(ctx, r, "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		more = append(more, d)
+	}
+	time.Sleep(2 * period)
+	if f := free(); f != 72 {
+		t.Fatalf("a period after 3 more hits: %d free, want 72: the unused units of their lease went back", f)
+	}
+	if err := l.Refund(ctx, more[2]); err != nil {
+		t.Fatal(err)
+	}
+	// (Hit 1 of the 3 was a plain take, after a quiet period; hits 2 and
+	// 3 came from a lease of 18, whose 16 unused units went back.)
+	if f := free(); f != 72 {
+		t.Fatalf("after refunding a hit of a lease whose unused units went back: %d free, want 72: a take is refunded once, never more", f)
+	}
+}
