@@ -107,56 +107,70 @@ func overAdmitted(r floodgate.Rule, as []admission) string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// TestEscrowReplicasNeverAdmitMoreThanTheLimit hammers one key from three
-// replicas with escrow, at a pace that keeps leases in use across their
-// periods (so that a lease recorded at its grant, not its end, would
-// show), and checks every window of the admissions.
+// TestEscrowReplicasNeverAdmitMoreThanTheLimit hits one key from three
+// replicas with escrow and checks every window of the admissions, at two
+// paces: far past the limit, with leases in use across their periods (so
+// that a lease recorded at its grant, not its end, would show); and a
+// little past it, so that the quota lasts to a window's end and leases
+// are live across it (so that a window's lease not cut at its end would
+// show).
 func TestEscrowReplicasNeverAdmitMoreThanTheLimit(t *testing.T) {
+	paces := []struct {
+		name       string
+		limit      int64
+		goroutines int
+		pause      time.Duration // up to, at random, between a goroutine's hits
+	}{
+		{"saturated", 40, 6, 4 * time.Millisecond},
+		{"near", 400, 4, 24 * time.Millisecond},
+	}
 	for _, alg := range algorithms {
-		t.Run(alg.String(), func(t *testing.T) {
-			t.Parallel()
-			r := mustRule(t, "escrow-hammer", 40, 500*time.Millisecond, alg)
-			ls := escrowReplicas(t, redistest.Addr(t), 3, 100*time.Millisecond)
-			var mu sync.Mutex
-			var as []admission
-			var remainingBad int
-			stop := time.Now().Add(1800 * time.Millisecond)
-			var wg sync.WaitGroup
-			for _, l := range ls {
-				for range 6 {
-					wg.Go(func() {
-						for time.Now().Before(stop) {
-							from := time.Now()
-							d, err := l.Allow(context.Background(), r, "hot")
-							to := time.Now()
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							if d.Allowed {
-								mu.Lock()
-								as = append(as, admission{from, to})
-								if d.Remaining < 0 || d.Remaining >= r.Limit {
-									remainingBad++
+		for _, pace := range paces {
+			t.Run(alg.String()+"/"+pace.name, func(t *testing.T) {
+				t.Parallel()
+				r := mustRule(t, "escrow-hammer", pace.limit, 500*time.Millisecond, alg)
+				ls := escrowReplicas(t, redistest.Addr(t), 3, 100*time.Millisecond)
+				var mu sync.Mutex
+				var as []admission
+				var remainingBad int
+				stop := time.Now().Add(1800 * time.Millisecond)
+				var wg sync.WaitGroup
+				for _, l := range ls {
+					for range pace.goroutines {
+						wg.Go(func() {
+							for time.Now().Before(stop) {
+								from := time.Now()
+								d, err := l.Allow(context.Background(), r, "hot")
+								to := time.Now()
+								if err != nil {
+									t.Error(err)
+									return
 								}
-								mu.Unlock()
+								if d.Allowed {
+									mu.Lock()
+									as = append(as, admission{from, to})
+									if d.Remaining < 0 || d.Remaining >= r.Limit {
+										remainingBad++
+									}
+									mu.Unlock()
+								}
+								time.Sleep(time.Duration(rand.Int64N(int64(pace.pause))))
 							}
-							time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
-						}
-					})
+						})
+					}
 				}
-			}
-			wg.Wait()
-			if remainingBad > 0 {
-				t.Errorf("%d allowed decisions reported Remaining outside 0 to Limit-1", remainingBad)
-			}
-			if msg := overAdmitted(r, as); msg != "" {
-				t.Fatalf("%v: %s (%d admissions in all); replicas with escrow must never admit more than the limit", alg, msg, len(as))
-			}
-			if len(as) < int(r.Limit) {
-				t.Fatalf("%v: %d admissions in 1.8 s of a limit of %d per %v; escrow must not starve the key", alg, len(as), r.Limit, r.Window)
-			}
-		})
+				wg.Wait()
+				if remainingBad > 0 {
+					t.Errorf("%d allowed decisions reported Remaining outside 0 to Limit-1", remainingBad)
+				}
+				if msg := overAdmitted(r, as); msg != "" {
+					t.Fatalf("%v: %s (%d admissions in all); replicas with escrow must never admit more than the limit", alg, msg, len(as))
+				}
+				if len(as) < int(r.Limit) {
+					t.Fatalf("%v: %d admissions in 1.8 s of a limit of %d per %v; escrow must not starve the key", alg, len(as), r.Limit, r.Window)
+				}
+			})
+		}
 	}
 }
 
