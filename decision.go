@@ -56,6 +56,10 @@ type ticket struct {
 	taken    bool // the decision recorded something
 	one      Receipt
 	receipts []Receipt
+	// lease is the lease (escrow) that decided the hit one, its hit number
+	// unit; nil for a decision of the store.
+	lease *grant
+	unit  uint64
 }
 
 // LogValue reports the decision's public fields, never its keys.

@@ -119,3 +119,37 @@ func ExampleLimiter_Renew() {
 	// true
 	// true 0
 }
+
+// Escrow for a hot key: a tenant's limit that every replica charges. The
+// first hit is a plain take; from the second, the Limiter holds a lease
+// of the key's quota and decides from memory, with the figures a plain
+// take would report. Close gives back the units the lease did not use,
+// so the store then holds exactly the hits admitted.
+func ExampleEscrow() {
+	store := memstore.New(memstore.Options{}) // redisstore in production
+	defer store.Close()
+	limiter, err := floodgate.New(store, floodgate.Options{
+		Escrow: floodgate.Escrow{Period: 100 * time.Millisecond},
+	})
+	if err != nil {
+		panic(err)
+	}
+	tenant := floodgate.Rule{Name: "tenant", Limit: 1000, Window: time.Minute}
+	ctx := context.Background()
+	var d floodgate.Decision
+	for range 30 {
+		if d, err = limiter.Allow(ctx, tenant, "acme"); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println("after 30 hits: remaining", d.Remaining)
+	if err := limiter.Close(); err != nil {
+		panic(err)
+	}
+	direct, _ := floodgate.New(store, floodgate.Options{})
+	p, _ := direct.Peek(ctx, floodgate.Hit{Rule: tenant, Key: "acme"})
+	fmt.Println("the store, after Close: remaining", p.Remaining+1)
+	// Output:
+	// after 30 hits: remaining 970
+	// the store, after Close: remaining 970
+}

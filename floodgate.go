@@ -57,6 +57,12 @@ type Options struct {
 	// Logger receives the line about the first override the Limiter could
 	// not use. Nil means slog.Default().
 	Logger *slog.Logger
+	// Escrow, when its Period is set, decides the single-hit checks of
+	// hot keys from leases of their quota held in memory (see [Escrow]):
+	// one store call per many decisions, never over a limit across
+	// replicas. Off by default; a Limiter with escrow on must be closed
+	// ([Limiter.Close]) to give its leases' unused units back.
+	Escrow Escrow
 }
 
 // Limiter checks hits against a [Store]. It is safe for concurrent use; one
@@ -73,6 +79,7 @@ type Limiter struct {
 	overrides Overrides    // nil when Options.Overrides is
 	logger    *slog.Logger
 	refused   atomic.Bool // an override was refused: logged once
+	escrow    *escrow     // nil unless Options.Escrow.Period is set
 }
 
 // New returns a limiter that keeps its state in store.
@@ -82,6 +89,9 @@ func New(store Store, opts Options) (*Limiter, error) {
 	}
 	if opts.DenialCacheSize < 0 {
 		return nil, fmt.Errorf("floodgate: New: denial cache size %d is negative", opts.DenialCacheSize)
+	}
+	if err := opts.Escrow.validate(); err != nil {
+		return nil, fmt.Errorf("floodgate: New: %w", err)
 	}
 	l := &Limiter{store: store, timeout: opts.Timeout, overrides: opts.Overrides, logger: opts.Logger}
 	if l.logger == nil {
@@ -94,7 +104,24 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if opts.DenialCacheSize > 0 {
 		l.denials = newDenialCache(opts.DenialCacheSize)
 	}
+	if opts.Escrow.Period != 0 {
+		l.escrow = newEscrow(l, opts.Escrow)
+	}
 	return l, nil
+}
+
+// Close gives back the unused units of the leases in hand (escrow:
+// [Options.Escrow]), in one store call, and stops the goroutine that
+// gives back those of leases that end. Later decisions go to the store,
+// one call each, as without escrow. A Limiter without escrow holds
+// nothing: Close is then a no-op. It is safe to call more than once; on
+// an error (the store is down) the units are lost until the store
+// forgets them (see Escrow), never admitted twice.
+func (l *Limiter) Close() error {
+	if l.escrow == nil {
+		return nil
+	}
+	return l.escrow.close()
 }
 
 // Allow checks one request of key under rule and records it if allowed.
@@ -148,6 +175,11 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) (Decisio
 func (l *Limiter) one(ctx context.Context, h *Hit, d *Decision) error {
 	if err := l.inForce(h, 0); err != nil {
 		return err
+	}
+	if l.escrow != nil && !h.Overdraw && h.Rule.Algorithm != Concurrency {
+		if ok, err := l.escrow.decide(ctx, h, d); ok {
+			return err
+		}
 	}
 	if l.local == nil {
 		// A cached denial, without allocating; otherwise the general path
@@ -314,9 +346,17 @@ func (l *Limiter) Refund(ctx context.Context, d Decision) error {
 	if !d.ticket.taken {
 		return nil
 	}
+	if d.ticket.lease != nil {
+		l.escrow.forget(d.ticket.one.Hit.Rule, d.ticket.one.Hit.Key, false)
+		l.denials.clear(d.ticket.one.Hit.Rule, d.ticket.one.Hit.Key)
+		return l.escrow.refund(ctx, &d)
+	}
 	receipts := d.ticket.receipts
 	if receipts == nil {
 		receipts = []Receipt{d.ticket.one}
+	}
+	if l.escrow != nil && len(receipts) == 1 {
+		l.escrow.forget(receipts[0].Hit.Rule, receipts[0].Hit.Key, false)
 	}
 	ctx, cancel := l.budget(ctx)
 	defer cancel()
@@ -344,6 +384,9 @@ func (l *Limiter) Reset(ctx context.Context, rule Rule, key string) error {
 	defer cancel()
 	err = l.store.Reset(ctx, rule, key)
 	l.denials.clear(rule, key)
+	if l.escrow != nil {
+		l.escrow.forget(rule, key, true)
+	}
 	if err != nil {
 		return storeError("reset", err)
 	}
@@ -503,7 +546,7 @@ func (h *Hit) validate(i int) error {
 	valid := h.Rule.valid()
 	// A cost of 0 or 1 (the usual one) is within every valid rule's
 	// maxCost, which is at least 1.
-	if valid && h.Key != "" && len(h.Key) <= bounds.KeyLen && (uint64(h.Cost) <= 1 || h.Cost > 0 && h.Cost <= h.maxCost()) && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
+	if valid && h.Key != "" && len(h.Key) <= bounds.KeyLen && (uint64(h.Cost) <= 1 || h.Cost > 0 && h.Cost <= h.maxCost()) && !(h.Overdraw && h.Rule.Algorithm == Concurrency) && h.Lease == 0 {
 		return nil
 	}
 	if !valid {
@@ -527,6 +570,9 @@ func (h *Hit) validate(i int) error {
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d is above %d, the most a sliding-window log records in one hit; use token-bucket or sliding-window-counter for large costs", ErrInvalidHit, i, h.Rule.Name, c, bounds.SlidingCost))
 	case h.Overdraw && c > bounds.Limit:
 		errs = append(errs, fmt.Errorf("%w: hit %d (%s): cost %d of an overdraw hit is above %d", ErrInvalidHit, i, h.Rule.Name, c, int64(bounds.Limit)))
+	}
+	if h.Lease != 0 {
+		errs = append(errs, fmt.Errorf("%w: hit %d (%s): Lease is set; leases are the Limiter's own (Options.Escrow)", ErrInvalidHit, i, h.Rule.Name))
 	}
 	return errors.Join(errs...)
 }

@@ -69,6 +69,26 @@ type Hit struct {
 	// no refund of that hit or of an earlier one credits anything, since
 	// the state no longer tells what remains of them.
 	Overdraw bool
+	// Lease makes a Take of this hit a lease of its Cost units for that
+	// long (escrow: [Escrow]): the store checks the hit as if all its
+	// units were taken now, and records them as if all were taken at
+	// now+Lease, so that every other decision sees them as taken for as
+	// long as the lease's holder may use them. Per algorithm:
+	//
+	//   - SlidingWindow: the units are stamped now+Lease (or at the log's
+	//     newest time, if later, which keeps the log in order), so they
+	//     weigh until now+Lease+Window; [Stamp.At] is that time.
+	//   - TokenBucket: the units must conform now, and the theoretical
+	//     arrival time moves to max(TAT, now+Lease) + Cost*T; [Stamp.At]
+	//     is now+Lease.
+	//   - FixedWindow, SlidingWindowCounter: the units are counted in the
+	//     current window, as a plain take's, and the lease is cut at the
+	//     window's end ([Result.Lease]): it never outlives its window.
+	//
+	// A lease is a Take of one hit, neither Overdraw nor of a
+	// [Concurrency] rule, with Lease up to one second; the Limiter sets it
+	// (callers of Check may not). Zero means a plain take.
+	Lease time.Duration
 }
 
 func (h Hit) cost() int64 {
@@ -139,7 +159,16 @@ type Store interface {
 	//     the TAT on, and time pays the debt from its oldest part, so at now
 	//     at least cost*T - (now-At) of the take's part is outstanding.
 	//     Crediting no more leaves the bucket no fuller than had the take
-	//     never happened.
+	//     never happened. A take stamped after now (a lease, [Hit.Lease],
+	//     whose unused units go back before its end) is credited at most
+	//     cost*T, max(0, cost*T - max(0, now-At)): its part of the debt is
+	//     the cost*T that ends at its TAT, all of it outstanding while
+	//     now <= At, and crediting (now-At) more than that would credit
+	//     the lease's own wait, which no take paid.
+	//   - A lease's unused units are refunded as a receipt of the lease's
+	//     stamp with Cost the units unused (the Limiter does this once per
+	//     lease): each rule above holds for them as for a take of that
+	//     cost at At, since the lease recorded them as such.
 	//
 	// It is idempotent: a second Refund of the same receipt changes
 	// nothing, whatever happened to the key in between. Stores remember a
@@ -195,6 +224,11 @@ type Result struct {
 	// Stamp is all Refund and Renew need to find the hit again: set by
 	// Take for a hit it recorded, zero otherwise.
 	Stamp Stamp
+	// Lease is, for an allowed hit with [Hit.Lease] set, how long its
+	// holder may use the lease from the store's time of the take: Hit.Lease,
+	// cut at the end of the current window for a FixedWindow or
+	// SlidingWindowCounter rule. Zero otherwise.
+	Lease time.Duration
 }
 
 // Stamp is a store's mark on a hit it recorded: when, and in which state

@@ -47,7 +47,7 @@ func mainErr(args []string, out io.Writer) error {
 	rounds := fs.Int("rounds", 10, "rounds per row group: the limiters of a group take turns, each measured duration/rounds per round")
 	gs := fs.String("goroutines", "1,64", "comma-separated goroutine counts")
 	stores := fs.String("stores", "redis,memory", "comma-separated stores: redis, memory")
-	wl := fs.String("workloads", "allowed,attack,mix", "comma-separated workloads")
+	wl := fs.String("workloads", "allowed,attack,mix", "comma-separated workloads: allowed, attack, mix (the peers' table); hot, zipf, cold, saturation (escrow's table, issue 37)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -95,6 +95,28 @@ func mainErr(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "# %d keys; normal rule %d per %v, hot key %d per %v; latency sampled on every Redis decision and every 16th in-memory one\n", numKeys, normalLimit, window, hotLimit, window)
 	fmt.Fprintln(out)
+
+	var escrowWorks []string
+	mainWanted := false
+	for _, w := range strings.Split(*wl, ",") {
+		if _, ok := escrowWorkloads[w]; ok || w == "saturation" {
+			escrowWorks = append(escrowWorks, w)
+		} else {
+			mainWanted = true
+		}
+	}
+	if len(escrowWorks) > 0 {
+		if *addr == "" {
+			return fmt.Errorf("workloads %v need -redis", escrowWorks)
+		}
+		if err := escrowTable(out, *addr, escrowWorks, *redisDur); err != nil {
+			return fmt.Errorf("escrow: %w", err)
+		}
+		if !mainWanted {
+			return nil
+		}
+		fmt.Fprintln(out)
+	}
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	var readRedis func() redisTimes

@@ -60,7 +60,11 @@ func (e *entry) check(now int64, h *floodgate.Hit, t int64) floodgate.Result {
 		if fits {
 			next := tat + cost*t
 			if next-now <= capacity {
-				return floodgate.Result{Allowed: true, Remaining: (capacity - (next - now)) / t, ResetAfter: dur(next - now)}
+				// A lease (floodgate.Hit.Lease) conforms now and is
+				// recorded as taken at now+Lease: the figures are the
+				// key's with it so recorded.
+				at := max(tat, now+int64(h.Lease)) + cost*t
+				return floodgate.Result{Allowed: true, Remaining: max(0, floorDiv(capacity-(at-now), t)), ResetAfter: dur(at - now)}
 			}
 			if !h.Overdraw {
 				return floodgate.Result{Remaining: floorDiv(capacity-(tat-now), t), ResetAfter: dur(tat - now), RetryAfter: dur(next - now - capacity)}
@@ -104,7 +108,13 @@ func (e *entry) check(now int64, h *floodgate.Hit, t int64) floodgate.Result {
 		n := int64(len(e.ring))
 		live := e.live(now - window)
 		if live+cost <= limit {
-			return floodgate.Result{Allowed: true, Remaining: limit - live - cost, ResetAfter: dur(window)}
+			// Recorded at now (now+Lease for a lease), or at the newest
+			// time if later, which weighs until a window after it.
+			at := now + int64(h.Lease)
+			if n > 0 {
+				at = max(at, e.at(n-1))
+			}
+			return floodgate.Result{Allowed: true, Remaining: limit - live - cost, ResetAfter: dur(at + window - now)}
 		}
 		if h.Overdraw {
 			// The ring's live times, then cost times at t: the one at
@@ -143,12 +153,20 @@ func (e *entry) record(now int64, h *floodgate.Hit, t int64) (floodgate.Stamp, b
 	r := h.Rule
 	cost := h.Cost
 	full := false // only an Overdraw hit can fill the state
+	// A lease is recorded as taken at now+lease (floodgate.Hit.Lease): a
+	// log's times and a bucket's TAT; a window's count does not tell
+	// times apart.
+	lease := int64(h.Lease)
+	at := now
+	if r.Algorithm == floodgate.TokenBucket || r.Algorithm == floodgate.SlidingWindow {
+		at = now + lease
+	}
 	switch r.Algorithm {
 	case floodgate.TokenBucket:
 		if h.Overdraw {
 			e.tat, full = bucketOver(now, max(e.tat, now), cost, t, r.Capacity()*t, int64(algo.Ahead(r)))
 		} else {
-			e.tat = max(e.tat, now) + cost*t
+			e.tat = max(e.tat, now+lease) + cost*t
 		}
 		e.expires = max(e.expires, e.tat)
 	case floodgate.FixedWindow:
@@ -168,14 +186,14 @@ func (e *entry) record(now int64, h *floodgate.Hit, t int64) (floodgate.Stamp, b
 	default:
 		window := int64(r.Window)
 		if !h.Overdraw || e.live(now-window)+cost <= r.Limit {
-			e.add(now, cost, r.Limit, window)
+			e.add(now, at, cost, r.Limit, window)
 		} else {
 			full = e.over(now, cost, window, algo.LogMax(r))
 		}
-		e.expires = max(e.expires, now+window)
+		e.expires = max(e.expires, at+window)
 	}
 	e.takes++
-	return floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch, Take: e.takes}, full
+	return floodgate.Stamp{At: time.Unix(0, at), Epoch: e.epoch, Take: e.takes}, full
 }
 
 // restart gives the entry a fresh state, epoch, once it has expired (it
@@ -236,12 +254,12 @@ func (e *entry) live(cut int64) int64 {
 	return n - int64(sort.Search(int(n), func(i int) bool { return e.at(int64(i)) > cut }))
 }
 
-// add records cost requests at now in the ring of a rule of limit per
-// window.
-func (e *entry) add(now, cost, limit, window int64) {
+// add records cost requests at the time at (now, or a lease's end, later)
+// in the ring of a rule of limit per window, at now.
+func (e *entry) add(now, at, cost, limit, window int64) {
 	n := int64(len(e.ring))
 	if n > 0 {
-		now = max(now, e.at(n-1)) // keep the ring in order
+		at = max(at, e.at(n-1)) // keep the ring in order
 	}
 	if e.head == 0 && n < limit {
 		// Not full yet: drop the times that left the window, so that a
@@ -261,10 +279,10 @@ func (e *entry) add(now, cost, limit, window int64) {
 		e.ring, e.head, n = keep, 0, int64(len(keep))
 	}
 	for ; cost > 0 && e.head == 0 && n < limit; cost, n = cost-1, n+1 {
-		e.ring = append(e.ring, now)
+		e.ring = append(e.ring, at)
 	}
 	for ; cost > 0; cost-- { // full: overwrite the oldest, which check proved gone
-		e.ring[e.head] = now
+		e.ring[e.head] = at
 		e.head = (e.head + 1) % len(e.ring)
 	}
 }

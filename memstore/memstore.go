@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 	"github.com/floodgate-rl/floodgate/internal/keyenc"
 )
 
@@ -257,6 +258,9 @@ func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 		}
 		return []floodgate.Result{r}, nil
 	}
+	if err := algo.LeaseError(hits); err != nil {
+		return nil, fmt.Errorf("memstore: take: %w", err)
+	}
 	return s.apply(ctx, hits, true, func(now int64, slots []slot) []floodgate.Result {
 		results := make([]floodgate.Result, len(hits))
 		admitted := true // every hit that is not Overdraw is allowed
@@ -284,6 +288,11 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 	if err := s.usable(ctx); err != nil {
 		return r, err
 	}
+	if h.Lease != 0 {
+		if err := algo.LeaseError([]floodgate.Hit{h}); err != nil {
+			return r, fmt.Errorf("memstore: take: %w", err)
+		}
+	}
 	k := keyOf(&h)
 	hash := s.hash(&k)
 	t := hitInterval(&h) // outside the lock
@@ -300,6 +309,9 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 		var full bool
 		if r.Stamp, full = e.record(now, &h, t); full {
 			e.renew(sh.nextEpoch())
+		}
+		if h.Lease != 0 {
+			r.Lease = algo.LeaseOf(&h, now)
 		}
 	}
 	if e.expires <= now {

@@ -30,7 +30,7 @@ func TestRefundNeverFreesMoreThanItsTake(t *testing.T) {
 				if n := int64(len(e.ring)); n > 0 {
 					t = max(t, e.at(n-1))
 				}
-				e.add(now, cost, limit, window)
+				e.add(now, now, cost, limit, window)
 				takes = append(takes, take{now, t, cost})
 				live = append(live, len(takes)-1)
 				continue

@@ -66,13 +66,13 @@ func TestRingHoldsWhatItsWindowHolds(t *testing.T) {
 	const window = int64(time.Minute)
 	e := &entry{}
 	for i := range int64(10) {
-		e.add(i, 1, 1000, window)
+		e.add(i, i, 1, 1000, window)
 	}
 	if len(e.ring) != 10 {
 		t.Fatalf("ring of %d times after 10 takes, want 10", len(e.ring))
 	}
 	now := 5 + window // the times 0 to 5 have left the window
-	e.add(now, 2, 1000, window)
+	e.add(now, now, 2, 1000, window)
 	want := []int64{6, 7, 8, 9, now, now}
 	if !slices.Equal(e.ring, want) || e.head != 0 {
 		t.Fatalf("ring %v (head %d), want %v", e.ring, e.head, want)

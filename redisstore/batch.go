@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 )
 
 // Group commit
@@ -120,6 +121,9 @@ func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]flo
 			return nil, err
 		}
 	}
+	if hits[0].Lease != 0 {
+		return s.takeLease(ctx, keys, args, hits[0])
+	}
 	b := s.batch.of(cluster, keys)
 
 	b.mu.Lock()
@@ -224,6 +228,33 @@ func (s *Store) deliver(batch []*call) {
 			cl.done <- callResult{res: res[i]}
 		}
 	}
+}
+
+// takeLease runs the Take of the one hit h, a lease
+// (floodgate.Hit.Lease), alone, in take.lua's mode "3": the arguments of
+// a group of one hit, then the lease in µs. A lease is one call per many
+// decisions (the Limiter's escrow), so it skips the group commit, whose
+// short forms it would not fit.
+func (s *Store) takeLease(ctx context.Context, keys, args []string, h floodgate.Hit) ([]floodgate.Result, error) {
+	args[0] = "3"
+	args = append(args, strconv.FormatInt(int64(h.Lease/time.Microsecond), 10))
+	v, err := s.eval(ctx, takeScript, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	res, err := parseValues(v, []int{1}, true)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	r := &res[0][0]
+	if r.Allowed {
+		now := r.Stamp.At.UnixNano()
+		r.Lease = algo.LeaseOf(&h, now)
+		if a := h.Rule.Algorithm; a == floodgate.SlidingWindow || a == floodgate.TokenBucket {
+			r.Stamp.At = r.Stamp.At.Add(h.Lease) // recorded as at the lease's end
+		}
+	}
+	return res[0], nil
 }
 
 // sendOne runs a Take alone: args already start with the mode.

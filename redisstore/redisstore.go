@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/breakerstore"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/redis/rueidis"
@@ -231,6 +232,9 @@ func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 }
 
 func (s *Store) takeDirect(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	if err := algo.LeaseError(hits); err != nil {
+		return nil, fmt.Errorf("redisstore: take: %w", err)
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	t := s.names.next()

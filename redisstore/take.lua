@@ -40,6 +40,12 @@
 --                 (floodgate.Hit.Overdraw, whose table of what each state
 --                 holds past its limit this script follows); "0": only
 --                 within its limit
+-- Mode "3", a lease (floodgate.Hit.Lease): one group of one hit, as mode
+-- "1", then the lease in us: the hit is checked at now and recorded as at
+-- rec = now + lease (a ring's entries at rec, or at its newest if later; a
+-- bucket's TAT from max(TAT, rec)), and its figures are the key's with it
+-- so recorded. A fixed window or counter records it as mode "1" does: the
+-- Go side cuts the lease at the window's end.
 -- Mode "2", the group commit's batch of lone Takes that share a rule and
 -- a cost, none overdraw: cost, limit and window once, then one epoch per
 -- key, each the group of one hit "<epoch> 1 s <cost> <limit> <window> 0"
@@ -68,11 +74,16 @@ local mode = ARGV[1]
 local epoch, nhits = ARGV[2], tonumber(ARGV[3])
 local key, alg, cost, limit, window = KEYS[1], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local overdraw = ARGV[8] == '1'
-local record = mode == '1' or mode == '2'
+local record = mode == '1' or mode == '2' or mode == '3'
 local alone = mode == '1' and nhits == 1 and ARGV[9] == nil -- one group of one hit
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+-- rec: when this call's hits are recorded (mode "3": the lease's end).
+local rec, nargs0 = now, #ARGV
+if mode == '3' then
+  rec, nargs0 = now + tonumber(ARGV[#ARGV]), #ARGV - 1
+end
 
 local char, byte, floor = string.char, string.byte, math.floor
 
@@ -310,7 +321,7 @@ local function quick(key, cost, limit, window, epoch)
     redis.call('SETRANGE', key, W * head, string.rep(enc6(t - base), cost))
     redis.call('SETRANGE', key, W * count, packHeader(ep, head + cost, count, first - cost, base, tfirst, t))
   end
-  return true, limit - live - cost, window, 0, ep
+  return true, limit - live - cost, t + window - now, 0, ep
 end
 
 -- Fast path: a call of one group of one sliding-window hit that records,
@@ -412,7 +423,7 @@ local keys, algs, costs, limits, windows = KEYS, {}, {}, {}, {}
 local overdraws
 local ngroups = g0
 do
-  local a, h, nargs = a0, h0, #ARGV -- the next argument, the hits read
+  local a, h, nargs = a0, h0, nargs0 -- the next argument, the hits read
   if short then
     -- One lone sliding-window take per argument.
     while a <= nargs do
@@ -592,7 +603,8 @@ local function sliding(key, cost, limit, window, over, h)
     live = r.count - r.first
   end
   if live + cost <= limit then
-    return true, limit - live - cost, window, 0, r, r and r.ep
+    -- Recorded at rec, or at the newest entry if later (recordSliding).
+    return true, limit - live - cost, math.max(rec, r and r.newest or rec) + window - now, 0, r, r and r.ep
   end
   if over then
     -- The live entries, then cost entries at t: the one at index live +
@@ -684,14 +696,15 @@ local function recordSliding(key, cost, limit, window, epoch, r, over, full)
     return
   end
   if r == nil then
-    local px = ttl(now + window)
+    local px = ttl(rec + window)
     redis.call('PEXPIRE', key, px) -- first: see oomFirst
     redis.call('SET', key, string.rep(enc6(0), cost) ..
-      ringHeader({ep = tonumber(epoch), head = 0, count = cost, first = 0, base = now, tfirst = now, newest = now}),
+      ringHeader({ep = tonumber(epoch), head = 0, count = cost, first = 0, base = rec, tfirst = rec, newest = rec}),
       'PX', px)
     return
   end
-  local t = math.max(now, r.newest) -- a clock that stepped back keeps the order
+  -- A clock that stepped back, or a lease's entries (at rec), keep the order.
+  local t = math.max(rec, r.newest)
   if r.first == r.count or r.count > limit or (r.count < limit and (r.head ~= 0 or r.count + cost >= limit)) or
       t - r.base >= SPAN then
     -- Every entry has left the window, or the limit changed since the
@@ -743,7 +756,9 @@ local function bucket(key, cost, capacity, interval, over)
   local full = capacity * interval
   local new = tat + cost * interval
   if new - now <= full then
-    return true, floordiv(full - (new - now), interval), new - now, 0, new, ep
+    -- A lease conforms now and is recorded as taken at rec (mode "3").
+    local at = math.max(tat, rec) + cost * interval
+    return true, math.max(0, floordiv(full - (at - now), interval)), at - now, 0, at, ep
   end
   if not over then
     return false, floordiv(full - (tat - now), interval), tat - now, new - now - full, nil, ep
@@ -907,7 +922,7 @@ for g = g0 + 1, ngroups do
     local over = overdraws ~= nil and overdraws[h] == true
     local ok, remaining, reset, retry, val, ep, full
     local quickly = false
-    if alg == 's' and n == 1 and record and header == nil and not over then
+    if alg == 's' and n == 1 and record and header == nil and not over and rec == now then
       -- A group of one sliding-window hit that quick may record at once
       -- (unless the fast path above tried already, and left its header).
       ok, remaining, reset, retry, ep = quick(key, cost, limit, window, epoch)

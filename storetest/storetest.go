@@ -76,7 +76,7 @@ type testCase struct {
 }
 
 func run(t *testing.T, newEnv func(t *testing.T) env) {
-	for _, tc := range append(append(append(append(cases[:len(cases):len(cases)], sequences...), overdrawCases...), leaseCases...), takeCases...) {
+	for _, tc := range append(append(append(append(append(cases[:len(cases):len(cases)], sequences...), overdrawCases...), leaseCases...), takeCases...), escrowCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)

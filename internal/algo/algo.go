@@ -7,6 +7,7 @@
 package algo
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -97,4 +98,44 @@ func MaxCost(h floodgate.Hit) int64 {
 		c = min(c, bounds.SlidingCost)
 	}
 	return c
+}
+
+// MaxLease is the longest lease a store grants ([floodgate.Hit.Lease]).
+const MaxLease = time.Second
+
+// LeaseError reports why hits cannot be a Take with a lease, or nil:
+// a lease is a Take of one hit, neither Overdraw nor of a Concurrency
+// rule, of a positive Lease up to MaxLease, in whole microseconds. Hits without a lease are
+// nil's.
+func LeaseError(hits []floodgate.Hit) error {
+	for i, h := range hits {
+		switch {
+		case h.Lease == 0:
+			continue
+		case len(hits) != 1:
+			return fmt.Errorf("%w: hit %d of %d has a lease; a lease is a take of one hit", floodgate.ErrInvalidHit, i, len(hits))
+		case h.Lease < 0 || h.Lease > MaxLease || h.Lease%time.Microsecond != 0:
+			return fmt.Errorf("%w: lease %v is not a whole number of microseconds within 0 to %v", floodgate.ErrInvalidHit, h.Lease, MaxLease)
+		case h.Overdraw || h.Rule.Algorithm == floodgate.Concurrency:
+			return fmt.Errorf("%w: a lease may not be Overdraw or of a concurrency rule", floodgate.ErrInvalidHit)
+		}
+	}
+	return nil
+}
+
+// LeaseOf is the Result.Lease of an allowed take of h at the store's
+// time now (ns, on the store's clock): h.Lease, cut at the end of the
+// current window for a fixed window or a sliding-window counter, whose
+// count belongs to that window. Both stores compute it here.
+func LeaseOf(h *floodgate.Hit, now int64) time.Duration {
+	switch h.Rule.Algorithm {
+	case floodgate.FixedWindow, floodgate.SlidingWindowCounter:
+		w := int64(h.Rule.Window)
+		idx := now / w
+		if now%w != 0 && now < 0 {
+			idx--
+		}
+		return min(h.Lease, time.Duration((idx+1)*w-now))
+	}
+	return h.Lease
 }

@@ -1,0 +1,193 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+// takeCounter counts the Takes of the store it wraps (and hides its
+// LocalStore, as a remote store has none).
+type takeCounter struct {
+	floodgate.Store
+	takes atomic.Int64
+}
+
+func (c *takeCounter) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	c.takes.Add(1)
+	return c.Store.Take(ctx, hits)
+}
+
+func TestEscrowOptionsAreValidated(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	for _, o := range []floodgate.Escrow{{Period: 10 * time.Millisecond}, {Period: 2 * time.Second}, {Period: 100*time.Millisecond + 1}, {Period: 100 * time.Millisecond, Keys: -1}} {
+		if _, err := floodgate.New(store, floodgate.Options{Escrow: o}); err == nil {
+			t.Errorf("New with %+v: no error; want the period within 50ms to 1s (whole µs), keys not negative", o)
+		}
+	}
+	l, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := floodgate.Rule{Name: "r", Limit: 10, Window: time.Minute}
+	if _, err := l.Check(context.Background(), floodgate.Hit{Rule: r, Key: "k", Lease: time.Second}); !errors.Is(err, floodgate.ErrInvalidHit) {
+		t.Fatalf("Check of a hit with Lease set: %v; want ErrInvalidHit (leases are the Limiter's own)", err)
+	}
+}
+
+// TestEscrowSizesLeases: a cold key is a plain take; the second hit
+// within a period takes a lease of a quarter of the capacity at most;
+// near the limit, plain takes again; and every figure is a plain take's.
+func TestEscrowSizesLeases(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	counted := &takeCounter{Store: store}
+	l, err := floodgate.New(counted, floodgate.Options{Escrow: floodgate.Escrow{Period: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	direct, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := floodgate.Rule{Name: "sizes", Limit: 100, Window: time.Hour}
+	free := func() int64 {
+		p, err := direct.Peek(ctx, floodgate.Hit{Rule: r, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.Allowed {
+			return p.Remaining
+		}
+		return p.Remaining + 1
+	}
+	allow := func(i int) {
+		t.Helper()
+		d, err := l.Allow(ctx, r, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := r.Limit - int64(i); !d.Allowed || d.Remaining != want || d.Policy != "sizes" || d.Limit != 100 || d.Window != time.Hour || d.RetryAfter != 0 {
+			t.Fatalf("hit %d: %+v; want allowed, Remaining %d, the rule's figures", i, d, want)
+		}
+	}
+	allow(1)
+	if n, f := counted.takes.Load(), free(); n != 1 || f != 99 {
+		t.Fatalf("after a cold key's first hit: %d takes, %d free; want 1 plain take, 99 free", n, f)
+	}
+	allow(2)
+	// A lease of a quarter of the capacity: 25 units held, 1 of them used.
+	if n, f := counted.takes.Load(), free(); n != 2 || f != 99-25 {
+		t.Fatalf("after the second hit: %d takes, %d free; want a lease of 25 (a quarter of the capacity), %d free", n, f, 99-25)
+	}
+	for i := 3; i <= 26; i++ {
+		allow(i)
+	}
+	if n := counted.takes.Load(); n != 2 {
+		t.Fatalf("after 26 hits: %d takes; want 2, the lease deciding hits 2 to 26", n)
+	}
+	// The next lease is a quarter of the 74 left: 18.
+	allow(27)
+	if n, f := counted.takes.Load(), free(); n != 3 || f != 74-18 {
+		t.Fatalf("after hit 27: %d takes, %d free; want a third take, a lease of 18, %d free", n, f, 74-18)
+	}
+	for i := 28; i <= 90; i++ {
+		allow(i)
+	}
+	// Near the limit a lease would be under 8 units: plain takes.
+	before := counted.takes.Load()
+	for i := 91; i <= 100; i++ {
+		allow(i)
+	}
+	if n := counted.takes.Load() - before; n < 5 {
+		t.Fatalf("hits 91 to 100: %d takes; want mostly plain takes near the limit", n)
+	}
+	d, err := l.Allow(ctx, r, "k")
+	if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
+		t.Fatalf("hit 101: %+v, %v; want denied, Remaining 0, a RetryAfter", d, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f := free(); f != 0 {
+		t.Fatalf("after Close: %d free; want 0, the store holding the 100 hits admitted", f)
+	}
+}
+
+// TestEscrowRefundAfterTheLeaseEnded: a hit decided from a lease that
+// ended with every unit used refunds at the store, once; one whose
+// lease gave back its unused units credits nothing more (a take is
+// refunded once), never more than it took.
+func TestEscrowRefundAfterTheLeaseEnded(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	const period = 50 * time.Millisecond
+	l, err := floodgate.New(&takeCounter{Store: store}, floodgate.Options{Escrow: floodgate.Escrow{Period: period}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	direct, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := floodgate.Rule{Name: "late", Limit: 100, Window: time.Hour}
+	free := func() int64 {
+		p, err := direct.Peek(ctx, floodgate.Hit{Rule: r, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Remaining + 1
+	}
+	var ds []floodgate.Decision
+	for range 26 { // a plain take, then a lease of 25, all used
+		d, err := l.Allow(ctx, r, "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		ds = append(ds, d)
+	}
+	if f := free(); f != 74 {
+		t.Fatalf("after 26 hits: %d free, want 74", f)
+	}
+	time.Sleep(2 * period) // the lease ended; nothing unused to give back
+	for range 2 {
+		if err := l.Refund(ctx, ds[10]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := free(); f != 75 {
+		t.Fatalf("after refunding (twice) a hit of a spent lease that ended: %d free, want 75: the store credits it, once", f)
+	}
+	// A lease with unused units: they go back when it ends, and a later
+	// refund of one of its hits credits nothing more.
+	var more []floodgate.Decision
+	for range 3 {
+		d, err := l.Allow(ctx, r, "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		more = append(more, d)
+	}
+	time.Sleep(2 * period)
+	if f := free(); f != 72 {
+		t.Fatalf("a period after 3 more hits: %d free, want 72: the unused units of their lease went back", f)
+	}
+	if err := l.Refund(ctx, more[2]); err != nil {
+		t.Fatal(err)
+	}
+	// (Hit 1 of the 3 was a plain take, after a quiet period; hits 2 and
+	// 3 came from a lease of 18, whose 16 unused units went back.)
+	if f := free(); f != 72 {
+		t.Fatalf("after refunding a hit of a lease whose unused units went back: %d free, want 72: a take is refunded once, never more", f)
+	}
+}
