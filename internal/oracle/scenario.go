@@ -95,6 +95,9 @@ func Run(ctx context.Context, c Config) ([]Report, error) {
 	if c.Output == nil {
 		c.Output = os.Stderr
 	}
+	if c.Mode == Escrow && !EscrowAvailable() {
+		return nil, ErrNoEscrow
+	}
 	if c.Scenario == Stop && (c.Pause == nil || c.Resume == nil) {
 		return nil, errors.New("oracle: the stop scenario needs Pause and Resume")
 	}
