@@ -91,6 +91,17 @@ func (w *Writer) Admit(alg floodgate.Algorithm, sent, answered time.Time) {
 	}
 }
 
+// Tally ends the log with the replica's tally: a line
+// "# tally allowed=N denied=N errors=N takes=N leases=N". A killed replica's log
+// has none.
+func (w *Writer) Tally(t Tally) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, err := fmt.Fprintf(w.f, "# tally allowed=%d denied=%d errors=%d takes=%d leases=%d\n", t.Allowed, t.Denied, t.Errors, t.Takes, t.Leases); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
 // Close closes the file and reports the first error of any write.
 func (w *Writer) Close() error {
 	w.mu.Lock()
@@ -105,9 +116,12 @@ func (w *Writer) Close() error {
 // Logs is the union of several replicas' logs: each rule, and every
 // admission of its key.
 type Logs struct {
-	Rules []floodgate.Rule        // in the order of the first log's header
-	Spans map[string][]Span       // by rule name
-	alg   map[byte]floodgate.Rule // by letter
+	Rules []floodgate.Rule  // in the order of the first log's header
+	Spans map[string][]Span // by rule name
+	// Tallies holds the tally of each log that ends with one (a killed
+	// replica's does not), in the order read.
+	Tallies []Tally
+	alg     map[byte]floodgate.Rule // by letter
 }
 
 // Read adds the log data (named name, for errors) to l. Every log must
@@ -128,6 +142,12 @@ func (l *Logs) Read(name string, data []byte) error {
 		switch {
 		case len(f) == 0:
 			continue
+		case f[0] == "#" && len(f) > 1 && f[1] == "tally":
+			var t Tally
+			if _, err := fmt.Sscanf(line, "# tally allowed=%d denied=%d errors=%d takes=%d leases=%d", &t.Allowed, &t.Denied, &t.Errors, &t.Takes, &t.Leases); err != nil {
+				return bad(err)
+			}
+			l.Tallies = append(l.Tallies, t)
 		case f[0] == "#":
 			if len(f) < 2 || f[1] != "rule" {
 				continue

@@ -89,12 +89,17 @@ func runMain(ctx context.Context, self []string, args []string, stdout, stderr i
 	}
 	c.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	start := time.Now()
-	reps, err := Run(ctx, c)
+	out, err := Run(ctx, c)
 	if err != nil {
 		return err
 	}
-	c.Logger.Info("run done", "mode", c.Mode, "scenario", c.Scenario, "took", time.Since(start).Round(time.Millisecond))
-	for _, r := range reps {
+	var t Tally
+	for _, r := range out.Tallies {
+		t.Allowed, t.Denied, t.Errors, t.Takes, t.Leases = t.Allowed+r.Allowed, t.Denied+r.Denied, t.Errors+r.Errors, t.Takes+r.Takes, t.Leases+r.Leases
+	}
+	c.Logger.Info("run done", "mode", c.Mode, "scenario", c.Scenario, "took", time.Since(start).Round(time.Millisecond),
+		"replicas_tallied", len(out.Tallies), "allowed", t.Allowed, "denied", t.Denied, "errors", t.Errors, "store_hits", t.Takes, "leases", t.Leases)
+	for _, r := range out.Reports {
 		fmt.Fprintf(stdout, "%s %s %v: %v\n", c.Scenario, c.Mode, r.Rule.Algorithm, r)
 	}
 	return nil

@@ -42,23 +42,25 @@ func shortConfig(t *testing.T, mode, scenario, url string) Config {
 	}
 }
 
-func run(t *testing.T, c Config) []Report {
+func run(t *testing.T, c Config) Outcome {
 	t.Helper()
-	var out syncbuf.Buffer
-	c.Output = &out
+	var output syncbuf.Buffer
+	c.Output = &output
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the replicas' output:\n%s", out.String())
+			t.Logf("the replicas' output:\n%s", output.String())
 		}
 	})
-	reps, err := Run(context.Background(), c)
+	out, err := Run(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(reps) != 4 {
-		t.Fatalf("%d reports, want one per algorithm (4)", len(reps))
+	if len(out.Reports) != 4 {
+		t.Fatalf("%d reports, want one per algorithm (4)", len(out.Reports))
 	}
-	for _, r := range reps {
+	total := 0
+	for _, r := range out.Reports {
+		total += r.Total
 		t.Logf("%s %s %v: %v", c.Scenario, c.Mode, r.Rule.Algorithm, r)
 		// The bursts drive every key far past its limit, in every burst:
 		// a run with less than a window's limit drove nothing.
@@ -66,15 +68,50 @@ func run(t *testing.T, c Config) []Report {
 			t.Errorf("%v: %d admissions in all, want at least the limit %d: the load never reached the limit", r.Rule.Algorithm, r.Total, c.Limit)
 		}
 	}
-	return reps
+	// Every replica that was not killed tallied what it decided, and its
+	// log holds every admission it counted.
+	want := Replicas
+	if c.Scenario == Kill {
+		want--
+	}
+	if len(out.Tallies) != want {
+		t.Fatalf("%d tallies, want %d: a replica did not finish", len(out.Tallies), want)
+	}
+	var allowed int64
+	for i, tl := range out.Tallies {
+		t.Logf("replica tally %d: %+v", i, tl)
+		allowed += tl.Allowed
+		if c.Mode == Direct && (tl.Takes != tl.Allowed+tl.Denied+tl.Errors || tl.Leases != 0) {
+			t.Errorf("direct replica: %+v, want one store hit per decision and no lease", tl)
+		}
+	}
+	if c.Scenario != Kill && allowed != int64(total) {
+		t.Errorf("the replicas allowed %d, their logs hold %d admissions", allowed, total)
+	}
+	return out
+}
+
+// leased reports the leases the run's replicas were granted.
+func leased(out Outcome) int64 {
+	var n int64
+	for _, tl := range out.Tallies {
+		n += tl.Leases
+	}
+	return n
 }
 
 // fleetHolds runs c and requires 0 over-admissions for every algorithm.
+// An escrow run must have decided from leases: otherwise it proved
+// nothing about them.
 func fleetHolds(t *testing.T, c Config) {
-	for _, r := range run(t, c) {
+	out := run(t, c)
+	for _, r := range out.Reports {
 		if r.Over != 0 {
 			t.Errorf("%v: %v: the fleet admitted past the limit", r.Rule.Algorithm, r)
 		}
+	}
+	if c.Mode == Escrow && leased(out) == 0 {
+		t.Errorf("escrow granted no lease of more than one unit: the run tested the direct path only")
 	}
 }
 
@@ -128,8 +165,11 @@ func TestOracleEscrow(t *testing.T) {
 // places while those units still lie in it.
 func TestOracleCatchesBrokenEscrow(t *testing.T) {
 	t.Parallel()
-	reps := run(t, shortConfig(t, Broken, Plain, "redis://"+redistest.Addr(t)))
-	if r := reps[0]; r.Over == 0 {
+	out := run(t, shortConfig(t, Broken, Plain, "redis://"+redistest.Addr(t)))
+	if leased(out) == 0 {
+		t.Errorf("the broken escrow granted no lease")
+	}
+	if r := out.Reports[0]; r.Over == 0 {
 		t.Errorf("%v: %v, want over-admissions: the broken escrow went unseen", r.Rule.Algorithm, r)
 	}
 }

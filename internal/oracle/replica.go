@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,11 +76,41 @@ type ReplicaConfig struct {
 	BurstShare float64 // of a window, for Burst
 	Goroutines int     // per key
 	Logger     *slog.Logger
+	Stderr     io.Writer // where the stacks of a hung replica go
 }
 
-// Stats counts a replica's decisions.
-type Stats struct {
-	Allowed, Denied, Errors atomic.Int64
+// Hang is how long past the end of its load a replica may take to finish
+// its decisions and close its Limiter before it counts as hung.
+const Hang = 10 * time.Second
+
+// Tally counts one replica's decisions, the hits it sent the store in
+// Takes, and the Leases among them: hits of more than one unit that the
+// store granted, which only a replica that decides from leases sends.
+type Tally struct {
+	Allowed, Denied, Errors, Takes, Leases int64
+}
+
+// stats is a Tally being counted.
+type stats struct {
+	allowed, denied, errors atomic.Int64
+}
+
+// countingStore counts the hits of the Takes it passes on, and the
+// granted ones of more than one unit.
+type countingStore struct {
+	floodgate.Store
+	takes, leases atomic.Int64
+}
+
+func (s *countingStore) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
+	s.takes.Add(int64(len(hits)))
+	res, err := s.Store.Take(ctx, hits)
+	for i, r := range res {
+		if i < len(hits) && r.Allowed && hits[i].Cost > 1 {
+			s.leases.Add(1)
+		}
+	}
+	return res, err
 }
 
 // decider decides one request of key under rule.
@@ -89,23 +121,24 @@ type decider interface {
 
 // RunReplica drives cfg's load for cfg.Duration, logging every admission,
 // and returns what it decided.
-func RunReplica(ctx context.Context, cfg ReplicaConfig) (*Stats, error) {
+func RunReplica(ctx context.Context, cfg ReplicaConfig) (Tally, error) {
 	rules := Rules(cfg.Limit, cfg.Window)
 	store, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: "oracle:"})
 	if err != nil {
-		return nil, fmt.Errorf("oracle: replica %d: %w", cfg.Index, err)
+		return Tally{}, fmt.Errorf("oracle: replica %d: %w", cfg.Index, err)
 	}
 	defer store.Close()
-	dec, err := newDecider(cfg, store)
+	counted := &countingStore{Store: store}
+	dec, err := newDecider(cfg, counted)
 	if err != nil {
-		return nil, fmt.Errorf("oracle: replica %d: %w", cfg.Index, err)
+		return Tally{}, fmt.Errorf("oracle: replica %d: %w", cfg.Index, err)
 	}
 	w, err := Create(cfg.Log, cfg.Index, cfg.Mode, rules)
 	if err != nil {
 		dec.close()
-		return nil, err
+		return Tally{}, err
 	}
-	var stats Stats
+	var stats stats
 	end := time.Now().Add(cfg.Duration)
 	var wg sync.WaitGroup
 	for _, rule := range rules {
@@ -113,12 +146,28 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig) (*Stats, error) {
 			wg.Go(func() { drive(ctx, cfg, g, end, dec, rule, w, &stats) })
 		}
 	}
-	wg.Wait()
-	return &stats, errors.Join(dec.close(), w.Close())
+	// A replica that hangs is a finding, not a reason to wait: past its
+	// load's end and Hang more, it writes every goroutine's stack (where
+	// it hangs) and gives up.
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		err = dec.close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Until(end) + Hang):
+		pprof.Lookup("goroutine").WriteTo(cfg.Stderr, 2)
+		return Tally{}, fmt.Errorf("oracle: replica %d: still deciding %v after its load ended (stacks above)", cfg.Index, Hang)
+	}
+	t := Tally{Allowed: stats.allowed.Load(), Denied: stats.denied.Load(), Errors: stats.errors.Load(), Takes: counted.takes.Load(), Leases: counted.leases.Load()}
+	w.Tally(t)
+	return t, errors.Join(err, w.Close())
 }
 
 // drive is one goroutine of the load on rule's key, until end.
-func drive(ctx context.Context, cfg ReplicaConfig, g int, end time.Time, dec decider, rule floodgate.Rule, w *Writer, stats *Stats) {
+func drive(ctx context.Context, cfg ReplicaConfig, g int, end time.Time, dec decider, rule floodgate.Rule, w *Writer, stats *stats) {
 	rate := cfg.Rate
 	if cfg.Role == Burst {
 		rate = cfg.BurstRate
@@ -143,16 +192,16 @@ func drive(ctx context.Context, cfg ReplicaConfig, g int, end time.Time, dec dec
 		answered := time.Now()
 		switch {
 		case err != nil:
-			stats.Errors.Add(1)
+			stats.errors.Add(1)
 			if !logged {
 				cfg.Logger.Warn("decision failed; counted as a denial", "rule", rule.Name, "err", err)
 				logged = true
 			}
 		case ok:
 			w.Admit(rule.Algorithm, sent, answered)
-			stats.Allowed.Add(1)
+			stats.allowed.Add(1)
 		default:
-			stats.Denied.Add(1)
+			stats.denied.Add(1)
 		}
 	}
 }

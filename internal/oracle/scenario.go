@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -86,9 +87,15 @@ func (c Config) replicaConfig(i int, key string) ReplicaConfig {
 	}
 }
 
-// Run runs c and checks the union of the replicas' logs: one Report per
-// rule, in the order of Rules.
-func Run(ctx context.Context, c Config) ([]Report, error) {
+// Outcome is what a run found: one Report per rule, in the order of
+// Rules, and the tallies of the replicas that were not killed.
+type Outcome struct {
+	Reports []Report
+	Tallies []Tally
+}
+
+// Run runs c and checks the union of the replicas' logs.
+func Run(ctx context.Context, c Config) (Outcome, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -96,10 +103,10 @@ func Run(ctx context.Context, c Config) ([]Report, error) {
 		c.Output = os.Stderr
 	}
 	if c.Mode == Escrow && !EscrowAvailable() {
-		return nil, ErrNoEscrow
+		return Outcome{}, ErrNoEscrow
 	}
 	if c.Scenario == Stop && (c.Pause == nil || c.Resume == nil) {
-		return nil, errors.New("oracle: the stop scenario needs Pause and Resume")
+		return Outcome{}, errors.New("oracle: the stop scenario needs Pause and Resume")
 	}
 	var id [6]byte
 	rand.Read(id[:])
@@ -116,7 +123,7 @@ func Run(ctx context.Context, c Config) ([]Report, error) {
 				p.Process.Kill()
 				p.Wait()
 			}
-			return nil, fmt.Errorf("oracle: replica %d: %w", i, err)
+			return Outcome{}, fmt.Errorf("oracle: replica %d: %w", i, err)
 		}
 		procs[i] = cmd
 	}
@@ -148,9 +155,23 @@ func Run(ctx context.Context, c Config) ([]Report, error) {
 			}
 		})
 	}
+	// A replica that outlives its load by far more than Hang (it should
+	// have given up by itself) is killed, and the run fails.
+	exited := make([]atomic.Bool, len(procs))
+	hung := time.AfterFunc(c.Duration+2*Hang, func() {
+		for i, p := range procs {
+			if !exited[i].Load() {
+				c.Logger.Error("replica hung; killing it", "replica", i)
+				p.Process.Kill()
+			}
+		}
+	})
+	defer hung.Stop()
 	var errs []error
 	for i, p := range procs {
-		if err := p.Wait(); err != nil {
+		err := p.Wait()
+		exited[i].Store(true)
+		if err != nil {
 			wg.Wait()
 			if i != killed {
 				errs = append(errs, fmt.Errorf("oracle: replica %d: %w", i, err))
@@ -159,17 +180,17 @@ func Run(ctx context.Context, c Config) ([]Report, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(append(errs, faultErr)...); err != nil {
-		return nil, err
+		return Outcome{}, err
 	}
 	l, err := ReadFiles(logs...)
 	if err != nil {
-		return nil, err
+		return Outcome{}, err
 	}
-	var reps []Report
+	out := Outcome{Tallies: l.Tallies}
 	for _, r := range Rules(c.Limit, c.Window) {
-		reps = append(reps, Check(r, l.Spans[r.Name], c.Slack))
+		out.Reports = append(out.Reports, Check(r, l.Spans[r.Name], c.Slack))
 	}
-	return reps, nil
+	return out, nil
 }
 
 // Args returns the arguments that make ReplicaMain run c.
@@ -223,10 +244,11 @@ func ReplicaMain(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("oracle: replica: %w", err)
 	}
 	c.Logger = slog.New(slog.NewTextHandler(stderr, nil)).With("replica", c.Index, "mode", c.Mode, "role", c.Role)
-	stats, err := RunReplica(ctx, c)
+	c.Stderr = stderr
+	t, err := RunReplica(ctx, c)
 	if err != nil {
 		return err
 	}
-	c.Logger.Info("done", "allowed", stats.Allowed.Load(), "denied", stats.Denied.Load(), "errors", stats.Errors.Load())
+	c.Logger.Info("done", "allowed", t.Allowed, "denied", t.Denied, "errors", t.Errors, "store_hits", t.Takes, "leases", t.Leases)
 	return nil
 }
