@@ -230,16 +230,17 @@ func ReplicaMain(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	var errs []error
-	switch {
-	case c.RedisURL == "" || c.Key == "" || c.Log == "":
-		errs = append(errs, errors.New("-redis, -key and -log are required"))
-	case c.Role != Steady && c.Role != Burst:
-		errs = append(errs, fmt.Errorf("-role %q: want steady or burst", c.Role))
-	case c.Rate <= 0 || c.BurstRate <= 0 || c.Goroutines < 1 || c.LeaseUnits < 1:
-		errs = append(errs, errors.New("-rate, -burst-rate, -goroutines and -lease-units must be positive"))
-	case c.BurstShare <= 0 || c.BurstShare > 1:
-		errs = append(errs, errors.New("-burst-share must be in (0, 1]"))
+	bad := func(ok bool, msg string) {
+		if !ok {
+			errs = append(errs, errors.New(msg))
+		}
 	}
+	bad(c.RedisURL != "" && c.Key != "" && c.Log != "", "-redis, -key and -log are required")
+	bad(c.Mode == Direct || c.Mode == Escrow || c.Mode == Broken, fmt.Sprintf("-mode %q: want direct, escrow or broken", c.Mode))
+	bad(c.Role == Steady || c.Role == Burst, fmt.Sprintf("-role %q: want steady or burst", c.Role))
+	bad(c.Rate > 0 && c.BurstRate > 0 && c.Goroutines > 0 && c.LeaseUnits > 0, "-rate, -burst-rate, -goroutines and -lease-units must be positive")
+	bad(c.BurstShare > 0 && c.BurstShare <= 1, "-burst-share must be in (0, 1]")
+	bad(c.Limit > 0 && c.Window > 0 && c.Duration > 0 && c.Period > 0, "-limit, -window, -duration and -period must be positive")
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("oracle: replica: %w", err)
 	}
