@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -76,7 +77,7 @@ type ReplicaConfig struct {
 	BurstShare float64 // of a window, for Burst
 	Goroutines int     // per key
 	Logger     *slog.Logger
-	Stderr     io.Writer // where the stacks of a hung replica go
+	Stderr     io.Writer // where the stacks of a hung replica go; nil means os.Stderr
 }
 
 // Hang is how long past the end of its load a replica may take to finish
@@ -122,6 +123,9 @@ type decider interface {
 // RunReplica drives cfg's load for cfg.Duration, logging every admission,
 // and returns what it decided.
 func RunReplica(ctx context.Context, cfg ReplicaConfig) (Tally, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	rules := Rules(cfg.Limit, cfg.Window)
 	store, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: "oracle:"})
 	if err != nil {
@@ -158,6 +162,9 @@ func RunReplica(ctx context.Context, cfg ReplicaConfig) (Tally, error) {
 	select {
 	case <-done:
 	case <-time.After(time.Until(end) + Hang):
+		if cfg.Stderr == nil {
+			cfg.Stderr = os.Stderr
+		}
 		pprof.Lookup("goroutine").WriteTo(cfg.Stderr, 2)
 		return Tally{}, fmt.Errorf("oracle: replica %d: still deciding %v after its load ended (stacks above)", cfg.Index, Hang)
 	}
