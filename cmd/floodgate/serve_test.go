@@ -533,7 +533,7 @@ func TestUpstreamEnvironment(t *testing.T) {
 		ConfigDir: "/data/ratelimit/config", MergeDomains: true, DecisionTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, LogLevel: slog.LevelWarn, LogFormat: "text",
 		MaxConnAge: 24 * time.Hour, MaxConnAgeGrace: time.Hour,
-		httpReadTimeout: 30 * time.Second, idleTimeout: 2 * time.Minute,
+		httpReadTimeout: 30 * time.Second, idleTimeout: 2 * time.Minute, statsdUnset: true,
 	}
 	if c != want {
 		t.Errorf("got  %+v\nwant %+v", c, want)
