@@ -137,9 +137,6 @@ func TestOracleDirect(t *testing.T) {
 // while Redis is frozen for longer than a lease.
 func TestOracleEscrow(t *testing.T) {
 	t.Parallel()
-	if !EscrowAvailable() {
-		t.Skip(ErrNoEscrow)
-	}
 	t.Run("plain", func(t *testing.T) {
 		t.Parallel()
 		fleetHolds(t, shortConfig(t, Escrow, Plain, "redis://"+redistest.Addr(t)))

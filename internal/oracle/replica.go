@@ -21,7 +21,7 @@ const (
 	// Direct is today's path: one store call per decision.
 	Direct = "direct"
 	// Escrow turns on the Limiter's escrow (leases of quota decided in
-	// memory), as the escrow branch adds it (see escrowOptions).
+	// memory): floodgate.Options.Escrow with the run's lease period.
 	Escrow = "escrow"
 	// Broken is an escrow built wrong on purpose, in the replica: a lease
 	// of k units is a plain Take of cost k, stamped at its grant, whose
@@ -237,11 +237,7 @@ func newDecider(cfg ReplicaConfig, store floodgate.Store) (decider, error) {
 		}
 		return limiter{lim}, nil
 	case Escrow:
-		opts, err := escrowOptions(cfg.Period)
-		if err != nil {
-			return nil, err
-		}
-		opts.Logger = cfg.Logger
+		opts := floodgate.Options{Escrow: floodgate.Escrow{Period: cfg.Period}, Logger: cfg.Logger}
 		lim, err := floodgate.New(store, opts)
 		if err != nil {
 			return nil, err

@@ -102,9 +102,6 @@ func Run(ctx context.Context, c Config) (Outcome, error) {
 	if c.Output == nil {
 		c.Output = os.Stderr
 	}
-	if c.Mode == Escrow && !EscrowAvailable() {
-		return Outcome{}, ErrNoEscrow
-	}
 	if c.Scenario == Stop && (c.Pause == nil || c.Resume == nil) {
 		return Outcome{}, errors.New("oracle: the stop scenario needs Pause and Resume")
 	}
