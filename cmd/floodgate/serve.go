@@ -62,6 +62,7 @@ type serveConfig struct {
 	AllowEmpty      bool          // CONFIG_ALLOW_EMPTY: a reload that finds no file puts no limit in force, instead of being refused
 	DecisionTimeout time.Duration // DECISION_TIMEOUT: default 50ms
 	DenialCache     int           // DENIAL_CACHE_SIZE (or LOCAL_CACHE_SIZE_IN_BYTES / 300): denials answered locally; 0 (default) is off
+	EscrowPeriod    time.Duration // ESCROW_PERIOD: hot descriptors decided in memory from leases of this period (floodgate.Options.Escrow); 0 (default) is off
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT: how long in-flight calls may take to finish; default 10s
 	MaxConnAge      time.Duration // GRPC_MAX_CONNECTION_AGE: a gRPC connection is sent GOAWAY after it; default 24h, as upstream
 	MaxConnAgeGrace time.Duration // GRPC_MAX_CONNECTION_AGE_GRACE: then closed this much later; default 1h, as upstream
@@ -165,6 +166,8 @@ environment, envoyproxy/ratelimit's names read where floodgate's are unset:
                         (10s), with EXTRA_TAGS; USE_DOG_STATSD (and _MOGRIFIERS), DISABLE_STATS
   USE_PROMETHEUS        true: /metrics on PROMETHEUS_ADDR (:9090), with upstream's mapped
                         series (PROMETHEUS_MAPPER_YAML) beside floodgate's
+  ESCROW_PERIOD         off; 50ms to 1s: hot descriptors decided in memory from leases of
+                        quota of that period, never over the limit across instances
   MERGE_DOMAIN_CONFIG, SHADOW_MODE, NEAR_LIMIT_RATIO, DENIAL_CACHE_SIZE
   (LOCAL_CACHE_SIZE_IN_BYTES), GRPC_MAX_CONNECTION_AGE(_GRACE), LOG_LEVEL, LOG_FORMAT
   TRACING_ENABLED       true: spans over OTLP (TRACING_EXPORTER_PROTOCOL http or grpc,
@@ -386,6 +389,7 @@ func parseServe(args []string, getenv func(string) string) (serveConfig, error) 
 		}
 		return n, true
 	}
+	duration("ESCROW_PERIOD", &c.EscrowPeriod) // its bounds are floodgate.New's
 	if n, ok := count("DENIAL_CACHE_SIZE"); ok {
 		c.DenialCache = n
 	} else if n, ok := count("LOCAL_CACHE_SIZE_IN_BYTES"); ok {
@@ -514,10 +518,12 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 		ovr = table
 	}
 	store = tr.store(store) // a span per store call when tracing
-	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache, Overrides: ovr})
+	limiter, err := floodgate.New(store, floodgate.Options{Timeout: cfg.DecisionTimeout, DenialCacheSize: cfg.DenialCache, Overrides: ovr,
+		Escrow: floodgate.Escrow{Period: cfg.EscrowPeriod}})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: ESCROW_PERIOD: %w", errConfig, err) // the one option the environment can make invalid here
 	}
+	defer limiter.Close() // gives back the leases' unused units, before the store closes
 	eo := enforce.Options{Limiter: limiter, Registerer: reg, Logger: logger}
 	if breaker != nil {
 		eo.Breaker = breaker
