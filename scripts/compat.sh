@@ -7,7 +7,8 @@
 # ShouldRateLimit calls through the generated gRPC client
 # (bench/cmd/rlscompat) and compares the answers field by field, once
 # with both services' default headers and once with
-# LIMIT_RESPONSE_HEADERS_ENABLED=true on both. It
+# LIMIT_RESPONSE_HEADERS_ENABLED=true on both, then runs
+# scripts/statsd-compat.sh (the statsd_exporter series of both). It
 # passes when every difference is one of the deliberate ones that
 # rlscompat prints (docs/SERVICE.md lists them too).
 #
@@ -33,61 +34,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-envoy_rl_version=v1.4.1-0.20260122083618-3fb702589d36
-bindir=${FLOODGATE_ENVOY_RL_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/envoy-ratelimit}
-
-need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-command -v redis-cli >/dev/null || need+=(redis-tools)
-if [ ${#need[@]} -gt 0 ]; then
-	echo "== installing ${need[*]}" >&2
-	if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-
-workdir=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
-	done
-	rm -rf "$workdir"
-}
-trap cleanup EXIT
-
-# free_port sets port to a loopback TCP port in 18000-18999 that nothing
-# listens on and that it has not given before.
-taken=" "
-free_port() {
-	while :; do
-		port=$((18000 + RANDOM % 1000))
-		case $taken in *" $port "*) continue ;; esac
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			taken="$taken$port "
-			return
-		fi
-	done
-}
-
-# wait_port waits until something listens on 127.0.0.1:$1, or fails after
-# $2 seconds showing the log $3.
-wait_port() {
-	for _ in $(seq $(($2 * 10))); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-		sleep 0.1
-	done
-	echo "nothing listens on port $1 after $2s; $3:" >&2
-	tail -20 "$3" >&2
-	return 1
-}
-
-if [ ! -x "$bindir/service_cmd" ]; then
-	echo "== building envoyproxy/ratelimit $envoy_rl_version into $bindir (once; minutes)" >&2
-	mkdir -p "$bindir"
-	GOBIN=$bindir GOFLAGS=-mod=mod GOWORK=off go install "github.com/envoyproxy/ratelimit/src/service_cmd@$envoy_rl_version"
-fi
+port_base=18000
+. scripts/compat-lib.sh
 echo "== building floodgate and rlscompat" >&2
 go build -o "$workdir/floodgate" ./cmd/floodgate
 (cd bench && go build -o "$workdir/rlscompat" ./cmd/rlscompat)
@@ -194,6 +142,15 @@ for headers in "" LIMIT_RESPONSE_HEADERS_ENABLED=true; do
 	run_pass $headers || st=$?
 	if [ "$st" -gt "$status" ]; then status=$st; fi
 done
+# The statistics side by side, through statsd_exporter
+# (scripts/statsd-compat.sh), with the configuration from files;
+# COMPAT_NO_STATSD=1 skips them.
+if [ -z "${COMPAT_XDS:-}${COMPAT_BREAK:-}${COMPAT_NO_STATSD:-}" ]; then
+	echo "== scripts/statsd-compat.sh" >&2
+	st=0
+	scripts/statsd-compat.sh || st=$?
+	if [ "$st" -gt "$status" ]; then status=$st; fi
+fi
 if [ -n "${COMPAT_BREAK:-}" ]; then
 	if [ "$status" -eq 1 ]; then
 		echo "== COMPAT_BREAK: the comparison found the changed limit, as it must" >&2
