@@ -3,10 +3,13 @@
 --
 -- KEYS[1]  the bucket's hash: field = holder, value =
 --          "<demand>:<demand expiry>[:<share>:<expiry>]..." (µs, server time),
---          the grants newest last, each share larger than every later one's
+--          the grants newest last, each share larger than every later one's;
+--          a negative demand is a claim not measured yet (-claim), which the
+--          other holders' fair shares leave out
 -- ARGV[1]  holder
 -- ARGV[2]  capacity (units per window)
--- ARGV[3]  demand (units per window; 0 withdraws the holder's demand)
+-- ARGV[3]  demand (units per window; 0 withdraws the holder's demand; -1: not
+--          measured yet, an equal split of the capacity among the holders)
 -- ARGV[4]  keep: the share in force
 -- ARGV[5]  hysteresis: a fair share within it of keep grants keep
 -- ARGV[6]  ttl (µs): how long the grant counts
@@ -55,6 +58,15 @@ for i = 1, #all, 2 do
     others = others + held(h)
   end
 end
+local stored = demand
+if demand < 0 then
+  local n = 1
+  for i = 1, #all, 2 do
+    if all[i] ~= holder and redis.call('HEXISTS', KEYS[1], all[i]) == 1 then n = n + 1 end
+  end
+  demand = math.floor(capacity / n)
+  stored = -demand
+end
 if demand > 0 then demands[#demands + 1] = demand end
 
 local fair = 0
@@ -81,7 +93,7 @@ if share > 0 then kept[#kept + 1] = {share, now + ttl} end
 if #kept == 0 and demand == 0 then
   redis.call('HDEL', KEYS[1], holder)
 else
-  local parts = {string.format('%d', demand), string.format('%d', now + ttl)}
+  local parts = {string.format('%d', stored), string.format('%d', now + ttl)}
   for _, g in ipairs(kept) do
     parts[#parts + 1] = string.format('%d', g[1])
     parts[#parts + 1] = string.format('%d', g[2])

@@ -32,7 +32,11 @@ type GrantRequest struct {
 	// Demand is what the holder claims, in the same units; it counts in
 	// the max-min fair division until TTL after this call. Zero withdraws
 	// the holder from the division (a stream that ended) while its grants
-	// stay counted until they expire.
+	// stay counted until they expire. Negative means not measured yet (a
+	// new Envoy): the holder claims an equal split of the capacity among
+	// the bucket's holders, itself included, out of what is free; the
+	// other holders' fair shares leave such a claim out, so that no share
+	// is lowered for a demand nobody has measured.
 	Demand int64
 	// Keep is the share the holder has in force; a fair share within
 	// Hysteresis of it grants Keep again (when it fits), so that an
@@ -64,6 +68,7 @@ type entry struct{ share, exp int64 }
 // dominated and dropped).
 type holding struct {
 	demand, demandExp int64
+	provisional       bool // demand is an equal split, not measured
 	grants            []entry
 }
 
@@ -115,11 +120,15 @@ func grant(hs map[string]*holding, req GrantRequest, now int64) Grant {
 		me = &holding{}
 		hs[req.Holder] = me
 	}
-	me.demand, me.demandExp = req.Demand, now+ttl
+	demand := req.Demand
+	if demand < 0 {
+		demand = req.Capacity / int64(len(hs))
+	}
+	me.demand, me.demandExp, me.provisional = demand, now+ttl, req.Demand < 0
 	var demands []int64
 	var others int64
 	for k, h := range hs {
-		if h.demand > 0 {
+		if h.demand > 0 && (k == req.Holder || !h.provisional) {
 			demands = append(demands, h.demand)
 		}
 		if k != req.Holder {
@@ -127,8 +136,8 @@ func grant(hs map[string]*holding, req GrantRequest, now int64) Grant {
 		}
 	}
 	var fair int64
-	if req.Demand > 0 {
-		fair = min(req.Demand, fairShare(req.Capacity, demands))
+	if demand > 0 {
+		fair = min(demand, fairShare(req.Capacity, demands))
 	}
 	want := fair
 	if req.Keep > 0 && abs(fair-req.Keep) <= req.Hysteresis {

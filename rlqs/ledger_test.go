@@ -64,13 +64,13 @@ func TestMemLedgerSteps(t *testing.T) {
 		want     Grant
 		wantHeld int64
 	}{
-		{0, req("a", 1000, 0), Grant{1000, 1000}, 1000},                       // alone: everything
-		{500 * time.Millisecond, req("b", 1000, 0), Grant{0, 500}, 1000},      // fair 500, nothing free yet
-		{0, req("a", 1000, 1000), Grant{500, 500}, 1000},                      // a lowers; its 1000 still counts
-		{0, req("b", 1000, 0), Grant{0, 500}, 1000},                           // so b still gets nothing
-		{1600 * time.Millisecond, req("b", 1000, 0), Grant{500, 500}, 1000},   // a's 1000 expired (2.1s): b gets 500
-		{0, req("a", 100, 500), Grant{100, 100}, 1000},                        // a needs 100 now; its 500 counts
-		{0, req("b", 1000, 500), Grant{500, 900}, 1000},                       // fair 900, a's 500 still holds
+		{0, req("a", 1000, 0), Grant{1000, 1000}, 1000},                         // alone: everything
+		{500 * time.Millisecond, req("b", 1000, 0), Grant{0, 500}, 1000},        // fair 500, nothing free yet
+		{0, req("a", 1000, 1000), Grant{500, 500}, 1000},                        // a lowers; its 1000 still counts
+		{0, req("b", 1000, 0), Grant{0, 500}, 1000},                             // so b still gets nothing
+		{1600 * time.Millisecond, req("b", 1000, 0), Grant{500, 500}, 1000},     // a's 1000 expired (2.1s): b gets 500
+		{0, req("a", 100, 500), Grant{100, 100}, 1000},                          // a needs 100 now; its 500 counts
+		{0, req("b", 1000, 500), Grant{500, 900}, 1000},                         // fair 900, a's 500 still holds
 		{2100 * time.Millisecond, req("b", 1000, 500), Grant{1000, 1000}, 1000}, // a silent 2.1s: its grants and demand expired, b alone
 	}
 	for i, st := range steps {
@@ -136,8 +136,11 @@ func hammer(t *testing.T, ledgers []Ledger, bucket string, capacity int64, ttl t
 			var keep int64
 			for time.Now().Before(end) {
 				demand := r.Int64N(capacity)
-				if r.IntN(4) == 0 {
+				switch r.IntN(6) {
+				case 0:
 					demand = 0
+				case 1:
+					demand = -1 // not measured yet
 				}
 				start := time.Now()
 				g, err := l.Grant(context.Background(), GrantRequest{Bucket: bucket, Holder: fmt.Sprint("h", h), Capacity: capacity,
@@ -216,8 +219,11 @@ func TestRedisLedgerMatchesMemory(t *testing.T) {
 	for i := range 300 {
 		h := fmt.Sprint("h", r.IntN(5))
 		req := GrantRequest{Bucket: bucket, Holder: h, Capacity: 997, Demand: r.Int64N(600), Keep: keep[h], Hysteresis: 3, TTL: time.Hour}
-		if r.IntN(5) == 0 {
+		switch r.IntN(6) {
+		case 0:
 			req.Demand = 0
+		case 1:
+			req.Demand = -1
 		}
 		g1, err1 := ml.Grant(ctx, req)
 		g2, err2 := rl.Grant(ctx, req)

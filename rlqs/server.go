@@ -150,11 +150,12 @@ type bucket struct {
 
 	// What is in force at Envoy, as last sent.
 	kind    kind
-	share   int64     // footprint of a share in force (kind share)
-	sent    time.Time // when the assignment in force was sent
-	expires bool      // the assignment in force has a TTL
-	ledger  string    // the ledger bucket of the share, "" when none
-	limit   string    // the limit's label, for the metrics
+	share   int64         // footprint of a share in force (kind share)
+	sent    time.Time     // when the assignment in force was sent
+	ttl     time.Duration // its TTL
+	expires bool          // the assignment in force has a TTL
+	ledger  string        // the ledger bucket of the share, "" when none
+	limit   string        // the limit's label, for the metrics
 }
 
 type kind uint8
@@ -175,6 +176,7 @@ type stream struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket // guarded by mu
 	wake    chan struct{}
+	hungry  atomic.Bool // a bucket got less than its fair share in the last round
 }
 
 // StreamRateLimitQuotas serves one Envoy's stream: it reads the usage
@@ -188,9 +190,15 @@ func (s *Server) StreamRateLimitQuotas(gs rlqsv3.RateLimitQuotaService_StreamRat
 	defer s.leave(st)
 	tick := time.NewTicker(s.refresh)
 	defer tick.Stop()
+	soon := time.NewTimer(0)
+	<-soon.C
 	for {
 		all := false
+		if st.hungry.Swap(false) {
+			soon.Reset(s.refresh / 4)
+		}
 		select {
+		case <-soon.C:
 		case <-gs.Context().Done():
 			return status.FromContextError(gs.Context().Err()).Err()
 		case err := <-recvErr:
@@ -395,35 +403,49 @@ func (s *Server) decide(ctx context.Context, st *stream, b *bucket, cfg *rlmatch
 	lb := ledgerBucket(lim, m.Key)
 	s.setLedger(st, b, lb)
 	capacity := lim.Rule.Limit
-	claim := capacity // before a report: as much as is fair
-	if demand >= 0 {
-		claim = footprint(demand + demand/50 + 1)
+	// Before its first measured report a holder claims an equal split
+	// (the Ledger's negative Demand), for a TTL of one Refresh: its share
+	// is renewed, or freed, within one Refresh once its demand is known.
+	claim, ttl := int64(-1), s.refresh
+	if demand < 0 {
+		st.hungry.Store(true)
+	} else {
+		ttl = s.ttl
+		claim = min(footprint(demand), capacity) // denied requests count in the demand: no headroom needed
 	}
 	keep := int64(0)
 	if b.kind == share {
 		keep = b.share
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
-	g, err := s.ledger.Grant(cctx, GrantRequest{Bucket: lb, Holder: st.holder, Capacity: capacity, Demand: min(claim, capacity),
-		Keep: keep, Hysteresis: 2 + keep/50, TTL: s.ttl + s.grace})
+	g, err := s.ledger.Grant(cctx, GrantRequest{Bucket: lb, Holder: st.holder, Capacity: capacity, Demand: claim,
+		Keep: keep, Hysteresis: 2 + keep/50, TTL: ttl + s.grace})
 	cancel()
 	if err != nil {
 		s.m.storeErrors.Inc()
 		return s.failed(b, lim, m.FailureMode, lb, now)
 	}
 	s.m.assigned.WithLabelValues("share").Inc()
-	if g.Share == b.share && b.kind == share && now.Sub(b.sent) < s.ttl/2 {
-		return nil // the same, and far from expiring: Envoy keeps its bucket
+	if g.Share < g.Fair {
+		// Short of its fair share while others' older grants expire:
+		// asked again soon rather than at the next Refresh.
+		st.mu.Lock()
+		b.dirty = true
+		st.mu.Unlock()
+		st.hungry.Store(true)
 	}
-	b.kind, b.share, b.sent, b.expires = share, g.Share, now, true
-	return s.tokens(b, g.Share, lim.Rule.Window)
+	if g.Share == b.share && b.kind == share && ttl == b.ttl && now.Sub(b.sent) < s.refresh/2 {
+		return nil // the same, sent since the last Refresh: Envoy keeps its bucket
+	}
+	b.kind, b.share, b.sent, b.expires, b.ttl = share, g.Share, now, true, ttl
+	return s.tokens(b, g.Share, lim.Rule.Window, ttl)
 }
 
 // failed returns the action of the failure mode when the ledger cannot
 // grant: nothing while the assignment in force lasts past the next
 // round, then what the limit's failure_mode says.
 func (s *Server) failed(b *bucket, lim *rlmatch.Limit, mode enforce.FailureMode, lb string, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	if b.kind != none && b.expires && now.Add(s.refresh+s.refresh/2).Before(b.sent.Add(s.ttl)) {
+	if b.kind != none && b.expires && now.Add(s.refresh+s.refresh/2).Before(b.sent.Add(b.ttl)) {
 		return nil // in force until after the next round: kept
 	}
 	s.m.assigned.WithLabelValues("failure_" + mode.String()).Inc()
@@ -436,8 +458,8 @@ func (s *Server) failed(b *bucket, lim *rlmatch.Limit, mode enforce.FailureMode,
 		s.mu.Lock()
 		n := max(1, s.local[lb])
 		s.mu.Unlock()
-		b.kind, b.share, b.sent, b.expires = failed, 0, now, true
-		return s.tokens(b, lim.Rule.Limit/int64(n), lim.Rule.Window)
+		b.kind, b.share, b.sent, b.expires, b.ttl = failed, 0, now, true, s.ttl
+		return s.tokens(b, lim.Rule.Limit/int64(n), lim.Rule.Window, s.ttl)
 	default: // FailError: Envoy's expired_assignment_behavior decides
 		b.kind = none
 		return nil
@@ -450,7 +472,7 @@ func (s *Server) blanket(b *bucket, k kind, rule typev3.RateLimitStrategy_Blanke
 	if b.kind == k && !ttl && !b.expires {
 		return nil
 	}
-	b.kind, b.share, b.sent, b.expires = k, 0, now, ttl
+	b.kind, b.share, b.sent, b.expires, b.ttl = k, 0, now, ttl, s.ttl
 	s.m.assigned.WithLabelValues(strings.ToLower(rule.String())).Inc()
 	qa := &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 		RateLimitStrategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}}
@@ -462,8 +484,9 @@ func (s *Server) blanket(b *bucket, k kind, rule typev3.RateLimitStrategy_Blanke
 }
 
 // burst is the max_tokens of a share of s units per window: 2% of it,
-// at least 1.
-func burst(s int64) int64 { return max(1, (s+49)/50) }
+// at least 2 (a bucket of one token denies half of evenly spaced
+// requests at exactly its rate, by the jitter of their arrivals).
+func burst(s int64) int64 { return max(2, (s+49)/50) }
 
 // footprint is what a share of s units per window can admit in any
 // window: s, its bucket's tokens at the start, and a fresh bucket's at a
@@ -471,7 +494,7 @@ func burst(s int64) int64 { return max(1, (s+49)/50) }
 func footprint(s int64) int64 { return s + 2*burst(s) }
 
 // shareOf is the largest share whose footprint is at most f; 0 when
-// f < 3.
+// f < 5.
 func shareOf(f int64) int64 {
 	s := max(0, f*50/52)
 	for s > 0 && footprint(s) > f {
@@ -488,8 +511,8 @@ func shareOf(f int64) int64 {
 
 // tokens returns a token-bucket assignment of footprint f per window w,
 // or a deny-all one when f leaves no share.
-func (s *Server) tokens(b *bucket, f int64, w time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	qa := &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{AssignmentTimeToLive: durationpb.New(s.ttl)}
+func (s *Server) tokens(b *bucket, f int64, w, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	qa := &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{AssignmentTimeToLive: durationpb.New(ttl)}
 	sh := shareOf(f)
 	if sh == 0 {
 		qa.RateLimitStrategy = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
