@@ -54,7 +54,7 @@ type Options struct {
 	// Ledger records the shares: a [RedisLedger] for a fleet, a
 	// [MemLedger] for one replica.
 	Ledger Ledger
-	// TTL is each assignment's assignment_time_to_live. Zero means 2s.
+	// TTL is each assignment's assignment_time_to_live. Zero means 1s.
 	// A share moves from one Envoy to another within about TTL+Grace
 	// plus one Refresh.
 	TTL time.Duration
@@ -63,7 +63,7 @@ type Options struct {
 	Refresh time.Duration
 	// Grace bounds the time an assignment takes to reach Envoy once sent:
 	// a grant counts in the ledger until TTL+Grace after it, and a
-	// stream whose Send takes longer is ended. Zero means 500ms.
+	// stream whose Send takes longer is ended. Zero means 250ms.
 	Grace time.Duration
 	// StoreTimeout bounds one ledger call. Zero means 100ms.
 	StoreTimeout time.Duration
@@ -108,7 +108,7 @@ func New(opts Options) (*Server, error) {
 			errs = append(errs, fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, d.v))
 		}
 	}
-	ttl := cmpDur(opts.TTL, 2*time.Second)
+	ttl := cmpDur(opts.TTL, time.Second)
 	if opts.Refresh >= ttl {
 		errs = append(errs, fmt.Errorf("%w: Refresh %v is not below TTL %v", ErrInvalidOptions, opts.Refresh, ttl))
 	}
@@ -126,7 +126,7 @@ func New(opts Options) (*Server, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	return &Server{cfg: opts.Config, ledger: opts.Ledger, ttl: ttl, refresh: cmpDur(opts.Refresh, ttl/3),
-		grace: cmpDur(opts.Grace, 500*time.Millisecond), storeTimeout: cmpDur(opts.StoreTimeout, 100*time.Millisecond),
+		grace: cmpDur(opts.Grace, 250*time.Millisecond), storeTimeout: cmpDur(opts.StoreTimeout, 100*time.Millisecond),
 		logger: logger, m: m, replica: hex.EncodeToString(id[:]), local: map[string]int{}}, nil
 }
 
