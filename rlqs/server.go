@@ -87,8 +87,28 @@ type Server struct {
 	replica                           string
 	seq                               atomic.Int64
 
-	mu    sync.Mutex
-	local map[string]int // guarded by mu: this replica's holders of each limited bucket, for failure_mode local
+	mu        sync.Mutex
+	local     map[string]int // guarded by mu: this replica's holders of each limited bucket, for failure_mode local
+	loggedErr time.Time      // guarded by mu: when a ledger error was last logged
+	quiet     int            // guarded by mu: the ledger errors not logged since
+}
+
+// logStoreError logs a ledger error, at most once per 10s with the count
+// of those not logged, so that an outage does not write a line per
+// bucket and round.
+func (s *Server) logStoreError(err error, mode enforce.FailureMode) {
+	s.mu.Lock()
+	now := time.Now()
+	if now.Sub(s.loggedErr) < 10*time.Second {
+		s.quiet++
+		s.mu.Unlock()
+		return
+	}
+	n := s.quiet
+	s.loggedErr, s.quiet = now, 0
+	s.mu.Unlock()
+	s.logger.Warn("rlqs: the ledger cannot grant; the assignments in force stay until their TTL, then the limits' failure modes decide",
+		"err", err, "failure_mode", mode.String(), "suppressed", n)
 }
 
 // New returns a Server for opts.
@@ -147,6 +167,8 @@ type bucket struct {
 	demand  int64           // units per window, from the last report; -1 before any
 	last    time.Time       // the last report's arrival
 	dirty   bool            // reported since the last round
+	key     string          // its key in the stream's buckets
+	gone    bool            // abandoned: dropped from the stream, as Envoy drops it
 
 	// What is in force at Envoy, as last sent.
 	kind    kind
@@ -177,6 +199,7 @@ type stream struct {
 	buckets map[string]*bucket // guarded by mu
 	wake    chan struct{}
 	hungry  atomic.Bool // a bucket got less than its fair share in the last round
+	warned  bool        // guarded by mu: the stream's refused buckets were logged
 }
 
 // StreamRateLimitQuotas serves one Envoy's stream: it reads the usage
@@ -232,6 +255,7 @@ func (s *Server) send(gs rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServe
 		return err
 	case <-t.C:
 		s.m.slowClients.Inc()
+		s.logger.Warn("rlqs: a client did not read its assignments within the grace period; its stream is ended", "grace", s.grace)
 		return status.Errorf(codes.ResourceExhausted, "rlqs: the client did not read its assignments within %v", s.grace)
 	}
 }
@@ -276,9 +300,14 @@ func (s *Server) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) error 
 		if b == nil {
 			if len(st.buckets) >= maxBuckets {
 				s.m.refused.Inc()
+				if !st.warned {
+					st.warned = true
+					s.logger.Warn("rlqs: a stream reports more buckets than it may have; the others get no assignment (Envoy's no_assignment_behavior)",
+						"domain", st.domain, "max_buckets", maxBuckets)
+				}
 				continue
 			}
-			b = &bucket{id: &rlqsv3.BucketId{Bucket: maps(m)}, entries: entries, demand: -1}
+			b = &bucket{id: &rlqsv3.BucketId{Bucket: maps(m)}, entries: entries, demand: -1, key: key}
 			st.buckets[key] = b
 		}
 		allowed, denied := min(u.GetNumRequestsAllowed(), maxCount), min(u.GetNumRequestsDenied(), maxCount)
@@ -373,6 +402,13 @@ func (s *Server) round(ctx context.Context, st *stream, all bool) *rlqsv3.RateLi
 		if a := s.decide(ctx, st, b, cfg, domain, demand, now); a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
+		if b.gone {
+			st.mu.Lock()
+			if st.buckets[b.key] == b {
+				delete(st.buckets, b.key)
+			}
+			st.mu.Unlock()
+		}
 	}
 	return resp
 }
@@ -387,7 +423,7 @@ func (s *Server) decide(ctx context.Context, st *stream, b *bucket, cfg *rlmatch
 		// Configured once, no longer: Envoy drops the bucket and goes
 		// back to its no_assignment_behavior.
 		s.setLedger(st, b, "")
-		b.kind = none
+		b.kind, b.gone = none, true
 		s.m.assigned.WithLabelValues("abandon").Inc()
 		return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
 			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
@@ -423,6 +459,7 @@ func (s *Server) decide(ctx context.Context, st *stream, b *bucket, cfg *rlmatch
 	cancel()
 	if err != nil {
 		s.m.storeErrors.Inc()
+		s.logStoreError(err, m.FailureMode)
 		return s.failed(b, lim, m.FailureMode, lb, now)
 	}
 	s.m.assigned.WithLabelValues("share").Inc()

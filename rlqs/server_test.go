@@ -313,3 +313,145 @@ func ledgerBucketOf(t *testing.T, yaml string) string {
 	}
 	return ledgerBucket(lim, m.Key)
 }
+
+// TestAbandonWhenUnconfigured: a bucket whose limit a reload removes gets
+// an abandon_action at the next round, once; a bucket never configured
+// gets allow-all without TTL.
+func TestAbandonWhenUnconfigured(t *testing.T) {
+	parse := func(y string) *rlconfig.Config {
+		c, err := rlconfig.Parse(map[string][]byte{"edge.yaml": []byte(y)}, rlconfig.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	with := parse("domain: edge\ndescriptors:\n  - key: route\n    value: api\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
+	without := parse("domain: edge\ndescriptors:\n  - key: route\n    value: other\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
+	var cur atomic.Pointer[rlconfig.Config]
+	cur.Store(with)
+	srv, err := New(Options{Config: cur.Load, Ledger: NewMemLedger(nil), TTL: 300 * time.Millisecond, Refresh: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	defer gs.Stop()
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, ch := openStream(t, ctx, cc)
+	if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(map[string]string{"route": "api"}, 1, 0, 0), usage(map[string]string{"route": "never"}, 1, 0, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	var sawShare, sawAllow bool
+	for r := range ch {
+		switch r.a.GetBucketId().GetBucket()["route"] {
+		case "api":
+			sawShare = sawShare || tokensOf(r.a) > 0
+		case "never":
+			qa := r.a.GetQuotaAssignmentAction()
+			if qa.GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || qa.GetAssignmentTimeToLive() != nil {
+				t.Errorf("an unconfigured bucket: %v, want ALLOW_ALL without TTL", r.a)
+			}
+			if sawAllow {
+				t.Error("an unconfigured bucket's ALLOW_ALL was sent twice")
+			}
+			sawAllow = true
+		}
+		if sawShare && sawAllow {
+			break
+		}
+	}
+	cur.Store(without)
+	abandons := 0
+	timeout := time.After(500 * time.Millisecond)
+loop:
+	for {
+		select {
+		case r := <-ch:
+			if r.a.GetBucketId().GetBucket()["route"] != "api" {
+				t.Errorf("after the reload: %v", r.a)
+				continue
+			}
+			if r.a.GetAbandonAction() != nil {
+				abandons++
+			} else {
+				t.Errorf("after the reload removed its limit: %v, want an abandon_action", r.a)
+			}
+		case <-timeout:
+			break loop
+		}
+	}
+	if abandons != 1 {
+		t.Errorf("%d abandon_actions, want 1", abandons)
+	}
+}
+
+// TestClientThatNeverReads: a client that sends reports and never reads
+// its assignments is disconnected once a Send has waited the grace
+// period, and counted; another stream on the same server is served all
+// along.
+func TestClientThatNeverReads(t *testing.T) {
+	yaml := "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 100}\n"
+	reg := prometheus.NewRegistry()
+	cc := startRLQS(t, yaml, Options{Ledger: NewMemLedger(nil), TTL: 300 * time.Millisecond, Refresh: 20 * time.Millisecond, Grace: 100 * time.Millisecond, Registerer: reg})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hostile, err := rlqsv3.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for i := range maxBuckets {
+		us = append(us, usage(map[string]string{"user": fmt.Sprintf("u%04d-%s", i, "padding-to-make-each-action-longer")}, 1, 0, time.Second))
+	}
+	if err := hostile.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: us}); err != nil {
+		t.Fatal(err)
+	}
+	normal, nch := openStream(t, ctx, cc)
+	if err := normal.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"user": "alice"}, 1, 0, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	var served int
+	for time.Now().Before(deadline) {
+		select {
+		case r, ok := <-nch:
+			if !ok {
+				t.Fatal("the normal stream ended")
+			}
+			if tokensOf(r.a) > 0 {
+				served++
+			}
+		case <-time.After(time.Second):
+			t.Fatal("the normal stream got no assignment for 1s")
+		}
+		if testutil.ToFloat64(prometheusCounter(t, reg, "floodgate_rlqs_slow_clients_total")) == 1 {
+			break
+		}
+	}
+	if n := testutil.ToFloat64(prometheusCounter(t, reg, "floodgate_rlqs_slow_clients_total")); n != 1 {
+		t.Fatalf("slow clients counted %v, want 1: the client that never reads was not disconnected", n)
+	}
+	if served == 0 {
+		t.Error("the normal stream was not served while the other one was stuck")
+	}
+	// The hostile stream was ended by the server.
+	if _, err := hostile.Recv(); err == nil {
+		for {
+			if _, err = hostile.Recv(); err != nil {
+				break
+			}
+		}
+	}
+}
