@@ -95,8 +95,8 @@
 //
 // # Bounds
 //
-// A stream tracks at most 1024 buckets of at most 64 entries each; the
-// reports of more are ignored and counted
+// A stream tracks at most 1024 buckets of at most 64 entries and 4 KiB
+// each; the reports of more are ignored and counted
 // (floodgate_rlqs_buckets_refused_total), and Envoy applies its
 // no_assignment_behavior to them. Counts are read up to 2^40 and demand
 // up to the limit, so an absurd report claims the limit and no more. A

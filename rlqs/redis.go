@@ -34,6 +34,7 @@ type RedisLedger struct {
 	mu       sync.Mutex
 	client   rueidis.Client // guarded by mu; nil until dialled
 	lastFail time.Time      // guarded by mu
+	dialing  bool           // guarded by mu: a dial is under way
 	closed   bool           // guarded by mu
 }
 
@@ -43,9 +44,10 @@ func NewRedisLedger(client rueidis.Client, prefix string) *RedisLedger {
 	return &RedisLedger{script: rueidis.NewLuaScript(grantLua), prefix: cmpOr(prefix, "fg:"), client: client}
 }
 
-// DialRedisLedger returns a ledger that builds its own client from opt
-// on first use, and again at most every 500ms while Redis cannot be
-// reached: a service may start during a Redis outage. Close closes it.
+// DialRedisLedger returns a ledger that builds its own client from opt in
+// the background, from its first use and again at most every 500ms while
+// Redis cannot be reached; until then its grants fail at once. A service
+// may start during a Redis outage. Close closes the client.
 func DialRedisLedger(opt rueidis.ClientOption, prefix string) *RedisLedger {
 	return &RedisLedger{script: rueidis.NewLuaScript(grantLua), prefix: cmpOr(prefix, "fg:"), opt: opt, owned: true}
 }
@@ -60,6 +62,9 @@ func cmpOr(s, def string) string {
 // redialEvery spaces the attempts to connect while Redis is down.
 const redialEvery = 500 * time.Millisecond
 
+// conn returns the client, or starts dialling it in the background (at
+// most every redialEvery) and fails at once: rueidis.NewClient takes no
+// context, and no grant waits for a dial.
 func (l *RedisLedger) conn() (rueidis.Client, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -68,16 +73,26 @@ func (l *RedisLedger) conn() (rueidis.Client, error) {
 		return nil, floodgate.ErrClosed
 	case l.client != nil:
 		return l.client, nil
-	case time.Since(l.lastFail) < redialEvery:
-		return nil, fmt.Errorf("rlqs: redis: %w: not connected", floodgate.ErrStoreUnavailable)
+	case !l.dialing && time.Since(l.lastFail) >= redialEvery:
+		l.dialing = true
+		go l.dial()
 	}
+	return nil, fmt.Errorf("rlqs: redis: %w: not connected", floodgate.ErrStoreUnavailable)
+}
+
+func (l *RedisLedger) dial() {
 	c, err := rueidis.NewClient(l.opt)
-	if err != nil {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dialing = false
+	switch {
+	case err != nil:
 		l.lastFail = time.Now()
-		return nil, fmt.Errorf("rlqs: redis: connect: %w: %w", floodgate.ErrStoreUnavailable, err)
+	case l.closed:
+		c.Close()
+	default:
+		l.client = c
 	}
-	l.client = c
-	return c, nil
 }
 
 // Key returns the Redis key of bucket.

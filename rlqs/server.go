@@ -40,6 +40,9 @@ const (
 	maxBuckets = 1024
 	// maxBucketEntries bounds the entries of one bucket id.
 	maxBucketEntries = 64
+	// maxBucketBytes bounds the bytes of one bucket id's keys and values,
+	// so that a stream's buckets hold at most 4 MiB.
+	maxBucketBytes = 4 << 10
 	// maxCount bounds a report's counts: more is absurd, and is read as
 	// this.
 	maxCount = 1 << 40
@@ -291,7 +294,7 @@ func (s *Server) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) error 
 	cfg := (*rlmatch.Config)(s.cfg())
 	for _, u := range r.GetBucketQuotaUsages() {
 		m := u.GetBucketId().GetBucket()
-		if len(m) == 0 || len(m) > maxBucketEntries {
+		if len(m) == 0 || len(m) > maxBucketEntries || bucketBytes(m) > maxBucketBytes {
 			s.m.refused.Inc()
 			continue
 		}
@@ -327,6 +330,14 @@ func (s *Server) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) error 
 		b.last, b.dirty = now, true
 	}
 	return nil
+}
+
+func bucketBytes(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func maps(m map[string]string) map[string]string {
