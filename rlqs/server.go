@@ -174,13 +174,14 @@ type bucket struct {
 	gone    bool            // abandoned: dropped from the stream, as Envoy drops it
 
 	// What is in force at Envoy, as last sent.
-	kind    kind
-	share   int64         // footprint of a share in force (kind share)
-	sent    time.Time     // when the assignment in force was sent
-	ttl     time.Duration // its TTL
-	expires bool          // the assignment in force has a TTL
-	ledger  string        // the ledger bucket of the share, "" when none
-	limit   string        // the limit's label, for the metrics
+	kind        kind
+	share       int64         // footprint of a share in force (kind share)
+	sent        time.Time     // when the assignment in force was sent
+	ttl         time.Duration // its TTL
+	provisional bool          // a share claimed before any measured report, renewed every Refresh/4
+	expires     bool          // the assignment in force has a TTL
+	ledger      string        // the ledger bucket of the share, "" when none
+	limit       string        // the limit's label, for the metrics
 }
 
 type kind uint8
@@ -406,11 +407,12 @@ func (s *Server) round(ctx context.Context, st *stream, all bool) *rlqsv3.RateLi
 	st.mu.Unlock()
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	now := time.Now()
+	r := &roundState{ctx: ctx, st: st, cfg: cfg, domain: domain, now: now}
 	for _, b := range due {
 		st.mu.Lock()
 		demand := b.demand
 		st.mu.Unlock()
-		if a := s.decide(ctx, st, b, cfg, domain, demand, now); a != nil {
+		if a := s.decide(r, b, demand); a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 		if b.gone {
@@ -424,10 +426,21 @@ func (s *Server) round(ctx context.Context, st *stream, all bool) *rlqsv3.RateLi
 	return resp
 }
 
+// roundState is what the buckets of one round share.
+type roundState struct {
+	ctx    context.Context
+	st     *stream
+	cfg    *rlmatch.Config
+	domain string
+	now    time.Time
+	down   bool // a ledger call of this round failed: the others are not tried
+}
+
 // decide returns the action for one bucket, or nil when what is in force
 // stays.
-func (s *Server) decide(ctx context.Context, st *stream, b *bucket, cfg *rlmatch.Config, domain string, demand int64, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	m := cfg.Match(domain, b.entries)
+func (s *Server) decide(r *roundState, b *bucket, demand int64) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	st, now := r.st, r.now
+	m := r.cfg.Match(r.domain, b.entries)
 	lim, m := pick(m)
 	switch {
 	case lim == nil && m.Outcome != rlmatch.Unlimited && m.Outcome != rlmatch.Limited && b.kind != none && b.kind != allowAll:
@@ -453,8 +466,12 @@ func (s *Server) decide(ctx context.Context, st *stream, b *bucket, cfg *rlmatch
 	// Before its first measured report a holder claims an equal split
 	// (the Ledger's negative Demand), for a TTL of one Refresh: its share
 	// is renewed, or freed, within one Refresh once its demand is known.
-	claim, ttl := int64(-1), s.refresh
+	claim, ttl := int64(-1), s.provisionalTTL()
 	if demand < 0 {
+		// Renewed every Refresh/4, well within its TTL.
+		st.mu.Lock()
+		b.dirty = true
+		st.mu.Unlock()
 		st.hungry.Store(true)
 	} else {
 		ttl = s.ttl
@@ -464,11 +481,17 @@ func (s *Server) decide(ctx context.Context, st *stream, b *bucket, cfg *rlmatch
 	if b.kind == share {
 		keep = b.share
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	if r.down {
+		// A store that just failed is not waited for again, bucket
+		// after bucket: a round of 1,024 buckets costs one StoreTimeout.
+		return s.failed(b, lim, m.FailureMode, lb, now)
+	}
+	cctx, cancel := context.WithTimeout(r.ctx, s.storeTimeout)
 	g, err := s.ledger.Grant(cctx, GrantRequest{Bucket: lb, Holder: st.holder, Capacity: capacity, Demand: claim,
 		Keep: keep, Hysteresis: 2 + keep/50, TTL: ttl + s.grace})
 	cancel()
 	if err != nil {
+		r.down = true
 		s.m.storeErrors.Inc()
 		s.logStoreError(err, m.FailureMode)
 		return s.failed(b, lim, m.FailureMode, lb, now)
@@ -485,7 +508,7 @@ func (s *Server) decide(ctx context.Context, st *stream, b *bucket, cfg *rlmatch
 	if g.Share == b.share && b.kind == share && ttl == b.ttl && now.Sub(b.sent) < s.refresh/2 {
 		return nil // the same, sent since the last Refresh: Envoy keeps its bucket
 	}
-	b.kind, b.share, b.sent, b.expires, b.ttl = share, g.Share, now, true, ttl
+	b.kind, b.share, b.sent, b.expires, b.ttl, b.provisional = share, g.Share, now, true, ttl, demand < 0
 	return s.tokens(b, g.Share, lim.Rule.Window, ttl)
 }
 
@@ -493,8 +516,14 @@ func (s *Server) decide(ctx context.Context, st *stream, b *bucket, cfg *rlmatch
 // grant: nothing while the assignment in force lasts past the next
 // round, then what the limit's failure_mode says.
 func (s *Server) failed(b *bucket, lim *rlmatch.Limit, mode enforce.FailureMode, lb string, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	if b.kind != none && b.expires && now.Add(s.refresh+s.refresh/2).Before(b.sent.Add(b.ttl)) {
-		return nil // in force until after the next round: kept
+	next := s.refresh // the next round of this bucket
+	if b.provisional {
+		next = s.refresh / 4
+	}
+	// Kept while the next round, its failed ledger call included, still
+	// comes before the assignment expires, with half a round to spare.
+	if b.kind != none && b.expires && now.Add(2*s.storeTimeout+next+next/2).Before(b.sent.Add(b.ttl)) {
+		return nil
 	}
 	s.m.assigned.WithLabelValues("failure_" + mode.String()).Inc()
 	switch mode {
@@ -506,7 +535,7 @@ func (s *Server) failed(b *bucket, lim *rlmatch.Limit, mode enforce.FailureMode,
 		s.mu.Lock()
 		n := max(1, s.local[lb])
 		s.mu.Unlock()
-		b.kind, b.share, b.sent, b.expires, b.ttl = failed, 0, now, true, s.ttl
+		b.kind, b.share, b.sent, b.expires, b.ttl, b.provisional = failed, 0, now, true, s.ttl, false
 		return s.tokens(b, lim.Rule.Limit/int64(n), lim.Rule.Window, s.ttl)
 	default: // FailError: Envoy's expired_assignment_behavior decides
 		b.kind = none
@@ -514,13 +543,18 @@ func (s *Server) failed(b *bucket, lim *rlmatch.Limit, mode enforce.FailureMode,
 	}
 }
 
+// provisionalTTL is the TTL of a share claimed before any measured
+// report: one Refresh, and two ledger calls' time so that a failed one
+// still replaces it in time. It is renewed every Refresh/4.
+func (s *Server) provisionalTTL() time.Duration { return s.refresh + 2*s.storeTimeout }
+
 // blanket returns a blanket rule, or nil when it is what is in force
 // without a TTL.
 func (s *Server) blanket(b *bucket, k kind, rule typev3.RateLimitStrategy_BlanketRule, ttl bool, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	if b.kind == k && !ttl && !b.expires {
 		return nil
 	}
-	b.kind, b.share, b.sent, b.expires, b.ttl = k, 0, now, ttl, s.ttl
+	b.kind, b.share, b.sent, b.expires, b.ttl, b.provisional = k, 0, now, ttl, s.ttl, false
 	s.m.assigned.WithLabelValues(strings.ToLower(rule.String())).Inc()
 	qa := &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 		RateLimitStrategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}}

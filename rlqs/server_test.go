@@ -21,17 +21,77 @@ import (
 	"github.com/floodgate-rl/floodgate/rlconfig"
 )
 
-// faultyLedger fails every Grant while down is set: a store outage.
+// faultyLedger fails every Grant while down is set (a store outage),
+// after waiting for its context when hang is set too (a frozen store).
 type faultyLedger struct {
 	Ledger
-	down atomic.Bool
+	down, hang atomic.Bool
 }
 
 func (f *faultyLedger) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 	if f.down.Load() {
+		if f.hang.Load() {
+			<-ctx.Done()
+		}
 		return Grant{}, fmt.Errorf("faulty: %w", floodgate.ErrStoreUnavailable)
 	}
 	return f.Ledger.Grant(ctx, req)
+}
+
+// TestFrozenStoreManyBuckets: with a store that hangs, a stream of 200
+// buckets gets every bucket's failure-mode assignment before the shares
+// expire: a round waits for the store once, not once per bucket.
+func TestFrozenStoreManyBuckets(t *testing.T) {
+	const ttl, refresh, n = 600 * time.Millisecond, 100 * time.Millisecond, 200
+	yaml := "domain: edge\ndescriptors:\n  - key: user\n    failure_mode: closed\n    rate_limit: {unit: second, requests_per_unit: 100}\n"
+	fl := &faultyLedger{Ledger: NewMemLedger(nil)}
+	fl.hang.Store(true)
+	cc := startRLQS(t, yaml, Options{Ledger: fl, TTL: ttl, Refresh: refresh, Grace: 50 * time.Millisecond, StoreTimeout: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, ch := openStream(t, ctx, cc)
+	var us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for i := range n {
+		us = append(us, usage(map[string]string{"user": fmt.Sprint(i)}, 1, 0, 0))
+	}
+	if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: us}); err != nil {
+		t.Fatal(err)
+	}
+	expiry := func(r received) time.Time {
+		return r.at.Add(r.a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration())
+	}
+	shared := map[string]time.Time{} // when each bucket's share expires at the client
+	for r := range ch {
+		if tokensOf(r.a) > 0 {
+			shared[r.a.GetBucketId().GetBucket()["user"]] = expiry(r)
+		}
+		if len(shared) == n {
+			break
+		}
+	}
+	fl.down.Store(true)
+	denied := map[string]time.Duration{} // how long before its share's expiry each DENY_ALL came
+	timeout := time.After(3 * ttl)
+	for len(denied) < n {
+		select {
+		case r := <-ch:
+			u := r.a.GetBucketId().GetBucket()["user"]
+			if r.a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
+				if _, ok := denied[u]; !ok {
+					denied[u] = shared[u].Sub(r.at)
+				}
+			} else if tokensOf(r.a) > 0 {
+				shared[u] = expiry(r)
+			}
+		case <-timeout:
+			t.Fatalf("%d of %d buckets got their failure mode's assignment within %v", len(denied), n, 3*ttl)
+		}
+	}
+	for u, left := range denied {
+		if left <= 0 {
+			t.Errorf("user %s: DENY_ALL %v after its share expired", u, -left)
+		}
+	}
 }
 
 // startRLQS serves yaml's configuration with opts on a loopback listener
@@ -114,7 +174,7 @@ func tokensOf(a *rlqsv3.RateLimitQuotaResponse_BucketAction) int64 {
 // only stream of the bucket, error nothing. Once the ledger answers, the
 // share comes back.
 func TestStoreOutageFailureModes(t *testing.T) {
-	const ttl, refresh = 600 * time.Millisecond, 100 * time.Millisecond
+	const ttl, refresh, storeTimeout = 600 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond
 	api := map[string]string{"route": "api"}
 	for _, mode := range []string{"closed", "open", "local", "error"} {
 		t.Run(mode, func(t *testing.T) {
@@ -122,7 +182,7 @@ func TestStoreOutageFailureModes(t *testing.T) {
 			yaml := "domain: edge\ndescriptors:\n  - key: route\n    value: api\n    failure_mode: " + mode + "\n    rate_limit: {unit: second, requests_per_unit: 100}\n"
 			fl := &faultyLedger{Ledger: NewMemLedger(nil)}
 			reg := prometheus.NewRegistry()
-			cc := startRLQS(t, yaml, Options{Ledger: fl, TTL: ttl, Refresh: refresh, Grace: 50 * time.Millisecond, Registerer: reg})
+			cc := startRLQS(t, yaml, Options{Ledger: fl, TTL: ttl, Refresh: refresh, Grace: 50 * time.Millisecond, StoreTimeout: storeTimeout, Registerer: reg})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			st, ch := openStream(t, ctx, cc)
@@ -176,9 +236,10 @@ func TestStoreOutageFailureModes(t *testing.T) {
 					t.Fatalf("no assignment of failure_mode %s before the share's TTL ran out", mode)
 				}
 				// Kept until shortly before its TTL: not replaced while more than
-				// two rounds of it were left, and before it expired.
-				if left := ttl - got.at.Sub(last.at); left > 2*refresh+refresh/2 || left <= 0 {
-					t.Errorf("the failure mode's assignment came %v after the share, %v before its TTL ran out; want within 2.5 rounds of it", got.at.Sub(last.at), left)
+				// two ledger calls and two and a half rounds of it were left, and
+				// before it expired.
+				if left := ttl - got.at.Sub(last.at); left > 2*storeTimeout+2*refresh+refresh/2 || left <= 0 {
+					t.Errorf("the failure mode's assignment came %v after the share, %v before its TTL ran out; want within 2 ledger calls and 2.5 rounds of it", got.at.Sub(last.at), left)
 				}
 				qa := got.a.GetQuotaAssignmentAction()
 				switch want := map[string]typev3.RateLimitStrategy_BlanketRule{"closed": typev3.RateLimitStrategy_DENY_ALL, "open": typev3.RateLimitStrategy_ALLOW_ALL}; mode {
