@@ -76,22 +76,31 @@
 // max-min fairly over the live claims: the smallest are met in full and
 // the rest split equally, so an Envoy using less than its share frees the
 // rest for the others. A new Envoy, before its first measured report,
-// claims an equal split for a TTL of one Refresh; a holder short of its
-// fair share (others' larger grants still counting) asks again every
-// Refresh/4. A stream that ends withdraws its claims at once (its grants
+// claims an equal split of the capacity among the bucket's holders, out of
+// what is free: the others' fair shares leave such a provisional claim
+// out, so that nobody's share is lowered for a demand nobody measured. A
+// provisional share lives one Refresh and two StoreTimeouts, and is renewed
+// every Refresh/4 until the Envoy's first measured report; a holder short
+// of its fair share (others' larger grants still counting) asks again
+// every Refresh/4 too. A stream that ends withdraws its claims at once (its grants
 // count until they expire); a silent one's claim lapses after TTL+Grace.
 //
 // # Failures
 //
 // A ledger call that fails (a Redis outage, its 100ms StoreTimeout) sends
-// nothing: the assignment in force stays until its TTL. When it would
-// expire before the next round, the limit's failure_mode decides: closed
+// nothing: the assignment in force stays. Once it would expire before the
+// next round and that round's failed call (two StoreTimeouts and one and a
+// half rounds before its TTL runs out), the limit's failure_mode decides,
+// in time for Envoy never to see it expire: closed
 // assigns deny-all and open allow-all (each for one TTL, renewed while the
 // outage lasts), local a token bucket of the whole limit split among this
 // replica's streams of the bucket (the replicas together admit up to
 // their number times the limit, as every local failure mode), and error
 // (RLS's default) sends nothing, so Envoy's expired_assignment_behavior
-// decides. The next successful grant returns to shares.
+// decides. The next successful grant returns to shares. A round that
+// meets a failing ledger does not call it again for its other buckets, so
+// a frozen Redis costs a stream one StoreTimeout per round, whatever its
+// buckets.
 //
 // # Bounds
 //
