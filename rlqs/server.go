@@ -90,6 +90,9 @@ type Server struct {
 	replica                           string
 	seq                               atomic.Int64
 
+	closing   chan struct{} // closed by Close: the streams end
+	closeOnce sync.Once
+
 	mu        sync.Mutex
 	local     map[string]int // guarded by mu: this replica's holders of each limited bucket, for failure_mode local
 	loggedErr time.Time      // guarded by mu: when a ledger error was last logged
@@ -150,7 +153,17 @@ func New(opts Options) (*Server, error) {
 	_, _ = rand.Read(id[:])
 	return &Server{cfg: opts.Config, ledger: opts.Ledger, ttl: ttl, refresh: cmpDur(opts.Refresh, ttl/3),
 		grace: cmpDur(opts.Grace, 250*time.Millisecond), storeTimeout: cmpDur(opts.StoreTimeout, 100*time.Millisecond),
-		logger: logger, m: m, replica: hex.EncodeToString(id[:]), local: map[string]int{}}, nil
+		logger: logger, m: m, replica: hex.EncodeToString(id[:]), local: map[string]int{}, closing: make(chan struct{})}, nil
+}
+
+// Close ends every stream with Unavailable, and every stream opened after
+// it at once: a stream never ends by itself, and grpc.Server.GracefulStop
+// waits for every stream. Envoy keeps its assignments until their TTL and
+// opens a stream to another replica. Call it before stopping the gRPC
+// server gracefully. Close is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	return nil
 }
 
 func cmpDur(d, def time.Duration) time.Duration {
@@ -226,6 +239,8 @@ func (s *Server) StreamRateLimitQuotas(gs rlqsv3.RateLimitQuotaService_StreamRat
 		}
 		select {
 		case <-soon.C:
+		case <-s.closing:
+			return status.Error(codes.Unavailable, "rlqs: the server is shutting down")
 		case <-gs.Context().Done():
 			return status.FromContextError(gs.Context().Err()).Err()
 		case err := <-recvErr:

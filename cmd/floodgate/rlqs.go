@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,8 +17,11 @@ import (
 // registerRLQS serves Envoy's rate_limit_quota filter (package rlqs) on
 // gs, beside RLS: the same configuration in force (files or xDS), TLS,
 // health and metrics. Its shares live in REDIS_URL's Redis, or in memory
-// without it. The function returned closes its Redis client.
-func registerRLQS(gs *grpc.Server, cfg serveConfig, srv *rls.Server, reg prometheus.Registerer, logger *slog.Logger) (func(), error) {
+// without it. Its streams end when ctx is done, as the shutdown starts, so
+// that they do not hold up the graceful stop; Envoy keeps its assignments
+// until their TTL and reconnects. The function returned ends them too and
+// closes the Redis client.
+func registerRLQS(ctx context.Context, gs *grpc.Server, cfg serveConfig, srv *rls.Server, reg prometheus.Registerer, logger *slog.Logger) (func(), error) {
 	var ledger rlqs.Ledger = rlqs.NewMemLedger(nil)
 	closer := func() {}
 	if cfg.RedisURL != "" {
@@ -34,5 +38,6 @@ func registerRLQS(gs *grpc.Server, cfg serveConfig, srv *rls.Server, reg prometh
 		return nil, err
 	}
 	q.Register(gs)
-	return closer, nil
+	stop := context.AfterFunc(ctx, func() { q.Close() })
+	return func() { stop(); q.Close(); closer() }, nil
 }

@@ -13,7 +13,9 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -85,4 +87,25 @@ func TestServeRLQS(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// The shutdown ends the open stream (Unavailable) rather than waiting
+	// SHUTDOWN_TIMEOUT (10s) for it.
+	start := time.Now()
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not stop within 5s with an RLQS stream open")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("serve took %v to stop with an RLQS stream open", took)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("the stream ended with %v, want Unavailable", err)
+			}
+			break
+		}
+	}
+	r.done <- 0 // for startServe's cleanup
 }
