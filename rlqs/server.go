@@ -479,8 +479,9 @@ func (s *Server) decide(r *roundState, b *bucket, demand int64) *rlqsv3.RateLimi
 	s.setLedger(st, b, lb)
 	capacity := lim.Rule.Limit
 	// Before its first measured report a holder claims an equal split
-	// (the Ledger's negative Demand), for a TTL of one Refresh: its share
-	// is renewed, or freed, within one Refresh once its demand is known.
+	// (the Ledger's negative Demand), for a provisionalTTL: its share is
+	// renewed, or freed, within about one Refresh once its demand is
+	// known.
 	claim, ttl := int64(-1), s.provisionalTTL()
 	if demand < 0 {
 		// Renewed every Refresh/4, well within its TTL.
