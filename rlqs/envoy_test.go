@@ -26,8 +26,9 @@ type envoy struct {
 	domain   string
 	bucket   map[string]string
 	interval time.Duration
-	rate     atomic.Int64 // demand, requests per second
-	admit    func(at time.Time)
+	rate     atomic.Int64       // demand, requests per second
+	admit    func(at time.Time) // called for each request admitted
+	offer    func(at time.Time) // called for each request made
 
 	mu       sync.Mutex
 	strategy *typev3.RateLimitStrategy // nil: no assignment
@@ -46,6 +47,9 @@ func (e *envoy) allow(now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ok := e.decide(now)
+	if e.offer != nil {
+		e.offer(now)
+	}
 	if ok {
 		e.allowed++
 		e.admitted.Add(1)
@@ -161,7 +165,11 @@ func (e *envoy) run(ctx context.Context, conn *grpc.ClientConn) error {
 			}
 			return err
 		case now := <-tick.C:
-			owed += now.Sub(last).Seconds() * float64(e.rate.Load())
+			// A stall of this process (a loaded machine) loses the requests
+			// it could not make, past 20ms of them, rather than sending them
+			// in one burst: the clients gave up.
+			rate := float64(e.rate.Load())
+			owed = min(owed+now.Sub(last).Seconds()*rate, max(2, rate/50))
 			last = now
 			for ; owed >= 1; owed-- {
 				e.allow(now)

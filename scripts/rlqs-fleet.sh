@@ -6,8 +6,11 @@
 # one redis-server of its own: one Envoy asks for 60% of a 1,000/s limit,
 # nine for 50/s each, one of them leaves at 15s and another joins at 25s,
 # for 40s. It fails if any second admits past the limit, if a second from
-# the third on admits 90% or less while demand is above it, or if an Envoy
-# takes more than 2 report intervals to reach 85% of its max-min fair share.
+# the third on admits 90% or less while demand is above it (the demand the
+# test process could make: a stall of the process is not counted as
+# demand), or if an Envoy takes more than 2 report intervals to reach 85%
+# of its max-min fair share. Those last two depend on timing: run it on an
+# idle machine.
 # The redis-server listens on loopback only and is always stopped; the run
 # is bounded by go test's -timeout. It ends with the line
 #   rlqs: worst second A of L admitted; fair share within K intervals; over-limit seconds: N
