@@ -606,6 +606,11 @@ func runService(ctx context.Context, cfg serveConfig, logger *slog.Logger, hooks
 	grpcOpts = append(grpcOpts, grpc.ConnectionTimeout(connSetupTimeout))
 	gs := grpc.NewServer(append(grpcOpts, gate.serverOptions()...)...)
 	srv.Register(gs)
+	closeRLQS, err := registerRLQS(ctx, gs, cfg, srv, reg, logger) // Envoy's rate_limit_quota filter (rlqs.go)
+	if err != nil {
+		return err
+	}
+	defer closeRLQS()
 	if cfg.Reflection {
 		reflection.Register(gs)
 	}
