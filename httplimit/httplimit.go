@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/fields"
+	"github.com/floodgate-rl/floodgate/internal/report"
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] and
@@ -291,7 +292,7 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 			return // else the client went away: nobody reads an answer
 		}
 		res = rt.compose(own, outer, nested)
-		if decided(own.Outcome) && !opaque {
+		if report.Decided(own.Outcome) && !opaque {
 			legacy := keepWorst(w.Header(), nested)
 			rt.writeQuota(w.Header(), own.Decision)
 			legacy()
@@ -328,12 +329,6 @@ func (rt *route) compose(own enforce.Result, outer Result, nested bool) Result {
 	res.Shadow = append(slices.Clip(outer.Shadow), own.Shadow...)
 	res.also = append(slices.Clip(outer.also), own)
 	return res
-}
-
-// decided reports whether a limiter decided, so that the answer has
-// rate-limit fields to send.
-func decided(o enforce.Outcome) bool {
-	return o == enforce.Allowed || o == enforce.Denied || o == enforce.Local
 }
 
 // nest handles a route nested in other routes' middleware (a global
