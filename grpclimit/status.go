@@ -34,7 +34,7 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 	if !report.Decided(res.Outcome) {
 		return nil
 	}
-	policy, quota := report.Draft(m.policies, fields.Each(res.Decision))
+	policy, quota := m.rules.Draft(fields.Each(res.Decision))
 	return metadata.MD{
 		MetadataRateLimitPolicy: {policy},
 		MetadataRateLimit:       {quota},
@@ -53,11 +53,9 @@ func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 		return withDetails(status.New(codes.Unavailable,
 			fmt.Sprintf("the rate limit could not be checked; retry after %s s", fields.RetryAfter(wait))), retryInfo(wait))
 	case m.Opaque:
-		// The rule in force may have a longer window.
-		wait := report.OpaqueWait(m.opaqueRetry, res.Decision)
-		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(wait))
+		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(m.rules.OpaqueWait(res.Decision)))
 	}
-	dn := report.Deny(m.policies, res.Decision)
+	dn := m.rules.Deny(res.Decision)
 	var qf errdetails.QuotaFailure
 	for _, v := range dn.Violations {
 		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{

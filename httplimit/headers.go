@@ -73,7 +73,7 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		one[0] = d
 		ds = one[:]
 	}
-	policy, rateLimit := report.Draft(rt.policies, ds)
+	policy, rateLimit := rt.rules.Draft(ds)
 	// One backing array for the values; each field gets a full slice of
 	// it, so that a later Add to one field cannot overwrite another.
 	vals := [5]string{policy, rateLimit}
@@ -104,9 +104,9 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 // denial waits at least res.FailRetryAfter, as every fail-closed one does.
 func (rt *route) opaqueRetryAfter(res Result) string {
 	if report.RefusedByFailure(res.Outcome) {
-		return fields.RetryAfter(max(rt.longest, res.FailRetryAfter()))
+		return fields.RetryAfter(max(rt.rules.OpaqueWait(floodgate.Decision{}), res.FailRetryAfter()))
 	}
-	return fields.RetryAfter(report.OpaqueWait(rt.longest, res.Decision))
+	return fields.RetryAfter(rt.rules.OpaqueWait(res.Decision))
 }
 
 // retries reports whether an answer of status carries Retry-After: 429,
@@ -150,7 +150,7 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 			h.Set("Retry-After", fields.RetryAfter(wait))
 		}
 	default:
-		dn := report.Deny(rt.policies, res.Decision)
+		dn := rt.rules.Deny(res.Decision)
 		var violated []string
 		for _, v := range dn.Violations {
 			violated = append(violated, v.Policy)

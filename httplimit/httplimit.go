@@ -13,7 +13,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/internal/report"
 )
 
@@ -143,14 +142,12 @@ type Route struct {
 // route is a built Route.
 type route struct {
 	Route
-	l           *Routes
-	gate        *enforce.Gate
-	status      int
-	failStatus  int
-	opaqueRetry string          // Retry-After of an opaque denial
-	longest     time.Duration   // the longest window of the Route's enforced rules
-	costs       bool            // a limit has a Cost
-	policies    fields.Policies // the RateLimit-Policy of a request that every enforced limit decided
+	l          *Routes
+	gate       *enforce.Gate
+	status     int
+	failStatus int
+	costs      bool         // a limit has a Cost
+	rules      report.Rules // what the answers say of the Route's enforced rules
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -182,7 +179,6 @@ func (l *Routes) build(rt Route) (*route, error) {
 	r.Limits = slices.Clone(rt.Limits)
 	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
-	var longest time.Duration
 	for i, lim := range r.Limits {
 		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 		if lim.Key == nil {
@@ -196,9 +192,6 @@ func (l *Routes) build(rt Route) (*route, error) {
 		}
 		names = append(names, lim.Rule.Name)
 		r.costs = r.costs || lim.Cost != nil
-		if !lim.Shadow && !rt.Shadow { // a shadow limit makes nobody wait
-			longest = max(longest, lim.Rule.Window)
-		}
 	}
 	if len(r.Limits) == 0 {
 		bad("no limits")
@@ -230,14 +223,13 @@ func (l *Routes) build(rt Route) (*route, error) {
 		return nil, err
 	}
 	r.gate = g
-	r.opaqueRetry, r.longest = fields.RetryAfter(longest), longest
-	var enforced []floodgate.Rule
+	var enforced []floodgate.Rule // a shadow limit is in no field, and makes nobody wait
 	for _, lim := range r.Limits {
 		if !lim.Shadow && !r.Shadow {
 			enforced = append(enforced, lim.Rule)
 		}
 	}
-	r.policies = fields.NewPolicies(enforced)
+	r.rules = report.NewRules(enforced)
 	return r, nil
 }
 

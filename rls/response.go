@@ -114,7 +114,7 @@ func (p *plan) response(hs Headers) *rlsv3.RateLimitResponse {
 	add := a.headerP[:0]
 	if hs.Draft {
 		if len(shown) > 0 {
-			policy, quota := report.Draft(fields.Policies{}, shown)
+			policy, quota := report.Rules{}.Draft(shown)
 			a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: policy}
 			a.headers[1] = corev3.HeaderValue{Key: "RateLimit", Value: quota}
 			add = append(add, &a.headers[0], &a.headers[1])

@@ -45,12 +45,30 @@ func Reset(d floodgate.Decision) int64 { return fields.Seconds(d.ResetAfter) }
 // and limit_remaining carry it.
 func Uint32(n int64) uint32 { return uint32(min(max(n, 0), int64(^uint32(0)))) }
 
+// Rules is what the answers of a route (or a gRPC method) say of its
+// enforced rules, worked out once when it is built. The zero Rules
+// describes none: it writes every field from the decisions (the RLS
+// service, whose rules come with each request). It is safe for concurrent
+// use.
+type Rules struct {
+	policies fields.Policies
+	longest  time.Duration
+}
+
+// NewRules returns the Rules of enforced, a route's enforced rules (its
+// shadow ones left out), in order.
+func NewRules(enforced []floodgate.Rule) Rules {
+	r := Rules{policies: fields.NewPolicies(enforced)}
+	for _, rule := range enforced {
+		r.longest = max(r.longest, rule.Window)
+	}
+	return r
+}
+
 // Draft returns the draft-11 RateLimit-Policy and RateLimit fields of ds,
-// one list member each, in order. p describes the rules that ds are
-// usually of (a route's or a method's enforced limits); the zero
-// Policies writes the fields from ds alone.
-func Draft(p fields.Policies, ds []floodgate.Decision) (policy, quota string) {
-	return p.Field(ds), fields.QuotaField(ds)
+// the per-hit decisions, one list member each, in order.
+func (r Rules) Draft(ds []floodgate.Decision) (policy, quota string) {
+	return r.policies.Field(ds), fields.QuotaField(ds)
 }
 
 // Legacy returns the X-RateLimit-Limit, X-RateLimit-Remaining and
@@ -78,9 +96,8 @@ type Denial struct {
 	Retry time.Duration
 }
 
-// Deny returns the Denial of d, a denied decision, whose limits p
-// describes.
-func Deny(p fields.Policies, d floodgate.Decision) Denial {
+// Deny returns the Denial of d, a denied decision.
+func (r Rules) Deny(d floodgate.Decision) Denial {
 	var (
 		vs     []Violation
 		detail strings.Builder
@@ -89,7 +106,7 @@ func Deny(p fields.Policies, d floodgate.Decision) Denial {
 		if e.Allowed {
 			continue
 		}
-		q := p.Quota(e)
+		q := r.policies.Quota(e)
 		vs = append(vs, Violation{Policy: e.Policy, Limit: e.Limit, Quota: q})
 		detail.WriteString(q)
 		detail.WriteString(" (")
@@ -104,11 +121,12 @@ func Deny(p fields.Policies, d floodgate.Decision) Denial {
 func (d Denial) RetryAfter() string { return fields.RetryAfter(d.Retry) }
 
 // OpaqueWait is how long an opaque denial tells its client to wait, so
-// that the answer does not tell which limit denied: longest, the longest
-// window of the enforced rules as configured, or the longest window of a
-// rule in force that decided d (a live rule's, an override's) if one is
-// longer.
-func OpaqueWait(longest time.Duration, d floodgate.Decision) time.Duration {
+// that the answer does not tell which limit denied: the longest window of
+// the enforced rules as configured, or of a rule in force that decided d
+// (a live rule's, an override's; the allowed ones too) if one is longer.
+// A denial because the store failed passes the zero d.
+func (r Rules) OpaqueWait(d floodgate.Decision) time.Duration {
+	longest := r.longest
 	for _, e := range fields.Each(d) {
 		longest = max(longest, e.Window)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/internal/report"
 )
 
@@ -69,22 +68,22 @@ func TestDraft(t *testing.T) {
 		{Policy: "pix", Limit: 10, Window: time.Minute, Remaining: 7, ResetAfter: 41500 * time.Millisecond, Allowed: true},
 		{Policy: "reports", Limit: 2, Window: time.Minute, Remaining: -1, ResetAfter: 0, Allowed: true},
 	}
-	policy, quota := report.Draft(fields.NewPolicies(rules), ds)
+	policy, quota := report.NewRules(rules).Draft(ds)
 	if want := `"pix";q=10;w=60, "reports";q=2;qu="concurrent-requests"`; policy != want {
 		t.Errorf("policy = %s, want %s", policy, want)
 	}
 	if want := `"pix";r=7;t=42, "reports";r=0;t=0`; quota != want {
 		t.Errorf("quota = %s, want %s", quota, want)
 	}
-	// The zero Policies writes the fields from the decisions: a rule it
+	// The zero Rules writes the fields from the decisions: a rule it
 	// does not know is a rate.
-	if policy, _ := report.Draft(fields.Policies{}, ds); policy != `"pix";q=10;w=60, "reports";q=2;w=60` {
-		t.Errorf("zero Policies: policy = %s", policy)
+	if policy, _ := (report.Rules{}).Draft(ds); policy != `"pix";q=10;w=60, "reports";q=2;w=60` {
+		t.Errorf("zero Rules: policy = %s", policy)
 	}
 }
 
 func TestDeny(t *testing.T) {
-	p := fields.NewPolicies([]floodgate.Rule{
+	p := report.NewRules([]floodgate.Rule{
 		{Name: "ip", Limit: 100, Window: time.Minute},
 		{Name: "account", Limit: 5, Window: 90 * time.Second},
 		{Name: "burst", Limit: 3, Window: 1500 * time.Millisecond},
@@ -94,7 +93,7 @@ func TestDeny(t *testing.T) {
 		{Policy: "account", Limit: 5, Window: 90 * time.Second, RetryAfter: 2100 * time.Millisecond},
 		{Policy: "burst", Limit: 3, Window: 1500 * time.Millisecond, RetryAfter: time.Second},
 	}}
-	dn := report.Deny(p, d)
+	dn := p.Deny(d)
 	want := []report.Violation{
 		{Policy: "account", Limit: 5, Quota: "5 requests per 90 s"},
 		{Policy: "burst", Limit: 3, Quota: "3 requests per 1.5s"},
@@ -119,14 +118,24 @@ func TestWaits(t *testing.T) {
 		{Window: 2 * time.Hour, RetryAfter: 3 * time.Second},
 		{Window: time.Second, RetryAfter: 4 * time.Second},
 	}}
-	if got := report.OpaqueWait(90*time.Second, d); got != 2*time.Hour {
+	rules := func(windows ...time.Duration) report.Rules {
+		var rs []floodgate.Rule
+		for i, w := range windows {
+			rs = append(rs, floodgate.Rule{Name: string(rune('a' + i)), Limit: 1, Window: w})
+		}
+		return report.NewRules(rs)
+	}
+	if got := rules(time.Minute, 90*time.Second).OpaqueWait(d); got != 2*time.Hour {
 		t.Errorf("OpaqueWait = %v, want the longest window in force, 2h", got)
 	}
-	if got := report.OpaqueWait(3*time.Hour, d); got != 3*time.Hour {
-		t.Errorf("OpaqueWait = %v, want the configured 3h", got)
+	if got := rules(3*time.Hour, time.Minute).OpaqueWait(d); got != 3*time.Hour {
+		t.Errorf("OpaqueWait = %v, want the configured 3h, the longest of the rules", got)
 	}
-	if got := report.OpaqueWait(time.Minute, floodgate.Decision{}); got != time.Minute {
-		t.Errorf("OpaqueWait of nothing decided = %v, want 1m", got)
+	if got := rules(time.Second, time.Minute).OpaqueWait(floodgate.Decision{}); got != time.Minute {
+		t.Errorf("OpaqueWait of nothing decided = %v, want the longest rule's 1m", got)
+	}
+	if got := (report.Rules{}).OpaqueWait(floodgate.Decision{}); got != 0 {
+		t.Errorf("zero Rules: OpaqueWait = %v, want 0", got)
 	}
 	if got := report.Retry(d.Each); got != 4*time.Second {
 		t.Errorf("Retry = %v, want the longest of the denials, 4s", got)
