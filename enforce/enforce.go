@@ -380,12 +380,55 @@ func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
 	return g.run(ctx, hits, true)
 }
 
-// Peek is Check that records nothing: what Check would decide now, each
-// hit's Remaining as after it, with the same failure modes, metrics and
-// logs, and no waiting. The shadow hits are peeked together, for a
-// request that the enforced ones admit.
+// Peek is Check that records nothing: what Check would decide now, with
+// the same failure modes, metrics and logs, and no waiting. The shadow
+// hits are peeked together, for a request that the enforced ones admit.
+// Its figures are the keys' as they stand, since nothing was taken: an
+// allowed peek's Remaining does not count the hits it asked about (a
+// hit of cost 0 asks about one), as a denied one's never does; what the
+// metrics count is Check's figures.
 func (g *Gate) Peek(ctx context.Context, hits []Hit) (Result, error) {
-	return g.run(ctx, hits, false)
+	res, err := g.run(ctx, hits, false)
+	if err != nil {
+		return res, err
+	}
+	res.Decision = asNow(res.Decision, res.hits)
+	for k := range res.Shadow {
+		if k < len(res.shadowHits) {
+			res.Shadow[k] = asNow(res.Shadow[k], res.shadowHits[k:k+1])
+		}
+	}
+	return res, nil
+}
+
+// asNow returns d, a peek's decision on hits, with the keys' figures as
+// they stand: an allowed one's Remaining is as before the hits it asked
+// about (the core's Peek reports it as after them), and its worst hit is
+// picked from those figures. A denied peek reports them as they stand
+// already: nothing of it would have been taken.
+func asNow(d floodgate.Decision, hits []floodgate.Hit) floodgate.Decision {
+	cost := func(h floodgate.Hit) int64 { return max(h.Cost, 1) }
+	switch {
+	case !d.Allowed:
+		return d
+	case d.Each == nil:
+		if len(hits) == 1 {
+			d.Remaining += cost(hits[0])
+		}
+		return d
+	case len(d.Each) != len(hits):
+		return d
+	}
+	worst := 0
+	for i := range d.Each {
+		d.Each[i].Remaining += cost(hits[i])
+		if d.Each[i].Worse(d.Each[worst]) {
+			worst = i
+		}
+	}
+	top := d.Each[worst]
+	top.Allowed, top.Recorded, top.Each = d.Allowed, d.Recorded, d.Each
+	return top
 }
 
 // ask decides hits with l, recording them if record, or peeks at them.

@@ -20,7 +20,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/floodgate-rl/floodgate/internal/fields"
+	"github.com/floodgate-rl/floodgate/internal/report"
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] about bad options or
@@ -148,12 +148,11 @@ type strays struct {
 // method is a built Method: its gate, its keys and its serialized fields.
 type method struct {
 	Method
-	gate        *enforce.Gate
-	spec        enforce.Spec    // what gate enforces; the gate is made once every method is checked
-	opaqueRetry time.Duration   // the RetryInfo of an opaque denial
-	logger      *slog.Logger    // the Enforcer's
-	panicked    []atomic.Bool   // by limit: its Key panicked, which was logged
-	policies    fields.Policies // the ratelimit-policy of a call that every enforced limit decided
+	gate     *enforce.Gate
+	spec     enforce.Spec  // what gate enforces; the gate is made once every method is checked
+	logger   *slog.Logger  // the Enforcer's
+	panicked []atomic.Bool // by limit: its Key panicked, which was logged
+	rules    report.Rules  // what the answers say of the method's enforced rules
 }
 
 // New returns the Interceptors of opts, or an error listing every bad method,
@@ -256,19 +255,16 @@ func buildMethod(e *enforce.Enforcer, name string, m Method) (*method, error) {
 		if lim.Key == nil {
 			bad("Limits[%d] (%q) has no Key", i, lim.Rule.Name)
 		}
-		if !lim.Shadow && !m.Shadow { // a shadow limit makes nobody wait
-			b.opaqueRetry = max(b.opaqueRetry, lim.Rule.Window)
-		}
 		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 	}
 	b.spec = spec
-	var enforced []floodgate.Rule
+	var enforced []floodgate.Rule // a shadow limit is in no field, and makes nobody wait
 	for _, lim := range b.Limits {
 		if !lim.Shadow && !m.Shadow {
 			enforced = append(enforced, lim.Rule)
 		}
 	}
-	b.policies = fields.NewPolicies(enforced)
+	b.rules = report.NewRules(enforced)
 	return b, errors.Join(errs...) // b, for its spec's problems to be listed too
 }
 

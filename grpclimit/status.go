@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/fields"
+	"github.com/floodgate-rl/floodgate/internal/report"
 )
 
 // The response metadata keys, after draft-ietf-httpapi-ratelimit-headers-11's
@@ -31,16 +31,13 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 	if m.Opaque {
 		return nil
 	}
-	switch res.Outcome {
-	case enforce.Allowed, enforce.Denied, enforce.Local:
-	default:
+	if !report.Decided(res.Outcome) {
 		return nil
 	}
-	ds := fields.Each(res.Decision)
-	policy := m.policies.Field(ds)
+	policy, quota := m.rules.Draft(fields.Each(res.Decision))
 	return metadata.MD{
 		MetadataRateLimitPolicy: {policy},
-		MetadataRateLimit:       {fields.QuotaField(ds)},
+		MetadataRateLimit:       {quota},
 	}
 }
 
@@ -51,33 +48,21 @@ func (m *method) metadata(res enforce.Result) metadata.MD {
 // policies. hits are what was checked, with the rules in force.
 func (m *method) deny(res enforce.Result, hits []enforce.Hit) error {
 	switch {
-	case res.Outcome == enforce.FailedClosed || res.Outcome == enforce.Errored:
+	case report.RefusedByFailure(res.Outcome):
 		wait := res.FailRetryAfter()
 		return withDetails(status.New(codes.Unavailable,
 			fmt.Sprintf("the rate limit could not be checked; retry after %s s", fields.RetryAfter(wait))), retryInfo(wait))
 	case m.Opaque:
-		wait := m.opaqueRetry
-		for _, e := range fields.Each(res.Decision) { // the rule in force may have a longer window
-			wait = max(wait, e.Window)
-		}
-		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(wait))
+		return withDetails(status.New(codes.ResourceExhausted, "too many requests; retry later"), retryInfo(m.rules.OpaqueWait(res.Decision)))
 	}
-	d := res.Decision
-	var (
-		detail strings.Builder
-		qf     errdetails.QuotaFailure
-	)
-	for _, e := range fields.Each(d) {
-		if e.Allowed {
-			continue
-		}
-		desc := m.policies.Quota(e)
-		fmt.Fprintf(&detail, "%s (%s); ", desc, e.Policy)
+	dn := m.rules.Deny(res.Decision)
+	var qf errdetails.QuotaFailure
+	for _, v := range dn.Violations {
 		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
-			Subject: e.Policy, Description: desc, QuotaId: e.Policy, QuotaValue: e.Limit})
+			Subject: v.Policy, Description: v.Quota, QuotaId: v.Policy, QuotaValue: v.Limit})
 	}
-	msg := fmt.Sprintf("quota exceeded: %sretry after %s s", detail.String(), fields.RetryAfter(d.RetryAfter))
-	return withDetails(status.New(codes.ResourceExhausted, msg), retryInfo(d.RetryAfter), &qf)
+	msg := "quota exceeded: " + dn.Detail + "retry after " + dn.RetryAfter() + " s"
+	return withDetails(status.New(codes.ResourceExhausted, msg), retryInfo(dn.Retry), &qf)
 }
 
 // retryInfo is the RetryInfo detail of a wait of d.

@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/fields"
+	"github.com/floodgate-rl/floodgate/internal/report"
 )
 
 // QuotaExceeded is the problem type of a 429 answer, registered by
@@ -73,15 +73,12 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 		one[0] = d
 		ds = one[:]
 	}
-	policy := rt.policies.Field(ds)
-	rateLimit := fields.QuotaField(ds)
+	policy, rateLimit := rt.rules.Draft(ds)
 	// One backing array for the values; each field gets a full slice of
 	// it, so that a later Add to one field cannot overwrite another.
 	vals := [5]string{policy, rateLimit}
 	if rt.l.legacy {
-		vals[2] = strconv.FormatInt(d.Limit, 10)
-		vals[3] = strconv.FormatInt(max(d.Remaining, 0), 10)
-		vals[4] = strconv.FormatInt(fields.Seconds(d.ResetAfter), 10)
+		vals[2], vals[3], vals[4] = report.Legacy(d)
 	}
 	vs := vals[:]
 	set := func(key string, i int, add bool) {
@@ -106,14 +103,10 @@ func (rt *route) writeQuota(h http.Header, d floodgate.Decision) {
 // too, so the answer still does not tell which one denied. A fail-closed
 // denial waits at least res.FailRetryAfter, as every fail-closed one does.
 func (rt *route) opaqueRetryAfter(res Result) string {
-	if refusedByFailure(res) {
-		return fields.RetryAfter(max(rt.longest, res.FailRetryAfter()))
+	if report.RefusedByFailure(res.Outcome) {
+		return fields.RetryAfter(max(rt.rules.OpaqueWait(floodgate.Decision{}), res.FailRetryAfter()))
 	}
-	longest := rt.longest
-	for _, e := range fields.Each(res.Decision) {
-		longest = max(longest, e.Window)
-	}
-	return fields.RetryAfter(longest)
+	return fields.RetryAfter(rt.rules.OpaqueWait(res.Decision))
 }
 
 // retries reports whether an answer of status carries Retry-After: 429,
@@ -122,12 +115,6 @@ func (rt *route) opaqueRetryAfter(res Result) string {
 // from retrying every second.
 func retries(status int) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
-}
-
-// refusedByFailure reports whether res refused a request because the
-// store failed: fail-closed, or the error failure mode.
-func refusedByFailure(res Result) bool {
-	return res.Outcome == enforce.FailedClosed || res.Outcome == enforce.Errored
 }
 
 // failed returns the status of a request refused because the store
@@ -149,33 +136,29 @@ func (rt *route) deny(w http.ResponseWriter, r *http.Request, res Result) {
 		p = problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status,
 			Detail:           "Too many requests. Try again later.",
 			ViolatedPolicies: []string{rt.Name}}
-		if refusedByFailure(res) {
+		if report.RefusedByFailure(res.Outcome) {
 			p.Status = rt.failed(res)
 		}
 		if retries(p.Status) {
 			h.Set("Retry-After", rt.opaqueRetryAfter(res))
 		}
-	case refusedByFailure(res):
+	case report.RefusedByFailure(res.Outcome):
 		wait, status := res.FailRetryAfter(), rt.failed(res)
 		p = problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
-			Detail: fmt.Sprintf("The rate limit could not be checked. Try again in %d s.", fields.Seconds(wait))}
+			Detail: "The rate limit could not be checked. Try again in " + fields.RetryAfter(wait) + " s."}
 		if retries(p.Status) {
 			h.Set("Retry-After", fields.RetryAfter(wait))
 		}
 	default:
-		d := res.Decision
+		dn := rt.rules.Deny(res.Decision)
 		var violated []string
-		var detail strings.Builder
-		for _, e := range fields.Each(d) {
-			if !e.Allowed {
-				violated = append(violated, e.Policy)
-				fmt.Fprintf(&detail, "%s (%s); ", rt.policies.Quota(e), e.Policy)
-			}
+		for _, v := range dn.Violations {
+			violated = append(violated, v.Policy)
 		}
 		p = problem{Type: QuotaExceeded, Title: quotaTitle, Status: rt.status, ViolatedPolicies: violated,
-			Detail: fmt.Sprintf("Quota exceeded: %sretry after %d s.", detail.String(), max(1, fields.Seconds(d.RetryAfter)))}
+			Detail: "Quota exceeded: " + dn.Detail + "retry after " + dn.RetryAfter() + " s."}
 		if retries(p.Status) {
-			h.Set("Retry-After", fields.RetryAfter(d.RetryAfter))
+			h.Set("Retry-After", dn.RetryAfter())
 		}
 	}
 	if rt.Deny == nil {

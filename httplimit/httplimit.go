@@ -13,7 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/floodgate-rl/floodgate/internal/fields"
+	"github.com/floodgate-rl/floodgate/internal/report"
 )
 
 // ErrInvalidOptions is wrapped by the errors of [New] and
@@ -142,14 +142,12 @@ type Route struct {
 // route is a built Route.
 type route struct {
 	Route
-	l           *Routes
-	gate        *enforce.Gate
-	status      int
-	failStatus  int
-	opaqueRetry string          // Retry-After of an opaque denial
-	longest     time.Duration   // the longest window of the Route's enforced rules
-	costs       bool            // a limit has a Cost
-	policies    fields.Policies // the RateLimit-Policy of a request that every enforced limit decided
+	l          *Routes
+	gate       *enforce.Gate
+	status     int
+	failStatus int
+	costs      bool         // a limit has a Cost
+	rules      report.Rules // what the answers say of the Route's enforced rules
 }
 
 // Middleware returns the middleware of route rt, or an error listing
@@ -181,7 +179,6 @@ func (l *Routes) build(rt Route) (*route, error) {
 	r.Limits = slices.Clone(rt.Limits)
 	spec := enforce.Spec{Name: rt.Name, Failure: rt.Failure, Shadow: rt.Shadow, MaxDelay: rt.MaxDelay, MaxWaiters: rt.MaxWaiters}
 	var names []string
-	var longest time.Duration
 	for i, lim := range r.Limits {
 		spec.Limits = append(spec.Limits, enforce.Limit{Rule: lim.Rule, Shadow: lim.Shadow})
 		if lim.Key == nil {
@@ -195,9 +192,6 @@ func (l *Routes) build(rt Route) (*route, error) {
 		}
 		names = append(names, lim.Rule.Name)
 		r.costs = r.costs || lim.Cost != nil
-		if !lim.Shadow && !rt.Shadow { // a shadow limit makes nobody wait
-			longest = max(longest, lim.Rule.Window)
-		}
 	}
 	if len(r.Limits) == 0 {
 		bad("no limits")
@@ -229,14 +223,13 @@ func (l *Routes) build(rt Route) (*route, error) {
 		return nil, err
 	}
 	r.gate = g
-	r.opaqueRetry, r.longest = fields.RetryAfter(longest), longest
-	var enforced []floodgate.Rule
+	var enforced []floodgate.Rule // a shadow limit is in no field, and makes nobody wait
 	for _, lim := range r.Limits {
 		if !lim.Shadow && !r.Shadow {
 			enforced = append(enforced, lim.Rule)
 		}
 	}
-	r.policies = fields.NewPolicies(enforced)
+	r.rules = report.NewRules(enforced)
 	return r, nil
 }
 
@@ -291,7 +284,7 @@ func (rt *route) serve(w http.ResponseWriter, req *http.Request, next http.Handl
 			return // else the client went away: nobody reads an answer
 		}
 		res = rt.compose(own, outer, nested)
-		if decided(own.Outcome) && !opaque {
+		if report.Decided(own.Outcome) && !opaque {
 			legacy := keepWorst(w.Header(), nested)
 			rt.writeQuota(w.Header(), own.Decision)
 			legacy()
@@ -328,12 +321,6 @@ func (rt *route) compose(own enforce.Result, outer Result, nested bool) Result {
 	res.Shadow = append(slices.Clip(outer.Shadow), own.Shadow...)
 	res.also = append(slices.Clip(outer.also), own)
 	return res
-}
-
-// decided reports whether a limiter decided, so that the answer has
-// rate-limit fields to send.
-func decided(o enforce.Outcome) bool {
-	return o == enforce.Allowed || o == enforce.Denied || o == enforce.Local
 }
 
 // nest handles a route nested in other routes' middleware (a global

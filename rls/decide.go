@@ -102,7 +102,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	p.over = p.blocked()
 	if shed {
 		s.metrics.shed.Inc()
-		err = p.settle(p.counted(), g.Failed(ctx, p.enforceHits(p.counted()), ErrShed), nil, false)
+		err = p.settle(p.counted(), g.Failed(ctx, p.enforceHits(p.counted()), ErrShed), nil)
 	} else {
 		err = p.decide(ctx, g)
 	}
@@ -423,7 +423,7 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 	if len(peeks) > 0 {
 		res, err := g.Peek(ctx, p.enforceHits(peeks))
 		over := p.over
-		if err := p.settle(peeks, res, err, true); err != nil {
+		if err := p.settle(peeks, res, err); err != nil {
 			return err
 		}
 		if p.countOver && res.Err == nil {
@@ -448,15 +448,15 @@ func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
 		if failed == nil && len(enforced) > 0 {
 			res, err := g.Peek(ctx, p.enforceHits(enforced))
 			if err == nil && res.Err == nil {
-				p.assign(enforced, res, true)
+				p.assign(enforced, res)
 			}
 		}
 		return nil
 	case failed != nil:
-		return p.settle(counted, g.Failed(ctx, p.enforceHits(counted), failed), nil, false)
+		return p.settle(counted, g.Failed(ctx, p.enforceHits(counted), failed), nil)
 	}
 	res, err := g.Check(ctx, p.enforceHits(counted))
-	return p.settle(counted, res, err, false)
+	return p.settle(counted, res, err)
 }
 
 // pastLimit reports whether a peeked hit of idx is strictly past its
@@ -483,7 +483,7 @@ func (p *plan) pastLimit(idx []int) bool {
 // whether the request is over the limit. The store's failure answers as
 // the gate's outcome says: over the limit (failed closed), Unavailable
 // (the error failure_mode: Envoy decides), or within (failed open).
-func (p *plan) settle(idx []int, res enforce.Result, err error, peeked bool) error {
+func (p *plan) settle(idx []int, res enforce.Result, err error) error {
 	switch {
 	case errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule):
 		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
@@ -499,7 +499,7 @@ func (p *plan) settle(idx []int, res enforce.Result, err error, peeked bool) err
 	case enforce.FailedClosed:
 		p.over, p.failClosed, p.failRetry = true, true, max(p.failRetry, res.FailRetryAfter())
 	default:
-		p.assign(idx, res, peeked)
+		p.assign(idx, res)
 		p.over = p.over || !res.Allowed()
 	}
 	return nil
@@ -569,10 +569,8 @@ func (p *plan) split() (peeks, counted []int) {
 // local hits only), the shadow ones from Shadow (in order, as far as the
 // store answered them). A hit left without a decision has no figures in
 // its status. A peek's figures are as now, before the hit it asked
-// about: a peek that allowed every hit reports them as after it (a
-// denied one already reports its allowed hits as before), and nothing
-// was recorded.
-func (p *plan) assign(idx []int, res enforce.Result, peeked bool) {
+// about, as the gate's Peek reports them.
+func (p *plan) assign(idx []int, res enforce.Result) {
 	var eb, sb, lb [8]int // the usual few, without an allocation
 	enforced, shadow, local := eb[:0], sb[:0], lb[:0]
 	for _, i := range idx {
@@ -586,28 +584,25 @@ func (p *plan) assign(idx []int, res enforce.Result, peeked bool) {
 			}
 		}
 	}
-	set := func(to []int, ds []floodgate.Decision, allowed bool) {
+	set := func(to []int, ds []floodgate.Decision) {
 		if len(to) < len(ds) {
 			return
 		}
 		for k, d := range ds {
-			if peeked && allowed {
-				d.Remaining += max(p.hits[to[k]].hit.Cost, 1)
-			}
 			p.hits[to[k]].dec, p.hits[to[k]].have = d, true
 		}
 	}
 	if len(enforced) > 0 && res.Outcome != enforce.Skipped {
 		ds := fields.Each(res.Decision)
 		if res.Outcome == enforce.Local && len(ds) != len(enforced) {
-			set(local, ds, res.Decision.Allowed)
+			set(local, ds)
 		} else {
-			set(enforced, ds, res.Decision.Allowed)
+			set(enforced, ds)
 		}
 	}
 	for k, d := range res.Shadow { // each peeked on its own
 		if k < len(shadow) {
-			set(shadow[k:k+1], []floodgate.Decision{d}, d.Allowed)
+			set(shadow[k:k+1], []floodgate.Decision{d})
 		}
 	}
 }

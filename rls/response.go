@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/fields"
+	"github.com/floodgate-rl/floodgate/internal/report"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 )
 
@@ -97,7 +98,6 @@ func (p *plan) response(hs Headers) *rlsv3.RateLimitResponse {
 	}
 	var sbuf [4]floodgate.Decision
 	shown := sbuf[:0]
-	var retry time.Duration
 	for i := range p.descs {
 		d := &p.descs[i]
 		resp.Statuses[i] = p.status(&mem[i], d, d.vs)
@@ -109,18 +109,17 @@ func (p *plan) response(hs Headers) *rlsv3.RateLimitResponse {
 				p.hits[v.hit].shown = true
 			}
 			shown = append(shown, v.dec) // the rule in force, under the limit's name
-			if v.denied() {
-				retry = max(retry, v.dec.RetryAfter)
-			}
 		}
 	}
 	add := a.headerP[:0]
 	if hs.Draft {
 		if len(shown) > 0 {
-			a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: fields.PolicyField(shown, nil)}
-			a.headers[1] = corev3.HeaderValue{Key: "RateLimit", Value: fields.QuotaField(shown)}
+			policy, quota := report.Rules{}.Draft(shown)
+			a.headers[0] = corev3.HeaderValue{Key: "RateLimit-Policy", Value: policy}
+			a.headers[1] = corev3.HeaderValue{Key: "RateLimit", Value: quota}
 			add = append(add, &a.headers[0], &a.headers[1])
 		}
+		retry := report.Retry(shown)
 		if p.failClosed {
 			retry = max(retry, p.failRetry)
 		}
@@ -203,20 +202,20 @@ func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitRes
 	switch {
 	case v.have:
 		st.CurrentLimit = setLimit(&mem.limit, v.limit, v.rule)
-		st.LimitRemaining = uint32(min(max(v.dec.Remaining, 0), int64(^uint32(0))))
+		st.LimitRemaining = report.Uint32(report.Remaining(v.dec))
 		if v.limit.QuotaMode && v.denied() {
 			break // past a quota: no reset, as envoyproxy/ratelimit answers it
 		}
 		// Whole seconds, rounded up, as envoyproxy/ratelimit answers
 		// them: a fixed window's reset then reads the same on both.
-		mem.reset = durationpb.Duration{Seconds: fields.Seconds(v.dec.ResetAfter)}
+		mem.reset = durationpb.Duration{Seconds: report.Reset(v.dec)}
 		st.DurationUntilReset = &mem.reset
 	case failed:
 		// Denied because the store failed: nothing left until the
 		// Retry-After, which duration_until_reset repeats in whole
 		// seconds (Envoy's X-RateLimit-Reset reads its seconds).
 		st.CurrentLimit = setLimit(&mem.limit, v.limit, v.rule)
-		mem.reset = durationpb.Duration{Seconds: max(1, fields.Seconds(p.failRetry))}
+		mem.reset = durationpb.Duration{Seconds: fields.RetrySeconds(p.failRetry)}
 		st.DurationUntilReset = &mem.reset
 	}
 	// Else no limit was evaluated (the store failed and the request went
@@ -253,7 +252,7 @@ var units = []struct {
 // window, with unit_multiplier (90s is SECOND times 90, 2h is HOUR times
 // 2), or UNKNOWN when no unit divides it (1500ms). It returns cl.
 func setLimit(cl *rlsv3.RateLimitResponse_RateLimit, l *rlmatch.Limit, r floodgate.Rule) *rlsv3.RateLimitResponse_RateLimit {
-	cl.Name, cl.RequestsPerUnit = l.Name, uint32(min(max(r.Limit, 0), int64(^uint32(0))))
+	cl.Name, cl.RequestsPerUnit = l.Name, report.Uint32(r.Limit)
 	if l.Unit != rlmatch.UnitUnknown && l.Unit.Window() == r.Window {
 		cl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
 		return cl

@@ -19,10 +19,13 @@ func Seconds(d time.Duration) int64 {
 	return int64((max(d, 0) + time.Second - 1) / time.Second)
 }
 
-// RetryAfter is the Retry-After value for d: whole seconds, rounded up,
-// at least 1 (RFC 9110 §10.2.3 has no fractions, and 0 would invite an
-// immediate retry).
-func RetryAfter(d time.Duration) string { return strconv.FormatInt(max(1, Seconds(d)), 10) }
+// RetrySeconds is a wait of d as a client is told it: whole seconds,
+// rounded up, at least 1 (RFC 9110 §10.2.3 has no fractions, and 0 would
+// invite an immediate retry).
+func RetrySeconds(d time.Duration) int64 { return max(1, Seconds(d)) }
+
+// RetryAfter is the Retry-After value for d: RetrySeconds, in decimal.
+func RetryAfter(d time.Duration) string { return strconv.FormatInt(RetrySeconds(d), 10) }
 
 // sfMax is the largest Integer a structured field can carry (RFC 9651).
 const sfMax = 999_999_999_999_999
