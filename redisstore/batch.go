@@ -51,7 +51,7 @@ const (
 // call is one Take waiting in a batcher.
 type call struct {
 	keys     []string // the group's state keys
-	args     []string // epoch, number of hits, then 5 values per hit (take.lua)
+	args     []string // the group's epoch, then its hits' figures (take.lua)
 	hits     int
 	deadline time.Time // the caller's; every call has one (see Store.bound)
 	state    atomic.Int32
@@ -101,12 +101,9 @@ func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]flo
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("redisstore: take: %w: no hits to check", floodgate.ErrInvalidHit)
 	}
-	// One backing array: the keys, then the script's arguments, which
-	// start with room for the mode, so that a Take sent alone needs no
-	// copy.
-	buf := make([]string, len(hits), len(hits)+3+5*len(hits))
-	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+1]
-	args[0] = "1"
+	// One backing array: the keys, then the script's arguments.
+	buf := make([]string, 2*len(hits)+1)
+	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)]
 	keys, args, err := s.appendGroup(keys, args, "take", group{take: t, hits: hits})
 	if err != nil {
 		return nil, err
@@ -135,7 +132,7 @@ func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]flo
 	// empty whenever b.inflight < maxInflight: next and drain give back a
 	// slot only once nothing is pending), and the first of those to end
 	// sends this one.
-	cl := &call{keys: keys, args: args[1:], hits: len(hits), done: make(chan callResult, 1)}
+	cl := &call{keys: keys, args: args, hits: len(hits), done: make(chan callResult, 1)}
 	cl.deadline, _ = ctx.Deadline()
 	b.pending = append(b.pending, cl)
 	b.mu.Unlock()
@@ -226,7 +223,7 @@ func (s *Store) deliver(batch []*call) {
 	}
 }
 
-// sendOne runs a Take alone: args already start with the mode.
+// sendOne runs a Take alone.
 func (s *Store) sendOne(ctx context.Context, keys, args []string, hits int) ([]floodgate.Result, error) {
 	v, err := s.eval(ctx, takeScript, keys, args)
 	if err != nil {
@@ -257,37 +254,15 @@ func (s *Store) send(ctx context.Context, batch []*call) ([][]floodgate.Result, 
 	return res, nil
 }
 
-// batchArgs returns the keys and take.lua's arguments of a batch: in
-// mode "1", the calls' groups one after another; or, when every call is a
-// lone sliding-window take of one rule and cost, none overdraw, and there
-// are several, in the short form of mode "2" (the figures once, then an
-// epoch a take), which costs Redis less (BENCHMARKS.md).
+// batchArgs returns the keys and take.lua's arguments of a batch: the
+// calls' groups one after another.
 func batchArgs(batch []*call) (keys, args []string) {
-	n, m := 0, 1
-	short := len(batch) > 1
-	first := batch[0].args
+	n, m := 0, 0
 	for _, cl := range batch {
 		n += len(cl.keys)
 		m += len(cl.args)
-		// epoch, nhits, alg, cost, limit, window, overdraw
-		a := cl.args
-		if short && (cl.hits != 1 || len(a) != 7 || a[1] != "1" || a[2] != "s" || a[6] != "0" ||
-			a[3] != first[3] || a[4] != first[4] || a[5] != first[5]) {
-			short = false
-		}
 	}
-	keys = make([]string, 0, n)
-	if short {
-		args = make([]string, 4, 4+n)
-		args[0], args[1], args[2], args[3] = "2", first[3], first[4], first[5]
-		for _, cl := range batch {
-			keys = append(keys, cl.keys[0])
-			args = append(args, cl.args[0])
-		}
-		return keys, args
-	}
-	args = make([]string, 1, m)
-	args[0] = "1"
+	keys, args = make([]string, 0, n), make([]string, 0, m)
 	for _, cl := range batch {
 		keys = append(keys, cl.keys...)
 		args = append(args, cl.args...)
@@ -296,7 +271,7 @@ func batchArgs(batch []*call) (keys, args []string) {
 }
 
 // appendGroup appends the state keys of g's hits to keys and take.lua's
-// arguments of g (epoch, number of hits, then 5 values per hit) to args.
+// arguments of g (its epoch, then each hit's figures) to args.
 // It rejects a group that names one key twice or that the scripts cannot
 // compute exactly.
 func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, []string, error) {
@@ -307,7 +282,7 @@ func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, 
 	if g.take != 0 {
 		epoch = strconv.FormatUint(epochOf(g.take), 10)
 	}
-	args = append(args, epoch, strconv.Itoa(len(g.hits)))
+	args = append(args, epoch)
 	first := len(keys)
 	for i, h := range g.hits {
 		p, err := s.paramStrings(h)
@@ -321,19 +296,16 @@ func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, 
 			}
 		}
 		keys = append(keys, k)
-		over := "0"
-		if h.Overdraw {
-			over = "1"
-		}
-		args = append(args, p.alg, p.cost, p.a, p.b, over)
+		args = append(args, p.figures)
 	}
 	return keys, args, nil
 }
 
-// hitStrings are a hit's script arguments, formatted, and its state key's
-// suffix.
+// hitStrings are a hit's script arguments, formatted: each figure, and
+// take.lua's figures string of them all; and its state key's suffix.
 type hitStrings struct {
 	suffix, alg, cost, a, b string
+	figures                 string // "<alg> <cost> <a> <b> <overdraw>"
 }
 
 type hitStringsKey struct {
@@ -358,6 +330,11 @@ func (s *Store) paramStrings(h floodgate.Hit) (*hitStrings, error) {
 		return nil, err
 	}
 	hs := &hitStrings{suffix: p.suffix, alg: p.alg, cost: strconv.FormatInt(p.cost, 10), a: strconv.FormatInt(p.a, 10), b: strconv.FormatInt(p.b, 10)}
+	over := "0"
+	if h.Overdraw {
+		over = "1"
+	}
+	hs.figures = hs.alg + " " + hs.cost + " " + hs.a + " " + hs.b + " " + over
 	if s.batch.nparams.Add(1) <= maxCachedParams {
 		s.batch.params.Store(k, hs)
 	}
