@@ -226,8 +226,8 @@ func TestShortFormHandsOver(t *testing.T) {
 		}
 		batch = append(batch, &call{keys: keys, args: args, hits: 1})
 	}
-	if _, args := batchArgs(batch); len(args) != 2*len(batch) {
-		t.Fatalf("batch arguments %q; want an epoch and a figures string a take", args)
+	if _, args := batchArgs(batch); len(args) != 6+2*(len(batch)-1) || args[7] != "=" {
+		t.Fatalf("batch arguments %q; want the first take's epoch and 5 values, then an epoch and \"=\" a take", args)
 	}
 	res, err := s.send(ctx(t), batch)
 	if err != nil {

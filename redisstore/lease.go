@@ -19,7 +19,7 @@ var (
 	// renewScript moves entries, so it is not retried: a renewal whose
 	// answer is lost is safe to make again with the older stamp (see
 	// floodgate.Store.Renew), but that is the caller's choice.
-	renewScript = newScript(ringLua+renewBody, false)
+	renewScript = newScript(ringLua+rewriteLua+renewBody, false)
 )
 
 // Renew implements [floodgate.Store] with one script call (one per slot

@@ -1,7 +1,8 @@
 -- refund.lua: undo what takes recorded for some of their hits,
 -- idempotently, crediting only what provably remains of the take, so
 -- that a refund never lets a key admit more than its limit. The proof is
--- on floodgate.Store.Refund; this script follows it. ring.lua comes first.
+-- on floodgate.Store.Refund; this script follows it. ring.lua and
+-- rewrite.lua come first.
 --
 -- KEYS: two keys per hit, in the order of the hits:
 --   key   the state key <prefix>{<rule>:<key>}:<letter>:<window> (take.lua)
@@ -59,17 +60,9 @@ for i = 1, nhits do
     -- take at: never more than the take holds (memstore's entry.remove).
     -- Every entry kept fits the base it was written with: the base stays.
     local stored = redis.call('GET', key)
-    if stored and #stored >= HDR and (headerFields(stored, #stored - HDR + 1)) == tonumber(epoch) and
-        at > now - window and done(tomb, at + window) then
+    if ringEpoch(stored) == tonumber(epoch) and at > now - window and done(tomb, at + window) then
       local ep, base, times = ringTimes('sliding window', key, stored)
-      local kept, removed = {}, 0
-      for _, v in ipairs(times) do
-        if removed < cost and v >= at then
-          removed = removed + 1
-        elseif v > now - window then
-          kept[#kept + 1] = v
-        end
-      end
+      local kept, removed = ringRemove(times, cost, at, now - window)
       if removed > 0 then
         if #kept == 0 then
           redis.call('DEL', key) -- nothing else in the window

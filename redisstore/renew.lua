@@ -1,7 +1,8 @@
 -- renew.lua: renew leases (floodgate.Concurrency hits): move each lease's
 -- entries in its key's ring to now, atomically, if they still hold their
 -- slots. The contract, and why the entries found are the lease's own, are
--- on floodgate.Store.Renew; this script follows it. ring.lua comes first.
+-- on floodgate.Store.Renew; this script follows it. ring.lua and
+-- rewrite.lua come first.
 --
 -- KEYS: two keys per lease, in order:
 --   key   the state key <prefix>{<rule>:<key>}:h:<window> (a ring, ring.lua)
@@ -36,17 +37,9 @@ for i = 1, n do
     tonumber(ARGV[a + 4])
   out[i] = 0
   local stored = redis.call('GET', key)
-  if stored and #stored >= HDR and (headerFields(stored, #stored - HDR + 1)) == epoch and at > now - window and
-      redis.call('EXISTS', tomb) == 0 then
+  if ringEpoch(stored) == epoch and at > now - window and redis.call('EXISTS', tomb) == 0 then
     local ep, _, times = ringTimes('lease', key, stored)
-    local kept, moved = {}, 0
-    for _, v in ipairs(times) do
-      if moved < cost and v >= at then
-        moved = moved + 1
-      elseif v > now - window then
-        kept[#kept + 1] = v
-      end
-    end
+    local kept, moved = ringRemove(times, cost, at, now - window)
     if moved > 0 then
       local t = math.max(now, kept[#kept] or now)
       for _ = 1, moved do

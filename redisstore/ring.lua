@@ -3,7 +3,9 @@
 -- this file followed by the script's own (script.go, assembled once at
 -- start): the server's time, exact integer arithmetic, TTLs, and the
 -- codec of the sliding window's ring. It reads no KEYS or ARGV and writes
--- nothing.
+-- nothing. (Every function it builds costs every call, about 1.5k Redis
+-- instructions: callgrind, BENCHMARKS.md; so it holds only what take.lua's
+-- fast path or every script needs.)
 -- Time: redis.call('TIME'), integer microseconds; never a client's clock.
 -- Requires Redis 5.0 or later (effects replication of scripts that read
 -- TIME before writing).
@@ -71,105 +73,40 @@ end
 -- Times never decrease along the ring.
 local W, HDR = 6, 34
 
--- The codec: Redis's struct library where there is one (a C call per
--- header or entry), plain Lua elsewhere (miniredis, which the demo embeds,
--- has none; TestRingEncodersAgree runs both on Redis and compares their
--- bytes). enc6 and dec6 encode and decode an entry's offset; packHeader
--- and headerFields a header, whose tfirst and newest they take and give as
--- times; packTail n entries at the time t, then a header (what an append
--- writes), in one string.
-local enc6, dec6, packHeader, headerFields, packTail
+-- The codec: pack and unpack, Redis's struct library (a C call per
+-- header or entry), for unsigned little-endian integers of n bytes ('<I6'
+-- an entry's offset, HEADER a header). Where Redis has no struct library
+-- (miniredis, which the demo embeds), plain-Lua stand-ins for those
+-- formats alone; TestRingEncodersAgree runs both on Redis and compares
+-- their bytes. Both unpack at the byte i.
+local HEADER = '<I6I3I3I3I7I6I6' -- epoch, head, count, first, base, tfirst, newest
+local tunpack, pack, unpack = unpack, nil, nil -- Lua's unpack of a table
 local struct = rawget(_G, 'struct')
 if struct then
-  local pack, unpack = struct.pack, struct.unpack
-  enc6 = function(x)
-    return pack('<I6', x)
-  end
-  dec6 = function(s, i)
-    return (unpack('<I6', s, i))
-  end
-  packHeader = function(ep, head, count, first, base, tfirst, newest)
-    return pack('<I6I3I3I3I7I6I6', ep, head, count, first, base, tfirst - base, newest - base)
-  end
-  packTail = function(n, t, ep, head, count, first, base, tfirst, newest)
-    if n == 1 then
-      -- One pack: no entry string to repeat and join (callgrind, BENCHMARKS.md).
-      return pack('<I6I6I3I3I3I7I6I6', t - base, ep, head, count, first, base, tfirst - base, newest - base)
-    end
-    return string.rep(pack('<I6', t - base), n) .. packHeader(ep, head, count, first, base, tfirst, newest)
-  end
-  headerFields = function(s, i)
-    local ep, head, count, first, base, tfirst, newest = unpack('<I6I3I3I3I7I6I6', s, i)
-    return ep, head, count, first, base, base + tfirst, base + newest
-  end
+  pack, unpack = struct.pack, struct.unpack
 else
-  local function enc(x, n)
-    local b = {}
-    for j = 1, n do
-      local r = x % 256
-      b[j] = r
-      x = (x - r) / 256
+  pack = function(f, ...)
+    local out, vals, k = {}, {...}, 0
+    for n in string.gmatch(f, '%d') do
+      k = k + 1
+      local x = vals[k]
+      for _ = 1, tonumber(n) do
+        local r = x % 256
+        out[#out + 1] = string.char(r)
+        x = (x - r) / 256
+      end
     end
-    return string.char(unpack(b))
+    return table.concat(out)
   end
-  local function dec(s, i, n)
-    local v = 0
-    for j = i + n - 1, i, -1 do
-      v = v * 256 + string.byte(s, j)
+  unpack = function(f, s, i)
+    local vals = {}
+    for n in string.gmatch(f, '%d') do
+      local v = 0
+      for j = i + tonumber(n) - 1, i, -1 do
+        v = v * 256 + string.byte(s, j)
+      end
+      vals[#vals + 1], i = v, i + tonumber(n)
     end
-    return v
+    return tunpack(vals)
   end
-  enc6 = function(x)
-    return enc(x, 6)
-  end
-  dec6 = function(s, i)
-    return dec(s, i, 6)
-  end
-  packHeader = function(ep, head, count, first, base, tfirst, newest)
-    return enc(ep, 6) .. enc(head, 3) .. enc(count, 3) .. enc(first, 3) .. enc(base, 7) ..
-      enc(tfirst - base, 6) .. enc(newest - base, 6)
-  end
-  packTail = function(n, t, ep, head, count, first, base, tfirst, newest)
-    return string.rep(enc(t - base, 6), n) .. packHeader(ep, head, count, first, base, tfirst, newest)
-  end
-  headerFields = function(s, i)
-    local base = dec(s, i + 15, 7)
-    return dec(s, i, 6), dec(s, i + 6, 3), dec(s, i + 9, 3), dec(s, i + 12, 3), base,
-      base + dec(s, i + 22, 6), base + dec(s, i + 28, 6)
-  end
-end
-
-local function malformed(what, key)
-  error('redisstore: ' .. what .. ' ' .. key .. ': malformed state')
-end
-
--- ringTimes decodes the whole ring stored (refund.lua and renew.lua read
--- it with GET): its epoch, base and times, oldest first.
-local function ringTimes(what, key, stored)
-  local h = #stored - HDR + 1
-  if h < 1 then
-    malformed(what, key)
-  end
-  local ep, head, count, _, base = headerFields(stored, h)
-  if count == 0 or head >= count or #stored ~= W * count + HDR then
-    malformed(what, key)
-  end
-  local times = {}
-  for i = 0, count - 1 do
-    times[i + 1] = base + dec6(stored, W * ((head + i) % count) + 1)
-  end
-  return ep, base, times
-end
-
--- ringWrite writes a ring of the epoch ep whole from times (oldest first,
--- each in the window, each within 2^48 us of base): head 0, first 0, with
--- the TTL a take gives, until the newest time leaves the window.
-local function ringWrite(key, ep, base, times, window)
-  local parts = {}
-  for i = 1, #times do
-    parts[i] = enc6(times[i] - base)
-  end
-  local newest = times[#times]
-  parts[#parts + 1] = packHeader(ep, 0, #times, 0, base, times[1], newest)
-  redis.call('SET', key, table.concat(parts), 'PX', ttl(newest + window))
 end

@@ -17,17 +17,20 @@ import (
 
 // The scripts: Redis scripts cannot include one another, so each is sent
 // as ring.lua (the time, integer arithmetic, TTLs and the ring's codec)
-// followed by its own file.
+// followed by its own file, refund's and renew's with rewrite.lua (a ring
+// read whole and written anew) between.
 var (
 	//go:embed ring.lua
 	ringLua string
 	//go:embed take.lua
 	takeBody string
+	//go:embed rewrite.lua
+	rewriteLua string
 	//go:embed refund.lua
 	refundBody string
 
 	takeLua   = ringLua + takeBody
-	refundLua = ringLua + refundBody
+	refundLua = ringLua + rewriteLua + refundBody
 
 	// takeScript records, so it must never be retried: EVALSHA, then EVAL
 	// only on NOSCRIPT (the script did not run).

@@ -18,22 +18,21 @@
 -- The epoch names the state: the take that creates a state (the key is
 -- absent) writes its group's epoch, and later takes keep it. A refund
 -- credits only a state whose epoch is its take's (refund.lua).
--- ARGV: the groups one after another, each its epoch, then one figures
--- string per hit (a group ends where the next epoch starts: an epoch
--- starts with a digit, figures with a letter):
---   epoch    the epoch of a state this group creates: an integer from 1
---            to 2^48 - 1; "0" for a Peek, which records nothing
---   figures  "<alg> <cost> <limit> <window> <overdraw>":
---     alg       "s" sliding window (key letter w), "t" token bucket, "f"
---               fixed window, "c" sliding-window counter
---     cost      units this hit counts for (1..capacity; an overdraw
---               hit's up to 2^51, a sliding window's up to 100)
---     limit     "s", "f", "c": the limit L; "t": the capacity B
---     window    "s", "f", "c": the window W in us; "t": the emission
---               interval T in us, ceil(W / L)
---     overdraw  "1": the hit is recorded whenever the group's other hits
---               are, even past its limit, and the key owes the excess
---               (floodgate.Hit.Overdraw); "0": only within its limit
+-- ARGV: the groups one after another, each its epoch, then 5 values per
+-- hit (a group ends where the next epoch starts: an epoch is a number,
+-- a hit's first value a letter):
+--   epoch     the epoch of a state this group creates: an integer from 1
+--             to 2^48 - 1; "0" for a Peek, which records nothing
+--   alg       "s" sliding window (key letter w), "t" token bucket, "f"
+--             fixed window, "c" sliding-window counter
+--   cost      units this hit counts for (1..capacity; an overdraw hit's up
+--             to 2^51, a sliding window's up to 100)
+--   limit     "s", "f", "c": the limit L; "t": the capacity B
+--   window    "s", "f", "c": the window W in us; "t": the emission
+--             interval T in us, ceil(W / L)
+--   overdraw  "1": the hit is recorded whenever the group's other hits
+--             are, even past its limit, and the key owes the excess
+--             (floodgate.Hit.Overdraw); "0": only within its limit
 -- Reply: a flat array of integers: the server time in us, then 5 per hit,
 -- in KEYS order: allowed (1 or 0), remaining (negative when the key holds
 -- more than its limit), reset_after (us), retry_after (us; 0 when
@@ -63,269 +62,246 @@
 -- script's first write that may, lets the rest through and keeps
 -- enforcing the limits (docs/RELIABILITY.md).
 
--- figures reads a hit's figures string.
-local function figures(s)
-  local alg, cost, limit, window, over = string.match(s, '^(%a) (%d+) (%d+) (%d+) ([01])$')
-  if alg == nil then
-    error('redisstore: take: malformed figures ' .. tostring(s))
-  end
-  return alg, tonumber(cost), tonumber(limit), tonumber(window), over == '1'
-end
-
 -- The sliding window. Every take reads the header alone (GETRANGE of the
 -- last 34 bytes), and entries only to move first past those that have
 -- just left the window: usually none or one, in one GETRANGE of up to
--- CHUNK slots. An append writes its entries and the header that follows
--- them in one SETRANGE, an overwrite of the oldest slots those and the
--- header. The ring is written whole (SET) when it is created, becomes
--- full (so that Redis allocates it exactly), has no entry left in the
--- window, when the limit changed, and past the limit; that SET, and a
--- rebase, keep only the live entries. A request of cost n is admitted
--- exactly when the live entries number at most limit - n, so a ring never
--- holds more than its limit but past it (an overdraw hit's), up to limit
--- + LOGDEBT, written whole with head 0. (Small rings read and written
--- whole cost Redis more per take, measured even at 4 entries.)
--- SPAN bounds an entry's offset from base. The header's range goes to
--- GETRANGE as strings: Redis formats a number with snprintf('%.17g').
-local SPAN, CHUNK, HDRFROM, HDRTO = 2 ^ 48, 8, '-34', '-1'
-
--- ringOpen reads the header of the ring of key: a table of the key and
--- the header's fields, or nil if there is no ring.
-local function ringOpen(key)
-  local h = redis.call('GETRANGE', key, HDRFROM, HDRTO)
-  if h == '' then
-    return nil
-  end
-  if #h ~= HDR then
-    malformed('sliding window', key)
-  end
-  local ep, head, count, first, base, tfirst, newest = headerFields(h, 1)
-  if count == 0 or head >= count or first > count then
-    malformed('sliding window', key)
-  end
-  return {key = key, ep = ep, head = head, count = count, first = first, base = base, tfirst = tfirst, newest = newest}
-end
+-- CHUNK slots, a binary search beyond. An append writes its entries and
+-- the header that follows them in one SETRANGE, an overwrite of the
+-- oldest slots those and the header. The ring is written whole (SET)
+-- when it is created, becomes full (so that Redis allocates it exactly),
+-- has no entry left in the window, when the limit changed, when a time
+-- would not fit its base (rebased on its oldest live entry), and past the
+-- limit; a whole write keeps only the live entries. A request of cost n
+-- is admitted exactly when the live entries number at most limit - n, so
+-- a ring holds at most its limit but past it (an overdraw hit's), up to
+-- limit + LOGDEBT, written whole with head 0. (Small rings read and
+-- written whole cost Redis more per take, measured even at 4 entries.)
+-- SPAN bounds an entry's offset from base; TAIL packs an entry and a
+-- header. The header's range goes to GETRANGE as strings: Redis formats a
+-- number with snprintf('%.17g').
+local SPAN, CHUNK, HDRFROM, HDRTO, TAIL = 2 ^ 48, 8, '-34', '-1', '<I6' .. HEADER
 
 -- ringRead returns the times of the entries i to j (0 the oldest; j - i <
--- count) of the ring r, in a table indexed from i, with at most two
+-- count) of the ring of key, in a table indexed from i, with at most two
 -- GETRANGEs (one unless they wrap).
-local function ringRead(r, i, j)
+local function ringRead(key, head, count, base, i, j)
   local out = {}
   while i <= j do
-    local slot = (r.head + i) % r.count
-    local n = math.min(j - i + 1, r.count - slot) -- up to the last slot
-    local v = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
+    local slot = (head + i) % count
+    local n = math.min(j - i + 1, count - slot) -- up to the last slot
+    local v = redis.call('GETRANGE', key, W * slot, W * (slot + n) - 1)
     if #v ~= W * n then
-      malformed('sliding window', r.key)
+      error('redisstore: sliding window ' .. key .. ': malformed state')
     end
     for k = 0, n - 1 do
-      out[i + k] = r.base + dec6(v, W * k + 1)
+      out[i + k] = base + unpack('<I6', v, W * k + 1)
     end
     i = i + n
   end
   return out
 end
 
--- ringAt returns the time of the entry i of the ring r.
-local function ringAt(r, i)
-  if i == r.first then
-    return r.tfirst
+-- ringAt returns the time of the entry i of the ring of key.
+local function ringAt(key, head, count, base, first, tfirst, i)
+  if i == first then
+    return tfirst
   end
-  return ringRead(r, i, i)[i]
+  return ringRead(key, head, count, base, i, i)[i]
 end
 
--- ringTrim moves r.first past the entries that have left the window
--- (times at or before cut): usually none, or a few read in one GETRANGE;
--- a binary search beyond those.
-local function ringTrim(r, cut)
-  if r.first == r.count or r.tfirst > cut then
-    return
-  end
-  if r.newest <= cut then
-    r.first, r.tfirst = r.count, r.newest
-    return
-  end
-  -- Entry lo has left the window, entry hi (the newest at first) has not.
-  local lo, hi, thi = r.first, r.count - 1, r.newest
-  local last = math.min(hi - 1, lo + CHUNK)
-  if last > lo then
-    local ts = ringRead(r, lo + 1, last)
-    for i = lo + 1, last do
-      if ts[i] > cut then
-        r.first, r.tfirst = i, ts[i]
-        return
-      end
+-- sliding checks a sliding-window hit and, if record and it is to be
+-- recorded (allowed, or over), records it at t = max(now, the newest
+-- entry's time): a clock that stepped back keeps the order. h is the
+-- header, if read already; sliding returns it as the check's value, so
+-- that a group of several hits records each with a second call. Past the
+-- limit (over), it keeps the newest limit + LOGDEBT entries and, when
+-- that drops some (full), the ring takes the epoch after its own; the
+-- reply gives the one it had.
+local function sliding(key, cost, limit, window, over, epoch, record, h)
+  h = h or redis.call('GETRANGE', key, HDRFROM, HDRTO)
+  local ep, head, count, first, base, tfirst, newest = nil, 0, 0, 0, now, now, now
+  local cut = now - window
+  if h == '' then
+    ep = tonumber(epoch) -- a new ring's
+  else
+    if #h == HDR then
+      ep, head, count, first, base, tfirst, newest = unpack(HEADER, h, 1)
+      tfirst, newest = base + tfirst, base + newest
     end
-    lo = last
-  end
-  while hi - lo > 1 do
-    local mid = math.floor((lo + hi) / 2)
-    local tm = ringAt(r, mid)
-    if tm > cut then
-      hi, thi = mid, tm
+    if #h ~= HDR or count == 0 or head >= count or first > count then
+      error('redisstore: sliding window ' .. key .. ': malformed state')
+    end
+    -- Move first past the entries that have left the window (at or
+    -- before cut).
+    if first == count or tfirst > cut then
+      -- none
+    elseif newest <= cut then
+      first, tfirst = count, newest
     else
-      lo = mid
+      -- Entry lo has left the window, entry hi (the newest at first) has not.
+      local lo, hi, thi = first, count - 1, newest
+      local last = math.min(hi - 1, lo + CHUNK)
+      if last > lo then
+        local ts = ringRead(key, head, count, base, lo + 1, last)
+        for i = lo + 1, last do
+          if ts[i] > cut then
+            hi, thi = i, ts[i]
+            break
+          end
+        end
+        lo = math.min(last, hi - 1)
+      end
+      while hi - lo > 1 do
+        local mid = math.floor((lo + hi) / 2)
+        local tm = ringAt(key, head, count, base, first, tfirst, mid)
+        if tm > cut then
+          hi, thi = mid, tm
+        else
+          lo = mid
+        end
+      end
+      first, tfirst = hi, thi
     end
   end
-  r.first, r.tfirst = hi, thi
-end
-
--- Each check returns allowed, remaining, reset_after, retry_after, the
--- value that write needs to record the hit (nil when it is not to be
--- recorded), the epoch of the state it found (nil if none), and whether
--- recording the hit fills the state to its bound (an overdraw hit's). An
--- overdraw hit past its limit is answered as the key stands with it
--- recorded: a denial of cost 1. Checks write nothing.
-
--- sliding checks a sliding-window hit; its value is the ring it read,
--- trimmed (nil for a new one).
-local function sliding(key, cost, limit, window, over)
-  local r = ringOpen(key)
-  local live = 0
-  if r ~= nil then
-    ringTrim(r, now - window)
-    live = r.count - r.first
-  end
-  if live + cost <= limit then
-    return true, limit - live - cost, window, 0, r, r and r.ep
-  end
-  if over then
+  local live, t, full = count - first, math.max(now, newest), false
+  local allowed, remaining, reset, retry = live + cost <= limit, 0, window, 0
+  if allowed then
+    remaining = limit - live - cost
+  elseif not over then
+    -- The entry whose leaving frees room for cost: live + cost > limit
+    -- puts it at or after first.
+    local frees = ringAt(key, head, count, base, first, tfirst, count + cost - limit - 1)
+    return false, limit - live, newest + window - now, frees + window - now, h, ep
+  else
     -- The live entries, then cost entries at t: the one at index live +
     -- cost - limit frees room for a request of cost 1. Entries past the
     -- bound are the oldest, which leave first and decide nothing.
-    local t, frees, i = now, now, live + cost - limit
-    if r ~= nil then
-      t = math.max(now, r.newest)
-      frees = t
-      if i < live then
-        frees = ringAt(r, r.first + i)
-      end
+    local LOGDEBT, frees, i = math.min(limit, 100), t, live + cost - limit
+    if i < live then
+      frees = ringAt(key, head, count, base, first, tfirst, first + i)
     end
-    local LOGDEBT = math.min(limit, 100)
     local held = math.min(live + cost, limit + LOGDEBT)
-    return false, limit - held, t + window - now, frees + window - now, r, r and r.ep, held < live + cost
+    full, remaining, reset, retry = held < live + cost, limit - held, t + window - now, frees + window - now
   end
-  -- The entry whose leaving frees room for cost: live + cost > limit puts
-  -- it at or after first.
-  local frees = ringAt(r, r.count + cost - limit - 1)
-  return false, limit - live, r.newest + window - now, frees + window - now, nil, r.ep
-end
-
--- ringRewrite writes the ring r whole, keeping its live entries (first to
--- count - 1) and appending cost entries at t: head 0, first 0. It rebases
--- the ring when it keeps nothing (base t), or when t would not fit the
--- base (base the oldest live entry's time, every live entry decoded and
--- encoded again); otherwise it copies the live entries as they are.
-local function ringRewrite(r, cost, t, window)
-  local parts = {}
-  local live = r.count - r.first
-  if live == 0 then
-    r.base, r.tfirst = t, t
-  elseif t - r.base >= SPAN then
-    if t - r.tfirst >= SPAN then
-      -- Only a window longer than SPAN keeps such an entry.
-      error('redisstore: sliding window ' .. r.key .. ': an entry in the window is 2^48 us (8.9 years) old, ' ..
-        'beyond what the ring holds')
-    end
-    local ts = ringRead(r, r.first, r.count - 1)
-    for i = r.first, r.count - 1 do
-      parts[#parts + 1] = enc6(ts[i] - r.tfirst)
-    end
-    r.base = r.tfirst
-  else
-    local slot = (r.head + r.first) % r.count
-    local n = math.min(live, r.count - slot)
-    parts[1] = redis.call('GETRANGE', r.key, W * slot, W * (slot + n) - 1)
-    if n < live then
-      parts[2] = redis.call('GETRANGE', r.key, 0, W * (live - n) - 1)
-    end
+  if not record then
+    return allowed, remaining, reset, retry, h, ep, full
   end
-  r.count, r.head, r.first, r.newest = live + cost, 0, 0, t
-  parts[#parts + 1] = packTail(cost, t, r.ep, 0, r.count, 0, r.base, r.tfirst, t)
-  local s = table.concat(parts)
-  if #s ~= W * r.count + HDR then
-    malformed('sliding window', r.key)
-  end
-  local px = ttl(t + window)
-  redis.call('PEXPIRE', r.key, px) -- first: see Writes
-  redis.call('SET', r.key, s, 'PX', px)
-end
-
--- recordSliding records cost requests in the ring r of key, as its check
--- read it (nil: none; epoch is then the new ring's), at t = max(now, its
--- newest time): a clock that stepped back keeps the order. Past the limit
--- (over), it keeps the newest limit + LOGDEBT entries, written whole;
--- full: the ring then takes the epoch after its own.
-local function recordSliding(key, cost, limit, window, epoch, r, over, full)
-  if r == nil then
-    r = {key = key, ep = tonumber(epoch), head = 0, count = 0, first = 0, base = now, tfirst = now, newest = now}
-    if not over then
-      local px = ttl(now + window)
-      redis.call('PEXPIRE', key, px) -- first: see Writes
-      redis.call('SET', key, packTail(cost, now, r.ep, 0, cost, 0, now, now, now), 'PX', px)
-      return
-    end
-  end
-  local t = math.max(now, r.newest)
-  if over then
+  local reply = ep
+  if over and not allowed then
     local LOGDEBT = math.min(limit, 100)
-    local drop = math.max(0, r.count - r.first + cost - limit - LOGDEBT)
+    local drop = math.max(0, live + cost - limit - LOGDEBT)
     if drop > 0 then
-      if r.first + drop < r.count then
-        r.tfirst = ringAt(r, r.first + drop)
+      if first + drop < count then
+        tfirst = ringAt(key, head, count, base, first, tfirst, first + drop)
       end
-      r.first = math.min(r.count, r.first + drop)
+      first = math.min(count, first + drop)
     end
     if full then
-      r.ep = r.ep % (2 ^ 48 - 1) + 1
+      ep = ep % (2 ^ 48 - 1) + 1
     end
-    ringRewrite(r, math.min(cost, limit + LOGDEBT), t, window)
-    return
+    cost, live = math.min(cost, limit + LOGDEBT), count - first
+  elseif not (first == count or count > limit or (count < limit and (head ~= 0 or count + cost >= limit)) or
+      t - base >= SPAN) then
+    -- An append (not full, head 0, and stays so) or, full, an overwrite
+    -- of the cost oldest, which have left the window (live + cost <=
+    -- limit = count), from slot at.
+    local at, nhead, ncount, nfirst = head, (head + cost) % count, count, first - cost
+    if count < limit then
+      at, nhead, ncount, nfirst = count, 0, count + cost, first
+    end
+    redis.call('PEXPIRE', key, ttl(t + window)) -- first: see Writes
+    if at + cost == ncount then
+      -- The header follows the new entries: one SETRANGE (of one pack
+      -- for cost 1, BENCHMARKS.md).
+      local s
+      if cost == 1 then
+        s = pack(TAIL, t - base, ep, nhead, ncount, nfirst, base, tfirst - base, t - base)
+      else
+        s = pack('<I6', t - base):rep(cost) .. pack(HEADER, ep, nhead, ncount, nfirst, base, tfirst - base, t - base)
+      end
+      redis.call('SETRANGE', key, W * at, s)
+    else
+      local n, entry = math.min(cost, count - head), pack('<I6', t - base)
+      redis.call('SETRANGE', key, W * head, entry:rep(n))
+      if cost > n then
+        redis.call('SETRANGE', key, 0, entry:rep(cost - n))
+      end
+      redis.call('SETRANGE', key, W * count, pack(HEADER, ep, nhead, count, nfirst, base, tfirst - base, t - base))
+    end
+    return allowed, remaining, reset, retry, h, reply
   end
-  local head, count = r.head, r.count
-  if r.first == count or count > limit or (count < limit and (head ~= 0 or count + cost >= limit)) or
-      t - r.base >= SPAN then
-    -- Every entry has left the window, or the limit changed since the
-    -- ring filled, or it fills up now, or t does not fit the base.
-    ringRewrite(r, cost, t, window)
-    return
+  -- Write the ring whole: its live entries, then cost entries at t; head
+  -- 0, first 0. It is rebased when it keeps nothing (base t), or when t
+  -- would not fit the base (base the oldest live entry's time, every live
+  -- entry decoded and encoded again); otherwise the live entries are
+  -- copied as they are.
+  local parts = {}
+  if live == 0 then
+    base, tfirst = t, t
+  elseif t - base >= SPAN then
+    if t - tfirst >= SPAN then
+      -- Only a window longer than SPAN keeps such an entry.
+      error('redisstore: sliding window ' .. key .. ': an entry in the window is 2^48 us (8.9 years) old, ' ..
+        'beyond what the ring holds')
+    end
+    local ts = ringRead(key, head, count, base, first, count - 1)
+    for i = first, count - 1 do
+      parts[#parts + 1] = pack('<I6', ts[i] - tfirst)
+    end
+    base = tfirst
+  else
+    local slot = (head + first) % count
+    local n = math.min(live, count - slot)
+    parts[1] = redis.call('GETRANGE', key, W * slot, W * (slot + n) - 1)
+    if n < live then
+      parts[2] = redis.call('GETRANGE', key, 0, W * (live - n) - 1)
+    end
   end
-  redis.call('PEXPIRE', key, ttl(t + window)) -- first: see Writes
-  if count < limit then
-    -- Not full (head is 0), and stays so: append, the header after the new entries.
-    redis.call('SETRANGE', key, W * count, packTail(cost, t, r.ep, 0, count + cost, r.first, r.base, r.tfirst, t))
-    return
+  parts[#parts + 1] = pack('<I6', t - base):rep(cost) .. pack(HEADER, ep, 0, live + cost, 0, base, tfirst - base, t - base)
+  local s = table.concat(parts)
+  if #s ~= W * (live + cost) + HDR then
+    error('redisstore: sliding window ' .. key .. ': malformed state')
   end
-  -- Full: overwrite the cost oldest, which have left the window (live +
-  -- cost <= limit = count), wrapping.
-  local n = math.min(cost, count - head)
-  head = (head + cost) % count
-  if n == cost and head == 0 then
-    -- The last slots: the header follows them.
-    redis.call('SETRANGE', key, W * r.head, packTail(n, t, r.ep, 0, count, r.first - cost, r.base, r.tfirst, t))
-    return
-  end
-  local entry = enc6(t - r.base)
-  redis.call('SETRANGE', key, W * r.head, string.rep(entry, n))
-  if cost > n then
-    redis.call('SETRANGE', key, 0, string.rep(entry, cost - n))
-  end
-  redis.call('SETRANGE', key, W * count, packHeader(r.ep, head, count, r.first - cost, r.base, r.tfirst, t))
+  local px = ttl(t + window)
+  redis.call('PEXPIRE', key, px) -- first: see Writes
+  redis.call('SET', key, s, 'PX', px)
+  return allowed, remaining, reset, retry, h, reply
 end
 
--- Fast path: a call of one Take of one sliding-window hit, not overdraw,
--- the common case at light load, decided before the other functions are
--- built, which would cost it about 2us of 10 (BENCHMARKS.md).
-if #ARGV == 2 and #KEYS == 1 and ARGV[1] ~= '0' then
-  local alg, cost, limit, window, over = figures(ARGV[2])
-  if alg == 's' and not over then
-    local ok, remaining, reset, retry, r, ep = sliding(KEYS[1], cost, limit, window, false)
-    ep = ep or tonumber(ARGV[1])
-    if ok then
-      recordSliding(KEYS[1], cost, limit, window, ep, r)
+-- Fast path: a call of Takes of one sliding-window hit each (a Take sent
+-- alone, or the group commit's batch of them), decided before the other
+-- functions are built, which would cost it about 1.5k Redis instructions
+-- each (BENCHMARKS.md).
+local nargs = #ARGV
+if nargs == 6 and ARGV[2] == 's' and ARGV[1] ~= '0' and #KEYS == 1 then
+  local over = ARGV[6] == '1'
+  local ok, remaining, reset, retry, _, ep = sliding(KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+    over, ARGV[1], true)
+  return {now, ok and 1 or 0, remaining, reset, retry, (ok or over) and ep or 0}
+end
+local fast, a, n = true, 1, 0
+while fast and a < nargs do
+  local v = ARGV[a + 1]
+  fast = ARGV[a] ~= '0' and string.byte(ARGV[a]) <= 57 and (v == 's' or v == '=' and n > 0)
+  a, n = a + (v == '=' and 2 or 6), n + 1
+end
+if fast and a == nargs + 1 and n == #KEYS then
+  local out, cost, limit, window, over = {now}
+  a = 1
+  for h = 1, n do
+    local epoch = ARGV[a]
+    if ARGV[a + 1] == '=' then
+      a = a + 2
+    else
+      cost, limit, window, over = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
+      a = a + 6
     end
-    return {now, ok and 1 or 0, remaining, reset, retry, ok and ep or 0}
+    local ok, remaining, reset, retry, _, ep = sliding(KEYS[h], cost, limit, window, over, epoch, true)
+    local o = 5 * h - 4
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, remaining, reset, retry,
+      (ok or over) and ep or 0
   end
+  return out
 end
 
 -- bucket checks a token-bucket hit (GCRA).
@@ -336,7 +312,7 @@ local function bucket(key, cost, capacity, interval, over)
   if stored then
     local v, e = string.match(stored, '^(%d+):(%d+)$')
     if v == nil then
-      malformed('token bucket', key)
+      error('redisstore: token bucket ' .. key .. ': malformed state')
     end
     v, ep = tonumber(v), e
     if v > tat then
@@ -372,7 +348,7 @@ local function fixed(key, cost, limit, window, over)
   if stored then
     local si, sc, e = string.match(stored, '^(%d+):(%d+):(%d+)$')
     if si == nil then
-      malformed('fixed window', key)
+      error('redisstore: fixed window ' .. key .. ': malformed state')
     end
     ep = e
     if tonumber(si) == idx then
@@ -408,7 +384,7 @@ local function counter(key, cost, limit, window, over)
   if stored then
     local si, sp, sc, e = string.match(stored, '^(%d+):(%d+):(%d+):(%d+)$')
     if si == nil then
-      malformed('sliding-window counter', key)
+      error('redisstore: sliding-window counter ' .. key .. ': malformed state')
     end
     ep = e
     si = tonumber(si)
@@ -463,12 +439,12 @@ end
 
 local checks = {s = sliding, t = bucket, f = fixed, c = counter}
 
--- write records a hit that its check allowed (ok), or an overdraw hit
--- past its limit: val, left and full are what its check returned, ep the
--- epoch of its state.
-local function write(key, alg, cost, limit, window, ok, val, left, ep, full)
+-- write records a hit of a group that its check allowed (ok), or an
+-- overdraw hit past its limit: val, left and full are what its check
+-- returned, ep the epoch of its state.
+local function write(key, alg, cost, limit, window, over, epoch, ok, val, left, ep, full)
   if alg == 's' then
-    recordSliding(key, cost, limit, window, ep, val, not ok, full)
+    sliding(key, cost, limit, window, over, epoch, true, val)
     return
   end
   if full then
@@ -481,73 +457,87 @@ local function write(key, alg, cost, limit, window, ok, val, left, ep, full)
   end
 end
 
--- The hits' figures, parsed once per distinct string (a batch repeats its
--- rules'), and the shape of the call, checked before anything is written.
-local parsed, nargs, nhits = {}, #ARGV, 0
-for a = 1, nargs do
-  local s = ARGV[a]
-  if (string.byte(s) or 0) > 57 then -- figures: a letter
-    if a == 1 then
-      error('redisstore: take: the arguments start with figures, not an epoch')
+-- The shape of the call, checked before anything is written.
+local nhits = 0
+a = 1
+while a <= nargs do
+  if tonumber(ARGV[a]) == nil or (string.byte(ARGV[a + 1] or '') or 0) <= 57 then
+    error('redisstore: take: argument ' .. a .. ': want an epoch and then hits')
+  end
+  a = a + 1
+  repeat
+    if ARGV[a] == '=' and nhits > 0 then
+      a = a + 1
+    elseif checks[ARGV[a]] ~= nil and a + 4 <= nargs then
+      a = a + 5
+    else
+      error('redisstore: take: argument ' .. a .. ': want a hit, "=" or alg "s", "t", "f" or "c" and 4 values')
     end
     nhits = nhits + 1
-    if parsed[s] == nil then
-      parsed[s] = {figures(s)}
-    end
-  elseif tonumber(s) == nil or a == nargs or (string.byte(ARGV[a + 1]) or 0) <= 57 then
-    error('redisstore: take: argument ' .. a .. ': want an epoch followed by figures')
-  end
+  until a > nargs or string.byte(ARGV[a]) <= 57
 end
 if nhits ~= #KEYS then
   error('redisstore: take: ' .. #KEYS .. ' keys and ' .. nhits .. ' hits')
 end
 
+-- num is tonumber, once per distinct string of the call: glibc's strtod
+-- costs a take more than a table lookup (callgrind, BENCHMARKS.md).
+local nums = {}
+local function num(s)
+  local v = nums[s]
+  if v == nil then
+    v = tonumber(s)
+    nums[s] = v
+  end
+  return v
+end
+
 -- Every group, hit by hit in KEYS order: out[1] is the time, and hit h's
 -- five values are out[5 * h - 3] to out[5 * h + 1]. A group records when
--- each of its hits is allowed or overdraw; a group of one at once, the
--- hits of a larger one once all are checked (oks to fulls hold them).
-local out, a, h = {now}, 1, 0
-local oks, vals, lefts, eps, fulls
+-- each of its hits is allowed or overdraw: a group of one at once, the
+-- hits of a larger one once all are checked (hits holds them).
+local out, h, hits = {now}, 0, nil
+local alg, cost, limit, window, over -- the hit's, or the one before's for "="
+a = 1
 while a <= nargs do
   local epoch = ARGV[a]
-  local record, first, all = epoch ~= '0', h + 1, true
+  local record, first, all, n = epoch ~= '0', h + 1, true, 0
+  local i = a + 1
+  while i <= nargs and string.byte(ARGV[i]) > 57 do
+    n, i = n + 1, i + (ARGV[i] == '=' and 1 or 5)
+  end
   a = a + 1
-  local n = 0
-  while a + n <= nargs and string.byte(ARGV[a + n]) > 57 do
-    n = n + 1
-  end
-  if n > 1 and oks == nil then
-    oks, vals, lefts, eps, fulls = {}, {}, {}, {}, {}
-  end
-  for i = a, a + n - 1 do
+  for _ = 1, n do
     h = h + 1
-    local f = parsed[ARGV[i]]
-    local alg, cost, limit, window, over = f[1], f[2], f[3], f[4], f[5]
-    local check = checks[alg]
-    if check == nil then
-      error('redisstore: unknown algorithm ' .. tostring(alg))
+    if ARGV[a] == '=' then
+      a = a + 1
+    else
+      alg, cost, limit, window, over = ARGV[a], num(ARGV[a + 1]), num(ARGV[a + 2]), num(ARGV[a + 3]), ARGV[a + 4] == '1'
+      a = a + 5
     end
-    local ok, remaining, reset, retry, val, ep, full = check(KEYS[h], cost, limit, window, over)
+    local ok, remaining, reset, retry, val, ep, full = checks[alg](KEYS[h], cost, limit, window, over, epoch,
+      record and n == 1)
     ep = ep or epoch
     local o = 5 * h - 4
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, remaining, reset, retry, 0
     if n == 1 then
       if (ok or over) and record then
-        write(KEYS[h], alg, cost, limit, window, ok, val, reset, ep, full)
+        if alg ~= 's' then -- sliding recorded it
+          write(KEYS[h], alg, cost, limit, window, over, epoch, ok, val, reset, ep, full)
+        end
         out[o + 5] = tonumber(ep)
       end
     else
       all = all and (ok or over)
-      oks[h], vals[h], lefts[h], eps[h], fulls[h] = ok, val, reset, ep, full
+      hits = hits or {}
+      hits[h] = {alg, cost, limit, window, over, epoch, ok, val, reset, ep, full}
     end
   end
   if n > 1 and record and all then
-    for i = first, h do
-      local f = parsed[ARGV[a + i - first]]
-      write(KEYS[i], f[1], f[2], f[3], f[4], oks[i], vals[i], lefts[i], eps[i], fulls[i])
-      out[5 * i + 1] = tonumber(eps[i])
+    for j = first, h do
+      write(KEYS[j], tunpack(hits[j], 1, 11))
+      out[5 * j + 1] = tonumber(hits[j][10])
     end
   end
-  a = a + n
 end
 return out
