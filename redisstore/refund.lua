@@ -12,27 +12,20 @@
 --   alg     "s" sliding window (key letter w), "t" token bucket, "f" fixed
 --           window, "c" sliding-window counter
 --   cost    units the hit counted for
---   window  "t": the emission interval T in us; "s", "f", "c": the window W
---           in us
+--   window  the window W in us; "t": the emission interval T in us
 --   at      the server time of the take, in us (take.lua's reply)
 --   epoch   the epoch of the state that recorded the hit (take.lua's
 --           reply); a state with another epoch does not hold the take
 -- Reply: an integer, the number of hits whose state the refund changed.
--- Sliding window: once per take (SET tomb NX), while the take's time is
--- in the window, remove the cost oldest entries at or after that time from
--- the ring and write back its live entries, in order, with the TTL a take
--- gives (O(limit), on a rare path); or delete the key when none is left.
--- Token bucket: once per take, move the TAT back by max(0, cost * T -
--- (now - at)), not before now. cost * T is taken at most 2^52 us: no take
--- moves a TAT further (take.lua's AHEAD bounds an overdraw hit's move), as
--- memstore bounds it.
--- Fixed window and sliding-window counter: only if at and now lie in the
--- same window, once per take, lower the current window's count by cost, not
--- below 0; otherwise credit nothing.
--- A tombstone lives as long as a later refund of the take could still credit
--- something: a sliding window's once the take leaves the window, a token
--- bucket's credit within cost * T - (now - at), and a window's once the
--- window ends. No credit, no tombstone. TTLs are ring.lua's ttl.
+-- Each credit is made once per take (SET tomb NX), and only while it
+-- could weigh: a sliding window's while the take's time is in the window
+-- (its cost oldest entries at or after that time removed, the live ones
+-- written back in order, or the key deleted when none is left); a token
+-- bucket's TAT moved back by max(0, cost * T - (now - at)), cost * T at
+-- most 2^52 us as memstore bounds it, not before now; a fixed window's or
+-- counter's current count lowered by cost, not below 0, if at and now lie
+-- in the same window. The tombstone lives as long as a later refund could
+-- still credit something; no credit, no tombstone.
 -- Requires Redis 5.0 or later (ring.lua).
 
 local nhits = #KEYS / 2
@@ -40,24 +33,17 @@ if #KEYS % 2 ~= 0 or #ARGV ~= 5 * nhits then
   error('redisstore: refund: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments: want 2 and 5 per hit')
 end
 
--- done marks the refund of a take done for as long as it could credit
--- something, until the time e; false if it was done already.
+-- done marks the refund done until the time e; false if it was.
 local function done(tomb, e)
   return redis.call('SET', tomb, '1', 'NX', 'PX', ttl(e))
 end
 
 local changed = 0
 for i = 1, nhits do
-  local key, tomb = KEYS[2 * i - 1], KEYS[2 * i]
-  local a = 5 * (i - 1)
+  local a, key, tomb = 5 * i - 5, KEYS[2 * i - 1], KEYS[2 * i]
   local alg, cost, window, at, epoch = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
     tonumber(ARGV[a + 4]), ARGV[a + 5]
   if alg == 's' then
-    -- Remove the cost oldest entries at or after the take's time: the
-    -- take's own, or entries of its instant (alike, whichever take
-    -- recorded them), or older ones where the clock had stepped back
-    -- behind the ring's newest entry, which take.lua then records the
-    -- take at: never more than the take holds (memstore's entry.remove).
     -- Every entry kept fits the base it was written with: the base stays.
     local stored = redis.call('GET', key)
     if ringEpoch(stored) == tonumber(epoch) and at > now - window and done(tomb, at + window) then
@@ -96,29 +82,23 @@ for i = 1, nhits do
     -- A take stamped after now (a clock that stepped back) may lie in a
     -- later window than now's: no credit.
     if at <= now and floordiv(at, window) == idx and stored then
+      local si, sp, sc, ep -- sp: a counter's previous count
       if alg == 'f' then
-        local si, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+)$')
-        if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and done(tomb, ends) then
-          local count = math.max(0, tonumber(sc) - cost)
-          if count > 0 then
-            redis.call('SET', key, si .. ':' .. fmt(count) .. ':' .. ep, 'PX', ttl(ends))
-          else
-            redis.call('DEL', key)
-          end
-          changed = changed + 1
-        end
+        si, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+)$')
       else
-        local si, sp, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+):(%d+)$')
-        if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and done(tomb, ends) then
-          local cur = math.max(0, tonumber(sc) - cost)
-          if cur > 0 or tonumber(sp) > 0 then
-            -- Until the next window ends, as take.lua sets it.
-            redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(cur) .. ':' .. ep, 'PX', ttl(ends + window))
-          else
-            redis.call('DEL', key) -- nothing left: as if never seen
-          end
-          changed = changed + 1
+        si, sp, sc, ep = string.match(stored, '^(%d+):(%d+):(%d+):(%d+)$')
+      end
+      if ep == epoch and tonumber(si) == idx and tonumber(sc) > 0 and done(tomb, ends) then
+        local count = math.max(0, tonumber(sc) - cost)
+        if alg == 'f' and count > 0 then
+          redis.call('SET', key, si .. ':' .. fmt(count) .. ':' .. ep, 'PX', ttl(ends))
+        elseif alg == 'c' and (count > 0 or tonumber(sp) > 0) then
+          -- Until the next window ends, as take.lua sets it.
+          redis.call('SET', key, si .. ':' .. sp .. ':' .. fmt(count) .. ':' .. ep, 'PX', ttl(ends + window))
+        else
+          redis.call('DEL', key) -- nothing left: as if never seen
         end
+        changed = changed + 1
       end
     end
   else

@@ -13,15 +13,12 @@
 --   window  the lease's time to live W in us
 --   at      the lease's time in us: the take's, or its last renewal's
 --   epoch   the epoch of the state that recorded the take
--- Reply: a flat array of integers, one per lease: its new time in us, or
--- 0 when it no longer holds its slots (another state, its time out of the
--- window, refunded, or no entry at or after its time), when nothing is
--- written for it.
--- A lease that holds: its cost oldest entries at or after at are removed
--- and as many written at t = max(now, the newest entry kept), as take.lua
--- records a take (the ring stays in order); the ring is written back with
--- its live entries only, in order, rebased on the oldest, with the TTL a
--- take gives. The count of live entries is unchanged.
+-- Reply: an integer per lease: its new time in us, or 0 when it no longer
+-- holds its slots (another state, its time out of the window, refunded,
+-- no entry at or after its time), and nothing is written for it.
+-- A lease that holds: its cost oldest entries at or after at move to t =
+-- max(now, the newest kept), as take.lua records a take; the live entries
+-- are written back in order, rebased on the oldest, with a take's TTL.
 -- Requires Redis 5.0 or later (ring.lua).
 
 local n = #KEYS / 2
@@ -31,8 +28,7 @@ end
 
 local out = {}
 for i = 1, n do
-  local key, tomb = KEYS[2 * i - 1], KEYS[2 * i]
-  local a = 4 * (i - 1)
+  local a, key, tomb = 4 * i - 4, KEYS[2 * i - 1], KEYS[2 * i]
   local cost, window, at, epoch = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
     tonumber(ARGV[a + 4])
   out[i] = 0

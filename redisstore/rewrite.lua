@@ -1,14 +1,8 @@
--- rewrite.lua: the second prelude of refund.lua and renew.lua, after
--- ring.lua (script.go): a ring read whole (GET) and written anew, which
--- take.lua never does. It reads no KEYS or ARGV and writes nothing.
--- Requires Redis 5.0 or later (ring.lua).
+-- rewrite.lua: refund.lua's and renew.lua's prelude after ring.lua: a ring
+-- read whole (GET) and written anew, which take.lua never does. It reads
+-- no KEYS or ARGV and writes nothing. Requires Redis 5.0 or later.
 
-local function malformed(what, key)
-  error('redisstore: ' .. what .. ' ' .. key .. ': malformed state')
-end
-
--- ringEpoch returns the epoch of the ring stored, or nil if it has no
--- header.
+-- ringEpoch returns the epoch of the ring stored, nil if it has no header.
 local function ringEpoch(stored)
   if stored and #stored >= HDR then
     return (unpack(HEADER, stored, #stored - HDR + 1))
@@ -20,7 +14,7 @@ end
 local function ringTimes(what, key, stored)
   local ep, head, count, _, base = unpack(HEADER, stored, #stored - HDR + 1)
   if count == 0 or head >= count or #stored ~= W * count + HDR then
-    malformed(what, key)
+    error('redisstore: ' .. what .. ' ' .. key .. ': malformed state')
   end
   local times = {}
   for i = 0, count - 1 do
@@ -29,9 +23,13 @@ local function ringTimes(what, key, stored)
   return ep, base, times
 end
 
--- ringRemove removes from times (oldest first) the cost oldest at or
--- after at, and those out of the window (at or before cut): the times
--- kept, in order, and how many of the first it removed.
+-- ringRemove removes from times (oldest first) those out of the window
+-- (at or before cut) and the cost oldest at or after at: the take's own,
+-- or entries of its instant (alike, whichever take recorded them), or
+-- older ones where the clock had stepped back behind the ring's newest
+-- entry, which take.lua then records the take at: never more than the
+-- take holds (memstore's entry.remove). It returns the times kept, in
+-- order, and how many at or after at it removed.
 local function ringRemove(times, cost, at, cut)
   local kept, removed = {}, 0
   for _, v in ipairs(times) do

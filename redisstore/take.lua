@@ -1,84 +1,66 @@
 -- take.lua: check groups of rate-limit hits and record each group whose
--- hits are within their limits (overdraw hits aside: see below). One call
--- carries one or more independent groups (one group per floodgate Take,
--- or one Peek); a group is all-or-nothing, and a later group sees what an
--- earlier group of the same call recorded. ring.lua comes first (now,
--- fmt, ttl, the ring's codec).
+-- hits are within their limits (overdraw hits aside). A call carries one
+-- or more groups (a floodgate Take each, or one Peek), each all-or-nothing;
+-- a later group sees what an earlier one recorded. ring.lua comes first.
 --
 -- KEYS: one state key per hit, in the order of the hits over all groups,
--- <prefix>{<rule>:<key>}:<letter>:<window> (see the package documentation),
--- holding by its letter:
---   w  sliding window  the ring of the admitted requests' times (ring.lua)
---   t  token bucket    string "<TAT>:<epoch>", the theoretical arrival time
---                      in us
---   f  fixed window    string "<window index>:<count>:<epoch>"
---   c  sliding-window  string "<window index>:<previous count>:<current
---      counter         count>:<epoch>"
--- A group names each key once (the store rejects a group that does not).
--- The epoch names the state: the take that creates a state (the key is
--- absent) writes its group's epoch, and later takes keep it. A refund
--- credits only a state whose epoch is its take's (refund.lua).
--- ARGV: the groups one after another, each its epoch, then 5 values per
--- hit (a group ends where the next epoch starts: an epoch is a number,
--- a hit's first value a letter):
---   epoch     the epoch of a state this group creates: an integer from 1
---             to 2^48 - 1; "0" for a Peek, which records nothing
---   alg       "s" sliding window (key letter w), "t" token bucket, "f"
---             fixed window, "c" sliding-window counter
+-- <prefix>{<rule>:<key>}:<letter>:<window>, each named once a group:
+--   w  sliding window          the ring of admitted times (ring.lua)
+--   t  token bucket            "<TAT>:<epoch>", the theoretical arrival time
+--   f  fixed window            "<window index>:<count>:<epoch>"
+--   c  sliding-window counter  "<window index>:<previous count>:<count>:<epoch>"
+-- The take that creates a state writes its group's epoch, and later takes
+-- keep it; a refund credits only a state of its take's epoch (refund.lua).
+-- ARGV: the groups one after another, each its epoch, then its hits (a
+-- group ends where the next epoch starts: an epoch is a number, a hit
+-- starts with a letter or "="), each 5 values or "=", the 5 of the hit
+-- before it:
+--   epoch     the epoch of a state this group creates, 1 to 2^48 - 1; "0"
+--             for a Peek, which records nothing
+--   alg       "s" sliding window, "t" token bucket, "f" fixed window, "c"
+--             sliding-window counter
 --   cost      units this hit counts for (1..capacity; an overdraw hit's up
 --             to 2^51, a sliding window's up to 100)
---   limit     "s", "f", "c": the limit L; "t": the capacity B
---   window    "s", "f", "c": the window W in us; "t": the emission
---             interval T in us, ceil(W / L)
---   overdraw  "1": the hit is recorded whenever the group's other hits
---             are, even past its limit, and the key owes the excess
---             (floodgate.Hit.Overdraw); "0": only within its limit
--- Reply: a flat array of integers: the server time in us, then 5 per hit,
--- in KEYS order: allowed (1 or 0), remaining (negative when the key holds
--- more than its limit), reset_after (us), retry_after (us; 0 when
--- allowed), and the epoch of the state that recorded the hit (0 when
--- nothing was recorded). A hit of a denied group may report allowed 1: it
--- was within its own limit, but nothing of its group was recorded. An
--- overdraw hit past its limit reports allowed 0, the key as it stands with
--- the hit (a denial of cost 1), and its epoch when recorded; one that
--- carried its state past its bound reports the epoch the state had, and
--- the state takes the next one, so no refund credits it.
+--   limit     the limit L; "t": the capacity B
+--   window    the window W in us; "t": the emission interval T, ceil(W / L)
+--   overdraw  "1": recorded whenever the group's other hits are, even past
+--             its limit, the key owing the excess (floodgate.Hit.Overdraw);
+--             "0": only within its limit
+-- Reply: the server time in us, then 5 integers per hit in KEYS order:
+-- allowed (1 or 0), remaining (negative when the key holds more than its
+-- limit), reset_after and retry_after in us (0 when allowed), and the
+-- epoch of the state that recorded the hit (0 if none). A hit of a denied
+-- group may report allowed 1 (within its own limit). An overdraw hit past
+-- its limit reports allowed 0 and the key as it stands with it (a denial
+-- of cost 1); one that carried its state past its bound reports the
+-- state's epoch before, and the state takes the next, so no refund
+-- credits it.
 -- Requires Redis 5.0 or later (ring.lua).
 --
--- What a state holds past its limit (floodgate.Hit.Overdraw): this script
--- keeps the one copy of internal/algo's bounds (memstore's), each named
--- where it is used: a fixed window counts up to MAXCOUNT (twice its
--- limit, algo.MaxCount); a sliding-window counter up to twice its limit
--- and the count c with (c + 1) * window at most 2^53 us; a token bucket's
--- TAT runs up to AHEAD (a full bucket's refill time, at most ten years,
--- algo.Ahead) past a full bucket's; a ring keeps up to LOGDEBT (its
--- limit, at most bounds.SlidingCost) times past its limit. A hit that
--- would carry a state past its bound fills it, and the state takes the
--- epoch after its own, ep % (2^48 - 1) + 1. (Locals where they are used:
--- an upvalue costs every call, BENCHMARKS.md.)
---
--- Writes: every write of a ring starts with PEXPIRE, which cannot grow
--- memory, so that Redis at maxmemory (noeviction), which refuses only a
--- script's first write that may, lets the rest through and keeps
+-- Bounds past the limit (floodgate.Hit.Overdraw): this script keeps the
+-- one copy of internal/algo's (memstore's), each a local where it is used
+-- (an upvalue costs every call): a fixed window counts up to MAXCOUNT
+-- (algo.MaxCount), a sliding-window counter up to twice its limit and the
+-- count c with (c + 1) * window at most 2^53 us, a token bucket's TAT runs
+-- up to AHEAD (algo.Ahead) past a full bucket's, a ring keeps LOGDEBT
+-- (bounds.SlidingCost at most) entries past its limit. A hit that would
+-- pass its bound fills the state, which takes the epoch ep % (2^48 - 1) + 1.
+-- Writes: a ring's start with PEXPIRE, which cannot grow memory, so that
+-- Redis at maxmemory (noeviction) lets the rest through and keeps
 -- enforcing the limits (docs/RELIABILITY.md).
 
--- The sliding window. Every take reads the header alone (GETRANGE of the
--- last 34 bytes), and entries only to move first past those that have
--- just left the window: usually none or one, in one GETRANGE of up to
--- CHUNK slots, a binary search beyond. An append writes its entries and
--- the header that follows them in one SETRANGE, an overwrite of the
--- oldest slots those and the header. The ring is written whole (SET)
--- when it is created, becomes full (so that Redis allocates it exactly),
--- has no entry left in the window, when the limit changed, when a time
--- would not fit its base (rebased on its oldest live entry), and past the
--- limit; a whole write keeps only the live entries. A request of cost n
--- is admitted exactly when the live entries number at most limit - n, so
--- a ring holds at most its limit but past it (an overdraw hit's), up to
--- limit + LOGDEBT, written whole with head 0. (Small rings read and
--- written whole cost Redis more per take, measured even at 4 entries.)
--- SPAN bounds an entry's offset from base; TAIL packs an entry and a
--- header. The header's range goes to GETRANGE as strings: Redis formats a
--- number with snprintf('%.17g').
+-- The sliding window. A take reads the header (GETRANGE of the last 34
+-- bytes), and entries only to move first past those that just left the
+-- window (one GETRANGE of up to CHUNK, a binary search beyond). It appends
+-- or overwrites the oldest slots with one SETRANGE of the entries and the
+-- header where they touch. It writes the ring whole (SET, the live entries
+-- only) when it is created, fills up (so Redis allocates it exactly), has
+-- nothing live, after a limit change, to rebase it, and past the limit, up
+-- to limit + LOGDEBT entries (head 0). A cost n is admitted exactly when at
+-- most limit - n entries are live. (Small rings read and written whole
+-- cost Redis more, measured even at 4 entries.) SPAN bounds an offset
+-- from base; TAIL packs an entry and a header; the header's range is sent
+-- as strings (Redis formats a number with snprintf('%.17g')).
 local SPAN, CHUNK, HDRFROM, HDRTO, TAIL = 2 ^ 48, 8, '-34', '-1', '<I6' .. HEADER
 
 -- ringRead returns the times of the entries i to j (0 the oldest; j - i <
@@ -103,20 +85,15 @@ end
 
 -- ringAt returns the time of the entry i of the ring of key.
 local function ringAt(key, head, count, base, first, tfirst, i)
-  if i == first then
-    return tfirst
-  end
-  return ringRead(key, head, count, base, i, i)[i]
+  return i == first and tfirst or ringRead(key, head, count, base, i, i)[i]
 end
 
--- sliding checks a sliding-window hit and, if record and it is to be
--- recorded (allowed, or over), records it at t = max(now, the newest
--- entry's time): a clock that stepped back keeps the order. h is the
--- header, if read already; sliding returns it as the check's value, so
--- that a group of several hits records each with a second call. Past the
--- limit (over), it keeps the newest limit + LOGDEBT entries and, when
--- that drops some (full), the ring takes the epoch after its own; the
--- reply gives the one it had.
+-- sliding checks a sliding-window hit and, if record, records it when
+-- allowed or over, at t = max(now, the newest time) (a clock that stepped
+-- back keeps the order). h is the header if read already, and the check's
+-- value: a group of several hits records each with a second call. Past
+-- the limit it keeps the newest limit + LOGDEBT entries; when that drops
+-- some (full), the ring takes the next epoch.
 local function sliding(key, cost, limit, window, over, epoch, record, h)
   h = h or redis.call('GETRANGE', key, HDRFROM, HDRTO)
   local ep, head, count, first, base, tfirst, newest = nil, 0, 0, 0, now, now, now
@@ -131,8 +108,7 @@ local function sliding(key, cost, limit, window, over, epoch, record, h)
     if #h ~= HDR or count == 0 or head >= count or first > count then
       error('redisstore: sliding window ' .. key .. ': malformed state')
     end
-    -- Move first past the entries that have left the window (at or
-    -- before cut).
+    -- Move first past the entries that left the window (at or before cut).
     if first == count or tfirst > cut then
       -- none
     elseif newest <= cut then
@@ -164,18 +140,15 @@ local function sliding(key, cost, limit, window, over, epoch, record, h)
     end
   end
   local live, t, full = count - first, math.max(now, newest), false
-  local allowed, remaining, reset, retry = live + cost <= limit, 0, window, 0
-  if allowed then
-    remaining = limit - live - cost
-  elseif not over then
+  local allowed, remaining, reset, retry = live + cost <= limit, limit - live - cost, window, 0
+  if not allowed and not over then
     -- The entry whose leaving frees room for cost: live + cost > limit
     -- puts it at or after first.
     local frees = ringAt(key, head, count, base, first, tfirst, count + cost - limit - 1)
     return false, limit - live, newest + window - now, frees + window - now, h, ep
-  else
-    -- The live entries, then cost entries at t: the one at index live +
-    -- cost - limit frees room for a request of cost 1. Entries past the
-    -- bound are the oldest, which leave first and decide nothing.
+  elseif not allowed then
+    -- Live entries, then cost at t: the one at live + cost - limit frees
+    -- room for a cost of 1. Those past the bound are the oldest.
     local LOGDEBT, frees, i = math.min(limit, 100), t, live + cost - limit
     if i < live then
       frees = ringAt(key, head, count, base, first, tfirst, first + i)
@@ -202,17 +175,15 @@ local function sliding(key, cost, limit, window, over, epoch, record, h)
     cost, live = math.min(cost, limit + LOGDEBT), count - first
   elseif not (first == count or count > limit or (count < limit and (head ~= 0 or count + cost >= limit)) or
       t - base >= SPAN) then
-    -- An append (not full, head 0, and stays so) or, full, an overwrite
-    -- of the cost oldest, which have left the window (live + cost <=
-    -- limit = count), from slot at.
+    -- Append (not full, head 0, and stays so) or, full, overwrite the cost
+    -- oldest (left the window: live + cost <= limit = count), from slot at.
     local at, nhead, ncount, nfirst = head, (head + cost) % count, count, first - cost
     if count < limit then
       at, nhead, ncount, nfirst = count, 0, count + cost, first
     end
     redis.call('PEXPIRE', key, ttl(t + window)) -- first: see Writes
     if at + cost == ncount then
-      -- The header follows the new entries: one SETRANGE (of one pack
-      -- for cost 1, BENCHMARKS.md).
+      -- The header follows the new entries (one pack for cost 1).
       local s
       if cost == 1 then
         s = pack(TAIL, t - base, ep, nhead, ncount, nfirst, base, tfirst - base, t - base)
@@ -230,11 +201,9 @@ local function sliding(key, cost, limit, window, over, epoch, record, h)
     end
     return allowed, remaining, reset, retry, h, reply
   end
-  -- Write the ring whole: its live entries, then cost entries at t; head
-  -- 0, first 0. It is rebased when it keeps nothing (base t), or when t
-  -- would not fit the base (base the oldest live entry's time, every live
-  -- entry decoded and encoded again); otherwise the live entries are
-  -- copied as they are.
+  -- Write it whole: the live entries, then cost at t; head 0, first 0,
+  -- rebased when it keeps nothing (base t) or t does not fit the base
+  -- (base the oldest live time, every entry encoded again).
   local parts = {}
   if live == 0 then
     base, tfirst = t, t
@@ -257,7 +226,8 @@ local function sliding(key, cost, limit, window, over, epoch, record, h)
       parts[2] = redis.call('GETRANGE', key, 0, W * (live - n) - 1)
     end
   end
-  parts[#parts + 1] = pack('<I6', t - base):rep(cost) .. pack(HEADER, ep, 0, live + cost, 0, base, tfirst - base, t - base)
+  parts[#parts + 1] = pack('<I6', t - base):rep(cost) ..
+    pack(HEADER, ep, 0, live + cost, 0, base, tfirst - base, t - base)
   local s = table.concat(parts)
   if #s ~= W * (live + cost) + HDR then
     error('redisstore: sliding window ' .. key .. ': malformed state')
@@ -268,10 +238,9 @@ local function sliding(key, cost, limit, window, over, epoch, record, h)
   return allowed, remaining, reset, retry, h, reply
 end
 
--- Fast path: a call of Takes of one sliding-window hit each (a Take sent
--- alone, or the group commit's batch of them), decided before the other
--- functions are built, which would cost it about 1.5k Redis instructions
--- each (BENCHMARKS.md).
+-- Fast path: Takes of one sliding-window hit each (alone, or the group
+-- commit's batch), decided before the other functions are built, each of
+-- which costs a call about 1.5k Redis instructions (BENCHMARKS.md).
 local nargs = #ARGV
 if nargs == 6 and ARGV[2] == 's' and ARGV[1] ~= '0' and #KEYS == 1 then
   local over = ARGV[6] == '1'
@@ -293,7 +262,8 @@ if fast and a == nargs + 1 and n == #KEYS then
     if ARGV[a + 1] == '=' then
       a = a + 2
     else
-      cost, limit, window, over = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5] == '1'
+      cost, limit, window = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+      over = ARGV[a + 5] == '1'
       a = a + 6
     end
     local ok, remaining, reset, retry, _, ep = sliding(KEYS[h], cost, limit, window, over, epoch, true)
@@ -306,8 +276,7 @@ end
 
 -- bucket checks a token-bucket hit (GCRA).
 local function bucket(key, cost, capacity, interval, over)
-  local tat = now
-  local ep = nil
+  local tat, ep = now, nil
   local stored = redis.call('GET', key)
   if stored then
     local v, e = string.match(stored, '^(%d+):(%d+)$')
@@ -327,9 +296,8 @@ local function bucket(key, cost, capacity, interval, over)
   if not over then
     return false, floordiv(full - (tat - now), interval), tat - now, new - now - full, nil, ep
   end
-  -- Past the limit: the TAT moves on by cost * interval, up to AHEAD past
-  -- a full bucket's, never back. (A product past 2^53 is inexact, but
-  -- then past the bound as well.)
+  -- Past the limit: the TAT moves on by cost * interval, up to AHEAD past a
+  -- full bucket's, never back (a product past 2^53, inexact, is past it).
   local AHEAD = math.min(full, 315360000000000)
   local bound = now + full + AHEAD
   local filled = new > bound
@@ -342,8 +310,7 @@ end
 -- fixed checks a fixed-window hit.
 local function fixed(key, cost, limit, window, over)
   local idx = floordiv(now, window)
-  local count = 0
-  local ep = nil
+  local count, ep = 0, nil
   local stored = redis.call('GET', key)
   if stored then
     local si, sc, e = string.match(stored, '^(%d+):(%d+):(%d+)$')
@@ -371,6 +338,10 @@ local function fixed(key, cost, limit, window, over)
   return false, limit - n, left, left, fmt(idx) .. ':' .. fmt(n), ep, filled
 end
 
+local function ceildiv(a, b)
+  return -floordiv(-a, b)
+end
+
 -- counter checks a sliding-window counter's hit. With t into the current
 -- window, a request is admitted iff prev * (window - t) / window + cur +
 -- cost <= limit, all in exact integers ((limit+1) * window < 2^53).
@@ -378,8 +349,7 @@ end
 local function counter(key, cost, limit, window, over)
   local idx = floordiv(now, window)
   local t = now - idx * window
-  local prev, cur = 0, 0
-  local ep = nil
+  local prev, cur, ep = 0, 0, nil
   local stored = redis.call('GET', key)
   if stored then
     local si, sp, sc, e = string.match(stored, '^(%d+):(%d+):(%d+):(%d+)$')
@@ -396,15 +366,13 @@ local function counter(key, cost, limit, window, over)
   end
   local w = ceildiv(prev * (window - t), window) -- the previous window's weight
   if w + cur + cost <= limit then
-    -- Full again when the window after this one starts; the state lives
-    -- as long.
+    -- Full again when the window after this one starts; the state lives as long.
     return true, limit - w - cur - cost, 2 * window - t, 0, fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(cur + cost), ep
   end
   local val, filled
   if over then
-    -- Past the limit: the current count takes cost, up to twice the
-    -- limit and the count c with (c + 1) * window at most 2^53, never
-    -- down; the figures are a request of cost 1's against it.
+    -- Past the limit: the count takes cost, up to its bound, never down;
+    -- the figures are a request of cost 1's against it.
     local most, c = math.min(2 * limit, floordiv(2 ^ 53, window) - 1), cur + cost
     filled = c > most
     if filled then
@@ -439,9 +407,8 @@ end
 
 local checks = {s = sliding, t = bucket, f = fixed, c = counter}
 
--- write records a hit of a group that its check allowed (ok), or an
--- overdraw hit past its limit: val, left and full are what its check
--- returned, ep the epoch of its state.
+-- write records a hit its check allowed (ok), or an overdraw hit past its
+-- limit: val, left and full as its check returned, ep its state's epoch.
 local function write(key, alg, cost, limit, window, over, epoch, ok, val, left, ep, full)
   if alg == 's' then
     sliding(key, cost, limit, window, over, epoch, true, val)
@@ -457,39 +424,29 @@ local function write(key, alg, cost, limit, window, over, epoch, ok, val, left, 
   end
 end
 
--- The shape of the call, checked before anything is written.
-local nhits = 0
-a = 1
+-- The shape of the call, checked before anything is written: each
+-- group's epoch, then sizes[g] hits.
+local sizes, nhits, a = {}, 0, 1
 while a <= nargs do
   if tonumber(ARGV[a]) == nil or (string.byte(ARGV[a + 1] or '') or 0) <= 57 then
     error('redisstore: take: argument ' .. a .. ': want an epoch and then hits')
   end
+  local n = 0
   a = a + 1
   repeat
-    if ARGV[a] == '=' and nhits > 0 then
+    if ARGV[a] == '=' and nhits + n > 0 then
       a = a + 1
     elseif checks[ARGV[a]] ~= nil and a + 4 <= nargs then
       a = a + 5
     else
       error('redisstore: take: argument ' .. a .. ': want a hit, "=" or alg "s", "t", "f" or "c" and 4 values')
     end
-    nhits = nhits + 1
+    n = n + 1
   until a > nargs or string.byte(ARGV[a]) <= 57
+  sizes[#sizes + 1], nhits = n, nhits + n
 end
 if nhits ~= #KEYS then
   error('redisstore: take: ' .. #KEYS .. ' keys and ' .. nhits .. ' hits')
-end
-
--- num is tonumber, once per distinct string of the call: glibc's strtod
--- costs a take more than a table lookup (callgrind, BENCHMARKS.md).
-local nums = {}
-local function num(s)
-  local v = nums[s]
-  if v == nil then
-    v = tonumber(s)
-    nums[s] = v
-  end
-  return v
 end
 
 -- Every group, hit by hit in KEYS order: out[1] is the time, and hit h's
@@ -499,20 +456,17 @@ end
 local out, h, hits = {now}, 0, nil
 local alg, cost, limit, window, over -- the hit's, or the one before's for "="
 a = 1
-while a <= nargs do
+for _, n in ipairs(sizes) do
   local epoch = ARGV[a]
-  local record, first, all, n = epoch ~= '0', h + 1, true, 0
-  local i = a + 1
-  while i <= nargs and string.byte(ARGV[i]) > 57 do
-    n, i = n + 1, i + (ARGV[i] == '=' and 1 or 5)
-  end
+  local record, first, all = epoch ~= '0', h + 1, true
   a = a + 1
   for _ = 1, n do
     h = h + 1
     if ARGV[a] == '=' then
       a = a + 1
     else
-      alg, cost, limit, window, over = ARGV[a], num(ARGV[a + 1]), num(ARGV[a + 2]), num(ARGV[a + 3]), ARGV[a + 4] == '1'
+      alg, cost, limit, window, over = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+        ARGV[a + 4] == '1'
       a = a + 5
     end
     local ok, remaining, reset, retry, val, ep, full = checks[alg](KEYS[h], cost, limit, window, over, epoch,
