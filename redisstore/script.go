@@ -59,7 +59,7 @@ type group struct {
 // peek runs the take script with the epoch 0, which writes nothing, for
 // hits of one slot.
 func (s *Store) peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), make([]string, 0, 1+len(hits)), "peek", group{hits: hits})
+	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), make([]string, 0, 1+5*len(hits)), "peek", group{hits: hits})
 	if err != nil {
 		return nil, err
 	}
