@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,7 +53,7 @@ const (
 // call is one Take waiting in a batcher.
 type call struct {
 	keys     []string // the group's state keys
-	args     []string // epoch, number of hits, then 5 values per hit (take.lua)
+	args     []string // the group's epoch, then 5 values per hit (take.lua)
 	hits     int
 	deadline time.Time // the caller's; every call has one (see Store.bound)
 	state    atomic.Int32
@@ -102,12 +103,9 @@ func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]flo
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("redisstore: take: %w: no hits to check", floodgate.ErrInvalidHit)
 	}
-	// One backing array: the keys, then the script's arguments, which
-	// start with room for the mode, so that a Take sent alone needs no
-	// copy.
-	buf := make([]string, len(hits), len(hits)+3+5*len(hits))
-	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)+1]
-	args[0] = "1"
+	// One backing array: the keys, then the script's arguments.
+	buf := make([]string, 6*len(hits)+1)
+	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)]
 	keys, args, err := s.appendGroup(keys, args, "take", group{take: t, hits: hits})
 	if err != nil {
 		return nil, err
@@ -139,7 +137,7 @@ func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]flo
 	// empty whenever b.inflight < maxInflight: next and drain give back a
 	// slot only once nothing is pending), and the first of those to end
 	// sends this one.
-	cl := &call{keys: keys, args: args[1:], hits: len(hits), done: make(chan callResult, 1)}
+	cl := &call{keys: keys, args: args, hits: len(hits), done: make(chan callResult, 1)}
 	cl.deadline, _ = ctx.Deadline()
 	b.pending = append(b.pending, cl)
 	b.mu.Unlock()
@@ -231,13 +229,12 @@ func (s *Store) deliver(batch []*call) {
 }
 
 // takeLease runs the Take of the one hit h, a lease
-// (floodgate.Hit.Lease), alone, in take.lua's mode "3": the arguments of
-// a group of one hit, then the lease in µs. A lease is one call per many
+// (floodgate.Hit.Lease), alone: the arguments of a group of one hit, then
+// take.lua's last value "L<lease in µs>". A lease is one call per many
 // decisions (the Limiter's escrow), so it skips the group commit, whose
-// short forms it would not fit.
+// batches it would not fit.
 func (s *Store) takeLease(ctx context.Context, keys, args []string, h floodgate.Hit) ([]floodgate.Result, error) {
-	args[0] = "3"
-	args = append(args, strconv.FormatInt(int64(h.Lease/time.Microsecond), 10))
+	args = append(args, "L"+strconv.FormatInt(int64(h.Lease/time.Microsecond), 10))
 	v, err := s.eval(ctx, takeScript, keys, args)
 	if err != nil {
 		return nil, err
@@ -257,7 +254,7 @@ func (s *Store) takeLease(ctx context.Context, keys, args []string, h floodgate.
 	return res[0], nil
 }
 
-// sendOne runs a Take alone: args already start with the mode.
+// sendOne runs a Take alone.
 func (s *Store) sendOne(ctx context.Context, keys, args []string, hits int) ([]floodgate.Result, error) {
 	v, err := s.eval(ctx, takeScript, keys, args)
 	if err != nil {
@@ -288,46 +285,36 @@ func (s *Store) send(ctx context.Context, batch []*call) ([][]floodgate.Result, 
 	return res, nil
 }
 
-// batchArgs returns the keys and take.lua's arguments of a batch: in
-// mode "1", the calls' groups one after another; or, when every call is a
-// lone sliding-window take of one rule and cost, none overdraw, and there
-// are several, in the short form of mode "2" (the figures once, then an
-// epoch a take), which costs Redis less (BENCHMARKS.md).
+// batchArgs returns the keys and take.lua's arguments of a batch: the
+// calls' groups one after another, where a hit whose 5 values are those
+// of the hit before it is sent as "=" (a batch of Takes of one rule and
+// cost: 2 values a take instead of 6, which costs Redis less,
+// BENCHMARKS.md).
 func batchArgs(batch []*call) (keys, args []string) {
-	n, m := 0, 1
-	short := len(batch) > 1
-	first := batch[0].args
+	n, m := 0, 0
 	for _, cl := range batch {
 		n += len(cl.keys)
 		m += len(cl.args)
-		// epoch, nhits, alg, cost, limit, window, overdraw
-		a := cl.args
-		if short && (cl.hits != 1 || len(a) != 7 || a[1] != "1" || a[2] != "s" || a[6] != "0" ||
-			a[3] != first[3] || a[4] != first[4] || a[5] != first[5]) {
-			short = false
-		}
 	}
-	keys = make([]string, 0, n)
-	if short {
-		args = make([]string, 4, 4+n)
-		args[0], args[1], args[2], args[3] = "2", first[3], first[4], first[5]
-		for _, cl := range batch {
-			keys = append(keys, cl.keys[0])
-			args = append(args, cl.args[0])
-		}
-		return keys, args
-	}
-	args = make([]string, 1, m)
-	args[0] = "1"
+	keys, args = make([]string, 0, n), make([]string, 0, m)
+	var prev []string
 	for _, cl := range batch {
 		keys = append(keys, cl.keys...)
-		args = append(args, cl.args...)
+		args = append(args, cl.args[0]) // the epoch
+		for i := 1; i+5 <= len(cl.args); i += 5 {
+			if hit := cl.args[i : i+5]; slices.Equal(hit, prev) {
+				args = append(args, "=")
+			} else {
+				args = append(args, hit...)
+				prev = hit
+			}
+		}
 	}
 	return keys, args
 }
 
 // appendGroup appends the state keys of g's hits to keys and take.lua's
-// arguments of g (epoch, number of hits, then 5 values per hit) to args.
+// arguments of g (its epoch, then 5 values per hit) to args.
 // It rejects a group that names one key twice or that the scripts cannot
 // compute exactly.
 func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, []string, error) {
@@ -338,7 +325,7 @@ func (s *Store) appendGroup(keys, args []string, op string, g group) ([]string, 
 	if g.take != 0 {
 		epoch = strconv.FormatUint(epochOf(g.take), 10)
 	}
-	args = append(args, epoch, strconv.Itoa(len(g.hits)))
+	args = append(args, epoch)
 	first := len(keys)
 	for i, h := range g.hits {
 		p, err := s.paramStrings(h)

@@ -203,10 +203,10 @@ func TestBatchPathHandsOver(t *testing.T) {
 	}
 }
 
-// TestShortFormHandsOver is TestBatchPathHandsOver for the group
-// commit's short form (take.lua's mode "2"): a batch of lone takes of one
-// rule, sent as the batcher sends it, where quick hands a take that fills
-// its ring to the general path.
+// TestShortFormHandsOver is TestBatchPathHandsOver for a batch of lone
+// takes of one rule sent as the batcher sends it (before issue 35 in a
+// short form of its own), where a take fills its ring and the takes after
+// it see the ring rewritten whole.
 func TestShortFormHandsOver(t *testing.T) {
 	s := newStore(t)
 	c := rawClient(t)
@@ -226,8 +226,8 @@ func TestShortFormHandsOver(t *testing.T) {
 		}
 		batch = append(batch, &call{keys: keys, args: args, hits: 1})
 	}
-	if _, args := batchArgs(batch); args[0] != "2" || len(args) != 4+len(batch) {
-		t.Fatalf("batch arguments %q; want the short form: mode 2, the rule's figures, an epoch a take", args)
+	if _, args := batchArgs(batch); len(args) != 6+2*(len(batch)-1) || args[7] != "=" {
+		t.Fatalf("batch arguments %q; want the first take's epoch and 5 values, then an epoch and \"=\" a take", args)
 	}
 	res, err := s.send(ctx(t), batch)
 	if err != nil {

@@ -11,7 +11,8 @@
 //
 // Each Take, Peek and Refund is one call of a Lua script (take.lua,
 // refund.lua, embedded in the package; each opens with its KEYS, ARGV and
-// reply), sent as EVALSHA with a fallback to EVAL when the server answers
+// reply, and is sent after ring.lua, the time, TTLs and ring codec they
+// share), sent as EVALSHA with a fallback to EVAL when the server answers
 // NOSCRIPT. A script is atomic on the server, so no interleaving of
 // replicas can make a key admit more than its limit, and a check of
 // several hits records all of them or none. One take script call can
@@ -48,7 +49,7 @@
 //	                                         (µs after a base time), then a 34-byte
 //	                                         header (epoch, head, count, the first live
 //	                                         entry, the base, the first live entry's
-//	                                         time, the newest time; see take.lua)
+//	                                         time, the newest time; see ring.lua)
 //	<prefix>{<rule>:<key>}:h:<window>        concurrency (requests in flight): the
 //	                                         sliding window's ring, one entry per
 //	                                         lease held, the window its time to live;

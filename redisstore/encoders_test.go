@@ -87,15 +87,11 @@ func TestRingEncodersAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 		record := rng.IntN(10) > 0
-		mode := "0"
-		if record {
-			mode = "1"
-		}
 		ngroups := 1
 		if record {
 			ngroups = 1 + rng.IntN(3)
 		}
-		args := []string{mode}
+		var args []string // a peek's group has the epoch 0
 		var kx []string
 		for g := range ngroups {
 			var hits []floodgate.Hit

@@ -94,7 +94,7 @@ func (s *Store) PeekStored(ctx context.Context, hits []floodgate.Hit) ([]floodga
 // script and arguments, with each state key named by the hit's stored key
 // where appendGroup names it by the key's encoding.
 func (s *Store) peekStored(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), []string{"0"}, "peek", group{hits: hits})
+	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), make([]string, 0, 1+5*len(hits)), "peek", group{hits: hits})
 	if err != nil {
 		return nil, err
 	}

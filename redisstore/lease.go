@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 )
 
 var (
 	//go:embed renew.lua
-	renewLua string
+	renewBody string
 	// renewScript moves entries, so it is not retried: a renewal whose
 	// answer is lost is safe to make again with the older stamp (see
 	// floodgate.Store.Renew), but that is the caller's choice.
-	renewScript = newScript(renewLua, false)
+	renewScript = newScript(ringLua+rewriteLua+renewBody, false)
 )
 
 // Renew implements [floodgate.Store] with one script call (one per slot
@@ -85,7 +86,7 @@ func (s *Store) renew(ctx context.Context, leases []floodgate.Receipt) ([]floodg
 			return nil, fmt.Errorf("redisstore: renew: lease %d: %w", i, err)
 		}
 		tag := s.tag(r.Hit.Rule.Name, r.Hit.Key)
-		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+takeID(r.Stamp.Take))
+		keys = append(keys, tag+p.suffix, rediskeys.Tombstone(tag, p.suffix, takeID(r.Stamp.Take)))
 		at := max(0, min(r.Stamp.At.UnixMicro(), maxServerTime)) // a zero stamp renews nothing
 		args = append(args, strconv.FormatInt(p.cost, 10), strconv.FormatInt(p.b, 10),
 			strconv.FormatInt(at, 10), strconv.FormatUint(r.Stamp.Epoch, 10))

@@ -599,7 +599,7 @@ func stateKey(s *Store, r floodgate.Rule, key string) string {
 // runGroups checks groups in one take script call, recording each group
 // that is allowed, as a batch of the group commit does.
 func runGroups(ctx context.Context, s *Store, groups []group) ([][]floodgate.Result, error) {
-	keys, args := []string{}, []string{"1"}
+	var keys, args []string
 	sizes := make([]int, len(groups))
 	for i, g := range groups {
 		var err error

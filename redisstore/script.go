@@ -12,19 +12,31 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algo"
+	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 )
 
+// The scripts: Redis scripts cannot include one another, so each is sent
+// as ring.lua (the time, integer arithmetic, TTLs and the ring's codec)
+// followed by its own file, refund's and renew's with rewrite.lua (a ring
+// read whole and written anew) between.
 var (
+	//go:embed ring.lua
+	ringLua string
 	//go:embed take.lua
-	takeLua string
+	takeBody string
+	//go:embed rewrite.lua
+	rewriteLua string
 	//go:embed refund.lua
-	refundLua string
+	refundBody string
+
+	takeLua   = ringLua + takeBody
+	refundLua = ringLua + rewriteLua + refundBody
 
 	// takeScript records, so it must never be retried: EVALSHA, then EVAL
 	// only on NOSCRIPT (the script did not run).
 	takeScript = newScript(takeLua, false)
-	// peekScript is the same script in the mode that writes nothing, so a
-	// retry after a network error is harmless.
+	// peekScript is the same script, sent with the epoch 0 that records
+	// nothing, so a retry after a network error is harmless.
 	peekScript = newScript(takeLua, true)
 	// refundScript is idempotent by its tombstones, but is not retried
 	// either: a caller may retry Refund, the store does not.
@@ -44,10 +56,10 @@ type group struct {
 	hits []floodgate.Hit
 }
 
-// peek runs the take script in the mode that writes nothing, for hits of
-// one slot.
+// peek runs the take script with the epoch 0, which writes nothing, for
+// hits of one slot.
 func (s *Store) peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), []string{"0"}, "peek", group{hits: hits})
+	keys, args, err := s.appendGroup(make([]string, 0, len(hits)), make([]string, 0, 1+5*len(hits)), "peek", group{hits: hits})
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +274,7 @@ func (s *Store) refundCall(receipts []floodgate.Receipt) (keys, args []string, e
 			return nil, nil, fmt.Errorf("redisstore: refund: hit %d: %w", i, err)
 		}
 		tag := s.tag(r.Hit.Rule.Name, r.Hit.Key)
-		keys = append(keys, tag+p.suffix, tag+"r:"+p.suffix+":"+takeID(r.Stamp.Take))
+		keys = append(keys, tag+p.suffix, rediskeys.Tombstone(tag, p.suffix, takeID(r.Stamp.Take)))
 		// A receipt no take gave (zero time) credits nothing: time 0 is
 		// older than any window.
 		at := max(0, min(r.Stamp.At.UnixMicro(), maxServerTime))

@@ -57,6 +57,15 @@ func Tag(prefix, name, stored string) string {
 	return prefix + "{" + name + ":" + stored + "}:"
 }
 
+// Tombstone is the key that marks the refund of a take as done, beside
+// the state it credits: tag and suffix are the state key's ([Tag],
+// [Suffix]), take the take's name (floodgate.Stamp.Take) in base 36:
+// "<tag>r:<letter>:<window>:<take>", such as fg:{pix:acct-42}:r:w:1m0s:3b.
+// [ParseStateKey] reports it not ok.
+func Tombstone(tag, suffix, take string) string {
+	return tag + "r:" + suffix + ":" + take
+}
+
 // StateKey returns the Redis key that holds the state of key under rule,
 // for a store whose redisstore.Options.Prefix is prefix (empty means
 // DefaultPrefix): "<prefix>{<rule name>:<encoded key>}:<letter>:<window>",
