@@ -199,8 +199,10 @@
 // fails with it too, and was recorded if the call checked it first.
 //
 // A Redis at maxmemory with the noeviction policy keeps taking the
-// limiter's writes: take.lua trims before it adds, and Redis refuses only
-// a script's first write when that write may grow memory. This is
+// limiter's writes: Redis refuses only a script's first write when that
+// write may grow memory, and take.lua's first write to a ring is a
+// PEXPIRE, which cannot (a counter's SET replaces a value of its own
+// size). This is
 // deliberate: limits keep holding when Redis is full of other data, and
 // the limiter's entries are bounded by the limits and expire with their
 // windows. Leave room for them when sizing maxmemory.
