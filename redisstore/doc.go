@@ -200,9 +200,8 @@
 //
 // A Redis at maxmemory with the noeviction policy keeps taking the
 // limiter's writes: Redis refuses only a script's first write when that
-// write may grow memory, and take.lua's first write to a ring is a
-// PEXPIRE, which cannot (a counter's SET replaces a value of its own
-// size). This is
+// write may grow memory, and take.lua's first write to a sliding
+// window's ring is a PEXPIRE, which cannot. This is
 // deliberate: limits keep holding when Redis is full of other data, and
 // the limiter's entries are bounded by the limits and expire with their
 // windows. Leave room for them when sizing maxmemory.
