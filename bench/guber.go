@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -344,6 +345,20 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 	}
 	fmt.Fprintf(out, "%s: %s decisions/s, %d allowed (%d windows' limits: %d), %d denied, %d errors",
 		row.name, count(float64(all.allowed+all.denied)/d.Seconds()), all.allowed, d/overWindow, int64(d/overWindow)*overLimit, all.denied, all.errs)
+	// A bound that no placement of the windows escapes: the admissions
+	// lie in an interval of length L, which back-to-back windows of the
+	// rule's length meet at most ceil(L/window)+1 of.
+	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+	for _, l := range logs {
+		for _, sp := range l.spans {
+			lo, hi = min(lo, sp[0]), max(hi, sp[0]+sp[1])
+		}
+	}
+	if all.allowed > 0 {
+		wn := row.window.Nanoseconds()
+		most := ((hi-lo+wn-1)/wn + 1) * overLimit
+		fmt.Fprintf(out, "; in any back-to-back windows of %v: at most %d of its admissions fit, so at least %d past the limit", row.window, most, max(0, all.allowed-most))
+	}
 	if len(all.starts) > 0 {
 		fmt.Fprintf(out, "; its windows, %v long, start past the epoch's at", row.window)
 		for _, k := range origins {
