@@ -243,8 +243,9 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 		spans                 [][2]int64
 		allowed, denied, errs int64
 		// starts counts gubernator's answers by where the window they
-		// came from started, in milliseconds past the epoch's windows.
-		starts map[int64]int64
+		// came from started, in milliseconds past the epoch's windows;
+		// admits, its admissions by the reset time the answer named.
+		starts, admits map[int64]int64
 	}
 	logs := make([]replicaLog, len(row.ask))
 	var mu sync.Mutex
@@ -262,7 +263,7 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 		r := g % len(row.ask)
 		ask := row.ask[r]
 		wg.Go(func() {
-			mine := replicaLog{starts: map[int64]int64{}}
+			mine := replicaLog{starts: map[int64]int64{}, admits: map[int64]int64{}}
 			<-release
 			for time.Now().Before(end) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -287,6 +288,9 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 				}
 				if reset != 0 {
 					mine.starts[((reset-dur)%w+w)%w]++
+					if ok {
+						mine.admits[reset]++
+					}
 				}
 			}
 			mu.Lock()
@@ -294,10 +298,13 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 			l.spans = append(l.spans, mine.spans...)
 			l.allowed, l.denied, l.errs = l.allowed+mine.allowed, l.denied+mine.denied, l.errs+mine.errs
 			if l.starts == nil {
-				l.starts = map[int64]int64{}
+				l.starts, l.admits = map[int64]int64{}, map[int64]int64{}
 			}
 			for k, v := range mine.starts {
 				l.starts[k] += v
+			}
+			for k, v := range mine.admits {
+				l.admits[k] += v
 			}
 			mu.Unlock()
 		})
@@ -308,11 +315,14 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 	close(release)
 	wg.Wait()
 	letter, name := byte(overLetter), overRuleName
-	all := replicaLog{starts: map[int64]int64{}}
+	all := replicaLog{starts: map[int64]int64{}, admits: map[int64]int64{}}
 	for _, l := range logs {
 		all.allowed, all.denied, all.errs = all.allowed+l.allowed, all.denied+l.denied, all.errs+l.errs
 		for k, v := range l.starts {
 			all.starts[k] += v
+		}
+		for k, v := range l.admits {
+			all.admits[k] += v
 		}
 	}
 	// Every start that answers came from, most answers first: the
@@ -358,6 +368,18 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 		wn := row.window.Nanoseconds()
 		most := ((hi-lo+wn-1)/wn + 1) * overLimit
 		fmt.Fprintf(out, "; in any back-to-back windows of %v: at most %d of its admissions fit, so at least %d past the limit", row.window, most, max(0, all.allowed-most))
+	}
+	// By gubernator's own account, with no clock: each answer names the
+	// window it came from (its reset time), and no window may admit more
+	// than the limit across the cluster. A replica's own copy of a window
+	// that the owner's broadcast has not replaced yet counts as a window
+	// of its own, with a limit of its own, so this count can only be low.
+	if len(all.admits) > 0 {
+		var over int64
+		for _, n := range all.admits {
+			over += max(0, n-overLimit)
+		}
+		fmt.Fprintf(out, "; by the windows its answers named (%d windows): %d of its %d admissions past the limit", len(all.admits), over, all.allowed)
 	}
 	if len(all.starts) > 0 {
 		fmt.Fprintf(out, "; its windows, %v long, start past the epoch's at", row.window)

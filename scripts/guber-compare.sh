@@ -10,7 +10,10 @@
 #   2. the overadmit workload: one key hammered past 1,000 per second by
 #      the same 64 goroutines, every admission logged with its time span
 #      in the escrow oracle's format, then the oracle's checker
-#      (escrow-oracle check) on each row's logs: "over-admissions: N of M".
+#      (escrow-oracle check -origin, from each start of gubernator's
+#      windows that its answers named; the least count is the row's
+#      "over-admissions: N of M"). The bench's own line for gubernator adds
+#      a count with no clock, by the windows its answers named.
 #   3. with ORACLE=1, the escrow oracle's own run of floodgate escrow
 #      (escrow-oracle run -mode escrow -scenario plain), for its 0s.
 # GUBER_DURATION (default 2s) is each cell of 1, OVERADMIT_DURATION
