@@ -251,7 +251,7 @@ func escrowTable(out io.Writer, addr string, works []string, d time.Duration, wi
 		return err
 	}
 	defer closeCalls()
-	fmt.Fprintf(out, "# escrow (issue 37): %d goroutines over %d Limiters on one Redis (the memstore row: one Limiter), lease period %v, rule %d per %v (never reached); %v measured after %v\n",
+	fmt.Fprintf(out, "# escrow (issue 37): %d goroutines over %d Limiters on one Redis (the memstore row: one Limiter; the gubernator row: 3 gubernator v2 daemons on loopback, peers of each other, GLOBAL behaviour), lease period %v, rule %d per %v (never reached); %v measured after %v\n",
 		escrowGoroutines, escrowReplicas, escrowPeriod, escrowRule.Limit, escrowRule.Window, d, d/5)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "workload\tlimiter\tdecisions/s\tx direct\tx memstore\tallowed\tRedis calls/decision\t")
