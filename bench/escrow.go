@@ -58,16 +58,54 @@ type escrowRow struct {
 	name   string
 	escrow bool
 	memory bool // one Limiter on a memstore, the in-memory reference
+	guber  bool // three gubernator v2 daemons, GLOBAL behaviour (guber.go)
 }
 
 var escrowRows = []escrowRow{
 	{name: "floodgate direct"},
 	{name: "floodgate escrow", escrow: true},
 	{name: "floodgate memstore", memory: true},
+	{name: "gubernator v2 GLOBAL", guber: true},
 }
 
-// buildReplicas returns the Limiters of a row and a func that closes them.
-func buildReplicas(row escrowRow, addr, prefix string) ([]*floodgate.Limiter, func(), error) {
+// A decider decides one request of escrowRule's key: a replica of a row.
+type decider func(ctx context.Context, key string) (allowed bool, err error)
+
+// buildReplicas returns the deciders of a row (its Limiters, or a client
+// of each gubernator daemon) and a func that closes them.
+func buildReplicas(row escrowRow, addr, prefix string) ([]decider, func(), error) {
+	if row.guber {
+		c, err := startGubernator(escrowReplicas)
+		if err != nil {
+			return nil, nil, err
+		}
+		var ds []decider
+		for _, cl := range c.clients {
+			ask := guberDecide(cl, escrowRule.Limit, escrowRule.Window)
+			ds = append(ds, func(ctx context.Context, key string) (bool, error) {
+				ok, _, err := ask(ctx, prefix+key)
+				return ok, err
+			})
+		}
+		return ds, c.Close, nil
+	}
+	ls, closeAll, err := buildLimiters(row, addr, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	ds := make([]decider, len(ls))
+	for i, l := range ls {
+		ds[i] = func(ctx context.Context, key string) (bool, error) {
+			d, err := l.Allow(ctx, escrowRule, key)
+			return d.Allowed, err
+		}
+	}
+	return ds, closeAll, nil
+}
+
+// buildLimiters returns the Limiters of a floodgate row and a func that
+// closes them.
+func buildLimiters(row escrowRow, addr, prefix string) ([]*floodgate.Limiter, func(), error) {
 	if row.memory {
 		s := memstore.New(memstore.Options{})
 		l, err := floodgate.New(s, floodgate.Options{})
@@ -117,7 +155,7 @@ type escrowCell struct {
 
 // escrowPhase drives the Limiters with 64 goroutines (round-robin over
 // them) for d, adding to cell when measure is set.
-func escrowPhase(cell *escrowCell, ls []*floodgate.Limiter, work string, d time.Duration, calls func() int64, measure bool) {
+func escrowPhase(cell *escrowCell, ls []decider, work string, d time.Duration, calls func() int64, measure bool) {
 	pick := escrowWorkloads[work]
 	{
 		var stop atomic.Bool
@@ -137,13 +175,13 @@ func escrowPhase(cell *escrowCell, ls []*floodgate.Limiter, work string, d time.
 				var n, ok uint64
 				base := uint64(time.Now().UnixNano()) // cold keys never repeat across phases
 				for i := uint64(0); !stop.Load(); i++ {
-					dec, err := l.Allow(context.Background(), escrowRule, pick(g, rng, z, base+i))
+					allowed, err := l(context.Background(), pick(g, rng, z, base+i))
 					if err != nil {
 						errOnce.Do(func() { cell.err = err })
 						return
 					}
 					n++
-					if dec.Allowed {
+					if allowed {
 						ok++
 					}
 				}
@@ -207,24 +245,24 @@ func redisCalls(addr string) (func() int64, func(), error) {
 
 // escrowTable prints the escrow table for the workloads asked for, and
 // the saturation rows when asked.
-func escrowTable(out io.Writer, addr string, works []string, d time.Duration) error {
+func escrowTable(out io.Writer, addr string, works []string, d time.Duration, withGuber bool) error {
 	calls, closeCalls, err := redisCalls(addr)
 	if err != nil {
 		return err
 	}
 	defer closeCalls()
-	fmt.Fprintf(out, "# escrow (issue 37): %d goroutines over %d Limiters on one Redis (the memstore row: one Limiter), lease period %v, rule %d per %v (never reached); %v measured after %v\n",
+	fmt.Fprintf(out, "# escrow (issue 37): %d goroutines over %d Limiters on one Redis (the memstore row: one Limiter; the gubernator row: 3 gubernator v2 daemons on loopback, peers of each other, GLOBAL behaviour), lease period %v, rule %d per %v (never reached); %v measured after %v\n",
 		escrowGoroutines, escrowReplicas, escrowPeriod, escrowRule.Limit, escrowRule.Window, d, d/5)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "workload\tlimiter\tdecisions/s\tx direct\tx memstore\tallowed\tRedis calls/decision\t")
 	for _, w := range works {
-		if w == "saturation" {
+		if w == "saturation" || w == "overadmit" {
 			continue
 		}
 		cells := make([]escrowCell, len(escrowRows))
-		built := make([][]*floodgate.Limiter, len(escrowRows))
+		built := make([][]decider, len(escrowRows))
 		for i, row := range escrowRows {
-			if row.memory && w != "hot" {
+			if row.memory && w != "hot" || row.guber && !withGuber {
 				continue
 			}
 			ls, closeAll, err := buildReplicas(row, addr, newPrefix())
@@ -241,7 +279,7 @@ func escrowTable(out io.Writer, addr string, works []string, d time.Duration) er
 					continue
 				}
 				c := calls
-				if row.memory {
+				if row.memory || row.guber {
 					c = nil
 				}
 				escrowPhase(&cells[i], built[i], w, d/escrowRounds, c, true)
@@ -250,7 +288,7 @@ func escrowTable(out io.Writer, addr string, works []string, d time.Duration) er
 		rate := func(c escrowCell) float64 { return float64(c.ops) / c.elapsed.Seconds() }
 		for i, row := range escrowRows {
 			c := cells[i]
-			if row.memory && w != "hot" {
+			if row.memory && w != "hot" || row.guber && !withGuber {
 				continue
 			}
 			if c.err != nil {
@@ -262,7 +300,7 @@ func escrowTable(out io.Writer, addr string, works []string, d time.Duration) er
 				xmem = fmt.Sprintf("%.2f", rate(c)/rate(cells[2]))
 			}
 			cmds := "-"
-			if !row.memory {
+			if !row.memory && !row.guber {
 				cmds = fmt.Sprintf("%.5f", float64(c.commands)/float64(c.ops))
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%.1f%%\t%s\t\n", w, row.name, count(rate(c)), rate(c)/rate(cells[0]), xmem,
@@ -290,7 +328,7 @@ func saturation(out io.Writer, addr string) error {
 	fmt.Fprintf(out, "# saturation: one key, %d per %v, %d goroutines over %d Limiters with escrow (δ %v), for %v\n", limit, w, escrowGoroutines, escrowReplicas, escrowPeriod, 2*w)
 	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket} {
 		r := floodgate.Rule{Name: "saturated", Limit: limit, Window: w, Algorithm: alg}
-		ls, closeAll, err := buildReplicas(escrowRows[1], addr, newPrefix())
+		ls, closeAll, err := buildLimiters(escrowRows[1], addr, newPrefix())
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -47,7 +48,10 @@ func mainErr(args []string, out io.Writer) error {
 	rounds := fs.Int("rounds", 10, "rounds per row group: the limiters of a group take turns, each measured duration/rounds per round")
 	gs := fs.String("goroutines", "1,64", "comma-separated goroutine counts")
 	stores := fs.String("stores", "redis,memory", "comma-separated stores: redis, memory")
-	wl := fs.String("workloads", "allowed,attack,mix", "comma-separated workloads: allowed, attack, mix (the peers' table); hot, zipf, cold, saturation (escrow's table, issue 37)")
+	wl := fs.String("workloads", "allowed,attack,mix", "comma-separated workloads: allowed, attack, mix (the peers' table); hot, zipf, cold, saturation, overadmit (escrow's table, issue 37)")
+	withGuber := fs.Bool("gubernator", true, "in escrow's table, a row of three gubernator v2 daemons on loopback with GLOBAL behaviour")
+	overDir := fs.String("overadmit-dir", "", "where the overadmit workload writes its admission logs, for escrow-oracle check")
+	overDur := fs.Duration("overadmit-duration", 5*time.Second, "how long the overadmit workload hammers each row")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,7 +103,7 @@ func mainErr(args []string, out io.Writer) error {
 	var escrowWorks []string
 	mainWanted := false
 	for _, w := range strings.Split(*wl, ",") {
-		if _, ok := escrowWorkloads[w]; ok || w == "saturation" {
+		if _, ok := escrowWorkloads[w]; ok || w == "saturation" || w == "overadmit" {
 			escrowWorks = append(escrowWorks, w)
 		} else {
 			mainWanted = true
@@ -109,8 +113,17 @@ func mainErr(args []string, out io.Writer) error {
 		if *addr == "" {
 			return fmt.Errorf("workloads %v need -redis", escrowWorks)
 		}
-		if err := escrowTable(out, *addr, escrowWorks, *redisDur); err != nil {
+		if err := escrowTable(out, *addr, escrowWorks, *redisDur, *withGuber); err != nil {
 			return fmt.Errorf("escrow: %w", err)
+		}
+		if wanted["overadmit"] {
+			if *overDir == "" {
+				return errors.New("the overadmit workload needs -overadmit-dir")
+			}
+			fmt.Fprintln(out)
+			if err := overAdmissions(out, *addr, *overDir, *overDur, *withGuber); err != nil {
+				return fmt.Errorf("overadmit: %w", err)
+			}
 		}
 		if !mainWanted {
 			return nil

@@ -67,11 +67,20 @@ func (r Report) String() string {
 //     and at the earliest start (of it and every later one) for the
 //     state, so a breach it finds holds in every placement.
 func Check(rule floodgate.Rule, spans []Span, slack time.Duration) Report {
+	return CheckFrom(rule, spans, slack, 0)
+}
+
+// CheckFrom is Check with the fixed windows (of FixedWindow and
+// SlidingWindowCounter) at origin + i*Window instead of on the Unix
+// epoch: for a limiter whose windows start at its key's first hit, such
+// as gubernator's token bucket (bench/guber.go), origin is that first
+// window's start modulo Window. The other checks do not depend on it.
+func CheckFrom(rule floodgate.Rule, spans []Span, slack, origin time.Duration) Report {
 	s := make([]Span, len(spans))
 	for i, sp := range spans {
 		lo := sp.Lo - int64(slack)
 		lo -= lo % 1000 // the store's microseconds are truncated
-		s[i] = Span{Lo: lo, Hi: sp.Hi + int64(slack)}
+		s[i] = Span{Lo: lo - int64(origin), Hi: sp.Hi + int64(slack) - int64(origin)}
 	}
 	// By the latest possible time, as every check walks them.
 	slices.SortFunc(s, func(a, b Span) int {

@@ -122,6 +122,44 @@ func TestCheckUncertainty(t *testing.T) {
 	}
 }
 
+// TestCheckFromOrigin checks fixed windows moved off the epoch by an
+// origin: 2 per second with windows from 300 on, the same admissions
+// that fit the epoch's windows break the moved ones, and the other way
+// round; a sliding log's check does not move.
+func TestCheckFromOrigin(t *testing.T) {
+	// Each epoch second holds 2 of these; [300, 1300) holds 3.
+	epochFit := at(100, 400, 1100, 1200)
+	// [-700, 300) holds 2, [300, 1300) and [1300, 2300) 1 each; [0, 1000)
+	// holds 3.
+	movedFit := at(100, 200, 400, 1400)
+	origin := 300 * time.Millisecond
+	for _, c := range []struct {
+		name   string
+		rule   floodgate.Rule
+		spans  []Span
+		origin time.Duration
+		over   int
+	}{
+		{"fixed epoch fit, on the epoch", rule(floodgate.FixedWindow, 2, 0), epochFit, 0, 0},
+		{"fixed epoch fit, moved", rule(floodgate.FixedWindow, 2, 0), epochFit, origin, 1},
+		{"fixed moved fit, on the epoch", rule(floodgate.FixedWindow, 2, 0), movedFit, 0, 1},
+		{"fixed moved fit, moved", rule(floodgate.FixedWindow, 2, 0), movedFit, origin, 0},
+		// Limit 2: at 1350 the epoch's previous window holds 2, which
+		// weigh ceil(2*650/1000) = 2; the moved one's holds none.
+		{"counter moved", rule(floodgate.SlidingWindowCounter, 2, 0), at(100, 200, 1350), origin, 0},
+		{"counter on the epoch", rule(floodgate.SlidingWindowCounter, 2, 0), at(100, 200, 1350), 0, 1},
+		// 400 is less than a second after 100 and 200, wherever windows start.
+		{"sliding moved", rule(floodgate.SlidingWindow, 2, 0), movedFit, origin, 1},
+		{"sliding on the epoch", rule(floodgate.SlidingWindow, 2, 0), movedFit, 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := CheckFrom(c.rule, shuffled(c.spans), 0, c.origin); got.Over != c.over || got.Total != len(c.spans) {
+				t.Errorf("%v, want over-admissions: %d of %d", got, c.over, len(c.spans))
+			}
+		})
+	}
+}
+
 // TestCheckAgreesWithMemstore replays random arrivals through memstore on
 // an injected clock: the check of what it admitted finds 0 over, and 1
 // once any single arrival it denied is added as admitted. So the check is

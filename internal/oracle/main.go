@@ -35,6 +35,7 @@ func checkMain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	slack := fs.Duration("slack", DefaultSlack, "how far each admission's span is widened on both sides")
+	origin := fs.Duration("origin", 0, "where the fixed windows start, past each multiple of the window on the Unix epoch")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,7 +44,7 @@ func checkMain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for _, r := range l.Rules {
-		fmt.Fprintf(stdout, "%v: %v\n", r.Algorithm, Check(r, l.Spans[r.Name], *slack))
+		fmt.Fprintf(stdout, "%v: %v\n", r.Algorithm, CheckFrom(r, l.Spans[r.Name], *slack, *origin))
 	}
 	return nil
 }
