@@ -125,10 +125,9 @@ func (l *Limiter) Close() error {
 }
 
 // Allow checks one request of key under rule and records it if allowed.
-func (l *Limiter) Allow(ctx context.Context, rule Rule, key string) (Decision, error) {
+func (l *Limiter) Allow(ctx context.Context, rule Rule, key string) (d Decision, err error) {
 	h := Hit{Rule: rule, Key: key}
-	var d Decision
-	err := l.one(ctx, &h, &d)
+	err = l.one(ctx, &h, &d)
 	return d, err
 }
 

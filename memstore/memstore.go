@@ -304,8 +304,9 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 		sh.mu.Unlock()
 		return r, s.full()
 	}
-	r = e.check(now, &h, t)
-	if r.Allowed || h.Overdraw {
+	if h.Rule.Algorithm == floodgate.TokenBucket && !h.Overdraw && h.Lease == 0 {
+		r = e.takeBucket(now, h.Cost, t, h.Rule.Capacity()*t) // the common case, in one pass
+	} else if r = e.check(now, &h, t); r.Allowed || h.Overdraw {
 		var full bool
 		if r.Stamp, full = e.record(now, &h, t); full {
 			e.renew(sh.nextEpoch())
