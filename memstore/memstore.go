@@ -289,8 +289,8 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 		return r, err
 	}
 	if h.Lease != 0 {
-		if err := algo.LeaseError([]floodgate.Hit{h}); err != nil {
-			return r, fmt.Errorf("memstore: take: %w", err)
+		if err := leaseError(&h); err != nil {
+			return r, err
 		}
 	}
 	k := keyOf(&h)
@@ -320,6 +320,17 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 	}
 	sh.mu.Unlock()
 	return r, nil
+}
+
+// leaseError is TakeOne's error for a lease that h may not take, or nil;
+// out of line, so that TakeOne's frame stays small.
+//
+//go:noinline
+func leaseError(h *floodgate.Hit) error {
+	if err := algo.LeaseError([]floodgate.Hit{*h}); err != nil {
+		return fmt.Errorf("memstore: take: %w", err)
+	}
+	return nil
 }
 
 // Peek implements [floodgate.Store]. A key the store does not hold is
