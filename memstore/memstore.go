@@ -293,7 +293,10 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 			return r, err
 		}
 	}
-	k := keyOf(&h)
+	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key} // keyOf, inlined
+	if len(h.Key) > keyenc.MaxPlain {
+		k = digestKeyOf(&h)
+	}
 	hash := s.hash(&k)
 	t := hitInterval(&h) // outside the lock
 	sh := s.shard(hash)
@@ -305,7 +308,7 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 		return r, s.full()
 	}
 	if h.Rule.Algorithm == floodgate.TokenBucket && !h.Overdraw && h.Lease == 0 {
-		r = e.takeBucket(now, h.Cost, t, h.Rule.Capacity()*t) // the common case, in one pass
+		e.takeBucket(&r, now, h.Cost, t, h.Rule.Capacity()*t) // the common case, in one pass
 	} else if r = e.check(now, &h, t); r.Allowed || h.Overdraw {
 		var full bool
 		if r.Stamp, full = e.record(now, &h, t); full {
