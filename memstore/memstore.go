@@ -22,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algo"
@@ -137,6 +138,11 @@ func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int, hold b
 		}
 		return e
 	}
+	return sh.create(h, k, now, limit)
+}
+
+// create is getOrCreate of a key the shard does not hold.
+func (sh *shard) create(h uint64, k *entryKey, now int64, limit int) *entry {
 	if limit > 0 && sh.entries.n >= limit && !sh.reclaim(now, limit) {
 		return nil
 	}
@@ -185,11 +191,11 @@ type entryKey struct {
 
 // same reports whether k and o are one identity: k == o, with the fields
 // that differ most often and cost least compared first (the generated
-// equality compares in field order, and rule names are usually one
-// string, which strings' equality checks by pointer first).
+// equality compares in field order), and rule names, usually one string,
+// compared by pointer first without a call.
 func (k *entryKey) same(o *entryKey) bool {
 	return len(k.key) == len(o.key) && k.window == o.window && k.alg == o.alg && k.digest == o.digest &&
-		k.key == o.key && k.rule == o.rule
+		k.key == o.key && (len(k.rule) == len(o.rule) && unsafe.StringData(k.rule) == unsafe.StringData(o.rule) || k.rule == o.rule)
 }
 
 func keyOf(h *floodgate.Hit) entryKey {
@@ -302,10 +308,15 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
-	e := sh.getOrCreate(hash, &k, now, s.perShard, false)
+	// getOrCreate without hold, inlined.
+	e := sh.get(hash, &k)
 	if e == nil {
-		sh.mu.Unlock()
-		return r, s.full()
+		if e = sh.create(hash, &k, now, s.perShard); e == nil {
+			sh.mu.Unlock()
+			return r, s.full()
+		}
+	} else if e.expires <= now && e.epoch != 0 {
+		e.restart(sh.nextEpoch())
 	}
 	if h.Rule.Algorithm == floodgate.TokenBucket && !h.Overdraw && h.Lease == 0 {
 		e.takeBucket(&r, now, h.Cost, t, h.Rule.Capacity()*t) // the common case, in one pass
