@@ -176,6 +176,22 @@ func (l *Limiter) one(ctx context.Context, h *Hit, d *Decision) error {
 	if err := l.inForce(h, 0); err != nil {
 		return err
 	}
+	if l.local != nil && l.escrow == nil && l.denials == nil {
+		// The path below without escrow and the denial cache, in a
+		// function whose frame holds none of their temporaries.
+		r, err := l.local.TakeOne(ctx, *h)
+		if err != nil {
+			return storeError("take", err)
+		}
+		d.decideOne(true, h, &r)
+		return nil
+	}
+	return l.oneWith(ctx, h, d)
+}
+
+// oneWith is one with escrow, the denial cache, or a store that is not
+// local.
+func (l *Limiter) oneWith(ctx context.Context, h *Hit, d *Decision) error {
 	if l.escrow != nil && !h.Overdraw && h.Rule.Algorithm != Concurrency {
 		if ok, err := l.escrow.decide(ctx, h, d); ok {
 			return err
