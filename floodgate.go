@@ -170,7 +170,7 @@ func (l *Limiter) Settle(ctx context.Context, d Decision, actual int64) (Decisio
 // one is Check of the single hit *h, which it resolves in place (see
 // inForce), written into *d, which is zero and stays zero on an error.
 // The hit and the decision stay on the caller's stack, and are copied only
-// into the store's call and out to the caller (a Decision is 240 bytes on
+// into the store's call and out to the caller (a Decision is 264 bytes on
 // 64-bit platforms), so that with a LocalStore a decision allocates
 // nothing.
 func (l *Limiter) one(ctx context.Context, h *Hit, d *Decision) error {
