@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
@@ -536,8 +535,7 @@ type validRules struct {
 // valid reports r.valid(), from memory when r is the rule of its slot.
 func (v *validRules) valid(r *Rule) bool {
 	slot := &v.slots[slotOf(r)]
-	if p := slot.Load(); p != nil && p.Limit == r.Limit && p.Window == r.Window && p.Algorithm == r.Algorithm && p.Burst == r.Burst &&
-		len(p.Name) == len(r.Name) && (unsafe.StringData(p.Name) == unsafe.StringData(r.Name) || p.Name == r.Name) {
+	if p := slot.Load(); p != nil && p.Limit == r.Limit && p.Window == r.Window && p.Algorithm == r.Algorithm && p.Burst == r.Burst && p.Name == r.Name {
 		return true
 	}
 	if !r.valid() {

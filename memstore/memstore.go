@@ -22,7 +22,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algo"
@@ -191,11 +190,11 @@ type entryKey struct {
 
 // same reports whether k and o are one identity: k == o, with the fields
 // that differ most often and cost least compared first (the generated
-// equality compares in field order), and rule names, usually one string,
-// compared by pointer first without a call.
+// equality compares in field order, and rule names are usually one
+// string, which strings' equality checks by pointer first).
 func (k *entryKey) same(o *entryKey) bool {
 	return len(k.key) == len(o.key) && k.window == o.window && k.alg == o.alg && k.digest == o.digest &&
-		k.key == o.key && (len(k.rule) == len(o.rule) && unsafe.StringData(k.rule) == unsafe.StringData(o.rule) || k.rule == o.rule)
+		k.key == o.key && k.rule == o.rule
 }
 
 func keyOf(h *floodgate.Hit) entryKey {
