@@ -140,7 +140,7 @@ func (d *Decision) decideOne(taken bool, h *Hit, r *Result) {
 	if (r.Allowed || h.Overdraw) && taken {
 		d.Recorded = true
 		d.ticket.taken = true
-		d.ticket.one = Receipt{Hit: *h, Stamp: r.Stamp}
+		d.ticket.one.Hit, d.ticket.one.Stamp = *h, r.Stamp // not a Receipt literal: no temporary to copy
 	}
 }
 

@@ -231,16 +231,29 @@ func (r Rule) problems() error {
 }
 
 // badNameByte returns the index of the first byte of name that a rule's
-// name may not hold, or -1. (A loop over bytes: every decision validates
-// its rule.)
+// name may not hold, or -1. (A loop over bytes, each tested against a
+// bitmap of the bytes allowed: every decision validates its rule.)
 func badNameByte(name string) int {
 	for i := 0; i < len(name); i++ {
-		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+		c := name[i]
+		m := uint64(nameBytesLow)
+		if c >= 64 {
+			m = nameBytesHigh
+		}
+		if c >= 128 || m>>(c&63)&1 == 0 {
 			return i
 		}
 	}
 	return -1
 }
+
+// nameBytesLow and nameBytesHigh are the bytes a rule's name may hold
+// (A-Z a-z 0-9 _ . -), bit c and bit c-64 for a byte c below 64 and
+// below 128.
+const (
+	nameBytesLow  = 1<<'-' | 1<<'.' | (1<<10-1)<<'0'
+	nameBytesHigh = (1<<26-1)<<('A'-64) | 1<<('_'-64) | (1<<26-1)<<('a'-64)
+)
 
 // String formats r as "name: 10/1m0s sliding-window" (with ", burst N" for a
 // token bucket that sets Burst).

@@ -2,6 +2,8 @@ package floodgate
 
 import (
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +71,104 @@ func TestValidMatchesProblems(t *testing.T) {
 		t.Fatalf("only %d of %d rules accepted: the cases miss the valid side of the bounds", accepted, n)
 	}
 	t.Logf("%d rules, %d valid", n, accepted)
+}
+
+// TestBadNameByteEveryByte: the bitmaps of badNameByte allow exactly
+// A-Z a-z 0-9 _ . -, tested on every byte value at every position of a
+// short name: a bit off by one would let a brace (a Redis Cluster hash
+// tag) or a separator into a store key, or refuse a letter.
+func TestBadNameByteEveryByte(t *testing.T) {
+	allowed := func(c byte) bool {
+		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+	}
+	n := 0
+	for c := range 256 {
+		for at := range 3 {
+			name := []byte("abc")
+			name[at] = byte(c)
+			want := -1
+			if !allowed(byte(c)) {
+				want = at
+			}
+			if got := badNameByte(string(name)); got != want {
+				t.Errorf("badNameByte(%q) = %d, want %d", name, got, want)
+			}
+		}
+		if allowed(byte(c)) {
+			n++
+		}
+	}
+	if n != 26+26+10+3 {
+		t.Fatalf("%d bytes allowed, want 65", n)
+	}
+}
+
+// TestValidRulesRemembersOnlyValid: the Limiter's memory of valid rules
+// answers as valid does for every rule, whichever slots valid rules
+// filled first: each valid rule of a set, then each of its one-field
+// variants (an invalid name, limit, window, algorithm or burst, and valid
+// ones that differ in one field), then the rule again. A memory that
+// compared fewer fields than a Rule has would take a variant for the
+// rule it remembers and let it through. It allocates at most once per
+// slot, however many rules it sees.
+func TestValidRulesRemembersOnlyValid(t *testing.T) {
+	type set struct {
+		r        Rule
+		variants []Rule
+	}
+	var sets []set
+	for i := range 200 {
+		alg := Algorithm(i % len(algorithmNames))
+		r := Rule{Name: "r" + strconv.Itoa(i%7), Limit: int64(1 + i%50), Window: time.Duration(1+i%9) * time.Second, Algorithm: alg}
+		if alg == TokenBucket && i%3 == 0 {
+			r.Burst = r.Limit * 2
+		}
+		if !r.valid() {
+			t.Fatalf("%v: not valid", r)
+		}
+		variants := []Rule{r, r, r, r, r, r, r, r, r, r}
+		variants[0].Name = r.Name + "{"
+		variants[1].Limit = 0
+		variants[2].Window = 0
+		variants[3].Algorithm = Algorithm(len(algorithmNames))
+		variants[4].Burst = -1
+		variants[5].Burst = r.Limit + 1 // valid for a token bucket only
+		variants[6].Name = r.Name + "x"
+		variants[7].Limit = r.Limit + 1
+		variants[8].Window = r.Window + time.Microsecond // a window of µs: valid
+		variants[9].Algorithm = (r.Algorithm + 1) % Algorithm(len(algorithmNames))
+		sets = append(sets, set{r, variants})
+	}
+	var v validRules
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.Mallocs
+	checked := 0
+	for _, s := range sets {
+		if !v.valid(&s.r) {
+			t.Errorf("%v: validRules says invalid", s.r)
+		}
+		for _, w := range s.variants {
+			if got, want := v.valid(&w), w.valid(); got != want {
+				t.Errorf("validRules.valid(%+v) = %v after %v, want %v", w, got, s.r, want)
+			}
+			checked++
+		}
+		if !v.valid(&s.r) {
+			t.Errorf("%v: validRules says invalid", s.r)
+		}
+	}
+	runtime.ReadMemStats(&ms)
+	if n := ms.Mallocs - before; n > uint64(len(v.slots)) {
+		t.Errorf("%d allocations for %d rules, want at most %d", n, checked, len(v.slots))
+	}
+	filled := 0
+	for i := range v.slots {
+		if v.slots[i].Load() != nil {
+			filled++
+		}
+	}
+	if filled < 2 {
+		t.Errorf("%d slots of %d filled by %d rules: slotOf spreads nothing", filled, len(v.slots), len(sets))
+	}
 }

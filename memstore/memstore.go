@@ -137,6 +137,11 @@ func (sh *shard) getOrCreate(h uint64, k *entryKey, now int64, limit int, hold b
 		}
 		return e
 	}
+	return sh.create(h, k, now, limit)
+}
+
+// create is getOrCreate of a key the shard does not hold.
+func (sh *shard) create(h uint64, k *entryKey, now int64, limit int) *entry {
 	if limit > 0 && sh.entries.n >= limit && !sh.reclaim(now, limit) {
 		return nil
 	}
@@ -289,23 +294,32 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 		return r, err
 	}
 	if h.Lease != 0 {
-		if err := algo.LeaseError([]floodgate.Hit{h}); err != nil {
-			return r, fmt.Errorf("memstore: take: %w", err)
+		if err := leaseError(&h); err != nil {
+			return r, err
 		}
 	}
-	k := keyOf(&h)
+	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key} // keyOf, inlined
+	if len(h.Key) > keyenc.MaxPlain {
+		k = digestKeyOf(&h)
+	}
 	hash := s.hash(&k)
 	t := hitInterval(&h) // outside the lock
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
-	e := sh.getOrCreate(hash, &k, now, s.perShard, false)
+	// getOrCreate without hold, inlined.
+	e := sh.get(hash, &k)
 	if e == nil {
-		sh.mu.Unlock()
-		return r, s.full()
+		if e = sh.create(hash, &k, now, s.perShard); e == nil {
+			sh.mu.Unlock()
+			return r, s.full()
+		}
+	} else if e.expires <= now && e.epoch != 0 {
+		e.restart(sh.nextEpoch())
 	}
-	r = e.check(now, &h, t)
-	if r.Allowed || h.Overdraw {
+	if h.Rule.Algorithm == floodgate.TokenBucket && !h.Overdraw && h.Lease == 0 {
+		e.takeBucket(&r, now, h.Cost, t, h.Rule.Capacity()*t) // the common case, in one pass
+	} else if r = e.check(now, &h, t); r.Allowed || h.Overdraw {
 		var full bool
 		if r.Stamp, full = e.record(now, &h, t); full {
 			e.renew(sh.nextEpoch())
@@ -319,6 +333,17 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 	}
 	sh.mu.Unlock()
 	return r, nil
+}
+
+// leaseError is TakeOne's error for a lease that h may not take, or nil;
+// out of line, so that TakeOne's frame stays small.
+//
+//go:noinline
+func leaseError(h *floodgate.Hit) error {
+	if err := algo.LeaseError([]floodgate.Hit{*h}); err != nil {
+		return fmt.Errorf("memstore: take: %w", err)
+	}
+	return nil
 }
 
 // Peek implements [floodgate.Store]. A key the store does not hold is

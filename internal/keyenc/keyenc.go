@@ -43,7 +43,7 @@ func plain(key string) bool {
 // the seeded hash; the rule, which the configuration names, is mixed in
 // by nameHash, which costs a decision far less than a second seeded hash.
 func Identity(seed maphash.Seed, name string, alg uint8, window time.Duration, key string) uint64 {
-	h := maphash.String(seed, key) ^ (nameHash(name)+uint64(alg)+uint64(window)<<8)*0x9e3779b97f4a7c15
+	h := maphash.Comparable(seed, key) ^ (nameHash(name)+uint64(alg)+uint64(window)<<8)*0x9e3779b97f4a7c15
 	return h ^ h>>29
 }
 
