@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -88,20 +86,7 @@ func runFleet(t *testing.T, spec fleetSpec) fleetResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gs := grpc.NewServer()
-		srv.Register(gs)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go gs.Serve(ln)
-		t.Cleanup(gs.Stop)
-		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		conns = append(conns, cc)
+		conns = append(conns, serve(t, srv))
 	}
 
 	nbins := int(spec.duration/binWidth) + 1

@@ -107,6 +107,13 @@ func startRLQS(t *testing.T, yaml string, opts Options) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serve(t, srv)
+}
+
+// serve serves srv on a loopback listener until t ends and returns a
+// client connection to it.
+func serve(t *testing.T, srv *Server) *grpc.ClientConn {
+	t.Helper()
 	gs := grpc.NewServer()
 	srv.Register(gs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
