@@ -115,43 +115,26 @@ func fleetHolds(t *testing.T, c Config) {
 	}
 }
 
-// TestOracleDirect: today's path never admits past a limit across three
-// replica processes, nor while Redis is frozen for longer than a lease.
-func TestOracleDirect(t *testing.T) {
+// TestOracleHolds: neither today's path nor escrow admits past a limit
+// across three replica processes, nor when a replica is killed holding
+// leases (escrow), nor while Redis is frozen for longer than a lease.
+func TestOracleHolds(t *testing.T) {
 	t.Parallel()
-	t.Run("plain", func(t *testing.T) {
-		t.Parallel()
-		fleetHolds(t, shortConfig(t, Direct, Plain, "redis://"+redistest.Addr(t)))
-	})
-	t.Run("stop", func(t *testing.T) {
-		t.Parallel()
-		srv := redistest.Start(t)
-		c := shortConfig(t, Direct, Stop, srv.URL())
-		c.Pause, c.Resume = srv.Stop, srv.Cont
-		fleetHolds(t, c)
-	})
-}
-
-// TestOracleEscrow: escrow, once the escrow branch provides it, never
-// admits past a limit, nor when a replica is killed holding leases, nor
-// while Redis is frozen for longer than a lease.
-func TestOracleEscrow(t *testing.T) {
-	t.Parallel()
-	t.Run("plain", func(t *testing.T) {
-		t.Parallel()
-		fleetHolds(t, shortConfig(t, Escrow, Plain, "redis://"+redistest.Addr(t)))
-	})
-	t.Run("kill", func(t *testing.T) {
-		t.Parallel()
-		fleetHolds(t, shortConfig(t, Escrow, Kill, "redis://"+redistest.Addr(t)))
-	})
-	t.Run("stop", func(t *testing.T) {
-		t.Parallel()
-		srv := redistest.Start(t)
-		c := shortConfig(t, Escrow, Stop, srv.URL())
-		c.Pause, c.Resume = srv.Stop, srv.Cont
-		fleetHolds(t, c)
-	})
+	for _, c := range []struct{ mode, scenario string }{
+		{Direct, Plain}, {Direct, Stop}, {Escrow, Plain}, {Escrow, Kill}, {Escrow, Stop},
+	} {
+		t.Run(c.mode+"/"+c.scenario, func(t *testing.T) {
+			t.Parallel()
+			if c.scenario != Stop {
+				fleetHolds(t, shortConfig(t, c.mode, c.scenario, "redis://"+redistest.Addr(t)))
+				return
+			}
+			srv := redistest.Start(t) // a server of its own to freeze
+			cfg := shortConfig(t, c.mode, Stop, srv.URL())
+			cfg.Pause, cfg.Resume = srv.Stop, srv.Cont
+			fleetHolds(t, cfg)
+		})
+	}
 }
 
 // TestOracleCatchesBrokenEscrow is the oracle's own test: an escrow that
