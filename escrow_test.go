@@ -45,18 +45,7 @@ func TestEscrowOptionsAreValidated(t *testing.T) {
 // within a period takes a lease of a quarter of the capacity at most;
 // near the limit, plain takes again; and every figure is a plain take's.
 func TestEscrowSizesLeases(t *testing.T) {
-	store := memstore.New(memstore.Options{})
-	defer store.Close()
-	counted := &takeCounter{Store: store}
-	l, err := floodgate.New(counted, floodgate.Options{Escrow: floodgate.Escrow{Period: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	direct, err := floodgate.New(store, floodgate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, direct, counted := escrowAndDirect(t, time.Second)
 	ctx := context.Background()
 	r := floodgate.Rule{Name: "sizes", Limit: 100, Window: time.Hour}
 	free := func() int64 {
@@ -127,18 +116,8 @@ func TestEscrowSizesLeases(t *testing.T) {
 // lease gave back its unused units credits nothing more (a take is
 // refunded once), never more than it took.
 func TestEscrowRefundAfterTheLeaseEnded(t *testing.T) {
-	store := memstore.New(memstore.Options{})
-	defer store.Close()
 	const period = 50 * time.Millisecond
-	l, err := floodgate.New(&takeCounter{Store: store}, floodgate.Options{Escrow: floodgate.Escrow{Period: period}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	direct, err := floodgate.New(store, floodgate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, direct, _ := escrowAndDirect(t, period)
 	ctx := context.Background()
 	r := floodgate.Rule{Name: "late", Limit: 100, Window: time.Hour}
 	free := func() int64 {
@@ -190,4 +169,23 @@ func TestEscrowRefundAfterTheLeaseEnded(t *testing.T) {
 	if f := free(); f != 72 {
 		t.Fatalf("after refunding a hit of a lease whose unused units went back: %d free, want 72: a take is refunded once, never more", f)
 	}
+}
+
+// escrowAndDirect returns, on one memstore closed when t ends, a Limiter
+// with escrow of period (its store calls counted) and one without, to
+// peek what the store holds.
+func escrowAndDirect(t *testing.T, period time.Duration) (escrow, direct *floodgate.Limiter, counted *takeCounter) {
+	t.Helper()
+	store := memstore.New(memstore.Options{})
+	t.Cleanup(func() { store.Close() })
+	counted = &takeCounter{Store: store}
+	escrow, err := floodgate.New(counted, floodgate.Options{Escrow: floodgate.Escrow{Period: period}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { escrow.Close() })
+	if direct, err = floodgate.New(store, floodgate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return escrow, direct, counted
 }
