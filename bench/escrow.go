@@ -75,19 +75,18 @@ type decider func(ctx context.Context, key string) (allowed bool, err error)
 // of each gubernator daemon) and a func that closes them.
 func buildReplicas(row escrowRow, addr, prefix string) ([]decider, func(), error) {
 	if row.guber {
-		c, err := startGubernator(escrowReplicas)
+		asks, closeG, err := guberReplicas(escrowReplicas, escrowRule.Limit, escrowRule.Window)
 		if err != nil {
 			return nil, nil, err
 		}
 		var ds []decider
-		for _, cl := range c.clients {
-			ask := guberDecide(cl, escrowRule.Limit, escrowRule.Window)
+		for _, ask := range asks {
 			ds = append(ds, func(ctx context.Context, key string) (bool, error) {
 				ok, _, err := ask(ctx, prefix+key)
 				return ok, err
 			})
 		}
-		return ds, c.Close, nil
+		return ds, closeG, nil
 	}
 	ls, closeAll, err := buildLimiters(row, addr, prefix)
 	if err != nil {

@@ -1,22 +1,15 @@
+//go:build gubernator
+
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
-	"math"
 	"net"
 	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/floodgate-rl/floodgate"
 
 	guber "github.com/gubernator-io/gubernator/v2"
 	"github.com/sirupsen/logrus"
@@ -127,11 +120,29 @@ func (c *guberCluster) Close() {
 
 const guberCloseWait = 2 * time.Second
 
+// guberBuilt reports that this build has gubernator (-tags gubernator).
+const guberBuilt = true
+
+// guberReplicas starts n daemons and returns a decider of each, asking
+// for one hit of a key with a token bucket of limit per window, GLOBAL,
+// and a func that stops them.
+func guberReplicas(n int, limit int64, window time.Duration) ([]guberAsk, func(), error) {
+	c, err := startGubernator(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	asks := make([]guberAsk, len(c.clients))
+	for i, cl := range c.clients {
+		asks[i] = guberDecide(cl, limit, window)
+	}
+	return asks, c.Close, nil
+}
+
 // guberDecide returns a decider that asks client for one hit of key with
 // a token bucket of limit per window, GLOBAL. It also reports the
 // bucket's reset time (Unix milliseconds): gubernator's bucket lasts
 // window from its first hit and is full again at that time.
-func guberDecide(client guber.V1Client, limit int64, window time.Duration) func(ctx context.Context, key string) (allowed bool, reset int64, err error) {
+func guberDecide(client guber.V1Client, limit int64, window time.Duration) guberAsk {
 	return func(ctx context.Context, key string) (bool, int64, error) {
 		resp, err := client.GetRateLimits(ctx, &guber.GetRateLimitsReq{Requests: []*guber.RateLimitReq{{
 			Name: guberName, UniqueKey: key, Hits: 1, Limit: limit, Duration: window.Milliseconds(),
@@ -149,247 +160,4 @@ func guberDecide(client guber.V1Client, limit int64, window time.Duration) func(
 		}
 		return r.Status == guber.Status_UNDER_LIMIT, r.ResetTime, nil
 	}
-}
-
-// The over-admission run: one key hammered past its limit by 64
-// goroutines over the three replicas of a row, every admission logged
-// with its time span in the escrow oracle's log format
-// (internal/oracle, log.go), for the oracle's checker
-// (escrow-oracle check) to count the admissions past the limit.
-const (
-	overLimit  = 1000
-	overWindow = time.Second
-)
-
-// The rule of the run, as the oracle's logs declare it: a fixed window,
-// checked by escrow-oracle check from an origin past the epoch's windows.
-//   - floodgate escrow runs floodgate.FixedWindow, whose windows are the
-//     epoch's (the store indexes them by floor(now/Window)): origin 0.
-//   - gubernator's TOKEN_BUCKET is, by its README, a bucket that fills
-//     with hits and answers OVER_LIMIT once full "until the reset_time is
-//     reached at which point the bucket is emptied", its reset time being
-//     its first hit's time plus the duration (algorithms.go,
-//     tokenBucketNewItem: ExpireAt = CreatedAt + Duration, in whole
-//     milliseconds) and the item expired once ExpireAt < now (cache.go,
-//     IsExpired): a fixed window of Duration + 1 ms that starts at the
-//     first hit, the next one at the first hit after it, so that under a
-//     hammer that hits the key every few microseconds the windows follow
-//     each other every Duration + 1 ms from the first hit. Where they
-//     start is measured, not assumed: every answer's reset time tells the
-//     start of the window it came from. Each replica starts its own
-//     copy's windows at its own first hit, a few milliseconds apart, and
-//     the owner broadcasts its own, so the answers come from a few
-//     starts: all go to ROW.origins, most answers first, and the script
-//     checks the logs from each (escrow-oracle check -origin) and takes
-//     the least count: past the limit in whichever of gubernator's
-//     windows.
-const overLetter, overRuleName = 'f', "overadmit-f"
-
-// overRow is one row of the run: its name, in the logs' file names and
-// headers, and a decider per replica that also returns the reset time
-// gubernator answered (0 for floodgate).
-type overRow struct {
-	name   string
-	window time.Duration // of the checker's rule
-	ask    []func(ctx context.Context, key string) (bool, int64, error)
-}
-
-// overAdmissions runs each row for d and writes its replicas' logs to
-// dir, named ROW-N.log; it prints one line per row. The checker's verdict
-// comes from escrow-oracle check on those files (scripts/guber-compare.sh).
-func overAdmissions(out io.Writer, addr, dir string, d time.Duration, withGuber bool) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "# over-admissions: one key, %d per %v, hammered by %d goroutines over %d replicas for %v from an epoch window's edge; logs in %s\n",
-		overLimit, overWindow, escrowGoroutines, escrowReplicas, d, dir)
-	rule := floodgate.Rule{Name: "overadmit", Limit: overLimit, Window: overWindow, Algorithm: floodgate.FixedWindow}
-	ls, closeLs, err := buildLimiters(escrowRows[1], addr, newPrefix())
-	if err != nil {
-		return err
-	}
-	defer closeLs()
-	escrowRow := overRow{name: "floodgate-escrow", window: overWindow}
-	for _, l := range ls {
-		escrowRow.ask = append(escrowRow.ask, func(ctx context.Context, key string) (bool, int64, error) {
-			dec, err := l.Allow(ctx, rule, key)
-			return dec.Allowed, 0, err
-		})
-	}
-	rows := []overRow{escrowRow}
-	if withGuber {
-		c, err := startGubernator(escrowReplicas)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		g := overRow{name: "gubernator-global", window: overWindow + time.Millisecond}
-		for _, cl := range c.clients {
-			g.ask = append(g.ask, guberDecide(cl, overLimit, overWindow))
-		}
-		rows = append(rows, g)
-	}
-	for _, row := range rows {
-		if err := overRun(out, row, newPrefix()+"hot", dir, d); err != nil {
-			return fmt.Errorf("%s: %w", row.name, err)
-		}
-	}
-	return nil
-}
-
-// overRun hammers key through row's replicas for d and writes their logs.
-func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error {
-	type replicaLog struct {
-		spans                 [][2]int64
-		allowed, denied, errs int64
-		// starts counts gubernator's answers by where the window they
-		// came from started, in milliseconds past the epoch's windows;
-		// admits, its admissions by the reset time the answer named.
-		starts, admits map[int64]int64
-	}
-	logs := make([]replicaLog, len(row.ask))
-	var mu sync.Mutex
-	var firstErr error
-	w, dur := row.window.Milliseconds(), overWindow.Milliseconds()
-	// The load starts on an edge of the epoch's windows: a sleep to just
-	// before it, a spin to just after it (a sleep alone wakes up
-	// milliseconds late on a busy machine), then every goroutine at once.
-	edge := (time.Now().UnixNano()/row.window.Nanoseconds() + 1) * row.window.Nanoseconds()
-	start := time.Unix(0, edge).Add(100 * time.Microsecond)
-	end := start.Add(d)
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range escrowGoroutines {
-		r := g % len(row.ask)
-		ask := row.ask[r]
-		wg.Go(func() {
-			mine := replicaLog{starts: map[int64]int64{}, admits: map[int64]int64{}}
-			<-release
-			for time.Now().Before(end) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				sent := time.Now()
-				ok, reset, err := ask(ctx, key)
-				answered := time.Now()
-				cancel()
-				switch {
-				case err != nil:
-					mine.errs++
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					continue
-				case ok:
-					mine.allowed++
-					mine.spans = append(mine.spans, [2]int64{sent.UnixNano(), answered.Sub(sent).Nanoseconds()})
-				default:
-					mine.denied++
-				}
-				if reset != 0 {
-					mine.starts[((reset-dur)%w+w)%w]++
-					if ok {
-						mine.admits[reset]++
-					}
-				}
-			}
-			mu.Lock()
-			l := &logs[r]
-			l.spans = append(l.spans, mine.spans...)
-			l.allowed, l.denied, l.errs = l.allowed+mine.allowed, l.denied+mine.denied, l.errs+mine.errs
-			if l.starts == nil {
-				l.starts, l.admits = map[int64]int64{}, map[int64]int64{}
-			}
-			for k, v := range mine.starts {
-				l.starts[k] += v
-			}
-			for k, v := range mine.admits {
-				l.admits[k] += v
-			}
-			mu.Unlock()
-		})
-	}
-	time.Sleep(time.Until(start) - 5*time.Millisecond)
-	for time.Now().Before(start) {
-	}
-	close(release)
-	wg.Wait()
-	letter, name := byte(overLetter), overRuleName
-	all := replicaLog{starts: map[int64]int64{}, admits: map[int64]int64{}}
-	for _, l := range logs {
-		all.allowed, all.denied, all.errs = all.allowed+l.allowed, all.denied+l.denied, all.errs+l.errs
-		for k, v := range l.starts {
-			all.starts[k] += v
-		}
-		for k, v := range l.admits {
-			all.admits[k] += v
-		}
-	}
-	// Every start that answers came from, most answers first: the
-	// owner's windows, which it broadcasts, and those of a replica's own
-	// copy of the key.
-	origins := slices.SortedFunc(maps.Keys(all.starts), func(a, b int64) int {
-		return cmp.Or(cmp.Compare(all.starts[b], all.starts[a]), cmp.Compare(a, b))
-	})
-	if len(origins) == 0 {
-		origins = []int64{0}
-	}
-	for i, l := range logs {
-		var b strings.Builder
-		fmt.Fprintf(&b, "# oracle replica=%d mode=%s\n# rule %c %s %d %d 0\n", i, row.name, letter, name, overLimit, row.window.Nanoseconds())
-		for _, s := range l.spans {
-			fmt.Fprintf(&b, "%c %d %d\n", letter, s[0], s[1])
-		}
-		fmt.Fprintf(&b, "# tally allowed=%d denied=%d errors=%d takes=0 leases=0\n", l.allowed, l.denied, l.errs)
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", row.name, i)), []byte(b.String()), 0o644); err != nil {
-			return err
-		}
-	}
-	// One origin a line, for escrow-oracle check -origin.
-	var o []byte
-	for _, k := range origins {
-		o = fmt.Appendf(o, "%dms\n", k)
-	}
-	if err := os.WriteFile(filepath.Join(dir, row.name+".origins"), o, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%s: %s decisions/s, %d allowed (%d windows' limits: %d), %d denied, %d errors",
-		row.name, count(float64(all.allowed+all.denied)/d.Seconds()), all.allowed, d/overWindow, int64(d/overWindow)*overLimit, all.denied, all.errs)
-	// A bound that no placement of the windows escapes: the admissions
-	// lie in an interval of length L, which back-to-back windows of the
-	// rule's length meet at most ceil(L/window)+1 of.
-	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
-	for _, l := range logs {
-		for _, sp := range l.spans {
-			lo, hi = min(lo, sp[0]), max(hi, sp[0]+sp[1])
-		}
-	}
-	if all.allowed > 0 {
-		wn := row.window.Nanoseconds()
-		most := ((hi-lo+wn-1)/wn + 1) * overLimit
-		fmt.Fprintf(out, "; in any back-to-back windows of %v: at most %d of its admissions fit, so at least %d past the limit", row.window, most, max(0, all.allowed-most))
-	}
-	// By gubernator's own account, with no clock: each answer names the
-	// window it came from (its reset time), and no window may admit more
-	// than the limit across the cluster. A replica's own copy of a window
-	// that the owner's broadcast has not replaced yet counts as a window
-	// of its own, with a limit of its own, so this count can only be low.
-	if len(all.admits) > 0 {
-		var over int64
-		for _, n := range all.admits {
-			over += max(0, n-overLimit)
-		}
-		fmt.Fprintf(out, "; by the windows its answers named (%d windows): %d of its %d admissions past the limit", len(all.admits), over, all.allowed)
-	}
-	if len(all.starts) > 0 {
-		fmt.Fprintf(out, "; its windows, %v long, start past the epoch's at", row.window)
-		for _, k := range origins {
-			fmt.Fprintf(out, " %dms (%d answers)", k, all.starts[k])
-		}
-	}
-	fmt.Fprintln(out)
-	if firstErr != nil {
-		fmt.Fprintf(out, "%s: first error: %v\n", row.name, firstErr)
-	}
-	return nil
 }

@@ -49,7 +49,7 @@ func mainErr(args []string, out io.Writer) error {
 	gs := fs.String("goroutines", "1,64", "comma-separated goroutine counts")
 	stores := fs.String("stores", "redis,memory", "comma-separated stores: redis, memory")
 	wl := fs.String("workloads", "allowed,attack,mix", "comma-separated workloads: allowed, attack, mix (the peers' table); hot, zipf, cold, saturation, overadmit (escrow's table, issue 37)")
-	withGuber := fs.Bool("gubernator", true, "in escrow's table, a row of three gubernator v2 daemons on loopback with GLOBAL behaviour")
+	withGuber := fs.Bool("gubernator", guberBuilt, "in escrow's table, a row of three gubernator v2 daemons on loopback with GLOBAL behaviour (a build with -tags gubernator)")
 	overDir := fs.String("overadmit-dir", "", "where the overadmit workload writes its admission logs, for escrow-oracle check")
 	overDur := fs.Duration("overadmit-duration", 5*time.Second, "how long the overadmit workload hammers each row")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")

@@ -5,7 +5,9 @@
 # each with its ratio to floodgate) and the Redis memory table. Extra
 # arguments go to the bench command (go run . -h lists them), e.g.
 #   scripts/bench.sh -duration 5s -goroutines 64
-# It takes about five minutes with the defaults. See BENCHMARKS.md.
+# It takes about five minutes with the defaults. See BENCHMARKS.md. It
+# builds the bench with -tags gubernator (the gubernator v2 row of the
+# escrow table), whose dependencies the test command's short run leaves out.
 #
 # BASE=<commit> (default 65b8f30, the baseline of issue 28; BASE= turns it
 # off) adds a row "floodgate @<commit>": that commit's library, extracted
@@ -30,7 +32,7 @@ base=${BASE-65b8f30}
 	if [ -z "$base" ]; then
 		# Not exec: the subshell must outlive go run for redis.sh's EXIT
 		# trap to stop the server and remove $workdir.
-		go run . -redis "$FLOODGATE_REDIS_ADDR" "$@"
+		go run -tags gubernator . -redis "$FLOODGATE_REDIS_ADDR" "$@"
 		exit
 	fi
 	# The base commit's root module under the path .../floodgatebase (its
@@ -47,7 +49,7 @@ base=${BASE-65b8f30}
 	cp go.mod "$workdir/bench.mod"
 	cp go.sum "$workdir/bench.sum"
 	printf 'require github.com/floodgate-rl/floodgatebase v0.0.0\nreplace github.com/floodgate-rl/floodgatebase => %s\n' "$src" >>"$workdir/bench.mod"
-	GOWORK=off GOFLAGS=-mod=mod go run -modfile="$workdir/bench.mod" -tags fgbase -ldflags "-X main.baseRev=$rev" . -redis "$FLOODGATE_REDIS_ADDR" "$@"
+	GOWORK=off GOFLAGS=-mod=mod go run -modfile="$workdir/bench.mod" -tags fgbase,gubernator -ldflags "-X main.baseRev=$rev" . -redis "$FLOODGATE_REDIS_ADDR" "$@"
 )
 if [ -n "${RLS:-}" ]; then
 	scripts/bench-rls.sh

@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 
 logs="$workdir/overadmit"
 go build -o "$workdir/escrow-oracle" ./internal/oracle/cmd/escrow-oracle
-(cd bench && go build -o "$workdir/bench" .)
+(cd bench && go build -tags gubernator -o "$workdir/bench" .)
 timeout 300 "$workdir/bench" -redis "$FLOODGATE_REDIS_ADDR" -workloads hot,overadmit \
 	-duration "${GUBER_DURATION:-2s}" -overadmit-duration "${OVERADMIT_DURATION:-5s}" -overadmit-dir "$logs"
 
