@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // TestMemoryUsage measures MEMORY USAGE of full keys, with the Limiter's
@@ -16,16 +17,7 @@ import (
 // the numbers in the package documentation (run with -v to see them). The
 // bounds are loose: they catch a layout that blows up, not allocator noise.
 func TestMemoryUsage(t *testing.T) {
-	s, err := New(ctx(t), Options{URL: "redis://" + redistest.Addr(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c := rawClient(t)
-	l, err := floodgate.New(s, floodgate.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c, l := memoryLimiter(t)
 	usage := func(key string) int64 {
 		n, err := c.Do(ctx(t), c.B().MemoryUsage().Key(key).Samples(0).Build()).AsInt64()
 		if err != nil {
@@ -52,6 +44,7 @@ func TestMemoryUsage(t *testing.T) {
 		r := mustRule(t, "login", tc.limit, time.Hour, tc.alg)
 		key := randomPrefix()[7:19] // 12 random hex digits
 		var d floodgate.Decision
+		var err error
 		for range tc.limit {
 			if d, err = l.Allow(context.Background(), r, key); err != nil || !d.Allowed {
 				t.Fatalf("%v: %+v, %v", tc.alg, d, err)
@@ -81,16 +74,7 @@ func TestMemoryUsage(t *testing.T) {
 // a clear error past it; and an overdraw hit past the limit keeps at most
 // the limit again (4 here) of its times, not its cost.
 func TestMemoryOfOneSlidingHit(t *testing.T) {
-	s, err := New(ctx(t), Options{URL: "redis://" + redistest.Addr(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c := rawClient(t)
-	l, err := floodgate.New(s, floodgate.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c, l := memoryLimiter(t)
 	usage := func(r floodgate.Rule, key string) int64 {
 		n, err := c.Do(ctx(t), c.B().MemoryUsage().Key(stateKey(s, r, key)).Samples(0).Build()).AsInt64()
 		if err != nil {
@@ -126,4 +110,21 @@ func TestMemoryOfOneSlidingHit(t *testing.T) {
 	if n := usage(small, k); n > 200 {
 		t.Errorf("an overdraw hit of cost 100 on a limit of 4: %d bytes, want at most 200 (8 times kept)", n)
 	}
+}
+
+// memoryLimiter returns a store on the test Redis (closed when t ends), a
+// raw client of that Redis to measure it, and a Limiter on the store with
+// a budget loose enough for a loaded machine.
+func memoryLimiter(t *testing.T) (*Store, rueidis.Client, *floodgate.Limiter) {
+	t.Helper()
+	s, err := New(ctx(t), Options{URL: "redis://" + redistest.Addr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	l, err := floodgate.New(s, floodgate.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, rawClient(t), l
 }
