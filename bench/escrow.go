@@ -75,7 +75,7 @@ type decider func(ctx context.Context, key string) (allowed bool, err error)
 // of each gubernator daemon) and a func that closes them.
 func buildReplicas(row escrowRow, addr, prefix string) ([]decider, func(), error) {
 	if row.guber {
-		asks, closeG, err := guberReplicas(escrowReplicas, escrowRule.Limit, escrowRule.Window)
+		asks, closeG, err := guberReplicas(escrowReplicas, escrowRule.Limit, escrowRule.Window, false)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -124,29 +124,35 @@ const guberCloseWait = 2 * time.Second
 const guberBuilt = true
 
 // guberReplicas starts n daemons and returns a decider of each, asking
-// for one hit of a key with a token bucket of limit per window, GLOBAL,
-// and a func that stops them.
-func guberReplicas(n int, limit int64, window time.Duration) ([]guberAsk, func(), error) {
+// for one hit of a key with limit per window, GLOBAL, by gubernator's
+// TOKEN_BUCKET or, with leaky, its LEAKY_BUCKET, and a func that stops
+// them.
+func guberReplicas(n int, limit int64, window time.Duration, leaky bool) ([]guberAsk, func(), error) {
 	c, err := startGubernator(n)
 	if err != nil {
 		return nil, nil, err
 	}
 	asks := make([]guberAsk, len(c.clients))
 	for i, cl := range c.clients {
-		asks[i] = guberDecide(cl, limit, window)
+		asks[i] = guberDecide(cl, limit, window, leaky)
 	}
 	return asks, c.Close, nil
 }
 
 // guberDecide returns a decider that asks client for one hit of key with
-// a token bucket of limit per window, GLOBAL. It also reports the
-// bucket's reset time (Unix milliseconds): gubernator's bucket lasts
-// window from its first hit and is full again at that time.
-func guberDecide(client guber.V1Client, limit int64, window time.Duration) guberAsk {
+// limit per window, GLOBAL: a TOKEN_BUCKET, or with leaky a LEAKY_BUCKET
+// (its burst the limit, gubernator's default). It also reports the
+// answer's reset time (Unix milliseconds): a token bucket lasts window
+// from its first hit and is full again at that time.
+func guberDecide(client guber.V1Client, limit int64, window time.Duration, leaky bool) guberAsk {
+	alg := guber.Algorithm_TOKEN_BUCKET
+	if leaky {
+		alg = guber.Algorithm_LEAKY_BUCKET
+	}
 	return func(ctx context.Context, key string) (bool, int64, error) {
 		resp, err := client.GetRateLimits(ctx, &guber.GetRateLimitsReq{Requests: []*guber.RateLimitReq{{
 			Name: guberName, UniqueKey: key, Hits: 1, Limit: limit, Duration: window.Milliseconds(),
-			Algorithm: guber.Algorithm_TOKEN_BUCKET, Behavior: guber.Behavior_GLOBAL,
+			Algorithm: alg, Behavior: guber.Behavior_GLOBAL,
 		}}})
 		if err != nil {
 			return false, 0, err

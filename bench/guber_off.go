@@ -13,6 +13,6 @@ import (
 // dependency tree (etcd, Kubernetes' client) out of the test command.
 const guberBuilt = false
 
-func guberReplicas(int, int64, time.Duration) ([]guberAsk, func(), error) {
+func guberReplicas(int, int64, time.Duration, bool) ([]guberAsk, func(), error) {
 	return nil, nil, errors.New("bench: built without gubernator: build with -tags gubernator")
 }

@@ -31,37 +31,55 @@ const (
 	overWindow = time.Second
 )
 
-// The rule of the run, as the oracle's logs declare it: a fixed window,
-// checked by escrow-oracle check from an origin past the epoch's windows.
-//   - floodgate escrow runs floodgate.FixedWindow, whose windows are the
-//     epoch's (the store indexes them by floor(now/Window)): origin 0.
-//   - gubernator's TOKEN_BUCKET is, by its README, a bucket that fills
-//     with hits and answers OVER_LIMIT once full "until the reset_time is
-//     reached at which point the bucket is emptied", its reset time being
-//     its first hit's time plus the duration (algorithms.go,
-//     tokenBucketNewItem: ExpireAt = CreatedAt + Duration, in whole
-//     milliseconds) and the item expired once ExpireAt < now (cache.go,
-//     IsExpired): a fixed window of Duration + 1 ms that starts at the
-//     first hit, the next one at the first hit after it, so that under a
-//     hammer that hits the key every few microseconds the windows follow
-//     each other every Duration + 1 ms from the first hit. Where they
-//     start is measured, not assumed: every answer's reset time tells the
-//     start of the window it came from. Each replica starts its own
-//     copy's windows at its own first hit, a few milliseconds apart, and
-//     the owner broadcasts its own, so the answers come from a few
-//     starts: all go to ROW.origins, most answers first, and the script
-//     checks the logs from each (escrow-oracle check -origin) and takes
-//     the least count: past the limit in whichever of gubernator's
-//     windows.
-const overLetter, overRuleName = 'f', "overadmit-f"
+// The rules of the run, as the oracle's logs declare them. Two pairs of
+// rows, each hammered and checked on its own:
+//   - fixed windows: floodgate escrow runs floodgate.FixedWindow, whose
+//     windows are the epoch's (the store indexes them by
+//     floor(now/Window)): origin 0. gubernator's TOKEN_BUCKET is, by its
+//     README, a bucket that fills with hits and answers OVER_LIMIT once
+//     full "until the reset_time is reached at which point the bucket is
+//     emptied", its reset time being its first hit's time plus the
+//     duration (algorithms.go, tokenBucketNewItem: ExpireAt = CreatedAt +
+//     Duration, in whole milliseconds) and the item expired once
+//     ExpireAt < now (cache.go, IsExpired): a fixed window of Duration +
+//     1 ms that starts at the first hit, the next one at the first hit
+//     after it, so that under a hammer that hits the key every few
+//     microseconds the windows follow each other every Duration + 1 ms
+//     from the first hit. Where they start is measured, not assumed:
+//     every answer's reset time tells the start of the window it came
+//     from. Each replica starts its own copy's windows at its own first
+//     hit, a few milliseconds apart, and the owner broadcasts its own, so
+//     the answers come from a few starts: all go to ROW.origins, most
+//     answers first, and the script checks the logs from each
+//     (escrow-oracle check -origin) and takes the least count: past the
+//     limit in whichever of gubernator's windows.
+//   - buckets: floodgate escrow runs floodgate.TokenBucket (GCRA) of
+//     overLimit per overWindow with a burst of overLimit; gubernator's
+//     LEAKY_BUCKET of the same limit and duration, whose burst defaults
+//     to the limit, is the same bucket (algorithms.go, leakyBucket: the
+//     bucket holds at most Burst, gains one unit every Duration/Limit
+//     since its last update, and admits a hit while it holds one). The
+//     oracle checks both against the envelope of that bucket (at most
+//     Burst + d/T admissions in any interval of length d, T the emission
+//     interval), which no clock origin changes: ROW.origins holds 0ms.
+var (
+	overFixed  = floodgate.Rule{Name: "overadmit-f", Limit: overLimit, Window: overWindow, Algorithm: floodgate.FixedWindow}
+	overBucket = floodgate.Rule{Name: "overadmit-t", Limit: overLimit, Window: overWindow, Algorithm: floodgate.TokenBucket, Burst: overLimit}
+)
+
+// overLetters are the oracle's log letters of the run's algorithms.
+var overLetters = map[floodgate.Algorithm]byte{floodgate.FixedWindow: 'f', floodgate.TokenBucket: 't'}
 
 // overRow is one row of the run: its name, in the logs' file names and
-// headers, and a decider per replica that also returns the reset time
-// gubernator answered (0 for floodgate).
+// headers, the rule its logs declare for the checker, and a decider per
+// replica that also returns the reset time gubernator answered (0 for
+// floodgate). With origins, the reset times name the starts of
+// gubernator's fixed windows, which the checker is run from.
 type overRow struct {
-	name   string
-	window time.Duration // of the checker's rule
-	ask    []guberAsk    // a floodgate row's reset is 0
+	name    string
+	rule    floodgate.Rule
+	origins bool
+	ask     []guberAsk
 }
 
 // overAdmissions runs each row for d and writes its replicas' logs to
@@ -73,27 +91,38 @@ func overAdmissions(out io.Writer, addr, dir string, d time.Duration, withGuber 
 	}
 	fmt.Fprintf(out, "# over-admissions: one key, %d per %v, hammered by %d goroutines over %d replicas for %v from an epoch window's edge; logs in %s\n",
 		overLimit, overWindow, escrowGoroutines, escrowReplicas, d, dir)
-	rule := floodgate.Rule{Name: "overadmit", Limit: overLimit, Window: overWindow, Algorithm: floodgate.FixedWindow}
 	ls, closeLs, err := buildLimiters(escrowRows[1], addr, newPrefix())
 	if err != nil {
 		return err
 	}
 	defer closeLs()
-	escrowRow := overRow{name: "floodgate-escrow", window: overWindow}
-	for _, l := range ls {
-		escrowRow.ask = append(escrowRow.ask, func(ctx context.Context, key string) (bool, int64, error) {
-			dec, err := l.Allow(ctx, rule, key)
-			return dec.Allowed, 0, err
-		})
-	}
-	rows := []overRow{escrowRow}
-	if withGuber {
-		asks, closeG, err := guberReplicas(escrowReplicas, overLimit, overWindow)
-		if err != nil {
-			return err
+	escrowRow := func(name string, rule floodgate.Rule) overRow {
+		row := overRow{name: name, rule: rule}
+		for _, l := range ls {
+			row.ask = append(row.ask, func(ctx context.Context, key string) (bool, int64, error) {
+				dec, err := l.Allow(ctx, rule, key)
+				return dec.Allowed, 0, err
+			})
 		}
-		defer closeG()
-		rows = append(rows, overRow{name: "gubernator-global", window: overWindow + time.Millisecond, ask: asks})
+		return row
+	}
+	rows := []overRow{escrowRow("floodgate-escrow", overFixed), escrowRow("floodgate-escrow-bucket", overBucket)}
+	if withGuber {
+		// One cluster a row: the other row's broadcasts do not share its
+		// daemons' time.
+		for _, leaky := range []bool{false, true} {
+			asks, closeG, err := guberReplicas(escrowReplicas, overLimit, overWindow, leaky)
+			if err != nil {
+				return err
+			}
+			defer closeG()
+			row := overRow{name: "gubernator-global", rule: overFixed, origins: true, ask: asks}
+			row.rule.Window += time.Millisecond
+			if leaky {
+				row = overRow{name: "gubernator-global-leaky", rule: overBucket, ask: asks}
+			}
+			rows = append(rows, row)
+		}
 	}
 	for _, row := range rows {
 		if err := overRun(out, row, newPrefix()+"hot", dir, d); err != nil {
@@ -116,11 +145,12 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 	logs := make([]replicaLog, len(row.ask))
 	var mu sync.Mutex
 	var firstErr error
-	w, dur := row.window.Milliseconds(), overWindow.Milliseconds()
+	window := row.rule.Window
+	w, dur := window.Milliseconds(), overWindow.Milliseconds()
 	// The load starts on an edge of the epoch's windows: a sleep to just
 	// before it, a spin to just after it (a sleep alone wakes up
 	// milliseconds late on a busy machine), then every goroutine at once.
-	edge := (time.Now().UnixNano()/row.window.Nanoseconds() + 1) * row.window.Nanoseconds()
+	edge := (time.Now().UnixNano()/window.Nanoseconds() + 1) * window.Nanoseconds()
 	start := time.Unix(0, edge).Add(100 * time.Microsecond)
 	end := start.Add(d)
 	release := make(chan struct{})
@@ -152,7 +182,7 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 				default:
 					mine.denied++
 				}
-				if reset != 0 {
+				if row.origins && reset != 0 {
 					mine.starts[((reset-dur)%w+w)%w]++
 					if ok {
 						mine.admits[reset]++
@@ -180,7 +210,7 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 	}
 	close(release)
 	wg.Wait()
-	letter, name := byte(overLetter), overRuleName
+	letter, rule := overLetters[row.rule.Algorithm], row.rule
 	all := replicaLog{starts: map[int64]int64{}, admits: map[int64]int64{}}
 	for _, l := range logs {
 		all.allowed, all.denied, all.errs = all.allowed+l.allowed, all.denied+l.denied, all.errs+l.errs
@@ -202,7 +232,7 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 	}
 	for i, l := range logs {
 		var b strings.Builder
-		fmt.Fprintf(&b, "# oracle replica=%d mode=%s\n# rule %c %s %d %d 0\n", i, row.name, letter, name, overLimit, row.window.Nanoseconds())
+		fmt.Fprintf(&b, "# oracle replica=%d mode=%s\n# rule %c %s %d %d %d\n", i, row.name, letter, rule.Name, rule.Limit, rule.Window.Nanoseconds(), rule.Burst)
 		for _, s := range l.spans {
 			fmt.Fprintf(&b, "%c %d %d\n", letter, s[0], s[1])
 		}
@@ -219,11 +249,16 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 	if err := os.WriteFile(filepath.Join(dir, row.name+".origins"), o, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%s: %s decisions/s, %d allowed (%d windows' limits: %d), %d denied, %d errors",
-		row.name, count(float64(all.allowed+all.denied)/d.Seconds()), all.allowed, d/overWindow, int64(d/overWindow)*overLimit, all.denied, all.errs)
+	exact := fmt.Sprintf("%d windows' limits: %d", d/overWindow, int64(d/overWindow)*rule.Limit)
+	if rule.Algorithm == floodgate.TokenBucket {
+		exact = fmt.Sprintf("a full bucket and %v of its rate: %d", d, rule.Burst+int64(d/overWindow)*rule.Limit)
+	}
+	fmt.Fprintf(out, "%s: %s decisions/s, %d allowed (%s), %d denied, %d errors",
+		row.name, count(float64(all.allowed+all.denied)/d.Seconds()), all.allowed, exact, all.denied, all.errs)
 	// A bound that no placement of the windows escapes: the admissions
 	// lie in an interval of length L, which back-to-back windows of the
-	// rule's length meet at most ceil(L/window)+1 of.
+	// rule's length meet at most ceil(L/window)+1 of; a bucket admits at
+	// most its burst and one every emission interval over it.
 	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 	for _, l := range logs {
 		for _, sp := range l.spans {
@@ -231,9 +266,14 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 		}
 	}
 	if all.allowed > 0 {
-		wn := row.window.Nanoseconds()
-		most := ((hi-lo+wn-1)/wn + 1) * overLimit
-		fmt.Fprintf(out, "; in any back-to-back windows of %v: at most %d of its admissions fit, so at least %d past the limit", row.window, most, max(0, all.allowed-most))
+		wn := window.Nanoseconds()
+		most := ((hi-lo+wn-1)/wn + 1) * rule.Limit
+		where := fmt.Sprintf("in any back-to-back windows of %v", window)
+		if rule.Algorithm == floodgate.TokenBucket {
+			most = rule.Burst + (hi-lo)*rule.Limit/wn
+			where = fmt.Sprintf("in %v, from a full bucket of %d", time.Duration(hi-lo).Round(time.Millisecond), rule.Burst)
+		}
+		fmt.Fprintf(out, "; %s: at most %d of its admissions fit, so at least %d past the limit", where, most, max(0, all.allowed-most))
 	}
 	// By gubernator's own account, with no clock: each answer names the
 	// window it came from (its reset time), and no window may admit more
@@ -248,7 +288,7 @@ func overRun(out io.Writer, row overRow, key, dir string, d time.Duration) error
 		fmt.Fprintf(out, "; by the windows its answers named (%d windows): %d of its %d admissions past the limit", len(all.admits), over, all.allowed)
 	}
 	if len(all.starts) > 0 {
-		fmt.Fprintf(out, "; its windows, %v long, start past the epoch's at", row.window)
+		fmt.Fprintf(out, "; its windows, %v long, start past the epoch's at", window)
 		for _, k := range origins {
 			fmt.Fprintf(out, " %dms (%d answers)", k, all.starts[k])
 		}
