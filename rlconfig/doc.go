@@ -128,9 +128,9 @@
 //
 // # xDS
 //
-// Package rlconfig/xds takes the configuration from an xDS server, as
-// envoyproxy/ratelimit does; each resource is read and validated as a
-// file of this format. The proto has none of floodgate's extensions: they
+// The service's package internal/xds takes the configuration from an xDS
+// server, as envoyproxy/ratelimit does; each resource is read and
+// validated as a file of this format. The proto has none of floodgate's extensions: they
 // are for files only.
 //
 // # Reloading
