@@ -31,7 +31,7 @@ type librarySize struct {
 var libraryCeiling = librarySize{
 	topLevel: 150,    // the target; 146 today
 	members:  252,    // target 240
-	goLines:  16_377, // target 14,838
+	goLines:  16_373, // target 14,838
 	luaLines: 800,    // item 4's target
 }
 
