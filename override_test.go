@@ -365,8 +365,8 @@ func BenchmarkAllowOverrides(b *testing.B) {
 
 // A hit's cost is validated against the rule in force: an override that
 // raises the limit raises the largest cost admitted, on every method and
-// on both store paths (issue 23, behaviour 3: base 10/1m, override
-// 1000/1m, cost 50 was refused as above the base's capacity 10).
+// on both store paths (base 10/1m, override 1000/1m: cost 50 is
+// admitted, though above the base's capacity 10).
 func TestOverrideRaisesTheLargestCost(t *testing.T) {
 	ctx := context.Background()
 	for _, local := range []bool{true, false} {

@@ -38,8 +38,8 @@ type Hit struct {
 	// Refund undoes it as any take, within the rules of [Store.Refund].
 	//
 	// A key owes at most its rule's Capacity (one full quota), whatever
-	// the costs: a hit of cost 2^51 once locked a token bucket's key for
-	// ten years. A key in debt is then denied for at most about one
+	// the costs (a hit of cost 2^51 would otherwise lock a token bucket's
+	// key for ten years). A key in debt is then denied for at most about one
 	// Window more than a key at its limit (the Capacity's refill time for
 	// a TokenBucket with a Burst), as [Result.RetryAfter] reports. What a
 	// key holds past its limit, and when the excess stops weighing:

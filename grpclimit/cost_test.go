@@ -49,7 +49,7 @@ func mdInt(ctx context.Context, key string) int64 {
 // A method takes each call's estimated cost (Limit.Cost) and its handler
 // settles the actual cost through the call's Result: an underrun is
 // refunded, an overrun charged past the limit, and a key in debt is
-// denied (issue 27).
+// denied.
 func TestCostSettledAfterTheCall(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	tokens := floodgate.Rule{Name: "tokens", Limit: 1000, Window: time.Hour, Algorithm: floodgate.FixedWindow}

@@ -12,8 +12,8 @@ import (
 	"github.com/floodgate-rl/floodgate/grpclimit"
 )
 
-// A method name with a typo (issue 24, footgun 2: "Unarycall" left
-// UnaryCall unlimited, with no error and no log) is an error once the
+// A method name with a typo ("Unarycall" for UnaryCall, which would leave
+// UnaryCall unlimited) is an error once the
 // server's services are known, and a warning at the first call of the
 // method it misses otherwise.
 func TestMisspelledMethod(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // A route takes each request's estimated cost (Limit.Cost) and its
 // handler settles the actual one through the Result in the request's
 // context: an LLM proxy's token budget, estimated from the prompt and
-// settled from the response's usage (issue 27).
+// settled from the response's usage.
 func TestCostSettledAfterTheResponse(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	tokens := floodgate.Rule{Name: "tokens", Limit: 1000, Window: time.Hour, Algorithm: floodgate.FixedWindow}

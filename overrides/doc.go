@@ -39,10 +39,9 @@
 // that measures it first) and swap in a new [Set]. Every 12th refresh
 // reads the hash even if the counter did not move, so a hash edited by
 // hand with redis-cli HSET is seen within 12 refreshes (a minute at the
-// default 5s). A refresh that fails (Redis
-// down) keeps the overrides loaded last, and is logged and counted; a
-// Table that never loaded starts empty, so a service can start during an
-// outage.
+// default 5s). A refresh that fails (Redis down) keeps the overrides
+// loaded last, and is logged and counted; a Table that never loaded
+// starts empty, so a service can start during an outage.
 //
 // A table holds at most 10,000 overrides, since every replica keeps them
 // all in memory and reads them all again at every full load (measured:
@@ -73,9 +72,9 @@
 // # Key layout
 //
 // The overrides of a key prefix (Options.Prefix, the services'
-// redisstore prefix) are one hash and its version counter, which share the hash
-// tag {overrides}, so that they live in one Redis Cluster slot and one
-// script updates both atomically:
+// redisstore prefix) are one hash and its version counter, which share
+// the hash tag {overrides}, so that they live in one Redis Cluster slot
+// and one script updates both atomically:
 //
 //	<prefix>{overrides}            HASH  field "<rule>:<key>"
 //	                                     value "limit=1000/1m0s,algorithm=sliding-window[,burst=N][,expires=RFC3339]"
@@ -98,24 +97,20 @@
 //
 // # Validation
 //
-// An override is validated when it is set ([Table.Set], [NewSet]), and again
-// when a Table loads it. Its rule must pass floodgate.Rule.Validate, the
-// bounds of every rule (a sliding-window log of at most
-// 1,000,000, a limit or burst of at most 2^51, a window of at most ten
-// years, a
-// sliding-window counter whose limit times window stays exact), and a
-// token bucket must refill at most one token a microsecond, the stores'
-// resolution: 2^51 per ten years is refused, 1000/1ms is the fastest of a
-// millisecond. Its key is 1 byte to 1 MiB, and its expiry
-// is absent (no expiry) or a time in the years 0 to 9999, which its
-// stored form (RFC 3339) holds: a stored expires=0001-01-01T00:00:00Z,
-// the zero time, is refused rather than read as no expiry. A value written by hand that does not parse or
-// validate, or that is longer than 1 KiB (the command writes about 150
-// bytes at most), is skipped, logged once and counted in the
-// floodgate_overrides_invalid gauge, and floodgate override ls lists it.
-// The Limiter validates each hit against the rule in force, so a request
-// whose cost exceeds an overridden capacity is an error, as it would be
-// under any rule.
+// An override is validated when it is set ([Table.Set], [NewSet]), and
+// again when a Table loads it. Its rule must pass floodgate.Rule.Validate
+// (the bounds of every rule), and a token bucket must refill at most one
+// token a microsecond, the stores' resolution (1000/1ms is the fastest of
+// a millisecond). Its key is 1 byte to 1 MiB, and its expiry is absent
+// (no expiry) or a time in the years 0 to 9999, which its stored form
+// (RFC 3339) holds: a stored expires=0001-01-01T00:00:00Z, the zero time,
+// is refused rather than read as no expiry. A value written by hand that
+// does not parse or validate, or that is longer than 1 KiB (the command
+// writes about 150 bytes at most), is skipped, logged once and counted in
+// the floodgate_overrides_invalid gauge, and floodgate override ls lists
+// it. The Limiter validates each hit against the rule in force, so a
+// request whose cost exceeds an overridden capacity is an error, as it
+// would be under any rule.
 //
 // # Metrics
 //

@@ -204,9 +204,8 @@ func TestBatchPathHandsOver(t *testing.T) {
 }
 
 // TestShortFormHandsOver is TestBatchPathHandsOver for a batch of lone
-// takes of one rule sent as the batcher sends it (before issue 35 in a
-// short form of its own), where a take fills its ring and the takes after
-// it see the ring rewritten whole.
+// takes of one rule sent as the batcher sends it, where a take fills its
+// ring and the takes after it see the ring rewritten whole.
 func TestShortFormHandsOver(t *testing.T) {
 	s := newStore(t)
 	c := rawClient(t)

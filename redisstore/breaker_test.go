@@ -28,7 +28,7 @@ func (frozen) Cluster() bool                           { return false }
 // A store guards itself with a circuit breaker out of the box: the quick
 // start's store (goredisadapter.NewStore builds it the same way) stops
 // asking a frozen Redis after a few failures, so an outage does not cost
-// every request the whole budget (issue 24, footgun 5). With NoBreaker,
+// every request the whole budget. With NoBreaker,
 // every request waits out its budget.
 // breakerFailures is breakerstore's default Options.Failures.
 const breakerFailures = 5

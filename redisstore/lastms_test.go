@@ -8,8 +8,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// TestRefundInTheKeysLastMillisecondKeepsOtherTakes (issue 25, finding
-// 3): Redis counts a key's TTL in milliseconds and reports PTTL 0 during
+// TestRefundInTheKeysLastMillisecondKeepsOtherTakes: Redis counts a key's TTL in milliseconds and reports PTTL 0 during
 // the key's whole last millisecond, while a ring's times are microseconds
 // and may still be in the window then. A refund in that millisecond must
 // remove its own take only: limit 4, take A (cost 3) and B (cost 1) at

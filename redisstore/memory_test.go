@@ -69,8 +69,8 @@ func TestMemoryUsage(t *testing.T) {
 }
 
 // TestMemoryOfOneSlidingHit: what one sliding-window hit can make Redis
-// hold for its window (issue 34: a hits_addend of 1,000 held 6 KB, 28
-// times a request of cost 1). A hit costs at most bounds.SlidingCost, 100:
+// hold for its window (a cost of 1,000 would hold 6 KB, 28 times a
+// request of cost 1). A hit costs at most bounds.SlidingCost, 100:
 // a clear error past it; and an overdraw hit past the limit keeps at most
 // the limit again (4 here) of its times, not its cost.
 func TestMemoryOfOneSlidingHit(t *testing.T) {

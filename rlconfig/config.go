@@ -16,7 +16,7 @@ import (
 
 // ErrInvalidConfig is wrapped by every problem that Parse, LoadDir and
 // the Watcher find in a configuration, and by every problem that package
-// rlconfig/xds finds in the resources of a server.
+// internal/xds finds in the resources of a server.
 var ErrInvalidConfig = errInvalidConfig()
 
 // errInvalidConfig returns the error that the module's parser (package

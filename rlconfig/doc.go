@@ -128,10 +128,10 @@
 //
 // # xDS
 //
-// Package rlconfig/xds takes the configuration from an xDS server, as
-// envoyproxy/ratelimit does; each resource is read and validated as a
-// file of this format. The proto has none of floodgate's extensions: they
-// are for files only.
+// The service also takes the configuration from an xDS server
+// (CONFIG_TYPE=GRPC_XDS_SOTW), as envoyproxy/ratelimit does; each resource
+// is read and validated as a file of this format. The proto has none of
+// floodgate's extensions: they are for files only.
 //
 // # Reloading
 //

@@ -403,7 +403,7 @@ func TestNilConfig(t *testing.T) {
 
 // A long value is keyed, and labelled under detailed_metric, by its
 // digest: a flood of 4 KB values costs no escaping, no 12 KB Redis keys
-// and no 4 KB labels (issue 25, finding 1), while each value keeps a key
+// and no 4 KB labels, while each value keeps a key
 // of its own and a wildcard still matches on the value itself.
 func TestLongValuesAreKeyedByDigest(t *testing.T) {
 	cfg := load(t, map[string]string{"l.yaml": `

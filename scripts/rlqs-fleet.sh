@@ -45,7 +45,7 @@ redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null
 echo "== rlqs.TestFleet (full): 11 Envoys, 2 replicas, redis-server on 127.0.0.1:$port, 40s" >&2
 status=0
 FLOODGATE_REDIS_ADDR=127.0.0.1:$port FLOODGATE_RLQS_FLEET=full \
-	go test -count=1 -timeout 3m -run '^TestFleet$' -v ./rlqs/ >"$workdir/out" 2>&1 || status=$?
+	go test -count=1 -timeout 3m -run '^TestFleet$' -v ./internal/rlqs/ >"$workdir/out" 2>&1 || status=$?
 grep -v '^rlqs:' "$workdir/out" | grep -v '^=== RUN' >&2 || true
 line=$(grep '^rlqs:' "$workdir/out" | tail -1 || true)
 if [ -z "$line" ]; then

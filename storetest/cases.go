@@ -232,9 +232,7 @@ var cases = []testCase{
 			align(t, e, l, hit)
 			check(t, l, hit)
 			check(t, l, hit)
-			if err := l.Reset(context.Background(), r, hit.Key); err != nil {
-				t.Fatal(err)
-			}
+			reset(t, l, r, hit.Key)
 			for range 2 {
 				if d := check(t, l, hit); !d.Allowed {
 					t.Fatalf("%v: after Reset: got %+v; Reset must forget the key", alg, d)

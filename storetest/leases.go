@@ -93,9 +93,7 @@ var leaseCases = []testCase{
 		if n := free(t, l, hit); n != 0 {
 			t.Fatalf("after a failed renewal: %d slots free; want 0: it must not change the count", n)
 		}
-		if err := l.Reset(context.Background(), r, k); err != nil {
-			t.Fatal(err)
-		}
+		reset(t, l, r, k)
 		if got, err := l.Renew(context.Background(), b); err != nil || got.Allowed {
 			t.Fatalf("Renew after Reset: got %+v, %v; a reset ends every lease", got, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ type testCase struct {
 }
 
 func run(t *testing.T, newEnv func(t *testing.T) env) {
-	for _, tc := range append(append(append(append(append(cases[:len(cases):len(cases)], sequences...), overdrawCases...), leaseCases...), takeCases...), escrowCases...) {
+	for _, tc := range slices.Concat(cases, sequences, overdrawCases, leaseCases, takeCases, escrowCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)

@@ -126,9 +126,9 @@ func TestGinDenialAbortsTheChain(t *testing.T) {
 
 // ClientIP keys by gin's client address, which follows the engine's
 // trusted proxies: two clients behind a trusted proxy get a limit each,
-// and a forwarded header from an untrusted peer is not believed (issue
-// 24, footgun 4: httplimit.ClientIP(nil) ignored SetTrustedProxies, and
-// every client behind the proxy shared one key).
+// and a forwarded header from an untrusted peer is not believed (with
+// httplimit.ClientIP(nil), which ignores SetTrustedProxies, every client
+// behind the proxy would share one key).
 func TestClientIPFollowsGinsTrustedProxies(t *testing.T) {
 	gin.SetMode(gin.TestMode)
 	hl := routes(t)

@@ -12,9 +12,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
-// TestEmptyConfigDirectory (issue 34): removing the last configuration
-// file was an INFO-level reload to zero limits, every request then OK.
-// The service refuses it (the limits in force keep deciding, the
+// TestEmptyConfigDirectory: removing the last configuration file would
+// reload to zero limits, every request then OK. The service refuses it (the limits in force keep deciding, the
 // refusal logged and counted as a failed load) unless CONFIG_ALLOW_EMPTY
 // is true, when the reload goes through and is logged at WARN.
 func TestEmptyConfigDirectory(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
-	"github.com/floodgate-rl/floodgate/rlqs"
+	"github.com/floodgate-rl/floodgate/internal/rlqs"
 	"github.com/floodgate-rl/floodgate/rls"
 )
 

@@ -778,7 +778,7 @@ func TestDeployConfig(t *testing.T) {
 }
 
 // Server reflection, which lists the services to any caller, is off
-// unless GRPC_REFLECTION asks for it (issue 25, finding 9: it was on).
+// unless GRPC_REFLECTION asks for it.
 func TestReflectionIsOptIn(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte("domain: svc\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"), 0o644); err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate-rl/floodgate/internal/xds"
 	"github.com/floodgate-rl/floodgate/rlconfig"
-	"github.com/floodgate-rl/floodgate/rlconfig/xds"
 	"github.com/floodgate-rl/floodgate/rls"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/rlconfig/xds"
+	"github.com/floodgate-rl/floodgate/internal/xds"
 )
 
 // xdsSettings is the configuration over xDS (CONFIG_TYPE=GRPC_XDS_SOTW),

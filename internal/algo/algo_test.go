@@ -81,8 +81,8 @@ func TestOverdrawBounds(t *testing.T) {
 			t.Errorf("CounterMax(%v) = %d: want twice the limit, %d, or the most c with (c+1) * %dµs <= 2^53, %d, whichever is less", r, c, 2*r.Limit, us, exact)
 		}
 	}
-	// A debt of at most the capacity (issue 34: a bound of ten years let
-	// one hit lock a token bucket's key for ten years).
+	// A debt of at most the capacity: however large a hit, a token
+	// bucket's key is at most one refill of its capacity ahead.
 	for _, tc := range []struct {
 		r          floodgate.Rule
 		count, log int64

@@ -68,7 +68,7 @@ import (
 
 const module = "github.com/floodgate-rl/floodgate"
 
-// maxReadmeWords is the README's budget (issue 24: a map, not a manual),
+// maxReadmeWords is the README's budget (a map, not a manual),
 // counted as wc -w counts.
 const maxReadmeWords = 2500
 

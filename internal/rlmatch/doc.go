@@ -1,6 +1,6 @@
 // Package rlmatch is the model behind package rlconfig, for the packages
 // of the module that match requests against a configuration (rls, the
-// CLI, rlconfig/xds): it parses envoyproxy/ratelimit's files into a tree
+// CLI, internal/xds): it parses envoyproxy/ratelimit's files into a tree
 // of descriptors, gives each configured limit its floodgate rule, and
 // matches a request's descriptors against the tree.
 //

@@ -16,7 +16,7 @@ import (
 // ProtoFiles turns RateLimitConfig resources, as an xDS server sends them
 // to envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW), into files of
 // rlconfig's format, which [Parse] reads with the same validation as any
-// other. Package rlconfig/xds states what a resource carries and how its
+// other. Package internal/xds states what a resource carries and how its
 // file is named; a field the proto does not define is refused, with
 // [ErrInvalidConfig].
 func ProtoFiles(resources []*rlsconf.RateLimitConfig) (map[string][]byte, error) {

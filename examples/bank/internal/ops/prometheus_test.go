@@ -278,7 +278,7 @@ func dashboardQueries(t *testing.T) []panelQuery {
 	}
 	if want := []string{"Decisions by outcome and policy", "Denial ratio", "Store latency p50 / p99", "Store errors", "Circuit breaker state",
 		"Degraded decisions by failure mode", "Throttled waits", "Config reloads", "Overrides"}; !slices.Equal(titles, want) {
-		t.Errorf("the dashboard's panels are %q, want issue 17's %q", titles, want)
+		t.Errorf("the dashboard's panels are %q, want %q", titles, want)
 	}
 	return qs
 }

@@ -19,7 +19,7 @@ import (
 // generated ValidateAll, on the filter and on each bucket's settings
 // (which an Any hides from the filter's validation).
 func TestFilterConfigValidates(t *testing.T) {
-	doc, err := os.ReadFile("../docs/SERVICE.md")
+	doc, err := os.ReadFile("../../docs/SERVICE.md")
 	if err != nil {
 		t.Fatal(err)
 	}

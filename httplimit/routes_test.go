@@ -18,7 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func footgunLimiter(t *testing.T) (*httplimit.Routes, *prometheus.Registry, *syncbuf.Buffer) {
+// newRoutes builds Routes on a fresh memory store, with the registry its
+// metrics go to and the buffer its logs go to.
+func newRoutes(t *testing.T) (*httplimit.Routes, *prometheus.Registry, *syncbuf.Buffer) {
 	t.Helper()
 	store := memstore.New(memstore.Options{})
 	t.Cleanup(func() { store.Close() })
@@ -35,7 +37,7 @@ func footgunLimiter(t *testing.T) (*httplimit.Routes, *prometheus.Registry, *syn
 // Two routes may not give one rule name two meanings: they would share
 // one count (a 2/min route denied by the traffic of a 100/min one).
 func TestOneNameOneRuleAcrossRoutes(t *testing.T) {
-	hl, _, _ := footgunLimiter(t)
+	hl, _, _ := newRoutes(t)
 	api := floodgate.Rule{Name: "api", Limit: 100, Window: time.Minute}
 	if _, err := hl.Middleware(httplimit.Route{Name: "list", Limits: []httplimit.Limit{{Rule: api, Key: httplimit.Principal}}}); err != nil {
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func TestOneNameOneRuleAcrossRoutes(t *testing.T) {
 // before authentication) limits nobody: every skip is counted, and the
 // first logged.
 func TestSkippedLimitIsCountedAndLoggedOnce(t *testing.T) {
-	hl, reg, logs := footgunLimiter(t)
+	hl, reg, logs := newRoutes(t)
 	mw, err := hl.Middleware(httplimit.Route{Name: "pix", Limits: []httplimit.Limit{
 		{Rule: floodgate.Rule{Name: "per-user", Limit: 1, Window: time.Minute}, Key: httplimit.Principal},
 	}})
@@ -94,7 +96,7 @@ func TestSkippedLimitIsCountedAndLoggedOnce(t *testing.T) {
 // A shadow limit is checked and counted, and never denies: how a new
 // limit is rolled out.
 func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
-	hl, reg, logs := footgunLimiter(t)
+	hl, reg, logs := newRoutes(t)
 	var got []httplimit.Result
 	serve := func(rt httplimit.Route) http.Handler {
 		mw, err := hl.Middleware(rt)
@@ -158,7 +160,7 @@ func TestShadowLimitCountsAndNeverDenies(t *testing.T) {
 // outer its hit back, the legacy fields describe the worst limit, and the
 // nesting is logged once.
 func TestNestedMiddlewaresCompose(t *testing.T) {
-	hl, _, logs := footgunLimiter(t)
+	hl, _, logs := newRoutes(t)
 	ip := floodgate.Rule{Name: "nest-ip", Limit: 10, Window: time.Minute}
 	user := floodgate.Rule{Name: "nest-user", Limit: 2, Window: time.Minute}
 	global, err := hl.Middleware(httplimit.Route{Name: "global", Limits: []httplimit.Limit{{Rule: ip, Key: httplimit.Header("X-IP")}}})
@@ -211,8 +213,8 @@ func TestNestedMiddlewaresCompose(t *testing.T) {
 	rec := httptest.NewRecorder()
 	d(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, req)
 	wantList(t, rec.Header(), "RateLimit", "nest-ip;r=7;t=60") // 2 admitted, then this probe
-	// The documented pattern is not a mistake: nothing is logged (issue
-	// 24, footgun 3: a warning said one middleware ran inside another).
+	// The documented pattern is not a mistake: nothing is logged (no
+	// warning that one middleware runs inside another).
 	if logs.String() != "" {
 		t.Fatalf("the documented nesting logged:\n%s", logs)
 	}
@@ -223,7 +225,7 @@ func TestNestedMiddlewaresCompose(t *testing.T) {
 // route's hits, and a route whose limits an outer one counted leaves the
 // outer verdict in place.
 func TestNestingCountsOnceAtEveryDepth(t *testing.T) {
-	hl, reg, _ := footgunLimiter(t)
+	hl, reg, _ := newRoutes(t)
 	ip := floodgate.Rule{Name: "deep-ip", Limit: 10, Window: time.Minute}
 	user := floodgate.Rule{Name: "deep-user", Limit: 5, Window: time.Minute}
 	mw := func(name string, limits ...httplimit.Limit) func(http.Handler) http.Handler {
@@ -332,8 +334,8 @@ func TestNestedResultCoversEveryRoute(t *testing.T) {
 
 // A per-user limit whose principal is set after the rate-limit check
 // limits nobody; the warning that says so reaches the default logger when
-// none was given, as in the quick start (issue 24, footgun 1: six
-// requests passed and nothing was logged). Not parallel: it sets
+// none was given, as in the quick start (otherwise requests pass and
+// nothing says why). Not parallel: it sets
 // slog's default.
 func TestSkippedLimitWarnsWithoutALogger(t *testing.T) {
 	logs := &syncbuf.Buffer{}
@@ -370,7 +372,7 @@ func TestSkippedLimitWarnsWithoutALogger(t *testing.T) {
 // said "global-ip;r=13" and the legacy fields beside it, and denials by
 // the account and by the IP differed by those figures.
 func TestOpaqueRouteNestedSendsNoFields(t *testing.T) {
-	hl, _, _ := footgunLimiter(t)
+	hl, _, _ := newRoutes(t)
 	ip := floodgate.Rule{Name: "opq-global-ip", Limit: 100, Window: time.Minute}
 	account := floodgate.Rule{Name: "opq-login-account", Limit: 2, Window: 10 * time.Minute}
 	inner := floodgate.Rule{Name: "opq-inner", Limit: 100, Window: time.Minute}
