@@ -1,0 +1,65 @@
+package floodgate
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/floodgate-rl/floodgate/internal/bounds"
+)
+
+// Prepared is a rule prepared for one [Limiter] by [Limiter.Prepare]:
+// validated once, so that its decisions skip the checks that
+// [Limiter.Allow] makes of its rule argument on every call. A Prepared
+// decides exactly as Allow of its rule does (overrides, escrow and the
+// denial cache included). It is safe for concurrent use; prepare each
+// rule once, when the routes are set up, and keep it.
+type Prepared struct {
+	l    *Limiter
+	rule Rule
+	// direct is whether the Limiter's store is a LocalStore and none of
+	// overrides, escrow and the denial cache is on: a decision is then
+	// one call of TakeOne.
+	direct bool
+}
+
+// Prepare validates rule and returns it prepared for l. An invalid rule
+// is an error wrapping [ErrInvalidRule].
+func (l *Limiter) Prepare(rule Rule) (*Prepared, error) {
+	if err := rule.Validate(); err != nil {
+		return nil, fmt.Errorf("floodgate: prepare: %w", err)
+	}
+	return &Prepared{l: l, rule: rule, direct: l.local != nil && l.overrides == nil && l.escrow == nil && l.denials == nil}, nil
+}
+
+// Rule returns the rule p was prepared with.
+func (p *Prepared) Rule() Rule { return p.rule }
+
+// Allow is [Limiter.Allow] of p's rule: it checks one request of key and
+// records it if allowed.
+func (p *Prepared) Allow(ctx context.Context, key string) (d Decision, err error) {
+	err = p.allow(ctx, key, &d)
+	return d, err
+}
+
+// allow is Allow, written into *d, which is zero: a call that inlines
+// Allow leaves the decision on its caller's stack.
+func (p *Prepared) allow(ctx context.Context, key string, d *Decision) error {
+	if p.direct && key != "" && len(key) <= bounds.KeyLen {
+		r, err := p.l.local.TakeOne(ctx, Hit{Rule: p.rule, Key: key, Cost: 1})
+		if err != nil {
+			return storeError("take", err)
+		}
+		d.Allowed = r.Allowed
+		d.Policy, d.Limit, d.Window = p.rule.Name, p.rule.Limit, p.rule.Window
+		d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, r.RetryAfter
+		if r.Allowed {
+			d.Recorded = true
+			d.ticket.taken = true
+			d.ticket.one.Hit = Hit{Rule: p.rule, Key: key, Cost: 1}
+			d.ticket.one.Stamp = r.Stamp
+		}
+		return nil
+	}
+	h := Hit{Rule: p.rule, Key: key}
+	return p.l.one(ctx, &h, d)
+}
