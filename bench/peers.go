@@ -80,7 +80,7 @@ type fgLimiter struct {
 	// pNormal and pHot are normal and hot prepared for l
 	// (Limiter.Prepare), as README tells users to decide.
 	pNormal, pHot *floodgate.Prepared
-	close       func()
+	close         func()
 	// What l was built with, for withOverrides to build it again.
 	store   floodgate.Store
 	timeout time.Duration
