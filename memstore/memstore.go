@@ -539,7 +539,7 @@ func (s *Store) sweep() {
 func (sh *shard) sweep(now int64) {
 	slots := sh.entries.slots
 	for i := 0; i < len(slots); {
-		if e := slots[i]; e != nil && e.expires <= now {
+		if e := slots[i].e; e != nil && e.expires <= now {
 			// Removing shifts a later entry into slot i, if any: look at
 			// it again. (One shifted from the start of the slots to the
 			// end, past the wrap, was looked at already: no harm.)
