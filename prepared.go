@@ -18,8 +18,17 @@ type Prepared struct {
 	rule Rule
 	// direct is whether the Limiter's store is a LocalStore and none of
 	// overrides, escrow and the denial cache is on: a decision is then
-	// one call of TakeOne.
+	// one call of take.
 	direct bool
+	// take is TakeOne of a hit of cost 1 under rule, as a function of
+	// its key: the store's TakeFunc, or a call of TakeOne.
+	take func(ctx context.Context, key string) (Result, error)
+}
+
+// ruleTaker is a LocalStore that prepares the takes of a rule (see
+// LocalStore).
+type ruleTaker interface {
+	TakeFunc(Rule) func(ctx context.Context, key string) (Result, error)
 }
 
 // Prepare validates rule and returns it prepared for l. An invalid rule
@@ -28,7 +37,18 @@ func (l *Limiter) Prepare(rule Rule) (*Prepared, error) {
 	if err := rule.Validate(); err != nil {
 		return nil, fmt.Errorf("floodgate: prepare: %w", err)
 	}
-	return &Prepared{l: l, rule: rule, direct: l.local != nil && l.overrides == nil && l.escrow == nil && l.denials == nil}, nil
+	p := &Prepared{l: l, rule: rule, direct: l.local != nil && l.overrides == nil && l.escrow == nil && l.denials == nil}
+	if !p.direct {
+		return p, nil
+	}
+	if t, ok := l.local.(ruleTaker); ok {
+		p.take = t.TakeFunc(rule)
+	} else {
+		p.take = func(ctx context.Context, key string) (Result, error) {
+			return l.local.TakeOne(ctx, Hit{Rule: rule, Key: key, Cost: 1})
+		}
+	}
+	return p, nil
 }
 
 // Rule returns the rule p was prepared with.
@@ -45,7 +65,7 @@ func (p *Prepared) Allow(ctx context.Context, key string) (d Decision, err error
 // Allow leaves the decision on its caller's stack.
 func (p *Prepared) allow(ctx context.Context, key string, d *Decision) error {
 	if p.direct && key != "" && len(key) <= bounds.KeyLen {
-		r, err := p.l.local.TakeOne(ctx, Hit{Rule: p.rule, Key: key, Cost: 1})
+		r, err := p.take(ctx, key)
 		if err != nil {
 			return storeError("take", err)
 		}
@@ -55,7 +75,9 @@ func (p *Prepared) allow(ctx context.Context, key string, d *Decision) error {
 		if r.Allowed {
 			d.Recorded = true
 			d.ticket.taken = true
-			d.ticket.one.Hit = Hit{Rule: p.rule, Key: key, Cost: 1}
+			// Field by field into the zero *d: a Hit literal would be
+			// zeroed and copied whole.
+			d.ticket.one.Hit.Rule, d.ticket.one.Hit.Key, d.ticket.one.Hit.Cost = p.rule, key, 1
 			d.ticket.one.Stamp = r.Stamp
 		}
 		return nil
