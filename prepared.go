@@ -16,12 +16,11 @@ import (
 type Prepared struct {
 	l    *Limiter
 	rule Rule
-	// direct is whether the Limiter's store is a LocalStore and none of
-	// overrides, escrow and the denial cache is on: a decision is then
-	// one call of take.
-	direct bool
 	// take is TakeOne of a hit of cost 1 under rule, as a function of
-	// its key: the store's TakeFunc, or a call of TakeOne.
+	// its key (the store's TakeFunc, or a call of TakeOne), when the
+	// Limiter's store is a LocalStore and none of overrides, escrow and
+	// the denial cache is on: a decision is then one call of take. Nil
+	// otherwise.
 	take func(ctx context.Context, key string) (Result, error)
 }
 
@@ -37,8 +36,8 @@ func (l *Limiter) Prepare(rule Rule) (*Prepared, error) {
 	if err := rule.Validate(); err != nil {
 		return nil, fmt.Errorf("floodgate: prepare: %w", err)
 	}
-	p := &Prepared{l: l, rule: rule, direct: l.local != nil && l.overrides == nil && l.escrow == nil && l.denials == nil}
-	if !p.direct {
+	p := &Prepared{l: l, rule: rule}
+	if l.local == nil || l.overrides != nil || l.escrow != nil || l.denials != nil {
 		return p, nil
 	}
 	if t, ok := l.local.(ruleTaker); ok {
@@ -64,14 +63,12 @@ func (p *Prepared) Allow(ctx context.Context, key string) (d Decision, err error
 // allow is Allow, written into *d, which is zero: a call that inlines
 // Allow leaves the decision on its caller's stack.
 func (p *Prepared) allow(ctx context.Context, key string, d *Decision) error {
-	if p.direct && key != "" && len(key) <= bounds.KeyLen {
+	if p.take != nil && key != "" && len(key) <= bounds.KeyLen {
 		r, err := p.take(ctx, key)
 		if err != nil {
 			return storeError("take", err)
 		}
-		d.Allowed = r.Allowed
-		d.Policy, d.Limit, d.Window = p.rule.Name, p.rule.Limit, p.rule.Window
-		d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, r.RetryAfter
+		d.figures(&p.rule, &r)
 		if r.Allowed {
 			d.Recorded = true
 			d.ticket.taken = true

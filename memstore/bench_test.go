@@ -31,6 +31,26 @@ func keys(b *testing.B) []string {
 // 10,000 keys, every decision allowed: the hot path, which must not
 // allocate.
 func BenchmarkAllow(b *testing.B) {
+	benchAllow(b, func(l *floodgate.Limiter, r floodgate.Rule) func(context.Context, string) (floodgate.Decision, error) {
+		return func(ctx context.Context, key string) (floodgate.Decision, error) { return l.Allow(ctx, r, key) }
+	})
+}
+
+// BenchmarkPreparedAllow is BenchmarkAllow of the rule prepared
+// (Limiter.Prepare).
+func BenchmarkPreparedAllow(b *testing.B) {
+	benchAllow(b, func(l *floodgate.Limiter, r floodgate.Rule) func(context.Context, string) (floodgate.Decision, error) {
+		p, err := l.Prepare(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p.Allow
+	})
+}
+
+// benchAllow runs BenchmarkAllow's decisions through what decider
+// returns for each algorithm's Limiter and rule.
+func benchAllow(b *testing.B, decider func(*floodgate.Limiter, floodgate.Rule) func(context.Context, string) (floodgate.Decision, error)) {
 	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
 		b.Run(alg.String(), func(b *testing.B) {
 			s := memstore.New(memstore.Options{})
@@ -45,6 +65,7 @@ func BenchmarkAllow(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			decide := decider(l, r)
 			ks := keys(b)
 			var seq atomic.Uint64
 			ctx := context.Background()
@@ -54,7 +75,7 @@ func BenchmarkAllow(b *testing.B) {
 				i := seq.Add(1) * 7919
 				for pb.Next() {
 					i += 7919
-					d, err := l.Allow(ctx, r, ks[i%benchKeys])
+					d, err := decide(ctx, ks[i%benchKeys])
 					if err != nil || !d.Allowed {
 						b.Errorf("%+v, %v", d, err) // not Fatal: this is not the benchmark's goroutine
 						return
