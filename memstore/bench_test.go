@@ -67,15 +67,17 @@ func benchAllow(b *testing.B, prepared bool) {
 				i := seq.Add(1) * 7919
 				for pb.Next() {
 					i += 7919
-					var d floodgate.Decision
-					var err error
 					if p != nil {
-						d, err = p.Allow(ctx, ks[i%benchKeys])
-					} else {
-						d, err = l.Allow(ctx, r, ks[i%benchKeys])
+						d, err := p.Allow(ctx, ks[i%benchKeys])
+						if err != nil || !d.Allowed {
+							b.Errorf("%+v, %v", d, err) // not Fatal: this is not the benchmark's goroutine
+							return
+						}
+						continue
 					}
+					d, err := l.Allow(ctx, r, ks[i%benchKeys])
 					if err != nil || !d.Allowed {
-						b.Errorf("%+v, %v", d, err) // not Fatal: this is not the benchmark's goroutine
+						b.Errorf("%+v, %v", d, err)
 						return
 					}
 				}
