@@ -17,7 +17,7 @@ import (
 // A Prepared rule decides as Allow of that rule does: the same figures,
 // key after key, on two stores that share a clock, on the direct path (a
 // memory store alone) and with each option that takes the general one;
-// and its decisions refund as Allow's do. (The denial cache, which takes
+// and its decisions refund as Allow's do, a key held as its digest too. (The denial cache, which takes
 // the general path too, counts down on the real clock: see
 // Options.DenialCacheSize.)
 func TestPreparedDecidesAsAllow(t *testing.T) {
@@ -28,7 +28,7 @@ func TestPreparedDecidesAsAllow(t *testing.T) {
 		{"direct", floodgate.Options{}},
 		{"overrides", floodgate.Options{Overrides: overrideTo(floodgate.Rule{Name: "x", Limit: 2, Window: time.Minute, Algorithm: floodgate.TokenBucket})}},
 	} {
-		for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+		for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter, floodgate.Concurrency} {
 			t.Run(tc.name+"/"+alg.String(), func(t *testing.T) {
 				clock := storetest.NewFakeClock()
 				newLimiter := func() *floodgate.Limiter {
@@ -50,7 +50,8 @@ func TestPreparedDecidesAsAllow(t *testing.T) {
 					t.Fatalf("Rule() = %v; want %v", p.Rule(), r)
 				}
 				ctx := context.Background()
-				for i, key := range []string{"a", "a", "b", "a", "a", "b", "a", "c", "a"} {
+				long := strings.Repeat("k", 100) // held as its digest
+				for i, key := range []string{"a", "a", "b", "a", "a", "b", "a", long, "a", long} {
 					want, werr := byAllow.Allow(ctx, r, key)
 					got, gerr := p.Allow(ctx, key)
 					if gerr != nil || werr != nil || !reflect.DeepEqual(figures(got), figures(want)) {

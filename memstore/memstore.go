@@ -303,7 +303,8 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 }
 
 // TakeFunc returns TakeOne of a hit of cost 1 under rule, which must be
-// valid, as a function of its key: [floodgate.Limiter.Prepare] calls it
+// valid, as a function of its key (of 1 byte to 1 MiB, as every method's
+// hits: see [floodgate.Store]): [floodgate.Limiter.Prepare] calls it
 // once per rule it prepares (see [floodgate.LocalStore]). The function
 // decides as TakeOne does, to the nanosecond, but computes once what
 // the rule alone makes of each decision: its part of the state's hash
