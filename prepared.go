@@ -24,8 +24,7 @@ type Prepared struct {
 	take func(ctx context.Context, key string) (Result, error)
 }
 
-// ruleTaker is a LocalStore that prepares the takes of a rule (see
-// LocalStore).
+// ruleTaker is a LocalStore with TakeFunc (see LocalStore).
 type ruleTaker interface {
 	TakeFunc(Rule) func(ctx context.Context, key string) (Result, error)
 }
@@ -50,9 +49,6 @@ func (l *Limiter) Prepare(rule Rule) (*Prepared, error) {
 	return p, nil
 }
 
-// Rule returns the rule p was prepared with.
-func (p *Prepared) Rule() Rule { return p.rule }
-
 // Allow is [Limiter.Allow] of p's rule: it checks one request of key and
 // records it if allowed.
 func (p *Prepared) Allow(ctx context.Context, key string) (d Decision, err error) {
@@ -60,8 +56,8 @@ func (p *Prepared) Allow(ctx context.Context, key string) (d Decision, err error
 	return d, err
 }
 
-// allow is Allow, written into *d, which is zero: a call that inlines
-// Allow leaves the decision on its caller's stack.
+// allow is Allow into *d, which is zero (Allow inlines: d stays on its
+// caller's stack).
 func (p *Prepared) allow(ctx context.Context, key string, d *Decision) error {
 	if p.take != nil && key != "" && len(key) <= bounds.KeyLen {
 		r, err := p.take(ctx, key)
@@ -72,8 +68,7 @@ func (p *Prepared) allow(ctx context.Context, key string, d *Decision) error {
 		if r.Allowed {
 			d.Recorded = true
 			d.ticket.taken = true
-			// Field by field into the zero *d: a Hit literal would be
-			// zeroed and copied whole.
+			// Field by field: a Hit literal is zeroed and copied whole.
 			d.ticket.one.Hit.Rule, d.ticket.one.Hit.Key, d.ticket.one.Hit.Cost = p.rule, key, 1
 			d.ticket.one.Stamp = r.Stamp
 		}

@@ -314,12 +314,12 @@ func (s *Store) TakeFunc(rule floodgate.Rule) func(ctx context.Context, key stri
 	return p.take
 }
 
-// prepared is a rule of TakeFunc, with what it computed once.
+// prepared is a rule of TakeFunc, its ruleIdentity and hitInterval.
 type prepared struct {
 	s    *Store
 	rule floodgate.Rule
-	id   uint64 // keyenc.RuleIdentity of the rule
-	t    int64  // hitInterval of its hits
+	id   uint64
+	t    int64
 }
 
 func (p *prepared) take(ctx context.Context, key string) (r floodgate.Result, err error) {
