@@ -134,14 +134,20 @@ func decide(taken bool, hits []Hit, results []Result) Decision {
 // allocates nothing, and copies no Decision: single-hit checks are the hot
 // path of a memory store.
 func (d *Decision) decideOne(taken bool, h *Hit, r *Result) {
-	d.Allowed = r.Allowed
-	d.Policy, d.Limit, d.Window = h.Rule.Name, h.Rule.Limit, h.Rule.Window
-	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, r.RetryAfter
+	d.figures(&h.Rule, r)
 	if (r.Allowed || h.Overdraw) && taken {
 		d.Recorded = true
 		d.ticket.taken = true
 		d.ticket.one.Hit, d.ticket.one.Stamp = *h, r.Stamp // not a Receipt literal: no temporary to copy
 	}
+}
+
+// figures writes into d the figures of a hit under rule whose result is
+// r: what it reports, not what Refund needs.
+func (d *Decision) figures(rule *Rule, r *Result) {
+	d.Allowed = r.Allowed
+	d.Policy, d.Limit, d.Window = rule.Name, rule.Limit, rule.Window
+	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, r.RetryAfter
 }
 
 // Worse reports whether d is a worse outcome than e, as a multi-hit

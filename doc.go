@@ -20,7 +20,10 @@
 // at once (login by IP and by account), all-or-nothing; [Limiter.Refund]
 // undoes what an allowed decision recorded, as far as it provably still
 // weighs; [Limiter.Reset] unlocks a key; [Limiter.Wait] slows down before
-// it rejects. [Store] says which changes of a rule keep a key's count.
+// it rejects. [Limiter.Prepare] validates a rule once, when the routes
+// are set up, for decisions that skip that check ([Prepared.Allow]: on a
+// memory store, the fastest decision there is). [Store] says which
+// changes of a rule keep a key's count.
 // [Options.Overrides] gives some keys a limit of
 // their own ("customer 42 gets 1000/1m"): package overrides keeps them in
 // Redis, where an operator sets them from a shell.

@@ -37,6 +37,28 @@ func Example() {
 	// transfer 11: allowed=false remaining=0 retry in ~1m0s
 }
 
+// A rule known when the routes are set up is prepared once: Prepare
+// validates it, and each decision of the Prepared skips that check.
+func ExampleLimiter_Prepare() {
+	store := memstore.New(memstore.Options{})
+	defer store.Close()
+	limiter, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		panic(err)
+	}
+	pix, err := limiter.Prepare(floodgate.Rule{Name: "pix", Limit: 10, Window: time.Minute})
+	if err != nil {
+		panic(err) // an invalid rule: a mistake in the configuration
+	}
+	d, err := pix.Allow(context.Background(), "account-42")
+	if err != nil {
+		panic(err) // the store failed: apply the route's failure policy
+	}
+	fmt.Printf("allowed=%v remaining=%d of %d per %v\n", d.Allowed, d.Remaining, d.Limit, d.Window)
+	// Output:
+	// allowed=true remaining=9 of 10 per 1m0s
+}
+
 // Login is checked by client IP and by account together: both count the
 // attempt, or neither does, and the worst of the two is reported.
 func ExampleLimiter_Check() {

@@ -271,6 +271,16 @@ type Receipt struct {
 // wait on anything but its own short critical sections: the Limiter gives
 // its calls (all of them, not only TakeOne) no time budget
 // (Options.Timeout), only the caller's context.
+//
+// A LocalStore may also have a method
+//
+//	TakeFunc(rule Rule) func(ctx context.Context, key string) (Result, error)
+//
+// that returns TakeOne of a hit of cost 1 under rule (valid) as a
+// function of its key, computing once what the rule alone makes of each
+// take: [Limiter.Prepare] calls it once per rule it prepares, on a
+// Limiter without overrides, escrow or the denial cache (memstore's
+// Store has it).
 type LocalStore interface {
 	Store
 	// TakeOne is Take of the single hit h.

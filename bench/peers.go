@@ -77,7 +77,10 @@ func rules(alg floodgate.Algorithm) (floodgate.Rule, floodgate.Rule) {
 type fgLimiter struct {
 	l           *floodgate.Limiter
 	normal, hot floodgate.Rule
-	close       func()
+	// pNormal and pHot are normal and hot prepared for l
+	// (Limiter.Prepare), as README tells users to decide.
+	pNormal, pHot *floodgate.Prepared
+	close         func()
 	// What l was built with, for withOverrides to build it again.
 	store   floodgate.Store
 	timeout time.Duration
@@ -85,12 +88,28 @@ type fgLimiter struct {
 }
 
 func (f *fgLimiter) Allow(ctx context.Context, key string, hot bool) (bool, error) {
-	r := f.normal
+	p := f.pNormal
 	if hot {
-		r = f.hot
+		p = f.pHot
 	}
-	d, err := f.l.Allow(ctx, r, key)
+	d, err := p.Allow(ctx, key)
 	return d.Allowed, err
+}
+
+// newFgLimiter returns the row of l with the rules of alg prepared.
+func newFgLimiter(l *floodgate.Limiter, alg floodgate.Algorithm, close func()) (*fgLimiter, error) {
+	f := &fgLimiter{l: l, close: close}
+	f.normal, f.hot = rules(alg)
+	return f, f.prepare()
+}
+
+// prepare prepares f's rules for f.l.
+func (f *fgLimiter) prepare() (err error) {
+	if f.pNormal, err = f.l.Prepare(f.normal); err != nil {
+		return err
+	}
+	f.pHot, err = f.l.Prepare(f.hot)
+	return err
 }
 
 func (f *fgLimiter) Close() { f.close() }
@@ -128,6 +147,9 @@ func withOverrides(build func(addr, prefix string) (limiter, error)) func(addr, 
 			}
 		}
 		f.l, err = floodgate.New(f.store, floodgate.Options{Timeout: f.timeout, DenialCacheSize: f.cache, Overrides: set})
+		if err == nil {
+			err = f.prepare()
+		}
 		if err != nil {
 			l.Close()
 			return nil, err
@@ -159,8 +181,13 @@ func fgOnRedis(s *redisstore.Store, alg floodgate.Algorithm, cache int, close fu
 		close()
 		return nil, err
 	}
-	normal, hot := rules(alg)
-	return &fgLimiter{l: l, normal: normal, hot: hot, close: close, store: s, timeout: timeout, cache: cache}, nil
+	f, err := newFgLimiter(l, alg, close)
+	if err != nil {
+		close()
+		return nil, err
+	}
+	f.store, f.timeout, f.cache = s, timeout, cache
+	return f, nil
 }
 
 // floodgateGoRedis is floodgateRedis on a go-redis client, through
@@ -191,8 +218,13 @@ func floodgateMem(alg floodgate.Algorithm) func(addr, prefix string) (limiter, e
 		if err != nil {
 			return nil, err
 		}
-		normal, hot := rules(alg)
-		return &fgLimiter{l: l, normal: normal, hot: hot, close: func() { s.Close() }, store: s}, nil
+		f, err := newFgLimiter(l, alg, func() { s.Close() })
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		f.store = s
+		return f, nil
 	}
 }
 

@@ -30,7 +30,14 @@ func keys(b *testing.B) []string {
 // BenchmarkAllow measures Limiter.Allow on a memstore, in parallel over
 // 10,000 keys, every decision allowed: the hot path, which must not
 // allocate.
-func BenchmarkAllow(b *testing.B) {
+func BenchmarkAllow(b *testing.B) { benchAllow(b, false) }
+
+// BenchmarkPreparedAllow is BenchmarkAllow of the rule prepared
+// (Limiter.Prepare).
+func BenchmarkPreparedAllow(b *testing.B) { benchAllow(b, true) }
+
+// benchAllow runs BenchmarkAllow, through the prepared rule if prepared.
+func benchAllow(b *testing.B, prepared bool) {
 	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
 		b.Run(alg.String(), func(b *testing.B) {
 			s := memstore.New(memstore.Options{})
@@ -45,6 +52,12 @@ func BenchmarkAllow(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			var p *floodgate.Prepared
+			if prepared {
+				if p, err = l.Prepare(r); err != nil {
+					b.Fatal(err)
+				}
+			}
 			ks := keys(b)
 			var seq atomic.Uint64
 			ctx := context.Background()
@@ -54,9 +67,17 @@ func BenchmarkAllow(b *testing.B) {
 				i := seq.Add(1) * 7919
 				for pb.Next() {
 					i += 7919
+					if p != nil {
+						d, err := p.Allow(ctx, ks[i%benchKeys])
+						if err != nil || !d.Allowed {
+							b.Errorf("%+v, %v", d, err) // not Fatal: this is not the benchmark's goroutine
+							return
+						}
+						continue
+					}
 					d, err := l.Allow(ctx, r, ks[i%benchKeys])
 					if err != nil || !d.Allowed {
-						b.Errorf("%+v, %v", d, err) // not Fatal: this is not the benchmark's goroutine
+						b.Errorf("%+v, %v", d, err)
 						return
 					}
 				}

@@ -199,15 +199,15 @@ func (k *entryKey) same(o *entryKey) bool {
 
 func keyOf(h *floodgate.Hit) entryKey {
 	if len(h.Key) > keyenc.MaxPlain {
-		return digestKeyOf(h)
+		return digestKeyOf(&h.Rule, h.Key)
 	}
 	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key}
 }
 
 // digestKeyOf is keyOf of a key held as its digest, out of line so that
 // keyOf inlines.
-func digestKeyOf(h *floodgate.Hit) entryKey {
-	return entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: keyenc.Encode(h.Key), digest: true}
+func digestKeyOf(r *floodgate.Rule, key string) entryKey {
+	return entryKey{rule: r.Name, alg: r.Algorithm, window: r.Window, key: keyenc.Encode(key), digest: true}
 }
 
 // New returns a store and starts its janitor.
@@ -298,12 +298,49 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 			return r, err
 		}
 	}
-	k := entryKey{rule: h.Rule.Name, alg: h.Rule.Algorithm, window: h.Rule.Window, key: h.Key} // keyOf, inlined
-	if len(h.Key) > keyenc.MaxPlain {
-		k = digestKeyOf(&h)
+	err = s.take(&h.Rule, h.Key, &h, ruleIdentity(&h.Rule), hitInterval(&h), &r)
+	return r, err
+}
+
+// TakeFunc returns TakeOne of a hit of cost 1 under rule, which must be
+// valid, as a function of its key (of 1 byte to 1 MiB, as every method's
+// hits: see [floodgate.Store]): [floodgate.Limiter.Prepare] calls it
+// once per rule it prepares (see [floodgate.LocalStore]). The function
+// decides as TakeOne does, to the nanosecond, but computes once what
+// the rule alone makes of each decision: its part of the state's hash
+// and a token bucket's emission interval.
+func (s *Store) TakeFunc(rule floodgate.Rule) func(ctx context.Context, key string) (floodgate.Result, error) {
+	p := &prepared{s: s, rule: rule, id: ruleIdentity(&rule), t: hitInterval(&floodgate.Hit{Rule: rule})}
+	return p.take
+}
+
+// prepared is a rule of TakeFunc, its ruleIdentity and hitInterval.
+type prepared struct {
+	s    *Store
+	rule floodgate.Rule
+	id   uint64
+	t    int64
+}
+
+func (p *prepared) take(ctx context.Context, key string) (r floodgate.Result, err error) {
+	if err := p.s.usable(ctx); err != nil {
+		return r, err
 	}
-	hash := s.hash(&k)
-	t := hitInterval(&h) // outside the lock
+	err = p.s.take(&p.rule, key, nil, p.id, p.t, &r)
+	return r, err
+}
+
+// take is TakeOne, on a usable store, of *h, whose rule and key are *rule
+// and key, or, when h is nil, of a hit of cost 1 under *rule to key,
+// neither Overdraw nor a lease (a prepared rule's), written into *r,
+// which is zero. id is ruleIdentity(rule) and t the hit's hitInterval,
+// which a prepared rule computes once.
+func (s *Store) take(rule *floodgate.Rule, key string, h *floodgate.Hit, id uint64, t int64, r *floodgate.Result) error {
+	k := entryKey{rule: rule.Name, alg: rule.Algorithm, window: rule.Window, key: key} // keyOf, inlined
+	if len(key) > keyenc.MaxPlain {
+		k = digestKeyOf(rule, key)
+	}
+	hash := keyenc.KeyIdentity(s.seed, id, k.key) // s.hash(&k)
 	sh := s.shard(hash)
 	sh.mu.Lock()
 	now := s.nowNS()
@@ -312,27 +349,36 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 	if e == nil {
 		if e = sh.create(hash, &k, now, s.perShard); e == nil {
 			sh.mu.Unlock()
-			return r, s.full()
+			return s.full()
 		}
 	} else if e.expires <= now && e.epoch != 0 {
 		e.restart(sh.nextEpoch())
 	}
-	if h.Rule.Algorithm == floodgate.TokenBucket && !h.Overdraw && h.Lease == 0 {
-		e.takeBucket(&r, now, h.Cost, t, h.Rule.Capacity()*t) // the common case, in one pass
-	} else if r = e.check(now, &h, t); r.Allowed || h.Overdraw {
-		var full bool
-		if r.Stamp, full = e.record(now, &h, t); full {
-			e.renew(sh.nextEpoch())
+	switch {
+	case rule.Algorithm != floodgate.TokenBucket || h != nil && (h.Overdraw || h.Lease != 0):
+		if h == nil {
+			one := floodgate.Hit{Rule: *rule, Key: key, Cost: 1}
+			h = &one
 		}
-		if h.Lease != 0 {
-			r.Lease = algo.LeaseOf(&h, now)
+		if *r = e.check(now, h, t); r.Allowed || h.Overdraw {
+			var full bool
+			if r.Stamp, full = e.record(now, h, t); full {
+				e.renew(sh.nextEpoch())
+			}
+			if h.Lease != 0 {
+				r.Lease = algo.LeaseOf(h, now)
+			}
 		}
+	case h == nil: // the common cases, in one pass
+		e.takeBucket(r, now, 1, t, rule.Capacity()*t)
+	default:
+		e.takeBucket(r, now, h.Cost, t, rule.Capacity()*t)
 	}
 	if e.expires <= now {
 		sh.del(e)
 	}
 	sh.mu.Unlock()
-	return r, nil
+	return nil
 }
 
 // leaseError is TakeOne's error for a lease that h may not take, or nil;
@@ -505,6 +551,11 @@ func (s *Store) unlock(locked []uint64) {
 // map.
 func (s *Store) hash(k *entryKey) uint64 { return identity(s.seed, k) }
 
+// ruleIdentity is the rule's part of its states' hashes.
+func ruleIdentity(r *floodgate.Rule) uint64 {
+	return keyenc.RuleIdentity(r.Name, uint8(r.Algorithm), r.Window)
+}
+
 func identity(seed maphash.Seed, k *entryKey) uint64 {
 	return keyenc.Identity(seed, k.rule, uint8(k.alg), k.window, k.key)
 }
@@ -539,7 +590,7 @@ func (s *Store) sweep() {
 func (sh *shard) sweep(now int64) {
 	slots := sh.entries.slots
 	for i := 0; i < len(slots); {
-		if e := slots[i]; e != nil && e.expires <= now {
+		if e := slots[i].e; e != nil && e.expires <= now {
 			// Removing shifts a later entry into slot i, if any: look at
 			// it again. (One shifted from the start of the slots to the
 			// end, past the wrap, was looked at already: no harm.)

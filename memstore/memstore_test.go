@@ -88,8 +88,9 @@ func TestClosedStoreFails(t *testing.T) {
 	}
 }
 
-// TestAllowDoesNotAllocate: a decision of Allow, or Check of one hit, on a known key
-// allocates nothing, allowed or denied, with or without the denial cache:
+// TestAllowDoesNotAllocate: a decision of Allow, Check of one hit, or a
+// Prepared rule's Allow, on a known key allocates nothing, allowed or
+// denied, with or without the denial cache:
 // the Limiter gives a LocalStore's takes no id and builds the Decision in
 // place, and memstore finds the key without allocating.
 func TestAllowDoesNotAllocate(t *testing.T) {
@@ -120,6 +121,13 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 				}
 				if n := testing.AllocsPerRun(1000, func() { l.Check(ctx, floodgate.Hit{Rule: tc.rule, Key: "k", Cost: 1}) }); n != 0 {
 					t.Errorf("%v, %s, denial cache %d: Check of one hit: %v allocations per decision, want 0", alg, tc.name, cache, n)
+				}
+				p, err := l.Prepare(tc.rule)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := testing.AllocsPerRun(1000, func() { p.Allow(ctx, "k") }); n != 0 {
+					t.Errorf("%v, %s, denial cache %d: Prepared.Allow: %v allocations per decision, want 0", alg, tc.name, cache, n)
 				}
 			}
 		}

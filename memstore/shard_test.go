@@ -178,35 +178,42 @@ func TestReclaimLooksAtAFewEntriesPerCheck(t *testing.T) {
 // TestRestartLeavesAFreshState: an entry restarted in place holds what a
 // new entry holds (entry{}), but for its key, hash, place in the queue
 // and the room of its ring, whatever every other field held: a field
-// added to entry and forgotten by restart fails here.
+// added to entry and forgotten by restart fails here. A token bucket's
+// entry never writes the fields of the other algorithms (a state's
+// identity holds its algorithm), which restart leaves as they are: zero.
 func TestRestartLeavesAFreshState(t *testing.T) {
-	e := &entry{}
-	v := reflect.ValueOf(e).Elem()
-	for i := range v.NumField() {
-		f := v.Field(i)
-		f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // settable
-		switch f.Kind() {
-		case reflect.Int, reflect.Int64:
-			f.SetInt(int64(i + 3))
-		case reflect.Uint64:
-			f.SetUint(uint64(i + 3))
-		case reflect.Slice:
-			f.Set(reflect.MakeSlice(f.Type(), 3, 8))
-		case reflect.Map:
-			f.Set(reflect.MakeMap(f.Type()))
-			f.SetMapIndex(reflect.ValueOf(uint64(1)), reflect.ValueOf(int64(2)))
-		case reflect.Struct: // the key
-			f.Set(reflect.ValueOf(entryKey{rule: "r", alg: floodgate.TokenBucket, window: time.Minute, key: "k"}))
-		case reflect.Pointer:
-			f.Set(reflect.ValueOf(&entry{}))
-		default:
-			t.Fatalf("field %s of kind %v: teach this test to fill it", v.Type().Field(i).Name, f.Kind())
+	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter, floodgate.Concurrency} {
+		e := &entry{}
+		v := reflect.ValueOf(e).Elem()
+		for i := range v.NumField() {
+			f := v.Field(i)
+			f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // settable
+			switch f.Kind() {
+			case reflect.Int, reflect.Int64:
+				f.SetInt(int64(i + 3))
+			case reflect.Uint64:
+				f.SetUint(uint64(i + 3))
+			case reflect.Slice:
+				f.Set(reflect.MakeSlice(f.Type(), 3, 8))
+			case reflect.Map:
+				f.Set(reflect.MakeMap(f.Type()))
+				f.SetMapIndex(reflect.ValueOf(uint64(1)), reflect.ValueOf(int64(2)))
+			case reflect.Struct: // the key
+				f.Set(reflect.ValueOf(entryKey{rule: "r", alg: alg, window: time.Minute, key: "k"}))
+			case reflect.Pointer:
+				f.Set(reflect.ValueOf(&entry{}))
+			default:
+				t.Fatalf("field %s of kind %v: teach this test to fill it", v.Type().Field(i).Name, f.Kind())
+			}
 		}
-	}
-	ring := e.ring
-	want := entry{ring: ring[:0], epoch: 99, k: e.k, hash: e.hash, queued: e.queued}
-	e.restart(99)
-	if !reflect.DeepEqual(*e, want) || cap(e.ring) != cap(ring) {
-		t.Fatalf("restarted entry %+v; want %+v", *e, want)
+		if alg == floodgate.TokenBucket {
+			e.count, e.window, e.prev, e.ring, e.head = 0, 0, 0, nil, 0
+		}
+		ring := e.ring
+		want := entry{ring: ring[:0], epoch: 99, k: e.k, hash: e.hash, queued: e.queued}
+		e.restart(99)
+		if !reflect.DeepEqual(*e, want) || cap(e.ring) != cap(ring) {
+			t.Fatalf("%v: restarted entry %+v; want %+v", alg, *e, want)
+		}
 	}
 }

@@ -11,15 +11,24 @@ import "math/bits"
 // entry it meets. Removal shifts the entries after the hole back, so that
 // no tombstone is left and a lookup stops at the first empty slot.
 //
+// Each slot holds its entry's hash beside the pointer, so that a probe
+// past another key's entry compares hashes in the array and never reads
+// that entry: on a store of many keys, each entry read is a cache miss.
 // A lookup reads one slot of an array (and the slots after it, on the
-// same cache line) and the entries it points to, in a few instructions
+// same cache line) and the entry it finds, in a few instructions
 // inlined into the caller, where the map of hashes to chains of entries
 // that it replaces went through a call into the runtime's map code
 // (BENCHMARKS.md counts what it saves).
 type table struct {
-	slots []*entry
+	slots []tslot
 	shift uint // 64 - log2(len(slots)): a hash's home is hash >> shift
 	n     int  // entries held
+}
+
+// tslot is a slot of a table: an entry and its hash, or nil.
+type tslot struct {
+	hash uint64
+	e    *entry
 }
 
 // home is the slot where the probes for hash h start.
@@ -32,9 +41,9 @@ func (t *table) get(h uint64, k *entryKey) *entry {
 	}
 	mask := len(t.slots) - 1
 	for i := t.home(h); ; i = (i + 1) & mask {
-		e := t.slots[i]
-		if e == nil || e.hash == h && e.k.same(k) {
-			return e
+		sl := &t.slots[i]
+		if sl.e == nil || sl.hash == h && sl.e.k.same(k) {
+			return sl.e
 		}
 	}
 }
@@ -46,10 +55,10 @@ func (t *table) put(e *entry) {
 	}
 	mask := len(t.slots) - 1
 	i := t.home(e.hash)
-	for t.slots[i] != nil {
+	for t.slots[i].e != nil {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = e
+	t.slots[i] = tslot{e.hash, e}
 	t.n++
 }
 
@@ -57,12 +66,12 @@ func (t *table) put(e *entry) {
 func (t *table) grow() {
 	old := t.slots
 	size := max(8, 2*len(old))
-	t.slots = make([]*entry, size)
+	t.slots = make([]tslot, size)
 	t.shift = 64 - uint(bits.TrailingZeros(uint(size)))
 	t.n = 0
-	for _, e := range old {
-		if e != nil {
-			t.put(e)
+	for _, sl := range old {
+		if sl.e != nil {
+			t.put(sl.e)
 		}
 	}
 }
@@ -74,8 +83,8 @@ func (t *table) remove(e *entry) bool {
 	}
 	mask := len(t.slots) - 1
 	i := t.home(e.hash)
-	for t.slots[i] != e {
-		if t.slots[i] == nil {
+	for t.slots[i].e != e {
+		if t.slots[i].e == nil {
 			return false
 		}
 		i = (i + 1) & mask
@@ -86,7 +95,7 @@ func (t *table) remove(e *entry) bool {
 	for j := i; ; {
 		j = (j + 1) & mask
 		f := t.slots[j]
-		if f == nil {
+		if f.e == nil {
 			break
 		}
 		if (j-t.home(f.hash))&mask >= (j-i)&mask {
@@ -94,7 +103,7 @@ func (t *table) remove(e *entry) bool {
 			i = j
 		}
 	}
-	t.slots[i] = nil
+	t.slots[i] = tslot{}
 	t.n--
 	return true
 }

@@ -33,16 +33,20 @@ func TestTableMatchesAMap(t *testing.T) {
 					t.Fatalf("step %d: n = %d, model holds %d", step, tb.n, len(model))
 				}
 				held := 0
-				for i, e := range tb.slots {
+				for i, sl := range tb.slots {
+					e := sl.e
 					if e == nil {
 						continue
+					}
+					if sl.hash != e.hash {
+						t.Fatalf("step %d: slot %d holds hash %#x for an entry of hash %#x", step, i, sl.hash, e.hash)
 					}
 					held++
 					if model[e.k] != e {
 						t.Fatalf("step %d: slot %d holds %v, which the model does not", step, i, e.k)
 					}
 					for j := tb.home(e.hash); j != i; j = (j + 1) & (len(tb.slots) - 1) {
-						if tb.slots[j] == nil {
+						if tb.slots[j].e == nil {
 							t.Fatalf("step %d: %v at %d is cut off from its home %d by the empty slot %d", step, e.k, i, tb.home(e.hash), j)
 						}
 					}

@@ -43,7 +43,20 @@ func plain(key string) bool {
 // the seeded hash; the rule, which the configuration names, is mixed in
 // by nameHash, which costs a decision far less than a second seeded hash.
 func Identity(seed maphash.Seed, name string, alg uint8, window time.Duration, key string) uint64 {
-	h := maphash.Comparable(seed, key) ^ (nameHash(name)+uint64(alg)+uint64(window)<<8)*0x9e3779b97f4a7c15
+	return KeyIdentity(seed, RuleIdentity(name, alg, window), key)
+}
+
+// RuleIdentity is the part of Identity that a rule's name, algorithm and
+// window make, which a caller that decides many keys under one rule
+// computes once.
+func RuleIdentity(name string, alg uint8, window time.Duration) uint64 {
+	return (nameHash(name) + uint64(alg) + uint64(window)<<8) * 0x9e3779b97f4a7c15
+}
+
+// KeyIdentity is Identity of key under the rule whose RuleIdentity is
+// rule.
+func KeyIdentity(seed maphash.Seed, rule uint64, key string) uint64 {
+	h := maphash.Comparable(seed, key) ^ rule
 	return h ^ h>>29
 }
 
