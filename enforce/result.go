@@ -58,7 +58,10 @@ type Result struct {
 	// Decision is the limiter's decision when Outcome is Allowed, Denied or
 	// Local, with one element of Decision.Each per enforced hit decided;
 	// the zero Decision otherwise. A Local decision covers the hits whose
-	// failure mode is FailLocal.
+	// failure mode is FailLocal. It is the decision on the enforced
+	// takes, when the request has any and was not denied before they
+	// were asked; otherwise the worst of the enforced hits' verdicts
+	// (each in its Each, when there are several).
 	Decision floodgate.Decision
 	// Shadow holds the decisions of the shadow hits, each checked on its
 	// own, for a request that the enforced hits admitted from the store
@@ -70,6 +73,10 @@ type Result struct {
 	// FailedOpen, FailedClosed, Local or Errored, or Skipped for shadow
 	// hits only); nil otherwise.
 	Err error
+	// Each holds the verdict on every hit given to [Gate.Check], in
+	// order: the rule in force for its key, and its own decision, final.
+	// A transport reports these as they are.
+	Each []Verdict
 
 	gate       *Gate              // the gate that decided, with limiter
 	limiter    *floodgate.Limiter // the limiter that decided; nil if none did

@@ -2,6 +2,7 @@ package enforce_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,11 +52,11 @@ func TestShadowOnlyOutageIsCounted(t *testing.T) {
 		{Hit: floodgate.Hit{Rule: rule("so-b", 5), Key: "k"}, Shadow: true},
 	}
 	for _, peek := range []bool{false, true} {
-		call := g.Check
-		if peek {
-			call = g.Peek
+		hs := slices.Clone(hits)
+		for i := range hs {
+			hs[i].Peek = peek
 		}
-		res, err := call(t.Context(), hits)
+		res, err := g.Check(t.Context(), hs)
 		if err != nil || res.Outcome != enforce.Skipped || !errors.Is(res.Err, faultstore.ErrInjected) || len(res.Shadow) != 0 {
 			t.Fatalf("peek %v: %v, %v, Err %v, %d shadow decisions; want Skipped with the store's error and none", peek, res.Outcome, err, res.Err, len(res.Shadow))
 		}

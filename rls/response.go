@@ -23,7 +23,7 @@ import (
 type verdict struct {
 	limit  *rlmatch.Limit
 	rule   floodgate.Rule // the rule in force: an override's, if its key has one
-	hit    int            // -1 for a blocked limit
+	hit    int            // its hit in the plan
 	dec    floodgate.Decision
 	have   bool // dec is set
 	shadow bool
@@ -46,19 +46,8 @@ func (p *plan) judge() {
 // verdicts sets vs to the limits of refs as decided.
 func (p *plan) verdicts(refs []ref, vs []verdict) {
 	for k, r := range refs {
-		v := verdict{limit: r.limit, rule: r.limit.Rule, hit: r.hit, shadow: r.limit.ShadowMode}
-		if r.hit >= 0 {
-			v.rule = p.hits[r.hit].hit.Rule
-		}
-		if r.hit < 0 || p.hits[r.hit].oversize {
-			// Blocked, or a hit beyond what the limit could ever admit:
-			// over the limit for a whole window.
-			w := v.rule.Window
-			v.dec = floodgate.Decision{Policy: r.limit.Label, Limit: v.rule.Limit, Window: w, ResetAfter: w, RetryAfter: w}
-			v.have = true
-		} else {
-			v.dec, v.have = p.hits[r.hit].dec, p.hits[r.hit].have
-		}
+		h := &p.hits[r.hit]
+		v := verdict{limit: r.limit, rule: h.rule, hit: r.hit, dec: h.dec, have: h.have, shadow: r.limit.ShadowMode}
 		vs[k] = v
 	}
 }
@@ -102,12 +91,10 @@ func (p *plan) response(hs Headers) *rlsv3.RateLimitResponse {
 		d := &p.descs[i]
 		resp.Statuses[i] = p.status(&mem[i], d, d.vs)
 		for _, v := range d.vs {
-			if v.shadow || !v.have || (v.hit >= 0 && p.hits[v.hit].shown) {
+			if v.shadow || !v.have || p.hits[v.hit].shown {
 				continue
 			}
-			if v.hit >= 0 {
-				p.hits[v.hit].shown = true
-			}
+			p.hits[v.hit].shown = true
 			shown = append(shown, v.dec) // the rule in force, under the limit's name
 		}
 	}
@@ -182,7 +169,7 @@ func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitRes
 		if v.shadow {
 			continue
 		}
-		closed := p.failClosed && v.hit >= 0 && p.hits[v.hit].hit.Failure == enforce.FailClosed
+		closed := p.failClosed && p.hits[v.hit].hit.Failure == enforce.FailClosed
 		if v.denied() || closed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
