@@ -110,7 +110,9 @@ func Unavailable(err error) Option { return Option{unavailable: err} }
 func (g *Gate) Check(ctx context.Context, hits []Hit, opts ...Option) (Result, error) {
 	var shed error
 	for _, o := range opts {
-		shed = cmpOr(o.unavailable, shed)
+		if o.unavailable != nil {
+			shed = o.unavailable
+		}
 	}
 	p := pass{g: g, req: hits, res: Result{Outcome: Skipped, Each: make([]Verdict, len(hits))}}
 	res, err := p.run(ctx, shed)
@@ -120,13 +122,6 @@ func (g *Gate) Check(ctx context.Context, hits []Hit, opts ...Option) (Result, e
 		return Result{Outcome: FailedClosed, Err: err}, err
 	}
 	return res, nil
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // kind is how a hit of a request is decided.
@@ -213,24 +208,14 @@ func (p *pass) resolve(i int) (kind, error) {
 		// value would otherwise fail open in an outage.
 		return 0, fmt.Errorf("%w: gate %q: hit %d (%s): unknown failure mode %d", ErrInvalid, p.g.spec.Name, i, h.Rule.Name, h.Failure)
 	}
-	in, err := core, error(nil)
-	if blocked := h.DenyOversize && core.Rule.Limit == 0; blocked {
-		in.Cost = max(in.Cost, 1)
-		one := core.Rule
-		one.Limit = 1
-		if err = one.Validate(); err == nil {
-			err = floodgate.ErrInvalidHit // the rule admits nothing: no override applies
-		}
-	} else {
-		in, err = p.g.e.limiter.InForce(core)
-	}
+	in, err := p.g.e.limiter.InForce(core)
 	v.Hit = in
 	switch {
 	case err == nil && h.Peek:
 		return peek, nil
 	case err == nil:
 		return take, nil
-	case h.DenyOversize && errors.Is(err, floodgate.ErrInvalidHit) && !errors.Is(err, floodgate.ErrInvalidRule):
+	case h.DenyOversize && (admitsNothing(core.Rule) || errors.Is(err, floodgate.ErrInvalidHit) && !errors.Is(err, floodgate.ErrInvalidRule)):
 		// A whole window over the limit, as envoyproxy/ratelimit answers
 		// it, and no error: Envoy lets a request through on an error by
 		// default, and the cost may come from the request.
@@ -243,6 +228,17 @@ func (p *pass) resolve(i int) (kind, error) {
 		return skip, nil // the caller's input, not the store, is at fault: a shadow hit never fails a request
 	}
 	return 0, err
+}
+
+// admitsNothing reports whether r is a valid rule but for its Limit of 0:
+// one that denies every hit (an RLS requests_per_unit of 0), which no
+// override changes.
+func admitsNothing(r floodgate.Rule) bool {
+	if r.Limit != 0 {
+		return false
+	}
+	r.Limit = 1
+	return r.Validate() == nil
 }
 
 // policyOf is the name h is reported under.
