@@ -66,6 +66,8 @@ type Verdict struct {
 	// it is a shadow hit of a request that was denied, or when it is
 	// invalid and shadow (skipped).
 	Decided bool
+
+	cls uint8 // its class in Check's pass
 }
 
 // Option changes how [Gate.Check] decides one request.
@@ -124,56 +126,55 @@ func (g *Gate) Check(ctx context.Context, hits []Hit, opts ...Option) (Result, e
 	return res, nil
 }
 
-// kind is how a hit of a request is decided.
-type kind uint8
-
+// The classes of a request's hits, as a pass sorts them (Verdict.cls): a
+// mask of them selects hits.
 const (
-	take  kind = iota // recorded if admitted
-	peek              // asked, never recorded
-	never             // denied without asking: DenyOversize
-	skip              // an invalid shadow hit
+	enforcedPeek uint8 = 1 << iota
+	enforcedTake
+	shadowPeek
+	shadowTake
+	never   // cannot be admitted: DenyOversize
+	skipped // an invalid shadow hit
+	pending // a shadow take not yet decided (shadowTakes)
+
+	peeks    = enforcedPeek | shadowPeek
+	enforced = enforcedPeek | enforcedTake
 )
 
-// pass is one request on its way through Check: its hits, how each is
-// decided, and the result so far.
+// pass is one request on its way through Check: its hits and the result
+// so far, whose Each holds each hit's class.
 type pass struct {
-	g     *Gate
-	req   []Hit
-	kinds []kind
-	res   Result
-	// The hits by kind, indices into req: enforced peeks and takes, shadow
-	// peeks and takes.
-	ep, et, sp, st []int
-	denied         bool // an enforced hit can never be admitted, or its peek was denied
-	enforced       bool // the request has an enforced hit
-	shadow         bool // the request has a shadow hit
-	counted        bool // the request was counted in the decisions metric
+	g   *Gate
+	req []Hit
+	res Result
+
+	denied   bool // an enforced hit can never be admitted, or its peek was denied
+	enforced bool // the request has an enforced hit
+	shadow   bool // the request has a shadow hit
+	counted  bool // the request was counted in the decisions metric
 }
 
 func (p *pass) run(ctx context.Context, shed error) (Result, error) {
-	var kbuf [8]kind
-	p.kinds = kbuf[:0]
 	for i := range p.req {
-		k, err := p.resolve(i)
-		if err != nil {
+		if err := p.resolve(i); err != nil {
 			return Result{}, err
 		}
-		p.kinds = append(p.kinds, k)
+		p.enforced = p.enforced || !p.req[i].Shadow
+		p.shadow = p.shadow || p.req[i].Shadow
 	}
-	p.split()
 	if shed != nil {
 		switch {
 		case p.denied:
 			p.deny()
-		case len(p.ep)+len(p.et) > 0:
-			p.failed(ctx, slices.Concat(p.ep, p.et), shed, time.Now())
+		case p.count(enforced) > 0:
+			p.failed(ctx, enforced, shed, time.Now())
 		default:
 			return p.res, nil // shadow hits only: nothing to decide
 		}
 		p.g.m.decision(p.res)
 		return p.res, nil
 	}
-	if p.denied || len(p.ep)+len(p.sp) > 0 {
+	if p.denied || p.count(peeks) > 0 {
 		if err := p.peeks(ctx); err != nil {
 			return Result{}, err
 		}
@@ -194,9 +195,9 @@ func (p *pass) run(ctx context.Context, shed error) (Result, error) {
 }
 
 // resolve sets the verdict's hit of request hit i, under the rule in force
-// for its key, and returns how it is decided; a hit that can never be
-// admitted is decided at once.
-func (p *pass) resolve(i int) (kind, error) {
+// for its key, and its class; a hit that can never be admitted is decided
+// at once.
+func (p *pass) resolve(i int) error {
 	h, v := &p.req[i], &p.res.Each[i]
 	core := h.Hit
 	core.Key = fitKey(core.Key)
@@ -206,28 +207,34 @@ func (p *pass) resolve(i int) (kind, error) {
 	if !h.Shadow && !h.Failure.valid() {
 		// Refused before the store is asked: a mode from an unchecked
 		// value would otherwise fail open in an outage.
-		return 0, fmt.Errorf("%w: gate %q: hit %d (%s): unknown failure mode %d", ErrInvalid, p.g.spec.Name, i, h.Rule.Name, h.Failure)
+		return fmt.Errorf("%w: gate %q: hit %d (%s): unknown failure mode %d", ErrInvalid, p.g.spec.Name, i, h.Rule.Name, h.Failure)
 	}
 	in, err := p.g.e.limiter.InForce(core)
 	v.Hit = in
 	switch {
-	case err == nil && h.Peek:
-		return peek, nil
 	case err == nil:
-		return take, nil
+		v.cls = enforcedTake
+		if h.Peek {
+			v.cls = enforcedPeek
+		}
+		if h.Shadow {
+			v.cls <<= 2 // its shadow class
+		}
+		return nil
 	case h.DenyOversize && (admitsNothing(core.Rule) || errors.Is(err, floodgate.ErrInvalidHit) && !errors.Is(err, floodgate.ErrInvalidRule)):
 		// A whole window over the limit, as envoyproxy/ratelimit answers
 		// it, and no error: Envoy lets a request through on an error by
 		// default, and the cost may come from the request.
 		w := in.Rule.Window
 		v.Decision = floodgate.Decision{Policy: policyOf(*h), Limit: in.Rule.Limit, Window: w, ResetAfter: w, RetryAfter: w}
-		v.Decided = true
+		v.Decided, v.cls = true, never
 		p.denied = p.denied || !h.Shadow
-		return never, nil
+		return nil
 	case h.Shadow:
-		return skip, nil // the caller's input, not the store, is at fault: a shadow hit never fails a request
+		v.cls = skipped // the caller's input, not the store, is at fault: a shadow hit never fails a request
+		return nil
 	}
-	return 0, err
+	return err
 }
 
 // admitsNothing reports whether r is a valid rule but for its Limit of 0:
@@ -249,47 +256,61 @@ func policyOf(h Hit) string {
 	return h.Rule.Name
 }
 
-// split sorts the request's hits by kind.
-func (p *pass) split() {
-	for i, k := range p.kinds {
-		h := &p.req[i]
-		p.enforced = p.enforced || !h.Shadow
-		p.shadow = p.shadow || h.Shadow
+// in reports whether hit i is of a class of m, and a FailLocal one if
+// local.
+func (p *pass) in(i int, m uint8, local bool) bool {
+	return p.res.Each[i].cls&m != 0 && (!local || p.req[i].Failure == FailLocal)
+}
+
+// count returns how many hits are of a class of m.
+func (p *pass) count(m uint8) int {
+	n := 0
+	for i := range p.req {
+		if p.in(i, m, false) {
+			n++
+		}
+	}
+	return n
+}
+
+// hits appends to buf the hits of a class of m (FailLocal ones only, if
+// local) as they are decided (the verdicts' hits), with how they are
+// enforced.
+func (p *pass) hits(buf []Hit, m uint8, local bool) []Hit {
+	for i := range p.req {
+		if p.in(i, m, local) {
+			h := p.req[i]
+			h.Hit = p.res.Each[i].Hit
+			buf = append(buf, h)
+		}
+	}
+	return buf
+}
+
+// set makes d, a decision on the hits of a class of m (FailLocal ones
+// only, if local) in order, their verdicts.
+func (p *pass) set(m uint8, local bool, d floodgate.Decision) {
+	k := 0
+	for i := range p.req {
+		if !p.in(i, m, local) {
+			continue
+		}
+		v := &p.res.Each[i]
 		switch {
-		case k == peek && !h.Shadow:
-			p.ep = append(p.ep, i)
-		case k == take && !h.Shadow:
-			p.et = append(p.et, i)
-		case k == peek:
-			p.sp = append(p.sp, i)
-		case k == take:
-			p.st = append(p.st, i)
+		case d.Each == nil && k == 0:
+			v.Decision, v.Decided = d, true
+		case k < len(d.Each):
+			v.Decision, v.Decided = d.Each[k], true
 		}
+		k++
 	}
 }
 
-// hits returns the request's hits idx as they are decided (the verdicts'
-// hits), with how they are enforced.
-func (p *pass) hits(idx []int) []Hit {
-	out := make([]Hit, len(idx))
-	for k, i := range idx {
-		out[k] = p.req[i]
-		out[k].Hit = p.res.Each[i].Hit
-	}
-	return out
-}
-
-// set makes d, a decision on the hits idx in order, their verdicts.
-func (p *pass) set(idx []int, d floodgate.Decision) {
-	if d.Each == nil {
-		if len(idx) == 1 {
-			p.res.Each[idx[0]].Decision, p.res.Each[idx[0]].Decided = d, true
-		}
-		return
-	}
-	for k, i := range idx {
-		if k < len(d.Each) {
-			p.res.Each[i].Decision, p.res.Each[i].Decided = d.Each[k], true
+// clear leaves the hits of a class of m undecided.
+func (p *pass) clear(m uint8) {
+	for i := range p.req {
+		if p.in(i, m, false) {
+			p.res.Each[i].Decision, p.res.Each[i].Decided = floodgate.Decision{}, false
 		}
 	}
 }
@@ -299,17 +320,16 @@ func (p *pass) set(idx []int, d floodgate.Decision) {
 // too, for their figures. A failed store decides the enforced hits by
 // their failure modes, unless the request is denied already.
 func (p *pass) peeks(ctx context.Context) error {
-	idx := slices.Concat(p.ep, p.sp)
+	ask := peeks
 	apart := false // the takes are peeked in a call of their own
-	if p.denied || len(p.ep) > 0 {
-		apart = p.overlap(idx, p.et)
-		if !apart {
-			idx = append(idx, p.et...)
+	if p.denied || p.count(enforcedPeek) > 0 {
+		if apart = p.overlap(peeks, enforcedTake); !apart {
+			ask |= enforcedTake
 		}
 	}
-	err := p.peek(ctx, idx)
-	if err == nil && apart && len(p.et) > 0 {
-		err = p.peek(ctx, p.et) // a peek and a take of one key: one call cannot name it twice
+	err := p.peek(ctx, ask)
+	if err == nil && apart {
+		err = p.peek(ctx, enforcedTake) // a peek and a take of one key: one call cannot name it twice
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -319,149 +339,136 @@ func (p *pass) peeks(ctx context.Context) error {
 			return err
 		}
 		p.g.m.storeError(err)
-		p.clear(idx)
+		p.clear(ask | enforcedTake)
 		switch {
 		case p.denied:
 			// Denied already: the store failing changes nothing, and
 			// leaves the hits without figures.
-		case len(p.ep)+len(p.et) > 0:
-			p.failed(ctx, slices.Concat(p.ep, p.et), err, time.Now())
+		case p.count(enforced) > 0:
+			p.failed(ctx, enforced, err, time.Now())
 		default:
-			// Nothing counted this request: it went through because the
-			// store failed on its shadow limits, which never deny.
-			p.res.Err = err
-			p.g.m.policy("")[FailedOpen].Inc()
-			p.g.logFailed(time.Now(), FailOpen, FailedOpen, err)
-			p.counted = true
+			p.failedShadow(err)
 		}
 		return nil
 	}
-	for _, i := range slices.Concat(p.ep, p.sp) {
+	for i := range p.req {
 		v := &p.res.Each[i]
-		if p.req[i].Overdraw && !v.Decision.Allowed && v.Decision.Remaining >= 0 {
+		if p.in(i, peeks, false) && p.req[i].Overdraw && !v.Decision.Allowed && v.Decision.Remaining >= 0 {
 			v.Decision.Allowed, v.Decision.RetryAfter = true, 0 // at its limit, not past it
 		}
-	}
-	for _, i := range p.ep {
-		if !p.res.Each[i].Decision.Allowed {
+		if p.in(i, enforcedPeek, false) && !v.Decision.Allowed {
 			p.denied = true
-			p.clear(p.sp) // a denied request is not checked against its shadow limits
 		}
 	}
-	if !p.denied {
-		p.clear(p.et) // their figures were asked in case the request was denied: it is checked instead
+	switch {
+	case p.denied:
+		p.clear(shadowPeek) // a denied request is not checked against its shadow limits
+	default:
+		p.clear(enforcedTake) // asked in case the request was denied: it is checked instead
 	}
 	return nil
 }
 
-// overlap reports whether a hit of b names a rule and key of a hit of a.
-func (p *pass) overlap(a, b []int) bool {
-	for _, i := range b {
-		for _, j := range a {
-			if hi, hj := &p.res.Each[i].Hit, &p.res.Each[j].Hit; hi.Rule.Name == hj.Rule.Name && hi.Key == hj.Key {
-				return true
+// failedShadow counts and logs a request of shadow hits only that went
+// through because the store failed with err on them, which never deny.
+func (p *pass) failedShadow(err error) {
+	p.res.Err = err
+	p.g.m.policy("")[FailedOpen].Inc()
+	p.g.logFailed(time.Now(), FailOpen, FailedOpen, err)
+	p.counted = true
+}
+
+// overlap reports whether a hit of a class of b names a rule and key of a
+// hit of a class of a.
+func (p *pass) overlap(a, b uint8) bool {
+	for i := range p.req {
+		for j := range p.req {
+			if p.in(i, b, false) && p.in(j, a, false) {
+				if hi, hj := &p.res.Each[i].Hit, &p.res.Each[j].Hit; hi.Rule.Name == hj.Rule.Name && hi.Key == hj.Key {
+					return true
+				}
 			}
 		}
 	}
 	return false
 }
 
-// peek asks the store about the hits idx in one call and sets their
-// verdicts.
-func (p *pass) peek(ctx context.Context, idx []int) error {
-	if len(idx) == 0 {
+// peek asks the store about the hits of a class of m in one call and sets
+// their verdicts.
+func (p *pass) peek(ctx context.Context, m uint8) error {
+	var hbuf [4]Hit
+	var cbuf [4]floodgate.Hit
+	hs := p.hits(hbuf[:0], m, false)
+	if len(hs) == 0 {
 		return nil
 	}
-	hs := p.hits(idx)
 	start := time.Now()
-	d, err := ask(ctx, p.g.e.limiter, coreHits(hs), true)
+	d, err := ask(ctx, p.g.e.limiter, coreHits(cbuf[:0], hs), true)
 	p.g.m.latency.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return err
 	}
 	rename(&d, hs)
-	p.set(idx, d)
+	p.set(m, false, d)
 	return nil
-}
-
-// clear leaves the hits idx undecided.
-func (p *pass) clear(idx []int) {
-	for _, i := range idx {
-		p.res.Each[i].Decision, p.res.Each[i].Decided = floodgate.Decision{}, false
-	}
 }
 
 // takes checks the enforced takes, all-or-nothing (throttling if the gate
 // does), and, if the request is admitted, the shadow takes.
 func (p *pass) takes(ctx context.Context) error {
-	if len(p.et) > 0 {
-		hs := p.hits(p.et)
-		res, err := p.g.decide(ctx, hs, false)
+	switch {
+	case p.count(enforcedTake) > 0:
+		var hbuf [4]Hit
+		hs := p.hits(hbuf[:0], enforcedTake, false)
+		res, err := p.g.decide(ctx, hs)
 		if err == nil && p.g.spec.MaxDelay > 0 && p.g.throttles(res) {
 			res, err = p.g.throttle(ctx, hs, res)
 		}
 		if err != nil {
 			return err
 		}
-		p.adopt(p.et, res)
-	} else if len(p.ep) > 0 {
+		p.adopt(enforcedTake, res)
+	case p.count(enforcedPeek) > 0:
 		p.res.Outcome, p.res.limiter = Allowed, p.g.e.limiter
-		p.res.Decision = p.combine(p.ep)
+		p.res.Decision = p.combine(enforcedPeek)
 	}
-	if len(p.st) == 0 || p.enforced && p.res.Outcome != Allowed {
+	if p.count(shadowTake) == 0 || p.enforced && p.res.Outcome != Allowed {
 		return nil
 	}
-	err := p.shadowTakes(ctx)
-	if err != nil && !p.enforced && !p.decidedShadow() {
-		// Nothing counted this request: it went through because the
-		// store failed on its shadow limits, which never deny.
-		p.res.Err = err
-		p.g.m.policy("")[FailedOpen].Inc()
-		p.g.logFailed(time.Now(), FailOpen, FailedOpen, err)
-		p.counted = true
+	if err := p.shadowTakes(ctx); err != nil && !p.enforced && p.count(shadowPeek|shadowTake) > 0 && !p.decidedShadow() {
+		p.failedShadow(err)
 	}
 	return nil
 }
 
-// adopt makes res, the decision on the hits idx (or their failure
-// modes'), the request's, and sets their verdicts: a Local decision's on
-// the FailLocal hits alone.
-func (p *pass) adopt(idx []int, res Result) {
+// adopt makes res, the decision on the hits of a class of m (or their
+// failure modes'), the request's, and sets their verdicts: a Local
+// decision's on the FailLocal hits alone.
+func (p *pass) adopt(m uint8, res Result) {
 	each := p.res.Each
 	p.res = res
 	p.res.Each = each
-	if res.limiter == nil {
-		return // the failure mode decided without a limiter
+	if res.limiter != nil {
+		p.set(m, res.Outcome == Local, res.Decision)
 	}
-	if res.Outcome == Local {
-		var lbuf [8]int
-		local := lbuf[:0]
-		for _, i := range idx {
-			if p.req[i].Failure == FailLocal && !p.req[i].Peek {
-				local = append(local, i)
-			}
-		}
-		idx = local
-	}
-	p.set(idx, res.Decision)
 }
 
 // decidedShadow reports whether a shadow hit has a verdict of the store.
 func (p *pass) decidedShadow() bool {
-	for _, i := range slices.Concat(p.sp, p.st) {
-		if p.res.Each[i].Decided {
+	for i := range p.req {
+		if p.in(i, shadowPeek|shadowTake, false) && p.res.Each[i].Decided {
 			return true
 		}
 	}
 	return false
 }
 
-// combine returns the decision on the hits idx from their verdicts: the
-// worst on top, each in Each when there are several.
-func (p *pass) combine(idx []int) floodgate.Decision {
+// combine returns the decision on the enforced hits of a class of m from
+// their verdicts: the worst on top, each in Each when there are several.
+func (p *pass) combine(m uint8) floodgate.Decision {
 	var ds []floodgate.Decision
-	for _, i := range idx {
-		if p.res.Each[i].Decided {
+	for i := range p.req {
+		if p.in(i, m, false) && !p.req[i].Shadow && p.res.Each[i].Decided {
 			ds = append(ds, p.res.Each[i].Decision)
 		}
 	}
@@ -486,98 +493,107 @@ func (p *pass) combine(idx []int) floodgate.Decision {
 // deny makes the request Denied: an enforced hit can never be admitted,
 // or an enforced peek was denied. Nothing was recorded.
 func (p *pass) deny() {
-	idx := p.enforcedIdx()
 	p.res.Outcome, p.res.limiter, p.res.Err = Denied, p.g.e.limiter, nil
-	p.res.Decision = p.combine(idx)
-}
-
-// enforcedIdx returns the indices of the request's enforced hits.
-func (p *pass) enforcedIdx() []int {
-	var idx []int
-	for i := range p.req {
-		if !p.req[i].Shadow {
-			idx = append(idx, i)
-		}
-	}
-	return idx
+	p.res.Decision = p.combine(enforced | never)
 }
 
 // report sets the request's shadow decisions from their verdicts, counts
 // them and logs their denials.
 func (p *pass) report() {
 	p.res.gate = p.g // which Hold needs, for the shadow leases
-	for i, k := range p.kinds {
+	for i := range p.req {
 		v := &p.res.Each[i]
-		if !p.req[i].Shadow || k == never || !v.Decided {
-			continue
-		}
-		d := v.Decision
-		p.res.Shadow = append(p.res.Shadow, d)
-		p.res.shadowHits = append(p.res.shadowHits, v.Hit)
-		p.g.m.shadowed(d.Policy, d.Allowed)
-		if !d.Allowed {
-			p.g.shadowLog.do(time.Now(), func(held int) {
-				p.g.e.logger.LogAttrs(context.Background(), slog.LevelInfo, "floodgate: a shadow limit would have denied a request",
-					slog.String("gate", p.g.spec.Name), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter),
-					slog.Int("suppressed", held))
-			})
+		if p.in(i, shadowPeek|shadowTake, false) && v.Decided {
+			p.res.Shadow = append(p.res.Shadow, v.Decision)
+			p.res.shadowHits = append(p.res.shadowHits, v.Hit)
+			p.g.shadowed(v.Decision)
 		}
 	}
 }
 
+// shadowed counts a shadow hit's decision d, and logs it if it denied, in
+// aggregate (g.shadowLog).
+func (g *Gate) shadowed(d floodgate.Decision) {
+	g.m.shadowed(d.Policy, d.Allowed)
+	if !d.Allowed {
+		g.shadowLog.do(time.Now(), func(held int) {
+			g.e.logger.LogAttrs(context.Background(), slog.LevelInfo, "floodgate: a shadow limit would have denied a request",
+				slog.String("gate", g.spec.Name), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter),
+				slog.Int("suppressed", held))
+		})
+	}
+}
+
 // shadowTakes records each shadow take that is within its limit, and
-// sets its verdict. A store that fails decides nothing more; it returns
-// the store's error (not ctx's).
+// sets its verdict: all of them in one Take, and, when one is denied (so
+// that nothing was recorded), the others in another, until none is. A
+// store that fails decides nothing more; it returns the store's error
+// (not ctx's).
 func (p *pass) shadowTakes(ctx context.Context) error {
-	pending := p.st
-	for len(pending) > 0 {
-		hs := p.hits(pending)
-		d, err := ask(ctx, p.g.e.limiter, coreHits(hs), false)
-		if errors.Is(err, floodgate.ErrInvalidHit) && len(pending) > 1 {
-			// Two of them name one key under one rule: one call cannot.
-			for _, i := range pending {
-				if err := p.shadowTake(ctx, i); err != nil {
-					return err
-				}
-			}
-			return nil
+	for i := range p.req {
+		if p.in(i, shadowTake, false) {
+			p.res.Each[i].cls |= pending
+		}
+	}
+	defer func() {
+		for i := range p.res.Each {
+			p.res.Each[i].cls &^= pending
+		}
+	}()
+	for p.count(pending) > 0 {
+		hs := p.hits(nil, pending, false)
+		d, err := ask(ctx, p.g.e.limiter, coreHits(nil, hs), false)
+		if errors.Is(err, floodgate.ErrInvalidHit) && len(hs) > 1 {
+			return p.shadowEach(ctx) // two of them name one key under one rule: one call cannot
 		}
 		if err != nil {
 			return p.shadowFailed(ctx, err)
 		}
 		rename(&d, hs)
-		p.set(pending, d)
+		p.set(pending, false, d)
 		if d.Recorded {
 			return nil
 		}
 		// Nothing was recorded: the denied ones are decided, the others
 		// are taken again without them.
-		var next []int
-		for k, i := range pending {
-			if e := fields.Each(d); k < len(e) && (e[k].Allowed || hs[k].Overdraw) {
-				next = append(next, i)
+		each, k, left := fields.Each(d), 0, 0
+		for i := range p.req {
+			if !p.in(i, pending, false) {
+				continue
 			}
+			if k < len(each) && !each[k].Allowed && !hs[k].Overdraw {
+				p.res.Each[i].cls &^= pending
+			} else {
+				left++
+			}
+			k++
 		}
-		if len(next) == len(pending) {
+		if left == len(hs) {
 			return nil
 		}
-		pending = next
 	}
 	return nil
 }
 
-// shadowTake records shadow take i if within its limit.
-func (p *pass) shadowTake(ctx context.Context, i int) error {
-	hs := p.hits([]int{i})
-	d, err := ask(ctx, p.g.e.limiter, coreHits(hs), false)
-	if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
-		return nil // the caller's input, not the store, is at fault: a shadow hit never fails a request
+// shadowEach records each pending shadow take on its own, if within its
+// limit.
+func (p *pass) shadowEach(ctx context.Context) error {
+	for i := range p.req {
+		if !p.in(i, pending, false) {
+			continue
+		}
+		h := p.req[i]
+		h.Hit = p.res.Each[i].Hit
+		d, err := ask(ctx, p.g.e.limiter, []floodgate.Hit{h.Hit}, false)
+		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
+			continue // the caller's input, not the store, is at fault: a shadow hit never fails a request
+		}
+		if err != nil {
+			return p.shadowFailed(ctx, err)
+		}
+		rename(&d, []Hit{h})
+		p.res.Each[i].Decision, p.res.Each[i].Decided = d, true
 	}
-	if err != nil {
-		return p.shadowFailed(ctx, err)
-	}
-	rename(&d, hs)
-	p.set([]int{i}, d)
 	return nil
 }
 
@@ -634,14 +650,14 @@ func asNow(d floodgate.Decision, hits []floodgate.Hit) floodgate.Decision {
 	return top
 }
 
-// decide asks the store about hits, which are resolved, in one call, a
-// peek or a take, and, if the store fails, applies their failure modes.
-// It returns an error only when ctx is done or a hit is invalid. The
-// decisions report each hit under its Policy.
-func (g *Gate) decide(ctx context.Context, hits []Hit, peek bool) (Result, error) {
+// decide takes hits, which are resolved, in one store call, and, if the
+// store fails, applies their failure modes. It returns an error only when
+// ctx is done or a hit is invalid. The decisions report each hit under
+// its Policy.
+func (g *Gate) decide(ctx context.Context, hits []Hit) (Result, error) {
 	start := time.Now()
-	core := coreHits(hits)
-	d, err := ask(ctx, g.e.limiter, core, peek)
+	core := coreHits(nil, hits)
+	d, err := ask(ctx, g.e.limiter, core, false)
 	g.m.latency.Observe(time.Since(start).Seconds())
 	if err == nil {
 		rename(&d, hits)
@@ -661,45 +677,47 @@ func (g *Gate) decide(ctx context.Context, hits []Hit, peek bool) (Result, error
 	return g.failed(ctx, hits, err, start), nil
 }
 
-// failed decides the request's hits idx by their failure modes, the store
-// having failed with err (or the request shed), and sets their verdicts.
-// The local limits peek at the FailLocal peeks first, and take the
-// FailLocal takes only if the peeks admit the request.
-func (p *pass) failed(ctx context.Context, idx []int, err error, start time.Time) {
-	var tbuf, lbuf [8]int
-	takes, lp := tbuf[:0], lbuf[:0]
+// failed decides the request's hits of a class of m by their failure
+// modes, the store having failed with err (or the request shed), and sets
+// their verdicts. The local limits peek at the FailLocal peeks first, and
+// take the FailLocal takes only if the peeks admit the request.
+func (p *pass) failed(ctx context.Context, m uint8, err error, start time.Time) {
 	mode := FailOpen
-	for _, i := range idx {
-		h := &p.req[i]
-		if failureRank[h.Failure] > failureRank[mode] {
+	for i := range p.req {
+		if h := &p.req[i]; p.in(i, m, false) && failureRank[h.Failure] > failureRank[mode] {
 			mode = h.Failure
 		}
-		switch {
-		case !h.Peek:
-			takes = append(takes, i)
-		case h.Failure == FailLocal:
-			lp = append(lp, i)
-		}
 	}
-	if mode != FailLocal || len(lp) == 0 {
-		p.adopt(idx, p.g.failed(ctx, p.hits(idx), err, start))
+	lp := m & peeks
+	if mode != FailLocal || p.count(lp) == 0 || !p.anyLocal(lp) {
+		p.adopt(m, p.g.failed(ctx, p.hits(nil, m, false), err, start))
 		return
 	}
-	hs := p.hits(lp)
-	d, lerr := ask(ctx, p.g.e.local, coreHits(hs), true)
+	hs := p.hits(nil, lp, true)
+	d, lerr := ask(ctx, p.g.e.local, coreHits(nil, hs), true)
 	if lerr != nil {
-		p.adopt(idx, Result{Outcome: FailedClosed, Err: err})
+		p.adopt(m, Result{Outcome: FailedClosed, Err: err})
 		p.g.logFailed(start, mode, FailedClosed, err)
 		return
 	}
 	rename(&d, hs)
-	p.set(lp, d)
-	if !d.Allowed || len(takes) == 0 {
-		p.adopt(nil, Result{Outcome: Local, Decision: p.combine(lp), Err: err, gate: p.g, limiter: p.g.e.local})
+	p.set(lp, true, d)
+	if takes := m &^ peeks; !d.Allowed || p.count(takes) == 0 {
+		p.adopt(0, Result{Outcome: Local, Decision: p.combine(lp), Err: err, gate: p.g, limiter: p.g.e.local})
 		p.g.logFailed(start, mode, Local, err)
-		return
+	} else {
+		p.adopt(takes, p.g.failed(ctx, p.hits(nil, takes, false), err, start))
 	}
-	p.adopt(takes, p.g.failed(ctx, p.hits(takes), err, start))
+}
+
+// anyLocal reports whether a hit of a class of m is FailLocal.
+func (p *pass) anyLocal(m uint8) bool {
+	for i := range p.req {
+		if p.in(i, m, true) {
+			return true
+		}
+	}
+	return false
 }
 
 // failed applies the failure modes of hits to the store's error err: the
@@ -723,7 +741,7 @@ func (g *Gate) failed(ctx context.Context, hits []Hit, err error, start time.Tim
 		res.Outcome = Errored
 	case FailLocal:
 		res.Outcome = FailedClosed // unless the local limits decide
-		lcore := coreHits(local)
+		lcore := coreHits(nil, local)
 		if d, lerr := ask(ctx, g.e.local, lcore, false); lerr == nil {
 			rename(&d, local)
 			res = Result{Outcome: Local, Decision: d, Err: err, gate: g, limiter: g.e.local, hits: lcore}
@@ -743,13 +761,13 @@ func (g *Gate) logFailed(start time.Time, mode FailureMode, outcome Outcome, err
 	})
 }
 
-// coreHits returns the core's hits of hs.
-func coreHits(hs []Hit) []floodgate.Hit {
-	out := make([]floodgate.Hit, len(hs))
-	for i, h := range hs {
-		out[i] = h.Hit
+// coreHits appends the core's hits of hs to buf.
+func coreHits(buf []floodgate.Hit, hs []Hit) []floodgate.Hit {
+	buf = slices.Grow(buf, len(hs))
+	for _, h := range hs {
+		buf = append(buf, h.Hit)
 	}
-	return out
+	return buf
 }
 
 // rename reports each decision of d, the decision on hits, under its

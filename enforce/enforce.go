@@ -362,7 +362,7 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 		}
 		released = g.e.released.wait() // before the check: no release is missed
 		var err error
-		if res, err = g.decide(ctx, hits, false); err != nil {
+		if res, err = g.decide(ctx, hits); err != nil {
 			g.m.throttled["canceled"].Inc()
 			return res, err
 		}
