@@ -421,7 +421,7 @@ func (p *pass) takes(ctx context.Context) error {
 		var hbuf [4]Hit
 		hs := p.hits(hbuf[:0], enforcedTake, false)
 		res, err := p.g.decide(ctx, hs)
-		if err == nil && p.g.spec.MaxDelay > 0 && p.g.throttles(res) {
+		if err == nil && p.g.spec.MaxDelay > 0 && p.g.throttles(res, hs) {
 			res, err = p.g.throttle(ctx, hs, res)
 		}
 		if err != nil {
@@ -505,7 +505,6 @@ func (p *pass) report() {
 		v := &p.res.Each[i]
 		if p.in(i, shadowPeek|shadowTake, false) && v.Decided {
 			p.res.Shadow = append(p.res.Shadow, v.Decision)
-			p.res.shadowHits = append(p.res.shadowHits, v.Hit)
 			p.g.shadowed(v.Decision)
 		}
 	}
@@ -656,12 +655,12 @@ func asNow(d floodgate.Decision, hits []floodgate.Hit) floodgate.Decision {
 // its Policy.
 func (g *Gate) decide(ctx context.Context, hits []Hit) (Result, error) {
 	start := time.Now()
-	core := coreHits(nil, hits)
-	d, err := ask(ctx, g.e.limiter, core, false)
+	var cbuf [4]floodgate.Hit
+	d, err := g.e.limiter.Check(ctx, coreHits(cbuf[:0], hits)...)
 	g.m.latency.Observe(time.Since(start).Seconds())
 	if err == nil {
 		rename(&d, hits)
-		res := Result{Outcome: Allowed, Decision: d, gate: g, limiter: g.e.limiter, hits: core}
+		res := Result{Outcome: Allowed, Decision: d, gate: g, limiter: g.e.limiter}
 		if !d.Allowed {
 			res.Outcome = Denied
 		}
@@ -741,10 +740,9 @@ func (g *Gate) failed(ctx context.Context, hits []Hit, err error, start time.Tim
 		res.Outcome = Errored
 	case FailLocal:
 		res.Outcome = FailedClosed // unless the local limits decide
-		lcore := coreHits(nil, local)
-		if d, lerr := ask(ctx, g.e.local, lcore, false); lerr == nil {
+		if d, lerr := ask(ctx, g.e.local, coreHits(nil, local), false); lerr == nil {
 			rename(&d, local)
-			res = Result{Outcome: Local, Decision: d, Err: err, gate: g, limiter: g.e.local, hits: lcore}
+			res = Result{Outcome: Local, Decision: d, Err: err, gate: g, limiter: g.e.local}
 		}
 	}
 	g.logFailed(start, mode, res.Outcome, err)

@@ -314,10 +314,11 @@ func (e *Enforcer) validateOne(s Spec, batch map[string]floodgate.Rule) (*Gate, 
 	return g, errors.Join(errs...)
 }
 
-// throttles reports whether res is a denial worth waiting for.
-func (g *Gate) throttles(res Result) bool {
+// throttles reports whether res, the decision on hits, is a denial worth
+// waiting for.
+func (g *Gate) throttles(res Result, hits []Hit) bool {
 	return (res.Outcome == Denied || res.Outcome == Local && !res.Decision.Allowed) &&
-		(res.Decision.RetryAfter <= g.spec.MaxDelay || leaseDenied(res))
+		(res.Decision.RetryAfter <= g.spec.MaxDelay || leaseDenied(res, hits))
 }
 
 // throttle waits for quota while the denial's RetryAfter fits in what is
@@ -344,10 +345,10 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 	// this process wakes it, another process's is seen by the next check,
 	// at most leasePoll later.
 	released := g.e.released.wait()
-	for left := first; left > 0 && g.throttles(res) && (res.Decision.RetryAfter <= left || leaseDenied(res)); left = time.Until(deadline) {
+	for left := first; left > 0 && g.throttles(res, hits) && (res.Decision.RetryAfter <= left || leaseDenied(res, hits)); left = time.Until(deadline) {
 		wait := res.Decision.RetryAfter
 		var wake <-chan struct{}
-		if leaseDenied(res) {
+		if leaseDenied(res, hits) {
 			wait, wake = min(wait, leasePoll(g.spec.MaxDelay), left), released
 		}
 		t := time.NewTimer(max(wait, time.Millisecond))

@@ -78,10 +78,8 @@ type Result struct {
 	// A transport reports these as they are.
 	Each []Verdict
 
-	gate       *Gate              // the gate that decided, with limiter
-	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
-	hits       []floodgate.Hit    // the enforced hits that limiter decided
-	shadowHits []floodgate.Hit    // the shadow hits that were checked
+	gate    *Gate              // the gate that decided, with limiter
+	limiter *floodgate.Limiter // the limiter that decided the enforced takes; nil if none did
 }
 
 // Allowed reports whether the request may proceed. The Result that Check
@@ -113,8 +111,9 @@ func (r Result) FailRetryAfter() time.Duration {
 // named rule on key, enforced or shadow: how a transport nesting two
 // checks avoids counting one hit twice.
 func (r Result) Covers(rule, key string) bool {
-	same := func(h floodgate.Hit) bool { return h.Rule.Name == rule && h.Key == key }
-	return slices.ContainsFunc(r.hits, same) || slices.ContainsFunc(r.shadowHits, same)
+	return slices.ContainsFunc(r.Each, func(v Verdict) bool {
+		return v.Decided && v.cls&(enforcedTake|shadowPeek|shadowTake) != 0 && v.Hit.Rule.Name == rule && v.Hit.Key == key
+	})
 }
 
 // Refund undoes the hits that the decision recorded, through the limiter
@@ -130,17 +129,17 @@ func (r Result) Refund(ctx context.Context, policies ...string) error {
 	if r.limiter == nil || !r.Decision.Recorded {
 		return nil
 	}
-	leases := slices.ContainsFunc(r.hits, func(h floodgate.Hit) bool { return h.Rule.Algorithm == floodgate.Concurrency })
-	if len(policies) == 0 && !leases {
+	lease := func(v Verdict) bool { return v.Hit.Rule.Algorithm == floodgate.Concurrency }
+	if len(policies) == 0 && !slices.ContainsFunc(r.Each, lease) {
 		return r.limiter.Refund(ctx, r.Decision)
 	}
 	var errs []error
-	for i, d := range fields.Each(r.Decision) {
-		if i < len(r.hits) && r.hits[i].Rule.Algorithm == floodgate.Concurrency {
+	for _, v := range r.Each {
+		if v.cls&enforcedTake == 0 || !v.Decided || lease(v) {
 			continue
 		}
-		if len(policies) == 0 || slices.Contains(policies, d.Policy) {
-			errs = append(errs, r.limiter.Refund(ctx, d))
+		if len(policies) == 0 || slices.Contains(policies, v.Decision.Policy) {
+			errs = append(errs, r.limiter.Refund(ctx, v.Decision))
 		}
 	}
 	return errors.Join(errs...)
