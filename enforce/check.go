@@ -94,10 +94,13 @@ func Unavailable(err error) Option { return Option{unavailable: err} }
 // request is admitted, the shadow takes, each recorded if within its own
 // limit (one Take for all of them, and one more without those denied, as
 // long as one is). The store's contract keeps a Peek and a Take apart
-// (Take records every hit it admits), so a request of peeks and takes
-// costs the store two calls, and any other request one (plus its shadow
-// takes'). Every request is counted once in the decisions metric, and
-// degraded ones are logged.
+// (Take records every hit it admits, Peek none), so a request of peeks
+// and takes costs the store two calls (three when a peek and a take name
+// one key, which one call cannot), and any other request one, plus its
+// shadow takes'; the limiter may add its own (floodgate.Limiter.Check's
+// Peek after a denied check of Overdraw hits), or spare them (escrow, the
+// denial cache). Every request is counted once in the decisions metric,
+// and degraded ones are logged.
 //
 // Rules need not be among the Spec's limits: a gate may check rules that
 // come with each request (an RLS domain's descriptors). The error is

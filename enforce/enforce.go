@@ -314,6 +314,32 @@ func (e *Enforcer) validateOne(s Spec, batch map[string]floodgate.Rule) (*Gate, 
 	return g, errors.Join(errs...)
 }
 
+// Hits returns the hits of a request whose keys are keys, one per limit
+// of the Spec in order. A key "" means the request has no key for that
+// limit: the limit is skipped, which is counted in
+// floodgate_skipped_limits_total and logged the first time, since a
+// per-user limit whose principal is never set (the rate-limit check runs
+// before authentication) would otherwise limit nobody, silently. Keys
+// beyond the Spec's limits are ignored; missing ones are "". A key longer
+// than 1 MiB is replaced by its SHA-256 digest, so that no
+// request's key makes an invalid hit.
+func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
+	hits := make([]Hit, 0, len(g.spec.Limits))
+	for i, lim := range g.spec.Limits {
+		if i >= len(keys) || keys[i] == "" {
+			g.m.skipped[i].Inc()
+			if !g.skipWarned[i].Swap(true) {
+				g.e.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a limit skipped a request that has no key for it; "+
+					"if the key is the principal, set it before the rate-limit check runs. Counted in floodgate_skipped_limits_total; logged once",
+					slog.String("gate", g.spec.Name), slog.String("policy", lim.Rule.Name))
+			}
+			continue
+		}
+		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: lim.Rule, Key: fitKey(keys[i])}, Shadow: lim.Shadow, Failure: g.spec.Failure})
+	}
+	return hits
+}
+
 // throttles reports whether res, the decision on hits, is a denial worth
 // waiting for.
 func (g *Gate) throttles(res Result, hits []Hit) bool {
@@ -374,30 +400,4 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 		g.m.throttled["denied"].Inc()
 	}
 	return res, nil
-}
-
-// Hits returns the hits of a request whose keys are keys, one per limit
-// of the Spec in order. A key "" means the request has no key for that
-// limit: the limit is skipped, which is counted in
-// floodgate_skipped_limits_total and logged the first time, since a
-// per-user limit whose principal is never set (the rate-limit check runs
-// before authentication) would otherwise limit nobody, silently. Keys
-// beyond the Spec's limits are ignored; missing ones are "". A key longer
-// than 1 MiB is replaced by its SHA-256 digest, so that no
-// request's key makes an invalid hit.
-func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
-	hits := make([]Hit, 0, len(g.spec.Limits))
-	for i, lim := range g.spec.Limits {
-		if i >= len(keys) || keys[i] == "" {
-			g.m.skipped[i].Inc()
-			if !g.skipWarned[i].Swap(true) {
-				g.e.logger.LogAttrs(ctx, slog.LevelWarn, "floodgate: a limit skipped a request that has no key for it; "+
-					"if the key is the principal, set it before the rate-limit check runs. Counted in floodgate_skipped_limits_total; logged once",
-					slog.String("gate", g.spec.Name), slog.String("policy", lim.Rule.Name))
-			}
-			continue
-		}
-		hits = append(hits, Hit{Hit: floodgate.Hit{Rule: lim.Rule, Key: fitKey(keys[i])}, Shadow: lim.Shadow, Failure: g.spec.Failure})
-	}
-	return hits
 }
