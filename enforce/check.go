@@ -151,10 +151,10 @@ type pass struct {
 	req []Hit
 	res Result
 
-	denied   bool // an enforced hit can never be admitted, or its peek was denied
-	enforced bool // the request has an enforced hit
-	shadow   bool // the request has a shadow hit
-	counted  bool // the request was counted in the decisions metric
+	denied      bool // an enforced hit can never be admitted, or its peek was denied
+	anyEnforced bool // the request has an enforced hit
+	anyShadow   bool // the request has a shadow hit
+	counted     bool // the request was counted in the decisions metric
 }
 
 func (p *pass) run(ctx context.Context, shed error) (Result, error) {
@@ -162,8 +162,8 @@ func (p *pass) run(ctx context.Context, shed error) (Result, error) {
 		if err := p.resolve(i); err != nil {
 			return Result{}, err
 		}
-		p.enforced = p.enforced || !p.req[i].Shadow
-		p.shadow = p.shadow || p.req[i].Shadow
+		p.anyEnforced = p.anyEnforced || !p.req[i].Shadow
+		p.anyShadow = p.anyShadow || p.req[i].Shadow
 	}
 	if shed != nil {
 		switch {
@@ -191,7 +191,7 @@ func (p *pass) run(ctx context.Context, shed error) (Result, error) {
 		p.deny()
 	}
 	p.report()
-	if !p.counted && (p.enforced || !p.shadow) {
+	if !p.counted && (p.anyEnforced || !p.anyShadow) {
 		p.g.m.decision(p.res)
 	}
 	return p.res, nil
@@ -435,10 +435,10 @@ func (p *pass) takes(ctx context.Context) error {
 		p.res.Outcome, p.res.limiter = Allowed, p.g.e.limiter
 		p.res.Decision = p.combine(enforcedPeek)
 	}
-	if p.count(shadowTake) == 0 || p.enforced && p.res.Outcome != Allowed {
+	if p.count(shadowTake) == 0 || p.anyEnforced && p.res.Outcome != Allowed {
 		return nil
 	}
-	if err := p.shadowTakes(ctx); err != nil && !p.enforced && p.count(shadowPeek|shadowTake) > 0 && !p.decidedShadow() {
+	if err := p.shadowTakes(ctx); err != nil && !p.anyEnforced && !p.decidedShadow() {
 		p.failedShadow(err)
 	}
 	return nil

@@ -16,7 +16,8 @@ type Outcome uint8
 const (
 	// Allowed: the store admitted the request.
 	Allowed Outcome = iota
-	// Denied: the store refused it.
+	// Denied: the store refused it, or Check did without asking (an
+	// enforced hit that can never be admitted: Hit.DenyOversize).
 	Denied
 	// FailedOpen: the store failed and the request went through.
 	FailedOpen
