@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -169,7 +170,7 @@ func (p *pass) run(ctx context.Context, shed error) (Result, error) {
 		switch {
 		case p.denied:
 			p.deny()
-		case p.count(enforced) > 0:
+		case p.count(enforced, false) > 0:
 			p.failed(ctx, enforced, shed, time.Now())
 		default:
 			return p.res, nil // shadow hits only: nothing to decide
@@ -177,7 +178,7 @@ func (p *pass) run(ctx context.Context, shed error) (Result, error) {
 		p.g.m.decision(p.res)
 		return p.res, nil
 	}
-	if p.denied || p.count(peeks) > 0 {
+	if p.denied || p.count(peeks, false) > 0 {
 		if err := p.peeks(ctx); err != nil {
 			return Result{}, err
 		}
@@ -229,7 +230,7 @@ func (p *pass) resolve(i int) error {
 		// it, and no error: Envoy lets a request through on an error by
 		// default, and the cost may come from the request.
 		w := in.Rule.Window
-		v.Decision = floodgate.Decision{Policy: policyOf(*h), Limit: in.Rule.Limit, Window: w, ResetAfter: w, RetryAfter: w}
+		v.Decision = floodgate.Decision{Policy: cmp.Or(h.Policy, h.Rule.Name), Limit: in.Rule.Limit, Window: w, ResetAfter: w, RetryAfter: w}
 		v.Decided, v.cls = true, never
 		p.denied = p.denied || !h.Shadow
 		return nil
@@ -251,25 +252,18 @@ func admitsNothing(r floodgate.Rule) bool {
 	return r.Validate() == nil
 }
 
-// policyOf is the name h is reported under.
-func policyOf(h Hit) string {
-	if h.Policy != "" {
-		return h.Policy
-	}
-	return h.Rule.Name
-}
-
 // in reports whether hit i is of a class of m, and a FailLocal one if
 // local.
 func (p *pass) in(i int, m uint8, local bool) bool {
 	return p.res.Each[i].cls&m != 0 && (!local || p.req[i].Failure == FailLocal)
 }
 
-// count returns how many hits are of a class of m.
-func (p *pass) count(m uint8) int {
+// count returns how many hits are of a class of m (FailLocal ones only,
+// if local).
+func (p *pass) count(m uint8, local bool) int {
 	n := 0
 	for i := range p.req {
-		if p.in(i, m, false) {
+		if p.in(i, m, local) {
 			n++
 		}
 	}
@@ -325,7 +319,7 @@ func (p *pass) clear(m uint8) {
 func (p *pass) peeks(ctx context.Context) error {
 	ask := peeks
 	apart := false // the takes are peeked in a call of their own
-	if p.denied || p.count(enforcedPeek) > 0 {
+	if p.denied || p.count(enforcedPeek, false) > 0 {
 		if apart = p.overlap(peeks, enforcedTake); !apart {
 			ask |= enforcedTake
 		}
@@ -347,7 +341,7 @@ func (p *pass) peeks(ctx context.Context) error {
 		case p.denied:
 			// Denied already: the store failing changes nothing, and
 			// leaves the hits without figures.
-		case p.count(enforced) > 0:
+		case p.count(enforced, false) > 0:
 			p.failed(ctx, enforced, err, time.Now())
 		default:
 			p.failedShadow(err)
@@ -420,7 +414,7 @@ func (p *pass) peek(ctx context.Context, m uint8) error {
 // does), and, if the request is admitted, the shadow takes.
 func (p *pass) takes(ctx context.Context) error {
 	switch {
-	case p.count(enforcedTake) > 0:
+	case p.count(enforcedTake, false) > 0:
 		var hbuf [4]Hit
 		hs := p.hits(hbuf[:0], enforcedTake, false)
 		res, err := p.g.decide(ctx, hs)
@@ -431,11 +425,11 @@ func (p *pass) takes(ctx context.Context) error {
 			return err
 		}
 		p.adopt(enforcedTake, res)
-	case p.count(enforcedPeek) > 0:
+	case p.count(enforcedPeek, false) > 0:
 		p.res.Outcome, p.res.limiter = Allowed, p.g.e.limiter
 		p.res.Decision = p.combine(enforcedPeek)
 	}
-	if p.count(shadowTake) == 0 || p.anyEnforced && p.res.Outcome != Allowed {
+	if p.count(shadowTake, false) == 0 || p.anyEnforced && p.res.Outcome != Allowed {
 		return nil
 	}
 	if err := p.shadowTakes(ctx); err != nil && !p.anyEnforced && !p.decidedShadow() {
@@ -542,14 +536,17 @@ func (p *pass) shadowTakes(ctx context.Context) error {
 			p.res.Each[i].cls &^= pending
 		}
 	}()
-	for p.count(pending) > 0 {
+	for p.count(pending, false) > 0 {
 		hs := p.hits(nil, pending, false)
 		d, err := ask(ctx, p.g.e.limiter, coreHits(nil, hs), false)
-		if errors.Is(err, floodgate.ErrInvalidHit) && len(hs) > 1 {
-			return p.shadowEach(ctx) // two of them name one key under one rule: one call cannot
-		}
-		if err != nil {
-			return p.shadowFailed(ctx, err)
+		switch {
+		case errors.Is(err, floodgate.ErrInvalidHit):
+			return nil // two of them name one key under one rule: the caller's input is at fault, and a shadow hit never fails a request
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil:
+			p.g.m.storeError(err)
+			return err
 		}
 		rename(&d, hs)
 		p.set(pending, false, d)
@@ -575,38 +572,6 @@ func (p *pass) shadowTakes(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// shadowEach records each pending shadow take on its own, if within its
-// limit.
-func (p *pass) shadowEach(ctx context.Context) error {
-	for i := range p.req {
-		if !p.in(i, pending, false) {
-			continue
-		}
-		h := p.req[i]
-		h.Hit = p.res.Each[i].Hit
-		d, err := ask(ctx, p.g.e.limiter, []floodgate.Hit{h.Hit}, false)
-		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
-			continue // the caller's input, not the store, is at fault: a shadow hit never fails a request
-		}
-		if err != nil {
-			return p.shadowFailed(ctx, err)
-		}
-		rename(&d, []Hit{h})
-		p.res.Each[i].Decision, p.res.Each[i].Decided = d, true
-	}
-	return nil
-}
-
-// shadowFailed counts the store's error err on a shadow take, and returns
-// it; nil if ctx is done.
-func (p *pass) shadowFailed(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	p.g.m.storeError(err)
-	return err
 }
 
 // ask decides hits with l: a take, or a peek whose figures are the keys'
@@ -691,7 +656,7 @@ func (p *pass) failed(ctx context.Context, m uint8, err error, start time.Time) 
 		}
 	}
 	lp := m & peeks
-	if mode != FailLocal || p.count(lp) == 0 || !p.anyLocal(lp) {
+	if mode != FailLocal || p.count(lp, true) == 0 {
 		p.adopt(m, p.g.failed(ctx, p.hits(nil, m, false), err, start))
 		return
 	}
@@ -704,22 +669,12 @@ func (p *pass) failed(ctx context.Context, m uint8, err error, start time.Time) 
 	}
 	rename(&d, hs)
 	p.set(lp, true, d)
-	if takes := m &^ peeks; !d.Allowed || p.count(takes) == 0 {
+	if takes := m &^ peeks; !d.Allowed || p.count(takes, false) == 0 {
 		p.adopt(0, Result{Outcome: Local, Decision: p.combine(lp), Err: err, gate: p.g, limiter: p.g.e.local})
 		p.g.logFailed(start, mode, Local, err)
 	} else {
 		p.adopt(takes, p.g.failed(ctx, p.hits(nil, takes, false), err, start))
 	}
-}
-
-// anyLocal reports whether a hit of a class of m is FailLocal.
-func (p *pass) anyLocal(m uint8) bool {
-	for i := range p.req {
-		if p.in(i, m, true) {
-			return true
-		}
-	}
-	return false
 }
 
 // failed applies the failure modes of hits to the store's error err: the
