@@ -58,18 +58,19 @@ type Verdict struct {
 	// (after the limiter's overrides: floodgate.Limiter.InForce), its
 	// cost normalized (zero means 1). A transport reports this rule.
 	Hit floodgate.Hit
-	// Decision is the hit's own decision, under its Policy, when Decided:
-	// the store's, the local limits', or Check's own for a hit that can
-	// never be admitted. A peek's figures are the key's as they stand.
+	// Decision is the hit's own decision, under its Policy: the store's,
+	// the local limits', or Check's own for a hit that can never be
+	// admitted. A peek's figures are the key's as they stand. It is the
+	// zero Decision (its Policy empty) for a hit that nothing decided:
+	// the store failed and its failure mode did not ask the local limits,
+	// it is a shadow hit of a denied request, or an invalid shadow hit.
 	Decision floodgate.Decision
-	// Decided reports whether Decision is set. A hit is undecided when the
-	// store failed and its failure mode did not ask the local limits, when
-	// it is a shadow hit of a request that was denied, or when it is
-	// invalid and shadow (skipped).
-	Decided bool
 
 	cls uint8 // its class in Check's pass
 }
+
+// decided reports whether something decided the hit.
+func (v *Verdict) decided() bool { return v.Decision.Policy != "" }
 
 // Option changes how [Gate.Check] decides one request.
 type Option struct{ unavailable error }
@@ -88,17 +89,16 @@ func Unavailable(err error) Option { return Option{unavailable: err} }
 // denied without asking it. The peeks (Hit.Peek) are asked in one store
 // Peek; an enforced one that is denied, or an enforced hit that can
 // never be admitted, denies the request, and then the takes are not
-// recorded: the same Peek gives their figures, and nothing else is asked.
-// Otherwise the enforced takes are checked in one store Take, together,
+// recorded: one more Peek gives their figures. Otherwise the enforced
+// takes are checked in one store Take, together,
 // all-or-nothing, within the limiter's time budget, by their failure
 // modes if the store fails, waiting if the gate throttles; then, if the
 // request is admitted, the shadow takes, each recorded if within its own
 // limit (one Take for all of them, and one more without those denied, as
 // long as one is). The store's contract keeps a Peek and a Take apart
 // (Take records every hit it admits, Peek none), so a request of peeks
-// and takes costs the store two calls (three when a peek and a take name
-// one key, which one call cannot), and any other request one, plus its
-// shadow takes'; the limiter may add its own (floodgate.Limiter.Check's
+// and takes costs the store two calls, and any other request one, plus
+// its shadow takes'; the limiter may add its own (floodgate.Limiter.Check's
 // Peek after a denied check of Overdraw hits), or spare them (escrow, the
 // denial cache). Every request is counted once in the decisions metric,
 // and degraded ones are logged.
@@ -178,18 +178,26 @@ func (p *pass) run(ctx context.Context, shed error) (Result, error) {
 		p.g.m.decision(p.res)
 		return p.res, nil
 	}
-	if p.denied || p.count(peeks, false) > 0 {
+	if p.count(peeks, false) > 0 {
 		if err := p.peeks(ctx); err != nil {
 			return Result{}, err
 		}
 	}
-	if !p.denied && p.res.Err == nil {
+	switch {
+	case p.denied:
+		// Nothing is recorded: the takes are only peeked, for their
+		// figures; a store that fails leaves them without.
+		if err := p.peek(ctx, enforcedTake); err != nil {
+			if ctx.Err() != nil {
+				return Result{}, ctx.Err()
+			}
+			p.g.m.storeError(err)
+		}
+		p.deny()
+	case p.res.Err == nil:
 		if err := p.takes(ctx); err != nil {
 			return Result{}, err
 		}
-	}
-	if p.denied {
-		p.deny()
 	}
 	p.report()
 	if !p.counted && (p.anyEnforced || !p.anyShadow) {
@@ -231,7 +239,7 @@ func (p *pass) resolve(i int) error {
 		// default, and the cost may come from the request.
 		w := in.Rule.Window
 		v.Decision = floodgate.Decision{Policy: cmp.Or(h.Policy, h.Rule.Name), Limit: in.Rule.Limit, Window: w, ResetAfter: w, RetryAfter: w}
-		v.Decided, v.cls = true, never
+		v.cls = never
 		p.denied = p.denied || !h.Shadow
 		return nil
 	case h.Shadow:
@@ -295,9 +303,9 @@ func (p *pass) set(m uint8, local bool, d floodgate.Decision) {
 		v := &p.res.Each[i]
 		switch {
 		case d.Each == nil && k == 0:
-			v.Decision, v.Decided = d, true
+			v.Decision = d
 		case k < len(d.Each):
-			v.Decision, v.Decided = d.Each[k], true
+			v.Decision = d.Each[k]
 		}
 		k++
 	}
@@ -307,40 +315,29 @@ func (p *pass) set(m uint8, local bool, d floodgate.Decision) {
 func (p *pass) clear(m uint8) {
 	for i := range p.req {
 		if p.in(i, m, false) {
-			p.res.Each[i].Decision, p.res.Each[i].Decided = floodgate.Decision{}, false
+			p.res.Each[i].Decision = floodgate.Decision{}
 		}
 	}
 }
 
-// peeks asks the store about the request's peeks, in one call, and, when
-// the request is denied already or a peek may deny it, about its takes
-// too, for their figures. A failed store decides the enforced hits by
-// their failure modes, unless the request is denied already.
+// peeks asks the store about the request's peeks, in one call. An
+// enforced one denied (an Overdraw one past its limit) denies the
+// request, which is then not checked against its shadow limits. A failed
+// store decides the enforced hits by their failure modes, unless the
+// request is denied already.
 func (p *pass) peeks(ctx context.Context) error {
-	ask := peeks
-	apart := false // the takes are peeked in a call of their own
-	if p.denied || p.count(enforcedPeek, false) > 0 {
-		if apart = p.overlap(peeks, enforcedTake); !apart {
-			ask |= enforcedTake
-		}
-	}
-	err := p.peek(ctx, ask)
-	if err == nil && apart {
-		err = p.peek(ctx, enforcedTake) // a peek and a take of one key: one call cannot name it twice
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
-			return err
-		}
+	err := p.peek(ctx, peeks)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule):
+		return err
+	default:
 		p.g.m.storeError(err)
-		p.clear(ask | enforcedTake)
 		switch {
 		case p.denied:
-			// Denied already: the store failing changes nothing, and
-			// leaves the hits without figures.
+			// Denied already: the store failing changes nothing.
 		case p.count(enforced, false) > 0:
 			p.failed(ctx, enforced, err, time.Now())
 		default:
@@ -355,13 +352,8 @@ func (p *pass) peeks(ctx context.Context) error {
 		}
 		if p.in(i, enforcedPeek, false) && !v.Decision.Allowed {
 			p.denied = true
+			p.clear(shadowPeek)
 		}
-	}
-	switch {
-	case p.denied:
-		p.clear(shadowPeek) // a denied request is not checked against its shadow limits
-	default:
-		p.clear(enforcedTake) // asked in case the request was denied: it is checked instead
 	}
 	return nil
 }
@@ -373,21 +365,6 @@ func (p *pass) failedShadow(err error) {
 	p.g.m.policy("")[FailedOpen].Inc()
 	p.g.logFailed(time.Now(), FailOpen, FailedOpen, err)
 	p.counted = true
-}
-
-// overlap reports whether a hit of a class of b names a rule and key of a
-// hit of a class of a.
-func (p *pass) overlap(a, b uint8) bool {
-	for i := range p.req {
-		for j := range p.req {
-			if p.in(i, b, false) && p.in(j, a, false) {
-				if hi, hj := &p.res.Each[i].Hit, &p.res.Each[j].Hit; hi.Rule.Name == hj.Rule.Name && hi.Key == hj.Key {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // peek asks the store about the hits of a class of m in one call and sets
@@ -453,7 +430,7 @@ func (p *pass) adopt(m uint8, res Result) {
 // decidedShadow reports whether a shadow hit has a verdict of the store.
 func (p *pass) decidedShadow() bool {
 	for i := range p.req {
-		if p.in(i, shadowPeek|shadowTake, false) && p.res.Each[i].Decided {
+		if p.in(i, shadowPeek|shadowTake, false) && p.res.Each[i].decided() {
 			return true
 		}
 	}
@@ -465,7 +442,7 @@ func (p *pass) decidedShadow() bool {
 func (p *pass) combine(m uint8) floodgate.Decision {
 	var ds []floodgate.Decision
 	for i := range p.req {
-		if p.in(i, m, false) && !p.req[i].Shadow && p.res.Each[i].Decided {
+		if p.in(i, m, false) && !p.req[i].Shadow && p.res.Each[i].decided() {
 			ds = append(ds, p.res.Each[i].Decision)
 		}
 	}
@@ -500,7 +477,7 @@ func (p *pass) report() {
 	p.res.gate = p.g // which Hold needs, for the shadow leases
 	for i := range p.req {
 		v := &p.res.Each[i]
-		if p.in(i, shadowPeek|shadowTake, false) && v.Decided {
+		if p.in(i, shadowPeek|shadowTake, false) && v.decided() {
 			p.res.Shadow = append(p.res.Shadow, v.Decision)
 			p.g.shadowed(v.Decision)
 		}
@@ -646,39 +623,22 @@ func (g *Gate) decide(ctx context.Context, hits []Hit) (Result, error) {
 
 // failed decides the request's hits of a class of m by their failure
 // modes, the store having failed with err (or the request shed), and sets
-// their verdicts. The local limits peek at the FailLocal peeks first, and
-// take the FailLocal takes only if the peeks admit the request.
+// their verdicts: the peeks first, and the takes if the peeks' modes
+// admit the request.
 func (p *pass) failed(ctx context.Context, m uint8, err error, start time.Time) {
-	mode := FailOpen
-	for i := range p.req {
-		if h := &p.req[i]; p.in(i, m, false) && failureRank[h.Failure] > failureRank[mode] {
-			mode = h.Failure
+	for _, part := range [2]uint8{m & peeks, m &^ peeks} {
+		if p.count(part, false) > 0 {
+			p.adopt(part, p.g.failed(ctx, p.hits(nil, part, false), err, start))
+			if !p.res.Allowed() {
+				return
+			}
 		}
-	}
-	lp := m & peeks
-	if mode != FailLocal || p.count(lp, true) == 0 {
-		p.adopt(m, p.g.failed(ctx, p.hits(nil, m, false), err, start))
-		return
-	}
-	hs := p.hits(nil, lp, true)
-	d, lerr := ask(ctx, p.g.e.local, coreHits(nil, hs), true)
-	if lerr != nil {
-		p.adopt(m, Result{Outcome: FailedClosed, Err: err})
-		p.g.logFailed(start, mode, FailedClosed, err)
-		return
-	}
-	rename(&d, hs)
-	p.set(lp, true, d)
-	if takes := m &^ peeks; !d.Allowed || p.count(takes, false) == 0 {
-		p.adopt(0, Result{Outcome: Local, Decision: p.combine(lp), Err: err, gate: p.g, limiter: p.g.e.local})
-		p.g.logFailed(start, mode, Local, err)
-	} else {
-		p.adopt(takes, p.g.failed(ctx, p.hits(nil, takes, false), err, start))
 	}
 }
 
-// failed applies the failure modes of hits to the store's error err: the
-// FailLocal hits are decided by the local limits.
+// failed applies the failure modes of hits, all peeks or all takes, to
+// the store's error err: the FailLocal hits are decided by the local
+// limits.
 func (g *Gate) failed(ctx context.Context, hits []Hit, err error, start time.Time) Result {
 	res := Result{Outcome: FailedOpen, Err: err} // no hits: nothing counted them
 	mode := FailOpen
@@ -698,7 +658,7 @@ func (g *Gate) failed(ctx context.Context, hits []Hit, err error, start time.Tim
 		res.Outcome = Errored
 	case FailLocal:
 		res.Outcome = FailedClosed // unless the local limits decide
-		if d, lerr := ask(ctx, g.e.local, coreHits(nil, local), false); lerr == nil {
+		if d, lerr := ask(ctx, g.e.local, coreHits(nil, local), local[0].Peek); lerr == nil {
 			rename(&d, local)
 			res = Result{Outcome: Local, Decision: d, Err: err, gate: g, limiter: g.e.local}
 		}

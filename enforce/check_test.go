@@ -12,9 +12,9 @@ import (
 )
 
 // Check decides a request in one pass: the store sees one call per kind
-// of ask (a Peek of the peeks, with the takes' figures when the request
-// may be denied; a Take of the enforced takes; a Take of the shadow
-// takes), and each hit's verdict is final: a peek's figures are the key's
+// of ask (a Peek of the peeks; a Take of the enforced takes, or a Peek of
+// them, for their figures, when the request is denied; a Take of the
+// shadow takes), and each hit's verdict is final: a peek's figures are the key's
 // as it stands, an Overdraw peek passes a key at its limit exactly, and
 // a hit that can never be admitted is denied without asking the store.
 func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
@@ -41,15 +41,15 @@ func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
 	}{
 		{"takes", nil, []enforce.Hit{take(a, 1), take(b, 1)}, nil, "T2", enforce.Allowed,
 			[]verdict{{true, true, 4}, {true, true, 2}}},
-		{"a peek and a take", nil, []enforce.Hit{peek(a), take(b, 1)}, nil, "P2 T1", enforce.Allowed,
+		{"a peek and a take", nil, []enforce.Hit{peek(a), take(b, 1)}, nil, "P1 T1", enforce.Allowed,
 			[]verdict{{true, true, 5}, {true, true, 2}}},
-		{"a denied peek takes nothing", []enforce.Hit{take(a, 5)}, []enforce.Hit{peek(a), take(b, 1)}, nil, "P2", enforce.Denied,
+		{"a denied peek takes nothing", []enforce.Hit{take(a, 5)}, []enforce.Hit{peek(a), take(b, 1)}, nil, "P1 P1", enforce.Denied,
 			[]verdict{{true, false, 0}, {true, true, 3}}},
-		{"an overdraw peek at the limit passes", []enforce.Hit{take(a, 5)}, []enforce.Hit{over(peek(a)), take(b, 1)}, nil, "P2 T1", enforce.Allowed,
+		{"an overdraw peek at the limit passes", []enforce.Hit{take(a, 5)}, []enforce.Hit{over(peek(a)), take(b, 1)}, nil, "P1 T1", enforce.Allowed,
 			[]verdict{{true, true, 0}, {true, true, 2}}},
-		{"an overdraw peek in debt is denied", []enforce.Hit{take(a, 5), over(take(a, 2))}, []enforce.Hit{over(peek(a)), take(b, 1)}, nil, "P2", enforce.Denied,
+		{"an overdraw peek in debt is denied", []enforce.Hit{take(a, 5), over(take(a, 2))}, []enforce.Hit{over(peek(a)), take(b, 1)}, nil, "P1 P1", enforce.Denied,
 			[]verdict{{true, false, -2}, {true, true, 3}}},
-		{"a peek and a take of one key", nil, []enforce.Hit{peek(a), take(a, 2)}, nil, "P1 P1 T1", enforce.Allowed,
+		{"a peek and a take of one key", nil, []enforce.Hit{peek(a), take(a, 2)}, nil, "P1 T1", enforce.Allowed,
 			[]verdict{{true, true, 5}, {true, true, 3}}},
 		{"an oversize hit is denied without the store", nil, []enforce.Hit{take(a, 9), take(b, 1)}, nil, "P1", enforce.Denied,
 			[]verdict{{true, false, 0}, {true, true, 3}}},
@@ -83,7 +83,7 @@ func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
 			}
 			for i, w := range c.want {
 				e := res.Each[i]
-				if got := (verdict{e.Decided, e.Decision.Allowed, e.Decision.Remaining}); got != w || e.Hit.Rule.Name != c.hits[i].Rule.Name {
+				if got := (verdict{e.Decision.Policy != "", e.Decision.Allowed, e.Decision.Remaining}); got != w || e.Hit.Rule.Name != c.hits[i].Rule.Name {
 					t.Errorf("verdict %d (%s) = %+v, %+v; want %+v", i, c.hits[i].Rule.Name, got, e.Decision, w)
 				}
 			}

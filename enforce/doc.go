@@ -28,20 +28,13 @@
 // # One pass per request
 //
 // A transport hands [Gate.Check] every hit of a request at once and reports
-// what it returns as it is: Result says whether the request may proceed,
-// and [Result.Each] holds the final verdict on each hit, with the rule in
-// force for its key. A hit is a take (recorded if the request is admitted),
-// a peek ([Hit.Peek]: asked, never recorded), or one that can never be
-// admitted ([Hit.DenyOversize]: denied without asking the store); it is
-// enforced or shadow, and has its failure mode. Check resolves each hit's
-// rule once, before the store is asked, and asks the store as few times as
-// its contract allows: a Store's Take records every hit it admits and its
-// Peek records nothing, so a request of takes costs one Take, one of peeks
-// one Peek, and one of both a Peek and then a Take, unless the Peek denies
-// it (its takes' figures came with it). Its shadow takes cost one Take more
-// (and one more for each round in which one of them is denied). A request
-// that a transport sheds ([Unavailable]) is decided by its failure modes
-// without asking the store.
+// its [Result] as it is: whether the request may proceed, and in
+// [Result.Each] the final verdict on each hit, under the rule in force for
+// its key. A hit is a take, a peek ([Hit.Peek]: never recorded) or one
+// that can never be admitted ([Hit.DenyOversize]: denied without asking);
+// enforced or shadow; with its failure mode. The store is asked as few
+// times as its contract allows (a Take records every hit it admits, a
+// Peek none): [Gate.Check] counts the calls.
 //
 // # Failures of the store
 //

@@ -52,7 +52,7 @@ func (r Result) Hold(ctx context.Context) (release func()) {
 	}
 	for _, v := range r.Each {
 		switch {
-		case !v.Decided:
+		case !v.decided():
 		case v.cls&enforcedTake != 0 && r.limiter != nil:
 			add(r.limiter, v.Hit, v.Decision)
 		case v.cls&shadowTake != 0:

@@ -113,7 +113,7 @@ func (r Result) FailRetryAfter() time.Duration {
 // checks avoids counting one hit twice.
 func (r Result) Covers(rule, key string) bool {
 	return slices.ContainsFunc(r.Each, func(v Verdict) bool {
-		return v.Decided && v.cls&(enforcedTake|shadowPeek|shadowTake) != 0 && v.Hit.Rule.Name == rule && v.Hit.Key == key
+		return v.decided() && v.cls&(enforcedTake|shadowPeek|shadowTake) != 0 && v.Hit.Rule.Name == rule && v.Hit.Key == key
 	})
 }
 
@@ -136,7 +136,7 @@ func (r Result) Refund(ctx context.Context, policies ...string) error {
 	}
 	var errs []error
 	for _, v := range r.Each {
-		if v.cls&enforcedTake == 0 || !v.Decided || lease(v) {
+		if v.cls&enforcedTake == 0 || !v.decided() || lease(v) {
 			continue
 		}
 		if len(policies) == 0 || slices.Contains(policies, v.Decision.Policy) {

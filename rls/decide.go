@@ -404,7 +404,7 @@ func (p *plan) settle(res enforce.Result, err error) error {
 	for i := range p.hits {
 		if i < len(res.Each) {
 			v := &res.Each[i]
-			p.hits[i].rule, p.hits[i].dec, p.hits[i].have = v.Hit.Rule, v.Decision, v.Decided
+			p.hits[i].rule, p.hits[i].dec, p.hits[i].have = v.Hit.Rule, v.Decision, v.Decision.Policy != ""
 		}
 	}
 	switch res.Outcome {

@@ -46,8 +46,7 @@ func wantStatus(t *testing.T, i int, st *rlsv3.RateLimitResponse_DescriptorStatu
 
 // A request of takes reaches the store in one Take of all its hits, and
 // each status reports that Take's result on its hit. A request with a
-// peek adds one Peek, of the peek and (for the figures, were the peek
-// denied) the takes, and nothing is recorded when it is denied.
+// peek adds one Peek, of the peek.
 func TestRequestCallsTheStoreOnceWithEveryHit(t *testing.T) {
 	svc, fs := callsService(t)
 	for n := range 4 {
@@ -83,8 +82,8 @@ func TestRequestCallsTheStoreOnceWithEveryHit(t *testing.T) {
 	fs.Record()
 	resp := svc.call(t, req("calls", peekDesc("user=a"), desc("ip=192.0.2.2")))
 	calls := fs.Recorded()
-	if len(calls) != 2 || !calls[0].Peek || len(calls[0].Hits) != 2 || calls[1].Peek || len(calls[1].Hits) != 1 || calls[1].Hits[0].Rule.Limit != 3 {
-		t.Fatalf("peek and take: store calls %+v; want a Peek of both hits, then a Take of ip's", calls)
+	if len(calls) != 2 || !calls[0].Peek || len(calls[0].Hits) != 1 || calls[0].Hits[0].Rule.Limit != 5 || calls[1].Peek || len(calls[1].Hits) != 1 || calls[1].Hits[0].Rule.Limit != 3 {
+		t.Fatalf("peek and take: store calls %+v; want a Peek of user's hit, then a Take of ip's", calls)
 	}
 	if resp.GetOverallCode() != ok {
 		t.Errorf("peek and take: overall %v, want OK", resp.GetOverallCode())
@@ -92,9 +91,6 @@ func TestRequestCallsTheStoreOnceWithEveryHit(t *testing.T) {
 	// The peek's figures are the key's as it stands: the store's answer
 	// is after one more request, which the peek did not take.
 	peeked := calls[0].Results[0]
-	if calls[0].Hits[0].Rule.Limit != 5 {
-		peeked = calls[0].Results[1]
-	}
 	peeked.Remaining++
 	wantStatus(t, 0, resp.GetStatuses()[0], ok, floodgate.Hit{Rule: floodgate.Rule{Limit: 5}}, peeked)
 	wantStatus(t, 1, resp.GetStatuses()[1], ok, calls[1].Hits[0], calls[1].Results[0])
@@ -104,7 +100,8 @@ func TestRequestCallsTheStoreOnceWithEveryHit(t *testing.T) {
 // one blocked (requests_per_unit 0) and one counted, is over the limit
 // for the blocked one: the peek and the counted one report their keys as
 // they stand, the blocked one a whole window over, and nothing is
-// recorded. The store is asked once, a Peek.
+// recorded. The store is asked twice, as before: a Peek of the peek,
+// then one of the counted hit for its figures.
 func TestPeekBlockedAndCountedDescriptors(t *testing.T) {
 	svc, fs := callsService(t)
 	for range 2 {
@@ -124,8 +121,13 @@ func TestPeekBlockedAndCountedDescriptors(t *testing.T) {
 		}
 	}
 	calls := fs.Recorded()
-	if len(calls) != 2 || !calls[0].Peek || len(calls[0].Hits) != 2 || !calls[1].Peek {
-		t.Errorf("store calls %+v; want one Peek of the peek and the counted hit per request", calls)
+	if len(calls) != 4 {
+		t.Fatalf("store calls %+v; want two Peeks per request", calls)
+	}
+	for i, c := range calls {
+		if want := []int64{5, 3}[i%2]; !c.Peek || len(c.Hits) != 1 || c.Hits[0].Rule.Limit != want {
+			t.Errorf("store call %d %+v; want a Peek of the %d/min limit's hit", i, c, want)
+		}
 	}
 	expect(t, svc.call(t, req("calls", desc("ip=192.0.2.1"))), ok, []rlsv3.RateLimitResponse_Code{ok}, []uint32{0})
 }
