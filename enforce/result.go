@@ -108,15 +108,6 @@ func (r Result) FailRetryAfter() time.Duration {
 	return minFailRetryAfter
 }
 
-// Covers reports whether the request's check counted a hit of the rule
-// named rule on key, enforced or shadow: how a transport nesting two
-// checks avoids counting one hit twice.
-func (r Result) Covers(rule, key string) bool {
-	return slices.ContainsFunc(r.Each, func(v Verdict) bool {
-		return v.decided() && v.cls&(enforcedTake|shadowPeek|shadowTake) != 0 && v.Hit.Rule.Name == rule && v.Hit.Key == key
-	})
-}
-
 // Refund undoes the hits that the decision recorded, through the limiter
 // that recorded them (the store, or the local limits): all of them, or
 // only those of the named policies. A caller undoes a request that turns

@@ -30,7 +30,7 @@ func TestInvalidShadowHitIsNotAStoreFailure(t *testing.T) {
 	if n := v.metric(t, "floodgate_store_errors_total", nil); n != 0 {
 		t.Errorf("%v store errors counted for an invalid shadow hit, want 0", n)
 	}
-	if len(res.Shadow) != 1 || res.Shadow[0].Policy != "sb-c" || !res.Covers("sb-c", "k") || res.Covers("sb-b", "k") {
+	if len(res.Shadow) != 1 || res.Shadow[0].Policy != "sb-c" || res.Each[2].Decision.Policy != "sb-c" || res.Each[1].Decision.Policy != "" {
 		t.Errorf("shadow decisions %+v; want sb-c's alone, after the invalid sb-b", res.Shadow)
 	}
 	if n := v.metric(t, "floodgate_decisions_total", map[string]string{"policy": "sb-c", "outcome": "shadow_allowed"}); n != 1 {
