@@ -43,12 +43,6 @@ type Hit struct {
 	// counts over the limit). That rule applies to the store's answers,
 	// not to the local limits' (FailLocal).
 	Peek bool
-	// DenyOversize answers a hit that the rule in force for its key could
-	// never admit (a cost above that rule's capacity, or a rule whose
-	// Limit is 0: an RLS requests_per_unit of 0) as a denial for a whole
-	// window, without asking the store, where [Gate.Check] refuses it with
-	// an error. An enforced one denies the request as a denied peek does.
-	DenyOversize bool
 }
 
 // Verdict is what [Gate.Check] decided about one hit of a request.
@@ -73,7 +67,10 @@ type Verdict struct {
 func (v *Verdict) decided() bool { return v.Decision.Policy != "" }
 
 // Option changes how [Gate.Check] decides one request.
-type Option struct{ unavailable error }
+type Option struct {
+	unavailable error
+	oversize    bool
+}
 
 // Unavailable decides the request by its hits' failure modes, as if the
 // store had failed with err, without asking it: for a transport that
@@ -81,11 +78,18 @@ type Option struct{ unavailable error }
 // is counted and logged as a degraded one; shadow hits are not checked.
 func Unavailable(err error) Option { return Option{unavailable: err} }
 
+// DenyOversize answers the request's hits that the rule in force for
+// their key could never admit (a cost above that rule's capacity, or a
+// rule whose Limit is 0: an RLS requests_per_unit of 0) as denials for a
+// whole window, without asking the store, where Check refuses them with
+// an error. An enforced one denies the request as a denied peek does.
+func DenyOversize() Option { return Option{oversize: true} }
+
 // Check decides the hits of one request, in one pass, and returns a
 // final verdict: on the request, and in Result.Each on each hit.
 //
 // Each hit is resolved once, under the rule in force for its key, before
-// the store is asked. A hit that can never be admitted (DenyOversize) is
+// the store is asked. A hit that can never be admitted ([DenyOversize]) is
 // denied without asking it. The peeks (Hit.Peek) are asked in one store
 // Peek; an enforced one that is denied, or an enforced hit that can
 // never be admitted, denies the request, and then the takes are not
@@ -115,12 +119,11 @@ func Unavailable(err error) Option { return Option{unavailable: err} }
 // shadow hit either.
 func (g *Gate) Check(ctx context.Context, hits []Hit, opts ...Option) (Result, error) {
 	var shed error
-	for _, o := range opts {
-		if o.unavailable != nil {
-			shed = o.unavailable
-		}
-	}
 	p := pass{g: g, req: hits, res: Result{Outcome: Skipped, Each: make([]Verdict, len(hits))}}
+	for _, o := range opts {
+		shed = cmp.Or(o.unavailable, shed)
+		p.oversize = p.oversize || o.oversize
+	}
 	res, err := p.run(ctx, shed)
 	if err != nil {
 		// Refused, not admitted, for a caller that looks only at
@@ -137,7 +140,7 @@ const (
 	enforcedTake
 	shadowPeek
 	shadowTake
-	never   // cannot be admitted: DenyOversize
+	never   // cannot be admitted (DenyOversize)
 	skipped // an invalid shadow hit
 	pending // a shadow take not yet decided (shadowTakes)
 
@@ -152,6 +155,7 @@ type pass struct {
 	req []Hit
 	res Result
 
+	oversize    bool // DenyOversize
 	denied      bool // an enforced hit can never be admitted, or its peek was denied
 	anyEnforced bool // the request has an enforced hit
 	anyShadow   bool // the request has a shadow hit
@@ -233,7 +237,7 @@ func (p *pass) resolve(i int) error {
 			v.cls <<= 2 // its shadow class
 		}
 		return nil
-	case h.DenyOversize && (admitsNothing(core.Rule) || errors.Is(err, floodgate.ErrInvalidHit) && !errors.Is(err, floodgate.ErrInvalidRule)):
+	case p.oversize && (admitsNothing(core.Rule) || errors.Is(err, floodgate.ErrInvalidHit) && !errors.Is(err, floodgate.ErrInvalidRule)):
 		// A whole window over the limit, as envoyproxy/ratelimit answers
 		// it, and no error: Envoy lets a request through on an error by
 		// default, and the cost may come from the request.

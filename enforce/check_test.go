@@ -20,7 +20,7 @@ import (
 func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
 	a, b, s1, s2 := rule("a", 5), rule("b", 3), rule("s1", 1), rule("s2", 2)
 	take := func(r floodgate.Rule, cost int64) enforce.Hit {
-		return enforce.Hit{Hit: floodgate.Hit{Rule: r, Key: "k", Cost: cost}, DenyOversize: true}
+		return enforce.Hit{Hit: floodgate.Hit{Rule: r, Key: "k", Cost: cost}}
 	}
 	peek := func(r floodgate.Rule) enforce.Hit { h := take(r, 0); h.Peek = true; return h }
 	over := func(h enforce.Hit) enforce.Hit { h.Overdraw = true; return h }
@@ -53,7 +53,7 @@ func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
 			[]verdict{{true, true, 5}, {true, true, 3}}},
 		{"an oversize hit is denied without the store", nil, []enforce.Hit{take(a, 9), take(b, 1)}, nil, "P1", enforce.Denied,
 			[]verdict{{true, false, 0}, {true, true, 3}}},
-		{"a blocked limit is denied without the store", nil, []enforce.Hit{{Hit: floodgate.Hit{Rule: blocked, Key: "k"}, DenyOversize: true}, take(b, 1)}, nil, "P1", enforce.Denied,
+		{"a blocked limit is denied without the store", nil, []enforce.Hit{{Hit: floodgate.Hit{Rule: blocked, Key: "k"}}, take(b, 1)}, nil, "P1", enforce.Denied,
 			[]verdict{{true, false, 0}, {true, true, 3}}},
 		{"shed: decided by the failure modes alone", nil, []enforce.Hit{take(a, 1), peek(b)}, []enforce.Option{enforce.Unavailable(errShed)}, "", enforce.Local,
 			[]verdict{{true, true, 4}, {true, true, 3}}},
@@ -70,7 +70,7 @@ func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
 				}
 			}
 			v.fault.Record()
-			res, err := g.Check(t.Context(), c.hits, c.opts...)
+			res, err := g.Check(t.Context(), c.hits, append(c.opts, enforce.DenyOversize())...)
 			if err != nil || res.Outcome != c.outcome || len(res.Each) != len(c.hits) {
 				t.Fatalf("Check: %v, %v, %d verdicts; want %v, %d", res.Outcome, err, len(res.Each), c.outcome, len(c.hits))
 			}

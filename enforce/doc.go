@@ -31,7 +31,7 @@
 // its [Result] as it is: whether the request may proceed, and in
 // [Result.Each] the final verdict on each hit, under the rule in force for
 // its key. A hit is a take, a peek ([Hit.Peek]: never recorded) or one
-// that can never be admitted ([Hit.DenyOversize]: denied without asking);
+// that can never be admitted ([DenyOversize]: denied without asking);
 // enforced or shadow; with its failure mode. The store is asked as few
 // times as its contract allows (a Take records every hit it admits, a
 // Peek none): [Gate.Check] counts the calls.

@@ -17,7 +17,7 @@ const (
 	// Allowed: the store admitted the request.
 	Allowed Outcome = iota
 	// Denied: the store refused it, or Check did without asking (an
-	// enforced hit that can never be admitted: Hit.DenyOversize).
+	// enforced hit that can never be admitted: DenyOversize).
 	Denied
 	// FailedOpen: the store failed and the request went through.
 	FailedOpen

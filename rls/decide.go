@@ -98,7 +98,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "rls: %v", err)
 	}
-	var opts []enforce.Option
+	opts := []enforce.Option{enforce.DenyOversize()}
 	if shed {
 		s.metrics.shed.Inc()
 		opts = append(opts, enforce.Unavailable(ErrShed))
@@ -319,7 +319,7 @@ func (p *plan) find(id hitID) int {
 // force could never admit, or a blocked limit, is over it, as upstream
 // answers, and not an error (Envoy lets a request through on an error by
 // default, and a hits_addend may come from the request): enforce denies
-// it without asking the store (enforce.Hit.DenyOversize).
+// it without asking the store (enforce.DenyOversize).
 func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatch.Match, shadow, quota, countOver bool) error {
 	base := int64(max(req.GetHitsAddend(), 1))
 	p.descs = slices.Grow(p.descs[:0], len(ms))[:len(ms)]
@@ -353,7 +353,7 @@ func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms 
 					mode = enforce.FailOpen // a shadow limit never denies
 				}
 				p.hits = append(p.hits, planned{hit: enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key, Overdraw: countOver},
-					Shadow: l.ShadowMode, Policy: l.Label, Failure: mode, Peek: d.peek, DenyOversize: true}})
+					Shadow: l.ShadowMode, Policy: l.Label, Failure: mode, Peek: d.peek}})
 				switch {
 				case p.index != nil:
 					p.index[id] = j
