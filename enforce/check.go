@@ -32,16 +32,12 @@ type Hit struct {
 	// it is FailLocal, the FailLocal hits are decided by the local
 	// limiter and the FailOpen ones pass.
 	Failure FailureMode
-	// Peek asks about the hit without recording it: what a take would
-	// decide now, with the key's figures as they stand (an allowed peek's
-	// Remaining does not count the hit; a hit of cost 0 asks about one).
-	// An enforced peek that is denied denies the request: its takes are
-	// then not recorded, and their figures are the keys' as they stand.
-	// An Overdraw peek asks whether the key is past its limit: it is
-	// allowed at the limit exactly, with 0 left, and denied only while
-	// the key owes (how envoyproxy/ratelimit answers a request that
-	// counts over the limit). That rule applies to the store's answers,
-	// not to the local limits' (FailLocal).
+	// Peek asks about the hit without recording it, with the key's
+	// figures as they stand (a hit of cost 0 asks about one). An enforced
+	// peek that is denied denies the request. An Overdraw peek passes a
+	// key at its limit exactly and is denied only while the key owes, as
+	// envoyproxy/ratelimit answers a request that counts over the limit
+	// (the store's answers; not the local limits').
 	Peek bool
 }
 
@@ -85,27 +81,20 @@ func Unavailable(err error) Option { return Option{unavailable: err} }
 // an error. An enforced one denies the request as a denied peek does.
 func DenyOversize() Option { return Option{oversize: true} }
 
-// Check decides the hits of one request, in one pass, and returns a
-// final verdict: on the request, and in Result.Each on each hit.
-//
-// Each hit is resolved once, under the rule in force for its key, before
-// the store is asked. A hit that can never be admitted ([DenyOversize]) is
-// denied without asking it. The peeks (Hit.Peek) are asked in one store
-// Peek; an enforced one that is denied, or an enforced hit that can
-// never be admitted, denies the request, and then the takes are not
-// recorded: one more Peek gives their figures. Otherwise the enforced
-// takes are checked in one store Take, together,
-// all-or-nothing, within the limiter's time budget, by their failure
-// modes if the store fails, waiting if the gate throttles; then, if the
-// request is admitted, the shadow takes, each recorded if within its own
-// limit (one Take for all of them, and one more without those denied, as
-// long as one is). The store's contract keeps a Peek and a Take apart
-// (Take records every hit it admits, Peek none), so a request of peeks
-// and takes costs the store two calls, and any other request one, plus
-// its shadow takes'; the limiter may add its own (floodgate.Limiter.Check's
-// Peek after a denied check of Overdraw hits), or spare them (escrow, the
-// denial cache). Every request is counted once in the decisions metric,
-// and degraded ones are logged.
+// Check decides the hits of one request in one pass, and returns the
+// final verdict on it and, in Result.Each, on each hit. Each hit is
+// resolved once, under the rule in force for its key. The peeks are asked
+// in one store Peek; a denied enforced peek, or an enforced hit that can
+// never be admitted ([DenyOversize]), denies the request, whose takes are
+// then only peeked, for their figures. Otherwise the enforced takes are
+// taken in one store Take, all-or-nothing, within the limiter's budget,
+// by their failure modes if the store fails, waiting if the gate
+// throttles; then, if the request is admitted, the shadow takes, each
+// recorded if within its own limit (in one Take, and one more without the
+// denied ones while one is). A Take records every hit it admits, so peeks
+// and takes cost two store calls, any other request one, plus its shadow
+// takes'. Every request is counted once in the decisions metric, and
+// degraded ones are logged.
 //
 // Rules need not be among the Spec's limits: a gate may check rules that
 // come with each request (an RLS domain's descriptors). The error is
@@ -556,46 +545,30 @@ func (p *pass) shadowTakes(ctx context.Context) error {
 }
 
 // ask decides hits with l: a take, or a peek whose figures are the keys'
-// as they stand (asNow).
+// as they stand. An allowed Peek reports each key as after its hit, a
+// denied one as it stands (nothing of it would be taken).
 func ask(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit, peek bool) (floodgate.Decision, error) {
 	if !peek {
 		return l.Check(ctx, hits...)
 	}
 	d, err := l.Peek(ctx, hits...)
-	if err != nil {
+	if err != nil || !d.Allowed {
 		return d, err
 	}
-	return asNow(d, hits), nil
-}
-
-// asNow returns d, a peek's decision on hits, with the keys' figures as
-// they stand: an allowed one's Remaining is as before the hits it asked
-// about (the core's Peek reports it as after them), and its worst hit is
-// picked from those figures. A denied peek reports them as they stand
-// already: nothing of it would have been taken.
-func asNow(d floodgate.Decision, hits []floodgate.Hit) floodgate.Decision {
-	cost := func(h floodgate.Hit) int64 { return max(h.Cost, 1) }
-	switch {
-	case !d.Allowed:
-		return d
-	case d.Each == nil:
-		if len(hits) == 1 {
-			d.Remaining += cost(hits[0])
-		}
-		return d
-	case len(d.Each) != len(hits):
-		return d
+	if d.Each == nil {
+		d.Remaining += hits[0].Cost // resolved: at least 1
+		return d, nil
 	}
 	worst := 0
 	for i := range d.Each {
-		d.Each[i].Remaining += cost(hits[i])
+		d.Each[i].Remaining += hits[i].Cost
 		if d.Each[i].Worse(d.Each[worst]) {
 			worst = i
 		}
 	}
 	top := d.Each[worst]
-	top.Allowed, top.Recorded, top.Each = d.Allowed, d.Recorded, d.Each
-	return top
+	top.Allowed, top.Each = true, d.Each
+	return top, nil
 }
 
 // decide takes hits, which are resolved, in one store call, and, if the
