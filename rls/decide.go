@@ -105,7 +105,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	var res enforce.Result // no hits: nothing to decide, within the limits
 	if len(p.hits) > 0 {
-		res, err = g.Check(ctx, p.enforceHits(), opts...)
+		res, err = g.Check(ctx, p.hits, opts...)
 	}
 	err = p.settle(res, err)
 	if err != nil {
@@ -230,20 +230,24 @@ func okStatuses(n int) []*rlsv3.RateLimitResponse_DescriptorStatus {
 // pool: one request's working memory serves the next (see reset).
 type plan struct {
 	descs []desc
-	hits  []planned
+	// hits are the distinct hits: descriptors that make the same hit (the
+	// same rule and key) share it, their costs summed. Once decided, each
+	// has enforce's verdict: the rule in force for its key (an
+	// override's), which its status reports, and its decision.
+	hits  []enforce.Hit
+	each  []enforce.Verdict
+	shown []bool // by hit: the response's headers have its figures
 
 	over       bool          // the answer is OVER_LIMIT
 	failClosed bool          // over because the store failed and a descriptor's failure_mode is closed
 	failRetry  time.Duration // that failure's wait, for Retry-After
 
 	// Room reused from request to request: the backing arrays of the
-	// request's entries, of every descriptor's refs and verdicts, and the
-	// hits handed to the gate.
+	// request's entries, and of every descriptor's refs and verdicts.
 	entries     []rlmatch.Entry
 	descEntries [][]rlmatch.Entry
 	refs        []ref
 	vs          []verdict
-	ehits       []enforce.Hit
 	index       map[hitID]int // the hits by identity, for a request of many
 }
 
@@ -256,9 +260,9 @@ func (p *plan) reset() {
 	clear(p.hits)
 	clear(p.refs)
 	clear(p.vs)
-	clear(p.ehits)
+	clear(p.shown)
 	*p = plan{descs: p.descs[:0], hits: p.hits[:0], entries: p.entries[:0], descEntries: p.descEntries[:0],
-		refs: p.refs[:0], vs: p.vs[:0], ehits: p.ehits[:0]}
+		refs: p.refs[:0], vs: p.vs[:0], shown: p.shown[:0]}
 }
 
 // desc is one descriptor of the request.
@@ -277,19 +281,6 @@ type ref struct {
 	hit   int
 }
 
-// planned is one distinct hit: descriptors that make the same hit (the
-// same rule and key) share it, their costs summed. Once decided, it has
-// enforce's verdict: the rule in force for its key (an override's),
-// which its status reports, and its decision.
-type planned struct {
-	hit  enforce.Hit
-	rule floodgate.Rule // the rule in force
-	dec  floodgate.Decision
-	have bool // dec is set
-	// shown marks a hit whose figures the response's headers have.
-	shown bool
-}
-
 // linearHits is the number of hits up to which build finds a hit among
 // those before it by a scan rather than a map.
 const linearHits = 8
@@ -303,8 +294,7 @@ func (p *plan) find(id hitID) int {
 		return -1
 	}
 	for j := range p.hits {
-		h := &p.hits[j]
-		if h.hit.Peek == id.peek && h.hit.Key == id.key && h.hit.Rule == id.rule {
+		if h := &p.hits[j]; h.Peek == id.peek && h.Key == id.key && h.Rule == id.rule {
 			return j
 		}
 	}
@@ -352,20 +342,21 @@ func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms 
 				if l.ShadowMode {
 					mode = enforce.FailOpen // a shadow limit never denies
 				}
-				p.hits = append(p.hits, planned{hit: enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key, Overdraw: countOver},
-					Shadow: l.ShadowMode, Policy: l.Label, Failure: mode, Peek: d.peek}})
+				p.hits = append(p.hits, enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key, Overdraw: countOver},
+					Shadow: l.ShadowMode, Policy: l.Label, Failure: mode, Peek: d.peek})
+				p.shown = append(p.shown, false)
 				switch {
 				case p.index != nil:
 					p.index[id] = j
 				case len(p.hits) > linearHits:
 					p.index = make(map[hitID]int, 2*len(p.hits))
 					for k := range p.hits {
-						h := &p.hits[k].hit
+						h := &p.hits[k]
 						p.index[hitID{rule: h.Rule, key: h.Key, peek: h.Peek}] = k
 					}
 				}
 			}
-			h := &p.hits[j].hit
+			h := &p.hits[j]
 			h.Cost += min(d.cost, math.MaxInt64-h.Cost) // at most MaxInt64: beyond every capacity
 			r := ref{limit: l, hit: j}
 			p.refs = append(p.refs, r)
@@ -401,12 +392,7 @@ func (p *plan) settle(res enforce.Result, err error) error {
 	case err != nil:
 		return status.FromContextError(err).Err()
 	}
-	for i := range p.hits {
-		if i < len(res.Each) {
-			v := &res.Each[i]
-			p.hits[i].rule, p.hits[i].dec, p.hits[i].have = v.Hit.Rule, v.Decision, v.Decision.Policy != ""
-		}
-	}
+	p.each = res.Each
 	switch res.Outcome {
 	case enforce.Errored:
 		// No store error text: it may name keys.
@@ -416,15 +402,4 @@ func (p *plan) settle(res enforce.Result, err error) error {
 	}
 	p.over = !res.Allowed()
 	return nil
-}
-
-// enforceHits returns the plan's hits, in p's room: valid until the next
-// call (the gate keeps nothing of them).
-func (p *plan) enforceHits() []enforce.Hit {
-	hits := p.ehits[:0]
-	for i := range p.hits {
-		hits = append(hits, p.hits[i].hit)
-	}
-	p.ehits = hits
-	return hits
 }

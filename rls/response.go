@@ -46,8 +46,11 @@ func (p *plan) judge() {
 // verdicts sets vs to the limits of refs as decided.
 func (p *plan) verdicts(refs []ref, vs []verdict) {
 	for k, r := range refs {
-		h := &p.hits[r.hit]
-		v := verdict{limit: r.limit, rule: h.rule, hit: r.hit, dec: h.dec, have: h.have, shadow: r.limit.ShadowMode}
+		v := verdict{limit: r.limit, rule: r.limit.Rule, hit: r.hit, shadow: r.limit.ShadowMode}
+		if r.hit < len(p.each) {
+			e := &p.each[r.hit]
+			v.rule, v.dec, v.have = e.Hit.Rule, e.Decision, e.Decision.Policy != ""
+		}
 		vs[k] = v
 	}
 }
@@ -91,10 +94,10 @@ func (p *plan) response(hs Headers) *rlsv3.RateLimitResponse {
 		d := &p.descs[i]
 		resp.Statuses[i] = p.status(&mem[i], d, d.vs)
 		for _, v := range d.vs {
-			if v.shadow || !v.have || p.hits[v.hit].shown {
+			if v.shadow || !v.have || p.shown[v.hit] {
 				continue
 			}
-			p.hits[v.hit].shown = true
+			p.shown[v.hit] = true
 			shown = append(shown, v.dec) // the rule in force, under the limit's name
 		}
 	}
@@ -169,7 +172,7 @@ func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitRes
 		if v.shadow {
 			continue
 		}
-		closed := p.failClosed && p.hits[v.hit].hit.Failure == enforce.FailClosed
+		closed := p.failClosed && p.hits[v.hit].Failure == enforce.FailClosed
 		if v.denied() || closed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
