@@ -490,8 +490,8 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 // returned under the rule in force even then, so that a caller can report
 // the limit that refused it. Check, Peek, Allow and Reset resolve their
 // hits this way; a caller resolves ahead only to report, or to treat a
-// cost beyond every admission as a denial (the RLS service does, as
-// envoyproxy/ratelimit answers).
+// cost beyond every admission as a denial (enforce.Gate.Check does both,
+// for each hit's verdict).
 func (l *Limiter) InForce(h Hit) (Hit, error) {
 	err := l.inForce(&h, 0)
 	return h, err

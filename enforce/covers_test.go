@@ -7,9 +7,10 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 )
 
-// Covers reports the hits that a limiter counted: none when the store
-// failed open or closed, and only the local ones when the local limits
-// decided, so that a nested check does not skip a hit nobody counted.
+// A verdict is decided only for the hits that a limiter counted: none
+// when the store failed open or closed, and only the local ones when the
+// local limits decided, so that a nested check (httplimit's) does not skip
+// a hit nobody counted.
 func TestCoversOnlyCountedHits(t *testing.T) {
 	a, b := rule("cov-a", 5), rule("cov-b", 5)
 	cases := []struct {
@@ -35,11 +36,11 @@ func TestCoversOnlyCountedHits(t *testing.T) {
 			if res.Outcome != tc.outcome {
 				t.Fatalf("outcome %v, want %v", res.Outcome, tc.outcome)
 			}
-			if got := res.Covers("cov-a", "k"); got != tc.coverA {
-				t.Errorf("Covers(cov-a) = %v, want %v", got, tc.coverA)
+			if got := res.Each[0].Decision.Policy != ""; got != tc.coverA {
+				t.Errorf("cov-a decided = %v, want %v", got, tc.coverA)
 			}
-			if got := res.Covers("cov-b", "k"); got != tc.covB {
-				t.Errorf("Covers(cov-b) = %v, want %v", got, tc.covB)
+			if got := res.Each[1].Decision.Policy != ""; got != tc.covB {
+				t.Errorf("cov-b decided = %v, want %v", got, tc.covB)
 			}
 		})
 	}

@@ -25,6 +25,17 @@
 //	if err != nil { return err } // ctx is done, or a hit is invalid: the zero Result is no verdict
 //	if !res.Allowed() { ... retry after res.Decision.RetryAfter }
 //
+// # One pass per request
+//
+// A transport hands [Gate.Check] every hit of a request at once and reports
+// its [Result] as it is: whether the request may proceed, and in
+// [Result.Each] the final verdict on each hit, under the rule in force for
+// its key. A hit is a take, a peek ([Hit.Peek]: never recorded) or one
+// that can never be admitted ([DenyOversize]: denied without asking);
+// enforced or shadow; with its failure mode. The store is asked as few
+// times as its contract allows (a Take records every hit it admits, a
+// Peek none): [Gate.Check] counts the calls.
+//
 // # Failures of the store
 //
 // Every decision has the time budget of the floodgate.Limiter

@@ -2,8 +2,6 @@ package enforce
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
@@ -317,24 +314,6 @@ func (e *Enforcer) validateOne(s Spec, batch map[string]floodgate.Rule) (*Gate, 
 	return g, errors.Join(errs...)
 }
 
-// Hit is a hit with how it is enforced.
-type Hit struct {
-	floodgate.Hit
-	// Shadow checks and counts the hit on its own but never lets it deny
-	// (see Limit.Shadow).
-	Shadow bool
-	// Policy is the name the hit is reported under (the decisions'
-	// Policy, the metrics' policy label, the logs): the name a
-	// configuration gave the limit. Empty means the rule's name, which
-	// also names its state in the store.
-	Policy string
-	// Failure is what the hit does when the store fails. With several
-	// modes in one check, the strictest decides (see FailureMode); when
-	// it is FailLocal, the FailLocal hits are decided by the local
-	// limiter and the FailOpen ones pass.
-	Failure FailureMode
-}
-
 // Hits returns the hits of a request whose keys are keys, one per limit
 // of the Spec in order. A key "" means the request has no key for that
 // limit: the limit is skipped, which is counted in
@@ -361,303 +340,11 @@ func (g *Gate) Hits(ctx context.Context, keys []string) []Hit {
 	return hits
 }
 
-// Check decides hits: the enforced ones together, all-or-nothing, within
-// the limiter's time budget, by their failure modes if the store fails,
-// waiting if the gate throttles; then, if the request is admitted, each
-// shadow hit on its own. Every decision is counted and degraded ones are
-// logged. Rules need not be among the Spec's limits: a gate may check
-// rules that come with each request (an RLS domain's descriptors). A key
-// longer than 1 MiB is replaced by its SHA-256 digest. The
-// error is non-nil only when ctx is done (nobody waits for the answer) or
-// an enforced hit is invalid (it wraps floodgate.ErrInvalidHit or
-// ErrInvalidRule, or ErrInvalid for a failure mode that does not exist:
-// the caller's input is at fault, not the store, so no failure mode
-// applies); an invalid shadow hit is skipped.
-//
-// A request with no enforced hit is Skipped, and counted so if it has no
-// shadow hit either.
-func (g *Gate) Check(ctx context.Context, hits []Hit) (Result, error) {
-	return g.run(ctx, hits, true)
-}
-
-// Peek is Check that records nothing: what Check would decide now, with
-// the same failure modes, metrics and logs, and no waiting. The shadow
-// hits are peeked together, for a request that the enforced ones admit.
-// Its figures are the keys' as they stand, since nothing was taken: an
-// allowed peek's Remaining does not count the hits it asked about (a
-// hit of cost 0 asks about one), as a denied one's never does; what the
-// metrics count is Check's figures.
-func (g *Gate) Peek(ctx context.Context, hits []Hit) (Result, error) {
-	res, err := g.run(ctx, hits, false)
-	if err != nil {
-		return res, err
-	}
-	res.Decision = asNow(res.Decision, res.hits)
-	for k := range res.Shadow {
-		if k < len(res.shadowHits) {
-			res.Shadow[k] = asNow(res.Shadow[k], res.shadowHits[k:k+1])
-		}
-	}
-	return res, nil
-}
-
-// asNow returns d, a peek's decision on hits, with the keys' figures as
-// they stand: an allowed one's Remaining is as before the hits it asked
-// about (the core's Peek reports it as after them), and its worst hit is
-// picked from those figures. A denied peek reports them as they stand
-// already: nothing of it would have been taken.
-func asNow(d floodgate.Decision, hits []floodgate.Hit) floodgate.Decision {
-	cost := func(h floodgate.Hit) int64 { return max(h.Cost, 1) }
-	switch {
-	case !d.Allowed:
-		return d
-	case d.Each == nil:
-		if len(hits) == 1 {
-			d.Remaining += cost(hits[0])
-		}
-		return d
-	case len(d.Each) != len(hits):
-		return d
-	}
-	worst := 0
-	for i := range d.Each {
-		d.Each[i].Remaining += cost(hits[i])
-		if d.Each[i].Worse(d.Each[worst]) {
-			worst = i
-		}
-	}
-	top := d.Each[worst]
-	top.Allowed, top.Recorded, top.Each = d.Allowed, d.Recorded, d.Each
-	return top
-}
-
-// ask decides hits with l, recording them if record, or peeks at them.
-func ask(ctx context.Context, l *floodgate.Limiter, hits []floodgate.Hit, record bool) (floodgate.Decision, error) {
-	if !record {
-		return l.Peek(ctx, hits...)
-	}
-	return l.Check(ctx, hits...)
-}
-
-func (g *Gate) run(ctx context.Context, hits []Hit, record bool) (Result, error) {
-	var ebuf [4]Hit // the usual few, without an allocation when they do not escape
-	enforced, shadow := ebuf[:0], []Hit(nil)
-	for i, h := range hits {
-		h.Key = fitKey(h.Key)
-		if h.Shadow {
-			shadow = append(shadow, h)
-			continue
-		}
-		if !h.Failure.valid() {
-			// Refused before the store is asked: a mode from an
-			// unchecked value would otherwise fail open in an outage.
-			err := fmt.Errorf("%w: gate %q: hit %d (%s): unknown failure mode %d", ErrInvalid, g.spec.Name, i, h.Rule.Name, h.Failure)
-			return Result{Outcome: FailedClosed, Err: err}, err
-		}
-		enforced = append(enforced, h)
-	}
-	res := Result{Outcome: Skipped}
-	if len(enforced) > 0 {
-		var err error
-		res, err = g.decide(ctx, enforced, record)
-		if err == nil && record && g.spec.MaxDelay > 0 && g.throttles(res) {
-			res, err = g.throttle(ctx, enforced, res)
-		}
-		if err != nil {
-			// Refused, not admitted, for a caller that looks only at
-			// Allowed; and not counted: nothing was decided.
-			return Result{Outcome: FailedClosed, Err: err}, err
-		}
-	}
-	if len(enforced) > 0 || len(shadow) == 0 {
-		g.m.decision(res)
-	}
-	// Shadow hits are checked only against a store that just answered,
-	// or when no enforced hit asked it: a failing store would make each
-	// of them wait out its own budget.
-	if len(shadow) > 0 && (len(enforced) == 0 || res.Outcome == Allowed) {
-		var serr error
-		res.Shadow, res.shadowHits, serr = g.shadow(ctx, shadow, record)
-		res.gate = g // which Hold needs, for the shadow leases
-		if len(enforced) == 0 && len(res.Shadow) == 0 && serr != nil {
-			// Nothing counted this request: it went through because the
-			// store failed on its shadow limits, which never deny.
-			res.Err = serr
-			g.m.policy("")[FailedOpen].Inc()
-			g.logFailed(time.Now(), FailOpen, FailedOpen, serr)
-		}
-	}
-	return res, nil
-}
-
-// decide asks the store about hits and, if the store fails, applies
-// their failure modes. It returns an error only when ctx is done or a hit
-// is invalid. The decisions report each hit under its Policy.
-func (g *Gate) decide(ctx context.Context, hits []Hit, record bool) (Result, error) {
-	start := time.Now()
-	core := coreHits(hits)
-	d, err := ask(ctx, g.e.limiter, core, record)
-	g.m.latency.Observe(time.Since(start).Seconds())
-	if err == nil {
-		rename(&d, hits)
-		res := Result{Outcome: Allowed, Decision: d, gate: g, limiter: g.e.limiter, hits: core}
-		if !d.Allowed {
-			res.Outcome = Denied
-		}
-		return res, nil
-	}
-	if ctx.Err() != nil {
-		return Result{}, ctx.Err()
-	}
-	if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
-		return Result{}, err // the caller's input, not the store, is at fault
-	}
-	g.m.storeError(err)
-	return g.failed(ctx, hits, err, record, start), nil
-}
-
-// Failed returns what the failure modes of hits decide when the store
-// failed with err, without asking it again, counted and logged as any
-// degraded decision: for a transport whose earlier call in the same
-// request (a peek) found the store failing, so that the request does not
-// wait out a second budget. The FailLocal hits are recorded by the local
-// limits.
-func (g *Gate) Failed(ctx context.Context, hits []Hit, err error) Result {
-	var enforced []Hit
-	for _, h := range hits {
-		if !h.Shadow && h.Failure.valid() {
-			h.Key = fitKey(h.Key)
-			enforced = append(enforced, h)
-		}
-	}
-	if len(enforced) == 0 {
-		return Result{Outcome: Skipped}
-	}
-	res := g.failed(ctx, enforced, err, true, time.Now())
-	g.m.decision(res)
-	return res
-}
-
-// failed applies the failure modes of hits to the store's error err.
-func (g *Gate) failed(ctx context.Context, hits []Hit, err error, record bool, start time.Time) Result {
-	res := Result{Outcome: FailedOpen, Err: err} // no hits: nothing counted them
-	mode := FailOpen
-	var local []Hit
-	for _, h := range hits {
-		if failureRank[h.Failure] > failureRank[mode] {
-			mode = h.Failure
-		}
-		if h.Failure == FailLocal {
-			local = append(local, h)
-		}
-	}
-	switch mode {
-	case FailClosed:
-		res.Outcome = FailedClosed
-	case FailError:
-		res.Outcome = Errored
-	case FailLocal:
-		res.Outcome = FailedClosed // unless the local limits decide
-		lcore := coreHits(local)
-		if d, lerr := ask(ctx, g.e.local, lcore, record); lerr == nil {
-			rename(&d, local)
-			res = Result{Outcome: Local, Decision: d, Err: err, gate: g, limiter: g.e.local, hits: lcore}
-		}
-	}
-	g.logFailed(start, mode, res.Outcome, err)
-	return res
-}
-
-// logFailed logs a decision that the failure mode made because the store
-// failed with err, in aggregate (g.log).
-func (g *Gate) logFailed(start time.Time, mode FailureMode, outcome Outcome, err error) {
-	g.log.do(start, func(held int) { // may run later, from a timer: no request context
-		g.e.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: rate-limit store failed; decided by the failure mode",
-			slog.String("gate", g.spec.Name), slog.String("failure_mode", mode.String()),
-			slog.String("outcome", outcome.String()), slog.Any("error", err), slog.Int("suppressed", held))
-	})
-}
-
-// coreHits returns the core's hits of hs.
-func coreHits(hs []Hit) []floodgate.Hit {
-	out := make([]floodgate.Hit, len(hs))
-	for i, h := range hs {
-		out[i] = h.Hit
-	}
-	return out
-}
-
-// rename reports each decision of d, the decision on hits, under its
-// hit's Policy, where one is set.
-func rename(d *floodgate.Decision, hits []Hit) {
-	top := -1
-	for i, h := range hits {
-		if d.Each != nil && i < len(d.Each) {
-			if top < 0 && d.Each[i].Policy == d.Policy {
-				top = i
-			}
-			if h.Policy != "" {
-				d.Each[i].Policy = h.Policy
-			}
-		}
-	}
-	switch {
-	case d.Each == nil && len(hits) == 1 && hits[0].Policy != "":
-		d.Policy = hits[0].Policy
-	case top >= 0:
-		d.Policy = d.Each[top].Policy
-	}
-}
-
-// fitKey returns k, or its digest if it is too long for a hit.
-func fitKey(k string) string {
-	if len(k) <= bounds.KeyLen {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// shadow checks each shadow hit on its own, recording it if within its
-// limit (and record), and counts and logs what it would have done. A store that fails
-// decides nothing more, and counts nothing; an invalid hit is skipped. It
-// returns the decisions, the hits they decided, and the store's error if
-// it failed (not ctx's).
-func (g *Gate) shadow(ctx context.Context, hits []Hit, record bool) ([]floodgate.Decision, []floodgate.Hit, error) {
-	out := make([]floodgate.Decision, 0, len(hits))
-	checked := make([]floodgate.Hit, 0, len(hits))
-	for _, sh := range hits {
-		h := sh.Hit
-		d, err := ask(ctx, g.e.limiter, []floodgate.Hit{h}, record)
-		if errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule) {
-			continue // the caller's input, not the store, is at fault: a shadow hit never fails a request
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			g.m.storeError(err)
-			return out, checked, err // the store failed: the others would wait out their budgets too
-		}
-		rename(&d, []Hit{sh})
-		out = append(out, d)
-		checked = append(checked, h)
-		g.m.shadowed(d.Policy, d.Allowed)
-		if !d.Allowed {
-			g.shadowLog.do(time.Now(), func(held int) {
-				g.e.logger.LogAttrs(context.Background(), slog.LevelInfo, "floodgate: a shadow limit would have denied a request",
-					slog.String("gate", g.spec.Name), slog.String("policy", d.Policy), slog.Duration("retry_after", d.RetryAfter),
-					slog.Int("suppressed", held))
-			})
-		}
-	}
-	return out, checked, nil
-}
-
-// throttles reports whether res is a denial worth waiting for.
-func (g *Gate) throttles(res Result) bool {
+// throttles reports whether res, the decision on hits, is a denial worth
+// waiting for.
+func (g *Gate) throttles(res Result, hits []Hit) bool {
 	return (res.Outcome == Denied || res.Outcome == Local && !res.Decision.Allowed) &&
-		(res.Decision.RetryAfter <= g.spec.MaxDelay || leaseDenied(res))
+		(res.Decision.RetryAfter <= g.spec.MaxDelay || leaseDenied(res, hits))
 }
 
 // throttle waits for quota while the denial's RetryAfter fits in what is
@@ -684,10 +371,10 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 	// this process wakes it, another process's is seen by the next check,
 	// at most leasePoll later.
 	released := g.e.released.wait()
-	for left := first; left > 0 && g.throttles(res) && (res.Decision.RetryAfter <= left || leaseDenied(res)); left = time.Until(deadline) {
+	for left := first; left > 0 && g.throttles(res, hits) && (res.Decision.RetryAfter <= left || leaseDenied(res, hits)); left = time.Until(deadline) {
 		wait := res.Decision.RetryAfter
 		var wake <-chan struct{}
-		if leaseDenied(res) {
+		if leaseDenied(res, hits) {
 			wait, wake = min(wait, leasePoll(g.spec.MaxDelay), left), released
 		}
 		t := time.NewTimer(max(wait, time.Millisecond))
@@ -702,7 +389,7 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 		}
 		released = g.e.released.wait() // before the check: no release is missed
 		var err error
-		if res, err = g.decide(ctx, hits, true); err != nil {
+		if res, err = g.decide(ctx, hits); err != nil {
 			g.m.throttled["canceled"].Inc()
 			return res, err
 		}
@@ -713,14 +400,4 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 		g.m.throttled["denied"].Inc()
 	}
 	return res, nil
-}
-
-// InForce returns h as a check decides it: its key replaced by its digest
-// if longer than 1 MiB, under the rule in force for that
-// key, with its problems under that rule (see floodgate.Limiter.InForce):
-// for a transport that reports the limit in force before deciding, or
-// answers a cost beyond every admission as a denial.
-func (e *Enforcer) InForce(h floodgate.Hit) (floodgate.Hit, error) {
-	h.Key = fitKey(h.Key)
-	return e.limiter.InForce(h)
 }

@@ -50,19 +50,14 @@ func (r Result) Hold(ctx context.Context) (release func()) {
 		ls.m.held.Inc()
 		h.leases = append(h.leases, ls)
 	}
-	if r.limiter != nil && r.Decision.Recorded {
-		if r.Decision.Each == nil { // without fields.Each: no allocation without leases
-			if len(r.hits) == 1 {
-				add(r.limiter, r.hits[0], r.Decision)
-			}
-		} else {
-			for i := 0; i < len(r.Decision.Each) && i < len(r.hits); i++ {
-				add(r.limiter, r.hits[i], r.Decision.Each[i])
-			}
+	for _, v := range r.Each {
+		switch {
+		case !v.decided():
+		case v.cls&enforcedTake != 0 && r.limiter != nil:
+			add(r.limiter, v.Hit, v.Decision)
+		case v.cls&shadowTake != 0:
+			add(r.gate.e.limiter, v.Hit, v.Decision) // a shadow limit's lease, recorded on its own
 		}
-	}
-	for i := 0; i < len(r.Shadow) && i < len(r.shadowHits); i++ {
-		add(r.gate.e.limiter, r.shadowHits[i], r.Shadow[i]) // a shadow limit's lease, recorded on its own
 	}
 	if h == nil {
 		return noRelease
@@ -183,16 +178,27 @@ func (b *broadcast) broadcast() {
 	b.mu.Unlock()
 }
 
-// leaseDenied reports whether res is a denial by concurrency limits
-// alone: a slot frees when a holder releases it, at no time the store
-// can tell (its RetryAfter is when the oldest lease's time to live runs
-// out, the latest a slot frees).
-func leaseDenied(res Result) bool {
+// leaseDenied reports whether res, the decision on hits, is a denial by
+// concurrency limits alone: a slot frees when a holder releases it, at no
+// time the store can tell (its RetryAfter is when the oldest lease's time
+// to live runs out, the latest a slot frees). A Local decision is on the
+// FailLocal hits alone.
+func leaseDenied(res Result, hits []Hit) bool {
 	if res.Decision.Allowed || res.limiter == nil {
 		return false
 	}
-	for i, d := range fields.Each(res.Decision) {
-		if !d.Allowed && (i >= len(res.hits) || res.hits[i].Rule.Algorithm != floodgate.Concurrency) {
+	each, k := fields.Each(res.Decision), 0
+	for _, h := range hits {
+		if res.Outcome == Local && h.Failure != FailLocal {
+			continue
+		}
+		if k < len(each) && !each[k].Allowed && h.Rule.Algorithm != floodgate.Concurrency {
+			return false
+		}
+		k++
+	}
+	for ; k < len(each); k++ {
+		if !each[k].Allowed {
 			return false
 		}
 	}

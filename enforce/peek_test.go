@@ -28,11 +28,11 @@ func TestPeekFiguresAsTheyStand(t *testing.T) {
 	}
 	// Now: a has 3 left, b 4, s 2. After the peeked hits a would have 2
 	// and b 1: b would be the worst; as they stand, a is.
-	res, err := g.Peek(ctx, []enforce.Hit{
-		{Hit: floodgate.Hit{Rule: b, Key: "k", Cost: 3}},
-		{Hit: floodgate.Hit{Rule: a, Key: "k", Cost: 1}},
-		{Hit: floodgate.Hit{Rule: s, Key: "k"}, Shadow: true},
-	})
+	res, err := g.Check(ctx, peeks(
+		enforce.Hit{Hit: floodgate.Hit{Rule: b, Key: "k", Cost: 3}},
+		enforce.Hit{Hit: floodgate.Hit{Rule: a, Key: "k", Cost: 1}},
+		enforce.Hit{Hit: floodgate.Hit{Rule: s, Key: "k"}, Shadow: true},
+	))
 	if err != nil || res.Outcome != enforce.Allowed {
 		t.Fatalf("Peek: %v, %v; want allowed", res.Outcome, err)
 	}
@@ -48,14 +48,14 @@ func TestPeekFiguresAsTheyStand(t *testing.T) {
 	}
 	// One hit, and a peek that is denied: figures as they stand, and
 	// nothing was recorded by the peeks.
-	one, err := g.Peek(ctx, []enforce.Hit{{Hit: floodgate.Hit{Rule: a, Key: "k"}}})
+	one, err := g.Check(ctx, peeks(enforce.Hit{Hit: floodgate.Hit{Rule: a, Key: "k"}}))
 	if err != nil || !one.Decision.Allowed || one.Decision.Each != nil || one.Decision.Remaining != 3 {
 		t.Errorf("one-hit Peek = %+v, %v; want allowed with 3 left", one.Decision, err)
 	}
-	denied, err := g.Peek(ctx, []enforce.Hit{
-		{Hit: floodgate.Hit{Rule: a, Key: "k", Cost: 4}},
-		{Hit: floodgate.Hit{Rule: b, Key: "k"}},
-	})
+	denied, err := g.Check(ctx, peeks(
+		enforce.Hit{Hit: floodgate.Hit{Rule: a, Key: "k", Cost: 4}},
+		enforce.Hit{Hit: floodgate.Hit{Rule: b, Key: "k"}},
+	))
 	if err != nil || denied.Outcome != enforce.Denied {
 		t.Fatalf("Peek of cost 4: %v, %v; want denied", denied.Outcome, err)
 	}
@@ -65,4 +65,12 @@ func TestPeekFiguresAsTheyStand(t *testing.T) {
 	if c, err := g.Check(ctx, []enforce.Hit{{Hit: floodgate.Hit{Rule: a, Key: "k"}}}); err != nil || c.Decision.Remaining != 2 {
 		t.Errorf("Check after the peeks: %+v, %v; want 2 left (the peeks took nothing)", c.Decision, err)
 	}
+}
+
+// peeks returns hits, each a peek.
+func peeks(hits ...enforce.Hit) []enforce.Hit {
+	for i := range hits {
+		hits[i].Peek = true
+	}
+	return hits
 }

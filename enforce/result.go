@@ -16,7 +16,8 @@ type Outcome uint8
 const (
 	// Allowed: the store admitted the request.
 	Allowed Outcome = iota
-	// Denied: the store refused it.
+	// Denied: the store refused it, or Check did without asking (an
+	// enforced hit that can never be admitted: DenyOversize).
 	Denied
 	// FailedOpen: the store failed and the request went through.
 	FailedOpen
@@ -58,7 +59,10 @@ type Result struct {
 	// Decision is the limiter's decision when Outcome is Allowed, Denied or
 	// Local, with one element of Decision.Each per enforced hit decided;
 	// the zero Decision otherwise. A Local decision covers the hits whose
-	// failure mode is FailLocal.
+	// failure mode is FailLocal. It is the decision on the enforced
+	// takes, when the request has any and was not denied before they
+	// were asked; otherwise the worst of the enforced hits' verdicts
+	// (each in its Each, when there are several).
 	Decision floodgate.Decision
 	// Shadow holds the decisions of the shadow hits, each checked on its
 	// own, for a request that the enforced hits admitted from the store
@@ -70,11 +74,13 @@ type Result struct {
 	// FailedOpen, FailedClosed, Local or Errored, or Skipped for shadow
 	// hits only); nil otherwise.
 	Err error
+	// Each holds the verdict on every hit given to [Gate.Check], in
+	// order: the rule in force for its key, and its own decision, final.
+	// A transport reports these as they are.
+	Each []Verdict
 
-	gate       *Gate              // the gate that decided, with limiter
-	limiter    *floodgate.Limiter // the limiter that decided; nil if none did
-	hits       []floodgate.Hit    // the enforced hits that limiter decided
-	shadowHits []floodgate.Hit    // the shadow hits that were checked
+	gate    *Gate              // the gate that decided, with limiter
+	limiter *floodgate.Limiter // the limiter that decided the enforced takes; nil if none did
 }
 
 // Allowed reports whether the request may proceed. The Result that Check
@@ -102,14 +108,6 @@ func (r Result) FailRetryAfter() time.Duration {
 	return minFailRetryAfter
 }
 
-// Covers reports whether the request's check counted a hit of the rule
-// named rule on key, enforced or shadow: how a transport nesting two
-// checks avoids counting one hit twice.
-func (r Result) Covers(rule, key string) bool {
-	same := func(h floodgate.Hit) bool { return h.Rule.Name == rule && h.Key == key }
-	return slices.ContainsFunc(r.hits, same) || slices.ContainsFunc(r.shadowHits, same)
-}
-
 // Refund undoes the hits that the decision recorded, through the limiter
 // that recorded them (the store, or the local limits): all of them, or
 // only those of the named policies. A caller undoes a request that turns
@@ -123,17 +121,17 @@ func (r Result) Refund(ctx context.Context, policies ...string) error {
 	if r.limiter == nil || !r.Decision.Recorded {
 		return nil
 	}
-	leases := slices.ContainsFunc(r.hits, func(h floodgate.Hit) bool { return h.Rule.Algorithm == floodgate.Concurrency })
-	if len(policies) == 0 && !leases {
+	lease := func(v Verdict) bool { return v.Hit.Rule.Algorithm == floodgate.Concurrency }
+	if len(policies) == 0 && !slices.ContainsFunc(r.Each, lease) {
 		return r.limiter.Refund(ctx, r.Decision)
 	}
 	var errs []error
-	for i, d := range fields.Each(r.Decision) {
-		if i < len(r.hits) && r.hits[i].Rule.Algorithm == floodgate.Concurrency {
+	for _, v := range r.Each {
+		if v.cls&enforcedTake == 0 || !v.decided() || lease(v) {
 			continue
 		}
-		if len(policies) == 0 || slices.Contains(policies, d.Policy) {
-			errs = append(errs, r.limiter.Refund(ctx, d))
+		if len(policies) == 0 || slices.Contains(policies, v.Decision.Policy) {
+			errs = append(errs, r.limiter.Refund(ctx, v.Decision))
 		}
 	}
 	return errors.Join(errs...)

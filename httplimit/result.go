@@ -13,7 +13,7 @@ import (
 // [FromContext]. Its Outcome, Decision and
 // Shadow are those of the enforcement layer's verdict (enforce.Result);
 // with nested middlewares, they and the methods promoted from
-// enforce.Result (Covers, Settle) describe the innermost route that
+// enforce.Result (Settle) describe the innermost route that
 // enforced a limit, while [Result.Refund] covers every route of the
 // request.
 type Result struct {
@@ -26,10 +26,15 @@ type Result struct {
 
 // covers reports whether any route of the request, this one or one it is
 // nested in, counted a hit of the rule named rule on key, enforced or
-// shadow.
+// shadow: a limiter decided it.
 func (r Result) covers(rule, key string) bool {
+	counted := func(res enforce.Result) bool {
+		return slices.ContainsFunc(res.Each, func(v enforce.Verdict) bool {
+			return v.Decision.Policy != "" && v.Hit.Rule.Name == rule && v.Hit.Key == key
+		})
+	}
 	for o := &r; o != nil; o = o.outer {
-		if o.Result.Covers(rule, key) || slices.ContainsFunc(o.also, func(a enforce.Result) bool { return a.Covers(rule, key) }) {
+		if counted(o.Result) || slices.ContainsFunc(o.also, counted) {
 			return true
 		}
 	}

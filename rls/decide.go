@@ -14,7 +14,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
-	"github.com/floodgate-rl/floodgate/internal/fields"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 )
 
@@ -92,20 +91,23 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if !set {
 		over = s.over
 	}
-	if err := p.build(req, entries, ms, s.shadow, s.quota, over, s.enf); err != nil {
+	if err := p.build(req, entries, ms, s.shadow, s.quota, over); err != nil {
 		return nil, err
 	}
 	g, err := s.gate(req.GetDomain())
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "rls: %v", err)
 	}
-	p.over = p.blocked()
+	opts := []enforce.Option{enforce.DenyOversize()}
 	if shed {
 		s.metrics.shed.Inc()
-		err = p.settle(p.counted(), g.Failed(ctx, p.enforceHits(p.counted()), ErrShed), nil)
-	} else {
-		err = p.decide(ctx, g)
+		opts = append(opts, enforce.Unavailable(ErrShed))
 	}
+	var res enforce.Result // no hits: nothing to decide, within the limits
+	if len(p.hits) > 0 {
+		res, err = g.Check(ctx, p.hits, opts...)
+	}
+	err = p.settle(res, err)
 	if err != nil {
 		if status.Code(err) == codes.Unavailable {
 			// The error failure mode decided: its hits reached their
@@ -228,22 +230,24 @@ func okStatuses(n int) []*rlsv3.RateLimitResponse_DescriptorStatus {
 // pool: one request's working memory serves the next (see reset).
 type plan struct {
 	descs []desc
-	hits  []planned
+	// hits are the distinct hits: descriptors that make the same hit (the
+	// same rule and key) share it, their costs summed. Once decided, each
+	// has enforce's verdict: the rule in force for its key (an
+	// override's), which its status reports, and its decision.
+	hits  []enforce.Hit
+	each  []enforce.Verdict
+	shown []bool // by hit: the response's headers have its figures
 
 	over       bool          // the answer is OVER_LIMIT
-	countOver  bool          // hits count even past their limits (Server.CountOverLimit)
 	failClosed bool          // over because the store failed and a descriptor's failure_mode is closed
 	failRetry  time.Duration // that failure's wait, for Retry-After
 
 	// Room reused from request to request: the backing arrays of the
-	// request's entries, of every descriptor's refs and verdicts, the
-	// hits' indices and the hits handed to the gate.
+	// request's entries, and of every descriptor's refs and verdicts.
 	entries     []rlmatch.Entry
 	descEntries [][]rlmatch.Entry
 	refs        []ref
 	vs          []verdict
-	idx         []int
-	ehits       []enforce.Hit
 	index       map[hitID]int // the hits by identity, for a request of many
 }
 
@@ -256,9 +260,9 @@ func (p *plan) reset() {
 	clear(p.hits)
 	clear(p.refs)
 	clear(p.vs)
-	clear(p.ehits)
+	clear(p.shown)
 	*p = plan{descs: p.descs[:0], hits: p.hits[:0], entries: p.entries[:0], descEntries: p.descEntries[:0],
-		refs: p.refs[:0], vs: p.vs[:0], idx: p.idx[:0], ehits: p.ehits[:0]}
+		refs: p.refs[:0], vs: p.vs[:0], shown: p.shown[:0]}
 }
 
 // desc is one descriptor of the request.
@@ -270,27 +274,11 @@ type desc struct {
 	vs    []verdict // its limits as decided (plan.judge)
 }
 
-// ref is one limit of a descriptor and the hit that counts it; hit is -1
-// for a blocked limit (requests_per_unit 0), which is never counted.
+// ref is one limit of a descriptor and the hit that counts it (a blocked
+// limit's, requests_per_unit 0, too: enforce denies it).
 type ref struct {
 	limit *rlmatch.Limit
 	hit   int
-}
-
-// planned is one distinct hit: descriptors that make the same hit (the
-// same rule and key) share it, their costs summed. Its rule is the rule
-// in force for its key (an override's), which its status reports.
-type planned struct {
-	hit  enforce.Hit
-	peek bool
-	dec  floodgate.Decision
-	have bool // dec is set
-	// shown marks a hit whose figures the response's headers have.
-	shown bool
-	// oversize marks a hit beyond what the rule in force could ever
-	// admit: over the limit without asking the store, which would refuse
-	// it.
-	oversize bool
 }
 
 // linearHits is the number of hits up to which build finds a hit among
@@ -306,21 +294,24 @@ func (p *plan) find(id hitID) int {
 		return -1
 	}
 	for j := range p.hits {
-		h := &p.hits[j]
-		if h.peek == id.peek && h.hit.Key == id.key && h.hit.Rule == id.rule {
+		if h := &p.hits[j]; h.Peek == id.peek && h.Key == id.key && h.Rule == id.rule {
 			return j
 		}
 	}
 	return -1
 }
 
-// build builds the hits of a request's matched descriptors, each under
-// the rule in force for its key, marking oversize a hit whose cost that
-// rule could never admit; with shadow, every limit (a limit override's
-// too) is in shadow mode, and with quota in quota mode (see modes).
-func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatch.Match, shadow, quota, countOver bool, enf *enforce.Enforcer) error {
+// build builds the hits of a request's matched descriptors; with
+// shadow, every limit (a limit override's too) is in shadow mode, and
+// with quota in quota mode (see modes). With countOver, the hits count
+// even past their limits (Server.CountOverLimit): Overdraw hits, and
+// peeks that a key at its limit exactly passes. A cost that the rule in
+// force could never admit, or a blocked limit, is over it, as upstream
+// answers, and not an error (Envoy lets a request through on an error by
+// default, and a hits_addend may come from the request): enforce denies
+// it without asking the store (enforce.DenyOversize).
+func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms []rlmatch.Match, shadow, quota, countOver bool) error {
 	base := int64(max(req.GetHitsAddend(), 1))
-	p.countOver = countOver
 	p.descs = slices.Grow(p.descs[:0], len(ms))[:len(ms)]
 	for i, m := range ms {
 		if lo := req.GetDescriptors()[i].GetLimit(); lo != nil {
@@ -341,38 +332,33 @@ func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms 
 			if m.Outcome != rlmatch.Limited {
 				break
 			}
-			r := ref{limit: l, hit: -1}
-			if !l.Blocked() {
-				// Distinct rules never share a hit: two per-request
-				// overrides of one descriptor count apart.
-				id := hitID{rule: l.Rule, key: m.Key, peek: d.peek}
-				j := p.find(id)
-				if j < 0 {
-					j = len(p.hits)
-					mode := m.FailureMode
-					if l.ShadowMode {
-						mode = enforce.FailOpen // a shadow limit never denies
-					}
-					p.hits = append(p.hits, planned{
-						hit: enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key, Overdraw: countOver && !d.peek},
-							Shadow: l.ShadowMode, Policy: l.Label, Failure: mode},
-						peek: d.peek,
-					})
-					switch {
-					case p.index != nil:
-						p.index[id] = j
-					case len(p.hits) > linearHits:
-						p.index = make(map[hitID]int, 2*len(p.hits))
-						for k := range p.hits {
-							h := &p.hits[k]
-							p.index[hitID{rule: h.hit.Rule, key: h.hit.Key, peek: h.peek}] = k
-						}
+			// Distinct rules never share a hit: two per-request
+			// overrides of one descriptor count apart.
+			id := hitID{rule: l.Rule, key: m.Key, peek: d.peek}
+			j := p.find(id)
+			if j < 0 {
+				j = len(p.hits)
+				mode := m.FailureMode
+				if l.ShadowMode {
+					mode = enforce.FailOpen // a shadow limit never denies
+				}
+				p.hits = append(p.hits, enforce.Hit{Hit: floodgate.Hit{Rule: l.Rule, Key: m.Key, Overdraw: countOver},
+					Shadow: l.ShadowMode, Policy: l.Label, Failure: mode, Peek: d.peek})
+				p.shown = append(p.shown, false)
+				switch {
+				case p.index != nil:
+					p.index[id] = j
+				case len(p.hits) > linearHits:
+					p.index = make(map[hitID]int, 2*len(p.hits))
+					for k := range p.hits {
+						h := &p.hits[k]
+						p.index[hitID{rule: h.Rule, key: h.Key, peek: h.Peek}] = k
 					}
 				}
-				h := &p.hits[j].hit
-				h.Cost += min(d.cost, math.MaxInt64-h.Cost) // at most MaxInt64: beyond every capacity
-				r.hit = j
 			}
+			h := &p.hits[j]
+			h.Cost += min(d.cost, math.MaxInt64-h.Cost) // at most MaxInt64: beyond every capacity
+			r := ref{limit: l, hit: j}
 			p.refs = append(p.refs, r)
 		}
 		d.refs = p.refs[start:len(p.refs):len(p.refs)]
@@ -386,23 +372,6 @@ func (p *plan) build(req *rlsv3.RateLimitRequest, entries [][]rlmatch.Entry, ms 
 		p.descs[i].refs = p.refs[k : k+n : k+n]
 		k += n
 	}
-	// A cost that the rule in force could never admit is over it, as
-	// upstream answers, and not an error: Envoy lets a request through on
-	// an error by default, and a hits_addend may come from the request.
-	// A hit that counts over its limit is bounded by what its algorithm
-	// can hold instead.
-	for i := range p.hits {
-		h := &p.hits[i].hit
-		cost := h.Cost
-		in, err := enf.InForce(floodgate.Hit{Rule: h.Rule, Key: h.Key, Cost: max(cost, 1), Overdraw: h.Overdraw}) // a peek asks about one more hit
-		switch {
-		case errors.Is(err, floodgate.ErrInvalidRule):
-			return status.Errorf(codes.Internal, "rls: the limit in force for a descriptor is invalid")
-		case err != nil:
-			p.hits[i].oversize = true
-		}
-		h.Rule, h.Key = in.Rule, in.Key
-	}
 	return nil
 }
 
@@ -412,197 +381,25 @@ type hitID struct {
 	peek bool
 }
 
-// decide decides the plan's hits through the gate. A blocked limit, an
-// oversize hit, or a peek that would be denied, makes the request over
-// the limit at once: the counted hits are then only peeked, for their
-// figures, and nothing is recorded. Otherwise the counted hits are
-// checked, all-or-nothing. The gate applies each hit's failure mode.
-func (p *plan) decide(ctx context.Context, g *enforce.Gate) error {
-	peeks, counted := p.split()
-	var failed error // the store failed already: ask it nothing more
-	if len(peeks) > 0 {
-		res, err := g.Peek(ctx, p.enforceHits(peeks))
-		over := p.over
-		if err := p.settle(peeks, res, err); err != nil {
-			return err
-		}
-		if p.countOver && res.Err == nil {
-			p.over = over || p.pastLimit(peeks)
-		}
-		failed = res.Err
-	}
-	switch {
-	case len(counted) == 0:
-		return nil
-	case p.over:
-		// The figures only; a failed store leaves the statuses without
-		// them, and the answer is over the limit anyway. The shadow hits
-		// are not evaluated, as in a request that the store denied: a
-		// store call each, for a verdict that changes nothing.
-		enforced := counted[:0]
-		for _, i := range counted {
-			if !p.hits[i].hit.Shadow {
-				enforced = append(enforced, i)
-			}
-		}
-		if failed == nil && len(enforced) > 0 {
-			res, err := g.Peek(ctx, p.enforceHits(enforced))
-			if err == nil && res.Err == nil {
-				p.assign(enforced, res)
-			}
-		}
-		return nil
-	case failed != nil:
-		return p.settle(counted, g.Failed(ctx, p.enforceHits(counted), failed), nil)
-	}
-	res, err := g.Check(ctx, p.enforceHits(counted))
-	return p.settle(counted, res, err)
-}
-
-// pastLimit reports whether a peeked hit of idx is strictly past its
-// limit, as envoyproxy/ratelimit answers a check that counts over the
-// limit: a key at its limit exactly is within it, with 0 left; one in
-// debt is over. A peek denied at the limit exactly is answered allowed.
-func (p *plan) pastLimit(idx []int) bool {
-	past := false
-	for _, i := range idx {
-		h := &p.hits[i]
-		if !h.have || h.dec.Allowed {
-			continue
-		}
-		if h.dec.Remaining >= 0 {
-			h.dec.Allowed, h.dec.RetryAfter = true, 0
-			continue
-		}
-		past = past || !h.hit.Shadow
-	}
-	return past
-}
-
-// settle takes the gate's answer on the hits idx: their decisions, and
+// settle takes the gate's verdict on the plan's hits: each hit's, and
 // whether the request is over the limit. The store's failure answers as
 // the gate's outcome says: over the limit (failed closed), Unavailable
 // (the error failure_mode: Envoy decides), or within (failed open).
-func (p *plan) settle(idx []int, res enforce.Result, err error) error {
+func (p *plan) settle(res enforce.Result, err error) error {
 	switch {
 	case errors.Is(err, floodgate.ErrInvalidHit) || errors.Is(err, floodgate.ErrInvalidRule):
 		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
 	case err != nil:
 		return status.FromContextError(err).Err()
 	}
+	p.each = res.Each
 	switch res.Outcome {
-	case enforce.FailedOpen:
-		// Every limit passes, without figures.
 	case enforce.Errored:
 		// No store error text: it may name keys.
 		return status.Error(codes.Unavailable, "rls: the rate-limit store cannot decide")
 	case enforce.FailedClosed:
-		p.over, p.failClosed, p.failRetry = true, true, max(p.failRetry, res.FailRetryAfter())
-	default:
-		p.assign(idx, res)
-		p.over = p.over || !res.Allowed()
+		p.failClosed, p.failRetry = true, res.FailRetryAfter()
 	}
+	p.over = !res.Allowed()
 	return nil
-}
-
-// enforceHits returns the hits idx, in p's room: valid until the next
-// call (the gate keeps nothing of them).
-func (p *plan) enforceHits(idx []int) []enforce.Hit {
-	hits := p.ehits[:0]
-	for _, i := range idx {
-		hits = append(hits, p.hits[i].hit)
-	}
-	p.ehits = hits
-	return hits
-}
-
-// blocked reports whether an enforced limit of the request is over
-// without asking the store: blocked (requests_per_unit 0), or an
-// oversize hit.
-func (p *plan) blocked() bool {
-	for _, d := range p.descs {
-		for _, r := range d.refs {
-			if (r.hit < 0 || p.hits[r.hit].oversize) && !r.limit.ShadowMode {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// counted returns the indices of every hit that is not oversize, peeks
-// included: what a shed request's failure modes decide. They are in p's
-// room, as split's.
-func (p *plan) counted() []int {
-	idx := p.idx[:0]
-	for i := range p.hits {
-		if !p.hits[i].oversize {
-			idx = append(idx, i)
-		}
-	}
-	p.idx = idx
-	return idx
-}
-
-// split returns the indices of the peeked hits and of the counted ones,
-// leaving out the oversize ones, in p's room: valid until the next call
-// of split or counted.
-func (p *plan) split() (peeks, counted []int) {
-	idx := slices.Grow(p.idx[:0], 2*len(p.hits))
-	for i := range p.hits {
-		if h := &p.hits[i]; !h.oversize && h.peek {
-			idx = append(idx, i)
-		}
-	}
-	n := len(idx)
-	for i := range p.hits {
-		if h := &p.hits[i]; !h.oversize && !h.peek {
-			idx = append(idx, i)
-		}
-	}
-	p.idx = idx
-	return idx[:n:n], idx[n:]
-}
-
-// assign sets the decisions of the hits idx from the gate's result: the
-// enforced ones from Decision (in order; a Local decision covers the
-// local hits only), the shadow ones from Shadow (in order, as far as the
-// store answered them). A hit left without a decision has no figures in
-// its status. A peek's figures are as now, before the hit it asked
-// about, as the gate's Peek reports them.
-func (p *plan) assign(idx []int, res enforce.Result) {
-	var eb, sb, lb [8]int // the usual few, without an allocation
-	enforced, shadow, local := eb[:0], sb[:0], lb[:0]
-	for _, i := range idx {
-		switch h := p.hits[i]; {
-		case h.hit.Shadow:
-			shadow = append(shadow, i)
-		default:
-			enforced = append(enforced, i)
-			if h.hit.Failure == enforce.FailLocal {
-				local = append(local, i)
-			}
-		}
-	}
-	set := func(to []int, ds []floodgate.Decision) {
-		if len(to) < len(ds) {
-			return
-		}
-		for k, d := range ds {
-			p.hits[to[k]].dec, p.hits[to[k]].have = d, true
-		}
-	}
-	if len(enforced) > 0 && res.Outcome != enforce.Skipped {
-		ds := fields.Each(res.Decision)
-		if res.Outcome == enforce.Local && len(ds) != len(enforced) {
-			set(local, ds)
-		} else {
-			set(enforced, ds)
-		}
-	}
-	for k, d := range res.Shadow { // each peeked on its own
-		if k < len(shadow) {
-			set(shadow[k:k+1], []floodgate.Decision{d})
-		}
-	}
 }

@@ -83,10 +83,10 @@
 // answers OK; local decides with the instance's own in-memory limits.
 // In a request with several modes the strictest decides: closed, then
 // error, then local, then open. A peek that the store cannot answer takes
-// the same modes, except that local answers OK (the local limits are not
-// peeked); the other descriptors of its request then take their modes
-// too, without asking the store again, so that the request waits one
-// budget at most. A shadow_mode limit takes open.
+// the same modes (local peeks at the instance's own limits); the other
+// descriptors of its request then take their modes too, without asking
+// the store again, so that the request waits one budget at most. A
+// shadow_mode limit takes open.
 //
 // Only measured figures are reported. A descriptor that the failure mode
 // closed denied has its current_limit, limit_remaining 0 and a

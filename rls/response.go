@@ -23,7 +23,7 @@ import (
 type verdict struct {
 	limit  *rlmatch.Limit
 	rule   floodgate.Rule // the rule in force: an override's, if its key has one
-	hit    int            // -1 for a blocked limit
+	hit    int            // its hit in the plan
 	dec    floodgate.Decision
 	have   bool // dec is set
 	shadow bool
@@ -47,17 +47,9 @@ func (p *plan) judge() {
 func (p *plan) verdicts(refs []ref, vs []verdict) {
 	for k, r := range refs {
 		v := verdict{limit: r.limit, rule: r.limit.Rule, hit: r.hit, shadow: r.limit.ShadowMode}
-		if r.hit >= 0 {
-			v.rule = p.hits[r.hit].hit.Rule
-		}
-		if r.hit < 0 || p.hits[r.hit].oversize {
-			// Blocked, or a hit beyond what the limit could ever admit:
-			// over the limit for a whole window.
-			w := v.rule.Window
-			v.dec = floodgate.Decision{Policy: r.limit.Label, Limit: v.rule.Limit, Window: w, ResetAfter: w, RetryAfter: w}
-			v.have = true
-		} else {
-			v.dec, v.have = p.hits[r.hit].dec, p.hits[r.hit].have
+		if r.hit < len(p.each) {
+			e := &p.each[r.hit]
+			v.rule, v.dec, v.have = e.Hit.Rule, e.Decision, e.Decision.Policy != ""
 		}
 		vs[k] = v
 	}
@@ -102,12 +94,10 @@ func (p *plan) response(hs Headers) *rlsv3.RateLimitResponse {
 		d := &p.descs[i]
 		resp.Statuses[i] = p.status(&mem[i], d, d.vs)
 		for _, v := range d.vs {
-			if v.shadow || !v.have || (v.hit >= 0 && p.hits[v.hit].shown) {
+			if v.shadow || !v.have || p.shown[v.hit] {
 				continue
 			}
-			if v.hit >= 0 {
-				p.hits[v.hit].shown = true
-			}
+			p.shown[v.hit] = true
 			shown = append(shown, v.dec) // the rule in force, under the limit's name
 		}
 	}
@@ -182,7 +172,7 @@ func (p *plan) status(mem *statusMem, d *desc, vs []verdict) *rlsv3.RateLimitRes
 		if v.shadow {
 			continue
 		}
-		closed := p.failClosed && v.hit >= 0 && p.hits[v.hit].hit.Failure == enforce.FailClosed
+		closed := p.failClosed && p.hits[v.hit].Failure == enforce.FailClosed
 		if v.denied() || closed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}

@@ -58,12 +58,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/algo"
 	"github.com/floodgate-rl/floodgate/internal/rediskeys"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
@@ -222,8 +224,44 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	if cmd == "peek" {
+		return peek(ctx, limiter, hits, *prefix, *output, stdout)
+	}
 	for _, h := range hits {
-		if err := one(ctx, cmd, limiter, h, *prefix, *output, stdout); err != nil {
+		if err := reset(ctx, limiter, h, *prefix, *output, stdout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// peek asks enforce about every hit at once, as the service would decide
+// a request now, recording nothing, and reports each hit's verdict. A
+// shadow limit is asked as an enforced one, so that its figures are there
+// even when another limit is over (the service would not ask it then).
+func peek(ctx context.Context, limiter *floodgate.Limiter, hits []targetHit, prefix, output string, stdout io.Writer) error {
+	e, err := enforce.New(enforce.Options{Limiter: limiter, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	g, err := e.Gate(enforce.Spec{Name: "peek"})
+	if err != nil {
+		return err
+	}
+	ehits := make([]enforce.Hit, len(hits))
+	for i, h := range hits {
+		ehits[i] = enforce.Hit{Hit: h.Hit, Policy: h.policy, Failure: enforce.FailError, Peek: true}
+	}
+	res, err := g.Check(ctx, ehits)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	for i, h := range hits {
+		if err := peeked(h, res.Each[i], prefix, output, stdout); err != nil {
 			return err
 		}
 	}
@@ -266,36 +304,45 @@ func cachedDenialNote(after string, wait time.Duration) string {
 		"from a denial it cached before %s, for at most %s.", after, most)
 }
 
-// one peeks at or resets the key of one hit, and reports it.
-func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHit, prefix, output string, stdout io.Writer) error {
+// reset resets the key of one hit, and reports it.
+func reset(ctx context.Context, limiter *floodgate.Limiter, h targetHit, prefix, output string, stdout io.Writer) error {
 	rule, key := h.Rule, h.Key
 	stateKey, err := rediskeys.StateKey(prefix, rule, key)
 	if err != nil {
 		return err
 	}
-	if cmd == "reset" {
-		if err := limiter.Reset(ctx, rule, key); err != nil {
-			return err
-		}
-		wait := longestWait(rule)
-		return report(stdout, output, map[string]any{
-			"policy": h.policy, "rule": rule.String(), "key": key, "reset": true, "state_key": stateKey, "cached_denial_max_ms": wait.Milliseconds(),
-		}, fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted).\n%s\n", named(h.policy, rule), key, stateKey, cachedDenialNote("the reset", wait)))
+	if err := limiter.Reset(ctx, rule, key); err != nil {
+		return err
 	}
-	d, err := limiter.Peek(ctx, h.Hit)
+	wait := longestWait(rule)
+	return report(stdout, output, map[string]any{
+		"policy": h.policy, "rule": rule.String(), "key": key, "reset": true, "state_key": stateKey, "cached_denial_max_ms": wait.Milliseconds(),
+	}, fmt.Sprintf("reset %s for key %q: its count is forgotten (Redis key %s deleted).\n%s\n", named(h.policy, rule), key, stateKey, cachedDenialNote("the reset", wait)))
+}
+
+// peeked reports the verdict v of a peek at hit h. Its figures are the
+// key's as it stands; the report says what a request now would leave,
+// one less when it would be allowed.
+func peeked(h targetHit, v enforce.Verdict, prefix, output string, stdout io.Writer) error {
+	rule, key, d := v.Hit.Rule, h.Key, v.Decision
+	stateKey, err := rediskeys.StateKey(prefix, rule, key)
 	if err != nil {
 		return err
+	}
+	after := d.Remaining // what a request now would leave
+	if d.Allowed {
+		after -= v.Hit.Cost
 	}
 	verdict := map[bool]string{true: "allowed", false: "denied"}[d.Allowed]
 	if !d.Allowed && h.shadow {
 		verdict = "over the limit, and allowed: the limit is in shadow mode, counted but never denying"
 	}
-	name, left := named(h.policy, rule), remainingText(d.Remaining)
+	name, left := named(h.policy, rule), remainingText(after)
 	text := fmt.Sprintf("%s, key %q: a request now would be %s; %s left after it; full again in %v",
 		name, key, verdict, left, d.ResetAfter.Round(time.Millisecond))
 	held := int64(-1) // holders of a concurrency limit's slots; -1: not one
 	if rule.Algorithm == floodgate.Concurrency {
-		held = holders(rule, d.Allowed, d.Remaining)
+		held = rule.Limit - d.Remaining
 		text = fmt.Sprintf("%s, key %q: %d of %d slots held; a request now would be %s; %s left after it; all free in %v at the latest (when the newest lease's time to live runs out)",
 			name, key, held, rule.Limit, verdict, left, d.ResetAfter.Round(time.Millisecond))
 	}
@@ -307,16 +354,16 @@ func one(ctx context.Context, cmd string, limiter *floodgate.Limiter, h targetHi
 	case !d.Allowed:
 		text += fmt.Sprintf("; allowed again in %v", d.RetryAfter.Round(time.Millisecond))
 	}
-	remaining, over := clampRemaining(d.Remaining)
-	v := map[string]any{
+	remaining, over := clampRemaining(after)
+	out := map[string]any{
 		"policy": h.policy, "rule": rule.String(), "key": key, "allowed": d.Allowed || h.shadow, "over_limit": !d.Allowed, "shadow": h.shadow,
 		"remaining": remaining, "over_by": over, "reset_after_ms": d.ResetAfter.Milliseconds(), "retry_after_ms": d.RetryAfter.Milliseconds(),
 		"state_key": stateKey,
 	}
 	if held >= 0 {
-		v["holders"] = held
+		out["holders"] = held
 	}
-	return report(stdout, output, v, text+"; Redis key "+stateKey+"\n")
+	return report(stdout, output, out, text+"; Redis key "+stateKey+"\n")
 }
 
 // clampRemaining returns a store's Remaining as the services report it,

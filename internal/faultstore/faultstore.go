@@ -1,11 +1,13 @@
 // Package faultstore wraps a [floodgate.Store] so that tests can make it
-// fail or hang on demand, and count the calls that reach it.
+// fail or hang on demand, and count (or record) the calls that reach it.
 package faultstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
@@ -33,6 +35,43 @@ type Store struct {
 	next  floodgate.Store
 	mode  atomic.Int32
 	calls atomic.Int64
+
+	mu        sync.Mutex
+	recording bool   // guarded by mu
+	log       []Call // guarded by mu: the Takes and Peeks since Record
+}
+
+// Call is a Take or Peek that reached the store while it recorded: its
+// hits, and the results the wrapped store answered (nil if it failed or
+// was not asked).
+type Call struct {
+	Peek    bool
+	Hits    []floodgate.Hit
+	Results []floodgate.Result
+}
+
+// Record starts keeping the Takes and Peeks that reach the store, from
+// none: a test reads them with Recorded.
+func (s *Store) Record() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recording, s.log = true, nil
+}
+
+// Recorded returns the Takes and Peeks since Record, in order.
+func (s *Store) Recorded() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log)
+}
+
+// keep records a Take or Peek when the store records them.
+func (s *Store) keep(peek bool, hits []floodgate.Hit, results []floodgate.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recording {
+		s.log = append(s.log, Call{Peek: peek, Hits: slices.Clone(hits), Results: slices.Clone(results)})
+	}
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -61,17 +100,23 @@ func (s *Store) fault(ctx context.Context) error {
 // Take implements [floodgate.Store].
 func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if err := s.fault(ctx); err != nil {
+		s.keep(false, hits, nil)
 		return nil, err
 	}
-	return s.next.Take(ctx, hits)
+	rs, err := s.next.Take(ctx, hits)
+	s.keep(false, hits, rs)
+	return rs, err
 }
 
 // Peek implements [floodgate.Store].
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if err := s.fault(ctx); err != nil {
+		s.keep(true, hits, nil)
 		return nil, err
 	}
-	return s.next.Peek(ctx, hits)
+	rs, err := s.next.Peek(ctx, hits)
+	s.keep(true, hits, rs)
+	return rs, err
 }
 
 // Refund implements [floodgate.Store].

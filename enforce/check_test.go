@@ -1,0 +1,94 @@
+package enforce_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/enforce"
+)
+
+// Check decides a request in one pass: the store sees one call per kind
+// of ask (a Peek of the peeks; a Take of the enforced takes, or a Peek of
+// them, for their figures, when the request is denied; a Take of the
+// shadow takes), and each hit's verdict is final: a peek's figures are the key's
+// as it stands, an Overdraw peek passes a key at its limit exactly, and
+// a hit that can never be admitted is denied without asking the store.
+func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
+	a, b, s1, s2 := rule("a", 5), rule("b", 3), rule("s1", 1), rule("s2", 2)
+	take := func(r floodgate.Rule, cost int64) enforce.Hit {
+		return enforce.Hit{Hit: floodgate.Hit{Rule: r, Key: "k", Cost: cost}}
+	}
+	peek := func(r floodgate.Rule) enforce.Hit { h := take(r, 0); h.Peek = true; return h }
+	over := func(h enforce.Hit) enforce.Hit { h.Overdraw = true; return h }
+	shadow := func(h enforce.Hit) enforce.Hit { h.Shadow = true; return h }
+	blocked := floodgate.Rule{Name: "blocked", Window: time.Minute}
+	type verdict struct {
+		decided, allowed bool
+		remaining        int64
+	}
+	for _, c := range []struct {
+		name    string
+		before  []enforce.Hit // taken first, one Check each
+		hits    []enforce.Hit
+		opts    []enforce.Option
+		calls   string // the store calls: P (a Peek) or T (a Take) and the number of hits
+		outcome enforce.Outcome
+		want    []verdict
+	}{
+		{"takes", nil, []enforce.Hit{take(a, 1), take(b, 1)}, nil, "T2", enforce.Allowed,
+			[]verdict{{true, true, 4}, {true, true, 2}}},
+		{"a peek and a take", nil, []enforce.Hit{peek(a), take(b, 1)}, nil, "P1 T1", enforce.Allowed,
+			[]verdict{{true, true, 5}, {true, true, 2}}},
+		{"a denied peek takes nothing", []enforce.Hit{take(a, 5)}, []enforce.Hit{peek(a), take(b, 1)}, nil, "P1 P1", enforce.Denied,
+			[]verdict{{true, false, 0}, {true, true, 3}}},
+		{"an overdraw peek at the limit passes", []enforce.Hit{take(a, 5)}, []enforce.Hit{over(peek(a)), take(b, 1)}, nil, "P1 T1", enforce.Allowed,
+			[]verdict{{true, true, 0}, {true, true, 2}}},
+		{"an overdraw peek in debt is denied", []enforce.Hit{take(a, 5), over(take(a, 2))}, []enforce.Hit{over(peek(a)), take(b, 1)}, nil, "P1 P1", enforce.Denied,
+			[]verdict{{true, false, -2}, {true, true, 3}}},
+		{"a peek and a take of one key", nil, []enforce.Hit{peek(a), take(a, 2)}, nil, "P1 T1", enforce.Allowed,
+			[]verdict{{true, true, 5}, {true, true, 3}}},
+		{"an oversize hit is denied without the store", nil, []enforce.Hit{take(a, 9), take(b, 1)}, nil, "P1", enforce.Denied,
+			[]verdict{{true, false, 0}, {true, true, 3}}},
+		{"a blocked limit is denied without the store", nil, []enforce.Hit{{Hit: floodgate.Hit{Rule: blocked, Key: "k"}}, take(b, 1)}, nil, "P1", enforce.Denied,
+			[]verdict{{true, false, 0}, {true, true, 3}}},
+		{"shed: decided by the failure modes alone", nil, []enforce.Hit{take(a, 1), peek(b)}, []enforce.Option{enforce.Unavailable(errShed)}, "", enforce.Local,
+			[]verdict{{true, true, 4}, {true, true, 3}}},
+		{"shadow takes: one Take, then one without the denied", []enforce.Hit{take(s1, 1)},
+			[]enforce.Hit{take(a, 1), shadow(take(s1, 1)), shadow(take(s2, 1))}, nil, "T1 T2 T1", enforce.Allowed,
+			[]verdict{{true, true, 4}, {true, false, 0}, {true, true, 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := newEnv(t)
+			g := v.gate(t, enforce.Spec{Name: "pass"})
+			for _, h := range c.before {
+				if _, err := g.Check(t.Context(), []enforce.Hit{h}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v.fault.Record()
+			res, err := g.Check(t.Context(), c.hits, append(c.opts, enforce.DenyOversize())...)
+			if err != nil || res.Outcome != c.outcome || len(res.Each) != len(c.hits) {
+				t.Fatalf("Check: %v, %v, %d verdicts; want %v, %d", res.Outcome, err, len(res.Each), c.outcome, len(c.hits))
+			}
+			calls := ""
+			for _, call := range v.fault.Recorded() {
+				calls += fmt.Sprintf(" %s%d", map[bool]string{true: "P", false: "T"}[call.Peek], len(call.Hits))
+			}
+			if calls = strings.TrimSpace(calls); calls != c.calls {
+				t.Errorf("store calls %q, want %q", calls, c.calls)
+			}
+			for i, w := range c.want {
+				e := res.Each[i]
+				if got := (verdict{e.Decision.Policy != "", e.Decision.Allowed, e.Decision.Remaining}); got != w || e.Hit.Rule.Name != c.hits[i].Rule.Name {
+					t.Errorf("verdict %d (%s) = %+v, %+v; want %+v", i, c.hits[i].Rule.Name, got, e.Decision, w)
+				}
+			}
+		})
+	}
+}
+
+var errShed = errors.New("shed")
