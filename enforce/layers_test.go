@@ -10,7 +10,7 @@ import (
 // service) import the enforcement layer, which holds the stores it needs
 // (the local fallback, the breaker); no transport imports a store itself.
 func TestTransportsImportNoStore(t *testing.T) {
-	for _, pkg := range []string{"../httplimit", "../grpclimit", "../rls"} {
+	for _, pkg := range []string{"../httplimit", "../grpclimit", "../internal/rls"} {
 		out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, pkg).Output()
 		if err != nil {
 			t.Skipf("go list: %v", err)

@@ -88,7 +88,7 @@ go test -race -count=1 -shuffle=on -timeout 9m -skip '^(TestChaos|TestFloodOfLar
 # flood runs at full scale without the race detector, which would slow
 # the service it measures several times over (under -race it scales
 # itself down, and no longer tells the old breaker from the new).
-go test -count=1 -run '^TestFloodOfLargeRequests$' ./rls
+go test -count=1 -run '^TestFloodOfLargeRequests$' ./internal/rls
 
 # The chaos test's figures
 # are printed here; docs/reliability-results.md holds a committed run.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
 	"github.com/floodgate-rl/floodgate/internal/rlqs"
-	"github.com/floodgate-rl/floodgate/rls"
+	"github.com/floodgate-rl/floodgate/internal/rls"
 )
 
 // registerRLQS serves Envoy's rate_limit_quota filter (package rlqs) on

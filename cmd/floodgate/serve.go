@@ -31,13 +31,13 @@ import (
 	"github.com/floodgate-rl/floodgate/breakerstore"
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/redisopt"
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/internal/rlstats"
 	"github.com/floodgate-rl/floodgate/internal/upstats"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/overrides"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 // serving reports whether args ask for the service: no subcommand,

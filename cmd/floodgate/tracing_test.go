@@ -40,9 +40,9 @@ import (
 	"github.com/floodgate-rl/floodgate/enforce"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/rlconfig"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 // otlpReceiver is an OTLP collector in the test process: the
@@ -448,7 +448,7 @@ func TestTracingOff(t *testing.T) {
 // The library packages, the core, stores, enforce and transports, import
 // none of it, so an application that embeds floodgate does not pull it.
 func TestLibrariesImportNoTracing(t *testing.T) {
-	pkgs := []string{".", "./enforce", "./rls", "./httplimit", "./grpclimit", "./memstore", "./redisstore", "./breakerstore", "./rlconfig", "./overrides", "./clientip"}
+	pkgs := []string{".", "./enforce", "./internal/rls", "./httplimit", "./grpclimit", "./memstore", "./redisstore", "./breakerstore", "./rlconfig", "./overrides", "./clientip"}
 	cmd := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, pkgs...)...)
 	cmd.Dir = "../.."
 	out, err := cmd.Output()

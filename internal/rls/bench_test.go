@@ -107,7 +107,7 @@ func BenchmarkServer(b *testing.B) {
 // 4 KB values) to the same process (issue 34, finding 3: 100 concurrent
 // 1 MiB bodies made small gRPC calls take 1.9 to 2.9 s): their p50, p99
 // and slowest, and the bodies answered and refused (429) meanwhile. Run
-// it alone: go test -run '^$' -bench SmallCallsUnderJSONFlood -benchtime 2s ./rls.
+// it alone: go test -run '^$' -bench SmallCallsUnderJSONFlood -benchtime 2s ./internal/rls.
 func BenchmarkSmallCallsUnderJSONFlood(b *testing.B) {
 	svc := start(b, setup{yaml: floodConfig, store: memstore.New(memstore.Options{})})
 	big := make([]*commonv3.RateLimitDescriptor, 256)

@@ -497,7 +497,7 @@ var ErrWatching = errors.New("rls: the Server follows its ConfigDir")
 // Apply puts cfg in force, as a reload of ConfigDir would, and logs and
 // counts it as one (warning of what it does not apply): for a
 // configuration that comes from elsewhere than files, such as an xDS
-// server (package rlconfig/xds). A request reads the
+// server (package internal/xds). A request reads the
 // configuration once, so none sees half of two. It fails with
 // [ErrWatching] on a Server built with ConfigDir.
 func (s *Server) Apply(cfg *rlconfig.Config) error {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 // TestSkippedFilesWarned: envoyproxy/ratelimit reads every file of its

@@ -11,8 +11,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/memstore"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 // headersConfig has two limits of one request: per user (5 a minute) and

@@ -14,8 +14,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/memstore"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 // A service on an in-memory store, with envoyproxy/ratelimit's YAML,

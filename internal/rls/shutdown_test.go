@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/floodgate-rl/floodgate/rls"
+	"github.com/floodgate-rl/floodgate/internal/rls"
 )
 
 // TestShutdownEndsHealthWatches: a client watching the gRPC health

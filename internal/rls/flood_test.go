@@ -75,7 +75,7 @@ func TestFloodOfLargeRequests(t *testing.T) {
 // BenchmarkFlood measures what TestFloodOfLargeRequests asserts nothing
 // of: alice's latency under the flood (p50, p99, max) and the process's
 // peak resident memory (VmHWM: the flooding clients included). Run it
-// alone, once: go test -run '^$' -bench Flood -benchtime 1x ./rls.
+// alone, once: go test -run '^$' -bench Flood -benchtime 1x ./internal/rls.
 func BenchmarkFlood(b *testing.B) {
 	for b.Loop() {
 		r := runFlood(b, 48, 50*time.Millisecond)

@@ -25,8 +25,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/memstore"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 // memoryChild makes the test binary the service of

@@ -15,8 +15,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/faultstore"
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/memstore"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 // TestFailureStatuses: with the store failing at once, each descriptor's

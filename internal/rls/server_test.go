@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/rlconfig"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 // TestNewOptions: New lists every problem of its options, and a fixed

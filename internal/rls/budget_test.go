@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate-rl/floodgate/internal/rls"
 	"github.com/floodgate-rl/floodgate/memstore"
-	"github.com/floodgate-rl/floodgate/rls"
 )
 
 const budgetConfig = `
