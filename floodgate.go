@@ -491,9 +491,13 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 // the limit that refused it. Check, Peek, Allow and Reset resolve their
 // hits this way; a caller resolves ahead only to report, or to treat a
 // cost beyond every admission as a denial (enforce.Gate.Check does both,
-// for each hit's verdict).
+// for each hit's verdict). A hit that InForce returned is checked under
+// the rule it carries, without looking the overrides up again: what the
+// caller reports from it is what the check enforces, even when the
+// overrides change in between.
 func (l *Limiter) InForce(h Hit) (Hit, error) {
 	err := l.inForce(&h, 0)
+	h.inForce = true
 	return h, err
 }
 
@@ -501,11 +505,12 @@ func (l *Limiter) InForce(h Hit) (Hit, error) {
 // without an override allocates nothing.
 func (l *Limiter) inForce(h *Hit, i int) error {
 	valid := l.rules.valid(&h.Rule)
-	if valid && l.overrides == nil && uint64(h.Cost) <= 1 && h.Key != "" && len(h.Key) <= bounds.KeyLen && h.Lease == 0 && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
+	lookup := l.overrides != nil && !h.inForce
+	if valid && !lookup && uint64(h.Cost) <= 1 && h.Key != "" && len(h.Key) <= bounds.KeyLen && h.Lease == 0 && !(h.Overdraw && h.Rule.Algorithm == Concurrency) {
 		h.Cost = 1 // the usual hit, which validate would pass: spare its call
 		return nil
 	}
-	if l.overrides != nil && valid {
+	if lookup && valid {
 		if r, ok := l.override(h.Rule, h.Key); ok && r != h.Rule {
 			base := h.Rule
 			h.Rule = r

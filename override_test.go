@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -404,5 +405,78 @@ func TestOverrideRaisesTheLargestCost(t *testing.T) {
 				t.Fatalf("Check(cost 3) under an override of 2 = %v; want ErrInvalidHit", err)
 			}
 		})
+	}
+}
+
+// countingOverrides is mapOverrides that counts its lookups.
+type countingOverrides struct {
+	mapOverrides
+	lookups atomic.Int64
+}
+
+func (o *countingOverrides) Override(r floodgate.Rule, key string) (floodgate.Rule, bool) {
+	o.lookups.Add(1)
+	return o.mapOverrides.Override(r, key)
+}
+
+// A hit that InForce resolved is checked under the rule it carries: the
+// overrides are looked up once, by InForce, and a change of them before
+// the check does not change what the check enforces, which is what a
+// caller reporting InForce's rule reports.
+func TestInForceHitIsCheckedUnderItsRule(t *testing.T) {
+	base := floodgate.Rule{Name: "api", Limit: 10, Window: time.Minute}
+	three := floodgate.Rule{Name: "api", Limit: 3, Window: time.Minute}
+	one := floodgate.Rule{Name: "api", Limit: 1, Window: time.Minute}
+	o := &countingOverrides{}
+	o.set("api", "k", three)
+	s := memstore.New(memstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	l, err := floodgate.New(s, floodgate.Options{Overrides: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in, err := l.InForce(floodgate.Hit{Rule: base, Key: "k"})
+	if err != nil || in.Rule != three {
+		t.Fatalf("InForce: %v, %v; want %v", in.Rule, err, three)
+	}
+	o.set("api", "k", one) // the overrides change between InForce and the checks
+	for _, check := range []struct {
+		name string
+		do   func() (floodgate.Decision, error)
+	}{
+		{"Peek", func() (floodgate.Decision, error) { return l.Peek(ctx, in) }},
+		{"Check", func() (floodgate.Decision, error) { return l.Check(ctx, in) }},
+		{"Check of two", func() (floodgate.Decision, error) {
+			return l.Check(ctx, in, floodgate.Hit{Rule: floodgate.Rule{Name: "other", Limit: 5, Window: time.Minute}, Key: "k"})
+		}},
+	} {
+		before := o.lookups.Load()
+		d, err := check.do()
+		if err != nil {
+			t.Fatalf("%s: %v", check.name, err)
+		}
+		if d.Each != nil {
+			d = d.Each[0]
+		}
+		if !d.Allowed || d.Limit != three.Limit {
+			t.Errorf("%s: allowed %v under a limit of %d; want allowed under the resolved %d", check.name, d.Allowed, d.Limit, three.Limit)
+		}
+		// The second hit of "Check of two" was not resolved ahead: it is
+		// looked up, once; the resolved one never again.
+		want := int64(0)
+		if check.name == "Check of two" {
+			want = 1
+		}
+		if got := o.lookups.Load() - before; got != want {
+			t.Errorf("%s: %d override lookups, want %d", check.name, got, want)
+		}
+	}
+	// The same key and rule not resolved ahead: the overrides as they are
+	// now (a limit of 1, already spent twice under the resolved rule's
+	// state, which is the rule name's).
+	d, err := l.Check(ctx, floodgate.Hit{Rule: base, Key: "k"})
+	if err != nil || d.Allowed || d.Limit != one.Limit {
+		t.Errorf("an unresolved hit: allowed %v under %d, %v; want denied under %d", d.Allowed, d.Limit, err, one.Limit)
 	}
 }

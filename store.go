@@ -69,6 +69,9 @@ type Hit struct {
 	// no refund of that hit or of an earlier one credits anything, since
 	// the state no longer tells what remains of them.
 	Overdraw bool
+	// inForce marks a hit that [Limiter.InForce] returned: its Rule is
+	// the rule in force for its Key, which a check takes as it stands.
+	inForce bool
 	// Lease makes a Take of this hit a lease of its Cost units for that
 	// long (escrow: [Escrow]): the store checks the hit as if all its
 	// units were taken now, and records them as if all were taken at
