@@ -121,7 +121,11 @@
 // lease's stamp with Cost the units unused, under its rules: a log's
 // entries are removed exactly; a window's count is credited in the
 // lease's window; a token bucket is credited at most k*T (a stamp after
-// now would otherwise credit the lease's own wait). A Refund of a hit
+// now would otherwise credit the lease's own wait). A Limiter skips the
+// refunds that would credit nothing: a token bucket's once unused*T has
+// passed since the lease's end, a window's once the window that cut the
+// lease ended (measured from the grant's answer, on the Limiter's clock,
+// so that the store's time is later still). A Refund of a hit
 // decided from a lease gives its unit back to the lease, which may decide
 // another hit with it; once the lease ended, it refunds at the store
 // under the same rules (nothing, if the lease's unused units went back
@@ -134,15 +138,15 @@
 // with the same figures. From its second hit within a period, the
 // Limiter measures its rate here and sizes a lease for one period of it,
 // k = rate * δ: at most a quarter of what the store last reported left
-// (of the rule's capacity, before its first answer),
-// at most the rule's capacity (1,000 for a SlidingWindow, its cost
-// bound), and no lease under 8 units (a plain take goes through the
-// store's group commit, which costs less). Near its limit a key is thus
-// decided by plain takes, exactly as without escrow. A refusal that a
-// direct limiter would not have made needs units held in other replicas'
-// leases: at most what each replica needs for one period, and at most a
-// quarter of what was left at its grant, all back within δ, or within
-// e + W if a replica died.
+// (of the rule's capacity, before its first answer), at most the rule's
+// capacity (1,000 for a SlidingWindow, its cost bound); a lease of one
+// unit is a plain take. (redisstore's group commit sends leases in one
+// call with the plain takes, so a lease of 2 units already spares Redis
+// work.) Near its limit a key is thus decided by plain takes, exactly as
+// without escrow. A refusal that a direct limiter would not have made
+// needs units held in other replicas' leases: at most what each replica
+// needs for one period, and at most a quarter of what was left at its
+// grant, all back within δ, or within e + W if a replica died.
 //
 // Figures. An allowed decision from a lease reports Remaining as the
 // store's figure at the grant (with the whole lease taken) plus the
