@@ -167,6 +167,20 @@
 // rules (leases of their own) go to the store. Close the Limiter to
 // give back what its leases hold.
 //
+// Why not a Check of several hits (an RLS request of several
+// descriptors). Deciding one from leases would be exact when every hit's
+// key holds a lease of its rule with room: all its units taken under
+// the keys' locks at once, or none, each within its lease as a single
+// hit's is. But that case is rare where it would matter. Its keys get
+// leases only from single hits ([Hit.Lease] is a take of one hit, so a
+// check would need one lease call per key before it could be decided,
+// more calls than the one take it costs today); and a check with one key
+// short of room must go to the store whole, since mixing would use a
+// lease's units after the store's answer, which may come after the
+// lease's end, and would refund the store's part when a lease's unit
+// vanished meanwhile. So such a check stays one store call, exact, with
+// its figures.
+//
 // Every call has a time budget ([Options.Timeout]); a store that fails or
 // does not answer in time yields an error wrapping [ErrStoreUnavailable],
 // and the caller's failure policy decides. Package httplimit does that for

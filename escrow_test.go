@@ -179,9 +179,11 @@ func TestEscrowRefundAfterTheLeaseEnded(t *testing.T) {
 // nothing, and a refund that credits must not be skipped.
 func TestEscrowSkipsOnlyRefundsThatCreditNothing(t *testing.T) {
 	const lease = 100 * time.Millisecond
-	minute := time.Date(2026, 12, 3, 12, 1, 0, 0, time.UTC) // a window's end for windows of a minute
-	fast := floodgate.Rule{Name: "fast", Limit: 3_600_000_000, Window: time.Hour, Algorithm: floodgate.TokenBucket, Burst: 40} // T = 1µs
-	slow := floodgate.Rule{Name: "slow", Limit: 100, Window: time.Hour, Algorithm: floodgate.TokenBucket}                     // T = 36s
+	// A window's end, for windows of a minute.
+	minute := time.Date(2026, 12, 3, 12, 1, 0, 0, time.UTC)
+	// Token buckets of T = 1µs (a small burst) and of T = 36s.
+	fast := floodgate.Rule{Name: "fast", Limit: 3_600_000_000, Window: time.Hour, Algorithm: floodgate.TokenBucket, Burst: 40}
+	slow := floodgate.Rule{Name: "slow", Limit: 100, Window: time.Hour, Algorithm: floodgate.TokenBucket}
 	fixed := floodgate.Rule{Name: "fixed", Limit: 100, Window: time.Minute, Algorithm: floodgate.FixedWindow}
 	counter := floodgate.Rule{Name: "counter", Limit: 100, Window: time.Minute, Algorithm: floodgate.SlidingWindowCounter}
 	log := floodgate.Rule{Name: "log", Limit: 100, Window: time.Minute}
