@@ -168,18 +168,18 @@
 // give back what its leases hold.
 //
 // Why not a Check of several hits (an RLS request of several
-// descriptors). Deciding one from leases would be exact when every hit's
-// key holds a lease of its rule with room: all its units taken under
-// the keys' locks at once, or none, each within its lease as a single
-// hit's is. But that case is rare where it would matter. Its keys get
-// leases only from single hits ([Hit.Lease] is a take of one hit, so a
-// check would need one lease call per key before it could be decided,
-// more calls than the one take it costs today); and a check with one key
-// short of room must go to the store whole, since mixing would use a
-// lease's units after the store's answer, which may come after the
-// lease's end, and would refund the store's part when a lease's unit
-// vanished meanwhile. So such a check stays one store call, exact, with
-// its figures.
+// descriptors). Deciding one from leases is exact when every hit's key
+// holds a lease of its rule with room: all the units taken at once under
+// the keys' locks, or none, each within its lease as a single hit's is.
+// A check with a key short of room must then go to the store whole:
+// taking the other keys' units from their leases meanwhile would use
+// them at the store's answer, which may come after a lease's end. The
+// cost is in getting there: keys that only ever come together would need
+// a lease fetched for each key that lacks one before the check is
+// decided (one call per key, since a lease is a take of one hit, and a
+// wait on each key's call in flight), and a decision that refunds into
+// several leases. Until that is built, such a check is one store call,
+// exact, with the store's figures.
 //
 // Every call has a time budget ([Options.Timeout]); a store that fails or
 // does not answer in time yields an error wrapping [ErrStoreUnavailable],
