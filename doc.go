@@ -117,21 +117,20 @@
 //     one within (g, e) holds at most the k units and the takes after g,
 //     each of which saw the TAT past e + k*T: at most Burst + span/T.
 //
-// Unused units go back through [Store.Refund], as a receipt of the
-// lease's stamp with Cost the units unused, under its rules: a log's
-// entries are removed exactly; a window's count is credited in the
-// lease's window; a token bucket is credited at most k*T (a stamp after
-// now would otherwise credit the lease's own wait). A Limiter skips the
-// refunds that would credit nothing: a token bucket's once unused*T has
-// passed since the lease's end, a window's once the window that cut the
-// lease ended (measured from the grant's answer, on the Limiter's clock,
-// so that the store's time is later still). A Refund of a hit
-// decided from a lease gives its unit back to the lease, which may decide
-// another hit with it; once the lease ended, it refunds at the store
-// under the same rules (nothing, if the lease's unused units went back
-// already: a take is refunded once). A replica that dies holds its
-// unused units until their stamps expire, at most e + W: fewer
-// admissions for a while, never more.
+// Unused units go back through [Store.Refund], as a receipt of the lease's
+// stamp with Cost the units unused, under its rules: a log's entries are
+// removed exactly; a window's count is credited in the lease's window; a
+// token bucket is credited at most k*T (a stamp after now would otherwise
+// credit the lease's own wait). A Limiter skips the refunds that would
+// credit nothing: a token bucket's once unused*T has passed since the
+// lease's end, a window's once the window that cut the lease ended
+// (measured from the grant's answer, on the Limiter's clock, so that the
+// store's time is later still). A Refund of a hit decided from a lease
+// gives its unit back to the lease, which may decide another hit with it;
+// once the lease ended, it refunds at the store under the same rules
+// (nothing, if the lease's unused units went back already: a take is
+// refunded once). A replica that dies holds its unused units until their
+// stamps expire, at most e + W: fewer admissions for a while, never more.
 //
 // Sizes. A key's first hit, or a hit after a quiet period, is a plain
 // take: a cold key costs what it costs without escrow, one store call,
