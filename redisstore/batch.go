@@ -141,7 +141,6 @@ func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]flo
 // arguments) through b: alone and at once when b is idle, else in the
 // next batch.
 func (s *Store) commit(ctx context.Context, b *batcher, keys, args []string, hits int) ([]floodgate.Result, error) {
-
 	b.mu.Lock()
 	if b.inflight < maxInflight && len(b.pending) == 0 {
 		// Nothing waits: send this Take alone, now, under its own context.
