@@ -265,13 +265,13 @@ if nargs == 6 and ARGV[2] == 's' and ARGV[1] ~= '0' and #KEYS == 1 then
     over, ARGV[1], true)
   return {now, ok and 1 or 0, remaining, reset, retry, (ok or over) and ep or 0}
 end
-local fast, a, n = true, 1, 0
+local fast, a, n, leases = true, 1, 0, false
 while fast and a < nargs do
   local v = ARGV[a + 1]
   fast = ARGV[a] ~= '0' and string.byte(ARGV[a]) <= 57 and (v == 's' or v == '=' and n > 0)
   a, n = a + (v == '=' and 2 or 6), n + 1
   if ARGV[a] ~= nil and string.byte(ARGV[a]) == 76 then -- "L": a lease
-    a = a + 1
+    a, leases = a + 1, true
   end
 end
 if fast and a == nargs + 1 and n == #KEYS then
@@ -286,7 +286,9 @@ if fast and a == nargs + 1 and n == #KEYS then
       over = ARGV[a + 5] == '1'
       a = a + 6
     end
-    rec, a = leaseAt(a)
+    if leases then
+      rec, a = leaseAt(a)
+    end
     local ok, remaining, reset, retry, _, ep = sliding(KEYS[h], cost, limit, window, over, epoch, true)
     local o = 5 * h - 4
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, remaining, reset, retry,
