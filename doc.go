@@ -120,32 +120,35 @@
 //     one within (g, e) holds at most the k units and the takes after g,
 //     each of which saw the TAT past e + k*T: at most Burst + span/T.
 //
-// Unused units go back through [Store.Refund], as a receipt of the
-// lease's stamp with Cost the units unused, under its rules: a log's
-// entries are removed exactly; a window's count is credited in the
-// lease's window; a token bucket is credited at most k*T (a stamp after
-// now would otherwise credit the lease's own wait). A Refund of a hit
-// decided from a lease gives its unit back to the lease, which may decide
-// another hit with it; once the lease ended, it refunds at the store
-// under the same rules (nothing, if the lease's unused units went back
-// already: a take is refunded once). A replica that dies holds its
-// unused units until their stamps expire, at most e + W: fewer
-// admissions for a while, never more.
+// Unused units go back through [Store.Refund], as a receipt of the lease's
+// stamp with Cost the units unused, under its rules: a log's entries are
+// removed exactly; a window's count is credited in the lease's window; a
+// token bucket is credited at most k*T (a stamp after now would otherwise
+// credit the lease's own wait). A Limiter skips the refunds that would
+// credit nothing: a token bucket's once unused*T has passed since the
+// lease's end, a window's once the window that cut the lease ended
+// (measured from the grant's answer, on the Limiter's clock, so that the
+// store's time is later still). A Refund of a hit decided from a lease
+// gives its unit back to the lease, which may decide another hit with it;
+// once the lease ended, it refunds at the store under the same rules
+// (nothing, if the lease's unused units went back already: a take is
+// refunded once). A replica that dies holds its unused units until their
+// stamps expire, at most e + W: fewer admissions for a while, never more.
 //
 // Sizes. A key's first hit, or a hit after a quiet period, is a plain
 // take: a cold key costs what it costs without escrow, one store call,
 // with the same figures. From its second hit within a period, the
 // Limiter measures its rate here and sizes a lease for one period of it,
 // k = rate * δ: at most a quarter of what the store last reported left
-// (of the rule's capacity, before its first answer),
-// at most the rule's capacity (1,000 for a SlidingWindow, its cost
-// bound), and no lease under 8 units (a plain take goes through the
-// store's group commit, which costs less). Near its limit a key is thus
-// decided by plain takes, exactly as without escrow. A refusal that a
-// direct limiter would not have made needs units held in other replicas'
-// leases: at most what each replica needs for one period, and at most a
-// quarter of what was left at its grant, all back within δ, or within
-// e + W if a replica died.
+// (of the rule's capacity, before its first answer), at most the rule's
+// capacity (1,000 for a SlidingWindow, its cost bound); a lease of one
+// unit is a plain take. (redisstore's group commit sends leases in one
+// call with the plain takes, so a lease of 2 units already spares Redis
+// work.) Near its limit a key is thus decided by plain takes, exactly as
+// without escrow. A refusal that a direct limiter would not have made
+// needs units held in other replicas' leases: at most what each replica
+// needs for one period, and at most a quarter of what was left at its
+// grant, all back within δ, or within e + W if a replica died.
 //
 // Figures. An allowed decision from a lease reports Remaining as the
 // store's figure at the grant (with the whole lease taken) plus the
@@ -165,6 +168,20 @@
 // of rates: a Check of several hits, an Overdraw hit and [Concurrency]
 // rules (leases of their own) go to the store. Close the Limiter to
 // give back what its leases hold.
+//
+// Why not a Check of several hits (an RLS request of several
+// descriptors). Deciding one from leases is exact when every hit's key
+// holds a lease of its rule with room: all the units taken at once under
+// the keys' locks, or none, each within its lease as a single hit's is.
+// A check with a key short of room must then go to the store whole:
+// taking the other keys' units from their leases meanwhile would use
+// them at the store's answer, which may come after a lease's end. The
+// cost is in getting there: keys that only ever come together would need
+// a lease fetched for each key that lacks one before the check is
+// decided (one call per key, since a lease is a take of one hit, and a
+// wait on each key's call in flight), and a decision that refunds into
+// several leases. Until that is built, such a check is one store call,
+// exact, with the store's figures.
 //
 // Every call has a time budget ([Options.Timeout]); a store that fails or
 // does not answer in time yields an error wrapping [ErrStoreUnavailable],

@@ -45,10 +45,6 @@ const (
 	// escrowShare is the most of a key's remaining quota (as the store
 	// last reported it) that one lease takes: 1/escrowShare.
 	escrowShare = 4
-	// minLease is the fewest units a lease takes: below, a plain take
-	// (through the store's group commit, which batches several hits a
-	// call) costs the store less than a lease call of its own.
-	minLease = 8
 )
 
 func (o Escrow) validate() error {
@@ -256,7 +252,7 @@ func (e *escrow) fetch(ctx context.Context, ks *keyEscrow, h *Hit, d *Decision, 
 	k = min(k, max(c, rem/escrowShare)) // near the limit, small leases
 	most := h.maxCost()
 	k = min(k, most)
-	if k < minLease || e.closed.Load() {
+	if e.closed.Load() {
 		k = c
 	}
 	lease := k > c
@@ -414,6 +410,28 @@ func (e *escrow) forget(rule Rule, key string, lease bool) {
 	ks.mu.Unlock()
 }
 
+// creditsNothing reports whether a Refund of unused units of g, sent at
+// now (mono), would credit nothing by the rules of [Store.Refund]: a token
+// bucket credits max(0, unused*T - (then-At)) at the store's time then,
+// and At, the grant's time plus Lease, is before recv+Lease; a fixed
+// window or counter credits only within the window of the grant, which
+// ended at recv+Lease at the latest when the lease was cut at its end.
+// (The store's clock runs as fast as this one; a refund skipped wrongly
+// would lose units, never admit more.)
+func (g *grant) creditsNothing(unused, now int64) bool {
+	r := &g.hit.Rule
+	switch r.Algorithm {
+	case TokenBucket:
+		// In µs, T as the stores compute it, ceil(W/L): below 2^53
+		// times a bucket's capacity (Rule.Validate).
+		t := (int64(r.Window/time.Microsecond) + r.Limit - 1) / r.Limit
+		return (now-g.recv-int64(g.res.Lease))/int64(time.Microsecond) >= unused*t
+	case FixedWindow, SlidingWindowCounter:
+		return g.res.Lease < g.hit.Lease && now-g.recv >= int64(g.res.Lease)
+	}
+	return false
+}
+
 // sweeper gives back the unused units of the leases that ended, every
 // quarter period, until Close.
 func (e *escrow) sweeper() {
@@ -442,7 +460,7 @@ func (e *escrow) giveBack(all bool) error {
 		if g.returned || all || now >= g.end {
 			if !g.returned {
 				g.returned = true
-				if unused := g.hit.Cost - g.used; unused > 0 {
+				if unused := g.hit.Cost - g.used; unused > 0 && !g.creditsNothing(unused, now) {
 					h := g.hit
 					h.Cost = unused
 					receipts = append(receipts, Receipt{Hit: h, Stamp: g.stamp})

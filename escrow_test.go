@@ -91,13 +91,14 @@ func TestEscrowSizesLeases(t *testing.T) {
 	for i := 28; i <= 90; i++ {
 		allow(i)
 	}
-	// Near the limit a lease would be under 8 units: plain takes.
+	// Near the limit, leases of a quarter of what is left: with 10 left,
+	// 2 units (hits 91 and 92), then 2 (93, 94), then 1 a take: 8 takes.
 	before := counted.takes.Load()
 	for i := 91; i <= 100; i++ {
 		allow(i)
 	}
-	if n := counted.takes.Load() - before; n < 5 {
-		t.Fatalf("hits 91 to 100: %d takes; want mostly plain takes near the limit", n)
+	if n := counted.takes.Load() - before; n != 8 {
+		t.Fatalf("hits 91 to 100: %d takes; want 8, leases of a quarter of what is left, then plain takes", n)
 	}
 	d, err := l.Allow(ctx, r, "k")
 	if err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
@@ -168,6 +169,74 @@ func TestEscrowRefundAfterTheLeaseEnded(t *testing.T) {
 	// 3 came from a lease of 18, whose 16 unused units went back.)
 	if f := free(); f != 72 {
 		t.Fatalf("after refunding a hit of a lease whose unused units went back: %d free, want 72: a take is refunded once, never more", f)
+	}
+}
+
+// TestEscrowSkipsOnlyRefundsThatCreditNothing grants leases on a
+// memstore whose clock the test sets, refunds their unused units at a
+// later time, and checks the Limiter's test of a refund that would credit
+// nothing against what the store credits: a refund it skips must credit
+// nothing, and a refund that credits must not be skipped.
+func TestEscrowSkipsOnlyRefundsThatCreditNothing(t *testing.T) {
+	const lease = 100 * time.Millisecond
+	// A window's end, for windows of a minute.
+	minute := time.Date(2026, 12, 3, 12, 1, 0, 0, time.UTC)
+	// Token buckets of T = 1µs (a small burst) and of T = 36s.
+	fast := floodgate.Rule{Name: "fast", Limit: 3_600_000_000, Window: time.Hour, Algorithm: floodgate.TokenBucket, Burst: 40}
+	slow := floodgate.Rule{Name: "slow", Limit: 100, Window: time.Hour, Algorithm: floodgate.TokenBucket}
+	fixed := floodgate.Rule{Name: "fixed", Limit: 100, Window: time.Minute, Algorithm: floodgate.FixedWindow}
+	counter := floodgate.Rule{Name: "counter", Limit: 100, Window: time.Minute, Algorithm: floodgate.SlidingWindowCounter}
+	log := floodgate.Rule{Name: "log", Limit: 100, Window: time.Minute}
+	for _, tc := range []struct {
+		name    string
+		rule    floodgate.Rule
+		grant   time.Time     // the store's time of the grant, and of its answer
+		after   time.Duration // from the answer to the refund
+		nothing bool          // the refund credits nothing, and is skipped
+	}{
+		{"bucket whose unused units refilled", fast, minute, lease + 8*time.Microsecond, true},
+		{"bucket just before they refilled", fast, minute, lease + 7*time.Microsecond, false},
+		{"bucket whose units still weigh", slow, minute, lease + time.Second, false},
+		{"window whose lease was cut, after its end", fixed, minute.Add(-30 * time.Millisecond), 30 * time.Millisecond, true},
+		{"window whose lease was cut, before its end", fixed, minute.Add(-30 * time.Millisecond), 29 * time.Millisecond, false},
+		{"window whose lease was not cut", fixed, minute.Add(-time.Second), lease, false},
+		{"counter whose lease was cut, after its end", counter, minute.Add(-30 * time.Millisecond), 30 * time.Millisecond, true},
+		{"counter whose lease was not cut", counter, minute.Add(-time.Second), lease, false},
+		{"log", log, minute, 10 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var now atomic.Int64
+			now.Store(tc.grant.UnixNano())
+			store := memstore.New(memstore.Options{Now: func() time.Time { return time.Unix(0, now.Load()) }})
+			defer store.Close()
+			ctx := context.Background()
+			h := floodgate.Hit{Rule: tc.rule, Key: "k", Cost: 10, Lease: lease}
+			rs, err := store.Take(ctx, []floodgate.Hit{h})
+			if err != nil || !rs[0].Allowed {
+				t.Fatalf("lease of 10: %+v, %v", rs, err)
+			}
+			const unused = 8 // 2 of the 10 used
+			now.Add(int64(tc.after))
+			if got := floodgate.CreditsNothing(h, rs[0], 0, int64(tc.after), unused); got != tc.nothing {
+				t.Fatalf("credits nothing %v %v after the answer: %v; want %v", unused, tc.after, got, tc.nothing)
+			}
+			free := func() int64 {
+				p, err := store.Peek(ctx, []floodgate.Hit{{Rule: tc.rule, Key: "k", Cost: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p[0].Remaining
+			}
+			before := free()
+			back := h
+			back.Cost = unused
+			if err := store.Refund(ctx, []floodgate.Receipt{{Hit: back, Stamp: rs[0].Stamp}}); err != nil {
+				t.Fatal(err)
+			}
+			if credited := free() - before; (credited == 0) != tc.nothing {
+				t.Fatalf("the store credited %d of the %d unused units; the Limiter skips the refund: %v", credited, unused, tc.nothing)
+			}
+		})
 	}
 }
 

@@ -260,15 +260,25 @@ func escrowTable(out io.Writer, addr string, works []string, d time.Duration, wi
 		}
 		cells := make([]escrowCell, len(escrowRows))
 		built := make([][]decider, len(escrowRows))
+		// Each workload's replicas are closed before the next starts, so
+		// that none of theirs (an escrow's sweeper, a gubernator daemon)
+		// runs beside another workload's rows.
+		var closers []func()
+		closeRows := func() {
+			for _, c := range closers {
+				c()
+			}
+		}
 		for i, row := range escrowRows {
 			if row.memory && w != "hot" || row.guber && !withGuber {
 				continue
 			}
 			ls, closeAll, err := buildReplicas(row, addr, newPrefix())
 			if err != nil {
+				closeRows()
 				return err
 			}
-			defer closeAll()
+			closers = append(closers, closeAll)
 			built[i] = ls
 			escrowPhase(&cells[i], ls, w, d/5, nil, false)
 		}
@@ -305,6 +315,7 @@ func escrowTable(out io.Writer, addr string, works []string, d time.Duration, wi
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%.1f%%\t%s\t\n", w, row.name, count(rate(c)), rate(c)/rate(cells[0]), xmem,
 				100*float64(c.allowed)/float64(c.ops), cmds)
 		}
+		closeRows()
 	}
 	tw.Flush()
 	for _, w := range works {

@@ -30,7 +30,9 @@ import (
 // error wrapping floodgate.ErrStoreUnavailable, and is never retried: the
 // script may have run. Each caller waits at most until its own context is
 // done; a Take whose context ends before its batch is sent is dropped from
-// the batch and so never recorded.
+// the batch and so never recorded. A lease (floodgate.Hit.Lease, the
+// Limiter's escrow) is a Take like any other here: a batch may carry
+// several, each decided as its own call would be.
 
 const (
 	// maxBatchHits bounds the hits of one batched script call: a bigger
@@ -53,7 +55,7 @@ const (
 // call is one Take waiting in a batcher.
 type call struct {
 	keys     []string // the group's state keys
-	args     []string // the group's epoch, then 5 values per hit (take.lua)
+	args     []string // the group's epoch, 5 values per hit, and a lease's "L<us>" (take.lua)
 	hits     int
 	deadline time.Time // the caller's; every call has one (see Store.bound)
 	state    atomic.Int32
@@ -97,14 +99,15 @@ func (bs *batchers) of(cluster bool, keys []string) *batcher {
 	return p.Load()
 }
 
-// take is the take of hits of one slot, through the group commit. ctx has
-// a deadline (Store.bound).
+// take is the take of hits of one slot, through the group commit; a lease
+// gets its Result.Lease and the stamp of its units' time. ctx has a
+// deadline (Store.bound).
 func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("redisstore: take: %w: no hits to check", floodgate.ErrInvalidHit)
 	}
 	// One backing array: the keys, then the script's arguments.
-	buf := make([]string, 6*len(hits)+1)
+	buf := make([]string, 6*len(hits)+2)
 	keys, args := buf[:0:len(hits)], buf[len(hits):len(hits)]
 	keys, args, err := s.appendGroup(keys, args, "take", group{take: t, hits: hits})
 	if err != nil {
@@ -119,17 +122,31 @@ func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]flo
 			return nil, err
 		}
 	}
-	if hits[0].Lease != 0 {
-		return s.takeLease(ctx, keys, args, hits[0])
+	lease := hits[0].Lease // algo.LeaseError: a lease is a take of one hit
+	if lease != 0 {
+		args = append(args, "L"+strconv.FormatInt(int64(lease/time.Microsecond), 10))
 	}
-	b := s.batch.of(cluster, keys)
+	res, err := s.commit(ctx, s.batch.of(cluster, keys), keys, args, len(hits))
+	if err == nil && lease != 0 && res[0].Allowed {
+		r := &res[0]
+		r.Lease = algo.LeaseOf(&hits[0], r.Stamp.At.UnixNano())
+		if a := hits[0].Rule.Algorithm; a == floodgate.SlidingWindow || a == floodgate.TokenBucket {
+			r.Stamp.At = r.Stamp.At.Add(lease) // recorded as at the lease's end
+		}
+	}
+	return res, err
+}
 
+// commit runs the Take of keys and args (a group of hits, take.lua's
+// arguments) through b: alone and at once when b is idle, else in the
+// next batch.
+func (s *Store) commit(ctx context.Context, b *batcher, keys, args []string, hits int) ([]floodgate.Result, error) {
 	b.mu.Lock()
 	if b.inflight < maxInflight && len(b.pending) == 0 {
 		// Nothing waits: send this Take alone, now, under its own context.
 		b.inflight++
 		b.mu.Unlock()
-		res, err := s.sendOne(ctx, keys, args, len(hits))
+		res, err := s.sendOne(ctx, keys, args, hits)
 		s.next(b)
 		return res, err
 	}
@@ -137,7 +154,7 @@ func (s *Store) take(ctx context.Context, t uint64, hits []floodgate.Hit) ([]flo
 	// empty whenever b.inflight < maxInflight: next and drain give back a
 	// slot only once nothing is pending), and the first of those to end
 	// sends this one.
-	cl := &call{keys: keys, args: args, hits: len(hits), done: make(chan callResult, 1)}
+	cl := &call{keys: keys, args: args, hits: hits, done: make(chan callResult, 1)}
 	cl.deadline, _ = ctx.Deadline()
 	b.pending = append(b.pending, cl)
 	b.mu.Unlock()
@@ -228,32 +245,6 @@ func (s *Store) deliver(batch []*call) {
 	}
 }
 
-// takeLease runs the Take of the one hit h, a lease
-// (floodgate.Hit.Lease), alone: the arguments of a group of one hit, then
-// take.lua's last value "L<lease in µs>". A lease is one call per many
-// decisions (the Limiter's escrow), so it skips the group commit, whose
-// batches it would not fit.
-func (s *Store) takeLease(ctx context.Context, keys, args []string, h floodgate.Hit) ([]floodgate.Result, error) {
-	args = append(args, "L"+strconv.FormatInt(int64(h.Lease/time.Microsecond), 10))
-	v, err := s.eval(ctx, takeScript, keys, args)
-	if err != nil {
-		return nil, err
-	}
-	res, err := parseValues(v, []int{1}, true)
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	r := &res[0][0]
-	if r.Allowed {
-		now := r.Stamp.At.UnixNano()
-		r.Lease = algo.LeaseOf(&h, now)
-		if a := h.Rule.Algorithm; a == floodgate.SlidingWindow || a == floodgate.TokenBucket {
-			r.Stamp.At = r.Stamp.At.Add(h.Lease) // recorded as at the lease's end
-		}
-	}
-	return res[0], nil
-}
-
 // sendOne runs a Take alone.
 func (s *Store) sendOne(ctx context.Context, keys, args []string, hits int) ([]floodgate.Result, error) {
 	v, err := s.eval(ctx, takeScript, keys, args)
@@ -301,7 +292,8 @@ func batchArgs(batch []*call) (keys, args []string) {
 	for _, cl := range batch {
 		keys = append(keys, cl.keys...)
 		args = append(args, cl.args[0]) // the epoch
-		for i := 1; i+5 <= len(cl.args); i += 5 {
+		i := 1
+		for ; i+5 <= len(cl.args); i += 5 {
 			if hit := cl.args[i : i+5]; slices.Equal(hit, prev) {
 				args = append(args, "=")
 			} else {
@@ -309,6 +301,7 @@ func batchArgs(batch []*call) (keys, args []string) {
 				prev = hit
 			}
 		}
+		args = append(args, cl.args[i:]...) // a lease's "L<us>"
 	}
 	return keys, args
 }

@@ -386,3 +386,155 @@ func TestBatchersPerSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupCommitBatchesLeases queues leases (floodgate.Hit.Lease) among
+// plain Takes behind two calls in flight: they go out in one script call,
+// and each Take gets the figures that the same Takes, one call each in the
+// same order, get on a store of their own, and leaves the same state (a
+// Peek of each key after). In the batch, a sliding window's or token
+// bucket's lease is stamped Lease after a plain Take's time (its units'
+// time), and a fixed window's or counter's at it. One batch holds sliding
+// windows only (take.lua's fast path), the other every algorithm.
+func TestGroupCommitBatchesLeases(t *testing.T) {
+	const lease = time.Second
+	sliding := mustRule(t, "bl-s", 10, time.Hour, floodgate.SlidingWindow)
+	other := mustRule(t, "bl-s2", 3, time.Hour, floodgate.SlidingWindow)
+	bucket := mustRule(t, "bl-t", 10, time.Hour, floodgate.TokenBucket)
+	fixed := mustRule(t, "bl-f", 10, time.Hour, floodgate.FixedWindow)
+	counter := mustRule(t, "bl-c", 10, time.Hour, floodgate.SlidingWindowCounter)
+	slidingOnly := []leaseTake{
+		{"sliding lease", []floodgate.Hit{{Rule: sliding, Key: "a", Cost: 4, Lease: lease}}},
+		{"sliding take after it", []floodgate.Hit{{Rule: sliding, Key: "a", Cost: 1}}},
+		{"sliding lease that does not fit", []floodgate.Hit{{Rule: sliding, Key: "a", Cost: 6, Lease: lease}}},
+		{"sliding lease of another key, the same hit", []floodgate.Hit{{Rule: sliding, Key: "b", Cost: 4, Lease: lease}}},
+		{"sliding lease of another rule", []floodgate.Hit{{Rule: other, Key: "a", Cost: 2, Lease: lease}}},
+		{"sliding take of it", []floodgate.Hit{{Rule: other, Key: "a", Cost: 1}}},
+		{"sliding take past it", []floodgate.Hit{{Rule: other, Key: "a", Cost: 1}}},
+	}
+	for _, tc := range []struct {
+		name  string
+		takes []leaseTake
+		rules []floodgate.Rule
+	}{
+		{"sliding windows", slidingOnly, []floodgate.Rule{sliding, other}},
+		{"every algorithm", append(slidingOnly[:4:4],
+			leaseTake{"bucket lease", []floodgate.Hit{{Rule: bucket, Key: "a", Cost: 3, Lease: lease}}},
+			leaseTake{"bucket take after it", []floodgate.Hit{{Rule: bucket, Key: "a", Cost: 1}}},
+			leaseTake{"fixed lease", []floodgate.Hit{{Rule: fixed, Key: "a", Cost: 5, Lease: lease}}},
+			leaseTake{"counter lease", []floodgate.Hit{{Rule: counter, Key: "a", Cost: 5, Lease: lease}}},
+			leaseTake{"group after the leases", []floodgate.Hit{{Rule: sliding, Key: "a", Cost: 1}, {Rule: fixed, Key: "a", Cost: 5}}},
+			leaseTake{"group that does not fit", []floodgate.Hit{{Rule: counter, Key: "a", Cost: 1}, {Rule: fixed, Key: "a", Cost: 1}}},
+		), []floodgate.Rule{sliding, bucket, fixed, counter}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { batchedAsAlone(t, tc.takes, tc.rules) })
+	}
+}
+
+// leaseTake is one Take of TestGroupCommitBatchesLeases.
+type leaseTake struct {
+	name string
+	hits []floodgate.Hit
+}
+
+// batchedAsAlone runs takes one call each on a store, and in one batch
+// on another, and compares every figure, and each rule's keys "a" and
+// "b" after. The second take must be a plain Take of one hit, the
+// batch's time. The leases must be of 1s.
+func batchedAsAlone(t *testing.T, takes []leaseTake, rules []floodgate.Rule) {
+	one := newStore(t)
+	var want [][]floodgate.Result
+	nhits := 0
+	start := time.Now()
+	for _, tk := range takes {
+		res, err := one.Take(ctx(t), tk.hits)
+		if err != nil {
+			t.Fatalf("%s alone: %v", tk.name, err)
+		}
+		want = append(want, res)
+		nhits += len(tk.hits)
+	}
+
+	g := newGateClient(t)
+	s, err := New(ctx(t), Options{Client: g, Prefix: randomPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lone := mustRule(t, "bl-lone", 10, time.Hour, floodgate.FixedWindow)
+	results := make(chan takeResult, len(takes)+2)
+	take := func(key string, hits []floodgate.Hit) {
+		res, err := s.Take(ctx(t), hits)
+		results <- takeResult{key, res, err}
+	}
+	go take("lone-1", []floodgate.Hit{{Rule: lone, Key: "1", Cost: 1}})
+	go take("lone-2", []floodgate.Hit{{Rule: lone, Key: "2", Cost: 1}})
+	waitFor(t, "two lone calls", func() bool { return g.heldCalls() == 2 })
+	for i, tk := range takes {
+		go take(tk.name, tk.hits)
+		waitFor(t, tk.name+" queued", func() bool { return s.batch.single.pendingCalls() == i+1 })
+	}
+	close(g.gate)
+	got := map[string][]floodgate.Result{}
+	for range len(takes) + 2 {
+		tr := <-results
+		if tr.err != nil {
+			t.Fatalf("%s: %v", tr.key, tr.err)
+		}
+		got[tr.key] = tr.res
+	}
+	g.mu.Lock()
+	calls := append([]int(nil), g.calls...)
+	g.mu.Unlock()
+	if len(calls) != 3 || calls[2] != nhits {
+		t.Fatalf("script calls carried %v keys; want [1 1 %d]: two lone Takes, then one batch of the %d queued Takes", calls, nhits, len(takes))
+	}
+
+	// A figure of a Take alone and of its batched twin differ by the time
+	// between them at most (a window's end is so far off), less than a
+	// lease's 1s; so do the Peeks below, which run within it too.
+	tol := 2 * time.Since(start)
+	if tol > 500*time.Millisecond {
+		t.Skipf("the Takes took %v, too long to tell a lease's 1s from the time between them", tol/2)
+	}
+	at := got[takes[1].name][0].Stamp.At
+	for i, tk := range takes {
+		for j, h := range tk.hits {
+			g, w := got[tk.name][j], want[i][j]
+			if g.Allowed != w.Allowed || g.Remaining != w.Remaining || !near(g.ResetAfter, w.ResetAfter, tol) ||
+				!near(g.RetryAfter, w.RetryAfter, tol) || (g.RetryAfter == 0) != (w.RetryAfter == 0) ||
+				!near(g.Lease, w.Lease, tol) || (g.Lease == 0) != (w.Lease == 0) || (g.Stamp.Epoch == 0) != (w.Stamp.Epoch == 0) {
+				t.Errorf("%s, hit %d, batched: %+v; alone: %+v; a batched Take must get the figures of a call of its own", tk.name, j, g, w)
+			}
+			if g.Stamp.Epoch == 0 {
+				continue
+			}
+			wantAt := at
+			if a := h.Rule.Algorithm; h.Lease != 0 && (a == floodgate.SlidingWindow || a == floodgate.TokenBucket) {
+				wantAt = at.Add(h.Lease)
+			}
+			if !g.Stamp.At.Equal(wantAt) {
+				t.Errorf("%s, hit %d, batched: stamped %v after the batch's time; want %v", tk.name, j, g.Stamp.At.Sub(at), wantAt.Sub(at))
+			}
+		}
+	}
+	for _, r := range rules {
+		for _, key := range []string{"a", "b"} {
+			h := []floodgate.Hit{{Rule: r, Key: key, Cost: 1}}
+			g, err := s.Peek(ctx(t), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := one.Peek(ctx(t), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g[0].Allowed != w[0].Allowed || g[0].Remaining != w[0].Remaining || !near(g[0].ResetAfter, w[0].ResetAfter, tol) {
+				t.Errorf("Peek of %s key %s after the batch: %+v; after the Takes alone: %+v; want the same state", r.Name, key, g[0], w[0])
+			}
+		}
+	}
+}
+
+func near(got, want, tol time.Duration) bool {
+	return got >= want-tol && got <= want+tol
+}

@@ -88,6 +88,22 @@ func TestDifferentialOverdraw(t *testing.T) {
 	}
 }
 
+// TestDifferentialLeases replays traces where a quarter of the single
+// checks are leases (floodgate.Hit.Lease, taken at the stores as the
+// Limiter's escrow takes them, of costs up to a quarter of the limit and
+// periods up to a second), and some refunds give back a lease's unused
+// units: leases checked at their grant and recorded at their end, cut at
+// a window's end, and refunded later must give identical results in Go
+// and in Lua.
+func TestDifferentialLeases(t *testing.T) {
+	for _, alg := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			differential(t, alg, trace{limit: 20, minCost: 1, maxCost: 2, maxStep: 200 * time.Millisecond, leases: true}, 4_000)
+		})
+	}
+}
+
 // miniAndMemstore returns a fake clock, a miniredis on it, a redisstore on
 // that miniredis and a memstore on the same clock (the reference), all
 // closed when the test ends.
@@ -116,12 +132,14 @@ func miniAndMemstore(t *testing.T) (*storetest.FakeClock, *miniredis.Miniredis, 
 // clock; limits, if any, are limits the rule changes to at random before
 // each operation; overdraw, if not zero, makes a quarter of the hits
 // Overdraw, of costs 1 to overdraw, and one in twenty of those of the
-// largest cost a hit may have.
+// largest cost a hit may have; leases makes a quarter of the single
+// checks leases (TestDifferentialLeases).
 type trace struct {
 	limit, minCost, maxCost int64
 	maxStep                 time.Duration
 	limits                  []int64
 	overdraw                int64
+	leases                  bool
 }
 
 func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
@@ -149,6 +167,7 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 	}
 	rng := rand.New(rand.NewPCG(4, uint64(alg)))
 	var past [][2]floodgate.Decision
+	var leases [][2]floodgate.Receipt // memstore's and redisstore's grant of each lease
 	stats := map[string]int{}
 	for i := range ops {
 		if rng.IntN(3) == 0 {
@@ -169,6 +188,43 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 				}
 			}
 			stats["reset"]++
+		case op < 2 && len(leases) > 0:
+			// A lease's unused units go back: some of its cost, a recent
+			// lease's mostly.
+			g := leases[len(leases)-1-rng.IntN(min(len(leases), 3))]
+			unused := 1 + rng.Int64N(g[0].Hit.Cost)
+			for s, st := range []floodgate.Store{ms, rs} {
+				r := g[s]
+				r.Hit.Cost = unused
+				if err := st.Refund(ctx, []floodgate.Receipt{r}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stats["lease refund"]++
+		case tr.leases && op >= 5 && op < 9:
+			h := floodgate.Hit{Rule: rule, Key: []string{"a", "b"}[rng.IntN(2)], Cost: 1 + rng.Int64N(tr.limit/4),
+				Lease: time.Duration(1+rng.Int64N(1_000_000)) * time.Microsecond}
+			var got [2]floodgate.Result
+			for s, st := range []floodgate.Store{ms, rs} {
+				res, err := st.Take(ctx, []floodgate.Hit{h})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[s] = res[0]
+			}
+			us := func(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
+			fig := func(r floodgate.Result) [6]int64 {
+				return [6]int64{btoi(r.Allowed), r.Remaining, us(r.ResetAfter), us(r.RetryAfter), us(r.Lease), r.Stamp.At.UnixMicro()}
+			}
+			if fig(got[0]) != fig(got[1]) {
+				t.Fatalf("op %d: lease %+v:\nmemstore   %+v\nredisstore %+v", i, h, got[0], got[1])
+			}
+			if got[0].Allowed {
+				leases = append(leases, [2]floodgate.Receipt{{Hit: h, Stamp: got[0].Stamp}, {Hit: h, Stamp: got[1].Stamp}})
+				stats["lease"]++
+			} else {
+				stats["lease denied"]++
+			}
 		case op < 5 && len(past) > 0:
 			// Mostly a recent decision, whose refund still credits
 			// something (a token bucket's credit runs out with time),
@@ -232,7 +288,8 @@ func differential(t *testing.T, alg floodgate.Algorithm, tr trace, ops int) {
 		}
 	}
 	if stats["allowed"] < 200 || stats["denied"] < 200 || stats["refund"] < 200 || stats["reset"] < 50 ||
-		tr.overdraw > 0 && stats["overdrawn"] < 200 {
+		tr.overdraw > 0 && stats["overdrawn"] < 200 ||
+		tr.leases && (stats["lease"] < 200 || stats["lease denied"] < 100 || stats["lease refund"] < 100) {
 		t.Fatalf("the trace does not exercise every operation: %v", stats)
 	}
 }

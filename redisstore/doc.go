@@ -25,8 +25,9 @@
 // Concurrent Takes share script calls: while a call is in flight, the
 // Takes that arrive queue and the next call carries them all (up to 128
 // hits), each still all-or-nothing; a Take that finds nothing in flight is
-// sent at once, so light load pays nothing. Every client gets it, rueidis
-// or go-redis. batch.go holds the design.
+// sent at once, so light load pays nothing. Leases of quota
+// (floodgate.Hit.Lease, the Limiter's escrow) share the calls too. Every
+// client gets it, rueidis or go-redis. batch.go holds the design.
 //
 // Time is the Redis server's: the scripts call TIME and count in integer
 // microseconds, so replicas whose clocks disagree still agree on every

@@ -26,10 +26,12 @@
 --   overdraw  "1": recorded whenever the group's other hits are, even past
 --             its limit, the key owing the excess (floodgate.Hit.Overdraw);
 --             "0": only within its limit
--- A last value "L<us>" after one group of one hit makes it a lease
+-- A value "L<us>" after the hit of a group of one makes that group a lease
 -- (floodgate.Hit.Lease): checked at now, recorded (ring, bucket) as at rec
 -- = now + us, its figures the key's so recorded; a fixed window or counter
--- records it at now, the lease cut at the window's end by the Go side.
+-- records it at now, the lease cut at the window's end by the Go side. A
+-- call may carry several leases among its groups (the group commit's
+-- batch), each decided as if it were a call of its own.
 -- Reply: the server time in us, then 5 integers per hit in KEYS order:
 -- allowed (1 or 0), remaining (negative when the key holds more than its
 -- limit), reset_after and retry_after in us (0 when allowed), and the
@@ -67,8 +69,22 @@
 -- as strings (Redis formats a number with snprintf('%.17g')).
 local SPAN, CHUNK, HDRFROM, HDRTO, TAIL = 2 ^ 48, 8, '-34', '-1', '<I6' .. HEADER
 
-local nargs, rec = #ARGV, now -- the arguments but a lease's; when hits are recorded
-if string.byte(ARGV[nargs]) == 76 then rec, nargs = now + tonumber(string.sub(ARGV[nargs], 2)), nargs - 1 end -- "L"
+local nargs, rec = #ARGV, now -- rec: when the group's hits are recorded (a lease's end)
+
+-- leaseAt returns, for the argument a after a group's hits, when the group
+-- is recorded (rec) and the index of the next group's epoch: now + us and
+-- a + 1 after "L<us>" (76 is "L"), now and a without.
+local function leaseAt(a)
+  local v = ARGV[a]
+  if v == nil or string.byte(v) ~= 76 then
+    return now, a
+  end
+  local us = tonumber(string.sub(v, 2))
+  if us == nil or us <= 0 then
+    error('redisstore: take: argument ' .. a .. ': want a lease "L<us>"')
+  end
+  return now + us, a + 1
+end
 
 -- ringRead returns the times of the entries i to j (0 the oldest; j - i <
 -- count) of the ring of key, in a table indexed from i, with at most two
@@ -249,11 +265,14 @@ if nargs == 6 and ARGV[2] == 's' and ARGV[1] ~= '0' and #KEYS == 1 then
     over, ARGV[1], true)
   return {now, ok and 1 or 0, remaining, reset, retry, (ok or over) and ep or 0}
 end
-local fast, a, n = true, 1, 0
+local fast, a, n, leases = true, 1, 0, false
 while fast and a < nargs do
   local v = ARGV[a + 1]
   fast = ARGV[a] ~= '0' and string.byte(ARGV[a]) <= 57 and (v == 's' or v == '=' and n > 0)
   a, n = a + (v == '=' and 2 or 6), n + 1
+  if ARGV[a] ~= nil and string.byte(ARGV[a]) == 76 then -- "L": a lease
+    a, leases = a + 1, true
+  end
 end
 if fast and a == nargs + 1 and n == #KEYS then
   local out, cost, limit, window, over = {now}
@@ -266,6 +285,9 @@ if fast and a == nargs + 1 and n == #KEYS then
       cost, limit, window = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
       over = ARGV[a + 5] == '1'
       a = a + 6
+    end
+    if leases then
+      rec, a = leaseAt(a)
     end
     local ok, remaining, reset, retry, _, ep = sliding(KEYS[h], cost, limit, window, over, epoch, true)
     local o = 5 * h - 4
@@ -428,8 +450,8 @@ local function write(key, alg, cost, limit, window, over, epoch, ok, val, left, 
 end
 
 -- The shape of the call, checked before anything is written: each
--- group's epoch, then sizes[g] hits.
-local sizes, nhits, a = {}, 0, 1
+-- group's epoch, then sizes[g] hits, then "L<us>" if a lease (recs[g]).
+local sizes, recs, nhits, a = {}, {}, 0, 1
 while a <= nargs do
   if tonumber(ARGV[a]) == nil or (string.byte(ARGV[a + 1] or '') or 0) <= 57 then
     error('redisstore: take: argument ' .. a .. ': want an epoch and then hits')
@@ -445,8 +467,13 @@ while a <= nargs do
       error('redisstore: take: argument ' .. a .. ': want a hit, "=" or alg "s", "t", "f" or "c" and 4 values')
     end
     n = n + 1
-  until a > nargs or string.byte(ARGV[a]) <= 57
-  sizes[#sizes + 1], nhits = n, nhits + n
+  until a > nargs or string.byte(ARGV[a]) <= 57 or string.byte(ARGV[a]) == 76
+  local at, next = leaseAt(a)
+  if next > a and n ~= 1 then
+    error('redisstore: take: argument ' .. a .. ': a lease follows a group of one hit')
+  end
+  sizes[#sizes + 1], nhits, a = n, nhits + n, next
+  recs[#sizes] = at
 end
 if nhits ~= #KEYS then
   error('redisstore: take: ' .. #KEYS .. ' keys and ' .. nhits .. ' hits')
@@ -459,10 +486,10 @@ end
 local out, h, hits = {now}, 0, nil
 local alg, cost, limit, window, over -- the hit's, or the one before's for "="
 a = 1
-for _, n in ipairs(sizes) do
+for g, n in ipairs(sizes) do
   local epoch = ARGV[a]
   local record, first, all = epoch ~= '0', h + 1, true
-  a = a + 1
+  a, rec = a + 1, recs[g]
   for _ = 1, n do
     h = h + 1
     if ARGV[a] == '=' then
@@ -489,6 +516,9 @@ for _, n in ipairs(sizes) do
       hits = hits or {}
       hits[h] = {alg, cost, limit, window, over, epoch, ok, val, reset, ep, full}
     end
+  end
+  if rec ~= now then
+    a = a + 1 -- the lease's "L<us>"
   end
   if n > 1 and record and all then
     for j = first, h do
