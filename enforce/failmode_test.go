@@ -48,7 +48,7 @@ func TestUnknownFailureModeIsAnError(t *testing.T) {
 
 // A memory store full of keys that still weigh refuses a new one, and
 // the route's failure mode answers; the refusal is counted as the store
-// being full, not as an error of unknown cause (issue 25, finding 4).
+// being full, not as an error of unknown cause.
 func TestFullMemoryStoreIsCounted(t *testing.T) {
 	// MaxKeys 1 is one key per shard: of 65 distinct keys, two share one
 	// of the 64 shards, so some key among them is refused.
@@ -96,7 +96,7 @@ func (corruptStore) Take(context.Context, []floodgate.Hit) ([]floodgate.Result, 
 }
 
 // One key's corrupt state is counted as such, not as an error of unknown
-// cause, and the gate's failure mode answers (issue 25, finding 2).
+// cause, and the gate's failure mode answers.
 func TestCorruptStateIsCounted(t *testing.T) {
 	ms := memstore.New(memstore.Options{})
 	t.Cleanup(func() { ms.Close() })

@@ -66,9 +66,8 @@ for i = 1, nhits do
       tat, ep = string.match(stored, '^(%d+):(%d+)$')
       tat = tonumber(tat)
     end
-    -- A later refund could credit until at + cost * T: max(now, at) +
-    -- credit, later than now + credit for a take stamped after now (a
-    -- lease given back before its end).
+    -- Until max(now, at) + credit: a lease given back before its end was
+    -- stamped after now, and a later refund of it could credit again.
     if credit > 0 and ep == epoch and tat ~= nil and tat > now and done(tomb, math.max(now, at) + credit) then
       tat = math.max(now, tat - credit)
       if tat > now then

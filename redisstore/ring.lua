@@ -28,10 +28,9 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
--- ttl is the TTL of a state that weighs until the time e in us:
--- ceil((e - now) / 1000) ms (exact, e - now < 2^43 ms), so the key
--- outlives every us before e; never read back with PTTL, which is 0
--- during a key's last ms (issue 25). It keeps its last answer.
+-- ttl is the TTL of a state that weighs until e (us): ceil((e - now) /
+-- 1000) ms, exact (e - now < 2^43 ms), so the key outlives every us before
+-- e; PTTL, 0 in a key's last ms, is never read back. It keeps its last one.
 local lastE, lastTTL
 local function ttl(e)
   if e ~= lastE then

@@ -9,62 +9,49 @@
 --   t  token bucket            "<TAT>:<epoch>", the theoretical arrival time
 --   f  fixed window            "<window index>:<count>:<epoch>"
 --   c  sliding-window counter  "<window index>:<previous count>:<count>:<epoch>"
--- The take that creates a state writes its group's epoch, and later takes
--- keep it; a refund credits only a state of its take's epoch (refund.lua).
--- ARGV: the groups one after another, each its epoch, then its hits (a
--- group ends where the next epoch starts: an epoch is a number, a hit
--- starts with a letter or "="), each 5 values or "=", the 5 of the hit
--- before it:
---   epoch     the epoch of a state this group creates, 1 to 2^48 - 1; "0"
---             for a Peek, which records nothing
+-- The take that creates a state writes its group's epoch, later takes keep
+-- it, and a refund credits only a state of its take's epoch (refund.lua).
+-- ARGV: the groups one after another, each its epoch (a number), then its
+-- hits (each starts with a letter), 5 values each or "=" for the 5 of the
+-- hit before, then, for a lease, "L<us>":
+--   epoch     of a state this group creates, 1 to 2^48 - 1; "0" for a Peek
 --   alg       "s" sliding window, "t" token bucket, "f" fixed window, "c"
 --             sliding-window counter
---   cost      units this hit counts for (1..capacity; an overdraw hit's up
---             to 2^51, a sliding window's up to 100)
+--   cost      1..capacity (an overdraw hit's up to 2^51, a ring's up to 100)
 --   limit     the limit L; "t": the capacity B
 --   window    the window W in us; "t": the emission interval T, ceil(W / L)
 --   overdraw  "1": recorded whenever the group's other hits are, even past
---             its limit, the key owing the excess (floodgate.Hit.Overdraw);
---             "0": only within its limit
--- A value "L<us>" after the hit of a group of one makes that group a lease
--- (floodgate.Hit.Lease): checked at now, recorded (ring, bucket) as at rec
--- = now + us, its figures the key's so recorded; a fixed window or counter
--- records it at now, the lease cut at the window's end by the Go side. A
--- call may carry several leases among its groups (the group commit's
--- batch), each decided as if it were a call of its own.
--- Reply: the server time in us, then 5 integers per hit in KEYS order:
--- allowed (1 or 0), remaining (negative when the key holds more than its
--- limit), reset_after and retry_after in us (0 when allowed), and the
--- epoch of the state that recorded the hit (0 if none). A hit of a denied
--- group may report allowed 1 (within its own limit). An overdraw hit past
--- its limit reports allowed 0 and the key as it stands with it (a denial
--- of cost 1); one that carried its state past its bound reports the
--- state's epoch before, and the state takes the next, so no refund
--- credits it.
--- Requires Redis 5.0 or later (ring.lua).
+--             its limit, the key owing the excess; "0": only within it
+--   L<us>     after a group of one hit, a lease (floodgate.Hit.Lease):
+--             checked at now, recorded (ring, bucket) as at rec = now + us,
+--             its figures the key's so recorded; a fixed window or counter
+--             records it at now, the Go side cutting it at the window's end.
+--             Each lease of a batch is decided as a call of its own would be.
+-- Reply: the server time in us, then per hit in KEYS order: allowed (1 or
+-- 0; a hit of a denied group may be 1, within its own limit), remaining
+-- (negative in debt), reset_after and retry_after in us (0 when allowed),
+-- and the epoch of the state that recorded it (0 if none). An overdraw hit
+-- past its limit reports 0 and the key as it stands with it; one that
+-- carried its state past its bound reports the epoch before, and the state
+-- takes the next, so no refund credits it. Requires Redis 5.0 (ring.lua).
 --
--- Bounds past the limit (floodgate.Hit.Overdraw): this script keeps the
--- one copy of internal/algo's (memstore's), each a local where it is used
--- (an upvalue costs every call): a fixed window counts up to MAXCOUNT
--- (algo.MaxCount), a sliding-window counter up to twice its limit and the
--- count c with (c + 1) * window at most 2^53 us, a token bucket's TAT runs
--- up to AHEAD (algo.Ahead) past a full bucket's, a ring keeps LOGDEBT
--- (bounds.SlidingCost at most) entries past its limit. A hit that would
--- pass its bound fills the state, which takes the epoch ep % (2^48 - 1) + 1.
--- Writes: a ring's start with PEXPIRE, which cannot grow memory, so that
--- Redis at maxmemory (noeviction) lets the rest through and keeps
--- enforcing the limits (docs/RELIABILITY.md).
+-- Bounds past the limit, internal/algo's (memstore's), each a local where
+-- it is used (an upvalue costs every call): a fixed window counts up to
+-- MAXCOUNT, a counter up to twice its limit and (c + 1) * window <= 2^53,
+-- a TAT runs up to AHEAD past a full bucket's, a ring keeps LOGDEBT
+-- entries past its limit; a hit past its bound fills the state, which
+-- takes the epoch ep % (2^48 - 1) + 1. Writes: a ring's start with
+-- PEXPIRE, which cannot grow memory, so that Redis at maxmemory
+-- (noeviction) lets the rest through and keeps enforcing the limits.
 
 -- The sliding window. A take reads the header (GETRANGE of the last 34
--- bytes), and entries only to move first past those that just left the
--- window (one GETRANGE of up to CHUNK, a binary search beyond). It appends
--- or overwrites the oldest slots with one SETRANGE of the entries and the
--- header where they touch. It writes the ring whole (SET, the live entries
--- only) when it is created, fills up (so Redis allocates it exactly), has
--- nothing live, after a limit change, to rebase it, and past the limit, up
--- to limit + LOGDEBT entries (head 0). A cost n is admitted exactly when at
--- most limit - n entries are live. (Small rings read and written whole
--- cost Redis more, measured even at 4 entries.) SPAN bounds an offset
+-- bytes), and entries only to move first past those that left the window
+-- (one GETRANGE of up to CHUNK, a binary search beyond). It appends or
+-- overwrites the oldest slots with one SETRANGE of the entries and the
+-- header where they touch, and writes the ring whole (SET, the live entries
+-- only) when it is created, fills up, has nothing live, after a limit
+-- change, to rebase it, and past the limit (head 0). A cost n is admitted
+-- exactly when at most limit - n entries are live. SPAN bounds an offset
 -- from base; TAIL packs an entry and a header; the header's range is sent
 -- as strings (Redis formats a number with snprintf('%.17g')).
 local SPAN, CHUNK, HDRFROM, HDRTO, TAIL = 2 ^ 48, 8, '-34', '-1', '<I6' .. HEADER
@@ -72,15 +59,13 @@ local SPAN, CHUNK, HDRFROM, HDRTO, TAIL = 2 ^ 48, 8, '-34', '-1', '<I6' .. HEADE
 local nargs, rec = #ARGV, now -- rec: when the group's hits are recorded (a lease's end)
 
 -- leaseAt returns, for the argument a after a group's hits, when the group
--- is recorded (rec) and the index of the next group's epoch: now + us and
--- a + 1 after "L<us>" (76 is "L"), now and a without.
+-- is recorded (rec) and where the next group starts: now + us and a + 1
+-- after "L<us>" (76 is "L"), now and a without.
 local function leaseAt(a)
-  local v = ARGV[a]
-  if v == nil or string.byte(v) ~= 76 then
+  local us = string.byte(ARGV[a] or '') == 76 and tonumber(string.sub(ARGV[a], 2))
+  if us == false then
     return now, a
-  end
-  local us = tonumber(string.sub(v, 2))
-  if us == nil or us <= 0 then
+  elseif us == nil or us <= 0 then
     error('redisstore: take: argument ' .. a .. ': want a lease "L<us>"')
   end
   return now + us, a + 1
@@ -265,14 +250,12 @@ if nargs == 6 and ARGV[2] == 's' and ARGV[1] ~= '0' and #KEYS == 1 then
     over, ARGV[1], true)
   return {now, ok and 1 or 0, remaining, reset, retry, (ok or over) and ep or 0}
 end
-local fast, a, n, leases = true, 1, 0, false
+local fast, a, n, _ = true, 1, 0, nil
 while fast and a < nargs do
   local v = ARGV[a + 1]
   fast = ARGV[a] ~= '0' and string.byte(ARGV[a]) <= 57 and (v == 's' or v == '=' and n > 0)
-  a, n = a + (v == '=' and 2 or 6), n + 1
-  if ARGV[a] ~= nil and string.byte(ARGV[a]) == 76 then -- "L": a lease
-    a, leases = a + 1, true
-  end
+  _, a = leaseAt(a + (v == '=' and 2 or 6))
+  n = n + 1
 end
 if fast and a == nargs + 1 and n == #KEYS then
   local out, cost, limit, window, over = {now}
@@ -286,9 +269,7 @@ if fast and a == nargs + 1 and n == #KEYS then
       over = ARGV[a + 5] == '1'
       a = a + 6
     end
-    if leases then
-      rec, a = leaseAt(a)
-    end
+    rec, a = leaseAt(a)
     local ok, remaining, reset, retry, _, ep = sliding(KEYS[h], cost, limit, window, over, epoch, true)
     local o = 5 * h - 4
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, remaining, reset, retry,
@@ -354,17 +335,12 @@ local function fixed(key, cost, limit, window, over)
   if not over then
     return false, limit - count, left, left, nil, ep
   end
-  local MAXCOUNT = 2 * limit
-  local n = count + cost -- past the limit: up to MAXCOUNT, never down
+  local MAXCOUNT, n = 2 * limit, count + cost -- past the limit: up to MAXCOUNT, never down
   local filled = n > MAXCOUNT
   if filled then
     n = math.max(count, MAXCOUNT)
   end
   return false, limit - n, left, left, fmt(idx) .. ':' .. fmt(n), ep, filled
-end
-
-local function ceildiv(a, b)
-  return -floordiv(-a, b)
 end
 
 -- counter checks a sliding-window counter's hit. With t into the current
@@ -389,7 +365,7 @@ local function counter(key, cost, limit, window, over)
       prev = tonumber(sc)
     end
   end
-  local w = ceildiv(prev * (window - t), window) -- the previous window's weight
+  local w = -floordiv(-prev * (window - t), window) -- the previous window's weight, rounded up
   if w + cur + cost <= limit then
     -- Full again when the window after this one starts; the state lives as long.
     return true, limit - w - cur - cost, 2 * window - t, 0, fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(cur + cost), ep
@@ -406,12 +382,7 @@ local function counter(key, cost, limit, window, over)
     cur, cost = c, 1
     val = fmt(idx) .. ':' .. fmt(prev) .. ':' .. fmt(cur)
   end
-  local reset = 0
-  if cur > 0 then
-    reset = 2 * window - t
-  elseif prev > 0 then
-    reset = window - t
-  end
+  local reset = cur > 0 and 2 * window - t or prev > 0 and window - t or 0
   local remaining = limit - w - cur
   local r = limit - cur - cost
   if r >= 0 then
@@ -517,9 +488,7 @@ for g, n in ipairs(sizes) do
       hits[h] = {alg, cost, limit, window, over, epoch, ok, val, reset, ep, full}
     end
   end
-  if rec ~= now then
-    a = a + 1 -- the lease's "L<us>"
-  end
+  a = rec ~= now and a + 1 or a -- past a lease's "L<us>"
   if n > 1 and record and all then
     for j = first, h do
       write(KEYS[j], tunpack(hits[j], 1, 11))

@@ -52,8 +52,8 @@ func labelOf(m *dto.Metric, name string) string {
 
 // Request-borne limits never push a configured limit's label out of the
 // decisions metric: every per-request override of a domain is reported
-// under one name (issue 25, finding 5: 1,100 requests, each a new entry
-// key with a limit, made 8,016 series and counted login_per_address under
+// under one name (unbounded, 1,100 requests, each a new entry key with a
+// limit, made 8,016 series and counted login_per_address under
 // "(other)").
 func TestRequestBorneLimitsMakeNoSeries(t *testing.T) {
 	svc := start(t, setup{yaml: boundsConfig, store: memstore.New(memstore.Options{})})
@@ -74,7 +74,7 @@ func TestRequestBorneLimitsMakeNoSeries(t *testing.T) {
 
 // detailed_metric's descriptor label is bounded like the policies:
 // past 1,000 distinct values, new ones are counted under "(other)"
-// (issue 25, finding 6: 20 requests of 250 values made 10,000 series).
+// (unbounded, 20 requests of 250 values made 10,000 series).
 func TestDetailedMetricSeriesAreBounded(t *testing.T) {
 	svc := start(t, setup{yaml: boundsConfig, store: memstore.New(memstore.Options{})})
 	n := 0

@@ -62,9 +62,8 @@ func slicesRepeat(s string, n int) []string {
 // A large request (one that decodes to 16 KiB or more: by its bytes, or
 // by its entries) waits for the budget of large requests while it is
 // taken, and is refused when it waited too long: ResourceExhausted over
-// gRPC, 429 with Retry-After on /json (issue 34, findings 2 and 3: a
-// large request waited for its turn without a deadline, and /json bodies
-// were decoded outside any bound). Small requests are decided meanwhile.
+// gRPC, 429 with Retry-After on /json, never waiting for its turn without
+// a deadline, and /json bodies decoded inside the same bound. Small requests are decided meanwhile.
 // Once the budget is free, the same requests are decided, and every one
 // gives back what it took of it.
 func TestLargeRequestsWaitForTheBudget(t *testing.T) {
@@ -158,8 +157,8 @@ func TestEveryCallGivesBackItsBudget(t *testing.T) {
 // refused at once with ResourceExhausted, while another connection, under
 // its share of the reserve, is still answered; every place is given back
 // when the streams end. Health Watch streams stay open, so they hold
-// their places (issue 34, finding 2: streams were capped per connection,
-// and connections not at all).
+// their places (a cap per connection alone would leave the number of
+// connections unbounded).
 func TestStreamsInFlightAreBounded(t *testing.T) {
 	svc := start(t, setup{yaml: budgetConfig, store: memstore.New(memstore.Options{})})
 	const watchers = rls.MaxStreamsInFlight + 88

@@ -17,8 +17,8 @@ import (
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
-// What the service reports is what it enforced (issue 23): each test here
-// failed before the decision path went through enforce alone.
+// What the service reports is what it enforced: each test here pins a
+// figure that the service once derived apart from what enforce decided.
 
 // keyOverrides gives the keys listed a limit of their own, under any rule.
 type keyOverrides map[string]int64

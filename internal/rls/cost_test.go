@@ -83,7 +83,7 @@ descriptors:
 
 // TestHitsAddendDebtBounded: under count_over_limit (an over-limit hit is
 // recorded, a debt the key works off), one hits_addend of 2^51 on a token
-// bucket locked the key for ten years (Retry-After: 315360001, issue 34).
+// bucket must not lock the key for ten years (Retry-After: 315360001).
 // A key owes at most its capacity (floodgate.Hit.Overdraw): for 60 a
 // minute, a token a second, the bucket's TAT runs at most a full bucket's
 // refill (60 s) past a full bucket's, so a request of 1 fits again in 61 s

@@ -36,8 +36,8 @@ descriptors:
 // on its own connection switches limiting off for nobody: another
 // client's small requests, on another connection, are decided, never
 // answered Unavailable, and the store's circuit breaker never opens
-// (issue 25, finding 1: every one of alice's requests got 503 "circuit
-// breaker open", and failure_mode error descriptors answered Unavailable,
+// (a flood must not make another client's requests get 503 "circuit
+// breaker open", or failure_mode error descriptors answer Unavailable,
 // which Envoy lets through). Scaled to a small machine: 48 flooding
 // callers for 2 s, on real Redis behind a breaker, at the service's 50 ms
 // budget (on the code before this round: 30 of 32 of alice's answers

@@ -191,7 +191,7 @@ func TestOperations(t *testing.T) {
 		}
 	}
 	// Reflection, which lists the services to any caller, is the
-	// caller's to add (issue 25, finding 9: it was on).
+	// caller's to add: it is off.
 	stream, err := reflectionpb.NewServerReflectionClient(svc.conn).ServerReflectionInfo(ctx)
 	if err == nil {
 		_, err = stream.Recv()
@@ -201,8 +201,8 @@ func TestOperations(t *testing.T) {
 	}
 
 	svc.call(t, req("feat", desc("plain=m")))
-	// The configuration is on the debug handler only (finding 9: it
-	// was served on the public port).
+	// The configuration is on the debug handler only, never on the
+	// public port.
 	if code, _ := get(t, svc.url+"/rlconfig"); code != http.StatusNotFound {
 		t.Errorf("/rlconfig on the public handler: %d, want 404", code)
 	}

@@ -167,9 +167,9 @@ func TestHotReload(t *testing.T) {
 	})
 }
 
-// TestReloadThatDropsLimits (issue 34): removing the last configuration
-// file was an INFO-level reload to zero limits, after which every request
-// was answered OK. A reload that drops a domain, or every limit, is
+// TestReloadThatDropsLimits: removing the last configuration file must
+// not be a quiet reload to zero limits, after which every request is
+// answered OK. A reload that drops a domain, or every limit, is
 // logged at WARN and counted; one that finds no file is refused (counted
 // as a failed load, the configuration in force kept) unless
 // AllowEmptyConfig.
