@@ -136,10 +136,22 @@ func TestEscrowRefundAfterTheLeaseEnded(t *testing.T) {
 		}
 		ds = append(ds, d)
 	}
-	if f := free(); f != 74 {
-		t.Fatalf("after 26 hits: %d free, want 74", f)
+	// The lease ended, and what it left unused went back (none when the
+	// hits came as planned; a lease cut short by a slow scheduler leaves
+	// some, which the sweeper returns within a period or two).
+	freeAfter := func(want int64, what string) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
+		f := free()
+		for ; f != want && time.Now().Before(deadline); f = free() {
+			time.Sleep(period)
+		}
+		if f != want {
+			t.Fatalf("%s: %d free, want %d", what, f, want)
+		}
 	}
-	time.Sleep(2 * period) // the lease ended; nothing unused to give back
+	time.Sleep(2 * period)
+	freeAfter(74, "after 26 hits and their lease's end")
 	for range 2 {
 		if err := l.Refund(ctx, ds[10]); err != nil {
 			t.Fatal(err)
@@ -159,9 +171,7 @@ func TestEscrowRefundAfterTheLeaseEnded(t *testing.T) {
 		more = append(more, d)
 	}
 	time.Sleep(2 * period)
-	if f := free(); f != 72 {
-		t.Fatalf("a period after 3 more hits: %d free, want 72: the unused units of their lease went back", f)
-	}
+	freeAfter(72, "a period after 3 more hits (the unused units of their lease went back)")
 	if err := l.Refund(ctx, more[2]); err != nil {
 		t.Fatal(err)
 	}
