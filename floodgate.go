@@ -494,7 +494,9 @@ func (l *Limiter) own(hits []Hit) ([]Hit, error) {
 // for each hit's verdict). A hit that InForce returned is checked under
 // the rule it carries, without looking the overrides up again: what the
 // caller reports from it is what the check enforces, even when the
-// overrides change in between.
+// overrides change in between. Hand it to the Limiter that resolved it,
+// with its Rule and Key as returned: a copy whose key was changed keeps
+// the mark, and would be checked under the old key's rule.
 func (l *Limiter) InForce(h Hit) (Hit, error) {
 	err := l.inForce(&h, 0)
 	h.inForce = true

@@ -53,7 +53,10 @@ type Verdict struct {
 	// admitted. A peek's figures are the key's as they stand. It is the
 	// zero Decision (its Policy empty) for a hit that nothing decided:
 	// the store failed and its failure mode did not ask the local limits,
-	// it is a shadow hit of a denied request, or an invalid shadow hit.
+	// it is a shadow take of a denied request or a shadow peek of a
+	// request that a peek or a hit that can never be admitted denied, or
+	// it is an invalid shadow hit (one that names the key and rule of
+	// another hit of its kind among them).
 	Decision floodgate.Decision
 
 	cls uint8 // its class in Check's pass
@@ -75,10 +78,11 @@ type Option struct {
 func Unavailable(err error) Option { return Option{unavailable: err} }
 
 // DenyOversize answers the request's hits that the rule in force for
-// their key could never admit (a cost above that rule's capacity, or a
-// rule whose Limit is 0: an RLS requests_per_unit of 0) as denials for a
-// whole window, without asking the store, where Check refuses them with
-// an error. An enforced one denies the request as a denied peek does.
+// their key could never admit (a cost above that rule's capacity, or
+// above a sliding log's 100 a hit, or a rule whose Limit is 0: an RLS
+// requests_per_unit of 0) as denials for a whole window, without asking
+// the store, where Check refuses them with an error. An enforced one
+// denies the request as a denied peek does.
 func DenyOversize() Option { return Option{oversize: true} }
 
 // Check decides the hits of one request in one pass, and returns the
@@ -159,6 +163,9 @@ func (p *pass) run(ctx context.Context, shed error) (Result, error) {
 		p.anyEnforced = p.anyEnforced || !p.req[i].Shadow
 		p.anyShadow = p.anyShadow || p.req[i].Shadow
 	}
+	if p.anyShadow {
+		p.skipDuplicateShadows()
+	}
 	if shed != nil {
 		switch {
 		case p.denied:
@@ -226,7 +233,7 @@ func (p *pass) resolve(i int) error {
 			v.cls <<= 2 // its shadow class
 		}
 		return nil
-	case p.oversize && (admitsNothing(core.Rule) || errors.Is(err, floodgate.ErrInvalidHit) && !errors.Is(err, floodgate.ErrInvalidRule)):
+	case p.oversize && (admitsNothing(core.Rule) || errors.Is(err, floodgate.ErrInvalidHit) && !errors.Is(err, floodgate.ErrInvalidRule) && oversize(in)):
 		// A whole window over the limit, as envoyproxy/ratelimit answers
 		// it, and no error: Envoy lets a request through on an error by
 		// default, and the cost may come from the request.
@@ -240,6 +247,39 @@ func (p *pass) resolve(i int) error {
 		return nil
 	}
 	return err
+}
+
+// skipDuplicateShadows makes skipped each shadow hit that names the key
+// and rule of another hit of the store call that asks it: an enforced
+// peek or an earlier shadow one, for a shadow peek; an earlier shadow
+// take, for a shadow take. The store refuses a call that names one twice,
+// and a shadow hit never fails a request.
+func (p *pass) skipDuplicateShadows() {
+	for i := range p.req {
+		v := &p.res.Each[i]
+		if !p.in(i, shadowPeek|shadowTake, false) {
+			continue
+		}
+		kind := shadowTake // the shadow takes' own call
+		if p.req[i].Peek {
+			kind = peeks // one call with the enforced peeks
+		}
+		for j := range p.req {
+			w := &p.res.Each[j]
+			if j != i && (j < i || !p.req[j].Shadow) && p.in(j, kind, false) && w.Hit.Rule.Name == v.Hit.Rule.Name && w.Hit.Key == v.Hit.Key {
+				v.cls = skipped
+				break
+			}
+		}
+	}
+}
+
+// oversize reports whether h, resolved, costs more than its rule could
+// ever admit: above its capacity (an Overdraw hit's bound past it), or a
+// sliding log's cost of one hit.
+func oversize(h floodgate.Hit) bool {
+	logged := h.Rule.Algorithm == floodgate.SlidingWindow || h.Rule.Algorithm == floodgate.Concurrency
+	return !h.Overdraw && h.Cost > h.Rule.Capacity() || h.Overdraw && h.Cost > bounds.Limit || logged && h.Cost > bounds.SlidingCost
 }
 
 // admitsNothing reports whether r is a valid rule but for its Limit of 0:
@@ -331,8 +371,11 @@ func (p *pass) peeks(ctx context.Context) error {
 		switch {
 		case p.denied:
 			// Denied already: the store failing changes nothing.
-		case p.count(enforced, false) > 0:
+		case p.count(enforcedPeek, false) > 0:
 			p.failed(ctx, enforced, err, time.Now())
+		case p.count(enforcedTake, false) > 0:
+			// Only shadow peeks failed, which never fail a request: they
+			// stay undecided, and the takes are asked.
 		default:
 			p.failedShadow(err)
 		}

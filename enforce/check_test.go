@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/faultstore"
 )
 
 // Check decides a request in one pass: the store sees one call per kind
@@ -57,6 +58,10 @@ func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
 			[]verdict{{true, false, 0}, {true, true, 3}}},
 		{"shed: decided by the failure modes alone", nil, []enforce.Hit{take(a, 1), peek(b)}, []enforce.Option{enforce.Unavailable(errShed)}, "", enforce.Local,
 			[]verdict{{true, true, 4}, {true, true, 3}}},
+		{"a shadow peek of an enforced peek's key is skipped", nil, []enforce.Hit{peek(a), shadow(peek(a))}, nil, "P1", enforce.Allowed,
+			[]verdict{{true, true, 5}, {false, false, 0}}},
+		{"a shadow take of an earlier shadow take's key is skipped", nil, []enforce.Hit{take(a, 1), shadow(take(s2, 1)), shadow(take(s2, 1))}, nil, "T1 T1", enforce.Allowed,
+			[]verdict{{true, true, 4}, {true, true, 1}, {false, false, 0}}},
 		{"shadow takes: one Take, then one without the denied", []enforce.Hit{take(s1, 1)},
 			[]enforce.Hit{take(a, 1), shadow(take(s1, 1)), shadow(take(s2, 1))}, nil, "T1 T2 T1", enforce.Allowed,
 			[]verdict{{true, true, 4}, {true, false, 0}, {true, true, 1}}},
@@ -92,3 +97,30 @@ func TestCheckCallsTheStoreOncePerKindOfAsk(t *testing.T) {
 }
 
 var errShed = errors.New("shed")
+
+// DenyOversize denies only what no rule could admit: a hit invalid for
+// another reason (an empty key) is still an error; and a store that fails
+// on the request's shadow peeks alone leaves them undecided and takes the
+// enforced hits, since a shadow hit never fails a request.
+func TestCheckDeniesOnlyOversizeAndSurvivesShadowPeekFailures(t *testing.T) {
+	a, s1 := rule("a", 5), rule("s1", 1)
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "pass"})
+	_, err := g.Check(t.Context(), []enforce.Hit{{Hit: floodgate.Hit{Rule: a}}}, enforce.DenyOversize())
+	if !errors.Is(err, floodgate.ErrInvalidHit) {
+		t.Errorf("an empty key under DenyOversize: %v; want ErrInvalidHit", err)
+	}
+	v.fault.Set(faultstore.FailPeeks)
+	v.fault.Record()
+	res, err := g.Check(t.Context(), []enforce.Hit{
+		{Hit: floodgate.Hit{Rule: a, Key: "k"}, Failure: enforce.FailClosed},
+		{Hit: floodgate.Hit{Rule: s1, Key: "k"}, Shadow: true, Peek: true},
+	})
+	calls := v.fault.Recorded()
+	if err != nil || res.Outcome != enforce.Allowed || len(calls) != 2 || !calls[0].Peek || calls[1].Peek || len(calls[1].Results) != 1 {
+		t.Fatalf("Check with the shadow peek's store call failing: %v, %v, calls %+v; want Allowed, a failed Peek, then a Take", res.Outcome, err, calls)
+	}
+	if e := res.Each; !e[0].Decision.Allowed || e[0].Decision.Remaining != 4 || e[1].Decision.Policy != "" {
+		t.Errorf("verdicts %+v, %+v; want the take allowed with 4 left and the shadow peek undecided", e[0].Decision, e[1].Decision)
+	}
+}

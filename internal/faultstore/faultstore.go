@@ -24,6 +24,8 @@ const (
 	// Hang blocks every call until its context is done, as a frozen Redis
 	// does, and returns the context's error.
 	Hang
+	// FailPeeks answers every Peek as Fail does and passes the rest.
+	FailPeeks
 )
 
 // ErrInjected is the error a failing store returns.
@@ -85,12 +87,12 @@ func (s *Store) Set(m Mode) { s.mode.Store(int32(m)) }
 // Calls returns how many calls reached the store, in any mode.
 func (s *Store) Calls() int64 { return s.calls.Load() }
 
-func (s *Store) fault(ctx context.Context) error {
+func (s *Store) fault(ctx context.Context, peek bool) error {
 	s.calls.Add(1)
-	switch Mode(s.mode.Load()) {
-	case Fail:
+	switch m := Mode(s.mode.Load()); {
+	case m == Fail, m == FailPeeks && peek:
 		return fmt.Errorf("faultstore: %w", ErrInjected)
-	case Hang:
+	case m == Hang:
 		<-ctx.Done()
 		return fmt.Errorf("faultstore: hung: %w", ctx.Err())
 	}
@@ -99,7 +101,7 @@ func (s *Store) fault(ctx context.Context) error {
 
 // Take implements [floodgate.Store].
 func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	if err := s.fault(ctx); err != nil {
+	if err := s.fault(ctx, false); err != nil {
 		s.keep(false, hits, nil)
 		return nil, err
 	}
@@ -110,7 +112,7 @@ func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 
 // Peek implements [floodgate.Store].
 func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
-	if err := s.fault(ctx); err != nil {
+	if err := s.fault(ctx, true); err != nil {
 		s.keep(true, hits, nil)
 		return nil, err
 	}
@@ -121,7 +123,7 @@ func (s *Store) Peek(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Res
 
 // Refund implements [floodgate.Store].
 func (s *Store) Refund(ctx context.Context, receipts []floodgate.Receipt) error {
-	if err := s.fault(ctx); err != nil {
+	if err := s.fault(ctx, false); err != nil {
 		return err
 	}
 	return s.next.Refund(ctx, receipts)
@@ -129,7 +131,7 @@ func (s *Store) Refund(ctx context.Context, receipts []floodgate.Receipt) error 
 
 // Renew implements [floodgate.Store].
 func (s *Store) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floodgate.Stamp, error) {
-	if err := s.fault(ctx); err != nil {
+	if err := s.fault(ctx, false); err != nil {
 		return nil, err
 	}
 	return s.next.Renew(ctx, receipts)
@@ -137,7 +139,7 @@ func (s *Store) Renew(ctx context.Context, receipts []floodgate.Receipt) ([]floo
 
 // Reset implements [floodgate.Store].
 func (s *Store) Reset(ctx context.Context, rule floodgate.Rule, key string) error {
-	if err := s.fault(ctx); err != nil {
+	if err := s.fault(ctx, false); err != nil {
 		return err
 	}
 	return s.next.Reset(ctx, rule, key)
