@@ -712,8 +712,9 @@ func rename(d *floodgate.Decision, hits []Hit) {
 	top := -1
 	for i, h := range hits {
 		if d.Each != nil && i < len(d.Each) {
-			if top < 0 && d.Each[i].Policy == d.Policy {
-				top = i
+			if e := &d.Each[i]; top < 0 && e.Policy == d.Policy && e.Limit == d.Limit && e.Window == d.Window &&
+				e.Remaining == d.Remaining && e.ResetAfter == d.ResetAfter && e.RetryAfter == d.RetryAfter {
+				top = i // the hit whose figures the request reports (two may share a rule)
 			}
 			if h.Policy != "" {
 				d.Each[i].Policy = h.Policy

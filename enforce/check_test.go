@@ -124,3 +124,26 @@ func TestCheckDeniesOnlyOversizeAndSurvivesShadowPeekFailures(t *testing.T) {
 		t.Errorf("verdicts %+v, %+v; want the take allowed with 4 left and the shadow peek undecided", e[0].Decision, e[1].Decision)
 	}
 }
+
+// A request reports its worst hit under that hit's own Policy, even when
+// another hit of the same rule, under another name, comes first.
+func TestCheckNamesTheRequestAfterItsWorstHit(t *testing.T) {
+	a := rule("a", 5)
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "pass"})
+	hit := func(key, policy string) enforce.Hit {
+		return enforce.Hit{Hit: floodgate.Hit{Rule: a, Key: key}, Policy: policy}
+	}
+	for range 2 {
+		if _, err := g.Check(t.Context(), []enforce.Hit{hit("y", "")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := g.Check(t.Context(), []enforce.Hit{hit("x", "by-ip"), hit("y", "by-account")})
+	if err != nil || !res.Allowed() {
+		t.Fatalf("Check: %v, %v; want allowed", res.Outcome, err)
+	}
+	if d := res.Decision; d.Policy != "by-account" || d.Remaining != 2 || len(d.Each) != 2 || d.Each[0].Policy != "by-ip" || d.Each[0].Remaining != 4 {
+		t.Errorf("decision %q with %d left, each %+v; want by-account's 2 left, by-ip's 4", d.Policy, d.Remaining, d.Each)
+	}
+}
