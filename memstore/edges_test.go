@@ -112,3 +112,31 @@ func TestSystemClock(t *testing.T) {
 		t.Fatalf("stamp %v; want the system's time, between %v and %v", at, before, after)
 	}
 }
+
+// TestTimeNeverGoesBack: a check runs at the latest time its shard has
+// seen, so that a clock read before another check's took the lock (or a
+// clock, Options.Now, set back) neither starts a window again nor moves
+// a bucket's figures back.
+func TestTimeNeverGoesBack(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		alg         floodgate.Algorithm
+		back        time.Duration
+		first, want fig // want: of the check after the clock went back, as at the time before
+	}{
+		{floodgate.FixedWindow, time.Nanosecond, fig{true, 0, 10 * s, 0}, fig{false, 0, 10 * s, 10 * s}},
+		{floodgate.SlidingWindowCounter, time.Nanosecond, fig{true, 0, 20 * s, 0}, fig{false, 0, 20 * s, 20 * s}},
+		{floodgate.TokenBucket, 5 * s, fig{true, 0, 10 * s, 0}, fig{false, 0, 10 * s, 10 * s}},
+		{floodgate.SlidingWindow, 5 * s, fig{true, 0, 10 * s, 0}, fig{false, 0, 10 * s, 10 * s}},
+	} {
+		t.Run(tc.alg.String(), func(t *testing.T) {
+			forBothPaths(t, func(t *testing.T, g *rig) {
+				// At the start of a window, which the clock then leaves backwards.
+				g.clock.Advance(10*s - time.Duration(g.clock.Now().UnixNano()%int64(10*s)))
+				h := floodgate.Hit{Rule: mustRule(t, 1, 10*s, tc.alg, 0), Key: "k", Cost: 1}
+				g.expect("at a window's start", 0, h, tc.first)
+				g.expect("the clock set back", -tc.back, h, tc.want)
+			})
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -110,8 +111,22 @@ type shard struct {
 	// at a random value, so that another store's epochs (another
 	// Limiter's, whose Decision a caller refunds here) match its own only
 	// by a chance of about 2^-64: every store's would start at 1.
-	epochs uint64   // guarded by mu
-	_      [16]byte // keeps two shards' locks off one cache line
+	epochs uint64 // guarded by mu
+	// last is the latest time (Store.nowNS) a check of this shard ran at:
+	// a check reads the clock before it locks the shard, and runs at the
+	// later of the two, so that the shard's time never goes back.
+	last int64   // guarded by mu
+	_    [8]byte // keeps two shards' locks off one cache line
+}
+
+// at returns the time a check of the shard that read the clock at now
+// runs at: now, or the shard's last time if later. sh.mu must be held.
+func (sh *shard) at(now int64) int64 {
+	if now < sh.last {
+		return sh.last
+	}
+	sh.last = now
+	return now
 }
 
 // get returns the entry of k, whose hash is h, or nil. sh.mu must be held.
@@ -234,6 +249,7 @@ func New(opts Options) *Store {
 	s.baseNS = s.base.UnixNano()
 	for i := range s.shards {
 		s.shards[i].epochs = rand.Uint64()
+		s.shards[i].last = math.MinInt64 // a clock (Options.Now) may be set before 1970
 	}
 	interval := opts.sweepInterval
 	if interval <= 0 {
@@ -336,14 +352,17 @@ func (p *prepared) take(ctx context.Context, key string) (r floodgate.Result, er
 // which is zero. id is ruleIdentity(rule) and t the hit's hitInterval,
 // which a prepared rule computes once.
 func (s *Store) take(rule *floodgate.Rule, key string, h *floodgate.Hit, id uint64, t int64, r *floodgate.Result) error {
-	k := entryKey{rule: rule.Name, alg: rule.Algorithm, window: rule.Window, key: key} // keyOf, inlined
+	var k entryKey // keyOf, inlined, field by field: a literal is built aside and copied
 	if len(key) > keyenc.MaxPlain {
 		k = digestKeyOf(rule, key)
+	} else {
+		k.rule, k.alg, k.window, k.key = rule.Name, rule.Algorithm, rule.Window, key
 	}
 	hash := keyenc.KeyIdentity(s.seed, id, k.key) // s.hash(&k)
 	sh := s.shard(hash)
+	now := s.nowNS() // before the lock: the critical section is the check alone
 	sh.mu.Lock()
-	now := s.nowNS()
+	now = sh.at(now)
 	// getOrCreate without hold, inlined.
 	e := sh.get(hash, &k)
 	if e == nil {
@@ -507,6 +526,12 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 	}
 	defer s.unlock(locked)
 	now := s.nowNS()
+	for _, i := range locked {
+		now = max(now, s.shards[i].last)
+	}
+	for _, i := range locked {
+		s.shards[i].last = now
+	}
 	for i := range slots {
 		sl := &slots[i]
 		sh := s.shard(sl.hash)
@@ -581,7 +606,7 @@ func (s *Store) sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.sweep(s.nowNS())
+		sh.sweep(sh.at(s.nowNS()))
 		sh.mu.Unlock()
 	}
 }
