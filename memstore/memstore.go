@@ -326,24 +326,15 @@ func (s *Store) TakeOne(ctx context.Context, h floodgate.Hit) (r floodgate.Resul
 // the rule alone makes of each decision: its part of the state's hash
 // and a token bucket's emission interval.
 func (s *Store) TakeFunc(rule floodgate.Rule) func(ctx context.Context, key string) (floodgate.Result, error) {
-	p := &prepared{s: s, rule: rule, id: ruleIdentity(&rule), t: hitInterval(&floodgate.Hit{Rule: rule})}
-	return p.take
-}
-
-// prepared is a rule of TakeFunc, its ruleIdentity and hitInterval.
-type prepared struct {
-	s    *Store
-	rule floodgate.Rule
-	id   uint64
-	t    int64
-}
-
-func (p *prepared) take(ctx context.Context, key string) (r floodgate.Result, err error) {
-	if err := p.s.usable(ctx); err != nil {
+	id, t := ruleIdentity(&rule), hitInterval(&floodgate.Hit{Rule: rule})
+	// A closure, not a method value: one call less per decision.
+	return func(ctx context.Context, key string) (r floodgate.Result, err error) {
+		if err := s.usable(ctx); err != nil {
+			return r, err
+		}
+		err = s.take(&rule, key, nil, id, t, &r)
 		return r, err
 	}
-	err = p.s.take(&p.rule, key, nil, p.id, p.t, &r)
-	return r, err
 }
 
 // take is TakeOne, on a usable store, of *h, whose rule and key are *rule

@@ -642,8 +642,13 @@ const (
 // the service hold, whatever the number of connections
 // (maxGRPCRequestMemory, docs/SERVICE.md's Security). The options work
 // together (the tap, the stats handler and the codec): use them all.
+// Calls are served by streamWorkers goroutines that live on (a call
+// past them gets a goroutine of its own): a goroutine per call grew its
+// stack on every call, which took a sixth of the service's CPU
+// (runtime.morestack in BENCHMARKS.md's profile).
 func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ForceServerCodecV2(budgetCodec{CodecV2: encoding.GetCodecV2(proto.Name), held: &s.decoding}),
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
@@ -655,6 +660,13 @@ func (s *Server) GRPCServerOptions() []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 	}
 }
+
+// streamWorkers is how many goroutines serve gRPC calls and keep their
+// grown stacks between calls (grpc.NumStreamWorkers): more than the
+// calls a busy service has in flight while it waits on Redis (64
+// callers over 4 connections, in bench-rls.sh, keep about 50 in flight),
+// at a few KiB of stack each when idle.
+const streamWorkers = 128
 
 // admission counts the gRPC streams admitted, over every connection
 // (maxStreamsInFlight): it is the server's tap (admit) and the
