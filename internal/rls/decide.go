@@ -26,7 +26,6 @@ import (
 // [Server.GRPCServerOptions]), and the context's code when ctx ends
 // first.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	growStack()
 	resp, err := s.shouldRateLimit(ctx, req)
 	switch {
 	case err != nil:

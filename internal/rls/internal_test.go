@@ -90,14 +90,6 @@ func TestSetLimit(t *testing.T) {
 	}
 }
 
-// TestGrowStackAllocatesNothing: growStack's buffer must stay on the
-// stack (its whole point); escaped, it would cost every call 12 KiB of
-// heap.
-func TestGrowStackAllocatesNothing(t *testing.T) {
-	if n := testing.AllocsPerRun(100, growStack); n != 0 {
-		t.Fatalf("growStack allocates %v times per call, want 0", n)
-	}
-}
 
 // TestResetHoldsNothing: a pooled plan keeps no reference into the
 // request before, even one refused half-way through its entries.
