@@ -90,7 +90,6 @@ func TestSetLimit(t *testing.T) {
 	}
 }
 
-
 // TestResetHoldsNothing: a pooled plan keeps no reference into the
 // request before, even one refused half-way through its entries.
 func TestResetHoldsNothing(t *testing.T) {
