@@ -34,7 +34,10 @@ type Options struct {
 	// Now returns the current time. Nil means the system clock (read as
 	// the wall time at New plus the monotonic time elapsed since, which is
 	// cheaper than time.Now and immune to wall-clock steps). Tests inject
-	// a fake clock here.
+	// a fake clock here. The store's time never goes back: a check runs
+	// at the later of Now and the latest time a check of its key (of its
+	// shard) ran at, so a clock set back holds the keys at that time until
+	// it catches up.
 	Now func() time.Time
 	// MaxKeys bounds the keys held, so that a flood of unique keys cannot
 	// exhaust memory. At the bound, a check that needs a new key first
