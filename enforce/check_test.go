@@ -147,3 +147,39 @@ func TestCheckNamesTheRequestAfterItsWorstHit(t *testing.T) {
 		t.Errorf("decision %q with %d left, each %+v; want by-account's 2 left, by-ip's 4", d.Policy, d.Remaining, d.Each)
 	}
 }
+
+// A shadow hit that can never be admitted (a blocked limit, a cost past
+// the capacity) is a shadow denial like any other: in Result.Shadow and
+// counted as shadow_denied under its policy, without asking the store,
+// and the request is decided by its enforced hits alone.
+func TestShadowHitNeverAdmittedIsCounted(t *testing.T) {
+	a, s1 := rule("a", 5), rule("s1", 1)
+	blocked := floodgate.Rule{Name: "blocked", Window: time.Minute}
+	v := newEnv(t)
+	g := v.gate(t, enforce.Spec{Name: "pass"})
+	v.fault.Record()
+	hits := []enforce.Hit{
+		{Hit: floodgate.Hit{Rule: a, Key: "k", Cost: 1}},
+		{Hit: floodgate.Hit{Rule: blocked, Key: "k"}, Shadow: true},
+		{Hit: floodgate.Hit{Rule: s1, Key: "k", Cost: 9}, Shadow: true, Policy: "s1-label"},
+	}
+	res, err := g.Check(t.Context(), hits, enforce.DenyOversize())
+	if err != nil || res.Outcome != enforce.Allowed || res.Decision.Policy != "a" || res.Decision.Remaining != 4 {
+		t.Fatalf("Check: %v by %s, remaining %d, %v; want allowed by a, 4 remaining", res.Outcome, res.Decision.Policy, res.Decision.Remaining, err)
+	}
+	if calls := v.fault.Recorded(); len(calls) != 1 || len(calls[0].Hits) != 1 || calls[0].Peek {
+		t.Errorf("store calls %+v; want one Take of the enforced hit alone", calls)
+	}
+	var got []string
+	for _, d := range res.Shadow {
+		got = append(got, fmt.Sprintf("%s %v %d %v", d.Policy, d.Allowed, d.Limit, d.RetryAfter))
+	}
+	if want := "[blocked false 0 1m0s s1-label false 1 1m0s]"; fmt.Sprint(got) != want {
+		t.Errorf("shadow decisions %v, want %s", got, want)
+	}
+	for policy, want := range map[string]float64{"blocked": 1, "s1-label": 1} {
+		if n := v.metric(t, "floodgate_decisions_total", map[string]string{"policy": policy, "outcome": "shadow_denied"}); n != want {
+			t.Errorf("shadow_denied{%s} = %v, want %v", policy, n, want)
+		}
+	}
+}
