@@ -69,8 +69,8 @@ func (p *Prepared) allow(ctx context.Context, key string, d *Decision) error {
 			d.Recorded = true
 			d.ticket.taken = true
 			// Field by field: a Hit literal is zeroed and copied whole,
-			// and a Stamp is copied in 16-byte moves, which wait for the
-			// 8-byte writes of the take to reach memory.
+			// and a Stamp is copied in 16-byte loads, which cannot be
+			// forwarded from the take's 8-byte writes and wait for them.
 			d.ticket.one.Hit.Rule, d.ticket.one.Hit.Key, d.ticket.one.Hit.Cost = p.rule, key, 1
 			st := &d.ticket.one.Stamp
 			st.At, st.Epoch, st.Take = r.Stamp.At, r.Stamp.Epoch, r.Stamp.Take

@@ -507,14 +507,16 @@ func (p *pass) deny() {
 	p.res.Decision = p.combine(enforced | never)
 }
 
-// report sets the request's shadow decisions from their verdicts (a
-// shadow hit that can never be admitted is one, denied), counts them and
-// logs their denials.
+// report sets the request's shadow decisions from their verdicts, counts
+// them and logs their denials. A shadow hit that can never be admitted is
+// one, denied, when the shadow takes were asked (takes): for a request
+// that the enforced hits admitted, or that had none (Result.Shadow).
 func (p *pass) report() {
 	p.res.gate = p.g // which Hold needs, for the shadow leases
+	asked := !p.anyEnforced || p.res.Outcome == Allowed
 	for i := range p.req {
 		v := &p.res.Each[i]
-		if v.decided() && (p.in(i, shadowPeek|shadowTake, false) || p.req[i].Shadow && p.in(i, never, false)) {
+		if v.decided() && (p.in(i, shadowPeek|shadowTake, false) || asked && p.req[i].Shadow && p.in(i, never, false)) {
 			p.res.Shadow = append(p.res.Shadow, v.Decision)
 			p.g.shadowed(v.Decision)
 		}

@@ -151,7 +151,8 @@ func TestCheckNamesTheRequestAfterItsWorstHit(t *testing.T) {
 // A shadow hit that can never be admitted (a blocked limit, a cost past
 // the capacity) is a shadow denial like any other: in Result.Shadow and
 // counted as shadow_denied under its policy, without asking the store,
-// and the request is decided by its enforced hits alone.
+// and the request is decided by its enforced hits alone; like the shadow
+// takes, it is not reported for a request that the enforced hits deny.
 func TestShadowHitNeverAdmittedIsCounted(t *testing.T) {
 	a, s1 := rule("a", 5), rule("s1", 1)
 	blocked := floodgate.Rule{Name: "blocked", Window: time.Minute}
@@ -181,5 +182,13 @@ func TestShadowHitNeverAdmittedIsCounted(t *testing.T) {
 		if n := v.metric(t, "floodgate_decisions_total", map[string]string{"policy": policy, "outcome": "shadow_denied"}); n != want {
 			t.Errorf("shadow_denied{%s} = %v, want %v", policy, n, want)
 		}
+	}
+	// Over a's limit: denied, and the shadow hits are not reported.
+	hits[0].Cost = 5
+	if res, err = g.Check(t.Context(), hits, enforce.DenyOversize()); err != nil || res.Outcome != enforce.Denied || res.Shadow != nil {
+		t.Fatalf("over a: %v, %v, shadow %+v; want denied, no shadow decision", res.Outcome, err, res.Shadow)
+	}
+	if n := v.metric(t, "floodgate_decisions_total", map[string]string{"policy": "blocked", "outcome": "shadow_denied"}); n != 1 {
+		t.Errorf("shadow_denied{blocked} = %v after the denied request, want 1", n)
 	}
 }
