@@ -14,11 +14,10 @@ import (
 
 // TestConcurrentDecisionsAreExact: goroutines deciding one hot key of each
 // algorithm at once, on a clock that stands still, while others add keys
-// (which grows the tables that the decisions read without a lock) and
-// remove them (which shifts entries back under those reads), admit
-// exactly each limit, and every denial carries the figures of a key at
-// its limit. A decision that misses its entry, finds another key's, or
-// records without holding the entry's lock admits a different count.
+// (which grows the shards' tables) and remove them (which shifts entries
+// back), admit exactly each limit, and every denial carries the figures
+// of a key at its limit. A decision that misses its entry, finds another
+// key's, or records without holding its lock admits a different count.
 func TestConcurrentDecisionsAreExact(t *testing.T) {
 	const limit, workers, tries = 100, 8, 100
 	clock := storetest.NewFakeClock()
