@@ -638,18 +638,9 @@ func (h *Hit) validate(i int, valid bool) error {
 }
 
 // maxCost is the highest cost h may have (see Hit.Cost and
-// Hit.Overdraw): its rule's capacity, or bounds.Limit for an Overdraw hit;
-// at most bounds.SlidingCost for a sliding window, whose log keeps a time per
-// unit of cost. internal/algo.MaxCost is the stores' copy.
+// Hit.Overdraw): bounds.MaxCost of its rule.
 func (h Hit) maxCost() int64 {
-	c := h.Rule.Capacity()
-	if h.Overdraw {
-		c = bounds.Limit
-	}
-	if h.Rule.Algorithm.logged() {
-		c = min(c, bounds.SlidingCost)
-	}
-	return c
+	return bounds.MaxCost(h.Rule.Capacity(), h.Rule.Algorithm.logged(), h.Overdraw)
 }
 
 // truncate shortens a key for an error message.

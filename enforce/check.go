@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algo"
 	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/fields"
 )
@@ -277,10 +278,7 @@ func (p *pass) skipDuplicateShadows() {
 // oversize reports whether h, resolved, costs more than its rule could
 // ever admit: above its capacity (an Overdraw hit's bound past it), or a
 // sliding log's cost of one hit.
-func oversize(h floodgate.Hit) bool {
-	logged := h.Rule.Algorithm == floodgate.SlidingWindow || h.Rule.Algorithm == floodgate.Concurrency
-	return !h.Overdraw && h.Cost > h.Rule.Capacity() || h.Overdraw && h.Cost > bounds.Limit || logged && h.Cost > bounds.SlidingCost
-}
+func oversize(h floodgate.Hit) bool { return h.Cost > algo.MaxCost(h) }
 
 // admitsNothing reports whether r is a valid rule but for its Limit of 0:
 // one that denies every hit (an RLS requests_per_unit of 0), which no

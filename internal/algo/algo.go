@@ -84,20 +84,12 @@ func CounterMax(r floodgate.Rule) int64 {
 // records).
 func LogMax(r floodgate.Rule) int64 { return r.Limit + min(r.Limit, bounds.SlidingCost) }
 
-// MaxCost is the highest cost a hit may have: its rule's capacity, or
-// bounds.Limit for an Overdraw hit; at most bounds.SlidingCost for a
-// sliding window (or a concurrency limit). The Limiter validates the same
-// (floodgate.Hit.Overdraw); the stores check it again for their own
-// callers.
+// MaxCost is bounds.MaxCost of h: the highest cost it may have. The
+// Limiter validates the same (floodgate.Hit.Overdraw); the stores check
+// it again for their own callers.
 func MaxCost(h floodgate.Hit) int64 {
-	c := h.Rule.Capacity()
-	if h.Overdraw {
-		c = bounds.Limit
-	}
-	if h.Rule.Algorithm == floodgate.SlidingWindow || h.Rule.Algorithm == floodgate.Concurrency {
-		c = min(c, bounds.SlidingCost)
-	}
-	return c
+	a := h.Rule.Algorithm
+	return bounds.MaxCost(h.Rule.Capacity(), a == floodgate.SlidingWindow || a == floodgate.Concurrency, h.Overdraw)
 }
 
 // MaxLease is the longest lease a store grants ([floodgate.Hit.Lease]).

@@ -120,6 +120,10 @@ func TestOverdrawBounds(t *testing.T) {
 		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.FixedWindow), Overdraw: true}, bounds.Limit},
 		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.SlidingWindow), Overdraw: true}, bounds.SlidingCost},
 		{floodgate.Hit{Rule: rule(t, 5000, time.Minute, floodgate.SlidingWindow)}, bounds.SlidingCost},
+		{floodgate.Hit{Rule: rule(t, 10, time.Minute, floodgate.SlidingWindow)}, 10},
+		{floodgate.Hit{Rule: rule(t, 5000, time.Minute, floodgate.Concurrency)}, bounds.SlidingCost},
+		{floodgate.Hit{Rule: floodgate.Rule{Name: "b", Limit: 10, Window: time.Minute, Algorithm: floodgate.TokenBucket, Burst: 40}}, 40},
+		{floodgate.Hit{Rule: floodgate.Rule{Name: "b", Limit: 10, Window: time.Minute, Algorithm: floodgate.TokenBucket, Burst: 40}, Overdraw: true}, bounds.Limit},
 	} {
 		if got := algo.MaxCost(tc.h); got != tc.want {
 			t.Errorf("MaxCost(%+v) = %d, want %d", tc.h, got, tc.want)

@@ -33,3 +33,19 @@ const (
 	// larger quota gets an O(1) algorithm unless one is named.
 	DefaultLog = 1000
 )
+
+// MaxCost is the highest cost of one hit (floodgate.Hit.Cost): its rule's
+// capacity, or Limit for an Overdraw hit; at most SlidingCost when the
+// rule keeps a log (logged: a sliding window or a concurrency limit),
+// which records a time per unit of cost. The Limiter validates hits with
+// it, the stores check their callers' with it, and package enforce denies
+// what is above it (enforce.DenyOversize).
+func MaxCost(capacity int64, logged, overdraw bool) int64 {
+	if overdraw {
+		capacity = Limit
+	}
+	if logged {
+		capacity = min(capacity, SlidingCost)
+	}
+	return capacity
+}
