@@ -168,7 +168,7 @@ func (r Rule) Validate() error {
 // closure and error slice of problems cost a memstore decision a tenth
 // of its instructions). TestValidMatchesProblems holds the two together.
 func (r *Rule) valid() bool {
-	if r.Name == "" || len(r.Name) > bounds.NameLen || badNameByte(r.Name) >= 0 || !r.Algorithm.valid() {
+	if r.Name == "" || len(r.Name) > bounds.NameLen || bounds.BadNameByte(r.Name) >= 0 || !r.Algorithm.valid() {
 		return false
 	}
 	if r.Limit < 1 || r.Limit > bounds.Limit || r.Algorithm.logged() && r.Limit > bounds.SlidingLimit {
@@ -194,7 +194,7 @@ func (r Rule) problems() error {
 		bad("name is empty")
 	} else if len(r.Name) > bounds.NameLen {
 		bad("name is %d bytes long, at most %d allowed", len(r.Name), bounds.NameLen)
-	} else if i := badNameByte(r.Name); i >= 0 {
+	} else if i := bounds.BadNameByte(r.Name); i >= 0 {
 		bad("name has %q at byte %d; use only A-Z a-z 0-9 _ . -", r.Name[i], i)
 	}
 	if r.Limit < 1 {
@@ -229,31 +229,6 @@ func (r Rule) problems() error {
 	}
 	return errors.Join(errs...)
 }
-
-// badNameByte returns the index of the first byte of name that a rule's
-// name may not hold, or -1. (A loop over bytes, each tested against a
-// bitmap of the bytes allowed: every decision validates its rule.)
-func badNameByte(name string) int {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		m := uint64(nameBytesLow)
-		if c >= 64 {
-			m = nameBytesHigh
-		}
-		if c >= 128 || m>>(c&63)&1 == 0 {
-			return i
-		}
-	}
-	return -1
-}
-
-// nameBytesLow and nameBytesHigh are the bytes a rule's name may hold
-// (A-Z a-z 0-9 _ . -), bit c and bit c-64 for a byte c below 64 and
-// below 128.
-const (
-	nameBytesLow  = 1<<'-' | 1<<'.' | (1<<10-1)<<'0'
-	nameBytesHigh = (1<<26-1)<<('A'-64) | 1<<('_'-64) | (1<<26-1)<<('a'-64)
-)
 
 // String formats r as "name: 10/1m0s sliding-window" (with ", burst N" for a
 // token bucket that sets Burst).

@@ -72,36 +72,6 @@ func TestValidMatchesProblems(t *testing.T) {
 	t.Logf("%d rules, %d valid", n, accepted)
 }
 
-// TestBadNameByteEveryByte: the bitmaps of badNameByte allow exactly
-// A-Z a-z 0-9 _ . -, tested on every byte value at every position of a
-// short name: a bit off by one would let a brace (a Redis Cluster hash
-// tag) or a separator into a store key, or refuse a letter.
-func TestBadNameByteEveryByte(t *testing.T) {
-	allowed := func(c byte) bool {
-		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
-	}
-	n := 0
-	for c := range 256 {
-		for at := range 3 {
-			name := []byte("abc")
-			name[at] = byte(c)
-			want := -1
-			if !allowed(byte(c)) {
-				want = at
-			}
-			if got := badNameByte(string(name)); got != want {
-				t.Errorf("badNameByte(%q) = %d, want %d", name, got, want)
-			}
-		}
-		if allowed(byte(c)) {
-			n++
-		}
-	}
-	if n != 26+26+10+3 {
-		t.Fatalf("%d bytes allowed, want 65", n)
-	}
-}
-
 // TestValidRulesRemembersOnlyValid: the Limiter's memory of valid rules
 // answers as valid does for every rule, whichever slots valid rules
 // filled first: each valid rule of a set, then each of its one-field

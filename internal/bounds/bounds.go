@@ -49,3 +49,41 @@ func MaxCost(capacity int64, logged, overdraw bool) int64 {
 	}
 	return capacity
 }
+
+// GateNameLen is the longest name of an enforce gate (an RLS domain's,
+// once made one by NameByte's rule plus + and /).
+const GateNameLen = 128
+
+// NameByte reports whether a rule's name may hold byte c: A-Z a-z 0-9 _ .
+// -, so that a name never brings a brace (a Redis Cluster hash tag) or a
+// key separator into a store key, and is an sf-string that needs no
+// escaping in a header. (A bitmap test: every decision validates its rule.)
+func NameByte(c byte) bool {
+	m := uint64(nameBytesLow)
+	if c >= 64 {
+		m = nameBytesHigh
+	}
+	return c < 128 && m>>(c&63)&1 != 0
+}
+
+// nameBytesLow and nameBytesHigh are the bytes NameByte allows, bit c and
+// bit c-64 for a byte c below 64 and below 128.
+const (
+	nameBytesLow  = 1<<'-' | 1<<'.' | (1<<10-1)<<'0'
+	nameBytesHigh = (1<<26-1)<<('A'-64) | 1<<('_'-64) | (1<<26-1)<<('a'-64)
+)
+
+// BadNameByte returns the index of the first byte of name that a rule's
+// name may not hold (NameByte), or -1.
+func BadNameByte(name string) int {
+	for i := 0; i < len(name); i++ {
+		if !NameByte(name[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// GateNameByte reports whether a gate's name may hold byte c: a rule
+// name's bytes (NameByte), + and /.
+func GateNameByte(c byte) bool { return NameByte(c) || c == '+' || c == '/' }

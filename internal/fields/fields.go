@@ -12,6 +12,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 )
 
 // Seconds rounds d up to whole seconds; a negative d is 0.
@@ -171,16 +172,7 @@ func appendPlainMember(b []byte, r floodgate.Rule) []byte {
 // plainName reports whether name is 1-64 bytes of [A-Za-z0-9_.-], as a
 // valid rule's name is: an sf-string that needs no escaping.
 func plainName(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	for i := range len(name) {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return name != "" && len(name) <= bounds.NameLen && bounds.BadNameByte(name) < 0
 }
 
 // QuotaField serializes the RateLimit field of ds, one list member per

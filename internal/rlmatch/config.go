@@ -491,7 +491,7 @@ func ruleName(domain string, segs []segment, j int) string {
 	}
 	prefix := []byte(b.String())
 	for i, c := range prefix {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+		if !bounds.NameByte(c) {
 			prefix[i] = '_'
 		}
 	}
