@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
@@ -185,8 +185,6 @@ type Gate struct {
 	skipWarned []atomic.Bool // by limit: the first skip of each is logged
 }
 
-const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+/"
-
 // Gate returns the gate of s, or an error listing everything wrong with
 // s, each wrapping [ErrInvalid]: Gates of one spec.
 func (e *Enforcer) Gate(s Spec) (*Gate, error) {
@@ -297,7 +295,7 @@ func (e *Enforcer) validateOne(s Spec, batch map[string]floodgate.Rule) (*Gate, 
 			bad("limit %d: rule %q is %v here but %v in another gate; one name must mean one rule in a process (rules of one name share their count): rename one", i, lim.Rule.Name, lim.Rule, prev)
 		}
 	}
-	if s.Name == "" || len(s.Name) > 128 || strings.Trim(s.Name, nameChars) != "" {
+	if !bounds.GateName(s.Name) {
 		bad("name must be 1 to 128 bytes of A-Z a-z 0-9 _ . - + /")
 	}
 	if !s.Failure.valid() {

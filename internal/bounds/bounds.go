@@ -87,3 +87,17 @@ func BadNameByte(name string) int {
 // GateNameByte reports whether a gate's name may hold byte c: a rule
 // name's bytes (NameByte), + and /.
 func GateNameByte(c byte) bool { return NameByte(c) || c == '+' || c == '/' }
+
+// GateName reports whether name may name a gate: 1 to GateNameLen bytes,
+// each a GateNameByte.
+func GateName(name string) bool {
+	if name == "" || len(name) > GateNameLen {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !GateNameByte(name[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,6 +1,7 @@
 package bounds_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate/internal/bounds"
@@ -46,5 +47,27 @@ func TestNameBytesEveryByte(t *testing.T) {
 	}
 	if got := bounds.BadNameByte(""); got != -1 {
 		t.Errorf(`BadNameByte("") = %d, want -1`, got)
+	}
+}
+
+func TestGateName(t *testing.T) {
+	long := string(make([]byte, bounds.GateNameLen))
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"", false},
+		{"a", true},
+		{"api/v1+beta_2.x-y", true},
+		{strings.Repeat("a", bounds.GateNameLen), true},
+		{strings.Repeat("a", bounds.GateNameLen+1), false},
+		{long, false}, // NUL bytes
+		{"a b", false},
+		{"a{b}", false},
+		{"ré", false},
+	} {
+		if got := bounds.GateName(tc.name); got != tc.want {
+			t.Errorf("GateName(%q) = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

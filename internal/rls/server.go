@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/floodgate-rl/floodgate/enforce"
+	"github.com/floodgate-rl/floodgate/internal/bounds"
 	"github.com/floodgate-rl/floodgate/internal/rlmatch"
 	"github.com/floodgate-rl/floodgate/internal/rlstats"
 	"github.com/floodgate-rl/floodgate/rlconfig"
@@ -537,9 +538,9 @@ func (s *Server) gate(domain string) (*enforce.Gate, error) {
 // gateName turns a domain into a gate name (the "gate" label): up to 128
 // bytes of A-Z a-z 0-9 _ . - + /, any other byte written as "_".
 func gateName(domain string) string {
-	b := []byte(domain[:min(len(domain), 128)])
+	b := []byte(domain[:min(len(domain), bounds.GateNameLen)])
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.-+/", c) >= 0) {
+		if !bounds.GateNameByte(c) {
 			b[i] = '_'
 		}
 	}
