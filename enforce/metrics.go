@@ -98,7 +98,7 @@ func newMetrics(reg prometheus.Registerer, breaker interface{ State() gobreaker.
 	}
 	// One error, about the first collector that fails, after taking back
 	// those registered before it: a second Enforcer on one registerer fails
-	// on all of them alike, and seven copies of one message help nobody.
+	// on all of them alike, and nine copies of one message help nobody.
 	for i, c := range cs {
 		err := reg.Register(c.c)
 		if err == nil {
@@ -246,13 +246,13 @@ type leaseMetrics struct {
 }
 
 // lease returns the lease collectors of policy p, bound on first use;
-// a policy past MaxPolicyLabels shares otherPolicy's, as its decisions
+// a policy past maxPolicyLabels shares otherPolicy's, as its decisions
 // do.
 func (gm *gateMetrics) lease(p string) *leaseMetrics {
 	if lm, ok := gm.leases.Load(p); ok {
 		return lm.(*leaseMetrics)
 	}
-	gm.policy(p) // binds p, within MaxPolicyLabels
+	gm.policy(p) // binds p, within maxPolicyLabels
 	label := p
 	if _, ok := gm.policies.Load(p); !ok {
 		label = otherPolicy

@@ -56,8 +56,8 @@
 // nobody, unnoticed. The limits of a
 // method are checked together, all-or-nothing, and the worst is reported.
 // Live limits (rlconfig.Rules reloads envoy-format YAML) and per-key
-// overrides are the Interceptors's (floodgate.Options.Overrides): every call
-// is decided, and reported, under the rule in force for its key.
+// overrides are the floodgate.Limiter's (floodgate.Options.Overrides):
+// every call is decided, and reported, under the rule in force for its key.
 //
 // # Answers
 //

@@ -445,9 +445,9 @@ func (m *method) decide(ctx context.Context, setHeader func(metadata.MD) error) 
 	res, err := m.gate.Check(ctx, hits)
 	if err != nil {
 		// The call was canceled or ran out of time (Canceled,
-		// DeadlineExceeded). Decide's only other error, a hit the core
-		// refuses, cannot come from a gate whose rules New checked and
-		// whose keys fitKey bounds; it would answer Unknown.
+		// DeadlineExceeded), or a hit the core refuses: the gate's rules
+		// New checked and its keys fitKey bounds, so only a Limit's Cost
+		// out of its rule's bounds makes one. That answers Unknown.
 		return ctx, nil, status.FromContextError(err).Err()
 	}
 	if md := m.metadata(res); md != nil {

@@ -16,9 +16,9 @@
 // NOSCRIPT. A script is atomic on the server, so no interleaving of
 // replicas can make a key admit more than its limit, and a check of
 // several hits records all of them or none. One take script call can
-// carry several independent checks. [Store.Warm] loads the scripts and
-// dials the client's connections ahead of traffic, for a service that
-// must decide its first burst at full speed.
+// carry several independent checks. [Store.Warm] loads the take and
+// refund scripts and dials the client's connections ahead of traffic,
+// for a service that must decide its first burst at full speed.
 //
 // # Group commit
 //

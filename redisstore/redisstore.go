@@ -225,8 +225,9 @@ func (s *Store) Close() error {
 // share with concurrent Takes of the same slot (batch.go). On a Cluster, a
 // check whose hits live in several slots takes one script call per slot,
 // reserving and rolling back (cluster.go). It names the take (see
-// takename.go) in the stamp of every hit it recorded. Take, Peek, Refund
-// and Reset go through the store's breaker, unless Options.NoBreaker.
+// takename.go) in the stamp of every hit it recorded. Take, Peek, Refund,
+// Renew and Reset go through the store's breaker, except with
+// Options.NoBreaker or on a Redis Cluster (Options.Breaker).
 func (s *Store) Take(ctx context.Context, hits []floodgate.Hit) ([]floodgate.Result, error) {
 	return s.guard().Take(ctx, hits)
 }

@@ -9,8 +9,8 @@
 --   tomb  the tombstone key of the hit's take (rediskeys.Tombstone): a
 --         tiny string that marks the take's refund as done
 -- ARGV: for each hit, 5 values:
---   alg     "s" sliding window (key letter w), "t" token bucket, "f" fixed
---           window, "c" sliding-window counter
+--   alg     "s" sliding window (key letter w, or h for leases), "t" token
+--           bucket, "f" fixed window, "c" sliding-window counter
 --   cost    units the hit counted for
 --   window  the window W in us; "t": the emission interval T in us
 --   at      the server time of the take, in us (take.lua's reply)

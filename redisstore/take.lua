@@ -5,7 +5,7 @@
 --
 -- KEYS: one state key per hit, in the order of the hits over all groups,
 -- <prefix>{<rule>:<key>}:<letter>:<window>, each named once a group:
---   w  sliding window          the ring of admitted times (ring.lua)
+--   w  sliding window          the ring of admitted times (ring.lua); h for leases
 --   t  token bucket            "<TAT>:<epoch>", the theoretical arrival time
 --   f  fixed window            "<window index>:<count>:<epoch>"
 --   c  sliding-window counter  "<window index>:<previous count>:<count>:<epoch>"

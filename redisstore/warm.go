@@ -27,7 +27,7 @@ const warmParallel = 16
 // before it takes traffic: it loads the store's take and refund scripts
 // into Redis and dials the client's connections, so that the first
 // decisions neither wait for a connection nor send a script's source (the
-// take script is some 40 KB, sent by every call that meets NOSCRIPT). It
+// take script is some 24 KB, sent by every call that meets NOSCRIPT). It
 // peeks at keys of a rule of its own (floodgate-warm-up), which writes
 // nothing, and calls Redis without the breaker, so that a failed warm-up
 // does not open it. It returns nil once every peek was answered, or an

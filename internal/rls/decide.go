@@ -128,7 +128,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 // release returns p to the Server's pool, holding nothing of its request:
 // a large request's strings are not kept alive by a plan waiting for the
-// next one. A plan that grew past a large request's size is dropped.
+// next one. A plan that grew past maxPooledEntries entries or hits is
+// dropped.
 func (s *Server) release(p *plan) {
 	if cap(p.entries) > maxPooledEntries || cap(p.hits) > maxPooledEntries {
 		return
@@ -303,7 +304,7 @@ func (p *plan) find(id hitID) int {
 // build builds the hits of a request's matched descriptors; with
 // shadow, every limit (a limit override's too) is in shadow mode, and
 // with quota in quota mode (see modes). With countOver, the hits count
-// even past their limits (Server.CountOverLimit): Overdraw hits, and
+// even past their limits (Options.CountOverLimit): Overdraw hits, and
 // peeks that a key at its limit exactly passes. A cost that the rule in
 // force could never admit, or a blocked limit, is over it, as upstream
 // answers, and not an error (Envoy lets a request through on an error by

@@ -813,7 +813,7 @@ func (s *Server) Close() error {
 
 // budgetCodec is the proto codec, decoding within the Server's
 // largeBudget the messages that decode to largeRequest bytes or more
-// (requestWeight), after a wait of largeWait at most. A RateLimitRequest
+// (requestScan.weight), after a wait of largeWait at most. A RateLimitRequest
 // holds its share of the budget until its call ends (held), as its
 // decoded form lives until then; any other message gives it back once
 // decoded. A RateLimitRequest it refuses is left with a domain that no

@@ -179,7 +179,7 @@ func ints(v any) ([]int64, error) {
 // NewStore returns a redisstore.Store on client, with redisstore's
 // default options: New and redisstore.New in one call. The store uses
 // client as it is and never closes it; Close the store on shutdown all the
-// same. For a key prefix or a call timeout of your own, call New and pass
+// same. For a key prefix or breaker options of your own, call New and pass
 // the Conn in redisstore.Options.
 func NewStore(client redis.UniversalClient) (*redisstore.Store, error) {
 	conn, err := New(client)
