@@ -229,7 +229,7 @@ func (e *Enforcer) register(g *Gate) {
 	}
 	g.m = e.metrics.gate(g.spec.Name, names)
 	g.m.warn = func() {
-		e.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: a gate counts more policies that come with the requests than enforce.MaxPolicyLabels; "+
+		e.logger.LogAttrs(context.Background(), slog.LevelWarn, "floodgate: a gate counts more policies that come with the requests than it labels (max); "+
 			"the others are counted under the policy \"(other)\" in floodgate_decisions_total. Logged once",
 			slog.String("gate", g.spec.Name), slog.Int("max", maxPolicyLabels))
 	}

@@ -181,7 +181,7 @@ func TestStreamsInFlightAreBounded(t *testing.T) {
 		switch {
 		case err == nil:
 			admitted++
-		case status.Code(err) == codes.ResourceExhausted && status.Convert(err).Message() == "rls: 512 calls in flight, at most 512":
+		case status.Code(err) == codes.ResourceExhausted && status.Convert(err).Message() == fmt.Sprintf("rls: too many calls in flight (at most %d; the last %d are kept for connections with few calls)", rls.MaxStreamsInFlight, rls.StreamReserve):
 			refused++
 		default:
 			t.Errorf("watch: %v", err)

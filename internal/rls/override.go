@@ -25,7 +25,7 @@ import (
 func override(domain string, entries []rlmatch.Entry, lo *commonv3.RateLimitDescriptor_RateLimitOverride, m rlmatch.Match) (rlmatch.Match, error) {
 	unit := rlmatch.Unit(lo.GetUnit())
 	if unit == rlmatch.UnitUnknown || unit.Window() == 0 {
-		return m, invalid("limit override: unit %v is not second, minute, hour, day, month or year", lo.GetUnit())
+		return m, invalid("limit override: unit %v is not second, minute, hour, day, week, month or year", lo.GetUnit())
 	}
 	mult := int64(1)
 	if um := lo.GetUnitMultiplier(); um != nil && um.GetValue() > 1 {

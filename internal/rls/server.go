@@ -724,7 +724,7 @@ func (a *admission) refuse(info *tap.Info) error {
 	if info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
 		a.refused()
 	}
-	return status.Errorf(codes.ResourceExhausted, "rls: %d calls in flight, at most %d", maxStreamsInFlight, maxStreamsInFlight)
+	return status.Errorf(codes.ResourceExhausted, "rls: too many calls in flight (at most %d; the last %d are kept for connections with few calls)", maxStreamsInFlight, streamReserve)
 }
 
 // A streamTurn is a stream's place among the maxStreamsInFlight: given
