@@ -5,10 +5,12 @@
 // fails (closed, open, or local: per-replica in-memory limits), throttles
 // (waits before it rejects), checks shadow limits without letting them
 // deny, counts everything in Prometheus metrics and logs degraded
-// decisions in aggregate, never one line per request. Every
-// transport sends the same draft-ietf-httpapi-ratelimit-headers-11 fields
-// (RateLimit-Policy, RateLimit, Retry-After), written from a [Result] by
-// one shared serializer.
+// decisions in aggregate, never one line per request. Every transport
+// reports a [Result]'s figures through one report builder
+// (internal/report): the draft-ietf-httpapi-ratelimit-headers-11 fields
+// RateLimit-Policy and RateLimit, with Retry-After over HTTP and a
+// RetryInfo detail over gRPC, and Envoy's descriptor statuses from the RLS
+// service, which adds the fields on request.
 //
 // httplimit (net/http), grpclimit (gRPC interceptors) and the rls
 // service (Envoy's rate-limit API) are thin adapters over it: they turn a

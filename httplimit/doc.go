@@ -38,9 +38,10 @@
 //
 // Every response decided by a limiter carries, per
 // draft-ietf-httpapi-ratelimit-headers-11 (Structured Field Lists, RFC
-// 9651, serialized with github.com/dunglas/httpsfv), one list member per
-// limit checked, in the route's order, those of nested routes on the same
-// field line after the outer route's:
+// 9651; a policy name that needs escaping goes through
+// github.com/dunglas/httpsfv), one list member per limit checked, in the
+// route's order, those of nested routes on the same field line after the
+// outer route's:
 //
 //	RateLimit-Policy: "ip";q=100;w=60, "pix";q=10;w=60
 //	RateLimit: "ip";r=93;t=60, "pix";r=7;t=42
