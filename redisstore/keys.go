@@ -49,7 +49,7 @@ func (s *Store) PeekStored(ctx context.Context, hits []floodgate.Hit) ([]floodga
 	defer cancel()
 	if !s.conn.Cluster() || len(hits) < 2 {
 		res, err := s.peekStored(ctx, hits)
-		if !errors.Is(err, ErrCrossSlot) { // see Take
+		if !errors.Is(err, errCrossSlot) { // see Take
 			return res, err
 		}
 	}

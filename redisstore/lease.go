@@ -61,7 +61,7 @@ func (s *Store) renewDirect(ctx context.Context, receipts []floodgate.Receipt) (
 		stamps, err = s.renewSlots(ctx, leases, groups)
 	} else {
 		stamps, err = s.renew(ctx, leases)
-		if errors.Is(err, ErrCrossSlot) { // see Take
+		if errors.Is(err, errCrossSlot) { // see Take
 			if groups := s.slotGroups(hits); groups != nil {
 				stamps, err = s.renewSlots(ctx, leases, groups)
 			}

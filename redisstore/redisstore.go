@@ -243,7 +243,7 @@ func (s *Store) takeDirect(ctx context.Context, hits []floodgate.Hit) ([]floodga
 		return s.takeSlots(ctx, t, groups, len(hits))
 	}
 	res, err := s.take(ctx, t, hits)
-	if errors.Is(err, ErrCrossSlot) {
+	if errors.Is(err, errCrossSlot) {
 		// The driver learnt it talks to a Cluster only now (a rueidis
 		// client's first connection): nothing ran, take again by slot.
 		if groups := s.slotGroups(hits); groups != nil {
@@ -268,7 +268,7 @@ func (s *Store) peekDirect(ctx context.Context, hits []floodgate.Hit) ([]floodga
 		return s.peekSlots(ctx, groups, len(hits))
 	}
 	res, err := s.peek(ctx, hits)
-	if errors.Is(err, ErrCrossSlot) { // see Take
+	if errors.Is(err, errCrossSlot) { // see Take
 		if groups := s.slotGroups(hits); groups != nil {
 			return s.peekSlots(ctx, groups, len(hits))
 		}
@@ -306,7 +306,7 @@ func (s *Store) refundAll(ctx context.Context, receipts []floodgate.Receipt) err
 		return s.refundSlots(ctx, receipts, groups)
 	}
 	err := s.refund(ctx, receipts)
-	if errors.Is(err, ErrCrossSlot) { // see Take
+	if errors.Is(err, errCrossSlot) { // see Take
 		if groups := s.slotGroups(hits); groups != nil {
 			return s.refundSlots(ctx, receipts, groups)
 		}

@@ -84,12 +84,12 @@ func (s *Store) refund(ctx context.Context, receipts []floodgate.Receipt) error 
 	return err
 }
 
-// ErrCrossSlot reports a script call whose keys live in different Redis
+// errCrossSlot reports a script call whose keys live in different Redis
 // Cluster slots, which one script cannot touch. The store splits every
 // check by slot before it calls a script (see cluster.go), so this error
 // means a bug. It wraps floodgate.ErrStoreUnavailable, since the store
 // could not decide.
-var ErrCrossSlot = fmt.Errorf("%w: keys in different Redis Cluster slots", floodgate.ErrStoreUnavailable)
+var errCrossSlot = fmt.Errorf("%w: keys in different Redis Cluster slots", floodgate.ErrStoreUnavailable)
 
 // sameSlot checks that keys share one Cluster slot.
 func sameSlot(keys []string) error {
@@ -100,7 +100,7 @@ func sameSlot(keys []string) error {
 	for _, k := range keys[1:] {
 		if keySlot(k) != first {
 			// Slots, not keys: the text may reach clients.
-			return fmt.Errorf("redisstore: %w: slots %d and %d", ErrCrossSlot, first, keySlot(k))
+			return fmt.Errorf("redisstore: %w: slots %d and %d", errCrossSlot, first, keySlot(k))
 		}
 	}
 	return nil

@@ -191,7 +191,7 @@ func TestSameSlot(t *testing.T) {
 		{[]string{"{b}z", "{a}x"}, false},
 	} {
 		err := sameSlot(tc.keys)
-		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrCrossSlot)) {
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, errCrossSlot)) {
 			t.Errorf("sameSlot(%q) = %v; want ok=%v", tc.keys, err, tc.ok)
 		}
 	}

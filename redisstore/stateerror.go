@@ -55,7 +55,7 @@ const maxReason = 200
 // gave after the key, with any key of the call cut out.
 func (s *Store) stateError(err error, keys []string) *StateError {
 	if errors.Is(err, floodgate.ErrStoreUnavailable) || errors.Is(err, floodgate.ErrClosed) ||
-		errors.Is(err, ErrCrossSlot) {
+		errors.Is(err, errCrossSlot) {
 		return nil // the store's own errors: a connection, a bug, a closed store
 	}
 	msg := err.Error()

@@ -80,8 +80,8 @@ func TestStateErrorClassifiesReplies(t *testing.T) {
 // not by key.
 func TestCrossSlotErrorNamesNoKey(t *testing.T) {
 	err := sameSlot([]string{"fg:{login:user=alice}:w:1m0s", "fg:{pix:user=bob}:t:1m0s"})
-	if !errors.Is(err, ErrCrossSlot) {
-		t.Fatalf("%v, want ErrCrossSlot", err)
+	if !errors.Is(err, errCrossSlot) {
+		t.Fatalf("%v, want errCrossSlot", err)
 	}
 	if strings.Contains(err.Error(), "user=") || strings.Contains(err.Error(), "fg:") {
 		t.Fatalf("%q names a key", err)
