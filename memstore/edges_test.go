@@ -140,3 +140,28 @@ func TestTimeNeverGoesBack(t *testing.T) {
 		})
 	}
 }
+
+// TestHintedDenialsKeepTheKeysTime follows a token-bucket key through
+// the denials that a shard decides without its lock (the hint of the key
+// it denied last) and a clock set back: every check of the key runs at
+// the latest time one ran at, whether it was decided from the hint,
+// under the lock (a rule of a larger burst, which shares the key's
+// state, is admitted), after the hint was dropped, or in a Peek.
+func TestHintedDenialsKeepTheKeysTime(t *testing.T) {
+	s := time.Second
+	forBothPaths(t, func(t *testing.T, g *rig) {
+		small := floodgate.Hit{Rule: mustRule(t, 1, 10*s, floodgate.TokenBucket, 2), Key: "k", Cost: 1}
+		large := floodgate.Hit{Rule: mustRule(t, 1, 10*s, floodgate.TokenBucket, 3), Key: "k", Cost: 1}
+		fill := small
+		fill.Cost = 2
+		g.expect("the bucket filled", 0, fill, fig{true, 0, 20 * s, 0})
+		g.expect("denied under the lock", s, small, fig{false, 0, 19 * s, 9 * s})
+		g.expect("denied again", 8*s, small, fig{false, 0, 11 * s, s})
+		g.expect("the clock set back", -7*s, small, fig{false, 0, 11 * s, s})
+		g.expect("a larger burst admitted", 0, large, fig{true, 0, 21 * s, 0})
+		g.expect("denied after", 0, small, fig{false, -1, 21 * s, 11 * s})
+		g.expect("denied again, from the hint", 9*s, small, fig{false, 0, 19 * s, 9 * s})
+		g.clock.Advance(-5 * s)
+		g.peek("a peek with the clock set back", small, fig{false, 0, 19 * s, 9 * s})
+	})
+}

@@ -156,12 +156,10 @@ func (e *entry) check(now int64, h *floodgate.Hit, t int64) floodgate.Result {
 // *r, which is zero. t is the rule's emission interval and capacity its
 // capacity times t.
 func (e *entry) takeBucket(r *floodgate.Result, now, cost, t, capacity int64) {
-	tat := max(e.tat, now)
-	next := tat + cost*t
-	if next-now > capacity {
-		r.Remaining, r.ResetAfter, r.RetryAfter = floorDiv(capacity-(tat-now), t), dur(tat-now), dur(next-now-capacity)
+	if bucketDenial(r, e.tat, now, cost, t, capacity) {
 		return
 	}
+	next := max(e.tat, now) + cost*t
 	e.tat = next
 	e.expires = max(e.expires, next)
 	e.takes++
@@ -169,6 +167,19 @@ func (e *entry) takeBucket(r *floodgate.Result, now, cost, t, capacity int64) {
 	r.Remaining = (capacity - (next - now)) / t // capacity >= next-now: no rounding down to do
 	r.ResetAfter = dur(next - now)
 	r.Stamp = floodgate.Stamp{At: time.Unix(0, now), Epoch: e.epoch, Take: e.takes}
+}
+
+// bucketDenial reports whether a token bucket whose TAT is tat denies a
+// take of cost at now (t and capacity as for takeBucket), and if so writes
+// the denial into *r, which is zero.
+func bucketDenial(r *floodgate.Result, tat, now, cost, t, capacity int64) bool {
+	tat = max(tat, now)
+	next := tat + cost*t
+	if next-now <= capacity {
+		return false
+	}
+	r.Remaining, r.ResetAfter, r.RetryAfter = floorDiv(capacity-(tat-now), t), dur(tat-now), dur(next-now-capacity)
+	return true
 }
 
 // record adds h to the entry; check must have allowed it at the same now,

@@ -4,7 +4,9 @@
 // same semantics as the Redis store, to the nanosecond of an injected clock.
 //
 // State is sharded by key, over 64 independently locked shards, so that
-// unrelated keys do not contend. Expired entries are collected every
+// unrelated keys do not contend; a shard denies the token-bucket key it
+// denied last again without its lock, so that a key under attack does
+// not queue its callers on the lock either. Expired entries are collected every
 // minute by one janitor goroutine per Store, which Close stops, and, in a
 // shard that holds its share of Options.MaxKeys, by the check that needs
 // room for a new key.
@@ -118,8 +120,11 @@ type shard struct {
 	// last is the latest time (Store.nowNS) a check of this shard ran at:
 	// a check reads the clock before it locks the shard, and runs at the
 	// later of the two, so that the shard's time never goes back.
-	last int64   // guarded by mu
-	_    [8]byte // keeps two shards' locks off one cache line
+	last int64 // guarded by mu
+	// hint is the token-bucket key the shard denied last, whose denials
+	// are decided without mu (see hint).
+	hint hint
+	_    [16]byte // keeps two shards' locks off one cache line
 }
 
 // at returns the time a check of the shard that read the clock at now
@@ -188,6 +193,9 @@ func (sh *shard) nextEpoch() uint64 {
 // del removes e from the shard, if the shard holds it. sh.mu must be
 // held.
 func (sh *shard) del(e *entry) {
+	if sh.hint.holds(e) {
+		sh.hint.drop()
+	}
 	if sh.entries.remove(e) {
 		sh.dequeue(e)
 	}
@@ -355,10 +363,23 @@ func (s *Store) take(rule *floodgate.Rule, key string, h *floodgate.Hit, id uint
 	hash := keyenc.KeyIdentity(s.seed, id, k.key) // s.hash(&k)
 	sh := s.shard(hash)
 	now := s.nowNS() // before the lock: the critical section is the check alone
+	plain := rule.Algorithm == floodgate.TokenBucket && (h == nil || !h.Overdraw && h.Lease == 0)
+	cost, capacity := int64(1), rule.Capacity()*t
+	if h != nil {
+		cost = h.Cost
+	}
+	if plain && sh.hint.denies(hash, &k, now, cost, t, capacity, r, s.now != nil) {
+		return nil
+	}
 	sh.mu.Lock()
 	now = sh.at(now)
 	// getOrCreate without hold, inlined.
 	e := sh.get(hash, &k)
+	hinted := e != nil && sh.hint.holds(e)
+	if hinted {
+		now = max(now, sh.hint.at.Load())
+		sh.last = now
+	}
 	if e == nil {
 		if e = sh.create(hash, &k, now, s.perShard); e == nil {
 			sh.mu.Unlock()
@@ -368,7 +389,7 @@ func (s *Store) take(rule *floodgate.Rule, key string, h *floodgate.Hit, id uint
 		e.restart(sh.nextEpoch())
 	}
 	switch {
-	case rule.Algorithm != floodgate.TokenBucket || h != nil && (h.Overdraw || h.Lease != 0):
+	case !plain:
 		if h == nil {
 			one := floodgate.Hit{Rule: *rule, Key: key, Cost: 1}
 			h = &one
@@ -382,10 +403,14 @@ func (s *Store) take(rule *floodgate.Rule, key string, h *floodgate.Hit, id uint
 				r.Lease = algo.LeaseOf(h, now)
 			}
 		}
-	case h == nil: // the common cases, in one pass
-		e.takeBucket(r, now, 1, t, rule.Capacity()*t)
-	default:
-		e.takeBucket(r, now, h.Cost, t, rule.Capacity()*t)
+	default: // the common case, in one pass
+		if e.takeBucket(r, now, cost, t, capacity); !r.Allowed && e.tat > now {
+			sh.hint.set(e, now)
+			hinted = false
+		}
+	}
+	if hinted {
+		sh.hint.drop() // the take may have moved the TAT
 	}
 	if e.expires <= now {
 		sh.del(e)
@@ -547,6 +572,17 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 			return nil, s.full()
 		}
 		sl.held = true
+	}
+	for i := range slots {
+		// f may change the state: a take decided from the hint must not
+		// see it after, nor the key's time go back behind the hint's.
+		if sl, sh := &slots[i], s.shard(slots[i].hash); sl.held && sh.hint.holds(sl.e) {
+			now = max(now, sh.hint.at.Load())
+			sh.hint.drop()
+		}
+	}
+	for _, i := range locked {
+		s.shards[i].last = now
 	}
 	results := f(now, slots)
 	// Drop entries that hold nothing, such as those of a denied or peeked
