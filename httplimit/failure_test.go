@@ -135,7 +135,7 @@ func TestBreakerStopsCallingADeadStore(t *testing.T) {
 	ms := memstore.New(memstore.Options{})
 	defer ms.Close()
 	fault := faultstore.New(ms)
-	bs, err := breakerstore.New(fault, breakerstore.Options{Failures: 3, Cooldown: 20 * time.Millisecond})
+	bs, err := breakerstore.New(fault, breakerstore.Options{Failures: 3, Cooldown: 500 * time.Millisecond}) // longer than the 100 decisions below take on a slow machine: one probe at most
 	if err != nil {
 		t.Fatal(err)
 	}
