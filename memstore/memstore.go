@@ -37,8 +37,9 @@ type Options struct {
 	// the wall time at New plus the monotonic time elapsed since, which is
 	// cheaper than time.Now and immune to wall-clock steps). Tests inject
 	// a fake clock here. The store's time never goes back: a check runs
-	// at the later of Now and the latest time a check of its key (of its
-	// shard) ran at, so a clock set back holds the keys at that time until
+	// at the later of Now and the latest time a check of its key ran at
+	// (of any key of its shard, but for a denial decided without the
+	// shard's lock), so a clock set back holds the keys at that time until
 	// it catches up.
 	Now func() time.Time
 	// MaxKeys bounds the keys held, so that a flood of unique keys cannot
@@ -124,7 +125,10 @@ type shard struct {
 	// hint is the token-bucket key the shard denied last, whose denials
 	// are decided without mu (see hint).
 	hint hint
-	_    [16]byte // keeps two shards' locks off one cache line
+	// Rounds a shard to 192 bytes, three cache lines of the slice (a
+	// large allocation, page-aligned): no line holds two shards' fields,
+	// so one shard's lock is never written on the line of another's hint.
+	_ [64]byte
 }
 
 // at returns the time a check of the shard that read the clock at now
@@ -547,9 +551,6 @@ func (s *Store) apply(ctx context.Context, hits []floodgate.Hit, create bool, f 
 	now := s.nowNS()
 	for _, i := range locked {
 		now = max(now, s.shards[i].last)
-	}
-	for _, i := range locked {
-		s.shards[i].last = now
 	}
 	for i := range slots {
 		sl := &slots[i]

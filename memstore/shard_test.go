@@ -217,3 +217,12 @@ func TestRestartLeavesAFreshState(t *testing.T) {
 		}
 	}
 }
+
+// TestShardIsThreeCacheLines pins the shard's size that its padding
+// promises: a multiple of 64 bytes, so that the page-aligned slice of
+// shards puts no two shards' fields on one cache line.
+func TestShardIsThreeCacheLines(t *testing.T) {
+	if n := unsafe.Sizeof(shard{}); n != 192 {
+		t.Errorf("a shard is %d bytes, want 192", n)
+	}
+}
