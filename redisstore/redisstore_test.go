@@ -408,11 +408,18 @@ func TestTakeIsNeverRetried(t *testing.T) {
 	if err := s.Refund(ctx(t), receipts(hits, res)); err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Client.Do(ctx(t), rec.Client.B().ScriptFlush().Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Take(ctx(t), hits); err != nil { // EVALSHA, NOSCRIPT, EVAL
-		t.Fatal(err)
+	// EVALSHA, NOSCRIPT, EVAL; again if another test's call (the packages'
+	// tests share one Redis) loaded the script between the flush and the Take.
+	for range 20 {
+		if err := rec.Client.Do(ctx(t), rec.Client.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Take(ctx(t), hits); err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.retryable["EVAL"]) > 0 {
+			break
+		}
 	}
 	for _, name := range []string{"EVALSHA", "EVAL"} {
 		if len(rec.retryable[name]) == 0 {
