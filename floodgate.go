@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/bounds"
+	"github.com/floodgate-rl/floodgate/internal/pace"
 )
 
 // defaultTimeout is the time budget of one decision when
@@ -410,28 +411,21 @@ func (l *Limiter) Reset(ctx context.Context, rule Rule, key string) error {
 }
 
 // Wait is Check that slows down before it rejects: while the hits are
-// denied with a RetryAfter of at most maxDelay, it waits that long and
-// checks again. It returns the first allowed decision, a denial whose
-// RetryAfter exceeds maxDelay or ctx's deadline (at once: like
+// denied with a RetryAfter that fits in what is left of maxDelay, it waits
+// that long and checks again. Its waits add up to at most maxDelay (the
+// first may take all of it), and end by ctx's deadline. It returns the
+// first allowed decision, a denial it cannot wait for (at once: like
 // x/time/rate's WaitN, it does not wait for what it cannot get), or ctx's
 // error as soon as ctx is done.
 func (l *Limiter) Wait(ctx context.Context, maxDelay time.Duration, hits ...Hit) (Decision, error) {
-	for {
-		d, err := l.Check(ctx, hits...)
-		if err != nil || d.Allowed || d.RetryAfter > maxDelay {
-			return d, err
-		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d.RetryAfter {
-			return d, nil // waiting would outlast ctx: deny now
-		}
-		t := time.NewTimer(d.RetryAfter)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return d, fmt.Errorf("floodgate: wait: %w", ctx.Err())
-		case <-t.C:
-		}
+	d, err := l.Check(ctx, hits...)
+	werr := pace.Loop(ctx, maxDelay, func(left time.Duration) (time.Duration, <-chan struct{}, bool) {
+		return d.RetryAfter, nil, err == nil && !d.Allowed && d.RetryAfter <= left
+	}, func() { d, err = l.Check(ctx, hits...) })
+	if werr != nil {
+		return d, fmt.Errorf("floodgate: wait: %w", werr)
 	}
+	return d, err
 }
 
 // budget gives ctx the Limiter's time budget, except for a LocalStore,

@@ -306,8 +306,8 @@ func TestWait(t *testing.T) {
 }
 
 // The core must not depend on any store, HTTP or metrics package: only
-// the standard library, and the module's own key encoding and bounds
-// (which depend on nothing else either, as this list of every dependency
+// the standard library, and the module's own key encoding, bounds and
+// wait loop (which depend on nothing else either, as this list of every dependency
 // shows).
 func TestCoreDependsOnStandardLibraryOnly(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
@@ -316,9 +316,9 @@ func TestCoreDependsOnStandardLibraryOnly(t *testing.T) {
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		switch dep {
-		case "github.com/floodgate-rl/floodgate", "github.com/floodgate-rl/floodgate/internal/keyenc", "github.com/floodgate-rl/floodgate/internal/bounds":
+		case "github.com/floodgate-rl/floodgate", "github.com/floodgate-rl/floodgate/internal/keyenc", "github.com/floodgate-rl/floodgate/internal/bounds", "github.com/floodgate-rl/floodgate/internal/pace":
 		default:
-			t.Errorf("core package imports %s; it must import only the standard library, internal/keyenc and internal/bounds", dep)
+			t.Errorf("core package imports %s; it must import only the standard library, internal/keyenc, internal/bounds and internal/pace", dep)
 		}
 	}
 }

@@ -340,7 +340,8 @@ func TestRefundOfAnAllowedCheck(t *testing.T) {
 }
 
 // TestWaitAtItsBoundary: Wait waits for a RetryAfter equal to maxDelay (the
-// documented bound is inclusive) and rejects at once one just above it.
+// documented bound is inclusive), rejects at once one just above it, and
+// waits at most maxDelay in all.
 func TestWaitAtItsBoundary(t *testing.T) {
 	h := threeHits(t)[:1]
 	const delay = 30 * time.Millisecond
@@ -371,6 +372,19 @@ func TestWaitAtItsBoundary(t *testing.T) {
 	defer cancel()
 	if d, err := scripted(t, deny, admit).Wait(long, delay, h...); err != nil || !d.Allowed {
 		t.Fatalf("Wait with a distant deadline = %+v, %v; want allowed", d, err)
+	}
+
+	// The waits share maxDelay: after waiting 20ms of 30ms, a second
+	// RetryAfter of 20ms no longer fits, and Wait answers the denial
+	// without a third check (a budget per wait would wait again and be
+	// admitted).
+	st := &scriptStore{replies: [][]floodgate.Result{{denied(0, time.Minute, 20*time.Millisecond)}, {denied(0, time.Minute, 20*time.Millisecond)}, admit}}
+	l, err := floodgate.New(st, floodgate.Options{Timeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Wait(ctx, delay, h...); err != nil || d.Allowed || d.RetryAfter != 20*time.Millisecond || st.takes != 2 {
+		t.Fatalf("Wait(30ms) after a wait of 20ms = %+v, %v after %d checks; want the second denial, after 2", d, err, st.takes)
 	}
 }
 

@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/bounds"
+	"github.com/floodgate-rl/floodgate/internal/pace"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
@@ -356,41 +358,30 @@ func (g *Gate) throttle(ctx context.Context, hits []Hit, res Result) (Result, er
 	}
 	g.m.waiting.Inc()
 	defer func() { g.waiting.Add(-1); g.m.waiting.Dec() }()
-	// The first wait may take all of MaxDelay, as throttles allowed; each
-	// later one must fit in what is left of it.
-	first, deadline := g.spec.MaxDelay, time.Now().Add(g.spec.MaxDelay)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		// Like floodgate.Limiter.Wait: no waiting for quota that comes
-		// after the caller stopped listening (a gRPC call's deadline); the
-		// denial, with its retry-after, is the better answer now.
-		first, deadline = time.Until(d), d
-	}
 	// A denial by concurrency limits alone waits for a release: one in
 	// this process wakes it, another process's is seen by the next check,
-	// at most leasePoll later.
+	// at most leasePoll later. The channel is taken before each check, so
+	// that no release is missed. Like floodgate.Limiter.Wait, no waiting
+	// for quota that comes after the caller stopped listening (a gRPC
+	// call's deadline): the denial, with its retry-after, is the better
+	// answer then.
 	released := g.e.released.wait()
-	for left := first; left > 0 && g.throttles(res, hits) && (res.Decision.RetryAfter <= left || leaseDenied(res, hits)); left = time.Until(deadline) {
-		wait := res.Decision.RetryAfter
-		var wake <-chan struct{}
-		if leaseDenied(res, hits) {
-			wait, wake = min(wait, leasePoll(g.spec.MaxDelay), left), released
+	var err error
+	werr := pace.Loop(ctx, g.spec.MaxDelay, func(left time.Duration) (time.Duration, <-chan struct{}, bool) {
+		switch {
+		case err != nil || !g.throttles(res, hits):
+			return 0, nil, false
+		case leaseDenied(res, hits):
+			return min(res.Decision.RetryAfter, leasePoll(g.spec.MaxDelay), left), released, true
 		}
-		t := time.NewTimer(max(wait, time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			g.m.throttled["canceled"].Inc()
-			return res, ctx.Err()
-		case <-t.C:
-		case <-wake:
-			t.Stop()
-		}
-		released = g.e.released.wait() // before the check: no release is missed
-		var err error
-		if res, err = g.decide(ctx, hits); err != nil {
-			g.m.throttled["canceled"].Inc()
-			return res, err
-		}
+		return res.Decision.RetryAfter, nil, res.Decision.RetryAfter <= left
+	}, func() {
+		released = g.e.released.wait()
+		res, err = g.decide(ctx, hits)
+	})
+	if err = cmp.Or(werr, err); err != nil {
+		g.m.throttled["canceled"].Inc()
+		return res, err
 	}
 	if res.Allowed() {
 		g.m.throttled["allowed"].Inc()
